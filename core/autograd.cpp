@@ -1,0 +1,133 @@
+#include "core/autograd.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/ops.h"
+
+namespace ag {
+
+namespace {
+thread_local bool grad_mode = true;
+
+// dst += src, where dst may be undefined (then it takes a copy of src: src may
+// alias a tensor the caller still uses).
+void accumulate(std::shared_ptr<TensorImpl>& dst, const Tensor& src) {
+  dst = (dst ? add(Tensor(dst), src) : src.clone()).shared_impl();
+}
+
+// Nodes reachable from root, each after every node that consumes its output.
+// Owning pointers: freeing a node's inputs during the walk may drop the last
+// other reference to a node not yet visited.
+std::vector<std::shared_ptr<Node>> topological_order(const std::shared_ptr<Node>& root) {
+  std::vector<std::shared_ptr<Node>> order;
+  std::unordered_set<Node*> visited{root.get()};
+  std::vector<std::pair<std::shared_ptr<Node>, size_t>> stack{{root, 0}};  // node, next input to visit
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    if (next < node->inputs.size()) {
+      const std::shared_ptr<Node>& child = node->inputs[next++].grad_fn();
+      if (child && visited.insert(child.get()).second) stack.push_back({child, 0});
+    } else {
+      order.push_back(node);
+      stack.pop_back();
+    }
+  }
+  std::reverse(order.begin(), order.end());  // consumers first
+  return order;
+}
+
+void check_not_released(const Node& node) {
+  AG_CHECK(!node.released(),
+           "backward: through a freed graph (op '" << node.op << "'): the graph is freed after "
+           "backward() unless backward(retain_graph=true) is used");
+}
+}  // namespace
+
+Node::~Node() {
+  std::vector<Tensor> pending = std::move(inputs);
+  while (!pending.empty()) {
+    Tensor t = std::move(pending.back());
+    pending.pop_back();
+    // If t is the last reference to its tensor and that tensor the last to its
+    // node, the node dies with t: take its inputs first so it dies without recursing.
+    if (t.defined() && t.shared_impl().use_count() == 1 && t.grad_fn() && t.grad_fn().use_count() == 1) {
+      std::vector<Tensor>& grand = t.grad_fn()->inputs;
+      std::move(grand.begin(), grand.end(), std::back_inserter(pending));
+      grand.clear();
+    }
+  }
+}
+
+bool grad_enabled() { return grad_mode; }
+
+NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
+NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!grad_mode) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+Tensor record(const char* op, std::vector<Tensor> inputs, Tensor out, BackwardFn backward) {
+  if (!any_requires_grad(inputs)) return out;
+  auto node = std::make_shared<Node>();
+  node->op = op;
+  node->inputs = std::move(inputs);
+  node->backward = std::move(backward);
+  out.impl()->grad_fn = std::move(node);
+  out.impl()->requires_grad = true;
+  return out;
+}
+
+void Tensor::backward(bool retain_graph) const {
+  AG_CHECK(numel() == 1, "backward: called on a tensor of shape "
+                             << to_string(shape())
+                             << " without an upstream gradient; only a one-element tensor "
+                                "(a scalar loss) has the implicit gradient 1");
+  backward(Tensor::ones(shape(), dtype(), device()), retain_graph);
+}
+
+void Tensor::backward(const Tensor& upstream, bool retain_graph) const {
+  AG_CHECK(requires_grad(), "backward: the tensor does not require grad (no input of the "
+                            "computation had requires_grad set)");
+  AG_CHECK(upstream.shape() == shape() && upstream.dtype() == dtype(),
+           "backward: upstream gradient " << describe(upstream) << " does not match tensor "
+                                          << describe(*this));
+  NoGradGuard no_grad;
+  if (is_leaf()) {
+    accumulate(impl_->grad, upstream);
+    return;
+  }
+  check_not_released(*grad_fn());
+  std::unordered_map<Node*, Tensor> pending{{grad_fn().get(), upstream}};
+  for (const std::shared_ptr<Node>& node : topological_order(grad_fn())) {
+    check_not_released(*node);
+    auto found = pending.find(node.get());
+    if (found == pending.end()) continue;  // no gradient flowed to it
+    const Tensor dOut = std::move(found->second);
+    pending.erase(found);
+    const Gradients grads = node->backward(dOut);
+    for (size_t i = 0; i < node->inputs.size(); ++i) {
+      const Tensor& input = node->inputs[i];
+      if (!input.requires_grad() || !grads[i].defined()) continue;
+      AG_CHECK(grads[i].shape() == input.shape(),
+               "backward: internal error in '" << node->op << "': gradient " << describe(grads[i])
+                                               << " for input " << describe(input));
+      if (input.is_leaf()) {
+        accumulate(input.impl()->grad, grads[i]);
+      } else {
+        auto [it, inserted] = pending.try_emplace(input.grad_fn().get(), grads[i]);
+        if (!inserted) it->second = add(it->second, grads[i]);
+      }
+    }
+    if (!retain_graph) {
+      node->backward = nullptr;
+      node->inputs.clear();
+    }
+  }
+}
+
+}  // namespace ag

@@ -1,0 +1,62 @@
+// The reverse-mode engine. Each differentiable op, after computing its output,
+// records a Node: its inputs and a closure that maps dL/d(output) to dL/d(input)
+// for each input. backward() sorts the nodes topologically (iteratively: deep
+// graphs must not overflow the stack) and walks them in reverse, summing the
+// gradients of a tensor used several times.
+//
+// Backward closures are written against the ops and kernel entry points, never a
+// device's kernels, so one derivative serves every device. The engine runs them
+// with gradient recording off.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ag {
+
+// dL/d(input) for each input, in order; an undefined Tensor means "no gradient"
+// (the input does not require one).
+using Gradients = std::vector<Tensor>;
+using BackwardFn = std::function<Gradients(const Tensor& dOut)>;
+
+struct Node {
+  std::string op;             // for error messages: "matmul", "softmax", ...
+  std::vector<Tensor> inputs; // the tensors the op read, in the closure's order
+  BackwardFn backward;        // released (empty) once the graph is freed
+  bool released() const { return !backward; }
+
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  // Unlinks the chain of nodes only this one keeps alive, iteratively: the
+  // default recursive destruction overflows the stack on deep graphs.
+  ~Node();
+};
+
+// Whether ops record nodes. Off inside NoGradGuard and during backward.
+bool grad_enabled();
+
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// True when recording is on and some input requires a gradient.
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+// Makes `out` the result of a tracked op if any input needs a gradient; returns out.
+// Ops call it as:  return record("mul", {a, b}, out, [=](const Tensor& dOut) { ... });
+// The closure must capture saved tensors with detach() (or its inputs), never `out`
+// itself: the output owns its node, so capturing it would make a reference cycle.
+Tensor record(const char* op, std::vector<Tensor> inputs, Tensor out, BackwardFn backward);
+
+}  // namespace ag

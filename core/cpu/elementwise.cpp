@@ -1,0 +1,117 @@
+// Elementwise CPU kernels: flat loops over contiguous memory, and a row walk for
+// broadcasting binary ops.
+#include <cmath>
+
+#include "core/cpu/cpu.h"
+#include "core/cpu/loops.h"
+#include "core/elementwise_math.h"
+
+namespace ag::cpu {
+
+namespace {
+template <class T> T* typed(const Tensor& t) { return static_cast<T*>(t.raw_data()); }
+
+// out[i] = f(in[i]) over n contiguous elements, in parallel when large.
+template <class T, class F> void map(const T* in, T* out, int64_t n, F f) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) out[i] = f(in[i]);
+}
+
+template <class T, class F> void map2(const T* a, const T* b, T* out, int64_t n, F f) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+}
+
+template <class T, class F> void broadcast_binary(const Tensor& a, const Tensor& b, Tensor& out, F f) {
+  const T* pa = typed<T>(a);
+  const T* pb = typed<T>(b);
+  T* po = typed<T>(out);
+  if (a.shape() == b.shape()) return map2(pa, pb, po, out.numel(), f);
+  const Shape& shape = out.shape();
+  for_each_row<3>(shape,
+                  {broadcast_strides(a.shape(), shape), broadcast_strides(b.shape(), shape),
+                   contiguous_strides(shape)},
+                  true, [&](auto base, int64_t inner, auto stride) {
+                    const T* ra = pa + base[0];
+                    const T* rb = pb + base[1];
+                    T* ro = po + base[2];
+                    // One straight loop per stride pattern, so each vectorises.
+                    if (stride[0] && stride[1]) {
+                      for (int64_t i = 0; i < inner; ++i) ro[i] = f(ra[i], rb[i]);
+                    } else if (stride[0]) {
+                      const T vb = rb[0];
+                      for (int64_t i = 0; i < inner; ++i) ro[i] = f(ra[i], vb);
+                    } else if (stride[1]) {
+                      const T va = ra[0];
+                      for (int64_t i = 0; i < inner; ++i) ro[i] = f(va, rb[i]);
+                    } else {
+                      const T v = f(ra[0], rb[0]);
+                      for (int64_t i = 0; i < inner; ++i) ro[i] = v;
+                    }
+                  });
+}
+}  // namespace
+
+void unary(UnaryOp op, const Tensor& x, Tensor& y) {
+  visit_floating(x.dtype(), "unary", [&](auto zero) {
+    using T = decltype(zero);
+    const T* in = typed<T>(x);
+    T* out = typed<T>(y);
+    const int64_t n = x.numel();
+    switch (op) {
+      case UnaryOp::Neg: return map(in, out, n, [](T v) { return -v; });
+      case UnaryOp::Exp: return map(in, out, n, [](T v) { return std::exp(v); });
+      case UnaryOp::Log: return map(in, out, n, [](T v) { return std::log(v); });
+      case UnaryOp::Tanh: return map(in, out, n, [](T v) { return std::tanh(v); });
+      case UnaryOp::Relu: return map(in, out, n, [](T v) { return math::relu(v); });
+      case UnaryOp::GeluErf: return map(in, out, n, [](T v) { return math::gelu_erf(v); });
+      case UnaryOp::GeluTanh: return map(in, out, n, [](T v) { return math::gelu_tanh(v); });
+    }
+  });
+}
+
+void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dY, Tensor& dX) {
+  visit_floating(x.dtype(), "unary_backward", [&](auto zero) {
+    using T = decltype(zero);
+    const T* in = typed<T>(x);
+    const T* g = typed<T>(dY);
+    T* out = typed<T>(dX);
+    const int64_t n = x.numel();
+    switch (op) {
+      case UnaryOp::Relu: return map2(in, g, out, n, [](T v, T d) { return d * math::relu_grad(v); });
+      case UnaryOp::GeluErf: return map2(in, g, out, n, [](T v, T d) { return d * math::gelu_erf_grad(v); });
+      case UnaryOp::GeluTanh: return map2(in, g, out, n, [](T v, T d) { return d * math::gelu_tanh_grad(v); });
+      default: throw Error("unary_backward: no kernel for this op (its derivative is an expression of y)");
+    }
+  });
+}
+
+void affine(const Tensor& x, double scale, double shift, Tensor& y) {
+  visit_floating(x.dtype(), "affine", [&](auto zero) {
+    using T = decltype(zero);
+    const T s = static_cast<T>(scale), b = static_cast<T>(shift);
+    map(typed<T>(x), typed<T>(y), x.numel(), [=](T v) { return s * v + b; });
+  });
+}
+
+void pow_scalar(const Tensor& x, double exponent, Tensor& y) {
+  visit_floating(x.dtype(), "pow", [&](auto zero) {
+    using T = decltype(zero);
+    const T e = static_cast<T>(exponent);
+    map(typed<T>(x), typed<T>(y), x.numel(), [=](T v) { return std::pow(v, e); });
+  });
+}
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  visit_floating(a.dtype(), "binary", [&](auto zero) {
+    using T = decltype(zero);
+    switch (op) {
+      case BinaryOp::Add: return broadcast_binary<T>(a, b, out, [](T u, T v) { return u + v; });
+      case BinaryOp::Sub: return broadcast_binary<T>(a, b, out, [](T u, T v) { return u - v; });
+      case BinaryOp::Mul: return broadcast_binary<T>(a, b, out, [](T u, T v) { return u * v; });
+      case BinaryOp::Div: return broadcast_binary<T>(a, b, out, [](T u, T v) { return u / v; });
+    }
+  });
+}
+
+}  // namespace ag::cpu

@@ -1,0 +1,39 @@
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "core/cpu/cpu.h"
+
+namespace ag::cpu {
+
+// One cblas_?gemm per batch entry, in row-major order with the transpose flags
+// passed through (no transposing copies). Never called from inside an OpenMP
+// region of ours: OpenBLAS parallelises each call itself.
+void gemm(const GemmShape& s, const Tensor& A, const Tensor& B, Tensor& C) {
+  const CBLAS_TRANSPOSE ta = s.trans_a ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE tb = s.trans_b ? CblasTrans : CblasNoTrans;
+  // Leading dimensions of the stored (untransposed) row-major matrices.
+  // BLAS wants them >= 1 even for empty matrices.
+  const int lda = static_cast<int>(std::max<int64_t>(1, s.trans_a ? s.M : s.K));
+  const int ldb = static_cast<int>(std::max<int64_t>(1, s.trans_b ? s.K : s.N));
+  const int ldc = static_cast<int>(std::max<int64_t>(1, s.N));
+  const int M = static_cast<int>(s.M), N = static_cast<int>(s.N), K = static_cast<int>(s.K);
+  visit_floating(A.dtype(), "gemm", [&](auto zero) {
+    using T = decltype(zero);
+    const T* a = static_cast<const T*>(A.raw_data()) + s.a_offset;
+    const T* b = static_cast<const T*>(B.raw_data()) + s.b_offset;
+    T* c = static_cast<T*>(C.raw_data()) + s.c_offset;
+    for (int64_t i = 0; i < s.batch; ++i) {
+      const T* ai = a + i * s.a_batch_stride;
+      const T* bi = b + i * s.b_batch_stride;
+      T* ci = c + i * s.c_batch_stride;
+      if constexpr (std::is_same_v<T, float>)
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, static_cast<float>(s.alpha), ai, lda, bi, ldb,
+                    static_cast<float>(s.beta), ci, ldc);
+      else
+        cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, s.alpha, ai, lda, bi, ldb, s.beta, ci, ldc);
+    }
+  });
+}
+
+}  // namespace ag::cpu

@@ -1,0 +1,61 @@
+#include <cstring>
+
+#include "core/cpu/cpu.h"
+#include "core/cpu/loops.h"
+
+namespace ag::cpu {
+
+namespace {
+template <class T> T* typed(const Tensor& t) { return static_cast<T*>(t.raw_data()); }
+
+template <class Body> void visit_any(DType t, Body&& body) {
+  switch (t) {
+    case DType::Float32: return body(float{});
+    case DType::Float64: return body(double{});
+    case DType::Int64: return body(int64_t{});
+  }
+}
+}  // namespace
+
+void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst,
+                  const StridedView& dst_view, const Shape& shape) {
+  AG_CHECK(src.dtype() == dst.dtype(), "copy_strided: dtypes differ (" << src.dtype() << " vs "
+                                                                       << dst.dtype() << ")");
+  visit_any(src.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* s = typed<T>(src) + src_view.offset;
+    T* d = typed<T>(dst) + dst_view.offset;
+    for_each_row<2>(shape, {src_view.strides, dst_view.strides}, true,
+                    [&](auto base, int64_t inner, auto stride) {
+                      const T* in = s + base[0];
+                      T* out = d + base[1];
+                      if (stride[0] == 1 && stride[1] == 1) {
+                        std::memcpy(out, in, inner * sizeof(T));
+                      } else {
+                        for (int64_t i = 0; i < inner; ++i) out[i * stride[1]] = in[i * stride[0]];
+                      }
+                    });
+  });
+}
+
+void fill(Tensor& out, double value) {
+  visit_any(out.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    std::fill_n(typed<T>(out), out.numel(), static_cast<T>(value));
+  });
+}
+
+void cast(const Tensor& src, Tensor& dst) {
+  visit_any(src.dtype(), [&](auto src_zero) {
+    visit_any(dst.dtype(), [&](auto dst_zero) {
+      using S = decltype(src_zero);
+      using D = decltype(dst_zero);
+      const S* s = typed<S>(src);
+      D* d = typed<D>(dst);
+      const int64_t n = src.numel();
+      for (int64_t i = 0; i < n; ++i) d[i] = static_cast<D>(s[i]);
+    });
+  });
+}
+
+}  // namespace ag::cpu

@@ -1,0 +1,71 @@
+#include <algorithm>
+
+#include "core/cpu/cpu.h"
+#include "core/cpu/loops.h"
+
+namespace ag::cpu {
+
+namespace {
+template <class T> T* typed(const Tensor& t) { return static_cast<T*>(t.raw_data()); }
+}  // namespace
+
+// Walks x row by row; each x element adds into the out element it broadcasts
+// from (out read with stride 0 on the reduced dims). Serial: rows may share
+// outputs. Sums are kept in double so float32 reductions over long rows stay
+// accurate.
+void sum_to_shape(const Tensor& x, Tensor& out) {
+  visit_floating(x.dtype(), "sum_to_shape", [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = typed<T>(x);
+    const int64_t n_out = out.numel();
+    std::vector<double> acc(n_out, 0.0);
+    for_each_row<2>(x.shape(), {contiguous_strides(x.shape()), broadcast_strides(out.shape(), x.shape())},
+                    false, [&](auto base, int64_t inner, auto stride) {
+                      const T* row = px + base[0];
+                      double* o = acc.data() + base[1];
+                      if (stride[1] == 0) {
+                        double s = 0;
+                        for (int64_t i = 0; i < inner; ++i) s += row[i];
+                        o[0] += s;
+                      } else {
+                        for (int64_t i = 0; i < inner; ++i) o[i] += row[i];
+                      }
+                    });
+    T* po = typed<T>(out);
+    for (int64_t i = 0; i < n_out; ++i) po[i] = static_cast<T>(acc[i]);
+  });
+}
+
+void max_dim(const Tensor& x, const ReduceDims& dims, Tensor& values, Tensor& argmax) {
+  visit_floating(x.dtype(), "max", [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = typed<T>(x);
+    T* pv = typed<T>(values);
+    int64_t* pi = typed<int64_t>(argmax);
+    for (int64_t o = 0; o < dims.outer; ++o)
+      for (int64_t i = 0; i < dims.inner; ++i) {
+        const T* column = px + o * dims.n * dims.inner + i;
+        int64_t best = 0;
+        for (int64_t j = 1; j < dims.n; ++j)
+          if (column[j * dims.inner] > column[best * dims.inner]) best = j;
+        pv[o * dims.inner + i] = column[best * dims.inner];
+        pi[o * dims.inner + i] = best;
+      }
+  });
+}
+
+void max_dim_backward(const Tensor& dValues, const Tensor& argmax, const ReduceDims& dims,
+                      Tensor& dX) {
+  visit_floating(dValues.dtype(), "max_backward", [&](auto zero) {
+    using T = decltype(zero);
+    const T* g = typed<T>(dValues);
+    const int64_t* pi = typed<int64_t>(argmax);
+    T* dx = typed<T>(dX);
+    std::fill_n(dx, dX.numel(), T(0));
+    for (int64_t o = 0; o < dims.outer; ++o)
+      for (int64_t i = 0; i < dims.inner; ++i)
+        dx[(o * dims.n + pi[o * dims.inner + i]) * dims.inner + i] = g[o * dims.inner + i];
+  });
+}
+
+}  // namespace ag::cpu

@@ -1,0 +1,166 @@
+// Row-wise softmax kernels. Every row subtracts its max before exp, so no
+// exp() sees a positive argument; a row whose entries are all −inf (fully
+// masked) gives zeros rather than NaN.
+#include <cmath>
+#include <limits>
+
+#include "core/cpu/cpu.h"
+#include "core/cpu/loops.h"
+
+namespace ag::cpu {
+
+namespace {
+template <class T> T* typed(const Tensor& t) { return static_cast<T*>(t.raw_data()); }
+
+// Rows [N, C] of a tensor of any rank (the last dim is C).
+int64_t row_length(const Tensor& t) { return t.dim() == 0 ? 1 : t.shape().back(); }
+
+// Calls body(row) for each of `rows` rows, in parallel when the work is large.
+template <class Body> void for_rows(int64_t rows, int64_t cols, Body&& body) {
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * cols > kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) body(r);
+}
+
+// y[0..valid) = softmax(x[0..valid)), y[valid..n) = 0. Serves softmax (valid =
+// n) and the causal attention softmax (valid = i + 1 on row i).
+template <class T> void softmax_row(const T* x, T* y, int64_t valid, int64_t n) {
+  T max = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < valid; ++j) max = std::max(max, x[j]);
+  if (max == -std::numeric_limits<T>::infinity()) {  // fully masked: no probability mass
+    std::fill_n(y, n, T(0));
+    return;
+  }
+  T sum = 0;
+  for (int64_t j = 0; j < valid; ++j) {
+    y[j] = std::exp(x[j] - max);
+    sum += y[j];
+  }
+  const T inv = T(1) / sum;
+  for (int64_t j = 0; j < valid; ++j) y[j] *= inv;
+  std::fill(y + valid, y + n, T(0));
+}
+
+// log-sum-exp of a row; −inf for a fully masked row.
+template <class T> T logsumexp_row(const T* x, int64_t n) {
+  T max = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < n; ++j) max = std::max(max, x[j]);
+  if (max == -std::numeric_limits<T>::infinity()) return max;
+  T sum = 0;
+  for (int64_t j = 0; j < n; ++j) sum += std::exp(x[j] - max);
+  return max + std::log(sum);
+}
+}  // namespace
+
+void softmax(const Tensor& x, Tensor& y) {
+  visit_floating(x.dtype(), "softmax", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t C = row_length(x), N = x.numel() / std::max<int64_t>(C, 1);
+    const T* px = typed<T>(x);
+    T* py = typed<T>(y);
+    for_rows(N, C, [&](int64_t r) { softmax_row(px + r * C, py + r * C, C, C); });
+  });
+}
+
+void causal_softmax(const Tensor& x, Tensor& y) {
+  visit_floating(x.dtype(), "causal_softmax", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t T_ = row_length(x), rows = x.numel() / std::max<int64_t>(T_, 1);
+    const T* px = typed<T>(x);
+    T* py = typed<T>(y);
+    for_rows(rows, T_, [&](int64_t r) { softmax_row(px + r * T_, py + r * T_, r % T_ + 1, T_); });
+  });
+}
+
+// dX = y ∘ (dY − Σ_j dY_j y_j): the O(C) vector–Jacobian product of softmax.
+void softmax_backward(const Tensor& y, const Tensor& dY, Tensor& dX) {
+  visit_floating(y.dtype(), "softmax_backward", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t C = row_length(y), N = y.numel() / std::max<int64_t>(C, 1);
+    const T *py = typed<T>(y), *pg = typed<T>(dY);
+    T* pd = typed<T>(dX);
+    for_rows(N, C, [&](int64_t r) {
+      const T *yr = py + r * C, *gr = pg + r * C;
+      T* dr = pd + r * C;
+      T dot = 0;
+      for (int64_t j = 0; j < C; ++j) dot += gr[j] * yr[j];
+      for (int64_t j = 0; j < C; ++j) dr[j] = yr[j] * (gr[j] - dot);
+    });
+  });
+}
+
+void log_softmax(const Tensor& x, Tensor& y) {
+  visit_floating(x.dtype(), "log_softmax", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t C = row_length(x), N = x.numel() / std::max<int64_t>(C, 1);
+    const T* px = typed<T>(x);
+    T* py = typed<T>(y);
+    for_rows(N, C, [&](int64_t r) {
+      const T lse = logsumexp_row(px + r * C, C);
+      for (int64_t j = 0; j < C; ++j) py[r * C + j] = px[r * C + j] - lse;
+    });
+  });
+}
+
+// dX = dY − softmax(x) Σ_j dY_j, with softmax(x) = exp(y).
+void log_softmax_backward(const Tensor& y, const Tensor& dY, Tensor& dX) {
+  visit_floating(y.dtype(), "log_softmax_backward", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t C = row_length(y), N = y.numel() / std::max<int64_t>(C, 1);
+    const T *py = typed<T>(y), *pg = typed<T>(dY);
+    T* pd = typed<T>(dX);
+    for_rows(N, C, [&](int64_t r) {
+      T sum = 0;
+      for (int64_t j = 0; j < C; ++j) sum += pg[r * C + j];
+      for (int64_t j = 0; j < C; ++j) pd[r * C + j] = pg[r * C + j] - std::exp(py[r * C + j]) * sum;
+    });
+  });
+}
+
+namespace {
+void check_targets(const Tensor& targets, int64_t V, int64_t ignore_index) {
+  const int64_t* t = typed<int64_t>(targets);
+  for (int64_t n = 0; n < targets.numel(); ++n)
+    AG_CHECK(t[n] == ignore_index || (t[n] >= 0 && t[n] < V),
+             "cross_entropy: target " << t[n] << " at position " << n << " out of range [0, " << V
+                                      << ") (ignore_index " << ignore_index << ")");
+}
+}  // namespace
+
+void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& loss,
+                   Tensor& lse) {
+  const int64_t V = row_length(logits), N = targets.numel();
+  check_targets(targets, V, ignore_index);
+  visit_floating(logits.dtype(), "cross_entropy", [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = typed<T>(logits);
+    const int64_t* pt = typed<int64_t>(targets);
+    T *pl = typed<T>(loss), *ps = typed<T>(lse);
+    for_rows(N, V, [&](int64_t r) {
+      ps[r] = logsumexp_row(px + r * V, V);
+      pl[r] = pt[r] == ignore_index ? T(0) : ps[r] - px[r * V + pt[r]];
+    });
+  });
+}
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                            int64_t ignore_index, double scale, Tensor& dLogits) {
+  const int64_t V = row_length(logits), N = targets.numel();
+  visit_floating(logits.dtype(), "cross_entropy_backward", [&](auto zero) {
+    using T = decltype(zero);
+    const T *px = typed<T>(logits), *ps = typed<T>(lse);
+    const int64_t* pt = typed<int64_t>(targets);
+    T* pd = typed<T>(dLogits);
+    const T s = static_cast<T>(scale);
+    for_rows(N, V, [&](int64_t r) {
+      T* dr = pd + r * V;
+      if (pt[r] == ignore_index) {
+        std::fill_n(dr, V, T(0));
+        return;
+      }
+      for (int64_t j = 0; j < V; ++j) dr[j] = s * std::exp(px[r * V + j] - ps[r]);
+      dr[pt[r]] -= s;
+    });
+  });
+}
+
+}  // namespace ag::cpu

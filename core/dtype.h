@@ -1,0 +1,47 @@
+// Element types and devices. Float32 is for training, Float64 exists so that
+// gradients can be checked tightly; Int64 holds indices (token ids, targets).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
+
+#include "core/error.h"
+
+namespace ag {
+
+enum class DType { Float32, Float64, Int64 };
+enum class Device { CPU, CUDA };
+
+inline size_t dtype_size(DType t) { return t == DType::Float32 ? 4 : 8; }
+inline bool is_floating(DType t) { return t != DType::Int64; }
+
+inline const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::Float32: return "float32";
+    case DType::Float64: return "float64";
+    case DType::Int64: return "int64";
+  }
+  return "?";
+}
+inline const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
+inline std::ostream& operator<<(std::ostream& os, Device d) { return os << device_name(d); }
+
+template <class T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::Float32; }
+template <> constexpr DType dtype_of<double>() { return DType::Float64; }
+template <> constexpr DType dtype_of<int64_t>() { return DType::Int64; }
+
+// Calls body(T{}) with T the C++ type of a floating dtype; kernels use it to
+// write one templated loop for float and double.
+template <class Body>
+decltype(auto) visit_floating(DType t, const char* op, Body&& body) {
+  switch (t) {
+    case DType::Float32: return body(float{});
+    case DType::Float64: return body(double{});
+    default: break;
+  }
+  throw Error(std::string(op) + ": expected a floating dtype, got " + dtype_name(t));
+}
+
+}  // namespace ag

@@ -1,0 +1,96 @@
+// The differentiable ops. Each lives in core/ops/<family>.cpp with its forward
+// and its hand-derived backward side by side; docs/backprop.md has the full
+// derivations. All ops take and return contiguous tensors; inputs must share a
+// dtype and a device (ag::Error otherwise).
+#pragma once
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ag {
+
+// --- elementwise (core/ops/elementwise.cpp) --------------------------------------
+// Binary ops broadcast numpy-style; their backward sums over broadcast dims.
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor neg(const Tensor& x);
+Tensor add(const Tensor& x, double s);  // x + s
+Tensor mul(const Tensor& x, double s);  // x * s
+Tensor pow(const Tensor& x, double exponent);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor relu(const Tensor& x);
+enum class GeluApprox { Erf, Tanh };  // exact x*Phi(x), or GPT-2's tanh approximation
+Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::Erf);
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator-(const Tensor& x) { return neg(x); }
+inline Tensor operator+(const Tensor& x, double s) { return add(x, s); }
+inline Tensor operator+(double s, const Tensor& x) { return add(x, s); }
+inline Tensor operator-(const Tensor& x, double s) { return add(x, -s); }
+inline Tensor operator-(double s, const Tensor& x) { return add(neg(x), s); }
+inline Tensor operator*(const Tensor& x, double s) { return mul(x, s); }
+inline Tensor operator*(double s, const Tensor& x) { return mul(x, s); }
+inline Tensor operator/(const Tensor& x, double s) { return mul(x, 1.0 / s); }
+
+// --- reductions (core/ops/reduce.cpp) ------------------------------------------------
+Tensor sum(const Tensor& x);  // all elements -> shape []
+Tensor sum(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);  // values; gradient to the argmax
+// Sums x down to `shape` (the adjoint of broadcasting `shape` up to x.shape()).
+// Every broadcasting op's backward uses it.
+Tensor reduce_to_shape(const Tensor& x, const Shape& shape);
+// Broadcasts x up to `shape` (a copy); its adjoint is reduce_to_shape.
+Tensor expand(const Tensor& x, const Shape& shape);
+
+// --- shape (core/ops/shape.cpp); all copy, see core/tensor.h ---------------------------
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
+Tensor permute(const Tensor& x, const std::vector<int64_t>& order);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end);  // [start, end)
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);
+
+// --- products (core/ops/matmul.cpp) -------------------------------------------------------
+// [..., M, K] x [..., K, N] -> [..., M, N]; leading batch dims broadcast. Both
+// operands have at least 2 dims.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// --- softmax family (core/ops/softmax.cpp), over the last dim -------------------------------
+Tensor softmax(const Tensor& x);
+Tensor log_softmax(const Tensor& x);
+// Mean over the rows whose target is not ignore_index of -log softmax(logits)[target].
+// logits [..., V], targets int64 [...]. NaN when every target is ignored (as PyTorch).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+
+// --- layer norm (core/ops/layer_norm.cpp) -------------------------------------------------
+// Over the last dim C of x [..., C]; weight and bias [C].
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+
+// --- embedding (core/ops/embedding.cpp) ---------------------------------------------------
+// weight [V, C], indices int64 [...] -> [..., C].
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+
+// --- dropout (core/ops/dropout.cpp) -------------------------------------------------------
+// Zeroes each element with probability p and scales the rest by 1/(1-p); the
+// identity when !training or p == 0. Draws from `gen` (the default if null).
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullptr);
+
+// --- attention (core/ops/attention.cpp) ---------------------------------------------------
+// The fused op on q, k, v [B, H, T, d_h]: S = QKᵀ/√d_h, A = softmax(S + M) with M
+// the causal mask (0 where j <= i, −inf where j > i) when `causal`, Z = AV.
+// Returns Z [B, H, T, d_h]; if `attention` is given, it receives A [B, H, T, T]
+// (detached, for inspection). Its backward is hand-derived (docs/backprop.md).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                    Tensor* attention = nullptr);
+// M [T, T]: 0 on and below the diagonal, −inf above (position i sees j <= i).
+Tensor causal_mask(int64_t T, DType dtype = DType::Float32, Device device = Device::CPU);
+
+}  // namespace ag

@@ -1,0 +1,149 @@
+// Elementwise ops. Binary ops broadcast numpy-style: if A was broadcast to the
+// output's shape, each element of A fed several outputs, so its gradient is the
+// sum of theirs: dA = reduce_to_shape(dY·∂Y/∂A, shape(A)).
+#include "core/ops/common.h"
+
+namespace ag {
+
+using kernel::BinaryOp;
+using kernel::UnaryOp;
+
+namespace {
+Tensor binary_forward(const char* op, BinaryOp kind, const Tensor& a, const Tensor& b) {
+  detail::check_compatible(op, {&a, &b});
+  Tensor out = detail::empty_as(broadcast_shapes(op, a.shape(), b.shape()), a);
+  kernel::binary(kind, a, b, out);
+  return out;
+}
+
+Tensor unary_forward(const char* op, UnaryOp kind, const Tensor& x) {
+  detail::check_floating(op, x);
+  Tensor y = detail::empty_like(x);
+  kernel::unary(kind, x, y);
+  return y;
+}
+
+// Gradient for an input only when it wants one (saves the reductions for
+// constants such as the attention mask).
+Tensor if_needed(bool needed, auto&& compute) { return needed ? compute() : Tensor(); }
+}  // namespace
+
+// Y = A + B:  dA = reduce(dY),  dB = reduce(dY)
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward("add", BinaryOp::Add, a, b);
+  return record("add", {a, b}, out,
+                [sa = a.shape(), sb = b.shape(), na = a.requires_grad(), nb = b.requires_grad()](
+                    const Tensor& dY) -> Gradients {
+                  return {if_needed(na, [&] { return reduce_to_shape(dY, sa); }),
+                          if_needed(nb, [&] { return reduce_to_shape(dY, sb); })};
+                });
+}
+
+// Y = A − B:  dA = reduce(dY),  dB = −reduce(dY)
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward("sub", BinaryOp::Sub, a, b);
+  return record("sub", {a, b}, out,
+                [sa = a.shape(), sb = b.shape(), na = a.requires_grad(), nb = b.requires_grad()](
+                    const Tensor& dY) -> Gradients {
+                  return {if_needed(na, [&] { return reduce_to_shape(dY, sa); }),
+                          if_needed(nb, [&] { return neg(reduce_to_shape(dY, sb)); })};
+                });
+}
+
+// Y = A ∘ B:  dA = reduce(dY ∘ B),  dB = reduce(dY ∘ A).  Saves A and B.
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward("mul", BinaryOp::Mul, a, b);
+  return record("mul", {a, b}, out,
+                [A = a.detach(), B = b.detach(), na = a.requires_grad(), nb = b.requires_grad()](
+                    const Tensor& dY) -> Gradients {
+                  return {if_needed(na, [&] { return reduce_to_shape(mul(dY, B), A.shape()); }),
+                          if_needed(nb, [&] { return reduce_to_shape(mul(dY, A), B.shape()); })};
+                });
+}
+
+// Y = A / B:  dA = reduce(dY / B),  dB = reduce(−dY ∘ A / B²) = reduce(−dY ∘ Y / B).
+// Saves B and Y.
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward("div", BinaryOp::Div, a, b);
+  return record("div", {a, b}, out,
+                [sa = a.shape(), B = b.detach(), Y = out.detach(), na = a.requires_grad(),
+                 nb = b.requires_grad()](const Tensor& dY) -> Gradients {
+                  const Tensor dY_over_B = div(dY, B);
+                  return {if_needed(na, [&] { return reduce_to_shape(dY_over_B, sa); }),
+                          if_needed(nb, [&] { return reduce_to_shape(neg(mul(dY_over_B, Y)), B.shape()); })};
+                });
+}
+
+// Y = −X:  dX = −dY
+Tensor neg(const Tensor& x) {
+  Tensor y = unary_forward("neg", UnaryOp::Neg, x);
+  return record("neg", {x}, y, [](const Tensor& dY) -> Gradients { return {neg(dY)}; });
+}
+
+// Y = X + s:  dX = dY
+Tensor add(const Tensor& x, double s) {
+  detail::check_floating("add_scalar", x);
+  Tensor y = detail::empty_like(x);
+  kernel::affine(x, 1.0, s, y);
+  return record("add_scalar", {x}, y, [](const Tensor& dY) -> Gradients { return {dY}; });
+}
+
+// Y = s·X:  dX = s·dY
+Tensor mul(const Tensor& x, double s) {
+  detail::check_floating("mul_scalar", x);
+  Tensor y = detail::empty_like(x);
+  kernel::affine(x, s, 0.0, y);
+  return record("mul_scalar", {x}, y, [s](const Tensor& dY) -> Gradients { return {mul(dY, s)}; });
+}
+
+// Y = X^p:  dX = dY ∘ p·X^(p−1).  Saves X.
+Tensor pow(const Tensor& x, double exponent) {
+  detail::check_floating("pow", x);
+  Tensor y = detail::empty_like(x);
+  kernel::pow_scalar(x, exponent, y);
+  return record("pow", {x}, y, [X = x.detach(), exponent](const Tensor& dY) -> Gradients {
+    return {mul(dY, mul(pow(X, exponent - 1.0), exponent))};
+  });
+}
+
+// Y = exp(X):  dX = dY ∘ Y.  Saves Y.
+Tensor exp(const Tensor& x) {
+  Tensor y = unary_forward("exp", UnaryOp::Exp, x);
+  return record("exp", {x}, y, [Y = y.detach()](const Tensor& dY) -> Gradients { return {mul(dY, Y)}; });
+}
+
+// Y = log(X):  dX = dY / X.  Saves X.
+Tensor log(const Tensor& x) {
+  Tensor y = unary_forward("log", UnaryOp::Log, x);
+  return record("log", {x}, y, [X = x.detach()](const Tensor& dY) -> Gradients { return {div(dY, X)}; });
+}
+
+// Y = tanh(X):  dX = dY ∘ (1 − Y²).  Saves Y.
+Tensor tanh(const Tensor& x) {
+  Tensor y = unary_forward("tanh", UnaryOp::Tanh, x);
+  return record("tanh", {x}, y, [Y = y.detach()](const Tensor& dY) -> Gradients {
+    return {mul(dY, add(neg(mul(Y, Y)), 1.0))};
+  });
+}
+
+// The activations whose derivative needs X: dX = dY ∘ f'(X), one fused kernel
+// (core/elementwise_math.h has f and f'). Saves X.
+namespace {
+Tensor activation(const char* op, UnaryOp kind, const Tensor& x) {
+  Tensor y = unary_forward(op, kind, x);
+  return record(op, {x}, y, [X = x.detach(), kind](const Tensor& dY) -> Gradients {
+    Tensor dX = detail::empty_like(X);
+    kernel::unary_backward(kind, X, dY, dX);
+    return {dX};
+  });
+}
+}  // namespace
+
+Tensor relu(const Tensor& x) { return activation("relu", UnaryOp::Relu, x); }
+
+Tensor gelu(const Tensor& x, GeluApprox approx) {
+  return approx == GeluApprox::Erf ? activation("gelu", UnaryOp::GeluErf, x)
+                                   : activation("gelu_tanh", UnaryOp::GeluTanh, x);
+}
+
+}  // namespace ag

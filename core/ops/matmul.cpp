@@ -1,0 +1,98 @@
+// matmul: C = A B with A [..., M, K], B [..., K, N], C [..., M, N].
+//
+// Backward, from dC_mn = Σ_k ... :  C_mn = Σ_k A_mk B_kn, so
+//   ∂L/∂A_mk = Σ_n dC_mn B_kn   →  dA = dC Bᵀ
+//   ∂L/∂B_kn = Σ_m A_mk dC_mn   →  dB = Aᵀ dC
+// and where a batch dim was broadcast, the per-batch gradients are summed
+// (reduce_to_shape). Transposes are BLAS flags, never copies.
+#include "core/ops/common.h"
+
+namespace ag {
+
+namespace {
+// One operand of a batched product: its data, whether BLAS reads it transposed,
+// and whether it holds one matrix per batch entry or one for all (stride 0).
+struct Operand {
+  const Tensor& data;
+  bool transposed;
+  bool batched;
+};
+
+// out [batch, M, N] (shaped `out_shape`) = op(x) op(y) per batch entry.
+Tensor product(const Operand& x, const Operand& y, int64_t batch, int64_t M, int64_t N, int64_t K,
+               const Shape& out_shape) {
+  Tensor out = detail::empty_as(out_shape, x.data);
+  kernel::GemmShape shape{batch, M, N, K};
+  shape.trans_a = x.transposed;
+  shape.trans_b = y.transposed;
+  shape.a_batch_stride = x.batched ? M * K : 0;
+  shape.b_batch_stride = y.batched ? K * N : 0;
+  shape.c_batch_stride = M * N;
+  kernel::gemm(shape, x.data, y.data, out);
+  return out;
+}
+
+Shape batch_dims(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
+
+Shape concat_shape(Shape head, std::initializer_list<int64_t> tail) {
+  head.insert(head.end(), tail);
+  return head;
+}
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  detail::check_compatible("matmul", {&a, &b});
+  AG_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: " << to_string(a.shape()) << " x " << to_string(b.shape())
+                                                    << ": both operands need at least 2 dims");
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  AG_CHECK(b.size(-2) == K, "matmul: " << to_string(a.shape()) << " x " << to_string(b.shape())
+                                       << ": inner dims differ (" << K << " vs " << b.size(-2) << ")");
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+
+  if (b.dim() == 2) {
+    // B is shared by every batch entry of A: fold A's batch dims into its rows
+    // and do one large product, [rows, K] x [K, N]. Then dB = A_foldedᵀ dC_folded
+    // is one product too.
+    const int64_t rows = a.numel() / std::max<int64_t>(K, 1);
+    Shape out_shape = a.shape();
+    out_shape.back() = N;
+    Tensor out = product({a, false, false}, {b, false, false}, 1, rows, N, K, out_shape);
+    return record("matmul", {a, b}, out,
+                  [A = a.detach(), B = b.detach(), rows, K, N, need_a, need_b](const Tensor& dC) -> Gradients {
+                    Gradients grads(2);
+                    if (need_a) grads[0] = product({dC, false, false}, {B, true, false}, 1, rows, K, N, A.shape());
+                    if (need_b) grads[1] = product({A, true, false}, {dC, false, false}, 1, K, N, rows, B.shape());
+                    return grads;
+                  });
+  }
+
+  const Shape batch_shape = broadcast_shapes("matmul", batch_dims(a), batch_dims(b));
+  const int64_t batch = numel(batch_shape);
+  // An operand whose batch dims are broadcast gets a full copy (rare: attention's
+  // products already match); a 2-D one is read with batch stride 0.
+  const auto expand_untracked = [](const Tensor& t, const Shape& shape) {
+    NoGradGuard no_grad;  // the op records itself below, with a and b as inputs
+    return expand(t, shape);
+  };
+  const Tensor A = a.dim() == 2 ? a : expand_untracked(a, concat_shape(batch_shape, {M, K}));
+  const Tensor B = expand_untracked(b, concat_shape(batch_shape, {K, N}));
+  const bool a_batched = a.dim() > 2;
+  Tensor out = product({A, false, a_batched}, {B, false, true}, batch, M, N, K,
+                       concat_shape(batch_shape, {M, N}));
+  return record("matmul", {a, b}, out,
+                [A = A.detach(), B = B.detach(), sa = a.shape(), sb = b.shape(), batch_shape, batch, M, N, K,
+                 a_batched, need_a, need_b](const Tensor& dC) -> Gradients {
+                  Gradients grads(2);
+                  if (need_a)
+                    grads[0] = reduce_to_shape(product({dC, false, true}, {B, true, true}, batch, M, K, N,
+                                                       concat_shape(batch_shape, {M, K})),
+                                               sa);
+                  if (need_b)
+                    grads[1] = reduce_to_shape(product({A, true, a_batched}, {dC, false, true}, batch, K, N, M,
+                                                       concat_shape(batch_shape, {K, N})),
+                                               sb);
+                  return grads;
+                });
+}
+
+}  // namespace ag

@@ -1,0 +1,294 @@
+// Reading and writing safetensors files; the format is described in safetensors.h.
+//
+// The loader treats the file as untrusted: every length and offset is checked
+// against the file's real size before anything is allocated or read, so a
+// corrupt header gives an ag::Error instead of a crash or a terabyte allocation.
+#include "core/safetensors.h"
+
+#include <unistd.h>  // getpid, fsync
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+
+#include "core/error.h"
+
+namespace ag {
+namespace {
+
+// Tensors are copied byte for byte between memory and the little-endian file.
+static_assert(std::endian::native == std::endian::little,
+              "safetensors I/O copies raw bytes and assumes a little-endian host");
+
+// ordered_json keeps keys in insertion order, so the header lists the tensors
+// in the order the caller gave them (plain json would sort them by name).
+using Json = nlohmann::ordered_json;
+
+constexpr const char* kMetadataKey = "__metadata__";
+// The reference implementation's limit (N_MAX). A larger length means the file
+// is not a safetensors file, and must not turn into an allocation.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// One dtype as stored on disk, and the attograd dtype it loads as.
+struct FileDType {
+  const char* name;
+  size_t size;  // bytes per element on disk
+  DType dtype;
+};
+constexpr FileDType kFileDTypes[] = {
+    {"F32", 4, DType::Float32},
+    {"F64", 8, DType::Float64},
+    {"I64", 8, DType::Int64},
+    {"I32", 4, DType::Int64},  // widened on load: attograd indices are int64
+};
+
+const char* file_dtype_name(DType t) {
+  switch (t) {
+    case DType::Float32: return "F32";
+    case DType::Float64: return "F64";
+    case DType::Int64: return "I64";
+  }
+  return "?";
+}
+
+// a * b, or nothing if the product exceeds `limit`.
+std::optional<uint64_t> checked_mul(uint64_t a, uint64_t b, uint64_t limit) {
+  if (a != 0 && b > limit / a) return std::nullopt;
+  return a * b;
+}
+
+// --- writing ---------------------------------------------------------------------------------
+
+// The JSON header, padded with spaces to a multiple of 8 bytes as the reference
+// implementation does, so the data after it starts 8-byte aligned.
+std::string make_header(const std::string& where, const std::vector<NamedTensor>& tensors,
+                        const Metadata& metadata) {
+  Json header = Json::object();
+  if (!metadata.empty()) header[kMetadataKey] = metadata;
+  uint64_t offset = 0;
+  for (const NamedTensor& nt : tensors) {
+    const uint64_t nbytes = nt.tensor.numel() * dtype_size(nt.tensor.dtype());
+    header[nt.name] = {{"dtype", file_dtype_name(nt.tensor.dtype())},
+                       {"shape", nt.tensor.shape()},
+                       {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const Json::exception& e) {  // the only failure: a name or value that is not UTF-8
+    throw Error(where + "a tensor name or metadata string is not valid UTF-8 (" + e.what() + ")");
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
+
+// Writes the file's bytes to `tmp` and flushes them to disk. The fsync matters:
+// without it, after a power cut the rename can reach the disk before the data
+// and leave PATH empty.
+void write_bytes(const std::string& where, const std::string& tmp, const std::string& header,
+                 const std::vector<Tensor>& host) {
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  AG_CHECK(f, where << "cannot create " << tmp << ": " << std::strerror(errno));
+  auto fail = [&](const char* what) {
+    const std::string reason = std::strerror(errno);
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    throw Error(where + what + " " + tmp + " failed: " + reason);
+  };
+  const uint64_t header_len = header.size();
+  if (std::fwrite(&header_len, sizeof header_len, 1, f) != 1) fail("writing");
+  if (std::fwrite(header.data(), 1, header.size(), f) != header.size()) fail("writing");
+  for (const Tensor& t : host) {
+    const size_t nbytes = t.numel() * dtype_size(t.dtype());
+    if (std::fwrite(t.raw_data(), 1, nbytes, f) != nbytes) fail("writing");
+  }
+  if (std::fflush(f) != 0 || fsync(fileno(f)) != 0) fail("flushing");
+  if (std::fclose(f) != 0) {
+    const std::string reason = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw Error(where + "closing " + tmp + " failed: " + reason);
+  }
+}
+
+// --- reading ---------------------------------------------------------------------------------
+
+// One tensor's header entry, checked against the file.
+struct Entry {
+  std::string name;
+  Shape shape;
+  const FileDType* file_dtype;
+  uint64_t begin, end;  // relative to the first data byte
+};
+
+void read_exact(std::ifstream& in, void* dst, uint64_t nbytes, uint64_t pos,
+                const std::string& where) {
+  in.seekg(static_cast<std::streamoff>(pos));
+  in.read(static_cast<char*>(dst), static_cast<std::streamsize>(nbytes));
+  // The sizes were checked against the file, so this fails only if the file
+  // changed under us or the disk did.
+  AG_CHECK(in && static_cast<uint64_t>(in.gcount()) == nbytes,
+           where << "truncated: could not read " << nbytes << " bytes at byte " << pos);
+}
+
+Metadata parse_metadata(const std::string& where, const Json& j) {
+  AG_CHECK(j.is_object(), where << "\"" << kMetadataKey << "\" is not a JSON object");
+  Metadata metadata;
+  for (const auto& item : j.items()) {
+    AG_CHECK(item.value().is_string(), where << "\"" << kMetadataKey << "\" value for \""
+                                             << item.key() << "\" is not a string");
+    metadata[item.key()] = item.value().get<std::string>();
+  }
+  return metadata;
+}
+
+Entry parse_entry(const std::string& where, const std::string& name, const Json& j,
+                  uint64_t data_size) {
+  const std::string at = where + "tensor \"" + name + "\": ";
+  AG_CHECK(j.is_object(), at << "entry is not a JSON object");
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    AG_CHECK(j.contains(key), at << "missing \"" << key << "\"");
+  Entry e{name, {}, nullptr, 0, 0};
+
+  const Json& dtype = j.at("dtype");
+  AG_CHECK(dtype.is_string(), at << "\"dtype\" is not a string");
+  for (const FileDType& d : kFileDTypes)
+    if (dtype.get<std::string>() == d.name) e.file_dtype = &d;
+  AG_CHECK(e.file_dtype, at << "unsupported dtype " << dtype.dump()
+                            << " (attograd reads F32, F64, I64 and I32)");
+
+  const Json& shape = j.at("shape");
+  AG_CHECK(shape.is_array(), at << "\"shape\" is not an array of integers");
+  for (const Json& dim : shape) {
+    AG_CHECK(dim.is_number_integer(), at << "\"shape\" is not an array of integers: " << shape.dump());
+    AG_CHECK(dim.is_number_unsigned(), at << "negative dim in shape " << shape.dump());
+    AG_CHECK(dim.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max()),
+             at << "mis-shaped: dim " << dim.dump() << " does not fit in int64");
+    e.shape.push_back(dim.get<int64_t>());
+  }
+
+  const Json& offsets = j.at("data_offsets");
+  AG_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+               offsets[1].is_number_unsigned(),
+           at << "\"data_offsets\" is not a pair of non-negative integers: " << offsets.dump());
+  e.begin = offsets[0].get<uint64_t>();
+  e.end = offsets[1].get<uint64_t>();
+  AG_CHECK(e.begin <= e.end, at << "mis-shaped: data_offsets " << offsets.dump() << " end before they begin");
+
+  // numel in the same order ag::numel multiplies, bounded by int64 so that it
+  // cannot overflow there; a shape this large could never match the offsets.
+  std::optional<uint64_t> needed = 1;
+  for (int64_t d : e.shape)
+    if (needed) needed = checked_mul(*needed, uint64_t(d), std::numeric_limits<int64_t>::max());
+  if (needed) needed = checked_mul(*needed, e.file_dtype->size, std::numeric_limits<int64_t>::max());
+  AG_CHECK(needed && *needed == e.end - e.begin,
+           at << "mis-shaped: shape " << shape.dump() << " of " << e.file_dtype->name << " needs "
+              << (needed ? std::to_string(*needed) : std::string("over 2^63")) << " bytes but data_offsets "
+              << offsets.dump() << " span " << e.end - e.begin);
+  AG_CHECK(e.end <= data_size, at << "truncated: data_offsets " << offsets.dump()
+                                  << " run past the end of the data (" << data_size << " bytes)");
+  return e;
+}
+
+Tensor read_tensor(std::ifstream& in, const Entry& e, uint64_t data_start, const std::string& where) {
+  Tensor t = Tensor::empty(e.shape, e.file_dtype->dtype);
+  const uint64_t pos = data_start + e.begin, nbytes = e.end - e.begin;
+  if (e.file_dtype->size == dtype_size(t.dtype())) {
+    read_exact(in, t.raw_data(), nbytes, pos, where);
+  } else {  // I32, the one on-disk dtype that is widened
+    std::vector<int32_t> narrow(t.numel());
+    read_exact(in, narrow.data(), nbytes, pos, where);
+    std::copy(narrow.begin(), narrow.end(), t.data<int64_t>());
+  }
+  return t;
+}
+
+}  // namespace
+
+void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                      const Metadata& metadata) {
+  const std::string where = "save_safetensors: " + path + ": ";
+  std::set<std::string> seen;
+  std::vector<Tensor> host;
+  for (const NamedTensor& nt : tensors) {
+    AG_CHECK(nt.tensor.defined(), where << "tensor \"" << nt.name << "\" is undefined");
+    AG_CHECK(nt.name != kMetadataKey, where << "\"" << kMetadataKey << "\" is reserved, not a tensor name");
+    AG_CHECK(seen.insert(nt.name).second, where << "tensor name \"" << nt.name << "\" appears twice");
+    host.push_back(nt.tensor.to(Device::CPU));
+  }
+  const std::string header = make_header(where, tensors, metadata);
+  // The pid keeps two processes saving to the same path from sharing a temp file.
+  const std::string tmp = path + ".tmp-" + std::to_string(getpid());
+  write_bytes(where, tmp, header, host);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw Error(where + "renaming " + tmp + " over it failed: " + reason);
+  }
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  const std::string where = "load_safetensors: " + path + ": ";
+  std::error_code ec;
+  const uint64_t file_size = std::filesystem::file_size(path, ec);  // also rejects directories
+  AG_CHECK(!ec, where << "cannot open: " << ec.message());
+  std::ifstream in(path, std::ios::binary);
+  AG_CHECK(in, where << "cannot open: " << std::strerror(errno));
+
+  AG_CHECK(file_size >= 8, where << "too short (" << file_size
+                                 << " bytes) to hold the 8-byte header length: not a safetensors file");
+  uint64_t header_len = 0;
+  read_exact(in, &header_len, sizeof header_len, 0, where);
+  AG_CHECK(header_len <= kMaxHeaderBytes, where << "header length " << header_len
+                                                << " is absurd (limit 100 MB): not a safetensors file");
+  AG_CHECK(header_len <= file_size - 8, where << "header length " << header_len << " exceeds the "
+                                              << file_size - 8 << " bytes after it: truncated or not a safetensors file");
+  std::string text(header_len, '\0');
+  read_exact(in, text.data(), header_len, 8, where);
+  const Json header = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  AG_CHECK(!header.is_discarded(), where << "not a safetensors file (header is not valid JSON)");
+  AG_CHECK(header.is_object(), where << "not a safetensors file (header is not a JSON object)");
+
+  SafetensorsFile file;
+  file.path = path;
+  const uint64_t data_start = 8 + header_len;
+  std::vector<Entry> entries;
+  for (const auto& item : header.items()) {
+    if (item.key() == kMetadataKey)
+      file.metadata = parse_metadata(where, item.value());
+    else
+      entries.push_back(parse_entry(where, item.key(), item.value(), file_size - data_start));
+  }
+  // File order is the order save_safetensors was given, whatever order other
+  // writers put the header's keys in.
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  for (const Entry& e : entries)
+    file.tensors.push_back({e.name, read_tensor(in, e, data_start, where + "tensor \"" + e.name + "\": ")});
+  return file;
+}
+
+bool SafetensorsFile::contains(const std::string& name) const {
+  return std::any_of(tensors.begin(), tensors.end(), [&](const NamedTensor& nt) { return nt.name == name; });
+}
+
+const Tensor& SafetensorsFile::at(const std::string& name) const {
+  for (const NamedTensor& nt : tensors)
+    if (nt.name == name) return nt.tensor;
+  // A few of the names that do exist usually show the mismatch (a missing prefix, a typo).
+  std::string some;
+  for (size_t i = 0; i < tensors.size() && i < 5; ++i) some += (i ? ", " : "") + tensors[i].name;
+  if (tensors.size() > 5) some += ", ...";
+  throw Error("SafetensorsFile::at: no tensor \"" + name + "\" in " + path + " (it holds " +
+              std::to_string(tensors.size()) + " tensors: " + some + ")");
+}
+
+}  // namespace ag

@@ -1,0 +1,55 @@
+// Checkpoints in the safetensors format (https://github.com/huggingface/safetensors),
+// so that weights move between attograd and PyTorch/NumPy without pickle.
+//
+// Layout of a file:
+//   [8 bytes]  N, the header length, a little-endian uint64
+//   [N bytes]  a JSON object, padded with spaces to a multiple of 8 bytes:
+//                {"__metadata__": {"step": "1000", ...},
+//                 "blocks.0.attn.w_q.weight": {"dtype": "F32", "shape": [C, C],
+//                                              "data_offsets": [begin, end]}, ...}
+//   [rest]     the tensors' raw little-endian bytes; [begin, end) counts from the
+//              first byte after the header. Shape [] is a scalar (one element).
+//
+// attograd writes F32, F64 and I64. It reads those and I32, which it widens to
+// Int64: token-id files written by other tools often store int32.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ag {
+
+// The name is the checkpoint key, e.g. "blocks.0.attn.w_q.weight".
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
+};
+
+using Metadata = std::map<std::string, std::string>;
+
+// Writes `tensors` (any device; copied to the CPU) in the given order, with
+// `metadata` under "__metadata__". Atomic: the bytes go to PATH.tmp-<pid>, are
+// flushed to disk, then renamed over PATH, so a crash mid-write leaves the old
+// file (or none), never a broken one. Throws ag::Error naming the file on any
+// I/O failure, and on duplicate or reserved names.
+void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                      const Metadata& metadata = {});
+
+struct SafetensorsFile {
+  std::vector<NamedTensor> tensors;  // CPU tensors, in the order of their bytes in the file
+  Metadata metadata;
+  std::string path;  // where it was loaded from, for error messages
+
+  // The tensor called `name`; throws ag::Error naming the file and `name` if absent.
+  const Tensor& at(const std::string& name) const;
+  bool contains(const std::string& name) const;
+};
+
+// Reads the whole file. Any malformed file (missing, truncated, bad header,
+// unsupported dtype, offsets that disagree with the shape) gives an ag::Error
+// that names the file and the problem, never a crash or a huge allocation.
+SafetensorsFile load_safetensors(const std::string& path);
+
+}  // namespace ag

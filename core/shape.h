@@ -1,0 +1,29 @@
+// Shapes, numpy-style broadcasting, and the strides of a row-major layout.
+#pragma once
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace ag {
+
+using Shape = std::vector<int64_t>;
+
+int64_t numel(const Shape& shape);
+std::string to_string(const Shape& shape);  // "[3,4]"
+
+// Row-major strides, in elements.
+std::vector<int64_t> contiguous_strides(const Shape& shape);
+
+// Numpy broadcasting: align trailing dims; each pair must be equal or contain a 1.
+// Throws ag::Error naming `op` and both shapes when they are incompatible.
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
+
+// Strides that read a tensor of shape `shape` as if it had shape `target`
+// (which it broadcasts to): stride 0 on the dims it is broadcast along.
+std::vector<int64_t> broadcast_strides(const Shape& shape, const Shape& target);
+
+// Wraps a possibly negative dim into [0, rank); throws naming `op` if out of range.
+int64_t wrap_dim(const char* op, int64_t dim, int64_t rank);
+
+}  // namespace ag

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs, with apt-get, whatever attograd's build needs and this machine lacks
+# (Debian 12, as root). Sourced by scripts/train.sh and scripts/test.sh.
+set -euo pipefail
+packages=(build-essential cmake libopenblas-openmp-dev doctest-dev nlohmann-json3-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "attograd: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

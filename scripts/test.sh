@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The whole test suite: install what is missing, build, run every test case
+# through CTest. CUDA test cases report "Skipped" on machines without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh
+cd build
+ctest --output-on-failure -j "$(nproc)" --timeout 600

@@ -1,0 +1,91 @@
+// Test helpers: gradcheck assertions, closeness with the worst element named,
+// float32-vs-float64 agreement, and running a test on every device present.
+#pragma once
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/gradcheck.h"
+#include "core/ops.h"
+#include "cuda/context.h"
+
+namespace ag::test {
+
+// A float64 tensor of N(0, 1) numbers (uniform in [low, high) if low < high),
+// requiring grad, from its own seed so tests do not depend on each other.
+inline Tensor random(const Shape& shape, uint64_t seed, DType dtype = DType::Float64,
+                     bool requires_grad = true) {
+  Generator gen(seed);
+  Tensor t = Tensor::randn(shape, dtype, &gen);
+  if (requires_grad) t.requires_grad_();
+  return t;
+}
+
+// Largest |a − b| over the tensors, relative to the largest |b| (normwise
+// relative error: elementwise relative error is meaningless near zero).
+inline double relative_error(const Tensor& a, const Tensor& b) {
+  const std::vector<double> va = a.to_vector(), vb = b.to_vector();
+  REQUIRE(va.size() == vb.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < va.size(); ++i) {
+    diff = std::max(diff, std::abs(va[i] - vb[i]));
+    scale = std::max(scale, std::abs(vb[i]));
+  }
+  return scale == 0 ? diff : diff / scale;
+}
+
+#define CHECK_CLOSE(a, b, rtol)                                                        \
+  do {                                                                                 \
+    const double ag_rel_ = ::ag::test::relative_error((a), (b));                       \
+    INFO(#a " vs " #b ": relative error " << ag_rel_ << " (tolerance " << (rtol) << ")"); \
+    CHECK(ag_rel_ <= (rtol));                                                           \
+  } while (0)
+
+#define CHECK_GRADCHECK(f, inputs, ...)                                         \
+  do {                                                                          \
+    const ::ag::GradcheckResult ag_gc_ = ::ag::gradcheck((f), (inputs), ##__VA_ARGS__); \
+    INFO(ag_gc_.summary());                                                     \
+    CHECK(ag_gc_.passed);                                                       \
+  } while (0)
+
+// Runs f on `inputs64` (float64) and on their float32 copies; checks the output
+// and every input's gradient (from the same random upstream gradient) agree to
+// `rtol` (normwise relative).
+inline void check_float32_matches_float64(const GradcheckFn& f, const std::vector<Tensor>& inputs64,
+                                          double rtol = 1e-5) {
+  auto run = [&](DType dtype, std::vector<Tensor>& grads) {
+    std::vector<Tensor> inputs;
+    for (const Tensor& x : inputs64) {
+      Tensor c = x.dtype() == DType::Int64 ? x : x.detach().to(dtype).clone();
+      if (x.requires_grad()) c.requires_grad_();
+      inputs.push_back(c);
+    }
+    const Tensor y = f(inputs);
+    Generator gen(12345);
+    y.backward(Tensor::randn(y.shape(), dtype, &gen));
+    for (const Tensor& x : inputs) grads.push_back(x.requires_grad() ? x.grad() : Tensor());
+    return y;
+  };
+  std::vector<Tensor> g32, g64;
+  const Tensor y32 = run(DType::Float32, g32);
+  const Tensor y64 = run(DType::Float64, g64);
+  CHECK_CLOSE(y32, y64, rtol);
+  for (size_t i = 0; i < g32.size(); ++i) {
+    if (!g64[i].defined()) continue;
+    INFO("gradient of input " << i);
+    CHECK_CLOSE(g32[i], g64[i], rtol);
+  }
+}
+
+// For CUDA-only test cases: true if a device is present; otherwise prints the
+// [SKIP] marker that CTest maps to "Skipped".
+inline bool cuda_or_skip() {
+  if (cuda::available()) return true;
+  MESSAGE("[SKIP] " << cuda::describe_device());
+  return false;
+}
+
+}  // namespace ag::test

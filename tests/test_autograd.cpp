@@ -1,0 +1,78 @@
+// The engine: accumulation, topological order, no-grad, freeing, and its errors.
+#include "tests/helpers.h"
+
+using namespace ag;
+
+TEST_CASE("autograd: gradients accumulate into .grad until zeroed") {
+  Tensor x = Tensor::from_vector({1, 2, 3}, {3}, DType::Float64).requires_grad_();
+  sum(x * x).backward();
+  CHECK(x.grad().to_vector() == std::vector<double>{2, 4, 6});
+  sum(x * 3.0).backward();
+  CHECK(x.grad().to_vector() == std::vector<double>{5, 7, 9});
+  x.zero_grad();
+  CHECK_FALSE(x.grad().defined());
+}
+
+TEST_CASE("autograd: a diamond graph sums both paths, each node run once") {
+  // y = a*b + a*c with b = 2a, c = a²  ⇒  y = 2a² + a³,  dy/da = 4a + 3a².
+  Tensor a = Tensor::from_vector({0.5, -2}, {2}, DType::Float64).requires_grad_();
+  const Tensor b = a * 2.0;
+  const Tensor c = a * a;
+  sum(a * b + a * c).backward();
+  CHECK(a.grad().to_vector()[0] == doctest::Approx(4 * 0.5 + 3 * 0.25));
+  CHECK(a.grad().to_vector()[1] == doctest::Approx(-8 + 12));
+}
+
+TEST_CASE("autograd: explicit upstream gradient for a non-scalar output") {
+  Tensor x = Tensor::from_vector({1, 2}, {2}, DType::Float64).requires_grad_();
+  (x * x).backward(Tensor::from_vector({10, 100}, {2}, DType::Float64));
+  CHECK(x.grad().to_vector() == std::vector<double>{20, 400});
+}
+
+TEST_CASE("autograd: no-grad guard records nothing") {
+  Tensor x = Tensor::ones({2}).requires_grad_();
+  {
+    NoGradGuard no_grad;
+    const Tensor y = x * 2.0;
+    CHECK_FALSE(y.requires_grad());
+    CHECK(y.grad_fn() == nullptr);
+  }
+  CHECK((x * 2.0).requires_grad());
+}
+
+TEST_CASE("autograd: a deep chain does not overflow the stack") {
+  Tensor x = Tensor::ones({1}, DType::Float64).requires_grad_();
+  Tensor y = x;
+  for (int i = 0; i < 100000; ++i) y = y * 1.0;
+  sum(y).backward();
+  CHECK(x.grad().item() == 1.0);
+}
+
+TEST_CASE("autograd: the graph is freed after backward, and retained on request") {
+  Tensor x = Tensor::ones({2}, DType::Float64).requires_grad_();
+  const Tensor loss = sum(x * x);
+  loss.backward(/*retain_graph=*/true);
+  loss.backward();
+  CHECK(x.grad().to_vector() == std::vector<double>{4, 4});
+  CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("freed graph"), Error);
+}
+
+TEST_CASE("autograd: errors for non-scalar backward and tensors without grad") {
+  Tensor x = Tensor::ones({2, 3}).requires_grad_();
+  CHECK_THROWS_WITH_AS((x * 2.0).backward(), doctest::Contains("[2,3]"), Error);
+  CHECK_THROWS_WITH_AS(Tensor::ones({1}).backward(), doctest::Contains("does not require grad"), Error);
+  CHECK_THROWS_AS(Tensor::from_indices({1}, {1}).requires_grad_(), Error);
+}
+
+TEST_CASE("autograd: gradcheck reports a wrong gradient with its location") {
+  // A deliberately wrong backward (d/dx x² claimed to be x) must fail, naming the worst entry.
+  const GradcheckFn f = [](const std::vector<Tensor>& in) {
+    const Tensor y = in[0].detach() * in[0].detach();
+    return record("wrong_square", {in[0]}, y, [X = in[0].detach()](const Tensor& dY) -> Gradients { return {dY * X}; });
+  };
+  const GradcheckResult r = gradcheck(f, {Tensor::from_vector({1, 2, 3}, {3}, DType::Float64).requires_grad_()});
+  CHECK_FALSE(r.passed);
+  REQUIRE(r.inputs.size() == 1);
+  CHECK(r.inputs[0].max_rel_error == doctest::Approx(0.5));
+  CHECK(r.summary().find("FAILED") != std::string::npos);
+}

@@ -1,0 +1,56 @@
+// Bad input raises ag::Error naming the op and the shapes.
+#include "tests/helpers.h"
+
+using namespace ag;
+
+TEST_CASE("errors: matmul inner dims") {
+  CHECK_THROWS_WITH_AS(matmul(Tensor::zeros({3, 4}), Tensor::zeros({5, 6})),
+                       "matmul: [3,4] x [5,6]: inner dims differ (4 vs 5)", Error);
+  CHECK_THROWS_WITH_AS(matmul(Tensor::zeros({2, 3, 4}), Tensor::zeros({3, 4, 2})),
+                       doctest::Contains("do not broadcast"), Error);
+}
+
+TEST_CASE("errors: broadcast mismatch names both shapes") {
+  CHECK_THROWS_WITH_AS(add(Tensor::zeros({2, 3}), Tensor::zeros({4})),
+                       doctest::Contains("add: [2,3] and [4]: shapes do not broadcast"), Error);
+}
+
+TEST_CASE("errors: mixed dtypes") {
+  CHECK_THROWS_WITH_AS(mul(Tensor::zeros({2}), Tensor::zeros({2}, DType::Float64)),
+                       doctest::Contains("mul: [2] float32, [2] float64: mixed dtypes"), Error);
+  CHECK_THROWS_WITH_AS(exp(Tensor::from_indices({1}, {1})), doctest::Contains("expected float32 or float64"), Error);
+}
+
+TEST_CASE("errors: cross_entropy target out of range") {
+  CHECK_THROWS_WITH_AS(cross_entropy(Tensor::zeros({2, 5}), Tensor::from_indices({1, 5}, {2})),
+                       doctest::Contains("cross_entropy: target 5 at position 1 out of range [0, 5)"), Error);
+  CHECK_THROWS_WITH_AS(cross_entropy(Tensor::zeros({2, 5}), Tensor::from_indices({1, 2, 3}, {3})),
+                       doctest::Contains("cross_entropy: logits [2,5], targets [3]"), Error);
+}
+
+TEST_CASE("errors: embedding index out of range") {
+  CHECK_THROWS_WITH_AS(embedding(Tensor::zeros({4, 3}), Tensor::from_indices({0, -1}, {2})),
+                       doctest::Contains("embedding: index -1 at position 1 out of range for a table of 4 rows"),
+                       Error);
+}
+
+TEST_CASE("errors: backward through a freed graph") {
+  Tensor x = Tensor::ones({2}).requires_grad_();
+  const Tensor y = x * 2.0;
+  sum(y).backward();
+  CHECK_THROWS_WITH_AS(sum(y * 3.0).backward(), doctest::Contains("backward: through a freed graph (op 'mul_scalar')"),
+                       Error);
+}
+
+TEST_CASE("errors: shape op arguments") {
+  const Tensor x = Tensor::zeros({2, 3});
+  CHECK_THROWS_WITH_AS(slice(x, 1, 2, 5), doctest::Contains("slice: [2,3]: range [2, 5) out of bounds"), Error);
+  CHECK_THROWS_WITH_AS(sum(x, 2), doctest::Contains("sum: dim 2 out of range"), Error);
+  CHECK_THROWS_WITH_AS(layer_norm(x, Tensor::ones({2}), Tensor::zeros({2})), doctest::Contains("layer_norm: x [2,3]"),
+                       Error);
+}
+
+TEST_CASE("errors: CUDA without a device or without CUDA is a clear error") {
+  if (cuda::available()) return;  // the device case is covered by the cuda tests
+  CHECK_THROWS_AS(Tensor::zeros({2}, DType::Float32, Device::CUDA), Error);
+}

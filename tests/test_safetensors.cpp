@@ -1,0 +1,350 @@
+// safetensors checkpoints: round trips are bit-exact, files written by hand in
+// the reference layout load, every kind of corrupt file gives an ag::Error that
+// names the file and the problem, and saving is atomic.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "tests/helpers.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ag::DType;
+using ag::Tensor;
+
+// A fresh directory for one test case, removed when it ends.
+struct TempDir {
+  fs::path dir;
+  explicit TempDir(const std::string& name)
+      : dir(fs::temp_directory_path() /
+            ("attograd_safetensors_" + name + "_" + std::to_string(getpid()))) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  std::string file(const std::string& name) const { return (dir / name).string(); }
+};
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(out.good());
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The 8-byte little-endian header length.
+std::string length_prefix(uint64_t n) {
+  std::string bytes(8, '\0');
+  std::memcpy(bytes.data(), &n, 8);
+  return bytes;
+}
+
+// A file as another tool would write it: length, `header` verbatim, `data`.
+void write_safetensors_by_hand(const std::string& path, const std::string& header,
+                               const std::string& data) {
+  write_file(path, length_prefix(header.size()) + header + data);
+}
+
+template <class T>
+std::string bytes_of(const std::vector<T>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+}
+
+// Same shape, dtype and bytes (so NaN payloads and -0.0 count too).
+void check_identical(const Tensor& a, const Tensor& b) {
+  INFO(ag::describe(a) << " vs " << ag::describe(b));
+  REQUIRE(a.shape() == b.shape());
+  REQUIRE(a.dtype() == b.dtype());
+  CHECK(std::memcmp(a.raw_data(), b.raw_data(), a.numel() * ag::dtype_size(a.dtype())) == 0);
+}
+
+// f() throws an ag::Error whose message names the file `path` and contains `word`.
+void check_error(const std::function<void()>& f, const std::string& path, const std::string& word) {
+  try {
+    f();
+  } catch (const ag::Error& e) {
+    const std::string message = e.what();
+    INFO("message: " << message);
+    CHECK(message.find(path) != std::string::npos);
+    CHECK(message.find(word) != std::string::npos);
+    return;
+  }
+  FAIL("no ag::Error for " << path << " (expected \"" << word << "\")");
+}
+
+void check_load_error(const std::string& path, const std::string& word) {
+  check_error([&] { ag::load_safetensors(path); }, path, word);
+}
+
+}  // namespace
+
+TEST_CASE("safetensors: float32, float64 and int64 tensors round trip in order") {
+  TempDir tmp("round_trip");
+  const std::string path = tmp.file("model.safetensors");
+  // Names out of alphabetical order: the file must keep the caller's order.
+  const std::vector<ag::NamedTensor> saved = {
+      {"wte.weight", ag::test::random({5, 3}, 1, DType::Float32, false)},
+      {"blocks.0.ln.bias", ag::test::random({3}, 2, DType::Float64, false)},
+      {"targets", Tensor::from_indices({0, -1, 7, 1'000'000'000'000}, {2, 2})},
+      {"loss_scale", Tensor::scalar(0.5)},
+      {"empty", Tensor::empty({0, 4})},
+  };
+  ag::save_safetensors(path, saved);
+
+  const ag::SafetensorsFile file = ag::load_safetensors(path);
+  CHECK(file.path == path);
+  CHECK(file.metadata.empty());
+  REQUIRE(file.tensors.size() == saved.size());
+  for (size_t i = 0; i < saved.size(); ++i) {
+    CAPTURE(saved[i].name);
+    CHECK(file.tensors[i].name == saved[i].name);
+    CHECK(file.tensors[i].tensor.device() == ag::Device::CPU);
+    check_identical(file.tensors[i].tensor, saved[i].tensor);
+  }
+  CHECK(file.at("loss_scale").shape().empty());
+  CHECK(file.at("loss_scale").item() == 0.5);
+}
+
+TEST_CASE("safetensors: special values are bit-exact") {
+  TempDir tmp("bit_exact");
+  const std::string path = tmp.file("special.safetensors");
+  using F = std::numeric_limits<float>;
+  using D = std::numeric_limits<double>;
+  using I = std::numeric_limits<int64_t>;
+  const std::vector<float> f = {0.1f, -0.0f, F::denorm_min(), F::max(), -F::infinity(), F::quiet_NaN(),
+                                std::bit_cast<float>(0x7fc12345u)};  // a NaN with a payload
+  const std::vector<double> d = {0.1, -0.0, D::denorm_min(), D::lowest(), D::infinity(),
+                                 std::bit_cast<double>(0x7ff8000000abcdefull)};
+  Tensor tf = Tensor::empty({int64_t(f.size())}, DType::Float32);
+  Tensor td = Tensor::empty({int64_t(d.size())}, DType::Float64);
+  std::copy(f.begin(), f.end(), tf.data<float>());
+  std::copy(d.begin(), d.end(), td.data<double>());
+  const Tensor ti = Tensor::from_indices({I::min(), I::max(), -1, 0}, {4});
+
+  ag::save_safetensors(path, {{"f", tf}, {"d", td}, {"i", ti}});
+  const ag::SafetensorsFile file = ag::load_safetensors(path);
+  check_identical(file.at("f"), tf);
+  check_identical(file.at("d"), td);
+  check_identical(file.at("i"), ti);
+}
+
+TEST_CASE("safetensors: metadata round trips") {
+  TempDir tmp("metadata");
+  const std::string path = tmp.file("meta.safetensors");
+  const ag::Metadata metadata = {
+      {"format", "pt"}, {"step", "1000"}, {"note", "quotes \" and\nnewlines, ünïcödé"}, {"empty", ""}};
+  ag::save_safetensors(path, {{"x", Tensor::ones({2})}}, metadata);
+  const ag::SafetensorsFile file = ag::load_safetensors(path);
+  CHECK(file.metadata == metadata);
+
+  // Metadata alone, with no tensors, is a valid file too.
+  ag::save_safetensors(path, {}, metadata);
+  CHECK(ag::load_safetensors(path).metadata == metadata);
+  CHECK(ag::load_safetensors(path).tensors.empty());
+}
+
+TEST_CASE("safetensors: the header has the reference layout, padded to 8 bytes") {
+  TempDir tmp("layout");
+  const std::string path = tmp.file("layout.safetensors");
+  ag::save_safetensors(path, {{"x", Tensor::from_vector({1, 2}, {2})}}, {{"k", "v"}});
+  const std::string bytes = read_file(path);
+  REQUIRE(bytes.size() >= 8);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  CHECK(n % 8 == 0);
+  REQUIRE(bytes.size() == 8 + n + 8);
+  const std::string expected =
+      R"({"__metadata__":{"k":"v"},"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  std::string header = bytes.substr(8, n);
+  CHECK(header.substr(0, expected.size()) == expected);
+  CHECK(header.find_first_not_of(' ', expected.size()) == std::string::npos);
+  CHECK(bytes.substr(8 + n) == bytes_of(std::vector<float>{1, 2}));
+}
+
+TEST_CASE("safetensors: files from other writers: I32 widens to int64, tensors come in data order") {
+  TempDir tmp("foreign");
+  const std::string path = tmp.file("tokens.safetensors");
+  // "ids" comes first in the header but second in the data.
+  const std::string header =
+      R"({"ids":{"dtype":"I32","shape":[2,2],"data_offsets":[8,24]},)"
+      R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  const std::vector<int32_t> ids = {3, -7, 0, std::numeric_limits<int32_t>::max()};
+  write_safetensors_by_hand(path, header, bytes_of(std::vector<float>{1.5f, -2}) + bytes_of(ids));
+
+  const ag::SafetensorsFile file = ag::load_safetensors(path);
+  REQUIRE(file.tensors.size() == 2);
+  CHECK(file.tensors[0].name == "w");
+  CHECK(file.tensors[1].name == "ids");
+  const Tensor& t = file.at("ids");
+  CHECK(t.dtype() == DType::Int64);
+  CHECK(t.shape() == ag::Shape{2, 2});
+  CHECK(t.to_indices() == std::vector<int64_t>{3, -7, 0, std::numeric_limits<int32_t>::max()});
+  CHECK(file.at("w").to_vector() == std::vector<double>{1.5, -2});
+}
+
+TEST_CASE("safetensors: corrupt files give an ag::Error naming the file and the problem") {
+  TempDir tmp("corrupt");
+  const std::string path = tmp.file("bad.safetensors");
+  const std::string data = bytes_of(std::vector<float>{1, 2});  // 8 bytes
+  // A header with one entry for "w" (2 floats) whose fields are given raw.
+  auto entry = [](const std::string& fields) { return R"({"w":{)" + fields + "}}"; };
+  const std::string dtype = R"("dtype":"F32")", shape = R"("shape":[2])",
+                    offsets = R"("data_offsets":[0,8])";
+  auto write_entry = [&](const std::string& fields) {
+    write_safetensors_by_hand(path, entry(fields), data);
+  };
+
+  SUBCASE("the valid file these cases break loads") {
+    write_entry(dtype + "," + shape + "," + offsets);
+    CHECK(ag::load_safetensors(path).at("w").to_vector() == std::vector<double>{1, 2});
+  }
+  SUBCASE("missing file") { check_load_error(tmp.file("absent.safetensors"), "cannot open"); }
+  SUBCASE("a directory") { check_load_error(tmp.dir.string(), "cannot open"); }
+  SUBCASE("shorter than the 8-byte length") {
+    write_file(path, std::string(5, '\x01'));
+    check_load_error(path, "too short");
+  }
+  SUBCASE("header length larger than the file") {
+    write_file(path, length_prefix(1000) + "{}");
+    check_load_error(path, "exceeds");
+  }
+  SUBCASE("absurd header length") {
+    write_file(path, length_prefix(uint64_t(1) << 40) + "{}");
+    check_load_error(path, "absurd");
+    write_file(path, length_prefix(std::numeric_limits<uint64_t>::max()) + "{}");
+    check_load_error(path, "absurd");
+  }
+  SUBCASE("header not JSON") {
+    write_safetensors_by_hand(path, R"({"w": {"dtype")", data);
+    check_load_error(path, "not a safetensors file");
+  }
+  SUBCASE("header not a JSON object") {
+    write_safetensors_by_hand(path, "[1, 2]", data);
+    check_load_error(path, "not a safetensors file");
+  }
+  SUBCASE("entry missing a field") {
+    write_entry(shape + "," + offsets);
+    check_load_error(path, R"(missing "dtype")");
+    write_entry(dtype + "," + offsets);
+    check_load_error(path, R"(missing "shape")");
+    write_entry(dtype + "," + shape);
+    check_load_error(path, R"(missing "data_offsets")");
+  }
+  SUBCASE("fields of the wrong JSON type") {
+    write_safetensors_by_hand(path, R"({"w": [1, 2]})", data);
+    check_load_error(path, "not a JSON object");
+    write_entry(R"("dtype":4,)" + shape + "," + offsets);
+    check_load_error(path, R"("dtype" is not a string)");
+    write_entry(dtype + R"(,"shape":"2",)" + offsets);
+    check_load_error(path, R"("shape" is not an array)");
+    write_entry(dtype + R"(,"shape":[2.0],)" + offsets);
+    check_load_error(path, R"("shape" is not an array)");
+    write_entry(dtype + "," + shape + R"(,"data_offsets":[0])");
+    check_load_error(path, R"("data_offsets" is not a pair)");
+    write_entry(dtype + "," + shape + R"(,"data_offsets":[-8,0])");
+    check_load_error(path, R"("data_offsets" is not a pair)");
+  }
+  SUBCASE("unsupported dtype") {
+    write_entry(R"("dtype":"BF16",)" + shape + "," + offsets);
+    check_load_error(path, "unsupported dtype \"BF16\"");
+  }
+  SUBCASE("negative dim") {
+    write_entry(dtype + R"(,"shape":[-2],)" + offsets);
+    check_load_error(path, "negative dim");
+  }
+  SUBCASE("offsets that disagree with shape x dtype size") {
+    write_entry(dtype + R"(,"shape":[3],)" + offsets);
+    check_load_error(path, "mis-shaped");
+    write_entry(R"("dtype":"F64",)" + shape + "," + offsets);
+    check_load_error(path, "mis-shaped");
+    write_entry(dtype + "," + shape + R"(,"data_offsets":[8,0])");
+    check_load_error(path, "mis-shaped");
+    // Dims whose product overflows must not wrap around to a small size.
+    write_entry(dtype + R"(,"shape":[4611686018427387904,4611686018427387904,0],)" + offsets);
+    check_load_error(path, "mis-shaped");
+    write_entry(dtype + R"(,"shape":[18446744073709551615],)" + offsets);
+    check_load_error(path, "mis-shaped");
+  }
+  SUBCASE("offsets past the end of the file") {
+    write_entry(dtype + R"(,"shape":[4],"data_offsets":[0,16])");
+    check_load_error(path, "truncated");
+    // Huge offsets must fail before anything is allocated.
+    write_entry(dtype + R"(,"shape":[1000000000000],"data_offsets":[0,4000000000000])");
+    check_load_error(path, "truncated");
+  }
+  SUBCASE("bad metadata") {
+    write_safetensors_by_hand(path, R"({"__metadata__":{"step":1000}})", "");
+    check_load_error(path, "is not a string");
+    write_safetensors_by_hand(path, R"({"__metadata__":["a"]})", "");
+    check_load_error(path, "not a JSON object");
+  }
+  SUBCASE("deeply nested JSON does not overflow the stack") {
+    const int depth = 100'000;
+    write_safetensors_by_hand(path, R"({"w":)" + std::string(depth, '[') + std::string(depth, ']') + "}", data);
+    check_load_error(path, "not a JSON object");
+  }
+}
+
+TEST_CASE("safetensors: at() names the file and the missing tensor") {
+  TempDir tmp("at");
+  const std::string path = tmp.file("small.safetensors");
+  ag::save_safetensors(path, {{"lm_head.weight", Tensor::ones({2, 2})}});
+  const ag::SafetensorsFile file = ag::load_safetensors(path);
+  CHECK(file.contains("lm_head.weight"));
+  CHECK_FALSE(file.contains("head.weight"));
+  check_error([&] { file.at("head.weight"); }, path, "\"head.weight\"");
+}
+
+TEST_CASE("safetensors: saving is atomic, overwrites, and reports failures with the path") {
+  TempDir tmp("atomic");
+  const std::string path = tmp.file("ckpt.safetensors");
+  ag::save_safetensors(path, {{"x", Tensor::ones({3})}}, {{"step", "1"}});
+  ag::save_safetensors(path, {{"y", Tensor::zeros({2}, DType::Float64)}}, {{"step", "2"}});
+
+  const ag::SafetensorsFile file = ag::load_safetensors(path);
+  CHECK(file.metadata.at("step") == "2");
+  CHECK_FALSE(file.contains("x"));
+  CHECK(file.at("y").to_vector() == std::vector<double>{0, 0});
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(tmp.dir)) names.push_back(e.path().filename().string());
+  CHECK(names == std::vector<std::string>{"ckpt.safetensors"});  // no PATH.tmp-<pid> left behind
+
+  const std::string unwritable = tmp.file("no_such_dir/ckpt.safetensors");
+  check_error([&] { ag::save_safetensors(unwritable, {{"x", Tensor::ones({1})}}); }, unwritable, "cannot create");
+}
+
+TEST_CASE("safetensors: save rejects duplicate, reserved and undefined tensors") {
+  TempDir tmp("save_errors");
+  const std::string path = tmp.file("bad.safetensors");
+  const Tensor x = Tensor::ones({1});
+  check_error([&] { ag::save_safetensors(path, {{"x", x}, {"x", x}}); }, path, "twice");
+  check_error([&] { ag::save_safetensors(path, {{"__metadata__", x}}); }, path, "reserved");
+  check_error([&] { ag::save_safetensors(path, {{"x", Tensor()}}); }, path, "undefined");
+  CHECK_FALSE(fs::exists(path));
+}
+
+TEST_CASE("safetensors: CUDA tensors are saved through the host") {
+  if (!ag::test::cuda_or_skip()) return;
+  TempDir tmp("cuda");
+  const std::string path = tmp.file("cuda.safetensors");
+  const Tensor host = ag::test::random({4, 3}, 7, DType::Float32, false);
+  ag::save_safetensors(path, {{"w", host.to(ag::Device::CUDA)}});
+  check_identical(ag::load_safetensors(path).at("w"), host);
+}

@@ -1,0 +1,59 @@
+#include "tests/helpers.h"
+
+using namespace ag;
+
+TEST_CASE("tensor: creation, shapes and dtypes") {
+  const Tensor z = Tensor::zeros({2, 3});
+  CHECK(z.shape() == Shape{2, 3});
+  CHECK(z.numel() == 6);
+  CHECK(z.dtype() == DType::Float32);
+  CHECK(z.device() == Device::CPU);
+  CHECK(Tensor::full({2}, 1.5, DType::Float64).to_vector() == std::vector<double>{1.5, 1.5});
+  CHECK(Tensor::arange(4).to_vector() == std::vector<double>{0, 1, 2, 3});
+  CHECK(Tensor::scalar(3.0).item() == 3.0);
+  CHECK(Tensor::from_vector({1, 2, 3, 4}, {2, 2}).to(DType::Float64).to_vector() == std::vector<double>{1, 2, 3, 4});
+}
+
+TEST_CASE("tensor: the generator gives the same numbers on every machine") {
+  // Pinned values: random_bits is integer arithmetic, so these never change.
+  CHECK(random_bits(0, 0) == 0xE220A8397B1DCDAFull);
+  CHECK(random_bits(1337, 5) == random_bits(1337, 5));
+  Generator a(42), b(42);
+  const Tensor x = Tensor::randn({1000}, DType::Float64, &a);
+  const Tensor y = Tensor::randn({1000}, DType::Float64, &b);
+  CHECK(x.to_vector() == y.to_vector());
+  double mean = 0, var = 0;
+  for (double v : x.to_vector()) mean += v / 1000;
+  for (double v : x.to_vector()) var += (v - mean) * (v - mean) / 1000;
+  CHECK(std::abs(mean) < 0.1);
+  CHECK(std::abs(var - 1) < 0.1);
+  const std::vector<double> u = Tensor::uniform({1000}, 2, 3, DType::Float64, &a).to_vector();
+  CHECK(*std::min_element(u.begin(), u.end()) >= 2.0);
+  CHECK(*std::max_element(u.begin(), u.end()) < 3.0);
+}
+
+TEST_CASE("tensor: reshape is a view, clone and detach behave") {
+  const Tensor x = Tensor::arange(6, DType::Float64);
+  const Tensor r = x.reshape({2, -1});
+  CHECK(r.shape() == Shape{2, 3});
+  CHECK(r.raw_data() == x.raw_data());
+  CHECK(x.clone().raw_data() != x.raw_data());
+  CHECK(x.detach().raw_data() == x.raw_data());
+  CHECK_THROWS_WITH_AS(x.reshape({4, 2}), doctest::Contains("reshape: [6] to [4,2]"), Error);
+}
+
+TEST_CASE("tensor: transpose and slice copy the right elements") {
+  const Tensor x = Tensor::arange(6, DType::Float64).reshape({2, 3});
+  CHECK(transpose(x, 0, 1).to_vector() == std::vector<double>{0, 3, 1, 4, 2, 5});
+  CHECK(slice(x, 1, 1, 3).to_vector() == std::vector<double>{1, 2, 4, 5});
+  CHECK(concat({x, x}, 0).shape() == Shape{4, 3});
+  CHECK(split(x, {1, 2}, 1)[1].to_vector() == std::vector<double>{1, 2, 4, 5});
+}
+
+TEST_CASE("cuda: a tensor can move to the device and back") {
+  if (!ag::test::cuda_or_skip()) return;
+  const Tensor x = Tensor::arange(5, DType::Float64);
+  const Tensor d = x.to(Device::CUDA);
+  CHECK(d.device() == Device::CUDA);
+  CHECK(d.to(Device::CPU).to_vector() == x.to_vector());
+}
