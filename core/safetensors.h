@@ -21,12 +21,6 @@
 
 namespace ag {
 
-// The name is the checkpoint key, e.g. "blocks.0.attn.w_q.weight".
-struct NamedTensor {
-  std::string name;
-  Tensor tensor;
-};
-
 using Metadata = std::map<std::string, std::string>;
 
 // Writes `tensors` (any device; copied to the CPU) in the given order, with

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -117,6 +118,13 @@ class Tensor {
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);  // shape, dtype and values
+
+// A tensor with its hierarchical name, e.g. "blocks.0.attn.w_q.weight": how
+// modules list parameters, optimizers their state, and checkpoints their keys.
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
+};
 
 // "[3,4] float32"
 std::string describe(const Tensor& t);

@@ -2,6 +2,7 @@
 // The arithmetic follows torch.optim's single-tensor code line by line (see the
 // contracts in core/dispatch.h), so float64 runs agree with PyTorch to rounding.
 #include <cmath>
+#include <initializer_list>
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/loops.h"

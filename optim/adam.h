@@ -1,0 +1,54 @@
+// Adam and AdamW in torch.optim's form. For each parameter p with gradient g,
+// at its step t = 1, 2, ... (counted per parameter, as torch does):
+//   Adam:   g ← g + weight_decay·p          (L2: the decay passes through m and v)
+//   AdamW:  p ← p − lr·weight_decay·p       (decoupled: applied to p directly)
+//   m ← β1·m + (1 − β1)·g,    v ← β2·v + (1 − β2)·g²
+//   p ← p − lr · m̂ / (√v̂ + ε),   m̂ = m / (1 − β1^t),  v̂ = v / (1 − β2^t)
+// State per parameter: "exp_avg.<name>" (m), "exp_avg_sq.<name>" (v), both
+// shaped like p, and "step.<name>" (t, an int64 tensor of shape [1]).
+#pragma once
+#include <unordered_map>
+
+#include "optim/optimizer.h"
+
+namespace ag::optim {
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+class Adam : public Optimizer {
+ public:
+  // Each group decays with its own weight_decay.
+  Adam(std::vector<ParamGroup> groups, AdamOptions options = {});
+  // One group.
+  Adam(const std::vector<NamedParameter>& params, AdamOptions options = {}, double weight_decay = 0.0);
+
+  void step() override;
+  NamedTensors state() const override;
+  void load_state(const NamedTensors& state) override;
+
+ protected:
+  // AdamW's constructors: the same update with decoupled decay.
+  Adam(const char* kind, std::vector<ParamGroup> groups, AdamOptions options, bool decoupled);
+
+ private:
+  struct Moments {
+    Tensor exp_avg, exp_avg_sq;  // m, v: shaped like the parameter
+    int64_t step = 0;            // updates this parameter has had
+  };
+  AdamOptions options_;  // options_.lr is only the initial value; lr() is current
+  bool decoupled_;
+  std::unordered_map<std::string, Moments> moments_;  // by parameter name
+};
+
+// torch.optim.AdamW: Adam with decoupled weight decay, 0.01 by default as in torch.
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<ParamGroup> groups, AdamOptions options = {});
+  AdamW(const std::vector<NamedParameter>& params, AdamOptions options = {}, double weight_decay = 0.01);
+};
+
+}  // namespace ag::optim

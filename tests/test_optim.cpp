@@ -1,0 +1,403 @@
+// Optimizers: SGD, Adam and AdamW against hand-computed steps and against
+// PyTorch's golden numbers (tests/golden/optim.json, from
+// scripts/make_golden_optim.py); gradient clipping; the warmup-cosine schedule;
+// decay groups; and exact resumption through state()/load_state().
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <numbers>
+
+#include <nlohmann/json.hpp>
+
+#include "helpers.h"
+#include "optim/adam.h"
+#include "optim/clip_grad.h"
+#include "optim/schedule.h"
+#include "optim/sgd.h"
+
+namespace ag::optim {
+namespace {
+
+using test::relative_error;
+
+Tensor param(const std::vector<double>& values, const Shape& shape, DType dtype = DType::Float64) {
+  Tensor p = Tensor::from_vector(values, shape, dtype);
+  p.requires_grad_();
+  return p;
+}
+
+void set_grad(const Tensor& p, const std::vector<double>& g) {
+  Tensor(p).set_grad(Tensor::from_vector(g, p.shape(), p.dtype()));
+}
+
+// Relative closeness of one scalar, within rtol.
+void check_near(double actual, double expected, double rtol) {
+  INFO("actual " << actual << ", expected " << expected);
+  CHECK(std::abs(actual - expected) <= rtol * std::abs(expected));
+}
+
+// --- SGD by hand ---------------------------------------------------------------------------
+// All values are binary fractions, so every step is exact.
+
+TEST_CASE("optim: SGD without momentum, with and without weight decay") {
+  Tensor p = param({1.0, -2.0}, {2});
+  SGD sgd({{"p", p}}, {.lr = 0.5});
+  set_grad(p, {0.5, 0.25});
+  sgd.step();  // p ← p − 0.5·g = [1 − 0.25, −2 − 0.125]
+  CHECK(p.to_vector() == std::vector<double>{0.75, -2.125});
+  set_grad(p, {-1.0, 2.0});
+  sgd.step();  // [0.75 + 0.5, −2.125 − 1]
+  CHECK(p.to_vector() == std::vector<double>{1.25, -3.125});
+
+  Tensor q = param({2.0}, {1});
+  SGD decayed({{"q", q}}, {.lr = 0.5}, /*weight_decay=*/0.25);
+  set_grad(q, {1.0});
+  decayed.step();  // g ← 1 + 0.25·2 = 1.5;  q ← 2 − 0.5·1.5
+  CHECK(q.item() == 1.25);
+}
+
+TEST_CASE("optim: SGD with momentum and dampening") {
+  Tensor p = param({1.0}, {1});
+  SGD sgd({{"p", p}}, {.lr = 0.5, .momentum = 0.5});
+  set_grad(p, {1.0});
+  sgd.step();  // b ← g = 1 (first step);      p ← 1 − 0.5·1 = 0.5
+  CHECK(p.item() == 0.5);
+  set_grad(p, {2.0});
+  sgd.step();  // b ← 0.5·1 + 2 = 2.5;          p ← 0.5 − 0.5·2.5 = −0.75
+  CHECK(p.item() == -0.75);
+  set_grad(p, {-1.0});
+  sgd.step();  // b ← 0.5·2.5 − 1 = 0.25;       p ← −0.75 − 0.5·0.25 = −0.875
+  CHECK(p.item() == -0.875);
+
+  Tensor q = param({1.0}, {1});
+  SGD damped({{"q", q}}, {.lr = 0.5, .momentum = 0.5, .dampening = 0.5});
+  set_grad(q, {1.0});
+  damped.step();  // b ← g = 1: the first step is not dampened;  q ← 0.5
+  CHECK(q.item() == 0.5);
+  set_grad(q, {2.0});
+  damped.step();  // b ← 0.5·1 + (1 − 0.5)·2 = 1.5;  q ← 0.5 − 0.75 = −0.25
+  CHECK(q.item() == -0.25);
+}
+
+TEST_CASE("optim: SGD with Nesterov momentum") {
+  Tensor p = param({1.0}, {1});
+  SGD sgd({{"p", p}}, {.lr = 0.5, .momentum = 0.5, .nesterov = true});
+  set_grad(p, {1.0});
+  sgd.step();  // b ← 1;  g ← 1 + 0.5·1 = 1.5;        p ← 1 − 0.75 = 0.25
+  CHECK(p.item() == 0.25);
+  set_grad(p, {2.0});
+  sgd.step();  // b ← 0.5 + 2 = 2.5;  g ← 2 + 1.25 = 3.25;  p ← 0.25 − 1.625 = −1.375
+  CHECK(p.item() == -1.375);
+
+  CHECK_THROWS_AS(SGD({{"p", p}}, {.lr = 0.5, .nesterov = true}), Error);
+  CHECK_THROWS_AS(SGD({{"p", p}}, {.lr = 0.5, .momentum = 0.5, .dampening = 0.1, .nesterov = true}), Error);
+}
+
+// --- Adam and AdamW by hand ----------------------------------------------------------------
+// Defaults β1 = 0.9, β2 = 0.999, ε = 1e-8; lr = 0.1. Step 1 always moves by
+// lr·g/(|g| + ε): m̂ = g and v̂ = g². Step 2 with g1 = 1, g2 = 2:
+//   m = 0.9·(0.1·1) + 0.1·2 = 0.29,         m̂ = 0.29 / (1 − 0.9²)      = 1.5263157894...
+//   v = 0.999·(0.001·1) + 0.001·4 = 0.004999, v̂ = 0.004999 / (1 − 0.999²) = 2.5007503751...
+//   m̂ / (√v̂ + ε) = 0.96518202...
+constexpr double kEps = 1e-8;
+const double kMhat2 = 0.29 / 0.19, kVhat2 = 0.004999 / 0.001999;
+
+TEST_CASE("optim: Adam, two steps by hand") {
+  Tensor p = param({1.0, -1.0}, {2});
+  Adam adam({{"p", p}}, {.lr = 0.1});
+  set_grad(p, {1.0, -2.0});
+  adam.step();  // p ← p − 0.1·sign(g) (up to ε) = [0.900000001, −0.900000001]
+  check_near(p.to_vector()[0], 1.0 - 0.1 * 1.0 / (1.0 + kEps), 1e-14);
+  check_near(p.to_vector()[1], -1.0 + 0.1 * 2.0 / (2.0 + kEps), 1e-14);
+  set_grad(p, {2.0, -4.0});
+  adam.step();  // element 0: 0.900000001 − 0.1·0.96518202 = 0.80348179...
+  // Element 1 has twice the gradients; m̂/√v̂ is scale-free, so it mirrors element 0 (up to ε).
+  check_near(p.to_vector()[0], 1.0 - 0.1 / (1.0 + kEps) - 0.1 * kMhat2 / (std::sqrt(kVhat2) + kEps), 1e-13);
+  check_near(p.to_vector()[0], 0.8034817990281656, 1e-13);
+  check_near(p.to_vector()[1], -1.0 + 0.1 * 2.0 / (2.0 + kEps) + 0.1 * 2 * kMhat2 / (std::sqrt(4 * kVhat2) + kEps),
+             1e-13);
+}
+
+TEST_CASE("optim: Adam weight decay is an L2 term in the gradient") {
+  Tensor p = param({1.0}, {1});
+  Adam adam({{"p", p}}, {.lr = 0.1}, /*weight_decay=*/0.5);
+  set_grad(p, {1.0});
+  adam.step();  // g ← 1 + 0.5·1 = 1.5;  p ← 1 − 0.1·1.5/(1.5 + ε) ≈ 0.9
+  const double p1 = 1.0 - 0.1 * 1.5 / (1.5 + kEps);
+  check_near(p.item(), p1, 1e-14);
+  set_grad(p, {0.0});
+  adam.step();  // g ← 0 + 0.5·p1 = 0.45: the decay alone drives the update, through m and v
+  const double g2 = 0.5 * p1;
+  const double m = 0.9 * (0.1 * 1.5) + 0.1 * g2;               // ≈ 0.18
+  const double v = 0.999 * (0.001 * 1.5 * 1.5) + 0.001 * g2 * g2;  // ≈ 0.00245025
+  check_near(p.item(), p1 - 0.1 * (m / 0.19) / (std::sqrt(v / 0.001999) + kEps), 1e-13);
+  check_near(p.item(), 0.814430282472004, 1e-8);  // the ≈ values above
+}
+
+TEST_CASE("optim: AdamW decays the weights directly") {
+  Tensor p = param({1.0}, {1});
+  AdamW adamw({{"p", p}}, {.lr = 0.1}, /*weight_decay=*/0.5);
+  set_grad(p, {1.0});
+  adamw.step();  // p ← 1·(1 − 0.1·0.5) = 0.95, then − 0.1·1/(1 + ε) → 0.850000001
+  const double p1 = 0.95 - 0.1 / (1.0 + kEps);
+  check_near(p.item(), p1, 1e-14);
+  set_grad(p, {2.0});
+  adamw.step();  // p ← 0.95·p1 = 0.80750000095, then − 0.1·0.96518202 (g1 = 1, g2 = 2 above)
+  check_near(p.item(), 0.95 * p1 - 0.1 * kMhat2 / (std::sqrt(kVhat2) + kEps), 1e-13);
+  check_near(p.item(), 0.7109817989781656, 1e-13);
+
+  // torch's default decay is 0.01.
+  Tensor q = param({1.0}, {1});
+  AdamW defaults({{"q", q}}, {.lr = 0.1});
+  set_grad(q, {1.0});
+  defaults.step();
+  check_near(q.item(), 1.0 * (1 - 0.1 * 0.01) - 0.1 / (1.0 + kEps), 1e-14);
+}
+
+TEST_CASE("optim: parameters without a gradient are skipped and keep their own step count") {
+  Tensor a = param({1.0}, {1}), b = param({-1.0}, {1});
+  Adam adam({{"a", a}, {"b", b}}, {.lr = 0.1});
+  set_grad(a, {1.0});
+  adam.step();
+  CHECK(b.item() == -1.0);
+  for (const auto& [name, t] : adam.state()) CHECK(name.find(".b") == std::string::npos);
+  set_grad(b, {1.0});
+  adam.step();  // b's first step: t = 1 for b (as torch counts), a plain −0.1·sign(g)
+  check_near(b.item(), -1.0 - 0.1 / (1.0 + kEps), 1e-14);
+}
+
+TEST_CASE("optim: large tensors (the OpenMP path) step like one element") {
+  // 2^16 elements: above kParallelGrain, so the kernels run multithreaded.
+  const int64_t n = int64_t{1} << 16;
+  Tensor big = param(std::vector<double>(n, 1.0), {n}), one = param({1.0}, {1});
+  AdamW big_opt({{"big", big}}, {.lr = 0.1}), one_opt({{"one", one}}, {.lr = 0.1});
+  SGD big_sgd({{"big", big}}, {.lr = 0.1, .momentum = 0.9}), one_sgd({{"one", one}}, {.lr = 0.1, .momentum = 0.9});
+  for (double g : {1.0, 2.0, -0.5}) {
+    set_grad(big, std::vector<double>(n, g));
+    set_grad(one, {g});
+    big_opt.step();
+    one_opt.step();
+    big_sgd.step();
+    one_sgd.step();
+  }
+  const std::vector<double> values = big.to_vector();
+  CHECK(std::all_of(values.begin(), values.end(), [&](double v) { return v == one.item(); }));
+}
+
+// --- against PyTorch ----------------------------------------------------------------------------
+
+const nlohmann::json& golden() {
+  static const nlohmann::json parsed = [] {
+    const std::string path = std::string(ATTOGRAD_SOURCE_DIR) + "/tests/golden/optim.json";
+    std::ifstream file(path);
+    REQUIRE_MESSAGE(file.good(), "cannot open " << path << " (regenerate: /usr/bin/python3 scripts/make_golden_optim.py)");
+    return nlohmann::json::parse(file);
+  }();
+  return parsed;
+}
+
+using MakeOptimizer = std::function<std::unique_ptr<Optimizer>(std::vector<ParamGroup>, const nlohmann::json& hyper)>;
+
+// Replays a golden case: the same initial values and gradients, in `dtype`,
+// comparing the parameters after every step.
+void replay(const char* case_name, const MakeOptimizer& make, DType dtype, double rtol) {
+  const nlohmann::json& c = golden()["cases"][case_name];
+  std::vector<ParamGroup> groups;
+  std::vector<Tensor> params;
+  for (const auto& record : c["params"]) {
+    const Shape shape = record["shape"].get<Shape>();
+    params.push_back(param(record["initial"].get<std::vector<double>>(), shape, dtype));
+    const size_t group = record["group"].get<size_t>();
+    if (groups.size() <= group) groups.resize(group + 1);
+    groups[group].params.push_back({record["name"].get<std::string>(), params.back()});
+  }
+  std::unique_ptr<Optimizer> opt = make(groups, c["hyper"]);
+  const int steps = golden()["steps"].get<int>();
+  for (int s = 0; s < steps; ++s) {
+    for (size_t i = 0; i < params.size(); ++i) set_grad(params[i], c["params"][i]["grads"][s].get<std::vector<double>>());
+    opt->step();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const nlohmann::json& record = c["params"][i];
+      const Tensor expected = Tensor::from_vector(record["after"][s].get<std::vector<double>>(), params[i].shape(),
+                                                  DType::Float64);
+      INFO(case_name << " " << std::string(dtype_name(dtype)) << ", step " << s + 1 << ", " << record["name"].get<std::string>());
+      CHECK_CLOSE(params[i], expected, rtol);
+    }
+  }
+}
+
+AdamOptions adam_options(const nlohmann::json& h) {
+  return {.lr = h["lr"], .beta1 = h["betas"][0], .beta2 = h["betas"][1], .eps = h["eps"]};
+}
+
+SgdOptions sgd_options(const nlohmann::json& h) {
+  return {.lr = h["lr"], .momentum = h["momentum"], .dampening = h["dampening"], .nesterov = h["nesterov"]};
+}
+
+TEST_CASE("optim: AdamW, Adam and SGD match torch.optim on golden numbers") {
+  const MakeOptimizer adamw = [](std::vector<ParamGroup> groups, const nlohmann::json& h) {
+    for (size_t g = 0; g < groups.size(); ++g) groups[g].weight_decay = h["group_weight_decay"][g];
+    return std::make_unique<AdamW>(groups, adam_options(h));
+  };
+  const MakeOptimizer adam = [](std::vector<ParamGroup> groups, const nlohmann::json& h) {
+    groups[0].weight_decay = h["weight_decay"];
+    return std::make_unique<Adam>(groups, adam_options(h));
+  };
+  const MakeOptimizer sgd = [](std::vector<ParamGroup> groups, const nlohmann::json& h) {
+    groups[0].weight_decay = h["weight_decay"];
+    return std::make_unique<SGD>(groups, sgd_options(h));
+  };
+  // float64 repeats torch's arithmetic; float32 differs by its own rounding only.
+  for (auto [dtype, rtol] : {std::pair{DType::Float64, 1e-12}, std::pair{DType::Float32, 1e-6}}) {
+    replay("adamw", adamw, dtype, rtol);
+    replay("adam", adam, dtype, rtol);
+    replay("sgd_nesterov", sgd, dtype, rtol);
+    replay("sgd_dampening", sgd, dtype, rtol);
+  }
+}
+
+// --- clip_grad_norm ---------------------------------------------------------------------------
+
+TEST_CASE("optim: clip_grad_norm takes one L2 norm over all gradients") {
+  for (DType dtype : {DType::Float64, DType::Float32}) {
+    INFO(std::string(dtype_name(dtype)));
+    Tensor a = param({0.0}, {1}, dtype), b = param({0.0, 0.0}, {2, 1}, dtype), frozen = param({5.0}, {1}, dtype);
+    const std::vector<NamedParameter> params{{"a", a}, {"b", b}, {"frozen", frozen}};
+
+    // √(3² + 4² + 12²) = 13; over max_norm 6.5 every grad scales by 6.5/(13 + 1e-6).
+    set_grad(a, {3.0});
+    set_grad(b, {4.0, 12.0});
+    CHECK(clip_grad_norm(params, 6.5) == 13.0);
+    const double coef = 6.5 / (13.0 + 1e-6);
+    const double rtol = dtype == DType::Float64 ? 1e-15 : 1e-7;
+    check_near(a.grad().item(), 3.0 * coef, rtol);
+    CHECK_CLOSE(b.grad(), Tensor::from_vector({4.0 * coef, 12.0 * coef}, {2, 1}, DType::Float64), rtol);
+    CHECK_FALSE(frozen.grad().defined());  // no grad: skipped, not created
+
+    // Under the threshold nothing changes, bit for bit.
+    set_grad(a, {3.0});
+    set_grad(b, {4.0, 12.0});
+    CHECK(clip_grad_norm(std::vector<Tensor>{a, b, frozen}, 13.5) == 13.0);
+    CHECK(a.grad().item() == 3.0);
+    CHECK(b.grad().to_vector() == std::vector<double>{4.0, 12.0});
+  }
+  CHECK(clip_grad_norm(std::vector<Tensor>{param({1.0}, {1})}, 1.0) == 0.0);  // no grads at all
+
+  // 2^16 grads of 0.5 (the OpenMP path): norm √(2^16·0.25) = 128 exactly.
+  const int64_t n = int64_t{1} << 16;
+  Tensor big = param(std::vector<double>(n, 0.0), {n});
+  set_grad(big, std::vector<double>(n, 0.5));
+  CHECK(clip_grad_norm(std::vector<Tensor>{big}, 64.0) == 128.0);
+  const std::vector<double> clipped = big.grad().to_vector();
+  const double expected = 0.5 * (64.0 / (128.0 + 1e-6));
+  CHECK(std::all_of(clipped.begin(), clipped.end(), [&](double g) { return g == expected; }));
+  CHECK_THROWS_AS(clip_grad_norm(std::vector<Tensor>{}, 0.0), Error);
+}
+
+// --- schedule ------------------------------------------------------------------------------------
+
+TEST_CASE("optim: warmup then cosine decay, as nanoGPT's get_lr") {
+  const CosineSchedule s{.lr = 6e-4, .min_lr = 6e-5, .warmup_iters = 10, .decay_iters = 110};
+  CHECK(warmup_cosine_lr(0, s) == 6e-4 * 1 / 11);            // warmup starts above 0
+  CHECK(warmup_cosine_lr(9, s) == 6e-4 * 10 / 11);           // last warmup iter
+  CHECK(warmup_cosine_lr(10, s) == 6e-4);                    // ratio 0: cos 0 = 1, the peak
+  check_near(warmup_cosine_lr(60, s), (6e-4 + 6e-5) / 2, 1e-15);  // ratio ½: halfway
+  check_near(warmup_cosine_lr(35, s), 6e-5 + 0.5 * (1 + std::cos(std::numbers::pi / 4)) * (6e-4 - 6e-5), 1e-15);
+  CHECK(warmup_cosine_lr(110, s) == 6e-5);                   // ratio 1: cos π = −1, the floor
+  CHECK(warmup_cosine_lr(111, s) == 6e-5);
+  CHECK(warmup_cosine_lr(100000, s) == 6e-5);
+  CHECK_THROWS_AS(warmup_cosine_lr(0, {.warmup_iters = 10, .decay_iters = 10}), Error);
+}
+
+// --- decay groups ----------------------------------------------------------------------------------
+
+TEST_CASE("optim: decay_groups decays matrices, not biases or LayerNorm parameters") {
+  const std::vector<NamedParameter> params{
+      {"wte.weight", Tensor::zeros({5, 2})},   {"h.0.ln_1.weight", Tensor::ones({2})},
+      {"h.0.attn.w_q.weight", Tensor::zeros({2, 2})}, {"h.0.attn.w_q.bias", Tensor::zeros({2})}};
+  const std::vector<ParamGroup> groups = decay_groups(params, 0.1);
+  REQUIRE(groups.size() == 2);
+  auto names = [](const ParamGroup& g) {
+    std::vector<std::string> out;
+    for (const NamedParameter& p : g.params) out.push_back(p.name);
+    return out;
+  };
+  CHECK(groups[0].weight_decay == 0.1);
+  CHECK(names(groups[0]) == std::vector<std::string>{"wte.weight", "h.0.attn.w_q.weight"});
+  CHECK(groups[1].weight_decay == 0.0);
+  CHECK(names(groups[1]) == std::vector<std::string>{"h.0.ln_1.weight", "h.0.attn.w_q.bias"});
+  CHECK(groups[0].params[0].tensor.same(params[0].tensor));  // the module's tensor, not a copy
+}
+
+// --- state round trip --------------------------------------------------------------------------------
+
+std::vector<double> grad_at(int step, int64_t n) {
+  std::vector<double> g(n);
+  for (int64_t i = 0; i < n; ++i) g[i] = std::sin(1.0 + 0.7 * i + 1.9 * step);
+  return g;
+}
+
+// Runs 5 steps straight through, and 2 steps, a checkpoint (state() and the
+// parameter values), a fresh optimizer that loads it, and 3 steps: the final
+// parameters must agree bit for bit.
+void check_resume(const std::function<std::unique_ptr<Optimizer>(std::vector<ParamGroup>)>& make,
+                  const std::vector<std::string>& expected_names) {
+  auto fresh_params = [](const std::vector<double>& w, const std::vector<double>& b) {
+    return std::vector<NamedParameter>{{"w", param(w, {2, 2})}, {"b", param(b, {2})}};
+  };
+  auto run = [](Optimizer& opt, const std::vector<NamedParameter>& params, int from, int to) {
+    for (int s = from; s < to; ++s) {
+      for (const NamedParameter& p : params) set_grad(p.tensor, grad_at(s, p.tensor.numel()));
+      opt.step();
+    }
+  };
+  std::vector<NamedParameter> straight = fresh_params({0.5, -1.0, 1.5, -2.0}, {0.25, -0.75});
+  std::unique_ptr<Optimizer> opt = make(decay_groups(straight, 0.1));
+  run(*opt, straight, 0, 2);
+  const NamedTensors saved = opt->state();
+  std::vector<NamedParameter> resumed = fresh_params(straight[0].tensor.to_vector(), straight[1].tensor.to_vector());
+  run(*opt, straight, 2, 5);  // must not disturb `saved`: state() is a snapshot
+
+  std::vector<std::string> names;
+  for (const auto& [name, t] : saved) names.push_back(name);
+  CHECK(names == expected_names);
+
+  std::unique_ptr<Optimizer> reloaded = make(decay_groups(resumed, 0.1));
+  reloaded->load_state(saved);
+  run(*reloaded, resumed, 2, 5);
+  for (size_t i = 0; i < straight.size(); ++i) {
+    INFO(straight[i].name);
+    CHECK(resumed[i].tensor.to_vector() == straight[i].tensor.to_vector());
+  }
+}
+
+TEST_CASE("optim: state() and load_state() resume exactly") {
+  SUBCASE("AdamW") {
+    check_resume([](std::vector<ParamGroup> g) { return std::make_unique<AdamW>(g, AdamOptions{.lr = 0.05}); },
+                 {"exp_avg.w", "exp_avg_sq.w", "step.w", "exp_avg.b", "exp_avg_sq.b", "step.b"});
+  }
+  SUBCASE("SGD with momentum") {
+    check_resume([](std::vector<ParamGroup> g) {
+      return std::make_unique<SGD>(g, SgdOptions{.lr = 0.05, .momentum = 0.9, .nesterov = true});
+    }, {"momentum.w", "momentum.b"});
+  }
+}
+
+TEST_CASE("optim: load_state rejects state that does not fit") {
+  Tensor w = param({1.0, 2.0}, {2});
+  AdamW adamw({{"w", w}});
+  const Tensor m = Tensor::zeros({2}, DType::Float64);
+  const Tensor step = Tensor::from_indices({1}, {1});
+  CHECK_THROWS_AS(adamw.load_state({{"exp_avg.nope", m}}), Error);                  // no such parameter
+  CHECK_THROWS_AS(adamw.load_state({{"momentum.w", m}}), Error);                     // not Adam state
+  CHECK_THROWS_AS(adamw.load_state({{"exp_avg.w", Tensor::zeros({3}, DType::Float64)},
+                                    {"exp_avg_sq.w", m}, {"step.w", step}}), Error); // wrong shape
+  CHECK_THROWS_AS(adamw.load_state({{"exp_avg.w", m}, {"step.w", step}}), Error);    // exp_avg_sq missing
+  adamw.load_state({{"exp_avg.w", m}, {"exp_avg_sq.w", m}, {"step.w", step}});
+  CHECK(adamw.state().size() == 3);
+}
+
+}  // namespace
+}  // namespace ag::optim
