@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""PyTorch reference of attograd's char_lm model and training loop, for speed
+comparisons (bench/compare_cpu.sh) and as a second implementation to check
+against. Same model: pre-LN GPT, biases on, Linear weights stored [in, out]
+(y = x @ W + b), head tied to the token embedding, exact-erf GELU (or tanh),
+AdamW (decay on >= 2-D params), warmup + cosine, grad clipping.
+
+    /usr/bin/python3 bench/torch_char_lm.py --iters 200 --torch-threads 1
+Prints one line per 50 iterations and a final "ms/iter" line.
+Set OPENBLAS_NUM_THREADS / OMP_NUM_THREADS in the environment as well:
+torch.set_num_threads does not govern OpenBLAS.
+"""
+import argparse
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+class Linear(torch.nn.Module):
+    def __init__(self, n_in, n_out, std):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(n_in, n_out) * std)
+        self.bias = torch.nn.Parameter(torch.zeros(n_out))
+
+    def forward(self, x):
+        return x @ self.weight + self.bias
+
+
+class Block(torch.nn.Module):
+    def __init__(self, C, H, n_layer, gelu):
+        super().__init__()
+        proj_std = 0.02 / math.sqrt(2 * n_layer)
+        self.H, self.gelu = H, gelu
+        self.ln1 = torch.nn.LayerNorm(C)
+        self.w_q, self.w_k, self.w_v = (Linear(C, C, 0.02) for _ in range(3))
+        self.w_o = Linear(C, C, proj_std)
+        self.ln2 = torch.nn.LayerNorm(C)
+        self.fc = Linear(C, 4 * C, 0.02)
+        self.proj = Linear(4 * C, C, proj_std)
+
+    def attn(self, x):
+        B, T, C = x.shape
+        split = lambda t: t.view(B, T, self.H, C // self.H).transpose(1, 2)
+        q, k, v = split(self.w_q(x)), split(self.w_k(x)), split(self.w_v(x))
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.H)
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        a = F.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
+        z = (a @ v).transpose(1, 2).reshape(B, T, C)
+        return self.w_o(z)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.proj(F.gelu(self.fc(self.ln2(x)), approximate=self.gelu))
+
+
+class GPT(torch.nn.Module):
+    def __init__(self, V, T, n_layer, H, C, gelu):
+        super().__init__()
+        self.tok_emb = torch.nn.Parameter(torch.randn(V, C) * 0.02)
+        self.pos_emb = torch.nn.Parameter(torch.randn(T, C) * 0.02)
+        self.blocks = torch.nn.ModuleList(Block(C, H, n_layer, gelu) for _ in range(n_layer))
+        self.ln_f = torch.nn.LayerNorm(C)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.tok_emb[idx] + self.pos_emb[:T]
+        for block in self.blocks:
+            x = block(x)
+        logits = self.ln_f(x) @ self.tok_emb.t()
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--data", default="../shared/data/tinyshakespeare.txt")
+    p.add_argument("--iters", type=int, default=200)
+    p.add_argument("--torch-threads", type=int, default=1)
+    p.add_argument("--n-layer", type=int, default=4)
+    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--n-embd", type=int, default=128)
+    p.add_argument("--block-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=12)
+    p.add_argument("--gelu", default="none", choices=["none", "tanh"])
+    p.add_argument("--seed", type=int, default=1337)
+    a = p.parse_args()
+    torch.set_num_threads(a.torch_threads)
+    torch.manual_seed(a.seed)
+
+    text = open(a.data).read()
+    chars = sorted(set(text))
+    data = torch.tensor([chars.index(c) for c in text[:200000]], dtype=torch.long)
+    model = GPT(len(chars), a.block_size, a.n_layer, a.n_head, a.n_embd, a.gelu)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.99))
+
+    times = []
+    for it in range(a.iters):
+        t0 = time.perf_counter()
+        ix = torch.randint(len(data) - a.block_size - 1, (a.batch_size,))
+        x = torch.stack([data[i:i + a.block_size] for i in ix])
+        y = torch.stack([data[i + 1:i + 1 + a.block_size] for i in ix])
+        lr = 1e-3 * (it + 1) / 101 if it < 100 else 1e-4 + 0.5 * (1 + math.cos(math.pi * (it - 100) / 1900)) * 9e-4
+        for g in opt.param_groups:
+            g["lr"] = lr
+        loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        times.append(time.perf_counter() - t0)
+        if it % 50 == 0:
+            print(f"iter {it} loss {loss.item():.4f}")
+    steady = sorted(times[10:])
+    print(f"ms/iter {1000 * steady[len(steady) // 2]:.2f} (median of iters 10..{a.iters - 1})")
+
+
+if __name__ == "__main__":
+    main()

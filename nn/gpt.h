@@ -1,0 +1,69 @@
+// A GPT: token and position embeddings, N pre-LN blocks, a final LayerNorm and
+// an output head tied to the token embedding (nanoGPT's model, with W stored
+// [in, out]).
+//
+//   x = tok_emb[idx] + pos_emb[0..T)                  [B, T, C]
+//   each block:  x = x + attn(ln1(x));  x = x + mlp(ln2(x))
+//   logits = ln_f(x) · tok_embᵀ                       [B, T, V]
+#pragma once
+#include "nn/attention.h"
+#include "nn/layers.h"
+#include "nn/module.h"
+
+namespace ag::nn {
+
+// Pre-LN transformer block: Y = X + O with O = attn(ln1(X)), then Y + mlp(ln2(Y)).
+class Block : public Module {
+ public:
+  Block(int64_t C, int64_t H, double dropout = 0.0, GeluApprox gelu = GeluApprox::Erf,
+        AttentionImpl impl = AttentionImpl::Fused, Generator* gen = nullptr);
+  // x [B, T, C] -> [B, T, C]
+  Tensor forward(const Tensor& x);
+
+  MultiHeadSelfAttention& attn() { return *attn_; }
+
+ private:
+  std::shared_ptr<LayerNorm> ln1_;
+  std::shared_ptr<MultiHeadSelfAttention> attn_;
+  std::shared_ptr<LayerNorm> ln2_;
+  std::shared_ptr<MLP> mlp_;
+};
+
+struct GPTConfig {
+  int64_t vocab_size;  // V
+  int64_t block_size;  // the longest sequence T
+  int64_t n_layer;     // N
+  int64_t n_head;      // H
+  int64_t n_embd;      // C
+  double dropout = 0.0;
+  GeluApprox gelu = GeluApprox::Erf;
+  AttentionImpl attention = AttentionImpl::Fused;
+};
+
+class GPT : public Module {
+ public:
+  // Initialised from `gen` as GPT-2: weights of Linear layers and embeddings
+  // ~ N(0, 0.02), the residual projections (attn.w_o, mlp.proj) ~ N(0, 0.02/√(2N)),
+  // biases 0, LayerNorm weight 1 and bias 0.
+  GPT(const GPTConfig& config, Generator& gen);
+
+  // idx int64 [B, T] with T <= block_size -> logits [B, T, V]
+  Tensor forward(const Tensor& idx);
+  // idx, targets int64 [B, T] -> mean cross-entropy of the next-token logits, []
+  Tensor loss(const Tensor& idx, const Tensor& targets);
+
+  void set_attention_impl(AttentionImpl impl);
+  const GPTConfig& config() const { return config_; }
+  Block& block(int64_t i) { return *blocks_.at(i); }
+
+ private:
+  void init_weights(Generator& gen);
+
+  GPTConfig config_;
+  std::shared_ptr<Embedding> tok_emb_, pos_emb_;
+  std::shared_ptr<Dropout> dropout_;
+  std::vector<std::shared_ptr<Block>> blocks_;
+  std::shared_ptr<LayerNorm> ln_f_;
+};
+
+}  // namespace ag::nn

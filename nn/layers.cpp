@@ -1,0 +1,28 @@
+#include "nn/layers.h"
+
+namespace ag::nn {
+
+Embedding::Embedding(int64_t V, int64_t C, Generator* gen)
+    : weight_(register_parameter("weight", Tensor::randn({V, C}, DType::Float32, gen))) {}
+
+Tensor Embedding::forward(const Tensor& indices) const { return embedding(weight_, indices); }
+
+LayerNorm::LayerNorm(int64_t C, double eps)
+    : weight_(register_parameter("weight", Tensor::ones({C}))),
+      bias_(register_parameter("bias", Tensor::zeros({C}))),
+      eps_(eps) {}
+
+Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight_, bias_, eps_); }
+
+MLP::MLP(int64_t C, GeluApprox approx, double dropout, Generator* gen)
+    : fc_(register_module("fc", std::make_shared<Linear>(C, 4 * C, true, gen))),
+      proj_(register_module("proj", std::make_shared<Linear>(4 * C, C, true, gen))),
+      gelu_(register_module("gelu", std::make_shared<GELU>(approx))),
+      dropout_(register_module("dropout", std::make_shared<Dropout>(dropout))) {}
+
+Tensor MLP::forward(const Tensor& x) const {
+  const Tensor h = gelu_->forward(fc_->forward(x));  // [B, T, 4C]
+  return dropout_->forward(proj_->forward(h));      // [B, T, C]
+}
+
+}  // namespace ag::nn

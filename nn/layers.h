@@ -1,0 +1,70 @@
+// The small layers a transformer is built from: Embedding, LayerNorm, GELU,
+// Dropout, and the MLP of a block. Each forward is one or two ops of core/ops.h,
+// where the derivatives live.
+#pragma once
+#include "core/ops.h"
+#include "nn/linear.h"
+#include "nn/module.h"
+
+namespace ag::nn {
+
+// A lookup table: row i of weight [V, C] is the vector of token i.
+class Embedding : public Module {
+ public:
+  // weight [V, C] ~ N(0, 1), PyTorch's default, from `gen` (the default if null).
+  Embedding(int64_t V, int64_t C, Generator* gen = nullptr);
+  // indices int64 [...] -> [..., C]
+  Tensor forward(const Tensor& indices) const;
+  const Tensor& weight() const { return weight_; }  // [V, C]
+
+ private:
+  Tensor weight_;
+};
+
+// Normalises each row over its last dim, then scales and shifts:
+// y = (x − mean) / √(var + eps) · weight + bias.
+class LayerNorm : public Module {
+ public:
+  LayerNorm(int64_t C, double eps = 1e-5);  // weight [C] = 1, bias [C] = 0
+  // x [..., C] -> [..., C]
+  Tensor forward(const Tensor& x) const;
+
+ private:
+  Tensor weight_, bias_;
+  double eps_;
+};
+
+class GELU : public Module {
+ public:
+  explicit GELU(GeluApprox approx = GeluApprox::Erf) : approx_(approx) {}
+  Tensor forward(const Tensor& x) const { return gelu(x, approx_); }  // any shape
+
+ private:
+  GeluApprox approx_;
+};
+
+// Zeroes each element with probability p in training (scaling the rest by
+// 1/(1−p)); the identity in eval mode. Draws from the default generator.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p) : p_(p) {}
+  Tensor forward(const Tensor& x) const { return dropout(x, p_, is_training()); }  // any shape
+
+ private:
+  double p_;
+};
+
+// The feed-forward half of a block: fc (C → 4C), GELU, proj (4C → C), dropout.
+class MLP : public Module {
+ public:
+  MLP(int64_t C, GeluApprox approx = GeluApprox::Erf, double dropout = 0.0, Generator* gen = nullptr);
+  // x [B, T, C] -> [B, T, C]
+  Tensor forward(const Tensor& x) const;
+
+ private:
+  std::shared_ptr<Linear> fc_, proj_;
+  std::shared_ptr<GELU> gelu_;
+  std::shared_ptr<Dropout> dropout_;
+};
+
+}  // namespace ag::nn

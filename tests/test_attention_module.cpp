@@ -1,0 +1,202 @@
+// MultiHeadSelfAttention and Block: gradcheck of the input and every parameter
+// (both impls, causal and not); the composed reference and the fused op agree
+// to 1e-10 in float64; causality bit for bit; the kept attention A; and the
+// Block against PyTorch's numbers (tests/golden/block.safetensors, written by
+// scripts/make_golden_block.py).
+#include <cmath>
+
+#include "core/safetensors.h"
+#include "nn/gpt.h"
+#include "tests/helpers.h"
+
+using namespace ag;
+using namespace ag::nn;
+using ag::test::random;
+
+namespace {
+using Inputs = std::vector<Tensor>;
+constexpr int64_t B = 2, T = 5, C = 8, H = 2;
+constexpr AttentionImpl kImpls[] = {AttentionImpl::Composed, AttentionImpl::Fused};
+
+std::string impl_name(AttentionImpl impl) { return impl == AttentionImpl::Fused ? "fused" : "composed"; }
+
+// A float64 attention module with PyTorch-like random weights and biases.
+std::shared_ptr<MultiHeadSelfAttention> make_attention(bool causal, AttentionImpl impl, uint64_t seed) {
+  Generator gen(seed);
+  auto attn = std::make_shared<MultiHeadSelfAttention>(C, H, causal, 0.0, impl, &gen);
+  attn->to(DType::Float64);
+  return attn;
+}
+
+// Gradcheck over x and every parameter of `m` (f reads them through m) but the
+// key bias: dL/db_K is exactly 0 (tested below), so its finite differences are
+// rounding noise with no scale to compare against.
+void check_module(Module& m, const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
+  Inputs inputs = {x};
+  for (const NamedTensor& p : m.named_parameters())
+    if (!p.name.ends_with("w_k.bias")) inputs.push_back(p.tensor);
+  CHECK_GRADCHECK([&](const Inputs&) { return f(x); }, inputs);
+}
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (double v : t.to_vector()) m = std::max(m, std::abs(v));
+  return m;
+}
+
+// The output, then dL/dx and dL/d(each parameter), for L = sum(y * R).
+std::vector<Tensor> output_and_gradients(MultiHeadSelfAttention& attn, Tensor x, const Tensor& R) {
+  attn.zero_grad();
+  x.zero_grad();
+  const Tensor y = attn.forward(x);
+  y.backward(R);
+  std::vector<Tensor> out = {y.detach(), x.grad()};
+  for (const Tensor& p : attn.parameters()) out.push_back(p.grad());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("attention module: gradcheck of the input and every parameter, both impls, causal and not") {
+  for (AttentionImpl impl : kImpls) {
+    for (bool causal : {true, false}) {
+      CAPTURE(impl_name(impl));
+      CAPTURE(causal);
+      const auto attn = make_attention(causal, impl, 1);
+      check_module(*attn, random({B, T, C}, 2), [&](const Tensor& x) { return attn->forward(x); });
+    }
+  }
+}
+
+TEST_CASE("attention module: composed and fused agree in the output and every gradient") {
+  for (bool causal : {true, false}) {
+    CAPTURE(causal);
+    const auto attn = make_attention(causal, AttentionImpl::Composed, 3);
+    const Tensor x = random({B, T, C}, 4), R = random({B, T, C}, 5, DType::Float64, false);
+    const std::vector<Tensor> composed = output_and_gradients(*attn, x, R);
+    attn->set_impl(AttentionImpl::Fused);
+    const std::vector<Tensor> fused = output_and_gradients(*attn, x, R);
+    for (size_t i = 0; i < composed.size(); ++i) {
+      CAPTURE(i);  // 0: output, 1: dX, then the parameters in named_parameters() order
+      CHECK_CLOSE(fused[i], composed[i], 1e-10);
+    }
+  }
+}
+
+TEST_CASE("attention module: perturbing token t changes no output before t, bit for bit") {
+  for (AttentionImpl impl : kImpls) {
+    CAPTURE(impl_name(impl));
+    const auto attn = make_attention(true, impl, 6);
+    const Tensor x = random({B, T, C}, 7, DType::Float64, false);
+    const std::vector<double> before = attn->forward(x).to_vector();
+    for (int64_t t = 0; t < T; ++t) {
+      CAPTURE(t);
+      const Tensor perturbed = x.clone();
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t c = 0; c < C; ++c) perturbed.data<double>()[(b * T + t) * C + c] += 0.5;
+      const std::vector<double> after = attn->forward(perturbed).to_vector();
+      for (int64_t b = 0; b < B; ++b) {
+        const auto row = [&](const std::vector<double>& v, int64_t i) { return v.begin() + (b * T + i) * C; };
+        CHECK(std::equal(row(before, 0), row(before, t), row(after, 0)));       // positions < t: identical
+        CHECK_FALSE(std::equal(row(before, t), row(before, T), row(after, t)));  // positions >= t: changed
+      }
+    }
+  }
+}
+
+TEST_CASE("attention module: keep_attention returns A [B, H, T, T] for every head") {
+  const auto attn = make_attention(true, AttentionImpl::Composed, 8);
+  const Tensor x = random({B, T, C}, 9, DType::Float64, false);
+  attn->forward(x);
+  CHECK_FALSE(attn->attention().defined());
+
+  attn->set_keep_attention(true);
+  attn->forward(x);
+  const Tensor composed = attn->attention();
+  attn->set_impl(AttentionImpl::Fused);
+  attn->forward(x);
+  const Tensor fused = attn->attention();
+  CHECK(fused.shape() == Shape{B, H, T, T});
+  CHECK_FALSE(fused.requires_grad());
+  CHECK_CLOSE(fused, composed, 1e-12);
+
+  const std::vector<double> A = fused.to_vector();
+  for (int64_t row = 0; row < B * H * T; ++row) {
+    const int64_t i = row % T;
+    double total = 0;
+    for (int64_t j = 0; j < T; ++j) {
+      const double a = A[row * T + j];
+      total += a;
+      if (j > i) CHECK(a == 0.0);  // masked: exactly 0, not tiny
+    }
+    CHECK(total == doctest::Approx(1.0).epsilon(1e-12));
+  }
+}
+
+// b_K adds the same q_i·b_K/√d_h to every score S_ij of row i, and softmax is
+// shift-invariant per row: the key bias cannot change the output. In the
+// backward, each row of dS sums to 0, so dL/db_K = Σ_i (Σ_j dS_ij) q_i/√d_h = 0.
+TEST_CASE("attention module: the key bias gets no gradient (softmax is shift-invariant)") {
+  for (AttentionImpl impl : kImpls) {
+    CAPTURE(impl_name(impl));
+    const auto attn = make_attention(true, impl, 12);
+    const Tensor x = random({B, T, C}, 13), R = random({B, T, C}, 14, DType::Float64, false);
+    output_and_gradients(*attn, x, R);
+    Tensor dW_K, db_K;
+    for (const NamedTensor& p : attn->named_parameters()) {
+      if (p.name == "w_k.weight") dW_K = p.tensor.grad();
+      if (p.name == "w_k.bias") db_K = p.tensor.grad();
+    }
+    CHECK(max_abs(db_K) <= 1e-12 * max_abs(dW_K));  // rounding only
+  }
+}
+
+TEST_CASE("attention module: C must be a multiple of H") {
+  CHECK_THROWS_WITH_AS(MultiHeadSelfAttention(10, 4), doctest::Contains("C = 10 is not a multiple of H = 4"),
+                       Error);
+}
+
+TEST_CASE("attention module: gradcheck of a Block, input and every parameter") {
+  for (AttentionImpl impl : kImpls) {
+    CAPTURE(impl_name(impl));
+    Generator gen(10);
+    Block block(C, H, 0.0, GeluApprox::Erf, impl, &gen);
+    block.to(DType::Float64);
+    check_module(block, random({B, T, C}, 11), [&](const Tensor& x) { return block.forward(x); });
+  }
+}
+
+// The Block with PyTorch's weights gives PyTorch's output and gradients:
+// ≤ 1e-10 in float64, ≤ 1e-5 in float32 (normwise relative).
+TEST_CASE("attention module: Block matches PyTorch (golden file)") {
+  const SafetensorsFile golden = load_safetensors(ATTOGRAD_SOURCE_DIR "/tests/golden/block.safetensors");
+  const int64_t golden_C = golden.at("x").size(2), golden_H = 4;  // as in the script
+  for (AttentionImpl impl : kImpls) {
+    for (DType dtype : {DType::Float64, DType::Float32}) {
+      CAPTURE(impl_name(impl));
+      CAPTURE(dtype);
+      const double tolerance = dtype == DType::Float64 ? 1e-10 : 1e-5;
+      Generator gen(15);
+      Block block(golden_C, golden_H, 0.0, GeluApprox::Erf, impl, &gen);
+      block.to(dtype);
+      std::vector<NamedTensor> state;
+      for (const NamedTensor& p : block.named_parameters())
+        state.push_back({p.name, golden.at(p.name).to(dtype)});
+      block.load_state(state);
+
+      Tensor x = golden.at("x").to(dtype).clone();
+      x.requires_grad_();
+      const Tensor out = block.forward(x);
+      sum(out * golden.at("R").to(dtype)).backward();
+
+      CHECK_CLOSE(out, golden.at("out"), tolerance);
+      CHECK_CLOSE(x.grad(), golden.at("grad.x"), tolerance);
+      for (const NamedTensor& p : block.named_parameters()) {
+        CAPTURE(p.name);
+        if (p.name == "attn.w_k.bias")  // exactly 0 in theory: both sides are rounding noise
+          CHECK(max_abs(p.tensor.grad()) <= tolerance * max_abs(golden.at("grad.attn.w_k.weight")));
+        else
+          CHECK_CLOSE(p.tensor.grad(), golden.at("grad." + p.name), tolerance);
+      }
+    }
+  }
+}

@@ -1,0 +1,323 @@
+// nn::Module and the layers: hierarchical names, load_state and its errors,
+// conversions, modes; gradchecks of Linear, LayerNorm, Embedding and MLP; the
+// GPT's parameter names and count, tied head, initialisation, loss at init,
+// and a gradcheck of its loss over every parameter.
+#include <cmath>
+
+#include "nn/gpt.h"
+#include "tests/helpers.h"
+
+using namespace ag;
+using namespace ag::nn;
+using ag::test::random;
+
+namespace {
+using Inputs = std::vector<Tensor>;
+
+std::vector<std::string> names_of(const Module& m) {
+  std::vector<std::string> names;
+  for (const NamedTensor& p : m.named_parameters()) names.push_back(p.name);
+  return names;
+}
+
+// Gradcheck of `f` over `x` (if defined) and every parameter of `m` (the check
+// perturbs them in place; f reads them through the module) but the key biases:
+// dL/db_K is exactly 0 (see test_attention_module.cpp), so its finite
+// differences are rounding noise with no scale to compare against.
+void check_module(Module& m, const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
+  m.to(DType::Float64);
+  Inputs inputs;
+  if (x.defined()) inputs.push_back(x);
+  for (const NamedTensor& p : m.named_parameters())
+    if (!p.name.ends_with("w_k.bias")) inputs.push_back(p.tensor);
+  CHECK_GRADCHECK([&](const Inputs&) { return f(x); }, inputs);
+}
+
+Tensor random_tokens(const Shape& shape, int64_t V, uint64_t seed) {
+  Generator gen(seed);
+  std::vector<int64_t> t(numel(shape));
+  for (int64_t& v : t) v = static_cast<int64_t>(gen.integer(V));
+  return Tensor::from_indices(t, shape);
+}
+
+// Mean and standard deviation of a tensor's elements.
+std::pair<double, double> moments(const Tensor& t) {
+  const std::vector<double> v = t.to_vector();
+  double mean = 0, var = 0;
+  for (double x : v) mean += x / v.size();
+  for (double x : v) var += (x - mean) * (x - mean) / v.size();
+  return {mean, std::sqrt(var)};
+}
+
+GPTConfig tiny_config() {
+  return {.vocab_size = 11, .block_size = 6, .n_layer = 2, .n_head = 2, .n_embd = 8};
+}
+
+// A module that registers one tensor under two names: it must be listed once.
+struct TiedPair : Module {
+  TiedPair() {
+    const Tensor shared = Tensor::ones({2, 3});
+    register_parameter("first", shared);
+    register_parameter("second", shared);
+    register_parameter("other", Tensor::zeros({4}));
+  }
+};
+}  // namespace
+
+TEST_CASE("nn: Linear computes xW + b with W stored [in, out]") {
+  Generator gen(1);
+  Linear linear(3, 4, true, &gen);
+  CHECK(names_of(linear) == std::vector<std::string>{"weight", "bias"});
+  CHECK(linear.weight().shape() == Shape{3, 4});
+  CHECK(linear.weight().requires_grad());
+  const Tensor x = random({2, 5, 3}, 2, DType::Float32, false);
+  const Tensor expected = matmul(x, linear.weight()) + linear.bias();
+  CHECK_CLOSE(linear.forward(x), expected, 1e-6);
+  CHECK(names_of(Linear(3, 4, false, &gen)) == std::vector<std::string>{"weight"});
+  CHECK_THROWS_AS(linear.forward(random({2, 4}, 3, DType::Float32, false)), Error);
+}
+
+TEST_CASE("nn: gradcheck of Linear, LayerNorm, Embedding and MLP") {
+  Generator gen(3);
+  SUBCASE("Linear") {
+    Linear linear(4, 3, true, &gen);
+    check_module(linear, random({2, 3, 4}, 4), [&](const Tensor& x) { return linear.forward(x); });
+  }
+  SUBCASE("LayerNorm") {
+    LayerNorm ln(5);
+    check_module(ln, random({3, 5}, 5), [&](const Tensor& x) { return ln.forward(x); });
+  }
+  SUBCASE("Embedding") {
+    Embedding emb(5, 3, &gen);
+    const Tensor idx = Tensor::from_indices({0, 4, 4, 2}, {2, 2});  // a repeated row sums its gradients
+    check_module(emb, Tensor(), [&](const Tensor&) { return emb.forward(idx); });
+  }
+  SUBCASE("MLP, both GELUs") {
+    for (GeluApprox approx : {GeluApprox::Erf, GeluApprox::Tanh}) {
+      MLP mlp(4, approx, 0.0, &gen);
+      CHECK(names_of(mlp) == std::vector<std::string>{"fc.weight", "fc.bias", "proj.weight", "proj.bias"});
+      check_module(mlp, random({2, 3, 4}, 6), [&](const Tensor& x) { return mlp.forward(x); });
+    }
+  }
+}
+
+TEST_CASE("nn: Dropout is the identity in eval mode, and train/eval reach every submodule") {
+  GPTConfig config = tiny_config();
+  config.dropout = 0.5;
+  Generator gen(7);
+  GPT gpt(config, gen);
+  CHECK(gpt.block(1).attn().is_training());
+  gpt.eval();
+  CHECK_FALSE(gpt.is_training());
+  CHECK_FALSE(gpt.block(1).attn().is_training());
+  const Tensor idx = random_tokens({2, 6}, config.vocab_size, 8);
+  const std::vector<double> a = gpt.forward(idx).to_vector(), b = gpt.forward(idx).to_vector();
+  CHECK(a == b);
+  gpt.train();
+  CHECK(gpt.block(1).attn().is_training());
+
+  Dropout dropout(0.5);
+  const Tensor x = Tensor::ones({1000});
+  const std::vector<double> y = dropout.forward(x).to_vector();
+  CHECK(std::count(y.begin(), y.end(), 0.0) > 300);
+  CHECK(std::count(y.begin(), y.end(), 2.0) > 300);
+  dropout.eval();
+  CHECK(dropout.forward(x).to_vector() == x.to_vector());
+}
+
+TEST_CASE("nn: hierarchical names of a Block, in registration order") {
+  Block block(8, 2);
+  CHECK(names_of(block) ==
+        std::vector<std::string>{"ln1.weight",        "ln1.bias",        "attn.w_q.weight", "attn.w_q.bias",
+                                 "attn.w_k.weight",   "attn.w_k.bias",   "attn.w_v.weight", "attn.w_v.bias",
+                                 "attn.w_o.weight",   "attn.w_o.bias",   "ln2.weight",      "ln2.bias",
+                                 "mlp.fc.weight",     "mlp.fc.bias",     "mlp.proj.weight", "mlp.proj.bias"});
+  for (const Tensor& p : block.parameters()) CHECK(p.requires_grad());
+}
+
+TEST_CASE("nn: a tensor registered twice is listed and counted once") {
+  TiedPair m;
+  CHECK(names_of(m) == std::vector<std::string>{"first", "other"});
+  CHECK(m.num_parameters() == 10);
+}
+
+TEST_CASE("nn: load_state copies into the existing storages") {
+  Generator gen(9);
+  Linear source(3, 2, true, &gen), target(3, 2, true, &gen);
+  const Tensor held = target.weight();  // as an optimizer holds it
+  target.load_state(source.state());
+  CHECK(held.same(target.weight()));
+  CHECK(held.to_vector() == source.weight().to_vector());
+  CHECK(target.bias().to_vector() == source.bias().to_vector());
+}
+
+TEST_CASE("nn: load_state errors name the parameter") {
+  Generator gen(10);
+  Linear linear(3, 2, true, &gen);
+  const Tensor w = Tensor::zeros({3, 2}), b = Tensor::zeros({2});
+  CHECK_THROWS_WITH_AS(linear.load_state({{"weight", w}}), doctest::Contains("'bias' is missing"), Error);
+  CHECK_THROWS_WITH_AS(linear.load_state({{"weight", Tensor::zeros({2, 3})}, {"bias", b}}),
+                       doctest::Contains("'weight' is [3,2] float32 but the state holds [2,3] float32"),
+                       Error);
+  CHECK_THROWS_WITH_AS(linear.load_state({{"weight", w}, {"bias", b.to(DType::Float64)}}),
+                       doctest::Contains("'bias' is [2] float32 but the state holds [2] float64"), Error);
+  CHECK_THROWS_WITH_AS(linear.load_state({{"weight", w}, {"bias", b}, {"scale", b}}),
+                       doctest::Contains("'scale'"), Error);
+  linear.load_state({{"weight", w}, {"bias", b}});
+  CHECK(linear.weight().to_vector() == w.to_vector());
+}
+
+TEST_CASE("nn: to(DType) converts every parameter in place and drops gradients") {
+  Generator gen(11);
+  MLP mlp(4, GeluApprox::Erf, 0.0, &gen);
+  const std::vector<Tensor> before = mlp.parameters();
+  const std::vector<double> values = before[0].to_vector();
+  sum(mlp.forward(random({2, 4}, 12, DType::Float32, false))).backward();
+  CHECK(before[0].grad().defined());
+  mlp.to(DType::Float64);
+  const std::vector<Tensor> after = mlp.parameters();
+  for (size_t i = 0; i < after.size(); ++i) {
+    CHECK(after[i].same(before[i]));
+    CHECK(after[i].dtype() == DType::Float64);
+    CHECK(after[i].requires_grad());
+    CHECK_FALSE(after[i].grad().defined());
+  }
+  CHECK(after[0].to_vector() == values);  // float32 -> float64 is exact
+  CHECK(mlp.forward(random({2, 4}, 12)).dtype() == DType::Float64);
+}
+
+TEST_CASE("nn: zero_grad clears every gradient") {
+  Generator gen(13);
+  Linear linear(3, 2, true, &gen);
+  sum(linear.forward(random({4, 3}, 14, DType::Float32, false))).backward();
+  CHECK(linear.weight().grad().defined());
+  linear.zero_grad();
+  for (const Tensor& p : linear.parameters()) CHECK_FALSE(p.grad().defined());
+}
+
+TEST_CASE("nn: GPT parameter names and count") {
+  const GPTConfig config = tiny_config();
+  Generator gen(15);
+  GPT gpt(config, gen);
+  std::vector<std::string> expected = {"tok_emb.weight", "pos_emb.weight"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    for (const char* name : {"ln1.weight", "ln1.bias", "attn.w_q.weight", "attn.w_q.bias", "attn.w_k.weight",
+                             "attn.w_k.bias", "attn.w_v.weight", "attn.w_v.bias", "attn.w_o.weight",
+                             "attn.w_o.bias", "ln2.weight", "ln2.bias", "mlp.fc.weight", "mlp.fc.bias",
+                             "mlp.proj.weight", "mlp.proj.bias"})
+      expected.push_back(b + name);
+  }
+  expected.push_back("ln_f.weight");
+  expected.push_back("ln_f.bias");
+  CHECK(names_of(gpt) == expected);
+
+  const int64_t V = 11, T = 6, C = 8, N = 2;
+  const int64_t per_block = 2 * C + 4 * (C * C + C) + 2 * C + (C * 4 * C + 4 * C) + (4 * C * C + C);
+  CHECK(gpt.num_parameters() == V * C + T * C + N * per_block + 2 * C);
+}
+
+TEST_CASE("nn: GPT output head is tied to tok_emb (one parameter, both gradients)") {
+  const GPTConfig config = tiny_config();
+  Generator gen(16);
+  GPT gpt(config, gen);
+  // Tokens 0..4 only: rows 5..10 of tok_emb.weight get gradient from the head alone.
+  const Tensor idx = Tensor::from_indices({0, 1, 2, 3, 4, 0}, {1, 6});
+  gpt.loss(idx, Tensor::from_indices({1, 2, 3, 4, 0, 1}, {1, 6})).backward();
+  const Tensor grad = gpt.named_parameters()[0].tensor.grad();
+  const std::vector<double> g = grad.to_vector();
+  bool unused_rows_have_gradient = true;
+  for (int64_t row = 5; row < config.vocab_size; ++row) {
+    double norm = 0;
+    for (int64_t c = 0; c < config.n_embd; ++c) norm += std::abs(g[row * config.n_embd + c]);
+    unused_rows_have_gradient = unused_rows_have_gradient && norm > 0;
+  }
+  CHECK(unused_rows_have_gradient);
+  for (const NamedTensor& p : gpt.named_parameters()) CHECK(p.name.find("head") == std::string::npos);
+}
+
+TEST_CASE("nn: GPT initialisation statistics") {
+  const GPTConfig config{.vocab_size = 256, .block_size = 64, .n_layer = 8, .n_head = 4, .n_embd = 64};
+  Generator gen(17);
+  GPT gpt(config, gen);
+  const double residual_std = 0.02 / std::sqrt(2.0 * 8);
+  for (const NamedTensor& p : gpt.named_parameters()) {
+    CAPTURE(p.name);
+    const auto [mean, sd] = moments(p.tensor);
+    const bool layer_norm = p.name.find("ln") != std::string::npos;
+    if (layer_norm && p.name.ends_with("weight")) {
+      CHECK(mean == 1.0);
+      CHECK(sd == 0.0);
+    } else if (p.name.ends_with("bias")) {
+      CHECK(mean == 0.0);
+      CHECK(sd == 0.0);
+    } else {
+      const bool residual = p.name.ends_with("w_o.weight") || p.name.ends_with("proj.weight");
+      const double expected = residual ? residual_std : 0.02;
+      CHECK(std::abs(mean) < 0.2 * expected);
+      CHECK(sd == doctest::Approx(expected).epsilon(0.1));
+    }
+  }
+}
+
+TEST_CASE("nn: GPT loss at init is close to ln(V)") {
+  const GPTConfig config{.vocab_size = 64, .block_size = 16, .n_layer = 2, .n_head = 4, .n_embd = 32};
+  Generator gen(18);
+  GPT gpt(config, gen);
+  const double loss = gpt.loss(random_tokens({4, 16}, 64, 19), random_tokens({4, 16}, 64, 20)).item();
+  CHECK(loss == doctest::Approx(std::log(64.0)).epsilon(0.02));
+}
+
+TEST_CASE("nn: GPT forward shapes and the block_size check") {
+  const GPTConfig config = tiny_config();
+  Generator gen(21);
+  GPT gpt(config, gen);
+  CHECK(gpt.forward(random_tokens({3, 6}, 11, 22)).shape() == Shape{3, 6, 11});
+  CHECK(gpt.forward(random_tokens({1, 1}, 11, 23)).shape() == Shape{1, 1, 11});
+  CHECK_THROWS_WITH_AS(gpt.forward(random_tokens({1, 7}, 11, 24)), doctest::Contains("block_size = 6"),
+                       Error);
+}
+
+TEST_CASE("nn: GPT gradcheck of the loss over every parameter, both attention impls") {
+  for (AttentionImpl impl : {AttentionImpl::Composed, AttentionImpl::Fused}) {
+    GPTConfig config{.vocab_size = 7, .block_size = 4, .n_layer = 1, .n_head = 2, .n_embd = 4};
+    config.attention = impl;
+    Generator gen(25);
+    GPT gpt(config, gen);
+    // Weights of scale 0.5 instead of 0.02: the attention is then far from
+    // uniform, and no parameter's gradient is so small that rounding dominates.
+    std::vector<NamedTensor> state = gpt.state();
+    for (NamedTensor& p : state) p.tensor = Tensor::randn(p.tensor.shape(), DType::Float32, &gen, 0.0, 0.5);
+    gpt.load_state(state);
+    const Tensor idx = random_tokens({2, 4}, 7, 26), targets = random_tokens({2, 4}, 7, 27);
+    check_module(gpt, Tensor(), [&](const Tensor&) { return gpt.loss(idx, targets); });
+  }
+}
+
+TEST_CASE("nn: GPT causality: changing token t leaves the logits before t bit for bit") {
+  const GPTConfig config = tiny_config();
+  Generator gen(28);
+  GPT gpt(config, gen);
+  gpt.to(DType::Float64);
+  std::vector<int64_t> tokens = random_tokens({1, 6}, 11, 29).to_indices();
+  const std::vector<double> before = gpt.forward(Tensor::from_indices(tokens, {1, 6})).to_vector();
+  const int64_t t = 3, V = config.vocab_size;
+  tokens[t] = (tokens[t] + 1) % V;
+  const std::vector<double> after = gpt.forward(Tensor::from_indices(tokens, {1, 6})).to_vector();
+  CHECK(std::equal(before.begin(), before.begin() + t * V, after.begin()));
+  CHECK_FALSE(std::equal(before.begin() + t * V, before.end(), after.begin() + t * V));
+}
+
+TEST_CASE("nn: to(Device) moves every parameter in place") {
+  if (!ag::test::cuda_or_skip()) return;
+  Generator gen(30);
+  Linear linear(3, 2, true, &gen);
+  const Tensor held = linear.weight();
+  const std::vector<double> values = held.to_vector();
+  linear.to(Device::CUDA);
+  CHECK(held.device() == Device::CUDA);
+  CHECK(linear.bias().device() == Device::CUDA);
+  linear.to(Device::CPU);
+  CHECK(held.device() == Device::CPU);
+  CHECK(held.to_vector() == values);
+}
