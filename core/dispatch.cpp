@@ -1,10 +1,12 @@
 // The device switch. Each entry point checks that its tensors share one device
-// and forwards to that device's kernel: at most two hops from an op to a loop.
+// and forwards to that device's kernel, cpu:: (core/cpu/) or cuda:: (cuda/): at
+// most two hops from an op to a loop.
 #include "core/dispatch.h"
 
 #include <initializer_list>
 
 #include "core/cpu/cpu.h"
+#include "cuda/cuda.h"
 
 namespace ag::kernel {
 
@@ -19,117 +21,149 @@ Device device_of(const char* kernel, std::initializer_list<const Tensor*> tensor
   return device;
 }
 
+// True for CPU tensors, false for CUDA ones (after the same-device check).
 bool on_cpu(const char* kernel, std::initializer_list<const Tensor*> tensors) {
-  if (device_of(kernel, tensors) == Device::CPU) return true;
-  throw Error(std::string(kernel) + ": no CUDA kernel in this build yet");
+  return device_of(kernel, tensors) == Device::CPU;
 }
 }  // namespace
 
 void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst,
                   const StridedView& dst_view, const Shape& shape) {
   if (on_cpu("copy_strided", {&src, &dst})) cpu::copy_strided(src, src_view, dst, dst_view, shape);
+  else cuda::copy_strided(src, src_view, dst, dst_view, shape);
 }
 void fill(Tensor& out, double value) {
   if (on_cpu("fill", {&out})) cpu::fill(out, value);
+  else cuda::fill(out, value);
 }
 void cast(const Tensor& src, Tensor& dst) {
   if (on_cpu("cast", {&src, &dst})) cpu::cast(src, dst);
+  else cuda::cast(src, dst);
 }
 
 void unary(UnaryOp op, const Tensor& x, Tensor& y) {
   if (on_cpu("unary", {&x, &y})) cpu::unary(op, x, y);
+  else cuda::unary(op, x, y);
 }
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dY, Tensor& dX) {
   if (on_cpu("unary_backward", {&x, &dY, &dX})) cpu::unary_backward(op, x, dY, dX);
+  else cuda::unary_backward(op, x, dY, dX);
 }
 void affine(const Tensor& x, double scale, double shift, Tensor& y) {
   if (on_cpu("affine", {&x, &y})) cpu::affine(x, scale, shift, y);
+  else cuda::affine(x, scale, shift, y);
 }
 void pow_scalar(const Tensor& x, double exponent, Tensor& y) {
   if (on_cpu("pow", {&x, &y})) cpu::pow_scalar(x, exponent, y);
+  else cuda::pow_scalar(x, exponent, y);
 }
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   if (on_cpu("binary", {&a, &b, &out})) cpu::binary(op, a, b, out);
+  else cuda::binary(op, a, b, out);
 }
 
 void sum_to_shape(const Tensor& x, Tensor& out) {
   if (on_cpu("sum_to_shape", {&x, &out})) cpu::sum_to_shape(x, out);
+  else cuda::sum_to_shape(x, out);
 }
 void max_dim(const Tensor& x, const ReduceDims& dims, Tensor& values, Tensor& argmax) {
   if (on_cpu("max_dim", {&x, &values, &argmax})) cpu::max_dim(x, dims, values, argmax);
+  else cuda::max_dim(x, dims, values, argmax);
 }
 void max_dim_backward(const Tensor& dValues, const Tensor& argmax, const ReduceDims& dims,
                       Tensor& dX) {
   if (on_cpu("max_dim_backward", {&dValues, &argmax, &dX}))
     cpu::max_dim_backward(dValues, argmax, dims, dX);
+  else
+    cuda::max_dim_backward(dValues, argmax, dims, dX);
 }
 
 void gemm(const GemmShape& shape, const Tensor& A, const Tensor& B, Tensor& C) {
   if (on_cpu("gemm", {&A, &B, &C})) cpu::gemm(shape, A, B, C);
+  else cuda::gemm(shape, A, B, C);
 }
 
 void softmax(const Tensor& x, Tensor& y) {
   if (on_cpu("softmax", {&x, &y})) cpu::softmax(x, y);
+  else cuda::softmax(x, y);
 }
 void softmax_backward(const Tensor& y, const Tensor& dY, Tensor& dX) {
   if (on_cpu("softmax_backward", {&y, &dY, &dX})) cpu::softmax_backward(y, dY, dX);
+  else cuda::softmax_backward(y, dY, dX);
 }
 void causal_softmax(const Tensor& x, Tensor& y) {
   if (on_cpu("causal_softmax", {&x, &y})) cpu::causal_softmax(x, y);
+  else cuda::causal_softmax(x, y);
 }
 void log_softmax(const Tensor& x, Tensor& y) {
   if (on_cpu("log_softmax", {&x, &y})) cpu::log_softmax(x, y);
+  else cuda::log_softmax(x, y);
 }
 void log_softmax_backward(const Tensor& y, const Tensor& dY, Tensor& dX) {
   if (on_cpu("log_softmax_backward", {&y, &dY, &dX})) cpu::log_softmax_backward(y, dY, dX);
+  else cuda::log_softmax_backward(y, dY, dX);
 }
 void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                    Tensor& loss, Tensor& lse) {
   if (on_cpu("cross_entropy", {&logits, &targets, &loss, &lse}))
     cpu::cross_entropy(logits, targets, ignore_index, loss, lse);
+  else
+    cuda::cross_entropy(logits, targets, ignore_index, loss, lse);
 }
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                             int64_t ignore_index, double scale, Tensor& dLogits) {
   if (on_cpu("cross_entropy_backward", {&logits, &targets, &lse, &dLogits}))
     cpu::cross_entropy_backward(logits, targets, lse, ignore_index, scale, dLogits);
+  else
+    cuda::cross_entropy_backward(logits, targets, lse, ignore_index, scale, dLogits);
 }
 
 void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
                 Tensor& mean, Tensor& rstd) {
   if (on_cpu("layer_norm", {&x, &weight, &bias, &y, &mean, &rstd}))
     cpu::layer_norm(x, weight, bias, eps, y, mean, rstd);
+  else
+    cuda::layer_norm(x, weight, bias, eps, y, mean, rstd);
 }
 void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
                          const Tensor& rstd, const Tensor& dY, Tensor& dX, Tensor& dWeight,
                          Tensor& dBias) {
   if (on_cpu("layer_norm_backward", {&x, &weight, &mean, &rstd, &dY, &dX, &dWeight, &dBias}))
     cpu::layer_norm_backward(x, weight, mean, rstd, dY, dX, dWeight, dBias);
+  else
+    cuda::layer_norm_backward(x, weight, mean, rstd, dY, dX, dWeight, dBias);
 }
 
 void embedding(const Tensor& weight, const Tensor& indices, Tensor& out) {
   if (on_cpu("embedding", {&weight, &indices, &out})) cpu::embedding(weight, indices, out);
+  else cuda::embedding(weight, indices, out);
 }
 void embedding_backward(const Tensor& dOut, const Tensor& indices, Tensor& dWeight) {
   if (on_cpu("embedding_backward", {&dOut, &indices, &dWeight}))
     cpu::embedding_backward(dOut, indices, dWeight);
+  else
+    cuda::embedding_backward(dOut, indices, dWeight);
 }
 
 void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& y) {
   if (on_cpu("dropout", {&x, &y})) cpu::dropout(x, p, seed, offset, y);
+  else cuda::dropout(x, p, seed, offset, y);
 }
 
 void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& hyper) {
   if (on_cpu("adam_step", {&param, &grad, &m, &v})) cpu::adam_step(param, grad, m, v, hyper);
+  else cuda::adam_step(param, grad, m, v, hyper);
 }
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdHyper& hyper) {
   if (on_cpu("sgd_step", {&param, &grad, &momentum_buffer})) cpu::sgd_step(param, grad, momentum_buffer, hyper);
+  else cuda::sgd_step(param, grad, momentum_buffer, hyper);
 }
 double sum_of_squares(const Tensor& x) {
-  if (on_cpu("sum_of_squares", {&x})) return cpu::sum_of_squares(x);
-  return 0.0;
+  return on_cpu("sum_of_squares", {&x}) ? cpu::sum_of_squares(x) : cuda::sum_of_squares(x);
 }
 void scale_inplace(Tensor& x, double factor) {
   if (on_cpu("scale_inplace", {&x})) cpu::scale_inplace(x, factor);
+  else cuda::scale_inplace(x, factor);
 }
 
 }  // namespace ag::kernel

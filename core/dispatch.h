@@ -72,8 +72,9 @@ struct GemmShape {
 void gemm(const GemmShape& shape, const Tensor& A, const Tensor& B, Tensor& C);
 
 // --- softmax family (over the last dim, rows [N, C]) ------------------------------------
-// Each subtracts the row max first. A row that is entirely -inf (fully masked)
-// gives zeros, not NaN.
+// Each subtracts the row max first. In softmax and causal_softmax a row that is
+// entirely -inf (fully masked) gives zeros, not NaN; log_softmax and
+// cross_entropy give NaN there, as PyTorch does (no log-probability exists).
 void softmax(const Tensor& x, Tensor& y);
 void softmax_backward(const Tensor& y, const Tensor& dY, Tensor& dX);      // dX = y*(dY - rowsum(dY*y))
 // The attention softmax: x is [..., T, T] and row i of each T×T matrix keeps

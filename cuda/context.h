@@ -1,9 +1,11 @@
-// The CUDA context: the one place that owns the device, its memory and the
-// cuBLAS handle. Built from cuda/context.cu when nvcc is found, otherwise from
-// cuda/disabled.cpp, whose functions report "no device" or throw a clear
-// "built without CUDA" error, so callers never need #ifdefs.
+// The CUDA context: the one place that owns the device's stream, its memory
+// (a caching allocator) and the cuBLAS handle. Built from cuda/context.cu when
+// nvcc is found, otherwise from cuda/disabled.cpp, whose functions report "no
+// device" or throw a clear "built without CUDA" error, so callers never need
+// #ifdefs. Everything runs on device 0, on one stream, in queue order.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace ag::cuda {
@@ -15,12 +17,35 @@ bool available();
 // "NVIDIA H200 (sm_90, 139 GiB)", or why there is none.
 std::string describe_device();
 
+// --- memory: the caching allocator (cuda/context.cu explains it) ---------------
+// deallocate must get the nbytes that allocate was given.
 void* allocate(size_t nbytes);
 void deallocate(void* ptr, size_t nbytes);
+struct MemoryStats {
+  size_t in_use_bytes = 0;     // held by live blocks (rounded sizes)
+  size_t cached_bytes = 0;     // freed blocks kept for reuse
+  int64_t device_mallocs = 0;  // cudaMalloc calls so far; flat in a steady training loop
+};
+MemoryStats memory_stats();
+void empty_cache();  // returns every cached block to the driver
+
+// Both copies are ordered after the work already queued; device-to-host waits
+// for it (the host reads the result).
 void copy_host_to_device(void* dst, const void* src, size_t nbytes);
 void copy_device_to_host(void* dst, const void* src, size_t nbytes);
+void synchronize();  // waits for all queued work
 
-// The process's cuBLAS handle (a cublasHandle_t), created on first use.
+// --- the stream and cuBLAS ---------------------------------------------------------
+// The cudaStream_t every kernel, copy and cuBLAS call is queued on.
+void* stream();
+// The process's cuBLAS handle (a cublasHandle_t), bound to stream(), created on first use.
 void* cublas_handle();
+
+// TF32 tensor cores for float32 GEMMs: about 8x the FFMA rate on Hopper but a
+// 10-bit mantissa in the products (relative error ~1e-3 instead of ~1e-7).
+// Off by default, so CUDA float32 matches the CPU to 1e-5; turn it on for
+// speed when that precision is not needed. Float64 GEMMs are unaffected.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
 
 }  // namespace ag::cuda

@@ -1,22 +1,76 @@
-// cuda/context.h for builds without CUDA: no device, and a clear error for
-// anything that needs one.
+// cuda/context.h and cuda/cuda.h for builds without CUDA: no device, and a clear
+// error for anything that needs one. The kernels are only reachable through the
+// dispatcher with a CUDA tensor, which cannot exist in such a build, so their
+// error is a backstop.
 #include "core/error.h"
 #include "cuda/context.h"
+#include "cuda/cuda.h"
 
 namespace ag::cuda {
 
 namespace {
 [[noreturn]] void built_without_cuda(const char* what) {
-  throw Error(std::string(what) + ": attograd was built without CUDA (nvcc was not found at configure time)");
+  throw Error(std::string("cuda::") + what +
+              ": attograd was built without CUDA (nvcc was not found at configure time)");
 }
+bool tf32_allowed = false;
 }  // namespace
 
+// The body of every function below that needs a device.
+#define AG_WITHOUT_CUDA { built_without_cuda(__func__); }
+
+// --- context ---------------------------------------------------------------------------
 bool available() { return false; }
 std::string describe_device() { return "no CUDA device: built without CUDA"; }
-void* allocate(size_t) { built_without_cuda("cuda::allocate"); }
+void* allocate(size_t) AG_WITHOUT_CUDA
 void deallocate(void*, size_t) {}
-void copy_host_to_device(void*, const void*, size_t) { built_without_cuda("cuda::copy_host_to_device"); }
-void copy_device_to_host(void*, const void*, size_t) { built_without_cuda("cuda::copy_device_to_host"); }
-void* cublas_handle() { built_without_cuda("cuda::cublas_handle"); }
+MemoryStats memory_stats() { return {}; }
+void empty_cache() {}
+void copy_host_to_device(void*, const void*, size_t) AG_WITHOUT_CUDA
+void copy_device_to_host(void*, const void*, size_t) AG_WITHOUT_CUDA
+void synchronize() AG_WITHOUT_CUDA
+void* stream() AG_WITHOUT_CUDA
+void* cublas_handle() AG_WITHOUT_CUDA
+void set_allow_tf32(bool allow) { tf32_allowed = allow; }
+bool allow_tf32() { return tf32_allowed; }
+
+// --- kernels (cuda/cuda.h) ------------------------------------------------------------
+void copy_strided(const Tensor&, const StridedView&, Tensor&, const StridedView&, const Shape&) AG_WITHOUT_CUDA
+void fill(Tensor&, double) AG_WITHOUT_CUDA
+void cast(const Tensor&, Tensor&) AG_WITHOUT_CUDA
+
+void unary(UnaryOp, const Tensor&, Tensor&) AG_WITHOUT_CUDA
+void unary_backward(UnaryOp, const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
+void affine(const Tensor&, double, double, Tensor&) AG_WITHOUT_CUDA
+void pow_scalar(const Tensor&, double, Tensor&) AG_WITHOUT_CUDA
+void binary(BinaryOp, const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
+
+void sum_to_shape(const Tensor&, Tensor&) AG_WITHOUT_CUDA
+void max_dim(const Tensor&, const ReduceDims&, Tensor&, Tensor&) AG_WITHOUT_CUDA
+void max_dim_backward(const Tensor&, const Tensor&, const ReduceDims&, Tensor&) AG_WITHOUT_CUDA
+
+void gemm(const GemmShape&, const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
+
+void softmax(const Tensor&, Tensor&) AG_WITHOUT_CUDA
+void softmax_backward(const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
+void causal_softmax(const Tensor&, Tensor&) AG_WITHOUT_CUDA
+void log_softmax(const Tensor&, Tensor&) AG_WITHOUT_CUDA
+void log_softmax_backward(const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
+void cross_entropy(const Tensor&, const Tensor&, int64_t, Tensor&, Tensor&) AG_WITHOUT_CUDA
+void cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, int64_t, double, Tensor&) AG_WITHOUT_CUDA
+
+void layer_norm(const Tensor&, const Tensor&, const Tensor&, double, Tensor&, Tensor&, Tensor&) AG_WITHOUT_CUDA
+void layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&,
+                         Tensor&) AG_WITHOUT_CUDA
+
+void embedding(const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
+void embedding_backward(const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
+
+void dropout(const Tensor&, double, uint64_t, uint64_t, Tensor&) AG_WITHOUT_CUDA
+
+void adam_step(Tensor&, const Tensor&, Tensor&, Tensor&, const kernel::AdamHyper&) AG_WITHOUT_CUDA
+void sgd_step(Tensor&, const Tensor&, Tensor&, const kernel::SgdHyper&) AG_WITHOUT_CUDA
+double sum_of_squares(const Tensor&) AG_WITHOUT_CUDA
+void scale_inplace(Tensor&, double) AG_WITHOUT_CUDA
 
 }  // namespace ag::cuda

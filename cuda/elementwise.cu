@@ -1,0 +1,139 @@
+// Elementwise kernels: one thread per element (grid-stride), the op chosen by a
+// switch that every thread of a launch takes the same way. The scalar math is
+// core/elementwise_math.h, shared with the CPU. Reference: core/cpu/elementwise.cpp.
+#include "core/elementwise_math.h"
+#include "cuda/cuda.h"
+#include "cuda/launch.cuh"
+
+namespace ag::cuda {
+
+namespace {
+template <class T> struct Unary {
+  UnaryOp op;
+  const T* x;
+  T* y;
+  __device__ void operator()(int64_t i) const {
+    const T v = x[i];
+    switch (op) {
+      case UnaryOp::Neg: y[i] = -v; break;
+      case UnaryOp::Exp: y[i] = std::exp(v); break;
+      case UnaryOp::Log: y[i] = std::log(v); break;
+      case UnaryOp::Tanh: y[i] = std::tanh(v); break;
+      case UnaryOp::Relu: y[i] = math::relu(v); break;
+      case UnaryOp::GeluErf: y[i] = math::gelu_erf(v); break;
+      case UnaryOp::GeluTanh: y[i] = math::gelu_tanh(v); break;
+    }
+  }
+};
+
+// dX = dY · f'(x), for the ops unary_backward accepts (checked on the host).
+template <class T> struct UnaryBackward {
+  UnaryOp op;
+  const T* x;
+  const T* dY;
+  T* dX;
+  __device__ void operator()(int64_t i) const {
+    const T v = x[i];
+    T grad = 0;
+    switch (op) {
+      case UnaryOp::Relu: grad = math::relu_grad(v); break;
+      case UnaryOp::GeluErf: grad = math::gelu_erf_grad(v); break;
+      case UnaryOp::GeluTanh: grad = math::gelu_tanh_grad(v); break;
+      default: break;
+    }
+    dX[i] = dY[i] * grad;
+  }
+};
+
+template <class T> struct Affine {
+  const T* x;
+  T* y;
+  T scale, shift;
+  __device__ void operator()(int64_t i) const { y[i] = scale * x[i] + shift; }
+};
+
+template <class T> struct Pow {
+  const T* x;
+  T* y;
+  T exponent;
+  __device__ void operator()(int64_t i) const { y[i] = std::pow(x[i], exponent); }
+};
+
+template <class T> __device__ T apply(BinaryOp op, T u, T v) {
+  switch (op) {
+    case BinaryOp::Add: return u + v;
+    case BinaryOp::Sub: return u - v;
+    case BinaryOp::Mul: return u * v;
+    case BinaryOp::Div: return u / v;
+  }
+  return T(0);
+}
+
+// a and b of the output's shape.
+template <class T> struct BinarySameShape {
+  BinaryOp op;
+  const T *a, *b;
+  T* out;
+  __device__ void operator()(int64_t i) const { out[i] = apply(op, a[i], b[i]); }
+};
+
+// a and b read through broadcast strides (0 along the dims they are broadcast
+// on); the output is contiguous, so element i is written at i.
+template <class T> struct BinaryBroadcast {
+  BinaryOp op;
+  const T *a, *b;
+  T* out;
+  StridedIndex<2> index;  // operand 0: a, 1: b
+  __device__ void operator()(int64_t i) const {
+    int64_t offset[2];
+    index.offsets(i, offset);
+    out[i] = apply(op, a[offset[0]], b[offset[1]]);
+  }
+};
+}  // namespace
+
+void unary(UnaryOp op, const Tensor& x, Tensor& y) {
+  visit_floating(x.dtype(), "unary", [&](auto zero) {
+    using T = decltype(zero);
+    for_each_index(x.numel(), Unary<T>{op, ptr<const T>(x), ptr<T>(y)});
+  });
+}
+
+void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dY, Tensor& dX) {
+  visit_floating(x.dtype(), "unary_backward", [&](auto zero) {
+    using T = decltype(zero);
+    if (op != UnaryOp::Relu && op != UnaryOp::GeluErf && op != UnaryOp::GeluTanh)
+      throw Error("unary_backward: no kernel for this op (its derivative is an expression of y)");
+    for_each_index(x.numel(), UnaryBackward<T>{op, ptr<const T>(x), ptr<const T>(dY), ptr<T>(dX)});
+  });
+}
+
+void affine(const Tensor& x, double scale, double shift, Tensor& y) {
+  visit_floating(x.dtype(), "affine", [&](auto zero) {
+    using T = decltype(zero);
+    for_each_index(x.numel(), Affine<T>{ptr<const T>(x), ptr<T>(y), static_cast<T>(scale), static_cast<T>(shift)});
+  });
+}
+
+void pow_scalar(const Tensor& x, double exponent, Tensor& y) {
+  visit_floating(x.dtype(), "pow", [&](auto zero) {
+    using T = decltype(zero);
+    for_each_index(x.numel(), Pow<T>{ptr<const T>(x), ptr<T>(y), static_cast<T>(exponent)});
+  });
+}
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  visit_floating(a.dtype(), "binary", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t n = out.numel();
+    if (n == 0) return;
+    if (a.shape() == b.shape())
+      return for_each_index(n, BinarySameShape<T>{op, ptr<const T>(a), ptr<const T>(b), ptr<T>(out)});
+    const Shape& shape = out.shape();
+    const StridedIndex<2> index = make_strided_index<2>(
+        "binary", shape, {broadcast_strides(a.shape(), shape), broadcast_strides(b.shape(), shape)});
+    for_each_index(n, BinaryBroadcast<T>{op, ptr<const T>(a), ptr<const T>(b), ptr<T>(out), index});
+  });
+}
+
+}  // namespace ag::cuda

@@ -1,0 +1,187 @@
+// What the kernel files share: the stream, checked launches, a grid-stride
+// "for each index" kernel, block-wide reductions, strided indexing for
+// broadcasts and permutes, a deterministic sum of everything, and the
+// index-range check. Only .cu files include this.
+//
+// Conventions. Indices are int64 (tensors may exceed 2^31 elements). Grids only
+// use x, whose limit is 2^31 − 1 blocks (y and z stop at 65535), and kernels
+// loop grid-stride, so a capped grid covers any size. Nothing is launched for
+// zero elements (a zero-block grid is a launch error). No kernel uses float
+// atomics: every reduction adds in a fixed order, so results are the same bits
+// every run.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "cuda/check.h"
+#include "cuda/context.h"
+
+// After every <<<...>>>: a bad configuration shows up here, named by file:line.
+#define AG_CUDA_CHECK_LAUNCH() AG_CUDA_CHECK(cudaGetLastError())
+
+namespace ag::cuda {
+
+inline cudaStream_t current_stream() { return static_cast<cudaStream_t>(stream()); }
+
+template <class T> T* ptr(const Tensor& t) { return static_cast<T*>(t.raw_data()); }
+
+constexpr int kThreads = 256;            // threads per block for flat loops
+constexpr int64_t kMaxBlocks = 1 << 16;  // grid cap; grid-stride loops do the rest
+
+inline unsigned blocks_for(int64_t n, int threads = kThreads) {
+  return static_cast<unsigned>(std::min<int64_t>((n + threads - 1) / threads, kMaxBlocks));
+}
+
+// Threads for one block per row of `cols` elements: a whole number of warps
+// (block_reduce needs it), 32 to 256. Longer rows loop.
+inline int row_threads(int64_t cols) { return static_cast<int>(std::clamp<int64_t>((cols + 31) / 32 * 32, 32, 256)); }
+
+__device__ inline int64_t thread_index() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
+__device__ inline int64_t thread_count() { return gridDim.x * static_cast<int64_t>(blockDim.x); }
+
+// --- for each index ------------------------------------------------------------------
+// f(i) for i in [0, n). F is a small struct of pointers and scalars with a
+// __device__ operator()(int64_t) const: the elementwise kernels are written as such.
+template <class F> __global__ void for_each_kernel(int64_t n, F f) {
+  for (int64_t i = thread_index(); i < n; i += thread_count()) f(i);
+}
+
+template <class F> void for_each_index(int64_t n, const F& f) {
+  if (n == 0) return;
+  for_each_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(n, f);
+  AG_CUDA_CHECK_LAUNCH();
+}
+
+// --- one block per row ---------------------------------------------------------------
+// kernel<<<...>>>(args...) with one block per row of `cols` elements: the kernel
+// loops `for (row = blockIdx.x; row < rows; row += gridDim.x)` and its threads
+// stride along the row. Nothing is launched for zero rows.
+template <class... Params, class... Args>
+void launch_rows(void (*kernel)(Params...), int64_t rows, int64_t cols, Args... args) {
+  if (rows == 0) return;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, kMaxBlocks));
+  kernel<<<blocks, row_threads(cols), 0, current_stream()>>>(args...);
+  AG_CUDA_CHECK_LAUNCH();
+}
+
+// --- block-wide reductions -------------------------------------------------------------
+struct SumOp {
+  template <class T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct MaxOp {
+  template <class T> __device__ T operator()(T a, T b) const { return a < b ? b : a; }  // std::max's order
+};
+
+// op over v of every thread in the block; every thread gets the result. All
+// threads must call it, blockDim.x must be a multiple of 32, and `scratch` is
+// 32 elements of shared memory, free again when it returns. Warp shuffles
+// first, then every thread folds the per-warp values in warp order: a fixed
+// order, so the same bits every run.
+template <class T, class Op> __device__ T block_reduce(T v, Op op, T* scratch) {
+  for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int w = 1; w < warps; ++w) v = op(v, scratch[w]);
+  __syncthreads();
+  return v;
+}
+
+// --- strided indexing --------------------------------------------------------------
+// Element i (row-major) of `shape` sits at offset Σ_d index_d · strides[k][d] in
+// operand k. Built on the host by make_strided_index, which drops size-1 dims and
+// merges neighbours that every operand walks contiguously, so a permute of a
+// [B, T, H, d_h] tensor needs 3 dims and a plain broadcast 1 or 2.
+constexpr int kMaxRank = 8;
+
+template <int K> struct StridedIndex {
+  int rank = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t strides[K][kMaxRank] = {};
+
+  __device__ void offsets(int64_t i, int64_t (&out)[K]) const {
+    for (int k = 0; k < K; ++k) out[k] = 0;
+    for (int d = rank - 1; d >= 0; --d) {
+      const int64_t index = i % shape[d];
+      i /= shape[d];
+      for (int k = 0; k < K; ++k) out[k] += index * strides[k][d];
+    }
+  }
+};
+
+template <int K>
+StridedIndex<K> make_strided_index(const char* kernel, const Shape& shape,
+                                   const std::array<std::vector<int64_t>, K>& strides) {
+  std::vector<int64_t> dims;
+  std::array<std::vector<int64_t>, K> kept;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    const bool merge = !dims.empty() && [&] {
+      for (int k = 0; k < K; ++k)
+        if (kept[k].back() != strides[k][d] * shape[d]) return false;
+      return true;
+    }();
+    if (merge) {
+      dims.back() *= shape[d];
+      for (int k = 0; k < K; ++k) kept[k].back() = strides[k][d];
+    } else {
+      dims.push_back(shape[d]);
+      for (int k = 0; k < K; ++k) kept[k].push_back(strides[k][d]);
+    }
+  }
+  AG_CHECK(dims.size() <= kMaxRank, kernel << ": shape " << to_string(shape) << " has " << dims.size()
+                                           << " dims that cannot be merged; the CUDA kernel handles " << kMaxRank);
+  StridedIndex<K> index;
+  index.rank = static_cast<int>(dims.size());
+  for (size_t d = 0; d < dims.size(); ++d) {
+    index.shape[d] = dims[d];
+    for (int k = 0; k < K; ++k) index.strides[k][d] = kept[k][d];
+  }
+  return index;
+}
+
+// --- deterministic total -------------------------------------------------------------
+// *out = Σ_{i<n} load(i), added in double: a fixed grid of blocks (it depends on
+// n only) each sums a grid-stride share into partials[b], then one block adds
+// the partials in order. n = 0 writes 0.
+constexpr int kSumBlocks = 1024;
+
+template <class Load> __global__ void partial_sums_kernel(int64_t n, Load load, double* partials) {
+  __shared__ double scratch[32];
+  double acc = 0;
+  for (int64_t i = thread_index(); i < n; i += thread_count()) acc += static_cast<double>(load(i));
+  acc = block_reduce(acc, SumOp{}, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+template <class Out> __global__ void finish_sum_kernel(const double* partials, int count, Out* out) {
+  __shared__ double scratch[32];
+  double acc = 0;
+  for (int b = threadIdx.x; b < count; b += blockDim.x) acc += partials[b];
+  acc = block_reduce(acc, SumOp{}, scratch);
+  if (threadIdx.x == 0) *out = static_cast<Out>(acc);
+}
+
+template <class Load, class Out> void sum_all(int64_t n, const Load& load, Out* out) {
+  const int blocks = static_cast<int>(std::clamp<int64_t>((n + 4 * kThreads - 1) / (4 * kThreads), 1, kSumBlocks));
+  const Tensor partials = Tensor::empty({blocks}, DType::Float64, Device::CUDA);
+  partial_sums_kernel<<<blocks, kThreads, 0, current_stream()>>>(n, load, ptr<double>(partials));
+  AG_CUDA_CHECK_LAUNCH();
+  finish_sum_kernel<<<1, kThreads, 0, current_stream()>>>(ptr<const double>(partials), blocks, out);
+  AG_CUDA_CHECK_LAUNCH();
+}
+
+// --- index checks ----------------------------------------------------------------------
+// The first position n (in order) whose index lies outside [0, limit) and is not
+// `ignore` (when has_ignore), with its value; position −1 when all are in range.
+// Waits for the device: the caller throws the CPU kernel's message.
+struct BadIndex {
+  int64_t position = -1, value = 0;
+};
+BadIndex find_out_of_range(const Tensor& indices, int64_t limit, bool has_ignore, int64_t ignore);
+
+}  // namespace ag::cuda

@@ -1,0 +1,72 @@
+// gemm through cuBLAS: the one GEMM wrapper. Reference: core/cpu/matmul.cpp.
+//
+// Row-major to column-major. cuBLAS reads matrices column-major; attograd stores
+// them row-major. A row-major [R, C] matrix is, byte for byte, the column-major
+// [C, R] matrix: its transpose. So the row-major product C = op(A)·op(B) is, in
+// cuBLAS's eyes, the column-major product
+//     Cᵀ = op(B)ᵀ · op(A)ᵀ        ([N, M] = [N, K] · [K, M])
+// which cuBLAS computes with the operands swapped (B first), M and N swapped,
+// and each operand's transpose flag and leading dimension unchanged: B stored
+// [K, N] (trans_b false) is read as column-major [N, K] with ld = N, exactly
+// op(B)ᵀ, so CUBLAS_OP_N; stored [N, K] (trans_b) it is column-major [K, N]
+// with ld = K and needs CUBLAS_OP_T. Likewise for A, and C comes out as
+// column-major [N, M] with ld = N, which is row-major [M, N]. No data moves.
+#include <climits>
+#include <type_traits>
+
+#include "cuda/cuda.h"
+#include "cuda/launch.cuh"
+
+namespace ag::cuda {
+
+namespace {
+// cuBLAS takes int dims and batch counts.
+int as_int(const char* what, int64_t value) {
+  AG_CHECK(value <= INT_MAX, "gemm: " << what << " = " << value << " exceeds cuBLAS's int range");
+  return static_cast<int>(value);
+}
+
+// cuBLAS launches batched GEMMs with the batch on a grid dim that stops at
+// 65535 on some paths, so larger batches go in chunks of this many.
+constexpr int64_t kMaxBatch = 65535;
+
+template <class T>
+void strided_batched(cublasHandle_t handle, cublasOperation_t op_b, cublasOperation_t op_a, int n, int m, int k,
+                     const T* alpha, const T* b, int ldb, long long stride_b, const T* a, int lda,
+                     long long stride_a, const T* beta, T* c, int ldc, long long stride_c, int batch) {
+  if constexpr (std::is_same_v<T, float>)
+    AG_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, op_b, op_a, n, m, k, alpha, b, ldb, stride_b, a, lda,
+                                              stride_a, beta, c, ldc, stride_c, batch));
+  else
+    AG_CUBLAS_CHECK(cublasDgemmStridedBatched(handle, op_b, op_a, n, m, k, alpha, b, ldb, stride_b, a, lda,
+                                              stride_a, beta, c, ldc, stride_c, batch));
+}
+}  // namespace
+
+void gemm(const GemmShape& s, const Tensor& A, const Tensor& B, Tensor& C) {
+  if (s.batch == 0 || s.M == 0 || s.N == 0) return;
+  const int M = as_int("M", s.M), N = as_int("N", s.N), K = as_int("K", s.K);
+  // Leading dimensions of the stored row-major matrices, as the CPU passes them
+  // (at least 1, even for empty matrices).
+  const int lda = as_int("lda", std::max<int64_t>(1, s.trans_a ? s.M : s.K));
+  const int ldb = as_int("ldb", std::max<int64_t>(1, s.trans_b ? s.K : s.N));
+  const int ldc = as_int("ldc", std::max<int64_t>(1, s.N));
+  const cublasOperation_t op_a = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const auto handle = static_cast<cublasHandle_t>(cublas_handle());
+  visit_floating(A.dtype(), "gemm", [&](auto zero) {
+    using T = decltype(zero);
+    const T alpha = static_cast<T>(s.alpha), beta = static_cast<T>(s.beta);
+    for (int64_t first = 0; first < s.batch; first += kMaxBatch) {
+      const int count = static_cast<int>(std::min(kMaxBatch, s.batch - first));
+      const T* a = ptr<const T>(A) + s.a_offset + first * s.a_batch_stride;
+      const T* b = ptr<const T>(B) + s.b_offset + first * s.b_batch_stride;
+      T* c = ptr<T>(C) + s.c_offset + first * s.c_batch_stride;
+      // C_bᵀ = op(B_b)ᵀ op(A_b)ᵀ: B first, N before M (see the top of the file).
+      strided_batched<T>(handle, op_b, op_a, N, M, K, &alpha, b, ldb, s.b_batch_stride, a, lda, s.a_batch_stride,
+                         &beta, c, ldc, s.c_batch_stride, count);
+    }
+  });
+}
+
+}  // namespace ag::cuda
