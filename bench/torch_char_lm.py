@@ -29,10 +29,10 @@ class Linear(torch.nn.Module):
 
 
 class Block(torch.nn.Module):
-    def __init__(self, C, H, n_layer, gelu):
+    def __init__(self, C, H, n_layer, gelu, dropout):
         super().__init__()
         proj_std = 0.02 / math.sqrt(2 * n_layer)
-        self.H, self.gelu = H, gelu
+        self.H, self.gelu, self.dropout = H, gelu, dropout
         self.ln1 = torch.nn.LayerNorm(C)
         self.w_q, self.w_k, self.w_v = (Linear(C, C, 0.02) for _ in range(3))
         self.w_o = Linear(C, C, proj_std)
@@ -45,27 +45,29 @@ class Block(torch.nn.Module):
         split = lambda t: t.view(B, T, self.H, C // self.H).transpose(1, 2)
         q, k, v = split(self.w_q(x)), split(self.w_k(x)), split(self.w_v(x))
         s = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.H)
-        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
         a = F.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
         z = (a @ v).transpose(1, 2).reshape(B, T, C)
-        return self.w_o(z)
+        return F.dropout(self.w_o(z), self.dropout, self.training)
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
-        return x + self.proj(F.gelu(self.fc(self.ln2(x)), approximate=self.gelu))
+        mlp = self.proj(F.gelu(self.fc(self.ln2(x)), approximate=self.gelu))
+        return x + F.dropout(mlp, self.dropout, self.training)
 
 
 class GPT(torch.nn.Module):
-    def __init__(self, V, T, n_layer, H, C, gelu):
+    def __init__(self, V, T, n_layer, H, C, gelu, dropout):
         super().__init__()
         self.tok_emb = torch.nn.Parameter(torch.randn(V, C) * 0.02)
         self.pos_emb = torch.nn.Parameter(torch.randn(T, C) * 0.02)
-        self.blocks = torch.nn.ModuleList(Block(C, H, n_layer, gelu) for _ in range(n_layer))
+        self.dropout = dropout
+        self.blocks = torch.nn.ModuleList(Block(C, H, n_layer, gelu, dropout) for _ in range(n_layer))
         self.ln_f = torch.nn.LayerNorm(C)
 
     def forward(self, idx, targets):
         T = idx.shape[1]
-        x = self.tok_emb[idx] + self.pos_emb[:T]
+        x = F.dropout(self.tok_emb[idx] + self.pos_emb[:T], self.dropout, self.training)
         for block in self.blocks:
             x = block(x)
         logits = self.ln_f(x) @ self.tok_emb.t()
@@ -83,6 +85,8 @@ def main():
     p.add_argument("--block-size", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=12)
     p.add_argument("--gelu", default="none", choices=["none", "tanh"])
+    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=1337)
     a = p.parse_args()
     torch.set_num_threads(a.torch_threads)
@@ -91,7 +95,7 @@ def main():
     text = open(a.data).read()
     chars = sorted(set(text))
     data = torch.tensor([chars.index(c) for c in text[:200000]], dtype=torch.long)
-    model = GPT(len(chars), a.block_size, a.n_layer, a.n_head, a.n_embd, a.gelu)
+    model = GPT(len(chars), a.block_size, a.n_layer, a.n_head, a.n_embd, a.gelu, a.dropout).to(a.device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -106,14 +110,15 @@ def main():
         lr = 1e-3 * (it + 1) / 101 if it < 100 else 1e-4 + 0.5 * (1 + math.cos(math.pi * (it - 100) / 1900)) * 9e-4
         for g in opt.param_groups:
             g["lr"] = lr
-        loss = model(x, y)
+        loss = model(x.to(a.device), y.to(a.device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        loss_value = loss.item()  # waits for the GPU, as attograd's loop does
         times.append(time.perf_counter() - t0)
         if it % 50 == 0:
-            print(f"iter {it} loss {loss.item():.4f}")
+            print(f"iter {it} loss {loss_value:.4f}")
     steady = sorted(times[10:])
     print(f"ms/iter {1000 * steady[len(steady) // 2]:.2f} (median of iters 10..{a.iters - 1})")
 

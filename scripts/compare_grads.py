@@ -1,0 +1,257 @@
+"""Checks `char_lm grads` against PyTorch in float64, for both GELU variants.
+
+    /usr/bin/python3 scripts/compare_grads.py --char-lm build/char_lm
+    /usr/bin/python3 scripts/compare_grads.py --write-golden   # tests/golden/grads_{erf,tanh}.safetensors
+
+For each GELU variant (erf, tanh) it builds a small random model with
+attograd's parameter names (random weights, not the GPT init, so that no
+gradient is tiny), rounds the weights to float32, and writes
+
+    W.safetensors  every parameter (F32), the config in __metadata__
+                   (n_layer, n_head, n_embd, block_size, vocab_size, gelu)
+    B.safetensors  idx and targets [B, T], int64 (and again as int32)
+
+then runs `char_lm grads --weights W --batch B --out G` once per batch dtype
+and the same forward and backward in torch float64 (the float32 weights
+upcast). It prints the normwise relative error max|a - b| / max|b| of the loss
+and of every gradient (attn.w_k.bias's gradient is 0 in exact arithmetic, so
+its error is taken relative to attn.w_k.weight's), and exits 1 if any exceeds
+1e-6. attograd writes the gradients in F32, so about 6e-8 of that is float32
+rounding.
+
+The model, in attograd's conventions (nn/gpt.h): pre-LN blocks, Linear weights
+stored [in, out] with y = x @ W + b, LayerNorm eps 1e-5, causal attention with
+scale 1/sqrt(d_h), MLP width 4C, head tied to the token embedding,
+loss = mean cross-entropy. T is one less than block_size, so the last row of
+pos_emb is unused (its gradient is 0).
+
+--write-golden writes, instead of comparing, one file per GELU variant for
+tests/test_char_lm_grads.cpp (which never imports torch):
+
+    __metadata__      the model config, as W.safetensors has it (+ "source")
+    weight/<name>     every parameter, F32 (the values both sides start from)
+    batch/idx         [B, T] I64
+    batch/targets     [B, T] I64
+    loss              [] F64, torch's float64 loss
+    grad/<name>       torch's float64 gradient of every parameter, F64
+
+safetensors files are read and written by hand (8-byte little-endian header
+length, JSON header padded to 8 bytes, raw little-endian bytes): no
+`safetensors` package is needed.
+"""
+import argparse
+import json
+import math
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+CONFIG = {"n_layer": 2, "n_head": 2, "n_embd": 12, "block_size": 8, "vocab_size": 11}
+B, T = 3, 7
+TOLERANCE = 1e-6
+GOLDEN_DIR = Path(__file__).resolve().parent.parent / "tests" / "golden"
+
+DTYPES = {"F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "I64": np.dtype("<i8"), "I32": np.dtype("<i4")}
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """tensors: {name: numpy array}, written in order with the array's own dtype."""
+    header, chunks, offset = {}, [], 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, a in tensors.items():
+        code = {np.float32: "F32", np.float64: "F64", np.int64: "I64", np.int32: "I32"}[a.dtype.type]
+        data = np.ascontiguousarray(a, dtype=DTYPES[code]).tobytes()
+        header[name] = {"dtype": code, "shape": list(a.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for chunk in chunks:
+            f.write(chunk)
+
+
+def read_safetensors(path):
+    """-> ({name: numpy array}, metadata)"""
+    raw = Path(path).read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    metadata = header.pop("__metadata__", {})
+    body = raw[8 + n:]
+    tensors = {}
+    for name, info in header.items():
+        begin, end = info["data_offsets"]
+        tensors[name] = np.frombuffer(body[begin:end], dtype=DTYPES[info["dtype"]]).reshape(info["shape"])
+    return tensors, metadata
+
+
+def parameter_shapes():
+    """attograd's parameter names and shapes, in its registration order."""
+    C, V = CONFIG["n_embd"], CONFIG["vocab_size"]
+    shapes = {"tok_emb.weight": (V, C), "pos_emb.weight": (CONFIG["block_size"], C)}
+    for i in range(CONFIG["n_layer"]):
+        p = f"blocks.{i}"
+        shapes.update({f"{p}.ln1.weight": (C,), f"{p}.ln1.bias": (C,)})
+        for name in ("w_q", "w_k", "w_v", "w_o"):
+            shapes.update({f"{p}.attn.{name}.weight": (C, C), f"{p}.attn.{name}.bias": (C,)})
+        shapes.update({f"{p}.ln2.weight": (C,), f"{p}.ln2.bias": (C,)})
+        shapes.update({f"{p}.mlp.fc.weight": (C, 4 * C), f"{p}.mlp.fc.bias": (4 * C,)})
+        shapes.update({f"{p}.mlp.proj.weight": (4 * C, C), f"{p}.mlp.proj.bias": (C,)})
+    shapes.update({"ln_f.weight": (C,), "ln_f.bias": (C,)})
+    return shapes
+
+
+def random_model(rng):
+    """Every parameter ~ N(0, 0.3) but LayerNorm weights ~ N(1, 0.1); rounded to float32."""
+    weights = {}
+    for name, shape in parameter_shapes().items():
+        module = name.split(".")[-2]  # "ln1", "w_q", "tok_emb", ...
+        is_ln_weight = module.startswith("ln") and name.endswith(".weight")
+        w = rng.normal(1.0, 0.1, shape) if is_ln_weight else rng.normal(0.0, 0.3, shape)
+        weights[name] = w.astype(np.float32)
+    return weights
+
+
+def random_batch(rng):
+    V = CONFIG["vocab_size"]
+    return rng.integers(0, V, (B, T), dtype=np.int64), rng.integers(0, V, (B, T), dtype=np.int64)
+
+
+def torch_loss_and_grads(weights, idx, targets, gelu):
+    """The model in torch float64 -> (loss, {name: gradient}), numpy float64."""
+    p = {name: torch.tensor(w, dtype=torch.float64, requires_grad=True) for name, w in weights.items()}
+    C, H = CONFIG["n_embd"], CONFIG["n_head"]
+    D_H = C // H
+    idx_t, targets_t = torch.from_numpy(idx), torch.from_numpy(targets)
+    Bn, Tn = idx.shape
+
+    def linear(h, prefix):
+        return h @ p[f"{prefix}.weight"] + p[f"{prefix}.bias"]
+
+    def layer_norm(h, prefix):
+        return F.layer_norm(h, (C,), p[f"{prefix}.weight"], p[f"{prefix}.bias"], eps=1e-5)
+
+    def attention(h, prefix):
+        def heads(t):  # [B, T, C] -> [B, H, T, d_h]
+            return t.reshape(Bn, Tn, H, D_H).transpose(1, 2)
+
+        q, k, v = (heads(linear(h, f"{prefix}.{name}")) for name in ("w_q", "w_k", "w_v"))
+        s = q @ k.transpose(-2, -1) / math.sqrt(D_H)
+        future = torch.triu(torch.ones(Tn, Tn, dtype=torch.bool), diagonal=1)
+        a = torch.softmax(s.masked_fill(future, float("-inf")), dim=-1)
+        z = (a @ v).transpose(1, 2).reshape(Bn, Tn, C)
+        return linear(z, f"{prefix}.w_o")
+
+    x = p["tok_emb.weight"][idx_t] + p["pos_emb.weight"][:Tn]
+    for i in range(CONFIG["n_layer"]):
+        b = f"blocks.{i}"
+        x = x + attention(layer_norm(x, f"{b}.ln1"), f"{b}.attn")
+        hidden = F.gelu(linear(layer_norm(x, f"{b}.ln2"), f"{b}.mlp.fc"), approximate="none" if gelu == "erf" else "tanh")
+        x = x + linear(hidden, f"{b}.mlp.proj")
+    logits = layer_norm(x, "ln_f") @ p["tok_emb.weight"].t()  # tied head
+    loss = F.cross_entropy(logits.reshape(-1, CONFIG["vocab_size"]), targets_t.reshape(-1))
+    loss.backward()
+    return loss.item(), {name: t.grad.numpy() for name, t in p.items()}
+
+
+def relative_error(a, b, scale=None):
+    """Normwise: max|a - b| / max|b|, or / max|scale| if given."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    scale = np.max(np.abs(b if scale is None else scale))
+    return np.max(np.abs(a - b)) / scale
+
+
+def gradient_error(got, grads, name):
+    """The relative error of attograd's gradient of `name`. The key bias gets a
+    gradient of exactly 0 in exact arithmetic (adding q . b_k to every score of
+    a row leaves the softmax unchanged), so both sides are rounding noise: it is
+    measured against the key weight's gradient instead."""
+    scale = grads[name.replace("w_k.bias", "w_k.weight")]
+    return relative_error(got[name], grads[name], scale)
+
+
+def model_metadata(gelu):
+    return {**{k: str(v) for k, v in CONFIG.items()}, "gelu": gelu}
+
+
+def compare(char_lm, gelu, seed):
+    """Runs char_lm grads on an int64 and an int32 batch, prints a table of
+    relative errors -> the worst (error, name)."""
+    rng = np.random.default_rng(seed)
+    weights = random_model(rng)
+    idx, targets = random_batch(rng)
+    loss, grads = torch_loss_and_grads(weights, idx, targets, gelu)
+    errors = {"loss": []} | {name: [] for name in grads}  # one column per batch dtype
+    with tempfile.TemporaryDirectory(prefix="compare_grads_") as tmp:
+        tmp = Path(tmp)
+        write_safetensors(tmp / "W.safetensors", weights, model_metadata(gelu))
+        for batch_dtype in (np.int64, np.int32):
+            batch_path = tmp / f"B_{np.dtype(batch_dtype).name}.safetensors"
+            write_safetensors(batch_path, {"idx": idx.astype(batch_dtype), "targets": targets.astype(batch_dtype)})
+            out = tmp / "G.safetensors"
+            subprocess.run([str(char_lm), "grads", "--weights", str(tmp / "W.safetensors"), "--batch", str(batch_path),
+                            "--out", str(out)], check=True, stdout=subprocess.DEVNULL)
+            got, _ = read_safetensors(out)
+            missing = sorted(set(grads) - set(got))
+            if missing:
+                raise SystemExit(f"char_lm grads wrote no gradient for {missing}")
+            errors["loss"].append(relative_error(got["loss"], loss))
+            for name in grads:
+                errors[name].append(gradient_error(got, grads, name))
+    print(f"--gelu {gelu}: torch loss {loss:.17g}; relative error of attograd's")
+    print(f"  {'':<28} {'int64 batch':>11} {'int32 batch':>11}")
+    for name, row in errors.items():
+        flag = "" if max(row) <= TOLERANCE else "  FAIL"
+        print(f"  {name:<28} {row[0]:>11.3e} {row[1]:>11.3e}{flag}")
+    return max((max(row), name) for name, row in errors.items())
+
+
+def write_golden(gelu, seed):
+    rng = np.random.default_rng(seed)
+    weights = random_model(rng)
+    idx, targets = random_batch(rng)
+    loss, grads = torch_loss_and_grads(weights, idx, targets, gelu)
+    tensors = {f"weight/{name}": w for name, w in weights.items()}
+    tensors.update({"batch/idx": idx, "batch/targets": targets, "loss": np.array(loss, dtype=np.float64)})
+    tensors.update({f"grad/{name}": g.astype(np.float64) for name, g in grads.items()})
+    metadata = {**model_metadata(gelu), "source": "scripts/compare_grads.py --write-golden", "torch": torch.__version__}
+    path = GOLDEN_DIR / f"grads_{gelu}.safetensors"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_safetensors(path, tensors, metadata)
+    print(f"wrote {path} ({path.stat().st_size} bytes, loss {loss:.17g})")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--char-lm", default="./build/char_lm", help="the char_lm binary (default ./build/char_lm)")
+    parser.add_argument("--write-golden", action="store_true", help="write tests/golden/grads_{erf,tanh}.safetensors")
+    parser.add_argument("--seed", type=int, default=1234)
+    args = parser.parse_args()
+    seeds = {"erf": args.seed, "tanh": args.seed + 1}
+    if args.write_golden:
+        for gelu, seed in seeds.items():
+            write_golden(gelu, seed)
+        return 0
+    if not Path(args.char_lm).is_file():
+        parser.error(f"--char-lm {args.char_lm}: no such file (build it: cmake --build build)")
+    failed = False
+    for gelu, seed in seeds.items():
+        err, name = compare(args.char_lm, gelu, seed)
+        ok = err <= TOLERANCE
+        failed |= not ok
+        print(f"gelu {gelu}: max relative error {err:.3e} ({name}) {'OK' if ok else 'FAIL'} (tolerance {TOLERANCE:g})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

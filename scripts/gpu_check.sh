@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The GPU check, in one call on a machine with an NVIDIA GPU:
+#   1. configure and build (Release, CUDA architecture 90 unless CUDA_ARCH is set),
+#   2. run the whole test suite (the cuda: cases run instead of skipping),
+#   3. time 200 iterations of `char_lm train --device cuda` and of the PyTorch
+#      reference (bench/torch_char_lm.py, same model and loop, fp32, TF32 off) at
+#      the default config and at nanoGPT's GPU config for shakespeare_char,
+#   4. with FULL=1, train the GPU config to 5000 iterations (val loss target <= 1.50).
+# Everything printed also goes to LOG_DIR/gpu_check.log.
+#
+#   bash scripts/gpu_check.sh LOG_DIR
+#
+# Where the machine lacks OpenBLAS, doctest or nlohmann-json, run
+# scripts/fetch_gpu_deps.sh here first and carry .deps/; the packages are
+# unpacked into .deps/root. The text is read from data/tinyshakespeare.txt
+# (carry data/) or ../shared/data/tinyshakespeare.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+log_dir=$(realpath -m "${1:-gpu_logs}")
+mkdir -p "$log_dir"
+exec > >(tee "$log_dir/gpu_check.log") 2>&1
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || echo "nvidia-smi failed"
+deps=$PWD/.deps/root
+if [ ! -e /usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ]; then
+  mkdir -p "$deps"
+  for deb in .deps/*.deb; do dpkg -x "$deb" "$deps"; done
+  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu/openblas-openmp:$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+fi
+data=data/tinyshakespeare.txt
+[ -s "$data" ] || data=../shared/data/tinyshakespeare.txt
+
+echo "== build"
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DATTOGRAD_DEPS_ROOT="$deps" \
+  -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >"$log_dir/configure.log" 2>&1 || { cat "$log_dir/configure.log"; exit 1; }
+cmake --build build-gpu -j "$(nproc)" >"$log_dir/build.log" 2>&1 || { tail -50 "$log_dir/build.log"; exit 1; }
+echo "built"
+
+echo "== tests"
+(cd build-gpu && ctest -j 8 --timeout 600 --output-on-failure) | tail -25
+./build-gpu/attograd_tests -tc="cuda*" 2>&1 | tail -4
+
+echo "== timing: 200 iterations each (median ms/iter of iterations 10..199)"
+# name | options shared by both programs
+configs=(
+  "default|--n-layer 4 --n-head 4 --n-embd 128 --block-size 64 --batch-size 12 --dropout 0"
+  "nanogpt-gpu|--n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --batch-size 64 --dropout 0.2"
+)
+printf "%-12s %12s %12s %12s %12s %8s\n" config "attograd ms" "attograd tok/s" "pytorch ms" "pytorch tok/s" ratio
+for entry in "${configs[@]}"; do
+  name=${entry%%|*}
+  opts=${entry#*|}
+  tokens=$(awk -v o="$opts" 'BEGIN {n = split(o, w, " "); for (i = 1; i < n; i++) {if (w[i] == "--block-size") t = w[i+1]; if (w[i] == "--batch-size") b = w[i+1]}; print t * b}')
+  a=$(./build-gpu/char_lm train --device cuda --data "$data" --out "$log_dir/run-$name" --max-iters 200 \
+      --eval-interval 100000 --eval-iters 1 --sample-tokens 0 --log-interval 50 $opts | tee "$log_dir/attograd-$name.log" |
+      sed -n 's/.*median \([0-9.]*\) ms\/iter.*/\1/p')
+  t=$(python3 bench/torch_char_lm.py --device cuda --data "$data" --iters 200 $opts | tee "$log_dir/torch-$name.log" |
+      sed -n 's/^ms\/iter \([0-9.]*\).*/\1/p')
+  awk -v n="$name" -v a="$a" -v t="$t" -v k="$tokens" 'BEGIN {
+    if (a == "" || t == "") { printf "%-12s %12s %12s %12s %12s %8s\n", n, a, "-", t, "-", "-"; exit }
+    printf "%-12s %12.2f %12.0f %12.2f %12.0f %8.3f\n", n, a, 1000 * k / a, t, 1000 * k / t, a / t }'
+done
+
+if [ "${FULL:-0}" = 1 ]; then
+  echo "== nanoGPT GPU config, 5000 iterations"
+  ./build-gpu/char_lm train --device cuda --data "$data" --out "$log_dir/run-full" --n-layer 6 --n-head 6 \
+    --n-embd 384 --block-size 256 --batch-size 64 --dropout 0.2 --max-iters 5000 --lr-decay-iters 5000 \
+    --eval-interval 500 --eval-iters 200 --log-interval 100 --warmup-iters 100 --min-lr 1e-4 | grep -E "eval|done"
+fi

@@ -1,0 +1,185 @@
+// char_lm grads: ag::char_lm::compute_grads against PyTorch's float64 loss and
+// gradients, for both GELU variants. The golden files
+// tests/golden/grads_{erf,tanh}.safetensors come from
+// `/usr/bin/python3 scripts/compare_grads.py --write-golden` and hold
+//   __metadata__         the model config (n_layer, n_head, n_embd, block_size, vocab_size, gelu)
+//   weight/<name>        every parameter, F32
+//   batch/idx, targets   [B, T] I64 (T < block_size: the last pos_emb row gets no gradient)
+//   loss, grad/<name>    torch's float64 loss [] and gradients
+// Each test writes the weights and the batch to files as a user would, runs
+// compute_grads and reads its output file back.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "examples/char_lm/grads.h"
+#include "tests/helpers.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace ag;
+
+constexpr double kTolerance = 1e-6;  // normwise relative, against torch float64
+
+// A fresh directory for one test case, removed when it ends.
+struct TempDir {
+  fs::path dir;
+  explicit TempDir(const std::string& name)
+      : dir(fs::temp_directory_path() / ("attograd_char_lm_grads_" + name + "_" + std::to_string(getpid()))) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  std::string file(const std::string& name) const { return (dir / name).string(); }
+};
+
+SafetensorsFile load_golden(const std::string& gelu) {
+  return load_safetensors(std::string(ATTOGRAD_SOURCE_DIR) + "/tests/golden/grads_" + gelu + ".safetensors");
+}
+
+// The golden file's "prefix/<name>" tensors, under <name>.
+std::vector<NamedTensor> with_prefix(const SafetensorsFile& golden, const std::string& prefix) {
+  std::vector<NamedTensor> out;
+  for (const NamedTensor& t : golden.tensors)
+    if (t.name.starts_with(prefix)) out.push_back({t.name.substr(prefix.size()), t.tensor});
+  return out;
+}
+
+// W.safetensors as a user would hand it over: the F32 weights, the config in __metadata__.
+std::string write_weights(const SafetensorsFile& golden, const TempDir& tmp) {
+  const std::string path = tmp.file("W.safetensors");
+  save_safetensors(path, with_prefix(golden, "weight/"), golden.metadata);
+  return path;
+}
+
+std::string write_int64_batch(const SafetensorsFile& golden, const TempDir& tmp) {
+  const std::string path = tmp.file("B.safetensors");
+  save_safetensors(path, with_prefix(golden, "batch/"));
+  return path;
+}
+
+// attograd writes only I64, so the I32 file is written by hand, as another tool would.
+std::string write_int32_batch(const SafetensorsFile& golden, const TempDir& tmp) {
+  nlohmann::json header = nlohmann::json::object();
+  std::string data;
+  for (const NamedTensor& t : with_prefix(golden, "batch/")) {
+    const size_t begin = data.size();
+    for (int64_t v : t.tensor.to_indices()) {
+      const int32_t v32 = static_cast<int32_t>(v);
+      data.append(reinterpret_cast<const char*>(&v32), sizeof v32);
+    }
+    header[t.name] = {{"dtype", "I32"}, {"shape", t.tensor.shape()}, {"data_offsets", {begin, data.size()}}};
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t n = text.size();
+  const std::string path = tmp.file("B_int32.safetensors");
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&n), sizeof n);
+  out << text << data;
+  REQUIRE(out.good());
+  return path;
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// max|a − b| / max|scale|
+double error_relative_to(const Tensor& a, const Tensor& b, const Tensor& scale) {
+  const std::vector<double> va = a.to_vector(), vb = b.to_vector();
+  REQUIRE(va.size() == vb.size());
+  std::vector<double> diff(va.size());
+  for (size_t i = 0; i < va.size(); ++i) diff[i] = va[i] - vb[i];
+  return max_abs(diff) / max_abs(scale.to_vector());
+}
+
+// The output file holds `loss` (F64, []) and every parameter's gradient (F32,
+// the parameter's shape) under its own name, nothing else, all within
+// kTolerance of torch's (normwise relative); pos_emb's unused rows get 0.
+void check_matches_torch(const SafetensorsFile& golden, const std::string& out_path, double returned_loss) {
+  const SafetensorsFile out = load_safetensors(out_path);
+  const Tensor& loss = out.at("loss");
+  CHECK(loss.dtype() == DType::Float64);
+  CHECK(loss.shape() == Shape{});
+  CHECK(loss.item() == returned_loss);
+  CHECK_CLOSE(loss, golden.at("loss"), kTolerance);
+
+  std::set<std::string> expected = {"loss"}, written;
+  for (const NamedTensor& g : with_prefix(golden, "grad/")) {
+    expected.insert(g.name);
+    INFO("gradient of " << g.name);
+    REQUIRE(out.contains(g.name));
+    const Tensor& grad = out.at(g.name);
+    CHECK(grad.dtype() == DType::Float32);
+    REQUIRE(grad.shape() == g.tensor.shape());
+    if (g.name.ends_with("attn.w_k.bias")) {
+      // 0 in exact arithmetic (adding q·b_k to every score of a row leaves the
+      // softmax unchanged): both sides are rounding noise, measured against
+      // the key weight's gradient.
+      const Tensor& scale = golden.at("grad/" + g.name.substr(0, g.name.size() - 4) + "weight");
+      CHECK(error_relative_to(grad, g.tensor, scale) <= kTolerance);
+    } else {
+      CHECK_CLOSE(grad, g.tensor, kTolerance);
+    }
+  }
+  for (const NamedTensor& t : out.tensors) written.insert(t.name);
+  CHECK(written == expected);
+
+  // Rows T.. of pos_emb [block_size, C] are never looked up: exactly 0.
+  const Tensor& pos = out.at("pos_emb.weight");
+  const int64_t T = golden.at("batch/idx").size(1), C = pos.size(1);
+  REQUIRE(T < pos.size(0));
+  const std::vector<double> dpos = pos.to_vector();
+  CHECK(max_abs(std::vector<double>(dpos.begin() + T * C, dpos.end())) == 0.0);
+}
+
+}  // namespace
+
+TEST_CASE("char_lm grads: loss and every gradient match PyTorch float64, erf and tanh GELU") {
+  for (const std::string gelu : {"erf", "tanh"}) {
+    INFO("gelu " << gelu);
+    const SafetensorsFile golden = load_golden(gelu);
+    REQUIRE(golden.metadata.at("gelu") == gelu);
+    TempDir tmp(gelu);
+    const std::string out = tmp.file("G.safetensors");
+    const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out);
+    check_matches_torch(golden, out, loss);
+  }
+}
+
+TEST_CASE("char_lm grads: an int32 batch gives the same loss and gradients") {
+  const SafetensorsFile golden = load_golden("erf");
+  TempDir tmp("int32");
+  const std::string out = tmp.file("G.safetensors");
+  const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int32_batch(golden, tmp), out);
+  check_matches_torch(golden, out, loss);
+}
+
+TEST_CASE("char_lm grads: idx and targets of different shapes are an ag::Error naming the batch file") {
+  const SafetensorsFile golden = load_golden("erf");
+  TempDir tmp("mismatch");
+  const Tensor& idx = golden.at("batch/idx");  // [B, T]
+  const int64_t B = idx.size(0), T = idx.size(1);
+  const std::vector<int64_t> ids = idx.to_indices();
+  const std::string batch = tmp.file("B_mismatch.safetensors");
+  save_safetensors(batch, {{"idx", idx},
+                           {"targets", Tensor::from_indices(std::vector<int64_t>(ids.begin(), ids.end() - B), {B, T - 1})}});
+  CHECK_THROWS_WITH_AS(char_lm::compute_grads(write_weights(golden, tmp), batch, tmp.file("G.safetensors")),
+                       doctest::Contains(batch.c_str()), Error);
+}
