@@ -11,6 +11,7 @@
 #include "core/gradcheck.h"
 #include "core/ops.h"
 #include "cuda/context.h"
+#include "nn/module.h"
 
 namespace ag::test {
 
@@ -50,6 +51,21 @@ inline double relative_error(const Tensor& a, const Tensor& b) {
     INFO(ag_gc_.summary());                                                     \
     CHECK(ag_gc_.passed);                                                       \
   } while (0)
+
+// Gradcheck of `f` over `x` (if defined) and every parameter of module `m`,
+// which it converts to float64: gradcheck perturbs the parameters in place and
+// f reads them through the module. Attention key biases are left out: their
+// gradient is exactly 0 (softmax ignores a constant added to a row of S), so
+// both sides are rounding noise with no scale to compare; tests check that they
+// are zero directly ("attention module: the key bias gets no gradient (softmax is shift-invariant)").
+inline void check_module_gradients(nn::Module& m, const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
+  m.to(DType::Float64);
+  std::vector<Tensor> inputs;
+  if (x.defined()) inputs.push_back(x);
+  for (const NamedTensor& p : m.named_parameters())
+    if (!p.name.ends_with("w_k.bias")) inputs.push_back(p.tensor);
+  CHECK_GRADCHECK([&](const std::vector<Tensor>&) { return f(x); }, inputs);
+}
 
 // Runs f on `inputs64` (float64) and on their float32 copies; checks the output
 // and every input's gradient (from the same random upstream gradient) agree to

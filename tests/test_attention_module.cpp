@@ -28,16 +28,6 @@ std::shared_ptr<MultiHeadSelfAttention> make_attention(bool causal, AttentionImp
   return attn;
 }
 
-// Gradcheck over x and every parameter of `m` (f reads them through m) but the
-// key bias: dL/db_K is exactly 0 (tested below), so its finite differences are
-// rounding noise with no scale to compare against.
-void check_module(Module& m, const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
-  Inputs inputs = {x};
-  for (const NamedTensor& p : m.named_parameters())
-    if (!p.name.ends_with("w_k.bias")) inputs.push_back(p.tensor);
-  CHECK_GRADCHECK([&](const Inputs&) { return f(x); }, inputs);
-}
-
 double max_abs(const Tensor& t) {
   double m = 0;
   for (double v : t.to_vector()) m = std::max(m, std::abs(v));
@@ -62,7 +52,7 @@ TEST_CASE("attention module: gradcheck of the input and every parameter, both im
       CAPTURE(impl_name(impl));
       CAPTURE(causal);
       const auto attn = make_attention(causal, impl, 1);
-      check_module(*attn, random({B, T, C}, 2), [&](const Tensor& x) { return attn->forward(x); });
+      ag::test::check_module_gradients(*attn, random({B, T, C}, 2), [&](const Tensor& x) { return attn->forward(x); });
     }
   }
 }
@@ -161,7 +151,7 @@ TEST_CASE("attention module: gradcheck of a Block, input and every parameter") {
     Generator gen(10);
     Block block(C, H, 0.0, GeluApprox::Erf, impl, &gen);
     block.to(DType::Float64);
-    check_module(block, random({B, T, C}, 11), [&](const Tensor& x) { return block.forward(x); });
+    ag::test::check_module_gradients(block, random({B, T, C}, 11), [&](const Tensor& x) { return block.forward(x); });
   }
 }
 

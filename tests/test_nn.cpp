@@ -20,19 +20,6 @@ std::vector<std::string> names_of(const Module& m) {
   return names;
 }
 
-// Gradcheck of `f` over `x` (if defined) and every parameter of `m` (the check
-// perturbs them in place; f reads them through the module) but the key biases:
-// dL/db_K is exactly 0 (see test_attention_module.cpp), so its finite
-// differences are rounding noise with no scale to compare against.
-void check_module(Module& m, const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
-  m.to(DType::Float64);
-  Inputs inputs;
-  if (x.defined()) inputs.push_back(x);
-  for (const NamedTensor& p : m.named_parameters())
-    if (!p.name.ends_with("w_k.bias")) inputs.push_back(p.tensor);
-  CHECK_GRADCHECK([&](const Inputs&) { return f(x); }, inputs);
-}
-
 Tensor random_tokens(const Shape& shape, int64_t V, uint64_t seed) {
   Generator gen(seed);
   std::vector<int64_t> t(numel(shape));
@@ -81,22 +68,22 @@ TEST_CASE("nn: gradcheck of Linear, LayerNorm, Embedding and MLP") {
   Generator gen(3);
   SUBCASE("Linear") {
     Linear linear(4, 3, true, &gen);
-    check_module(linear, random({2, 3, 4}, 4), [&](const Tensor& x) { return linear.forward(x); });
+    ag::test::check_module_gradients(linear, random({2, 3, 4}, 4), [&](const Tensor& x) { return linear.forward(x); });
   }
   SUBCASE("LayerNorm") {
     LayerNorm ln(5);
-    check_module(ln, random({3, 5}, 5), [&](const Tensor& x) { return ln.forward(x); });
+    ag::test::check_module_gradients(ln, random({3, 5}, 5), [&](const Tensor& x) { return ln.forward(x); });
   }
   SUBCASE("Embedding") {
     Embedding emb(5, 3, &gen);
     const Tensor idx = Tensor::from_indices({0, 4, 4, 2}, {2, 2});  // a repeated row sums its gradients
-    check_module(emb, Tensor(), [&](const Tensor&) { return emb.forward(idx); });
+    ag::test::check_module_gradients(emb, Tensor(), [&](const Tensor&) { return emb.forward(idx); });
   }
   SUBCASE("MLP, both GELUs") {
     for (GeluApprox approx : {GeluApprox::Erf, GeluApprox::Tanh}) {
       MLP mlp(4, approx, 0.0, &gen);
       CHECK(names_of(mlp) == std::vector<std::string>{"fc.weight", "fc.bias", "proj.weight", "proj.bias"});
-      check_module(mlp, random({2, 3, 4}, 6), [&](const Tensor& x) { return mlp.forward(x); });
+      ag::test::check_module_gradients(mlp, random({2, 3, 4}, 6), [&](const Tensor& x) { return mlp.forward(x); });
     }
   }
 }
@@ -290,7 +277,7 @@ TEST_CASE("nn: GPT gradcheck of the loss over every parameter, both attention im
     for (NamedTensor& p : state) p.tensor = Tensor::randn(p.tensor.shape(), DType::Float32, &gen, 0.0, 0.5);
     gpt.load_state(state);
     const Tensor idx = random_tokens({2, 4}, 7, 26), targets = random_tokens({2, 4}, 7, 27);
-    check_module(gpt, Tensor(), [&](const Tensor&) { return gpt.loss(idx, targets); });
+    ag::test::check_module_gradients(gpt, Tensor(), [&](const Tensor&) { return gpt.loss(idx, targets); });
   }
 }
 
