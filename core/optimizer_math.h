@@ -1,0 +1,74 @@
+// The per-element optimizer updates, written once for the CPU loops
+// (core/cpu/optimizer.cpp) and the CUDA kernels (cuda/optimizer.cu). Each is a
+// small functor: built on the host from the step's hyperparameters, then called
+// for every element index i. The arithmetic follows torch.optim's single-tensor
+// code line by line, so float64 runs agree with PyTorch to rounding.
+#pragma once
+#include <cmath>
+#include <initializer_list>
+
+#include "core/dispatch.h"
+#include "core/random.h"  // AG_HOST_DEVICE
+
+namespace ag::math {
+
+// Every tensor of one update holds as many elements as the param.
+inline void check_update_sizes(const char* kernel, const Tensor& param, std::initializer_list<const Tensor*> others) {
+  for (const Tensor* t : others)
+    AG_CHECK(t->numel() == param.numel(),
+             kernel << ": param " << describe(param) << " and " << describe(*t) << " differ in size");
+}
+
+// Adam / AdamW (contract in core/dispatch.h). The per-step scalars are computed
+// once, in double, as torch computes them in Python.
+template <class T> struct AdamUpdate {
+  T *p, *m, *v;
+  const T* g;
+  T step_size, bias_correction2_sqrt, beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
+  T shrink, l2;  // AdamW shrinks the param before the update; Adam adds wd·p to the gradient
+
+  AdamUpdate(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, const kernel::AdamHyper& h)
+      : p(param), m(exp_avg), v(exp_avg_sq), g(grad),
+        step_size(static_cast<T>(h.lr / (1.0 - std::pow(h.beta1, static_cast<double>(h.step))))),
+        bias_correction2_sqrt(static_cast<T>(std::sqrt(1.0 - std::pow(h.beta2, static_cast<double>(h.step))))),
+        beta1(static_cast<T>(h.beta1)), one_minus_beta1(static_cast<T>(1.0 - h.beta1)),
+        beta2(static_cast<T>(h.beta2)), one_minus_beta2(static_cast<T>(1.0 - h.beta2)), eps(static_cast<T>(h.eps)),
+        shrink(static_cast<T>(h.decoupled ? 1.0 - h.lr * h.weight_decay : 1.0)),
+        l2(static_cast<T>(h.decoupled ? 0.0 : h.weight_decay)) {}
+
+  AG_HOST_DEVICE void operator()(int64_t i) const {
+    const T gi = g[i] + l2 * p[i];
+    const T pi = p[i] * shrink;
+    m[i] = m[i] * beta1 + one_minus_beta1 * gi;
+    v[i] = v[i] * beta2 + one_minus_beta2 * (gi * gi);
+    const T denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;
+    p[i] = pi - step_size * (m[i] / denom);
+  }
+};
+
+// SGD with optional momentum and Nesterov (contract in core/dispatch.h). Without
+// momentum there is no buffer (as in torch): b is null and never read.
+template <class T> struct SgdUpdate {
+  T* p;
+  const T* g;
+  T* b;
+  T lr, weight_decay, mu, one_minus_dampening;
+  bool nesterov, first_step;
+
+  SgdUpdate(T* param, const T* grad, T* momentum_buffer, const kernel::SgdHyper& h)
+      : p(param), g(grad), b(h.momentum != 0.0 ? momentum_buffer : nullptr), lr(static_cast<T>(h.lr)),
+        weight_decay(static_cast<T>(h.weight_decay)), mu(static_cast<T>(h.momentum)),
+        one_minus_dampening(static_cast<T>(1.0 - h.dampening)), nesterov(h.nesterov), first_step(h.first_step) {}
+
+  AG_HOST_DEVICE void operator()(int64_t i) const {
+    T d = g[i] + weight_decay * p[i];
+    if (b) {
+      // The first step copies the gradient into the buffer, undamped.
+      b[i] = first_step ? d : b[i] * mu + one_minus_dampening * d;
+      d = nesterov ? d + mu * b[i] : b[i];
+    }
+    p[i] = p[i] - lr * d;
+  }
+};
+
+}  // namespace ag::math
