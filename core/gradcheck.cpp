@@ -28,8 +28,8 @@ std::string GradcheckResult::summary() const {
 GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& options) {
   for (const Tensor& x : inputs)
-    AG_CHECK(!x.requires_grad() || x.dtype() == DType::Float64,
-             "gradcheck: input " << describe(x) << ": inputs that require grad must be float64");
+    AG_CHECK(!x.requires_grad() || (x.dtype() == DType::Float64 && x.device() == Device::CPU),
+             "gradcheck: input " << describe(x) << ": inputs that require grad must be float64 CPU tensors");
   const int64_t n_out = static_cast<int64_t>(evaluate(f, inputs).size());
 
   GradcheckResult result;

@@ -43,8 +43,9 @@ struct GradcheckResult {
 
 using GradcheckFn = std::function<Tensor(const std::vector<Tensor>&)>;
 
-// `inputs` must be float64; those with requires_grad are checked. f is called
-// many times and must be deterministic (for dropout: reseed inside f).
+// `inputs` must be float64 CPU tensors; those with requires_grad are checked
+// (their .grad is cleared on the way). f is called many times and must be
+// deterministic (for dropout: reseed inside f).
 GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& options = {});
 

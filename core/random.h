@@ -28,11 +28,13 @@ AG_HOST_DEVICE inline double random_uniform(uint64_t seed, uint64_t counter) {
   return static_cast<double>(random_bits(seed, counter) >> 11) * 0x1.0p-53;
 }
 
-// Standard normal by Box-Muller from counters 2i and 2i+1 (the cosine branch
-// only, so number i never depends on number i-1). 1 - u lies in (0, 1].
+// Standard normal by Box-Muller (the cosine branch only, so number i never
+// depends on number i-1). Its two uniforms both come from counter i: the second
+// from a key derived from the seed, so a normal takes one counter like every
+// other draw and never reuses bits a later uniform draw gets. 1 - u lies in (0, 1].
 AG_HOST_DEVICE inline double random_normal(uint64_t seed, uint64_t counter) {
-  const double u1 = 1.0 - random_uniform(seed, 2 * counter);
-  const double u2 = random_uniform(seed, 2 * counter + 1);
+  const double u1 = 1.0 - random_uniform(seed, counter);
+  const double u2 = random_uniform(seed ^ 0xD1B54A32D192ED03ull, counter);
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 

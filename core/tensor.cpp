@@ -173,10 +173,16 @@ Tensor Tensor::reshape(const Shape& requested) const {
                                          << ": more than one -1");
       infer_at = static_cast<int64_t>(i);
     } else {
+      AG_CHECK(shape[i] >= 0, "reshape: " << to_string(this->shape()) << " to " << to_string(requested)
+                                          << ": negative dim " << shape[i]);
       known *= shape[i];
     }
   }
-  if (infer_at >= 0 && known > 0) shape[infer_at] = numel() / known;
+  if (infer_at >= 0) {
+    AG_CHECK(known > 0, "reshape: " << to_string(this->shape()) << " to " << to_string(requested)
+                                    << ": -1 is ambiguous next to a zero dim");
+    shape[infer_at] = numel() / known;
+  }
   AG_CHECK(ag::numel(shape) == numel(), "reshape: " << to_string(this->shape()) << " to "
                                                     << to_string(requested)
                                                     << ": element counts differ");

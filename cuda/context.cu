@@ -112,9 +112,11 @@ class CachingAllocator {
   // With mutex_ held. cudaFree waits for queued work, so no kernel still reads these.
   void release_cached() {
     for (auto& [size, list] : free_) {
-      for (void* ptr : list) AG_CUDA_CHECK(cudaFree(ptr));
-      stats_.cached_bytes -= size * list.size();
-      list.clear();
+      // Unlink the blocks first: if a cudaFree throws, none is left to be freed twice.
+      std::vector<void*> blocks;
+      blocks.swap(list);
+      stats_.cached_bytes -= size * blocks.size();
+      for (void* ptr : blocks) AG_CUDA_CHECK(cudaFree(ptr));
     }
   }
 

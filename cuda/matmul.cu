@@ -41,6 +41,17 @@ void strided_batched(cublasHandle_t handle, cublasOperation_t op_b, cublasOperat
     AG_CUBLAS_CHECK(cublasDgemmStridedBatched(handle, op_b, op_a, n, m, k, alpha, b, ldb, stride_b, a, lda,
                                               stride_a, beta, c, ldc, stride_c, batch));
 }
+// C_b = beta·C_b, the whole product when K = 0: cuBLAS has been seen to leave C
+// untouched for k = 0, and C may hold stale memory from the allocator.
+template <class T> struct ScaleBatches {
+  T* c;
+  int64_t mn, stride;
+  T beta;
+  __device__ void operator()(int64_t i) const {
+    T& x = c[(i / mn) * stride + i % mn];
+    x = beta == T(0) ? T(0) : beta * x;
+  }
+};
 }  // namespace
 
 void gemm(const GemmShape& s, const Tensor& A, const Tensor& B, Tensor& C) {
@@ -57,6 +68,10 @@ void gemm(const GemmShape& s, const Tensor& A, const Tensor& B, Tensor& C) {
   visit_floating(A.dtype(), "gemm", [&](auto zero) {
     using T = decltype(zero);
     const T alpha = static_cast<T>(s.alpha), beta = static_cast<T>(s.beta);
+    if (s.K == 0) {
+      for_each_index(s.batch * s.M * s.N, ScaleBatches<T>{ptr<T>(C) + s.c_offset, s.M * s.N, s.c_batch_stride, beta});
+      return;
+    }
     for (int64_t first = 0; first < s.batch; first += kMaxBatch) {
       const int count = static_cast<int>(std::min(kMaxBatch, s.batch - first));
       const T* a = ptr<const T>(A) + s.a_offset + first * s.a_batch_stride;

@@ -36,7 +36,8 @@ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DATTOGRAD_DEPS_ROOT="$deps" 
 cmake --build build-gpu -j "$(nproc)" >"$log_dir/build.log" 2>&1 || { tail -50 "$log_dir/build.log"; exit 1; }
 echo "built"
 
-echo "== tests"
+echo "== tests (AG_REQUIRE_CUDA: a cuda test that finds no device fails instead of skipping)"
+export AG_REQUIRE_CUDA=1
 (cd build-gpu && ctest -j 8 --timeout 600 --output-on-failure) | tail -25
 ./build-gpu/attograd_tests -tc="cuda*" 2>&1 | tail -4
 

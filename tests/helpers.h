@@ -3,6 +3,8 @@
 #pragma once
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -32,6 +34,11 @@ inline double relative_error(const Tensor& a, const Tensor& b) {
   REQUIRE(va.size() == vb.size());
   double diff = 0, scale = 0;
   for (size_t i = 0; i < va.size(); ++i) {
+    if (std::isnan(va[i]) || std::isnan(vb[i])) {  // std::max would skip a NaN
+      if (std::isnan(va[i]) != std::isnan(vb[i])) return INFINITY;
+      continue;  // NaN in both: the same answer (log_softmax of a masked row)
+    }
+    if (va[i] == vb[i]) continue;  // also equal infinities
     diff = std::max(diff, std::abs(va[i] - vb[i]));
     scale = std::max(scale, std::abs(vb[i]));
   }
@@ -90,16 +97,19 @@ inline void check_float32_matches_float64(const GradcheckFn& f, const std::vecto
   const Tensor y64 = run(DType::Float64, g64);
   CHECK_CLOSE(y32, y64, rtol);
   for (size_t i = 0; i < g32.size(); ++i) {
-    if (!g64[i].defined()) continue;
     INFO("gradient of input " << i);
-    CHECK_CLOSE(g32[i], g64[i], rtol);
+    REQUIRE(g32[i].defined() == g64[i].defined());
+    if (g64[i].defined()) CHECK_CLOSE(g32[i], g64[i], rtol);
   }
 }
 
 // For CUDA-only test cases: true if a device is present; otherwise prints the
 // [SKIP] marker that CTest maps to "Skipped".
+// With AG_REQUIRE_CUDA set (scripts/gpu_check.sh sets it), a missing device is
+// a failure instead: a GPU run must not pass by skipping everything.
 inline bool cuda_or_skip() {
   if (cuda::available()) return true;
+  if (std::getenv("AG_REQUIRE_CUDA")) FAIL("AG_REQUIRE_CUDA is set but: " << cuda::describe_device());
   MESSAGE("[SKIP] " << cuda::describe_device());
   return false;
 }

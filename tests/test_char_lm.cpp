@@ -190,3 +190,46 @@ TEST_CASE("cuda: 20 training steps give the same losses on CPU and CUDA to 4 dec
     CHECK(std::abs(gpu.batch_losses[i] - cpu.batch_losses[i]) < 5e-5);
   }
 }
+
+TEST_CASE("char_lm: resuming with other run options, or from a mismatched checkpoint pair, is an error") {
+  const std::string dir = fresh_dir("resume_checks");
+  TrainConfig c = tiny(dir);
+  c.max_iters = 10;
+  train(c);
+
+  TrainConfig other = c;
+  other.resume = true;
+  other.max_iters = 20;
+  other.lr = 2e-3;
+  other.block_size = 8;
+  CHECK_THROWS_WITH_AS(train(other), doctest::Contains("--block-size: the run has 16, this call gives 8"), Error);
+
+  // A crash between the two checkpoint writes leaves weights and state from different iterations.
+  TrainConfig later = c;
+  later.out_dir = fresh_dir("resume_checks_later");
+  later.max_iters = 11;
+  later.eval_interval = 11;
+  train(later);
+  std::filesystem::copy_file(model_path(later.out_dir), model_path(dir), std::filesystem::copy_options::overwrite_existing);
+  TrainConfig resume = c;
+  resume.resume = true;
+  resume.max_iters = 20;
+  CHECK_THROWS_WITH_AS(train(resume), doctest::Contains("weights from iteration 11 but training state from iteration 10"),
+                       Error);
+}
+
+TEST_CASE("char_lm: a resumed run's log keeps one row per iteration") {
+  const std::string dir = fresh_dir("resume_log");
+  TrainConfig c = tiny(dir);
+  c.log_interval = 1;
+  c.max_iters = 10;
+  train(c);
+  c.resume = true;
+  c.max_iters = 12;
+  train(c);
+  std::ifstream in(dir + "/log.csv");
+  std::string line;
+  int batch_rows = 0;
+  while (std::getline(in, line)) batch_rows += line.find(",batch,") != std::string::npos;
+  CHECK(batch_rows == 12);
+}

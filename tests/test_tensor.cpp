@@ -57,3 +57,34 @@ TEST_CASE("cuda: a tensor can move to the device and back") {
   CHECK(d.device() == Device::CUDA);
   CHECK(d.to(Device::CPU).to_vector() == x.to_vector());
 }
+
+TEST_CASE("tensor: a normal draw takes one counter, so later draws never reuse its bits") {
+  Generator a(5), b(5);
+  Tensor::randn({4}, DType::Float64, &a);
+  CHECK(a.offset() == 4);
+  const std::vector<double> after = Tensor::uniform({2}, 0, 1, DType::Float64, &a).to_vector();
+  b.advance(4);
+  CHECK(after[0] == random_uniform(5, 4));
+  // The uniforms behind normal i are (seed, i) and (seed ^ key, i): none is uniform 4 or 5.
+  for (uint64_t i = 0; i < 4; ++i) CHECK(random_uniform(5, i) != after[0]);
+}
+
+TEST_CASE("tensor: reshape rejects negative dims and an ambiguous -1") {
+  const Tensor x = Tensor::arange(6);
+  CHECK_THROWS_WITH_AS(x.reshape({-2, -3}), doctest::Contains("negative dim -2"), Error);
+  CHECK_THROWS_WITH_AS(Tensor::zeros({0}).reshape({0, -1}), doctest::Contains("ambiguous"), Error);
+}
+
+TEST_CASE("tensor: matmul with an empty inner dim gives zeros") {
+  const Tensor c = matmul(Tensor::zeros({5, 0}), Tensor::zeros({0, 3}));
+  CHECK(c.shape() == Shape{5, 3});
+  for (double v : c.to_vector()) CHECK(v == 0.0);
+}
+
+TEST_CASE("test helpers: a NaN never compares close") {
+  const Tensor a = Tensor::from_vector({NAN, 1, 2}, {3}, DType::Float64);
+  const Tensor b = Tensor::from_vector({5, 1, 2}, {3}, DType::Float64);
+  CHECK(ag::test::relative_error(a, b) == INFINITY);
+  CHECK(ag::test::relative_error(b, a) == INFINITY);
+  CHECK(ag::test::relative_error(a, a) == 0.0);  // NaN in both places is the same answer
+}

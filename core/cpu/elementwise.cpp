@@ -9,7 +9,6 @@
 namespace ag::cpu {
 
 namespace {
-template <class T> T* typed(const Tensor& t) { return static_cast<T*>(t.raw_data()); }
 
 // out[i] = f(in[i]) over n contiguous elements, in parallel when large.
 template <class T, class F> void map(const T* in, T* out, int64_t n, F f) {
@@ -23,9 +22,9 @@ template <class T, class F> void map2(const T* a, const T* b, T* out, int64_t n,
 }
 
 template <class T, class F> void broadcast_binary(const Tensor& a, const Tensor& b, Tensor& out, F f) {
-  const T* pa = typed<T>(a);
-  const T* pb = typed<T>(b);
-  T* po = typed<T>(out);
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  T* po = out.data<T>();
   if (a.shape() == b.shape()) return map2(pa, pb, po, out.numel(), f);
   const Shape& shape = out.shape();
   for_each_row<3>(shape,
@@ -55,8 +54,8 @@ template <class T, class F> void broadcast_binary(const Tensor& a, const Tensor&
 void unary(UnaryOp op, const Tensor& x, Tensor& y) {
   visit_floating(x.dtype(), "unary", [&](auto zero) {
     using T = decltype(zero);
-    const T* in = typed<T>(x);
-    T* out = typed<T>(y);
+    const T* in = x.data<T>();
+    T* out = y.data<T>();
     const int64_t n = x.numel();
     switch (op) {
       case UnaryOp::Neg: return map(in, out, n, [](T v) { return -v; });
@@ -73,9 +72,9 @@ void unary(UnaryOp op, const Tensor& x, Tensor& y) {
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dY, Tensor& dX) {
   visit_floating(x.dtype(), "unary_backward", [&](auto zero) {
     using T = decltype(zero);
-    const T* in = typed<T>(x);
-    const T* g = typed<T>(dY);
-    T* out = typed<T>(dX);
+    const T* in = x.data<T>();
+    const T* g = dY.data<T>();
+    T* out = dX.data<T>();
     const int64_t n = x.numel();
     switch (op) {
       case UnaryOp::Relu: return map2(in, g, out, n, [](T v, T d) { return d * math::relu_grad(v); });
@@ -90,7 +89,7 @@ void affine(const Tensor& x, double scale, double shift, Tensor& y) {
   visit_floating(x.dtype(), "affine", [&](auto zero) {
     using T = decltype(zero);
     const T s = static_cast<T>(scale), b = static_cast<T>(shift);
-    map(typed<T>(x), typed<T>(y), x.numel(), [=](T v) { return s * v + b; });
+    map(x.data<T>(), y.data<T>(), x.numel(), [=](T v) { return s * v + b; });
   });
 }
 
@@ -98,7 +97,7 @@ void pow_scalar(const Tensor& x, double exponent, Tensor& y) {
   visit_floating(x.dtype(), "pow", [&](auto zero) {
     using T = decltype(zero);
     const T e = static_cast<T>(exponent);
-    map(typed<T>(x), typed<T>(y), x.numel(), [=](T v) { return std::pow(v, e); });
+    map(x.data<T>(), y.data<T>(), x.numel(), [=](T v) { return std::pow(v, e); });
   });
 }
 

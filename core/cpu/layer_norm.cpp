@@ -5,10 +5,6 @@
 
 namespace ag::cpu {
 
-namespace {
-template <class T> T* typed(const Tensor& t) { return static_cast<T*>(t.raw_data()); }
-}  // namespace
-
 // Per row: mean, then variance around it (two passes: one pass E[x²] − E[x]²
 // cancels catastrophically when |mean| >> std), rstd = 1/√(var + eps).
 void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
@@ -16,8 +12,8 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, doubl
   visit_floating(x.dtype(), "layer_norm", [&](auto zero) {
     using T = decltype(zero);
     const int64_t C = x.shape().back(), N = x.numel() / std::max<int64_t>(C, 1);
-    const T *px = typed<T>(x), *w = typed<T>(weight), *b = typed<T>(bias);
-    T *py = typed<T>(y), *pm = typed<T>(mean), *pr = typed<T>(rstd);
+    const T *px = x.data<T>(), *w = weight.data<T>(), *b = bias.data<T>();
+    T *py = y.data<T>(), *pm = mean.data<T>(), *pr = rstd.data<T>();
 #pragma omp parallel for schedule(static) if (N * C > kParallelGrain)
     for (int64_t r = 0; r < N; ++r) {
       const T* xr = px + r * C;
@@ -45,9 +41,9 @@ void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& me
   visit_floating(x.dtype(), "layer_norm_backward", [&](auto zero) {
     using T = decltype(zero);
     const int64_t C = x.shape().back(), N = x.numel() / std::max<int64_t>(C, 1);
-    const T *px = typed<T>(x), *w = typed<T>(weight), *pm = typed<T>(mean), *pr = typed<T>(rstd),
-            *pg = typed<T>(dY);
-    T *pdx = typed<T>(dX), *dw = typed<T>(dWeight), *db = typed<T>(dBias);
+    const T *px = x.data<T>(), *w = weight.data<T>(), *pm = mean.data<T>(), *pr = rstd.data<T>(),
+            *pg = dY.data<T>();
+    T *pdx = dX.data<T>(), *dw = dWeight.data<T>(), *db = dBias.data<T>();
 #pragma omp parallel for schedule(static) if (N * C > kParallelGrain)
     for (int64_t r = 0; r < N; ++r) {
       const T *xr = px + r * C, *gr = pg + r * C;

@@ -6,7 +6,6 @@
 namespace ag::cpu {
 
 namespace {
-template <class T> T* typed(const Tensor& t) { return static_cast<T*>(t.raw_data()); }
 
 template <class Body> void visit_any(DType t, Body&& body) {
   switch (t) {
@@ -23,8 +22,8 @@ void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst,
                                                                        << dst.dtype() << ")");
   visit_any(src.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* s = typed<T>(src) + src_view.offset;
-    T* d = typed<T>(dst) + dst_view.offset;
+    const T* s = src.data<T>() + src_view.offset;
+    T* d = dst.data<T>() + dst_view.offset;
     for_each_row<2>(shape, {src_view.strides, dst_view.strides}, true,
                     [&](auto base, int64_t inner, auto stride) {
                       const T* in = s + base[0];
@@ -41,7 +40,7 @@ void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst,
 void fill(Tensor& out, double value) {
   visit_any(out.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    std::fill_n(typed<T>(out), out.numel(), static_cast<T>(value));
+    std::fill_n(out.data<T>(), out.numel(), static_cast<T>(value));
   });
 }
 
@@ -50,8 +49,8 @@ void cast(const Tensor& src, Tensor& dst) {
     visit_any(dst.dtype(), [&](auto dst_zero) {
       using S = decltype(src_zero);
       using D = decltype(dst_zero);
-      const S* s = typed<S>(src);
-      D* d = typed<D>(dst);
+      const S* s = src.data<S>();
+      D* d = dst.data<D>();
       const int64_t n = src.numel();
       for (int64_t i = 0; i < n; ++i) d[i] = static_cast<D>(s[i]);
     });

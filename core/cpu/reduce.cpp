@@ -5,10 +5,6 @@
 
 namespace ag::cpu {
 
-namespace {
-template <class T> T* typed(const Tensor& t) { return static_cast<T*>(t.raw_data()); }
-}  // namespace
-
 // Walks x row by row; each x element adds into the out element it broadcasts
 // from (out read with stride 0 on the reduced dims). Serial: rows may share
 // outputs. Sums are kept in double so float32 reductions over long rows stay
@@ -16,7 +12,7 @@ template <class T> T* typed(const Tensor& t) { return static_cast<T*>(t.raw_data
 void sum_to_shape(const Tensor& x, Tensor& out) {
   visit_floating(x.dtype(), "sum_to_shape", [&](auto zero) {
     using T = decltype(zero);
-    const T* px = typed<T>(x);
+    const T* px = x.data<T>();
     const int64_t n_out = out.numel();
     std::vector<double> acc(n_out, 0.0);
     for_each_row<2>(x.shape(), {contiguous_strides(x.shape()), broadcast_strides(out.shape(), x.shape())},
@@ -31,7 +27,7 @@ void sum_to_shape(const Tensor& x, Tensor& out) {
                         for (int64_t i = 0; i < inner; ++i) o[i] += row[i];
                       }
                     });
-    T* po = typed<T>(out);
+    T* po = out.data<T>();
     for (int64_t i = 0; i < n_out; ++i) po[i] = static_cast<T>(acc[i]);
   });
 }
@@ -39,9 +35,9 @@ void sum_to_shape(const Tensor& x, Tensor& out) {
 void max_dim(const Tensor& x, const ReduceDims& dims, Tensor& values, Tensor& argmax) {
   visit_floating(x.dtype(), "max", [&](auto zero) {
     using T = decltype(zero);
-    const T* px = typed<T>(x);
-    T* pv = typed<T>(values);
-    int64_t* pi = typed<int64_t>(argmax);
+    const T* px = x.data<T>();
+    T* pv = values.data<T>();
+    int64_t* pi = argmax.data<int64_t>();
     for (int64_t o = 0; o < dims.outer; ++o)
       for (int64_t i = 0; i < dims.inner; ++i) {
         const T* column = px + o * dims.n * dims.inner + i;
@@ -58,9 +54,9 @@ void max_dim_backward(const Tensor& dValues, const Tensor& argmax, const ReduceD
                       Tensor& dX) {
   visit_floating(dValues.dtype(), "max_backward", [&](auto zero) {
     using T = decltype(zero);
-    const T* g = typed<T>(dValues);
-    const int64_t* pi = typed<int64_t>(argmax);
-    T* dx = typed<T>(dX);
+    const T* g = dValues.data<T>();
+    const int64_t* pi = argmax.data<int64_t>();
+    T* dx = dX.data<T>();
     std::fill_n(dx, dX.numel(), T(0));
     for (int64_t o = 0; o < dims.outer; ++o)
       for (int64_t i = 0; i < dims.inner; ++i)

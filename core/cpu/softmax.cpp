@@ -10,7 +10,6 @@
 namespace ag::cpu {
 
 namespace {
-template <class T> T* typed(const Tensor& t) { return static_cast<T*>(t.raw_data()); }
 
 // Rows [N, C] of a tensor of any rank (the last dim is C).
 int64_t row_length(const Tensor& t) { return t.dim() == 0 ? 1 : t.shape().back(); }
@@ -55,8 +54,8 @@ void softmax(const Tensor& x, Tensor& y) {
   visit_floating(x.dtype(), "softmax", [&](auto zero) {
     using T = decltype(zero);
     const int64_t C = row_length(x), N = x.numel() / std::max<int64_t>(C, 1);
-    const T* px = typed<T>(x);
-    T* py = typed<T>(y);
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
     for_rows(N, C, [&](int64_t r) { softmax_row(px + r * C, py + r * C, C, C); });
   });
 }
@@ -65,8 +64,8 @@ void causal_softmax(const Tensor& x, Tensor& y) {
   visit_floating(x.dtype(), "causal_softmax", [&](auto zero) {
     using T = decltype(zero);
     const int64_t T_ = row_length(x), rows = x.numel() / std::max<int64_t>(T_, 1);
-    const T* px = typed<T>(x);
-    T* py = typed<T>(y);
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
     for_rows(rows, T_, [&](int64_t r) { softmax_row(px + r * T_, py + r * T_, r % T_ + 1, T_); });
   });
 }
@@ -76,8 +75,8 @@ void softmax_backward(const Tensor& y, const Tensor& dY, Tensor& dX) {
   visit_floating(y.dtype(), "softmax_backward", [&](auto zero) {
     using T = decltype(zero);
     const int64_t C = row_length(y), N = y.numel() / std::max<int64_t>(C, 1);
-    const T *py = typed<T>(y), *pg = typed<T>(dY);
-    T* pd = typed<T>(dX);
+    const T *py = y.data<T>(), *pg = dY.data<T>();
+    T* pd = dX.data<T>();
     for_rows(N, C, [&](int64_t r) {
       const T *yr = py + r * C, *gr = pg + r * C;
       T* dr = pd + r * C;
@@ -92,8 +91,8 @@ void log_softmax(const Tensor& x, Tensor& y) {
   visit_floating(x.dtype(), "log_softmax", [&](auto zero) {
     using T = decltype(zero);
     const int64_t C = row_length(x), N = x.numel() / std::max<int64_t>(C, 1);
-    const T* px = typed<T>(x);
-    T* py = typed<T>(y);
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
     for_rows(N, C, [&](int64_t r) {
       const T lse = logsumexp_row(px + r * C, C);
       for (int64_t j = 0; j < C; ++j) py[r * C + j] = px[r * C + j] - lse;
@@ -106,8 +105,8 @@ void log_softmax_backward(const Tensor& y, const Tensor& dY, Tensor& dX) {
   visit_floating(y.dtype(), "log_softmax_backward", [&](auto zero) {
     using T = decltype(zero);
     const int64_t C = row_length(y), N = y.numel() / std::max<int64_t>(C, 1);
-    const T *py = typed<T>(y), *pg = typed<T>(dY);
-    T* pd = typed<T>(dX);
+    const T *py = y.data<T>(), *pg = dY.data<T>();
+    T* pd = dX.data<T>();
     for_rows(N, C, [&](int64_t r) {
       T sum = 0;
       for (int64_t j = 0; j < C; ++j) sum += pg[r * C + j];
@@ -118,7 +117,7 @@ void log_softmax_backward(const Tensor& y, const Tensor& dY, Tensor& dX) {
 
 namespace {
 void check_targets(const Tensor& targets, int64_t V, int64_t ignore_index) {
-  const int64_t* t = typed<int64_t>(targets);
+  const int64_t* t = targets.data<int64_t>();
   for (int64_t n = 0; n < targets.numel(); ++n)
     AG_CHECK(t[n] == ignore_index || (t[n] >= 0 && t[n] < V),
              "cross_entropy: target " << t[n] << " at position " << n << " out of range [0, " << V
@@ -132,9 +131,9 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_i
   check_targets(targets, V, ignore_index);
   visit_floating(logits.dtype(), "cross_entropy", [&](auto zero) {
     using T = decltype(zero);
-    const T* px = typed<T>(logits);
-    const int64_t* pt = typed<int64_t>(targets);
-    T *pl = typed<T>(loss), *ps = typed<T>(lse);
+    const T* px = logits.data<T>();
+    const int64_t* pt = targets.data<int64_t>();
+    T *pl = loss.data<T>(), *ps = lse.data<T>();
     for_rows(N, V, [&](int64_t r) {
       ps[r] = logsumexp_row(px + r * V, V);
       pl[r] = pt[r] == ignore_index ? T(0) : ps[r] - px[r * V + pt[r]];
@@ -147,9 +146,9 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   const int64_t V = row_length(logits), N = targets.numel();
   visit_floating(logits.dtype(), "cross_entropy_backward", [&](auto zero) {
     using T = decltype(zero);
-    const T *px = typed<T>(logits), *ps = typed<T>(lse);
-    const int64_t* pt = typed<int64_t>(targets);
-    T* pd = typed<T>(dLogits);
+    const T *px = logits.data<T>(), *ps = lse.data<T>();
+    const int64_t* pt = targets.data<int64_t>();
+    T* pd = dLogits.data<T>();
     const T s = static_cast<T>(scale);
     for_rows(N, V, [&](int64_t r) {
       T* dr = pd + r * V;

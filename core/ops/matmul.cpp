@@ -53,7 +53,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     // B is shared by every batch entry of A: fold A's batch dims into its rows
     // and do one large product, [rows, K] x [K, N]. Then dB = A_foldedᵀ dC_folded
     // is one product too.
-    const int64_t rows = a.numel() / std::max<int64_t>(K, 1);
+    const int64_t rows = numel(Shape(a.shape().begin(), a.shape().end() - 1));
     Shape out_shape = a.shape();
     out_shape.back() = N;
     Tensor out = product({a, false, false}, {b, false, false}, 1, rows, N, K, out_shape);

@@ -9,17 +9,17 @@ namespace ag::char_lm {
 namespace {
 const char* gelu_name(GeluApprox g) { return g == GeluApprox::Erf ? "erf" : "tanh"; }
 
-int64_t metadata_integer(const SafetensorsFile& file, const std::string& key) {
+int64_t metadata_integer(const SafetensorsFile& file, const std::string& key, int64_t min = 1) {
   AG_CHECK(file.metadata.count(key), "checkpoint '" << file.path << "': __metadata__ has no '" << key << "'");
   const std::string& v = file.metadata.at(key);
   size_t used = 0;
-  int64_t x = -1;
+  int64_t x = min - 1;
   try {
     x = std::stoll(v, &used);
   } catch (const std::exception&) {
   }
-  AG_CHECK(used == v.size() && x > 0,
-           "checkpoint '" << file.path << "': __metadata__ '" << key << "' = '" << v << "' is not a positive integer");
+  AG_CHECK(used == v.size() && x >= min,
+           "checkpoint '" << file.path << "': __metadata__ '" << key << "' = '" << v << "' is not an integer >= " << min);
   return x;
 }
 
@@ -37,9 +37,9 @@ uint64_t u64_value(const SafetensorsFile& file, const std::string& name) {
 std::string model_path(const std::string& dir) { return dir + "/model.safetensors"; }
 std::string train_state_path(const std::string& dir) { return dir + "/train_state.safetensors"; }
 
-void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& tokenizer) {
+void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& tokenizer, int64_t iter) {
   const nn::GPTConfig& c = model.config();
-  const Metadata metadata = {{"n_layer", std::to_string(c.n_layer)},
+  Metadata metadata = {{"n_layer", std::to_string(c.n_layer)},
                              {"n_head", std::to_string(c.n_head)},
                              {"n_embd", std::to_string(c.n_embd)},
                              {"block_size", std::to_string(c.block_size)},
@@ -48,6 +48,7 @@ void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& 
                              // JSON, so every byte of the vocabulary survives as text.
                              {"chars", nlohmann::json(tokenizer.chars()).dump(-1, ' ', false,
                                                                              nlohmann::json::error_handler_t::replace)}};
+  if (iter >= 0) metadata["iter"] = std::to_string(iter);
   std::vector<NamedTensor> tensors;
   for (const NamedTensor& p : model.state()) tensors.push_back({p.name, p.tensor.to(DType::Float32)});
   save_safetensors(path, tensors, metadata);
@@ -79,6 +80,7 @@ LoadedModel load_model(const std::string& path, DType dtype, double dropout) {
              "checkpoint '" << path << "': " << loaded.tokenizer.vocab_size() << " characters for vocab_size "
                             << config.vocab_size);
   }
+  if (file.metadata.count("iter")) loaded.iter = metadata_integer(file, "iter", 0);
   Generator unused(0);  // the weights come from the file
   loaded.model = std::make_unique<nn::GPT>(config, unused);
   loaded.model->to(dtype);
@@ -103,7 +105,7 @@ void save_train_state(const std::string& path, const TrainState& state, const op
                                       {"rng.dropout.seed", u64_tensor(state.dropout_seed)},
                                       {"rng.dropout.offset", u64_tensor(state.dropout_offset)}};
   for (const NamedTensor& t : optimizer.state()) tensors.push_back({"optim." + t.name, t.tensor});
-  save_safetensors(path, tensors);
+  save_safetensors(path, tensors, state.options);
 }
 
 TrainState load_train_state(const std::string& path, optim::Optimizer& optimizer) {
@@ -114,6 +116,7 @@ TrainState load_train_state(const std::string& path, optim::Optimizer& optimizer
   state.batch_offset = u64_value(file, "rng.batch.offset");
   state.dropout_seed = u64_value(file, "rng.dropout.seed");
   state.dropout_offset = u64_value(file, "rng.dropout.offset");
+  state.options = file.metadata;
   optim::NamedTensors optimizer_state;
   for (const NamedTensor& t : file.tensors)
     if (t.name.rfind("optim.", 0) == 0) optimizer_state.push_back({t.name.substr(6), t.tensor});

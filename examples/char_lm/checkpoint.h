@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "core/safetensors.h"
 #include "examples/char_lm/data.h"
 #include "nn/gpt.h"
 #include "optim/optimizer.h"
@@ -18,12 +19,15 @@ namespace ag::char_lm {
 struct LoadedModel {
   std::unique_ptr<nn::GPT> model;
   Tokenizer tokenizer;
+  int64_t iter = -1;  // the training iteration it was saved at, if recorded
 };
 
 std::string model_path(const std::string& dir);
 std::string train_state_path(const std::string& dir);
 
-void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& tokenizer);
+// `iter` (if >= 0) is recorded, so a resume can check that the model and the
+// train state are from the same checkpoint.
+void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& tokenizer, int64_t iter = -1);
 // Builds the model its metadata describes and loads its weights, converted to
 // `dtype`. Dropout is a training choice, not part of the saved model, so the
 // caller gives it. ag::Error naming the file on a missing key, a bad value or a
@@ -35,6 +39,7 @@ struct TrainState {
   int64_t iter = 0;                       // the next iteration to run
   uint64_t batch_seed = 0, batch_offset = 0;      // the training-batch generator
   uint64_t dropout_seed = 0, dropout_offset = 0;  // the default generator (dropout masks)
+  Metadata options;  // the options that define the run ("lr" -> "0.001", ...), so a resume can check them
 };
 void save_train_state(const std::string& path, const TrainState& state, const optim::Optimizer& optimizer);
 TrainState load_train_state(const std::string& path, optim::Optimizer& optimizer);

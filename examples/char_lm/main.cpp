@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
     if (command == "grads") return run_grads(argc, argv);
     std::fprintf(stderr, "char_lm: unknown command '%s'\n%s", argv[1], usage);
     return 2;
-  } catch (const ag::Error& e) {
+  } catch (const std::exception& e) {  // ag::Error, and I/O errors from the standard library
     std::fprintf(stderr, "char_lm: %s\n", e.what());
     return 1;
   }

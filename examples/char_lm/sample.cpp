@@ -15,7 +15,10 @@ std::string generate(nn::GPT& model, const Tokenizer& tokenizer, const std::stri
   model.eval();
   Generator gen(options.seed);
   const int64_t V = tokenizer.vocab_size(), block = model.config().block_size;
-  std::vector<int64_t> ids = tokenizer.encode(prompt.empty() ? std::string(1, tokenizer.chars()[0]) : prompt);
+  // Without a prompt, start at the beginning of a line (or the first character
+  // of the vocabulary, for a text without newlines).
+  const bool has_newline = tokenizer.chars().find('\n') != std::string::npos;
+  std::vector<int64_t> ids = tokenizer.encode(prompt.empty() ? std::string(1, has_newline ? '\n' : tokenizer.chars()[0]) : prompt);
   const size_t prompt_length = prompt.empty() ? 1 : ids.size();
   for (int64_t n = 0; n < options.tokens; ++n) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), block);

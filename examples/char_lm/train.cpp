@@ -1,6 +1,7 @@
 #include "examples/char_lm/train.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -56,19 +57,66 @@ EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, i
 nn::GPTConfig model_config(const TrainConfig& c, int64_t vocab_size) {
   return {vocab_size, c.block_size, c.n_layer, c.n_head, c.n_embd, c.dropout, c.gelu, c.attention};
 }
+
+// The options that define a run: a resumed run must keep them all (only
+// max_iters, where output goes, logging and the device may change), or it
+// would not continue the same run.
+Metadata run_options(const TrainConfig& c) {
+  auto number = [](double v) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%.17g", v);
+    return std::string(buffer);
+  };
+  return {{"n-layer", std::to_string(c.n_layer)},   {"n-head", std::to_string(c.n_head)},
+          {"n-embd", std::to_string(c.n_embd)},     {"block-size", std::to_string(c.block_size)},
+          {"batch-size", std::to_string(c.batch_size)}, {"dropout", number(c.dropout)},
+          {"gelu", c.gelu == GeluApprox::Erf ? "erf" : "tanh"},
+          {"lr", number(c.lr)},                     {"min-lr", number(c.min_lr)},
+          {"warmup-iters", std::to_string(c.warmup_iters)}, {"lr-decay-iters", std::to_string(c.lr_decay_iters)},
+          {"beta1", number(c.beta1)},               {"beta2", number(c.beta2)},
+          {"weight-decay", number(c.weight_decay)}, {"grad-clip", number(c.grad_clip)},
+          {"eval-interval", std::to_string(c.eval_interval)}, {"eval-iters", std::to_string(c.eval_iters)},
+          {"seed", std::to_string(c.seed)}};
+}
+
+void check_same_run(const Metadata& saved, const TrainConfig& c) {
+  std::string differences;
+  for (const auto& [option, value] : run_options(c)) {
+    const auto found = saved.find(option);
+    if (found != saved.end() && found->second != value)
+      differences += "\n  --" + option + ": the run has " + found->second + ", this call gives " + value;
+  }
+  AG_CHECK(differences.empty(), "train --resume: '" << c.out_dir << "' holds a run with other options (pass the run's "
+                                                       "own; only --max-iters, output, logging and --device may change):"
+                                                    << differences);
+}
+
+// The log of a resumed run keeps only the rows from before the checkpoint:
+// the crashed or stopped run may have logged past it.
+void truncate_log(const std::string& path, int64_t start) {
+  std::ifstream in(path);
+  std::string kept, line;
+  while (std::getline(in, line))
+    if (kept.empty() || std::strtoll(line.c_str(), nullptr, 10) < start) kept += line + "\n";
+  std::ofstream(path, std::ios::trunc) << kept;
+}
 }  // namespace
 
 TrainResult train(const TrainConfig& c) {
-  AG_CHECK(c.eval_interval > 0 && c.eval_iters > 0 && c.max_iters >= 0 && c.batch_size > 0,
-           "train: eval_interval, eval_iters and batch_size must be positive, max_iters non-negative");
+  AG_CHECK(c.eval_interval > 0 && c.eval_iters > 0 && c.log_interval > 0 && c.max_iters >= 0 && c.batch_size > 0,
+           "train: eval_interval, eval_iters, log_interval and batch_size must be positive, max_iters non-negative");
   const std::string data_path = resolve_data_path(c.data_path);
   const Dataset data = make_dataset(read_text(data_path), c.block_size);
-  std::filesystem::create_directories(c.out_dir);
+  std::error_code error;
+  std::filesystem::create_directories(c.out_dir, error);
+  AG_CHECK(!error, "train: cannot create the output directory '" << c.out_dir << "': " << error.message());
 
   // The model: fresh from the seed, or the checkpoint's weights on --resume.
   std::unique_ptr<nn::GPT> model;
+  int64_t model_iter = -1;
   if (c.resume) {
     LoadedModel loaded = load_model(model_path(c.out_dir), DType::Float32, c.dropout);
+    model_iter = loaded.iter;
     AG_CHECK(loaded.tokenizer.chars() == data.tokenizer.chars(),
              "train --resume: the checkpoint's vocabulary differs from that of '" << data_path << "'");
     model = std::move(loaded.model);
@@ -87,18 +135,27 @@ TrainResult train(const TrainConfig& c) {
   int64_t start = 0;
   if (c.resume) {
     const TrainState state = load_train_state(train_state_path(c.out_dir), optimizer);
+    check_same_run(state.options, c);
+    AG_CHECK(state.iter == model_iter,
+             "train --resume: '" << c.out_dir << "' holds weights from iteration " << model_iter
+                                 << " but training state from iteration " << state.iter
+                                 << " (a crash between the two writes?); cannot continue that run");
     start = state.iter;
     batches.set_state(state.batch_seed, state.batch_offset);
     default_generator().set_state(state.dropout_seed, state.dropout_offset);
   }
   const auto save_checkpoint = [&](int64_t iter) {
-    save_model(model_path(c.out_dir), *model, data.tokenizer);
+    save_model(model_path(c.out_dir), *model, data.tokenizer, iter);
     save_train_state(train_state_path(c.out_dir),
-                     {iter, batches.seed(), batches.offset(), default_generator().seed(), default_generator().offset()},
+                     {iter, batches.seed(), batches.offset(), default_generator().seed(), default_generator().offset(),
+                      run_options(c)},
                      optimizer);
   };
 
-  std::ofstream log(c.out_dir + "/log.csv", c.resume ? std::ios::app : std::ios::trunc);
+  const std::string log_path = c.out_dir + "/log.csv";
+  if (c.resume) truncate_log(log_path, start);
+  std::ofstream log(log_path, c.resume ? std::ios::app : std::ios::trunc);
+  AG_CHECK(log, "train: cannot write '" << log_path << "'");
   if (!c.resume) log << "iter,kind,loss,lr,ms_per_iter\n";
   if (!c.quiet)
     std::printf("char_lm: %lld parameters, vocab %lld, %zu train / %zu val tokens from %s\n",
