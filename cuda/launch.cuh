@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
 
 #include "core/tensor.h"
@@ -20,9 +21,22 @@
 #include "cuda/context.h"
 
 // After every <<<...>>>: a bad configuration shows up here, named by file:line.
-#define AG_CUDA_CHECK_LAUNCH() AG_CUDA_CHECK(cudaGetLastError())
+// With AG_CUDA_SYNC set in the environment it also waits for the kernel, so a
+// fault inside one (an illegal address, a trap) is reported at its own launch
+// rather than at the next copy to the host. For debugging: it serialises everything.
+#define AG_CUDA_CHECK_LAUNCH()                                                   \
+  do {                                                                           \
+    AG_CUDA_CHECK(cudaGetLastError());                                           \
+    if (::ag::cuda::sync_after_launch())                                         \
+      AG_CUDA_CHECK(cudaStreamSynchronize(::ag::cuda::current_stream()));        \
+  } while (0)
 
 namespace ag::cuda {
+
+inline bool sync_after_launch() {
+  static const bool on = std::getenv("AG_CUDA_SYNC") != nullptr;
+  return on;
+}
 
 inline cudaStream_t current_stream() { return static_cast<cudaStream_t>(stream()); }
 

@@ -38,8 +38,14 @@ echo "built"
 
 echo "== tests (AG_REQUIRE_CUDA: a cuda test that finds no device fails instead of skipping)"
 export AG_REQUIRE_CUDA=1
-(cd build-gpu && ctest -j 8 --timeout 600 --output-on-failure) | tail -25
-./build-gpu/attograd_tests -tc="cuda*" 2>&1 | tail -4
+if ! (cd build-gpu && ctest -j 8 --timeout 600 --output-on-failure >"$log_dir/ctest.log" 2>&1); then
+  tail -40 "$log_dir/ctest.log"
+  echo "== cuda tests again, each kernel checked at its launch (AG_CUDA_SYNC) under compute-sanitizer"
+  AG_CUDA_SYNC=1 compute-sanitizer --tool memcheck ./build-gpu/attograd_tests -tc="cuda*" 2>&1 | tail -40
+else
+  tail -3 "$log_dir/ctest.log"
+fi
+./build-gpu/attograd_tests -tc="cuda*" 2>&1 | tail -3
 
 echo "== timing: 200 iterations each (median ms/iter of iterations 10..199)"
 # name | options shared by both programs
