@@ -44,4 +44,16 @@ decltype(auto) visit_floating(DType t, const char* op, Body&& body) {
   throw Error(std::string(op) + ": expected a floating dtype, got " + dtype_name(t));
 }
 
+// Calls body(T{}) with T the C++ type of any dtype: for kernels that only move
+// elements (copies, fills, casts) and so serve indices too.
+template <class Body>
+decltype(auto) visit_dtype(DType t, Body&& body) {
+  switch (t) {
+    case DType::Float32: return body(float{});
+    case DType::Float64: return body(double{});
+    case DType::Int64: return body(int64_t{});
+  }
+  throw Error("visit_dtype: unknown dtype");
+}
+
 }  // namespace ag

@@ -8,13 +8,6 @@
 namespace ag::cuda {
 
 namespace {
-template <class Body> void visit_any(DType t, Body&& body) {
-  switch (t) {
-    case DType::Float32: return body(float{});
-    case DType::Float64: return body(double{});
-    case DType::Int64: return body(int64_t{});
-  }
-}
 
 // A copy moves bytes, so it is instantiated per element size, not per dtype.
 template <class Word> struct CopyStrided {
@@ -69,15 +62,15 @@ void fill(Tensor& out, double value) {
     AG_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, n * dtype_size(out.dtype()), current_stream()));
     return;
   }
-  visit_any(out.dtype(), [&](auto zero) {
+  visit_dtype(out.dtype(), [&](auto zero) {
     using T = decltype(zero);
     for_each_index(n, Fill<T>{ptr<T>(out), static_cast<T>(value)});
   });
 }
 
 void cast(const Tensor& src, Tensor& dst) {
-  visit_any(src.dtype(), [&](auto src_zero) {
-    visit_any(dst.dtype(), [&](auto dst_zero) {
+  visit_dtype(src.dtype(), [&](auto src_zero) {
+    visit_dtype(dst.dtype(), [&](auto dst_zero) {
       using S = decltype(src_zero);
       using D = decltype(dst_zero);
       for_each_index(src.numel(), Cast<S, D>{ptr<const S>(src), ptr<D>(dst)});

@@ -2,9 +2,11 @@
 // float32-vs-float64 agreement, and running a test on every device present.
 #pragma once
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -16,6 +18,25 @@
 #include "nn/module.h"
 
 namespace ag::test {
+
+// A fresh directory for one test case (unique per process, so parallel CTest
+// runs never share one), removed when it goes out of scope.
+struct TempDir {
+  std::filesystem::path dir;
+  explicit TempDir(const std::string& name)
+      : dir(std::filesystem::temp_directory_path() / ("attograd_" + name + "_" + std::to_string(getpid()))) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (dir / name).string(); }
+  std::string path() const { return dir.string(); }
+};
 
 // A float64 tensor of N(0, 1) numbers (uniform in [low, high) if low < high),
 // requiring grad, from its own seed so tests do not depend on each other.

@@ -9,7 +9,6 @@
 // Each test writes the weights and the batch to files as a user would, runs
 // compute_grads and reads its output file back.
 #include <doctest/doctest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -31,21 +30,6 @@ using namespace ag;
 
 constexpr double kTolerance = 1e-6;  // normwise relative, against torch float64
 
-// A fresh directory for one test case, removed when it ends.
-struct TempDir {
-  fs::path dir;
-  explicit TempDir(const std::string& name)
-      : dir(fs::temp_directory_path() / ("attograd_char_lm_grads_" + name + "_" + std::to_string(getpid()))) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::string file(const std::string& name) const { return (dir / name).string(); }
-};
-
 SafetensorsFile load_golden(const std::string& gelu) {
   return load_safetensors(std::string(ATTOGRAD_SOURCE_DIR) + "/tests/golden/grads_" + gelu + ".safetensors");
 }
@@ -59,20 +43,20 @@ std::vector<NamedTensor> with_prefix(const SafetensorsFile& golden, const std::s
 }
 
 // W.safetensors as a user would hand it over: the F32 weights, the config in __metadata__.
-std::string write_weights(const SafetensorsFile& golden, const TempDir& tmp) {
+std::string write_weights(const SafetensorsFile& golden, const ag::test::TempDir& tmp) {
   const std::string path = tmp.file("W.safetensors");
   save_safetensors(path, with_prefix(golden, "weight/"), golden.metadata);
   return path;
 }
 
-std::string write_int64_batch(const SafetensorsFile& golden, const TempDir& tmp) {
+std::string write_int64_batch(const SafetensorsFile& golden, const ag::test::TempDir& tmp) {
   const std::string path = tmp.file("B.safetensors");
   save_safetensors(path, with_prefix(golden, "batch/"));
   return path;
 }
 
 // attograd writes only I64, so the I32 file is written by hand, as another tool would.
-std::string write_int32_batch(const SafetensorsFile& golden, const TempDir& tmp) {
+std::string write_int32_batch(const SafetensorsFile& golden, const ag::test::TempDir& tmp) {
   nlohmann::json header = nlohmann::json::object();
   std::string data;
   for (const NamedTensor& t : with_prefix(golden, "batch/")) {
@@ -156,7 +140,7 @@ TEST_CASE("char_lm grads: loss and every gradient match PyTorch float64, erf and
     INFO("gelu " << gelu);
     const SafetensorsFile golden = load_golden(gelu);
     REQUIRE(golden.metadata.at("gelu") == gelu);
-    TempDir tmp(gelu);
+    ag::test::TempDir tmp("char_lm_grads_" + std::string(gelu));
     const std::string out = tmp.file("G.safetensors");
     const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out);
     check_matches_torch(golden, out, loss);
@@ -165,7 +149,7 @@ TEST_CASE("char_lm grads: loss and every gradient match PyTorch float64, erf and
 
 TEST_CASE("char_lm grads: an int32 batch gives the same loss and gradients") {
   const SafetensorsFile golden = load_golden("erf");
-  TempDir tmp("int32");
+  ag::test::TempDir tmp("char_lm_grads_int32");
   const std::string out = tmp.file("G.safetensors");
   const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int32_batch(golden, tmp), out);
   check_matches_torch(golden, out, loss);
@@ -173,7 +157,7 @@ TEST_CASE("char_lm grads: an int32 batch gives the same loss and gradients") {
 
 TEST_CASE("char_lm grads: idx and targets of different shapes are an ag::Error naming the batch file") {
   const SafetensorsFile golden = load_golden("erf");
-  TempDir tmp("mismatch");
+  ag::test::TempDir tmp("char_lm_grads_mismatch");
   const Tensor& idx = golden.at("batch/idx");  // [B, T]
   const int64_t B = idx.size(0), T = idx.size(1);
   const std::vector<int64_t> ids = idx.to_indices();

@@ -2,7 +2,6 @@
 // the reference layout load, every kind of corrupt file gives an ag::Error that
 // names the file and the problem, and saving is atomic.
 #include <doctest/doctest.h>
-#include <unistd.h>
 
 #include <bit>
 #include <cstring>
@@ -21,22 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 using ag::DType;
 using ag::Tensor;
-
-// A fresh directory for one test case, removed when it ends.
-struct TempDir {
-  fs::path dir;
-  explicit TempDir(const std::string& name)
-      : dir(fs::temp_directory_path() /
-            ("attograd_safetensors_" + name + "_" + std::to_string(getpid()))) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::string file(const std::string& name) const { return (dir / name).string(); }
-};
 
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
@@ -96,7 +79,7 @@ void check_load_error(const std::string& path, const std::string& word) {
 }  // namespace
 
 TEST_CASE("safetensors: float32, float64 and int64 tensors round trip in order") {
-  TempDir tmp("round_trip");
+  ag::test::TempDir tmp("safetensors_round_trip");
   const std::string path = tmp.file("model.safetensors");
   // Names out of alphabetical order: the file must keep the caller's order.
   const std::vector<ag::NamedTensor> saved = {
@@ -123,7 +106,7 @@ TEST_CASE("safetensors: float32, float64 and int64 tensors round trip in order")
 }
 
 TEST_CASE("safetensors: special values are bit-exact") {
-  TempDir tmp("bit_exact");
+  ag::test::TempDir tmp("safetensors_bit_exact");
   const std::string path = tmp.file("special.safetensors");
   using F = std::numeric_limits<float>;
   using D = std::numeric_limits<double>;
@@ -146,7 +129,7 @@ TEST_CASE("safetensors: special values are bit-exact") {
 }
 
 TEST_CASE("safetensors: metadata round trips") {
-  TempDir tmp("metadata");
+  ag::test::TempDir tmp("safetensors_metadata");
   const std::string path = tmp.file("meta.safetensors");
   const ag::Metadata metadata = {
       {"format", "pt"}, {"step", "1000"}, {"note", "quotes \" and\nnewlines, ünïcödé"}, {"empty", ""}};
@@ -161,7 +144,7 @@ TEST_CASE("safetensors: metadata round trips") {
 }
 
 TEST_CASE("safetensors: the header has the reference layout, padded to 8 bytes") {
-  TempDir tmp("layout");
+  ag::test::TempDir tmp("safetensors_layout");
   const std::string path = tmp.file("layout.safetensors");
   ag::save_safetensors(path, {{"x", Tensor::from_vector({1, 2}, {2})}}, {{"k", "v"}});
   const std::string bytes = read_file(path);
@@ -179,7 +162,7 @@ TEST_CASE("safetensors: the header has the reference layout, padded to 8 bytes")
 }
 
 TEST_CASE("safetensors: files from other writers: I32 widens to int64, tensors come in data order") {
-  TempDir tmp("foreign");
+  ag::test::TempDir tmp("safetensors_foreign");
   const std::string path = tmp.file("tokens.safetensors");
   // "ids" comes first in the header but second in the data.
   const std::string header =
@@ -200,7 +183,7 @@ TEST_CASE("safetensors: files from other writers: I32 widens to int64, tensors c
 }
 
 TEST_CASE("safetensors: corrupt files give an ag::Error naming the file and the problem") {
-  TempDir tmp("corrupt");
+  ag::test::TempDir tmp("safetensors_corrupt");
   const std::string path = tmp.file("bad.safetensors");
   const std::string data = bytes_of(std::vector<float>{1, 2});  // 8 bytes
   // A header with one entry for "w" (2 floats) whose fields are given raw.
@@ -303,7 +286,7 @@ TEST_CASE("safetensors: corrupt files give an ag::Error naming the file and the 
 }
 
 TEST_CASE("safetensors: at() names the file and the missing tensor") {
-  TempDir tmp("at");
+  ag::test::TempDir tmp("safetensors_at");
   const std::string path = tmp.file("small.safetensors");
   ag::save_safetensors(path, {{"lm_head.weight", Tensor::ones({2, 2})}});
   const ag::SafetensorsFile file = ag::load_safetensors(path);
@@ -313,7 +296,7 @@ TEST_CASE("safetensors: at() names the file and the missing tensor") {
 }
 
 TEST_CASE("safetensors: saving is atomic, overwrites, and reports failures with the path") {
-  TempDir tmp("atomic");
+  ag::test::TempDir tmp("safetensors_atomic");
   const std::string path = tmp.file("ckpt.safetensors");
   ag::save_safetensors(path, {{"x", Tensor::ones({3})}}, {{"step", "1"}});
   ag::save_safetensors(path, {{"y", Tensor::zeros({2}, DType::Float64)}}, {{"step", "2"}});
@@ -331,7 +314,7 @@ TEST_CASE("safetensors: saving is atomic, overwrites, and reports failures with 
 }
 
 TEST_CASE("safetensors: save rejects duplicate, reserved and undefined tensors") {
-  TempDir tmp("save_errors");
+  ag::test::TempDir tmp("safetensors_save_errors");
   const std::string path = tmp.file("bad.safetensors");
   const Tensor x = Tensor::ones({1});
   check_error([&] { ag::save_safetensors(path, {{"x", x}, {"x", x}}); }, path, "twice");
@@ -342,7 +325,7 @@ TEST_CASE("safetensors: save rejects duplicate, reserved and undefined tensors")
 
 TEST_CASE("safetensors: CUDA tensors are saved through the host") {
   if (!ag::test::cuda_or_skip()) return;
-  TempDir tmp("cuda");
+  ag::test::TempDir tmp("safetensors_cuda");
   const std::string path = tmp.file("cuda.safetensors");
   const Tensor host = ag::test::random({4, 3}, 7, DType::Float32, false);
   ag::save_safetensors(path, {{"w", host.to(ag::Device::CUDA)}});

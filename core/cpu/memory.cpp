@@ -5,22 +5,11 @@
 
 namespace ag::cpu {
 
-namespace {
-
-template <class Body> void visit_any(DType t, Body&& body) {
-  switch (t) {
-    case DType::Float32: return body(float{});
-    case DType::Float64: return body(double{});
-    case DType::Int64: return body(int64_t{});
-  }
-}
-}  // namespace
-
 void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst,
                   const StridedView& dst_view, const Shape& shape) {
   AG_CHECK(src.dtype() == dst.dtype(), "copy_strided: dtypes differ (" << src.dtype() << " vs "
                                                                        << dst.dtype() << ")");
-  visit_any(src.dtype(), [&](auto zero) {
+  visit_dtype(src.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* s = src.data<T>() + src_view.offset;
     T* d = dst.data<T>() + dst_view.offset;
@@ -38,15 +27,15 @@ void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst,
 }
 
 void fill(Tensor& out, double value) {
-  visit_any(out.dtype(), [&](auto zero) {
+  visit_dtype(out.dtype(), [&](auto zero) {
     using T = decltype(zero);
     std::fill_n(out.data<T>(), out.numel(), static_cast<T>(value));
   });
 }
 
 void cast(const Tensor& src, Tensor& dst) {
-  visit_any(src.dtype(), [&](auto src_zero) {
-    visit_any(dst.dtype(), [&](auto dst_zero) {
+  visit_dtype(src.dtype(), [&](auto src_zero) {
+    visit_dtype(dst.dtype(), [&](auto dst_zero) {
       using S = decltype(src_zero);
       using D = decltype(dst_zero);
       const S* s = src.data<S>();
