@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/safetensors.h"
 #include "core/threads.h"
 #include "cuda/context.h"
 #include "examples/char_lm/checkpoint.h"
@@ -73,6 +74,11 @@ int run_train(int argc, char** argv) {
       .add("device", "cpu", "cpu or cuda")
       .add("threads", "0", "CPU threads (0: all cores)");
   if (!o.parse(argc, argv, 2)) return 0;
+  if (o.on("resume")) {
+    // A resumed run keeps its options: those not given again come from the checkpoint.
+    for (const auto& [option, value] : load_safetensors(train_state_path(o.str("out"))).metadata)
+      o.set_default(option, value);
+  }
   apply_threads(o);
   TrainConfig c;
   c.data_path = o.str("data");

@@ -49,6 +49,11 @@ const std::string& Options::str(const std::string& name) const { return find(nam
 bool Options::on(const std::string& name) const { return find(name).value == "1"; }
 bool Options::given(const std::string& name) const { return find(name).given; }
 
+void Options::set_default(const std::string& name, const std::string& value) {
+  for (Option& o : options_)
+    if (o.name == name && !o.given) o.value = value;
+}
+
 int64_t Options::integer(const std::string& name) const {
   const std::string& v = str(name);
   size_t used = 0;

@@ -25,6 +25,9 @@ class Options {
   double real(const std::string& name) const;
   bool on(const std::string& name) const;
   bool given(const std::string& name) const;  // set on the command line, not defaulted
+  // Replaces the default of option `name` (ignored when it was given on the
+  // command line, or is not an option here).
+  void set_default(const std::string& name, const std::string& value);
   std::string usage() const;
 
  private:
