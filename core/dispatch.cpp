@@ -25,6 +25,13 @@ Device device_of(const char* kernel, std::initializer_list<const Tensor*> tensor
 bool on_cpu(const char* kernel, std::initializer_list<const Tensor*> tensors) {
   return device_of(kernel, tensors) == Device::CPU;
 }
+
+// The optimizer updates' sizes are checked here, once for both devices.
+void check_update_sizes(const char* kernel, const Tensor& param, std::initializer_list<const Tensor*> others) {
+  for (const Tensor* t : others)
+    AG_CHECK(t->numel() == param.numel(),
+             kernel << ": param " << describe(param) << " and " << describe(*t) << " differ in size");
+}
 }  // namespace
 
 void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst,
@@ -151,10 +158,15 @@ void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& 
 }
 
 void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& hyper) {
+  check_update_sizes("adam_step", param, {&grad, &m, &v});
+  AG_CHECK(hyper.step >= 1, "adam_step: step must be >= 1, got " << hyper.step);
   if (on_cpu("adam_step", {&param, &grad, &m, &v})) cpu::adam_step(param, grad, m, v, hyper);
   else cuda::adam_step(param, grad, m, v, hyper);
 }
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdHyper& hyper) {
+  // Without momentum there is no buffer (the argument is never read).
+  if (hyper.momentum != 0.0) check_update_sizes("sgd_step", param, {&grad, &momentum_buffer});
+  else check_update_sizes("sgd_step", param, {&grad});
   if (on_cpu("sgd_step", {&param, &grad, &momentum_buffer})) cpu::sgd_step(param, grad, momentum_buffer, hyper);
   else cuda::sgd_step(param, grad, momentum_buffer, hyper);
 }

@@ -5,19 +5,12 @@
 // code line by line, so float64 runs agree with PyTorch to rounding.
 #pragma once
 #include <cmath>
-#include <initializer_list>
 
 #include "core/dispatch.h"
 #include "core/random.h"  // AG_HOST_DEVICE
 
 namespace ag::math {
 
-// Every tensor of one update holds as many elements as the param.
-inline void check_update_sizes(const char* kernel, const Tensor& param, std::initializer_list<const Tensor*> others) {
-  for (const Tensor* t : others)
-    AG_CHECK(t->numel() == param.numel(),
-             kernel << ": param " << describe(param) << " and " << describe(*t) << " differ in size");
-}
 
 // Adam / AdamW (contract in core/dispatch.h). The per-step scalars are computed
 // once, in double, as torch computes them in Python.

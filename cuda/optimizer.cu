@@ -1,7 +1,6 @@
 // Optimizer updates: one thread per element, in place, over the per-element
 // updates of core/optimizer_math.h that the CPU kernels use too.
 #include <cmath>
-#include <initializer_list>
 
 #include "core/optimizer_math.h"
 #include "cuda/cuda.h"
@@ -24,8 +23,6 @@ template <class T> struct Scale {
 }  // namespace
 
 void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const kernel::AdamHyper& hyper) {
-  math::check_update_sizes("adam_step", param, {&grad, &m, &v});
-  AG_CHECK(hyper.step >= 1, "adam_step: step must be >= 1, got " << hyper.step);
   visit_floating(param.dtype(), "adam_step", [&](auto zero) {
     using T = decltype(zero);
     for_each_index(param.numel(), math::AdamUpdate<T>(ptr<T>(param), ptr<const T>(grad), ptr<T>(m), ptr<T>(v), hyper));
@@ -34,8 +31,6 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const ke
 
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const kernel::SgdHyper& hyper) {
   const bool use_momentum = hyper.momentum != 0.0;
-  if (use_momentum) math::check_update_sizes("sgd_step", param, {&grad, &momentum_buffer});
-  else math::check_update_sizes("sgd_step", param, {&grad});
   visit_floating(param.dtype(), "sgd_step", [&](auto zero) {
     using T = decltype(zero);
     for_each_index(param.numel(), math::SgdUpdate<T>(ptr<T>(param), ptr<const T>(grad),

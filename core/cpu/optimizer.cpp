@@ -1,7 +1,6 @@
 // Optimizer-update CPU kernels: one flat, in-place loop per parameter tensor,
 // over the per-element updates of core/optimizer_math.h.
 #include <cmath>
-#include <initializer_list>
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/loops.h"
@@ -10,8 +9,6 @@
 namespace ag::cpu {
 
 void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const kernel::AdamHyper& hyper) {
-  math::check_update_sizes("adam_step", param, {&grad, &m, &v});
-  AG_CHECK(hyper.step >= 1, "adam_step: step must be >= 1, got " << hyper.step);
   visit_floating(param.dtype(), "adam_step", [&](auto zero) {
     using T = decltype(zero);
     const math::AdamUpdate<T> update(param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), hyper);
@@ -23,8 +20,6 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const ke
 
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const kernel::SgdHyper& hyper) {
   const bool use_momentum = hyper.momentum != 0.0;
-  if (use_momentum) math::check_update_sizes("sgd_step", param, {&grad, &momentum_buffer});
-  else math::check_update_sizes("sgd_step", param, {&grad});
   visit_floating(param.dtype(), "sgd_step", [&](auto zero) {
     using T = decltype(zero);
     const math::SgdUpdate<T> update(param.data<T>(), grad.data<T>(),

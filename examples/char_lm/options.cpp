@@ -54,28 +54,27 @@ void Options::set_default(const std::string& name, const std::string& value) {
     if (o.name == name && !o.given) o.value = value;
 }
 
-int64_t Options::integer(const std::string& name) const {
-  const std::string& v = str(name);
+namespace {
+// parse(text, &used) over the whole of `value`, else an error naming the option.
+template <class Parse>
+auto parse_whole(const std::string& name, const std::string& value, const char* kind, Parse parse) {
   size_t used = 0;
-  int64_t x = 0;
+  decltype(parse(value, &used)) x{};
   try {
-    x = std::stoll(v, &used);
+    x = parse(value, &used);
   } catch (const std::exception&) {
   }
-  AG_CHECK(!v.empty() && used == v.size(), "--" << name << ": '" << v << "' is not an integer");
+  AG_CHECK(!value.empty() && used == value.size(), "--" << name << ": '" << value << "' is not " << kind);
   return x;
+}
+}  // namespace
+
+int64_t Options::integer(const std::string& name) const {
+  return parse_whole(name, str(name), "an integer", [](const std::string& v, size_t* used) { return std::stoll(v, used); });
 }
 
 double Options::real(const std::string& name) const {
-  const std::string& v = str(name);
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (const std::exception&) {
-  }
-  AG_CHECK(!v.empty() && used == v.size(), "--" << name << ": '" << v << "' is not a number");
-  return x;
+  return parse_whole(name, str(name), "a number", [](const std::string& v, size_t* used) { return std::stod(v, used); });
 }
 
 std::string Options::usage() const {
