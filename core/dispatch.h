@@ -7,6 +7,7 @@
 // kernels themselves with their contracts, and is included here, in
 // core/cpu/cpu.h and in cuda/cuda.h, so the three declare one list.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -33,12 +34,21 @@ struct ReduceDims {
 // op(A_b) is [M, K] (A_b stored [K, M] when trans_a), op(B_b) is [K, N] (B_b
 // stored [N, K] when trans_b), C_b is [M, N]. A_b starts at a_offset + b *
 // a_batch_stride elements (stride 0 reuses one matrix for the whole batch).
+// Rows of a stored matrix are lda (ldb, ldc) elements apart; 0 means packed
+// (the stored row length), and a larger value reads a column block of a wider
+// matrix in place, e.g. one head's d_h columns of Q [B·T, C].
 struct GemmShape {
   int64_t batch, M, N, K;
   bool trans_a = false, trans_b = false;
   int64_t a_offset = 0, b_offset = 0, c_offset = 0;
   int64_t a_batch_stride = 0, b_batch_stride = 0, c_batch_stride = 0;
   double alpha = 1.0, beta = 0.0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+
+  // The leading dimensions in effect (never below 1: BLAS rejects 0 even for empty matrices).
+  int64_t row_stride_a() const { return std::max<int64_t>(1, lda ? lda : (trans_a ? M : K)); }
+  int64_t row_stride_b() const { return std::max<int64_t>(1, ldb ? ldb : (trans_b ? K : N)); }
+  int64_t row_stride_c() const { return std::max<int64_t>(1, ldc ? ldc : N); }
 };
 
 // Adam, in torch.optim's form, at step t >= 1:

@@ -157,9 +157,19 @@ Tensor Tensor::clone() const {
 Tensor Tensor::detach() const {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = impl_->storage;
+  impl->offset = impl_->offset;
   impl->shape = impl_->shape;
   impl->dtype = impl_->dtype;
   return Tensor(std::move(impl));
+}
+
+Tensor Tensor::view(int64_t offset, const Shape& shape) const {
+  AG_CHECK(offset >= 0 && offset + ag::numel(shape) <= numel(),
+           "view: " << to_string(shape) << " at offset " << offset << " does not fit in " << describe(*this));
+  Tensor out = detach();
+  out.impl()->offset += offset;
+  out.impl()->shape = shape;
+  return out;
 }
 
 // reshape: a view (same storage, same order of elements). Backward: the

@@ -40,6 +40,7 @@ class Storage {
 
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
+  int64_t offset = 0;  // elements from the start of storage to element 0 (views into a flat buffer)
   Shape shape;
   DType dtype;
   bool requires_grad = false;
@@ -84,7 +85,9 @@ class Tensor {
 
   // Typed pointer to the first element; throws if T does not match dtype().
   template <class T> T* data() const;
-  void* raw_data() const { return impl_->storage->data(); }
+  void* raw_data() const {
+    return static_cast<char*>(impl_->storage->data()) + impl_->offset * static_cast<int64_t>(dtype_size(dtype()));
+  }
 
   // --- values on the host ----------------------------------------------------------
   double item() const;                     // the value of a one-element tensor
@@ -96,6 +99,10 @@ class Tensor {
   Tensor to(Device device) const; // copy to device (self if already there)
   Tensor clone() const;           // a fresh copy, not tracked by autograd
   Tensor detach() const;          // shares storage, no autograd history
+  // numel(shape) elements of this tensor's storage from element `offset` of
+  // this tensor on: a contiguous view, untracked by autograd (flat buffers
+  // hand out parameters and gradients this way).
+  Tensor view(int64_t offset, const Shape& shape) const;
   Tensor reshape(const Shape& shape) const;  // differentiable view; one dim may be -1
 
   // --- autograd -------------------------------------------------------------------

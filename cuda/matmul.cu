@@ -45,10 +45,11 @@ void strided_batched(cublasHandle_t handle, cublasOperation_t op_b, cublasOperat
 // untouched for k = 0, and C may hold stale memory from the allocator.
 template <class T> struct ScaleBatches {
   T* c;
-  int64_t mn, stride;
+  int64_t M, N, ldc, stride;
   T beta;
   __device__ void operator()(int64_t i) const {
-    T& x = c[(i / mn) * stride + i % mn];
+    const int64_t b = i / (M * N), row = i / N % M, col = i % N;
+    T& x = c[b * stride + row * ldc + col];
     x = beta == T(0) ? T(0) : beta * x;
   }
 };
@@ -57,11 +58,10 @@ template <class T> struct ScaleBatches {
 void gemm(const GemmShape& s, const Tensor& A, const Tensor& B, Tensor& C) {
   if (s.batch == 0 || s.M == 0 || s.N == 0) return;
   const int M = as_int("M", s.M), N = as_int("N", s.N), K = as_int("K", s.K);
-  // Leading dimensions of the stored row-major matrices, as the CPU passes them
-  // (at least 1, even for empty matrices).
-  const int lda = as_int("lda", std::max<int64_t>(1, s.trans_a ? s.M : s.K));
-  const int ldb = as_int("ldb", std::max<int64_t>(1, s.trans_b ? s.K : s.N));
-  const int ldc = as_int("ldc", std::max<int64_t>(1, s.N));
+  // Leading dimensions of the stored row-major matrices, as the CPU passes them.
+  const int lda = as_int("lda", s.row_stride_a());
+  const int ldb = as_int("ldb", s.row_stride_b());
+  const int ldc = as_int("ldc", s.row_stride_c());
   const cublasOperation_t op_a = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const auto handle = static_cast<cublasHandle_t>(cublas_handle());
@@ -69,7 +69,7 @@ void gemm(const GemmShape& s, const Tensor& A, const Tensor& B, Tensor& C) {
     using T = decltype(zero);
     const T alpha = static_cast<T>(s.alpha), beta = static_cast<T>(s.beta);
     if (s.K == 0) {
-      for_each_index(s.batch * s.M * s.N, ScaleBatches<T>{ptr<T>(C) + s.c_offset, s.M * s.N, s.c_batch_stride, beta});
+      for_each_index(s.batch * s.M * s.N, ScaleBatches<T>{ptr<T>(C) + s.c_offset, s.M, s.N, ldc, s.c_batch_stride, beta});
       return;
     }
     for (int64_t first = 0; first < s.batch; first += kMaxBatch) {

@@ -18,6 +18,7 @@ bool has_name(const auto& entries, const std::string& name) {
 // member, a tied head, an optimizer) sees the converted values.
 void convert_in_place(const Tensor& t, const Tensor& converted) {
   t.impl()->storage = converted.impl()->storage;
+  t.impl()->offset = converted.impl()->offset;
   t.impl()->dtype = converted.dtype();
   t.impl()->grad.reset();
 }

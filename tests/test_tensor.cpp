@@ -1,3 +1,4 @@
+#include "core/dispatch.h"
 #include "tests/helpers.h"
 
 using namespace ag;
@@ -87,4 +88,46 @@ TEST_CASE("test helpers: a NaN never compares close") {
   CHECK(ag::test::relative_error(a, b) == INFINITY);
   CHECK(ag::test::relative_error(b, a) == INFINITY);
   CHECK(ag::test::relative_error(a, a) == 0.0);  // NaN in both places is the same answer
+}
+
+TEST_CASE("tensor: view reads a contiguous range of the storage at an offset") {
+  const Tensor x = Tensor::arange(10, DType::Float64);
+  const Tensor v = x.view(4, {2, 3});
+  CHECK(v.to_vector() == std::vector<double>{4, 5, 6, 7, 8, 9});
+  CHECK(v.view(3, {2}).to_vector() == std::vector<double>{7, 8});  // offsets compose
+  CHECK(v.detach().raw_data() == v.raw_data());
+  Tensor writable = v;
+  kernel::fill(writable, -1.0);  // writes land in x's storage
+  CHECK(x.to_vector() == std::vector<double>{0, 1, 2, 3, -1, -1, -1, -1, -1, -1});
+  CHECK_THROWS_WITH_AS(x.view(8, {3}), doctest::Contains("does not fit"), Error);
+}
+
+namespace {
+// Per head h of X [T, H·d] (one batch entry): C_h = X_h X_hᵀ with X_h the
+// columns h·d .. (h+1)·d − 1, read in place through lda = ldb = H·d and written
+// to C [H, T, T]; the reference slices each head out first.
+void check_gemm_reads_column_blocks(Device device) {
+  const int64_t T = 5, H = 3, d = 4;
+  const Tensor x = ag::test::random({T, H * d}, 7, DType::Float64, false);
+  Tensor c = Tensor::zeros({H, T, T}, DType::Float64, device);
+  kernel::GemmShape shape{H, T, T, d};
+  shape.trans_b = true;
+  shape.a_batch_stride = shape.b_batch_stride = d;
+  shape.c_batch_stride = T * T;
+  shape.lda = shape.ldb = H * d;
+  kernel::gemm(shape, x.to(device), x.to(device), c);
+  for (int64_t h = 0; h < H; ++h) {
+    const Tensor xh = slice(x, 1, h * d, (h + 1) * d);
+    CHECK_CLOSE(slice(c.to(Device::CPU), 0, h, h + 1).reshape({T, T}), matmul(xh, transpose(xh, 0, 1)), 1e-14);
+  }
+}
+}  // namespace
+
+TEST_CASE("kernels: gemm reads column blocks of a wider matrix through its leading dims") {
+  check_gemm_reads_column_blocks(Device::CPU);
+}
+
+TEST_CASE("cuda: gemm reads column blocks of a wider matrix through its leading dims") {
+  if (!ag::test::cuda_or_skip()) return;
+  check_gemm_reads_column_blocks(Device::CUDA);
 }

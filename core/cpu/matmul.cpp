@@ -13,10 +13,9 @@ void gemm(const GemmShape& s, const Tensor& A, const Tensor& B, Tensor& C) {
   const CBLAS_TRANSPOSE ta = s.trans_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = s.trans_b ? CblasTrans : CblasNoTrans;
   // Leading dimensions of the stored (untransposed) row-major matrices.
-  // BLAS wants them >= 1 even for empty matrices.
-  const int lda = static_cast<int>(std::max<int64_t>(1, s.trans_a ? s.M : s.K));
-  const int ldb = static_cast<int>(std::max<int64_t>(1, s.trans_b ? s.K : s.N));
-  const int ldc = static_cast<int>(std::max<int64_t>(1, s.N));
+  const int lda = static_cast<int>(s.row_stride_a());
+  const int ldb = static_cast<int>(s.row_stride_b());
+  const int ldc = static_cast<int>(s.row_stride_c());
   const int M = static_cast<int>(s.M), N = static_cast<int>(s.N), K = static_cast<int>(s.K);
   visit_floating(A.dtype(), "gemm", [&](auto zero) {
     using T = decltype(zero);
