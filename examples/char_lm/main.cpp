@@ -30,7 +30,7 @@ GeluApprox parse_gelu(const std::string& s) {
 
 nn::AttentionImpl parse_attention(const std::string& s) {
   AG_CHECK(s == "fused" || s == "composed", "--attention: '" << s << "' is not fused or composed");
-  return s == "fused" ? nn::AttentionImpl::Fused : nn::AttentionImpl::Composed;
+  return s == "fused" ? nn::AttentionImpl::Dense : nn::AttentionImpl::Composed;
 }
 
 void apply_threads(const cli::Options& o) {

@@ -20,7 +20,7 @@ struct TrainConfig {
   int64_t n_layer = 4, n_head = 4, n_embd = 128, block_size = 64, batch_size = 12;
   double dropout = 0.0;
   GeluApprox gelu = GeluApprox::Erf;
-  nn::AttentionImpl attention = nn::AttentionImpl::Fused;
+  nn::AttentionImpl attention = nn::AttentionImpl::Dense;
   int64_t max_iters = 2000, warmup_iters = 100, lr_decay_iters = 2000;
   double lr = 1e-3, min_lr = 1e-4, beta1 = 0.9, beta2 = 0.99, weight_decay = 0.1, grad_clip = 1.0;
   int64_t eval_interval = 250, eval_iters = 20, log_interval = 10;
