@@ -25,6 +25,8 @@
 #include <limits>
 #include <vector>
 
+#include <cblas.h>
+
 #include "core/cpu/cpu.h"
 #include "core/cpu/loops.h"
 
@@ -33,8 +35,9 @@ namespace {
 
 using math::kInf;
 
-constexpr int64_t kQueryTile = 64;  // Br: queries per tile
-constexpr int64_t kKeyTile = 128;   // Bc: keys per tile
+const int64_t kQueryTile = getenv("BR") ? atoi(getenv("BR")) : 64;  // Br: queries per tile
+const int64_t kKeyTile = getenv("BC") ? atoi(getenv("BC")) : 128;   // Bc: keys per tile
+const bool kBlas = getenv("AG_FLASH_TILE_BLAS");
 
 // Below this many multiply-adds (B·Hq·Tq·Tk·d) a flash call runs on one thread:
 // starting an OpenMP team costs more than it saves.
@@ -91,23 +94,41 @@ template <class T> struct Left {
 template <int R, int NV, class T>
 void product_block(int64_t K, Left<T> a, const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate) {
   constexpr int64_t L = kLanes<T>;
-  Vec<T> acc[R][NV] = {};
+  Vec<T> acc[R][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = Vec<T>{};
   for (int64_t k = 0; k < K; ++k) {
     Vec<T> bk[NV];
+#pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bk[v] = load(b + k * ldb + v * L);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const T ar = a.at(r, k);
+#pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] += ar * bk[v];
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) store(c + r * ldc + v * L, accumulate ? load(c + r * ldc + v * L) + acc[r][v] : acc[r][v]);
 }
 
-// Columns [n, n + NV·lanes) of C, every row: blocks of 8 rows, then single rows.
+// Columns [n, n + NV·lanes) of C, every row: blocks of R rows, then single rows.
 template <int NV, class T>
 void product_columns(int64_t M, int64_t K, Left<T> a, const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate) {
-  constexpr int R = 8;
+  static const int R4 = getenv("R4") ? atoi(getenv("R4")) : 4;
+  constexpr int R = NV == 4 ? 4 : 8;
+  if (NV == 4 && R4 == 6) {
+    int64_t m = 0;
+    for (; m + 6 <= M; m += 6)
+      product_block<6, NV>(K, {a.data + m * a.m_stride, a.m_stride, a.k_stride}, b, ldb, c + m * ldc, ldc, accumulate);
+    for (; m < M; ++m)
+      product_block<1, NV>(K, {a.data + m * a.m_stride, a.m_stride, a.k_stride}, b, ldb, c + m * ldc, ldc, accumulate);
+    return;
+  }
   int64_t m = 0;
   for (; m + R <= M; m += R)
     product_block<R, NV>(K, {a.data + m * a.m_stride, a.m_stride, a.k_stride}, b, ldb, c + m * ldc, ldc, accumulate);
@@ -120,8 +141,19 @@ void product_columns(int64_t M, int64_t K, Left<T> a, const T* b, int64_t ldb, T
 template <class T>
 void tile_product(int64_t M, int64_t N, int64_t K, Left<T> a, const T* b, int64_t ldb, T* c, int64_t ldc,
                   bool accumulate) {
+  if (kBlas) {
+    const bool trans = a.k_stride != 1;
+    const int lda = static_cast<int>(std::max<int64_t>(1, trans ? a.k_stride : a.m_stride));
+    if constexpr (std::is_same_v<T, float>)
+      cblas_sgemm(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, CblasNoTrans, M, N, K, 1.f, a.data, lda, b, ldb, accumulate ? 1.f : 0.f, c, ldc);
+    else
+      cblas_dgemm(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, CblasNoTrans, M, N, K, 1., a.data, lda, b, ldb, accumulate ? 1. : 0., c, ldc);
+    return;
+  }
   constexpr int64_t L = kLanes<T>;
   int64_t n = 0;
+  static const bool wide = getenv("WIDE");
+  if (wide) for (; n + 4 * L <= N; n += 4 * L) product_columns<4>(M, K, a, b + n, ldb, c + n, ldc, accumulate);
   for (; n + 2 * L <= N; n += 2 * L) product_columns<2>(M, K, a, b + n, ldb, c + n, ldc, accumulate);
   for (; n + L <= N; n += L) product_columns<1>(M, K, a, b + n, ldb, c + n, ldc, accumulate);
   for (int64_t m = 0; m < M && n < N; ++m)  // the last N mod lanes columns, one at a time
