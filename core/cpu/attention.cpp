@@ -15,17 +15,16 @@
 //
 // Tile layout. Score tiles are stored transposed, Sᵀ [Bc keys][Br queries]: a
 // query's softmax then runs down a column, which vectorises across the Br
-// queries of the tile, and every product below reads its right operand along
-// contiguous rows and only broadcasts single elements of its left operand, so
-// a transposed left operand costs nothing (see tile_product).
+// queries of the tile. Each tile product is one GEMM whose right operand is
+// read along its rows (Q and dZ are transposed once per query tile for that).
+#include <cblas.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
-
-#include <cblas.h>
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/loops.h"
@@ -35,9 +34,11 @@ namespace {
 
 using math::kInf;
 
-const int64_t kQueryTile = getenv("BR") ? atoi(getenv("BR")) : 64;  // Br: queries per tile
-const int64_t kKeyTile = getenv("BC") ? atoi(getenv("BC")) : 128;   // Bc: keys per tile
-const bool kBlas = getenv("AG_FLASH_TILE_BLAS");
+// Of 32×64, 32×128, 64×128, 64×256 and 128×256 (Br × Bc), 64×128 was the
+// fastest at T = 1024, d = 32 and 64 (by 9 to 30 % causal; 64×256 tied it at
+// d = 32 without a mask).
+constexpr int64_t kQueryTile = 64;  // Br: queries per tile
+constexpr int64_t kKeyTile = 128;   // Bc: keys per tile
 
 // Below this many multiply-adds (B·Hq·Tq·Tk·d) a flash call runs on one thread:
 // starting an OpenMP team costs more than it saves.
@@ -64,104 +65,34 @@ template <class T> double masked_softmax_row(const T* s, T* a, int64_t Tk, const
   return math::log_sum_exp<double>(max, sum);
 }
 
-// --- vectorised tile products -----------------------------------------------------------
+// --- tile products ------------------------------------------------------------------------
 
-// One AVX-512 register of T (the compiler splits it where the CPU is narrower).
-template <class T> struct Simd;
-template <> struct Simd<float> { typedef float type __attribute__((vector_size(64))); };
-template <> struct Simd<double> { typedef double type __attribute__((vector_size(64))); };
-template <class T> using Vec = typename Simd<T>::type;
-template <class T> constexpr int64_t kLanes = 64 / sizeof(T);
-
-template <class T> Vec<T> load(const T* p) {
-  Vec<T> v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class T> void store(T* p, const Vec<T>& v) { std::memcpy(p, &v, sizeof v); }
-
-// A left operand: element (m, k) at data[m·m_stride + k·k_stride]. It is only
-// ever read one element at a time (broadcast), so a transposed matrix is the
-// same matrix with its strides swapped.
+// A tile's left operand: the stored row-major matrix, its row stride, and
+// whether the product reads it transposed.
 template <class T> struct Left {
   const T* data;
-  int64_t m_stride, k_stride;
-  T at(int64_t m, int64_t k) const { return data[m * m_stride + k * k_stride]; }
+  int64_t ld;
+  bool transposed = false;
 };
 
-// C[R rows, NV·lanes columns] (+)= A[R, K] · B[K, NV·lanes] with the R·NV
-// accumulators in registers: per k, NV loads of B's row k and R broadcasts of A.
-template <int R, int NV, class T>
-void product_block(int64_t K, Left<T> a, const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate) {
-  constexpr int64_t L = kLanes<T>;
-  Vec<T> acc[R][NV];
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[r][v] = Vec<T>{};
-  for (int64_t k = 0; k < K; ++k) {
-    Vec<T> bk[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bk[v] = load(b + k * ldb + v * L);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const T ar = a.at(r, k);
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[r][v] += ar * bk[v];
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) store(c + r * ldc + v * L, accumulate ? load(c + r * ldc + v * L) + acc[r][v] : acc[r][v]);
-}
-
-// Columns [n, n + NV·lanes) of C, every row: blocks of R rows, then single rows.
-template <int NV, class T>
-void product_columns(int64_t M, int64_t K, Left<T> a, const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate) {
-  static const int R4 = getenv("R4") ? atoi(getenv("R4")) : 4;
-  constexpr int R = NV == 4 ? 4 : 8;
-  if (NV == 4 && R4 == 6) {
-    int64_t m = 0;
-    for (; m + 6 <= M; m += 6)
-      product_block<6, NV>(K, {a.data + m * a.m_stride, a.m_stride, a.k_stride}, b, ldb, c + m * ldc, ldc, accumulate);
-    for (; m < M; ++m)
-      product_block<1, NV>(K, {a.data + m * a.m_stride, a.m_stride, a.k_stride}, b, ldb, c + m * ldc, ldc, accumulate);
-    return;
-  }
-  int64_t m = 0;
-  for (; m + R <= M; m += R)
-    product_block<R, NV>(K, {a.data + m * a.m_stride, a.m_stride, a.k_stride}, b, ldb, c + m * ldc, ldc, accumulate);
-  for (; m < M; ++m)
-    product_block<1, NV>(K, {a.data + m * a.m_stride, a.m_stride, a.k_stride}, b, ldb, c + m * ldc, ldc, accumulate);
-}
-
-// C[M, N] = A[M, K] · B[K, N] (accumulate: C +=), B and C row-major with row
-// strides ldb and ldc.
+// C[M, N] = op(A)[M, K] · B[K, N] (accumulate: C += op(A) B, the product summed
+// from zero and then added, so a long sum over tiles rounds like a blocked
+// one), B and C row-major with row strides ldb and ldc. One cblas_?gemm: inside
+// our OpenMP loops OpenBLAS (OpenMP build) runs it on the calling thread.
+// OpenBLAS's kernels beat register-blocked micro-kernels of ours on these tiles
+// by 6 to 14 % (commit 9669caf measures both).
 template <class T>
 void tile_product(int64_t M, int64_t N, int64_t K, Left<T> a, const T* b, int64_t ldb, T* c, int64_t ldc,
                   bool accumulate) {
-  if (kBlas) {
-    const bool trans = a.k_stride != 1;
-    const int lda = static_cast<int>(std::max<int64_t>(1, trans ? a.k_stride : a.m_stride));
-    if constexpr (std::is_same_v<T, float>)
-      cblas_sgemm(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, CblasNoTrans, M, N, K, 1.f, a.data, lda, b, ldb, accumulate ? 1.f : 0.f, c, ldc);
-    else
-      cblas_dgemm(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, CblasNoTrans, M, N, K, 1., a.data, lda, b, ldb, accumulate ? 1. : 0., c, ldc);
-    return;
-  }
-  constexpr int64_t L = kLanes<T>;
-  int64_t n = 0;
-  static const bool wide = getenv("WIDE");
-  if (wide) for (; n + 4 * L <= N; n += 4 * L) product_columns<4>(M, K, a, b + n, ldb, c + n, ldc, accumulate);
-  for (; n + 2 * L <= N; n += 2 * L) product_columns<2>(M, K, a, b + n, ldb, c + n, ldc, accumulate);
-  for (; n + L <= N; n += L) product_columns<1>(M, K, a, b + n, ldb, c + n, ldc, accumulate);
-  for (int64_t m = 0; m < M && n < N; ++m)  // the last N mod lanes columns, one at a time
-    for (int64_t col = n; col < N; ++col) {
-      T sum = 0;
-      for (int64_t k = 0; k < K; ++k) sum += a.at(m, k) * b[k * ldb + col];
-      c[m * ldc + col] = accumulate ? c[m * ldc + col] + sum : sum;
-    }
+  const CBLAS_TRANSPOSE trans_a = a.transposed ? CblasTrans : CblasNoTrans;
+  const int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K);
+  const int lda = static_cast<int>(a.ld), ldb_ = static_cast<int>(ldb), ldc_ = static_cast<int>(ldc);
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, trans_a, CblasNoTrans, m, n, k, 1.0f, a.data, lda, b, ldb_, accumulate ? 1.0f : 0.0f, c,
+                ldc_);
+  else
+    cblas_dgemm(CblasRowMajor, trans_a, CblasNoTrans, m, n, k, 1.0, a.data, lda, b, ldb_, accumulate ? 1.0 : 0.0, c,
+                ldc_);
 }
 
 // --- exp -------------------------------------------------------------------------------
@@ -264,7 +195,7 @@ void flash_forward_tile(const Operands<T>& in, int64_t b, int64_t h, int64_t i0,
     const T* k = in.K + shape.kv.at(b, kvh, j0);
     const T* v = in.V + shape.kv.at(b, kvh, j0);
     // S = scale·Q Kᵀ, stored as Sᵀ [cols][rows], −inf where hidden
-    tile_product(t.cols, rows, d, Left<T>{k, shape.kv.row, 1}, s.qt.data(), kQueryTile, st, kQueryTile, false);
+    tile_product(t.cols, rows, d, Left<T>{k, shape.kv.row}, s.qt.data(), kQueryTile, st, kQueryTile, false);
     for (int64_t c = 0; c < t.cols; ++c)
       for (int64_t r = 0; r < rows; ++r) st[c * kQueryTile + r] *= scale;
     if (t.visibility == TileVisibility::Partial) mask_tile(st, t, shape.mask);
@@ -291,7 +222,7 @@ void flash_forward_tile(const Operands<T>& in, int64_t b, int64_t h, int64_t i0,
       l[r] = l[r] * rescale[r] + tile_sum[r];
       for (int64_t c = 0; c < d; ++c) acc[r * d + c] *= rescale[r];
     }
-    tile_product(rows, d, t.cols, Left<T>{st, 1, kQueryTile}, v, shape.kv.row, acc, d, true);
+    tile_product(rows, d, t.cols, Left<T>{st, kQueryTile, true}, v, shape.kv.row, acc, d, true);
   }
   // Z = acc / l (0 for a row that saw no key: l = 0, acc = 0),  L = m + log l
   for (int64_t r = 0; r < rows; ++r) {
@@ -349,13 +280,13 @@ void flash_backward_group(const Operands<T>& in, const double* L, const T* dZ, i
         T *p = s.P.data() + j0 * kQueryTile, *dp = s.dP.data() + j0 * kQueryTile;
         const T *k = in.K + shape.kv.at(b, kvh, j0), *v = in.V + shape.kv.at(b, kvh, j0);
         // S = scale·Q Kᵀ, P = exp(S − L)   (L = +inf on a row that sees no key: P = 0)
-        tile_product(t.cols, rows, d, Left<T>{k, kv_row, 1}, s.qt.data(), kQueryTile, p, kQueryTile, false);
+        tile_product(t.cols, rows, d, Left<T>{k, kv_row}, s.qt.data(), kQueryTile, p, kQueryTile, false);
         if (t.visibility == TileVisibility::Partial) mask_tile(p, t, shape.mask);
         for (int64_t c = 0; c < t.cols; ++c)
           for (int64_t r = 0; r < rows; ++r)
             p[c * kQueryTile + r] = exp_nonpositive(scale * p[c * kQueryTile + r] - lse_hi[r] - lse_lo[r]);
         // Z = P V  →  dP = dZ Vᵀ
-        tile_product(t.cols, rows, d, Left<T>{v, kv_row, 1}, s.dzt.data(), kQueryTile, dp, kQueryTile, false);
+        tile_product(t.cols, rows, d, Left<T>{v, kv_row}, s.dzt.data(), kQueryTile, dp, kQueryTile, false);
         for (int64_t c = 0; c < t.cols; ++c)
           for (int64_t r = 0; r < rows; ++r) D[r] += p[c * kQueryTile + r] * dp[c * kQueryTile + r];
       }
@@ -367,13 +298,13 @@ void flash_backward_group(const Operands<T>& in, const double* L, const T* dZ, i
         T *p = s.P.data() + j0 * kQueryTile, *ds = s.dP.data() + j0 * kQueryTile;
         const int64_t kv_at = shape.kv.at(b, kvh, j0);
         // Z = P V  →  dV += Pᵀ dZ
-        tile_product(t.cols, d, rows, Left<T>{p, kQueryTile, 1}, dz, q_row, dV + kv_at, kv_row, true);
+        tile_product(t.cols, d, rows, Left<T>{p, kQueryTile}, dz, q_row, dV + kv_at, kv_row, true);
         // P = softmax(S + M)  →  dS = P ∘ (dP − D), in place of dP
         for (int64_t c = 0; c < t.cols; ++c)
           for (int64_t r = 0; r < rows; ++r) ds[c * kQueryTile + r] = p[c * kQueryTile + r] * (ds[c * kQueryTile + r] - D[r]);
         // S = scale·Q Kᵀ  →  dK += dSᵀ Q,  dQ += dS K   (both times scale, applied when stored)
-        tile_product(t.cols, d, rows, Left<T>{ds, kQueryTile, 1}, q, q_row, dK + kv_at, kv_row, true);
-        tile_product(rows, d, t.cols, Left<T>{ds, 1, kQueryTile}, in.K + kv_at, kv_row, s.dq.data(), d, true);
+        tile_product(t.cols, d, rows, Left<T>{ds, kQueryTile}, q, q_row, dK + kv_at, kv_row, true);
+        tile_product(rows, d, t.cols, Left<T>{ds, kQueryTile, true}, in.K + kv_at, kv_row, s.dq.data(), d, true);
       }
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < d; ++c) dQ[at + r * q_row + c] = scale * s.dq[r * d + c];
