@@ -15,8 +15,9 @@
 //                   query tiles of every query head that reads the kv head.
 //   backward, dQ:   one block per (b, h, query tile), looping over the key tiles.
 // Each output element is written by one block, summed in a fixed order: no
-// atomics, the same bits every run. The two backward kernels both recompute
-// P and dS (the price of a deterministic dQ without atomics).
+// atomics, the same bits every run. P and dP are recomputed three times in the
+// backward (for D, for dQ, for dK and dV): the price of a deterministic dQ
+// without atomics, and of D summed from the same P and dP as dS (see the CPU).
 #include <limits>
 
 #include "cuda/cuda.h"
@@ -67,13 +68,13 @@ template <class Op, class T> __device__ T warp_reduce(T v, Op op) {
   return v;
 }
 
-// dst[r][e] = scale · src(row0 + r)[e] for r < rows (zeros after, up to `tile`),
-// src row t at at(t) in global memory: a tile of Q, K, V or dZ into shared memory.
+// dst[r][e] = src(row0 + r)[e] for r < rows (zeros after, up to `tile`), src
+// row t at at(t) in global memory: a tile of Q, K, V or dZ into shared memory.
 template <class T, class At>
-__device__ void load_tile(const T* src, At at, int64_t row0, int64_t rows, int tile, int64_t d, T scale, T* dst) {
+__device__ void load_tile(const T* src, At at, int64_t row0, int64_t rows, int tile, int64_t d, T* dst) {
   for (int64_t idx = threadIdx.x; idx < tile * d; idx += blockDim.x) {
     const int64_t r = idx / d, e = idx % d;
-    dst[idx] = r < rows ? scale * src[at(row0 + r) + e] : T(0);
+    dst[idx] = r < rows ? src[at(row0 + r) + e] : T(0);
   }
 }
 
@@ -128,7 +129,7 @@ unsigned grid_for(int64_t tasks) { return static_cast<unsigned>(std::min<int64_t
 
 // --- flash: forward ---------------------------------------------------------------------
 
-// Shared memory: Q [tile][d] (scaled), K, V [tile][d], S [tile][tile], acc [tile][d],
+// Shared memory: Q, K, V [tile][d], S [tile][tile], acc [tile][d],
 // and per row m, l and the rescale e^(m_old − m_new).
 int64_t forward_floats(int tile, int64_t d) { return 4 * tile * d + tile * tile + 3 * tile; }
 
@@ -145,6 +146,7 @@ __global__ void flash_forward_kernel(const T* Q, const T* K, const T* V, Attenti
   T* m = sS + tile * tile;
   T* l = m + tile;
   T* rescale = l + tile;
+  const T scale = T(shape.scale);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   const int64_t q_tiles = tiles_of(shape.Tq, tile);
 
@@ -152,7 +154,7 @@ __global__ void flash_forward_kernel(const T* Q, const T* K, const T* V, Attenti
     const int64_t bh = task / q_tiles, b = bh / shape.Hq, h = bh % shape.Hq, kvh = h / shape.group();
     const int64_t i0 = task % q_tiles * tile, rows = min(static_cast<int64_t>(tile), shape.Tq - i0);
     __syncthreads();  // the previous task is done with the shared buffers
-    load_tile(Q, [&](int64_t t) { return shape.q.at(b, h, t); }, i0, rows, tile, d, T(shape.scale), sQ);
+    load_tile(Q, [&](int64_t t) { return shape.q.at(b, h, t); }, i0, rows, tile, d, sQ);
     for (int64_t idx = threadIdx.x; idx < tile * d; idx += blockDim.x) acc[idx] = 0;
     for (int r = threadIdx.x; r < tile; r += blockDim.x) {
       m[r] = -kInf<T>;
@@ -164,15 +166,15 @@ __global__ void flash_forward_kernel(const T* Q, const T* K, const T* V, Attenti
       if (visibility == TileVisibility::None) continue;
       __syncthreads();  // the previous key tile is consumed
       const auto kv_at = [&](int64_t t) { return shape.kv.at(b, kvh, t); };
-      load_tile(K, kv_at, j0, cols, tile, d, T(1), sK);
-      load_tile(V, kv_at, j0, cols, tile, d, T(1), sV);
+      load_tile(K, kv_at, j0, cols, tile, d, sK);
+      load_tile(V, kv_at, j0, cols, tile, d, sV);
       __syncthreads();
       // S = scale·Q Kᵀ, −inf where hidden
       for (int idx = threadIdx.x; idx < tile * tile; idx += blockDim.x) {
         const int r = idx / tile, c = idx % tile;
         const bool shown = r < rows && c < cols &&
                            (visibility == TileVisibility::All || shape.mask.visible(i0 + r, j0 + c));
-        sS[idx] = shown ? dot(sQ + r * d, sK + c * d, d) : -kInf<T>;
+        sS[idx] = shown ? scale * dot(sQ + r * d, sK + c * d, d) : -kInf<T>;
       }
       __syncthreads();
       // One warp per row: m_new = max(m, max_j S), P = exp(S − m_new), l ← l·e^(m − m_new) + Σ P
@@ -250,8 +252,8 @@ __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, 
     const auto q_at = [&](int64_t t) { return shape.q.at(b, h, t); };
     const auto kv_at = [&](int64_t t) { return shape.kv.at(b, kvh, t); };
     __syncthreads();
-    load_tile(Q, q_at, i0, rows, tile, d, T(1), sQ);
-    load_tile(dZ, q_at, i0, rows, tile, d, T(1), sdZ);
+    load_tile(Q, q_at, i0, rows, tile, d, sQ);
+    load_tile(dZ, q_at, i0, rows, tile, d, sdZ);
     load_lse(L, shape.lse_at(b, h, i0), rows, lse_hi, lse_lo);
     for (int64_t idx = threadIdx.x; idx < tile * d; idx += blockDim.x) dq[idx] = 0;
     for (int r = threadIdx.x; r < tile; r += blockDim.x) sD[r] = 0;
@@ -261,8 +263,8 @@ __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, 
         const TileVisibility visibility = shape.mask.tile(i0, i0 + rows, j0, j0 + cols);
         if (visibility == TileVisibility::None) continue;
         __syncthreads();  // the previous key tile is consumed
-        load_tile(K, kv_at, j0, cols, tile, d, T(1), sK);
-        load_tile(V, kv_at, j0, cols, tile, d, T(1), sV);
+        load_tile(K, kv_at, j0, cols, tile, d, sK);
+        load_tile(V, kv_at, j0, cols, tile, d, sV);
         __syncthreads();
         probability_tile(sQ, sdZ, sK, sV, lse_hi, lse_lo, i0, rows, j0, cols, tile, d, scale, shape.mask, visibility,
                          P, dP);
@@ -321,8 +323,8 @@ __global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, co
     const int64_t j0 = task % k_tiles * tile, cols = min(static_cast<int64_t>(tile), shape.Tk - j0);
     const auto kv_at = [&](int64_t t) { return shape.kv.at(b, kvh, t); };
     __syncthreads();
-    load_tile(K, kv_at, j0, cols, tile, d, T(1), sK);
-    load_tile(V, kv_at, j0, cols, tile, d, T(1), sV);
+    load_tile(K, kv_at, j0, cols, tile, d, sK);
+    load_tile(V, kv_at, j0, cols, tile, d, sV);
     for (int64_t idx = threadIdx.x; idx < tile * d; idx += blockDim.x) dk[idx] = dv[idx] = 0;
     for (int64_t h = kvh * g; h < (kvh + 1) * g; ++h)
       for (int64_t i0 = 0; i0 < shape.Tq; i0 += tile) {
@@ -331,8 +333,8 @@ __global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, co
         if (visibility == TileVisibility::None) continue;
         __syncthreads();  // the previous query tile is consumed
         const auto q_at = [&](int64_t t) { return shape.q.at(b, h, t); };
-        load_tile(Q, q_at, i0, rows, tile, d, T(1), sQ);
-        load_tile(dZ, q_at, i0, rows, tile, d, T(1), sdZ);
+        load_tile(Q, q_at, i0, rows, tile, d, sQ);
+        load_tile(dZ, q_at, i0, rows, tile, d, sdZ);
         load_lse(L, shape.lse_at(b, h, i0), rows, lse_hi, lse_lo);
         for (int r = threadIdx.x; r < rows; r += blockDim.x) sD[r] = D[shape.lse_at(b, h, i0 + r)];
         __syncthreads();

@@ -1,0 +1,87 @@
+// How the benchmark programs measure, the same way for every case (Linux):
+//   time:   wall clock, the median of repeats (the machine may be shared: the
+//           median resists a slow outlier);
+//   memory: the peak extra resident memory of one run, from the kernel's
+//           high-water mark VmHWM, reset to the current resident size through
+//           /proc/self/clear_refs before the run. Each case runs in a process of
+//           its own, and blocks of 1 MB or more go back to the system when
+//           freed, so memory freed by an earlier run cannot hide a peak.
+#pragma once
+#include <malloc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace bench {
+
+// glibc otherwise raises its mmap threshold after the first large free and
+// keeps later large blocks on the heap, resident after they are freed.
+inline void return_freed_memory_to_the_system() {
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 20);
+}
+
+// A field of /proc/self/status in kB ("VmRSS", "VmHWM"); -1 if absent.
+inline int64_t status_kb(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
+  return -1;
+}
+
+// Peak resident memory above the level at construction, in MB; -1 where the
+// kernel does not let the high-water mark be reset.
+class PeakMemory {
+ public:
+  PeakMemory() {
+    std::ofstream clear("/proc/self/clear_refs");
+    clear << "5";  // VmHWM := VmRSS
+    clear.flush();
+    resettable_ = clear.good();
+    baseline_kb_ = status_kb("VmRSS");
+  }
+  double extra_mb() const { return resettable_ ? (status_kb("VmHWM") - baseline_kb_) / 1024.0 : -1; }
+
+ private:
+  bool resettable_ = false;
+  int64_t baseline_kb_ = 0;
+};
+
+inline double elapsed_ms(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+}
+
+// The median wall time of f() over at least min_reps runs and until budget_ms
+// have passed (at most max_reps).
+template <class F> double median_ms(F&& f, int min_reps, int max_reps, double budget_ms) {
+  std::vector<double> times;
+  const auto start = std::chrono::steady_clock::now();
+  while (static_cast<int>(times.size()) < max_reps &&
+         (static_cast<int>(times.size()) < min_reps || elapsed_ms(start) < budget_ms)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    times.push_back(elapsed_ms(t0));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// The standard output of `command` (one of our own processes), or "" if it failed.
+inline std::string run_and_capture(const std::string& command) {
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  if (!pipe) return "";
+  std::string out;
+  char buffer[4096];
+  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe.get())) out.append(buffer, n);
+  return out;
+}
+
+}  // namespace bench
