@@ -443,6 +443,9 @@ TEST_CASE("attention op: shape errors name the op, the shapes and the layout") {
   CHECK_THROWS_WITH_AS(attention(Tensor::zeros({1, 4, 3, 2}), Tensor::zeros({1, 5, 2, 2}), Tensor::zeros({1, 5, 2, 2}),
                                  {.layout = AttentionLayout::BTHD}),
                        doctest::Contains("3 query heads are not a multiple of 2 kv heads"), Error);
+  const Tensor x = Tensor::zeros({1, 1, 2, 2});
+  CHECK_THROWS_WITH_AS(attention(x, x, x, {.scale = -1.0}), doctest::Contains("scale -1 is not a positive number"),
+                       Error);
 }
 
 TEST_CASE("cuda: attention, every implementation against composed on the CPU, float64") {
