@@ -34,30 +34,20 @@ struct Case {
   bool causal;
 };
 
-AttentionImpl parse_impl(const std::string& name) {
-  if (name == "composed") return AttentionImpl::Composed;
-  if (name == "dense") return AttentionImpl::Dense;
-  if (name == "flash") return AttentionImpl::Flash;
-  throw Error("bench_attention: unknown implementation '" + name + "' (composed, dense or flash)");
-}
-
 // Multiply-adds ×2 of one forward: 4·d per visible (query, key) pair and head.
 double forward_flops(const Case& c) {
   const double pairs = c.causal ? c.T * (c.T + 1) / 2.0 : static_cast<double>(c.T) * c.T;
   return 4.0 * kBatch * kHeads * c.d * pairs;
 }
 
-// The [B, H, T, T] float32 tensors an implementation holds at its peak, roughly:
-// composed keeps S, its scaled copy, S + M, A and their gradients; dense A and dS.
 double estimated_gb(const Case& c) {
-  const double per_matrix = kBatch * kHeads * static_cast<double>(c.T) * c.T * 4 / 1e9;
-  return c.impl == "composed" ? 7 * per_matrix : c.impl == "dense" ? 2 * per_matrix : 0.0;
+  return bench::attention_matrices(c.impl) * kBatch * kHeads * static_cast<double>(c.T) * c.T * 4 / 1e9;
 }
 
 // One case, in this process: one forward+backward for the memory (peak after
 // the forward and after the backward), then the timed repeats.
 void run_case(const Case& c, double budget_s) {
-  const AttentionSpec spec{.causal = c.causal, .impl = parse_impl(c.impl)};
+  const AttentionSpec spec{.causal = c.causal, .impl = attention_impl_from_name(c.impl)};
   Generator gen(1);
   const Shape shape = {kBatch, kHeads, c.T, c.d};
   Tensor q = Tensor::randn(shape, DType::Float32, &gen).requires_grad_();

@@ -26,27 +26,18 @@ using namespace ag;
 
 namespace {
 
-AttentionImpl parse_impl(const std::string& name) {
-  if (name == "composed") return AttentionImpl::Composed;
-  if (name == "dense") return AttentionImpl::Dense;
-  if (name == "flash") return AttentionImpl::Flash;
-  throw Error("bench_attention_model: unknown implementation '" + name + "' (composed, dense or flash)");
-}
-
 struct Model {
   int64_t T, layers, heads, width, batch;
 };
 
-// Attention's [B, H, T, T] float32 tensors at the peak, roughly (as bench/attention.cpp).
 double estimated_gb(const std::string& impl, const Model& m) {
-  const double per_matrix = m.batch * m.layers * m.heads * static_cast<double>(m.T) * m.T * 4 / 1e9;
-  return impl == "composed" ? 7 * per_matrix : impl == "dense" ? 2 * per_matrix : 0.0;
+  return bench::attention_matrices(impl) * m.batch * m.layers * m.heads * static_cast<double>(m.T) * m.T * 4 / 1e9;
 }
 
 void run_case(const std::string& impl, const Model& m, int iters) {
   Generator gen(1);
   nn::GPTConfig config{.vocab_size = 65, .block_size = m.T, .n_layer = m.layers, .n_head = m.heads, .n_embd = m.width};
-  config.attention = parse_impl(impl);
+  config.attention = attention_impl_from_name(impl);
   nn::GPT model(config, gen);
   const std::vector<NamedTensor> params = model.named_parameters();
   optim::AdamW optimizer(optim::decay_groups(params, 0.1), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99});

@@ -74,6 +74,13 @@ template <class F> double median_ms(F&& f, int min_reps, int max_reps, double bu
   return times[times.size() / 2];
 }
 
+// How many [B, H, T, T] float32 tensors an attention implementation holds at
+// its peak, roughly (to skip the cases that would not fit): composed keeps S,
+// its scaled copy, S + M, A and their gradients; dense A and dS; flash none.
+inline double attention_matrices(const std::string& impl) {
+  return impl == "composed" ? 7 : impl == "dense" ? 2 : 0;
+}
+
 // The standard output of `command` (one of our own processes), or "" if it failed.
 inline std::string run_and_capture(const std::string& command) {
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);

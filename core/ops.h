@@ -103,6 +103,9 @@ enum class AttentionImpl {
   Dense,     // three kernels that form S and A [B, Hq, Tq, Tk] and save A; A can be inspected
   Flash,     // FlashAttention: tiles and the online softmax, saves only L; memory O(T·d)
 };
+// "composed", "dense", "flash" and back (an Error naming the choices otherwise).
+const char* attention_impl_name(AttentionImpl impl);
+AttentionImpl attention_impl_from_name(const std::string& name);
 enum class AttentionLayout {
   BHTD,  // [B, H, T, d]
   BTHD,  // [B, T, H, d]

@@ -127,6 +127,50 @@ template <class T, class Floats> int choose_tile(const char* kernel, int64_t d, 
 __host__ __device__ int64_t tiles_of(int64_t n, int tile) { return (n + tile - 1) / tile; }
 unsigned grid_for(int64_t tasks) { return static_cast<unsigned>(std::min<int64_t>(tasks, kMaxBlocks)); }
 
+// The block's dynamic shared memory, handed out in order.
+template <class T> struct SharedBuffers {
+  T* next;
+  __device__ SharedBuffers() {
+    extern __shared__ __align__(16) unsigned char shared[];
+    next = reinterpret_cast<T*>(shared);
+  }
+  __device__ T* take(int64_t count) {
+    T* buffer = next;
+    next += count;
+    return buffer;
+  }
+};
+
+// Query tile `task` of the grid of (batch b, query head h, query tile) tasks:
+// rows [i0, i0 + rows) of head h, which reads kv head kvh.
+struct QueryTile {
+  int64_t b, h, kvh, i0, rows;
+};
+__device__ inline QueryTile query_tile(const AttentionShape& shape, int64_t task, int tile) {
+  const int64_t q_tiles = tiles_of(shape.Tq, tile), bh = task / q_tiles, h = bh % shape.Hq;
+  const int64_t i0 = task % q_tiles * tile;
+  return {bh / shape.Hq, h, h / shape.group(), i0, min(static_cast<int64_t>(tile), shape.Tq - i0)};
+}
+
+// For each key tile [j0, j0 + cols) that query tile q sees at least in part, in
+// order: its K and V rows loaded into sK and sV (previous tile consumed first),
+// then body(j0, cols, visibility) by the whole block.
+template <class T, class Body>
+__device__ void for_each_visible_key_tile(const AttentionShape& shape, const QueryTile& q, int tile, const T* K,
+                                          const T* V, T* sK, T* sV, Body&& body) {
+  const auto kv_at = [&](int64_t t) { return shape.kv.at(q.b, q.kvh, t); };
+  for (int64_t j0 = 0; j0 < shape.Tk; j0 += tile) {
+    const int64_t cols = min(static_cast<int64_t>(tile), shape.Tk - j0);
+    const TileVisibility visibility = shape.mask.tile(q.i0, q.i0 + q.rows, j0, j0 + cols);
+    if (visibility == TileVisibility::None) continue;
+    __syncthreads();
+    load_tile(K, kv_at, j0, cols, tile, shape.d, sK);
+    load_tile(V, kv_at, j0, cols, tile, shape.d, sV);
+    __syncthreads();
+    body(j0, cols, visibility);
+  }
+}
+
 // --- flash: forward ---------------------------------------------------------------------
 
 // Shared memory: Q, K, V [tile][d], S [tile][tile], acc [tile][d],
@@ -136,49 +180,35 @@ int64_t forward_floats(int tile, int64_t d) { return 4 * tile * d + tile * tile 
 template <class T>
 __global__ void flash_forward_kernel(const T* Q, const T* K, const T* V, AttentionShape shape, int tile, T* Z,
                                      double* L) {
-  extern __shared__ __align__(16) unsigned char shared[];
   const int64_t d = shape.d;
-  T* sQ = reinterpret_cast<T*>(shared);
-  T* sK = sQ + tile * d;
-  T* sV = sK + tile * d;
-  T* acc = sV + tile * d;
-  T* sS = acc + tile * d;
-  T* m = sS + tile * tile;
-  T* l = m + tile;
-  T* rescale = l + tile;
+  SharedBuffers<T> shared;
+  T *sQ = shared.take(tile * d), *sK = shared.take(tile * d), *sV = shared.take(tile * d);
+  T *acc = shared.take(tile * d), *sS = shared.take(tile * tile);
+  T *m = shared.take(tile), *l = shared.take(tile), *rescale = shared.take(tile);
   const T scale = T(shape.scale);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  const int64_t q_tiles = tiles_of(shape.Tq, tile);
 
-  for (int64_t task = blockIdx.x; task < shape.B * shape.Hq * q_tiles; task += gridDim.x) {
-    const int64_t bh = task / q_tiles, b = bh / shape.Hq, h = bh % shape.Hq, kvh = h / shape.group();
-    const int64_t i0 = task % q_tiles * tile, rows = min(static_cast<int64_t>(tile), shape.Tq - i0);
+  for (int64_t task = blockIdx.x; task < shape.B * shape.Hq * tiles_of(shape.Tq, tile); task += gridDim.x) {
+    const QueryTile q = query_tile(shape, task, tile);
+    const auto q_at = [&](int64_t t) { return shape.q.at(q.b, q.h, t); };
     __syncthreads();  // the previous task is done with the shared buffers
-    load_tile(Q, [&](int64_t t) { return shape.q.at(b, h, t); }, i0, rows, tile, d, sQ);
+    load_tile(Q, q_at, q.i0, q.rows, tile, d, sQ);
     for (int64_t idx = threadIdx.x; idx < tile * d; idx += blockDim.x) acc[idx] = 0;
     for (int r = threadIdx.x; r < tile; r += blockDim.x) {
       m[r] = -kInf<T>;
       l[r] = 0;
     }
-    for (int64_t j0 = 0; j0 < shape.Tk; j0 += tile) {
-      const int64_t cols = min(static_cast<int64_t>(tile), shape.Tk - j0);
-      const TileVisibility visibility = shape.mask.tile(i0, i0 + rows, j0, j0 + cols);
-      if (visibility == TileVisibility::None) continue;
-      __syncthreads();  // the previous key tile is consumed
-      const auto kv_at = [&](int64_t t) { return shape.kv.at(b, kvh, t); };
-      load_tile(K, kv_at, j0, cols, tile, d, sK);
-      load_tile(V, kv_at, j0, cols, tile, d, sV);
-      __syncthreads();
+    for_each_visible_key_tile(shape, q, tile, K, V, sK, sV, [&](int64_t j0, int64_t cols, TileVisibility visibility) {
       // S = scale·Q Kᵀ, −inf where hidden
       for (int idx = threadIdx.x; idx < tile * tile; idx += blockDim.x) {
         const int r = idx / tile, c = idx % tile;
-        const bool shown = r < rows && c < cols &&
-                           (visibility == TileVisibility::All || shape.mask.visible(i0 + r, j0 + c));
+        const bool shown = r < q.rows && c < cols &&
+                           (visibility == TileVisibility::All || shape.mask.visible(q.i0 + r, j0 + c));
         sS[idx] = shown ? scale * dot(sQ + r * d, sK + c * d, d) : -kInf<T>;
       }
       __syncthreads();
       // One warp per row: m_new = max(m, max_j S), P = exp(S − m_new), l ← l·e^(m − m_new) + Σ P
-      for (int r = warp; r < rows; r += warps) {
+      for (int r = warp; r < q.rows; r += warps) {
         T row_max = -kInf<T>;
         for (int c = lane; c < tile; c += 32) row_max = MaxOp{}(row_max, sS[r * tile + c]);
         const T new_max = MaxOp{}(m[r], warp_reduce(row_max, MaxOp{}));
@@ -198,21 +228,21 @@ __global__ void flash_forward_kernel(const T* Q, const T* K, const T* V, Attenti
       }
       __syncthreads();
       // acc ← acc·e^(m − m_new) + P V
-      for (int64_t idx = threadIdx.x; idx < rows * d; idx += blockDim.x) {
+      for (int64_t idx = threadIdx.x; idx < q.rows * d; idx += blockDim.x) {
         const int64_t r = idx / d, e = idx % d;
         T pv = 0;
         for (int c = 0; c < cols; ++c) pv += sS[r * tile + c] * sV[c * d + e];
         acc[idx] = acc[idx] * rescale[r] + pv;
       }
-    }
+    });
     __syncthreads();
     // Z = acc / l (0 on a row that saw no key), L = m + log l
-    for (int64_t idx = threadIdx.x; idx < rows * d; idx += blockDim.x) {
-      const int64_t r = idx / d, e = idx % d;
-      Z[shape.q.at(b, h, i0 + r) + e] = l[r] == T(0) ? T(0) : acc[idx] / l[r];
+    for (int64_t idx = threadIdx.x; idx < q.rows * d; idx += blockDim.x) {
+      const int64_t r = idx / d;
+      Z[q_at(q.i0 + r) + idx % d] = l[r] == T(0) ? T(0) : acc[idx] / l[r];
     }
-    for (int r = threadIdx.x; r < rows; r += blockDim.x)
-      L[shape.lse_at(b, h, i0 + r)] = math::log_sum_exp<double>(m[r], l[r]);
+    for (int r = threadIdx.x; r < q.rows; r += blockDim.x)
+      L[shape.lse_at(q.b, q.h, q.i0 + r)] = math::log_sum_exp<double>(m[r], l[r]);
   }
 }
 
@@ -230,67 +260,50 @@ int64_t query_floats(int tile, int64_t d) { return 5 * tile * d + 2 * tile * til
 template <class T>
 __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, const double* L, const T* dZ,
                                             AttentionShape shape, int tile, T* D, T* dQ) {
-  extern __shared__ __align__(16) unsigned char shared[];
   const int64_t d = shape.d;
-  T* sQ = reinterpret_cast<T*>(shared);
-  T* sdZ = sQ + tile * d;
-  T* dq = sdZ + tile * d;
-  T* sK = dq + tile * d;
-  T* sV = sK + tile * d;
-  T* P = sV + tile * d;
-  T* dP = P + tile * tile;
-  T* lse_hi = dP + tile * tile;
-  T* lse_lo = lse_hi + tile;
-  T* sD = lse_lo + tile;
+  SharedBuffers<T> shared;
+  T *sQ = shared.take(tile * d), *sdZ = shared.take(tile * d), *dq = shared.take(tile * d);
+  T *sK = shared.take(tile * d), *sV = shared.take(tile * d), *P = shared.take(tile * tile);
+  T *dP = shared.take(tile * tile), *lse_hi = shared.take(tile), *lse_lo = shared.take(tile), *sD = shared.take(tile);
   const T scale = T(shape.scale);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  const int64_t q_tiles = tiles_of(shape.Tq, tile);
 
-  for (int64_t task = blockIdx.x; task < shape.B * shape.Hq * q_tiles; task += gridDim.x) {
-    const int64_t bh = task / q_tiles, b = bh / shape.Hq, h = bh % shape.Hq, kvh = h / shape.group();
-    const int64_t i0 = task % q_tiles * tile, rows = min(static_cast<int64_t>(tile), shape.Tq - i0);
-    const auto q_at = [&](int64_t t) { return shape.q.at(b, h, t); };
-    const auto kv_at = [&](int64_t t) { return shape.kv.at(b, kvh, t); };
+  for (int64_t task = blockIdx.x; task < shape.B * shape.Hq * tiles_of(shape.Tq, tile); task += gridDim.x) {
+    const QueryTile q = query_tile(shape, task, tile);
+    const auto q_at = [&](int64_t t) { return shape.q.at(q.b, q.h, t); };
     __syncthreads();
-    load_tile(Q, q_at, i0, rows, tile, d, sQ);
-    load_tile(dZ, q_at, i0, rows, tile, d, sdZ);
-    load_lse(L, shape.lse_at(b, h, i0), rows, lse_hi, lse_lo);
+    load_tile(Q, q_at, q.i0, q.rows, tile, d, sQ);
+    load_tile(dZ, q_at, q.i0, q.rows, tile, d, sdZ);
+    load_lse(L, shape.lse_at(q.b, q.h, q.i0), q.rows, lse_hi, lse_lo);
     for (int64_t idx = threadIdx.x; idx < tile * d; idx += blockDim.x) dq[idx] = 0;
     for (int r = threadIdx.x; r < tile; r += blockDim.x) sD[r] = 0;
     for (int pass = 1; pass <= 2; ++pass)
-      for (int64_t j0 = 0; j0 < shape.Tk; j0 += tile) {
-        const int64_t cols = min(static_cast<int64_t>(tile), shape.Tk - j0);
-        const TileVisibility visibility = shape.mask.tile(i0, i0 + rows, j0, j0 + cols);
-        if (visibility == TileVisibility::None) continue;
-        __syncthreads();  // the previous key tile is consumed
-        load_tile(K, kv_at, j0, cols, tile, d, sK);
-        load_tile(V, kv_at, j0, cols, tile, d, sV);
-        __syncthreads();
-        probability_tile(sQ, sdZ, sK, sV, lse_hi, lse_lo, i0, rows, j0, cols, tile, d, scale, shape.mask, visibility,
-                         P, dP);
+      for_each_visible_key_tile(shape, q, tile, K, V, sK, sV, [&](int64_t j0, int64_t cols, TileVisibility visibility) {
+        probability_tile(sQ, sdZ, sK, sV, lse_hi, lse_lo, q.i0, q.rows, j0, cols, tile, d, scale, shape.mask,
+                         visibility, P, dP);
         __syncthreads();
         if (pass == 1) {  // D += rowsum(P ∘ dP), one warp per row, in a fixed order
-          for (int r = warp; r < rows; r += warps) {
+          for (int r = warp; r < q.rows; r += warps) {
             T partial = 0;
             for (int c = lane; c < tile; c += 32) partial += P[r * tile + c] * dP[r * tile + c];
             partial = warp_reduce(partial, SumOp{});
             if (lane == 0) sD[r] += partial;
           }
-          continue;
+          return;
         }
         score_gradient_tile(P, sD, tile, dP);
         __syncthreads();
         // dQ += scale·dS K
-        for (int64_t idx = threadIdx.x; idx < rows * d; idx += blockDim.x) {
+        for (int64_t idx = threadIdx.x; idx < q.rows * d; idx += blockDim.x) {
           const int64_t r = idx / d, e = idx % d;
           T dsk = 0;
           for (int c = 0; c < cols; ++c) dsk += dP[r * tile + c] * sK[c * d + e];
           dq[idx] += scale * dsk;
         }
-      }
+      });
     __syncthreads();
-    for (int64_t idx = threadIdx.x; idx < rows * d; idx += blockDim.x) dQ[q_at(i0 + idx / d) + idx % d] = dq[idx];
-    for (int r = threadIdx.x; r < rows; r += blockDim.x) D[shape.lse_at(b, h, i0 + r)] = sD[r];
+    for (int64_t idx = threadIdx.x; idx < q.rows * d; idx += blockDim.x) dQ[q_at(q.i0 + idx / d) + idx % d] = dq[idx];
+    for (int r = threadIdx.x; r < q.rows; r += blockDim.x) D[shape.lse_at(q.b, q.h, q.i0 + r)] = sD[r];
   }
 }
 
@@ -302,19 +315,12 @@ int64_t key_floats(int tile, int64_t d) { return 6 * tile * d + 2 * tile * tile 
 template <class T>
 __global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, const double* L, const T* D,
                                           const T* dZ, AttentionShape shape, int tile, T* dK, T* dV) {
-  extern __shared__ __align__(16) unsigned char shared[];
   const int64_t d = shape.d, g = shape.group();
-  T* sK = reinterpret_cast<T*>(shared);
-  T* sV = sK + tile * d;
-  T* dk = sV + tile * d;
-  T* dv = dk + tile * d;
-  T* sQ = dv + tile * d;
-  T* sdZ = sQ + tile * d;
-  T* P = sdZ + tile * d;
-  T* dP = P + tile * tile;
-  T* lse_hi = dP + tile * tile;
-  T* lse_lo = lse_hi + tile;
-  T* sD = lse_lo + tile;
+  SharedBuffers<T> shared;
+  T *sK = shared.take(tile * d), *sV = shared.take(tile * d), *dk = shared.take(tile * d);
+  T *dv = shared.take(tile * d), *sQ = shared.take(tile * d), *sdZ = shared.take(tile * d);
+  T *P = shared.take(tile * tile), *dP = shared.take(tile * tile), *lse_hi = shared.take(tile);
+  T *lse_lo = shared.take(tile), *sD = shared.take(tile);
   const T scale = T(shape.scale);
   const int64_t k_tiles = tiles_of(shape.Tk, tile);
 

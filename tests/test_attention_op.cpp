@@ -19,15 +19,6 @@ using Inputs = std::vector<Tensor>;
 
 constexpr AttentionImpl kImpls[] = {AttentionImpl::Composed, AttentionImpl::Dense, AttentionImpl::Flash};
 
-const char* impl_name(AttentionImpl impl) {
-  switch (impl) {
-    case AttentionImpl::Composed: return "composed";
-    case AttentionImpl::Dense: return "dense";
-    case AttentionImpl::Flash: return "flash";
-  }
-  return "?";
-}
-
 // One problem's sizes. Shapes follow `layout`.
 struct Problem {
   int64_t B, Hq, Hkv, Tq, Tk, d;
@@ -134,7 +125,7 @@ void check_implementations_agree(Device device) {
     spec.impl = AttentionImpl::Dense;
     const Tensor reference_L = run(in, spec, Device::CPU, DType::Float64, upstream).L;
     for (AttentionImpl impl : kImpls) {
-      CAPTURE(impl_name(impl));
+      CAPTURE(attention_impl_name(impl));
       spec.impl = impl;
       const Result r = run(in, spec, device, DType::Float64, upstream);
       CHECK_CLOSE(r.Z, reference.Z, 1e-10);
@@ -191,7 +182,7 @@ void check_rows_without_keys(Device device) {
   const Inputs in = p.inputs(30);
   for (AttentionImpl impl : kImpls)
     for (DType dtype : {DType::Float32, DType::Float64}) {
-      CAPTURE(impl_name(impl));
+      CAPTURE(attention_impl_name(impl));
       CAPTURE(dtype);
       AttentionSpec spec = p.spec;
       spec.impl = impl;
@@ -225,7 +216,7 @@ void check_one_query_over_a_cache(Device device) {
   const Inputs in = p.inputs(40);
   const Tensor upstream = upstream_for(p, 41);
   for (AttentionImpl impl : kImpls) {
-    CAPTURE(impl_name(impl));
+    CAPTURE(attention_impl_name(impl));
     AttentionSpec causal = p.spec, full = p.spec, top_left = p.spec;
     causal.impl = full.impl = top_left.impl = impl;
     full.causal = false;
@@ -260,7 +251,7 @@ void check_grouped_kv_heads(Device device) {
     const Inputs in_repeated = {in[0], repeat(in[1]), repeat(in[2])};
     const Tensor upstream = upstream_for(grouped, 51);
     for (AttentionImpl impl : kImpls) {
-      CAPTURE(impl_name(impl));
+      CAPTURE(attention_impl_name(impl));
       CAPTURE(layout == AttentionLayout::BTHD);
       AttentionSpec spec = grouped.spec;
       spec.impl = impl;
@@ -290,7 +281,7 @@ void check_layouts_agree(Device device) {
   const Inputs in_swapped = {swap(in[0]), swap(in[1]), swap(in[2])};
   const Tensor upstream = upstream_for(heads_first, 61);
   for (AttentionImpl impl : kImpls) {
-    CAPTURE(impl_name(impl));
+    CAPTURE(attention_impl_name(impl));
     AttentionSpec a = heads_first.spec, b = tokens_first.spec;
     a.impl = b.impl = impl;
     const Result r = run(in, a, device, DType::Float64, upstream);
@@ -352,7 +343,7 @@ TEST_CASE("attention op: dense gradcheck and float32 against float64, every impl
     spec.impl = AttentionImpl::Dense;
     CHECK_GRADCHECK(attention_fn(spec), p.inputs(300));
     for (AttentionImpl impl : kImpls) {
-      CAPTURE(impl_name(impl));
+      CAPTURE(attention_impl_name(impl));
       spec.impl = impl;
       ag::test::check_float32_matches_float64(attention_fn(spec), p.inputs(310));
     }
@@ -382,7 +373,7 @@ TEST_CASE("attention op: flash's backward gives the same bits on 1 and 2 threads
 TEST_CASE("attention op: A has rows summing to 1 and an exactly zero upper triangle") {
   const Problem p{1, 2, 2, 6, 6, 4, {.causal = true}};
   for (AttentionImpl impl : {AttentionImpl::Composed, AttentionImpl::Dense}) {
-    CAPTURE(impl_name(impl));
+    CAPTURE(attention_impl_name(impl));
     AttentionSpec spec = p.spec;
     spec.impl = impl;
     const Inputs in = p.inputs(5);
@@ -415,7 +406,7 @@ TEST_CASE("attention op: scores around ±1e4 give finite outputs and gradients")
     for (AttentionImpl impl : kImpls)
       for (bool causal : {true, false}) {
         CAPTURE(dtype);
-        CAPTURE(impl_name(impl));
+        CAPTURE(attention_impl_name(impl));
         CAPTURE(causal);
         // q·k ≈ ±1e4·√d so that S ≈ ±1e4 after scaling.
         const Shape shape = {1, 2, 8, 4};
