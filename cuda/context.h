@@ -8,7 +8,11 @@
 #include <cstdint>
 #include <string>
 
+#include "core/caching_allocator.h"
+
 namespace ag::cuda {
+
+using ag::MemoryStats;
 
 // True when the build has CUDA and a usable device is present. Anything but a
 // successful cudaGetDeviceCount with n > 0 counts as "no device" (without a
@@ -17,16 +21,11 @@ bool available();
 // "NVIDIA H200 (sm_90, 139 GiB)", or why there is none.
 std::string describe_device();
 
-// --- memory: the caching allocator (cuda/context.cu explains it) ---------------
+// --- memory: the caching allocator (core/caching_allocator.h explains it) -------
 // deallocate must get the nbytes that allocate was given.
 void* allocate(size_t nbytes);
 void deallocate(void* ptr, size_t nbytes);
-struct MemoryStats {
-  size_t in_use_bytes = 0;     // held by live blocks (rounded sizes)
-  size_t cached_bytes = 0;     // freed blocks kept for reuse
-  int64_t device_mallocs = 0;  // cudaMalloc calls so far; flat in a steady training loop
-};
-MemoryStats memory_stats();
+MemoryStats memory_stats();  // system_allocs counts cudaMalloc calls
 void empty_cache();  // returns every cached block to the driver
 
 // Both copies are ordered after the work already queued; device-to-host waits

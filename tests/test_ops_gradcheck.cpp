@@ -1,6 +1,7 @@
 // Every op of core/ops.h: gradcheck in float64 (≤ 1e-6 relative) on odd sizes
 // (1, 3, 7, 65) and broadcasting, and float32 forward/backward within 1e-5 of
 // float64.
+#include "core/threads.h"
 #include "tests/helpers.h"
 
 using namespace ag;
@@ -176,4 +177,100 @@ TEST_CASE("ops: dropout") {
   }
   CHECK(kept > 7300);
   CHECK(kept < 7700);
+}
+
+// --- fused ops against the composed ops they replace -----------------------------------
+
+namespace {
+// fused and composed from the same float64 inputs and upstream gradient: equal
+// outputs and input gradients up to rounding (they add in other orders).
+void check_fused_matches_composed(const GradcheckFn& fused, const GradcheckFn& composed, const Inputs& inputs) {
+  auto run = [&](const GradcheckFn& f, std::vector<Tensor>& grads) {
+    Inputs xs;
+    for (const Tensor& x : inputs) {
+      Tensor c = x.detach().clone();
+      if (x.requires_grad()) c.requires_grad_();
+      xs.push_back(c);
+    }
+    const Tensor y = f(xs);
+    Generator gen(777);
+    y.backward(Tensor::randn(y.shape(), y.dtype(), &gen));
+    for (const Tensor& x : xs) grads.push_back(x.grad());
+    return y;
+  };
+  std::vector<Tensor> fused_grads, composed_grads;
+  CHECK_CLOSE(run(fused, fused_grads), run(composed, composed_grads), 1e-13);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    INFO("gradient of input " << i);
+    CHECK_CLOSE(fused_grads[i], composed_grads[i], 1e-13);
+  }
+}
+}  // namespace
+
+TEST_CASE("ops: linear, with the bias folded into the GEMM, equals matmul + add") {
+  for (const Shape& x_shape : {Shape{1, 3}, Shape{7, 3}, Shape{2, 5, 3}, Shape{3}}) {
+    CAPTURE(to_string(x_shape));
+    const Inputs in = {random(x_shape, 100), random({3, 65}, 101), random({65}, 102)};
+    check_op([](const Inputs& x) { return linear(x[0], x[1], x[2]); }, in);
+    check_op([](const Inputs& x) { return linear(x[0], x[1], Tensor()); }, {in[0], in[1]});
+    if (x_shape.size() >= 2)  // matmul wants 2 dims
+      check_fused_matches_composed([](const Inputs& x) { return linear(x[0], x[1], x[2]); },
+                                   [](const Inputs& x) { return matmul(x[0], x[1]) + x[2]; }, in);
+  }
+}
+
+TEST_CASE("ops: bias_gelu equals gelu(x + bias), both approximations") {
+  // C = 65 and 130: one and several column blocks in the bias gradient's sums;
+  // [300, 130] is large enough for them to run in parallel.
+  for (const Shape& shape : {Shape{1, 3}, Shape{7, 65}, Shape{2, 3, 130}, Shape{300, 130}}) {
+    CAPTURE(to_string(shape));
+    const int64_t C = shape.back();
+    for (GeluApprox approx : {GeluApprox::Erf, GeluApprox::Tanh}) {
+      const Inputs in = {random(shape, 110), random({C}, 111)};
+      if (numel(shape) < 1000) CHECK_GRADCHECK([approx](const Inputs& x) { return bias_gelu(x[0], x[1], approx); }, in);
+      ag::test::check_float32_matches_float64([approx](const Inputs& x) { return bias_gelu(x[0], x[1], approx); }, in);
+      check_fused_matches_composed([approx](const Inputs& x) { return bias_gelu(x[0], x[1], approx); },
+                                   [approx](const Inputs& x) { return gelu(x[0] + x[1], approx); }, in);
+    }
+  }
+}
+
+TEST_CASE("ops: add_layer_norm gives x + residual and its layer norm, both differentiable") {
+  for (const Shape& shape : {Shape{1, 3}, Shape{3, 7}, Shape{2, 3, 65}}) {
+    CAPTURE(to_string(shape));
+    const int64_t C = shape.back();
+    // Both outputs feed the result, as in a block (the stream goes on from the sum).
+    const auto fused = [](const Inputs& x) {
+      const AddLayerNorm out = add_layer_norm(x[0], x[1], x[2], x[3]);
+      return concat({out.sum, out.normed * 2.0}, -1);
+    };
+    const auto composed = [](const Inputs& x) {
+      const Tensor sum = x[0] + x[1];
+      return concat({sum, layer_norm(sum, x[2], x[3]) * 2.0}, -1);
+    };
+    const Inputs in = {random(shape, 120), random(shape, 121), random({C}, 122), random({C}, 123)};
+    check_op(fused, in);
+    check_fused_matches_composed(fused, composed, in);
+  }
+}
+
+TEST_CASE("ops: the column sums of bias gradients give the same bits for any thread count") {
+  const Tensor x = random({300, 130}, 130), bias = random({130}, 131), w = random({130}, 132);
+  auto gradients = [&](int threads) {
+    set_num_threads(threads);
+    std::vector<std::vector<double>> out;
+    for (Tensor t : {x, bias, w}) t.zero_grad();  // copies share the gradient slot
+    sum(bias_gelu(x, bias) * x).backward();
+    out.push_back(bias.grad().to_vector());
+    out.push_back(reduce_to_shape(x, {130}).to_vector());
+    sum(layer_norm(x, w, bias) * x).backward();
+    out.push_back(w.grad().to_vector());
+    out.push_back(bias.grad().to_vector());
+    return out;
+  };
+  const int before = num_threads();
+  const auto one = gradients(1), two = gradients(2), three = gradients(3);
+  set_num_threads(before);
+  CHECK(one == two);
+  CHECK(one == three);
 }

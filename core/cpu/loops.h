@@ -1,5 +1,6 @@
 // Loop helpers shared by the CPU kernels.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -43,6 +44,29 @@ void for_each_row(const Shape& shape, const std::array<std::vector<int64_t>, K>&
   };
 #pragma omp parallel for schedule(static) if (parallel && rows > 1 && rows * inner > kParallelGrain)
   for (int64_t row = 0; row < rows; ++row) body(row_offsets(row), inner, inner_stride);
+}
+
+// out[c] = Σ_r value(r, c) for every column c of an [N, C] walk: the bias
+// gradients. value may also store what it computes (a fused backward writes dX
+// while summing it). No reduction crosses threads: the columns are cut into
+// blocks of kColumnBlock, each block adds its rows in order, in double, and
+// blocks run in parallel when the work is large, so each sum is the same bits
+// for any thread count. A block's running sums fit in registers, and it reads
+// its rows kColumnBlock elements (a few whole cache lines) at a time.
+constexpr int64_t kColumnBlock = 64;
+
+template <class T, class Value> void sum_columns(int64_t N, int64_t C, T* out, Value&& value) {
+  const int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static) if (blocks > 1 && N * C > kParallelGrain)
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t first = block * kColumnBlock, last = std::min(C, first + kColumnBlock);
+    double sums[kColumnBlock] = {};
+    for (int64_t r = 0; r < N; ++r) {
+#pragma omp simd
+      for (int64_t c = first; c < last; ++c) sums[c - first] += static_cast<double>(value(r, c));
+    }
+    for (int64_t c = first; c < last; ++c) out[c] = static_cast<T>(sums[c - first]);
+  }
 }
 
 }  // namespace ag::cpu

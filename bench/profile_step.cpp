@@ -1,0 +1,202 @@
+// Where the milliseconds of one training step go, and how close the step is to
+// the machine's floor.
+//
+// Trains the default char_lm model (4 layers, 4 heads, 128 wide, context 64,
+// batch 12, vocabulary 65) on random tokens (a step's cost does not depend on
+// the token values) with AdamW and gradient clipping, as char_lm does. It times
+// --steps steps with the profiler off (the step's wall time), then records
+// --steps more with the profiler on (core/profiler.h) and prints, per step:
+//   - the time per phase (forward, backward, optimizer) and outside any kernel;
+//   - per kernel, per family (core/cpu/<family>.cpp), and every GEMM shape;
+//   - the sgemm floor: each GEMM of the step replayed alone with cblas_sgemm
+//     (same shape, transposes, leading dims, batch count, beta; warm caches; at
+//     the same thread count), summed. A step can only be faster than that by
+//     doing fewer or better GEMMs; step / floor is how much time everything else
+//     (and the GEMMs' own cold caches) adds.
+//
+//   ./build/profile_step [--threads 1] [--steps 20] [--n-embd 128] ...   (--help)
+// The last line, "floor_ms F step_ms S flops X", is for bench/compare_cpu.sh.
+#include <cblas.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include "core/autograd.h"
+#include "core/profiler.h"
+#include "core/threads.h"
+#include "nn/gpt.h"
+#include "optim/adam.h"
+#include "optim/clip_grad.h"
+
+using namespace ag;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// One training step as char_lm train runs it, its phases labelled for the profiler.
+struct Trainer {
+  nn::GPT model;
+  std::vector<NamedTensor> params;
+  optim::AdamW optimizer;
+  Generator batches{7};
+  int64_t B, T, V;
+
+  Trainer(const nn::GPTConfig& config, int64_t batch, Generator init)
+      : model(config, init),
+        params(model.named_parameters()),
+        optimizer(optim::decay_groups(params, 0.1), {1e-3, 0.9, 0.99, 1e-8}),
+        B(batch),
+        T(config.block_size),
+        V(config.vocab_size) {
+    model.train();
+  }
+
+  void step() {
+    std::vector<double> draws = Tensor::uniform({B, T + 1}, 0, static_cast<double>(V), DType::Float64, &batches).to_vector();
+    std::vector<int64_t> x, y;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        x.push_back(static_cast<int64_t>(draws[b * (T + 1) + t]));
+        y.push_back(static_cast<int64_t>(draws[b * (T + 1) + t + 1]));
+      }
+    profiler::set_phase("forward");
+    const Tensor loss = model.loss(Tensor::from_indices(x, {B, T}), Tensor::from_indices(y, {B, T}));
+    profiler::set_phase("backward");
+    optimizer.zero_grad();
+    loss.backward();
+    profiler::set_phase("optimizer");
+    optim::clip_grad_norm(params, 1.0);
+    optimizer.step();
+    profiler::set_phase("other");
+    (void)loss.item();
+  }
+};
+
+// The elements a stored operand spans: `batch` matrices `batch_stride` apart,
+// each `rows` rows of `cols` elements, `ld` apart.
+int64_t extent(int64_t batch, int64_t batch_stride, int64_t rows, int64_t cols, int64_t ld) {
+  return (batch - 1) * batch_stride + (rows - 1) * ld + cols;
+}
+
+// Median milliseconds of one call of `g` (its whole batch) done by cblas_sgemm
+// alone, as core/cpu/matmul.cpp calls it, on warm buffers.
+double time_sgemm(const kernel::GemmShape& g, int reps) {
+  const int64_t rows_a = g.trans_a ? g.K : g.M, cols_a = g.trans_a ? g.M : g.K;
+  const int64_t rows_b = g.trans_b ? g.N : g.K, cols_b = g.trans_b ? g.K : g.N;
+  std::vector<float> a(extent(g.batch, g.a_batch_stride, rows_a, cols_a, g.row_stride_a()), 0.5f);
+  std::vector<float> b(extent(g.batch, g.b_batch_stride, rows_b, cols_b, g.row_stride_b()), 0.25f);
+  std::vector<float> c(extent(g.batch, g.c_batch_stride, g.M, g.N, g.row_stride_c()), 0.0f);
+  auto call = [&] {
+    for (int64_t i = 0; i < g.batch; ++i)
+      cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans,
+                  static_cast<int>(g.M), static_cast<int>(g.N), static_cast<int>(g.K), static_cast<float>(g.alpha),
+                  a.data() + i * g.a_batch_stride, static_cast<int>(g.row_stride_a()), b.data() + i * g.b_batch_stride,
+                  static_cast<int>(g.row_stride_b()), static_cast<float>(g.beta), c.data() + i * g.c_batch_stride,
+                  static_cast<int>(g.row_stride_c()));
+  };
+  call();
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    call();
+    ms.push_back(ms_since(t0));
+  }
+  return median(ms);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Profiles one training step of the char_lm model: per kernel, per family, per GEMM shape, "
+               "and the sgemm floor of the step's GEMMs."};
+  int threads = 1, steps = 20, warmup = 5, floor_reps = 50;
+  nn::GPTConfig config{65, 64, 4, 4, 128};
+  int64_t batch = 12;
+  app.add_option("--threads", threads, "CPU threads (OpenMP and OpenBLAS)")->capture_default_str();
+  app.add_option("--steps", steps, "steps timed, then as many profiled")->capture_default_str();
+  app.add_option("--warmup", warmup, "steps run first, untimed")->capture_default_str();
+  app.add_option("--floor-reps", floor_reps, "timed repetitions of each GEMM shape for the floor")->capture_default_str();
+  app.add_option("--n-layer", config.n_layer, "transformer blocks")->capture_default_str();
+  app.add_option("--n-head", config.n_head, "attention heads")->capture_default_str();
+  app.add_option("--n-embd", config.n_embd, "embedding width C")->capture_default_str();
+  app.add_option("--block-size", config.block_size, "context length T")->capture_default_str();
+  app.add_option("--batch-size", batch, "sequences per batch B")->capture_default_str();
+  app.add_option("--vocab", config.vocab_size, "vocabulary size V (tiny Shakespeare: 65)")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  set_num_threads(threads);
+
+  Trainer trainer(config, batch, Generator(1337));
+  for (int i = 0; i < warmup; ++i) trainer.step();
+  std::vector<double> step_ms;
+  for (int i = 0; i < steps; ++i) {
+    const auto t0 = Clock::now();
+    trainer.step();
+    step_ms.push_back(ms_since(t0));
+  }
+  std::vector<double> profiled_ms;
+  profiler::start();
+  for (int i = 0; i < steps; ++i) {
+    const auto t0 = Clock::now();
+    trainer.step();
+    profiled_ms.push_back(ms_since(t0));
+  }
+  const std::vector<profiler::KernelRecord> records = profiler::stop();
+
+  const double per = steps, step = median(step_ms), profiled = median(profiled_ms);
+  double kernel_ms = 0;
+  for (const profiler::KernelRecord& r : records) kernel_ms += r.ms;
+  kernel_ms /= per;
+  std::printf("profile_step: B=%lld T=%lld C=%lld layers=%lld heads=%lld V=%lld, %d thread(s), %d steps\n",
+              static_cast<long long>(batch), static_cast<long long>(config.block_size),
+              static_cast<long long>(config.n_embd), static_cast<long long>(config.n_layer),
+              static_cast<long long>(config.n_head), static_cast<long long>(config.vocab_size), threads, steps);
+  std::printf("step %.3f ms (median, profiler off); %.3f ms profiled, of which %.3f ms in kernels and %.3f ms "
+              "outside them (graph, allocation, dispatch, profiler)\n\n",
+              step, profiled, kernel_ms, profiled - kernel_ms);
+
+  std::printf("%s\n", profiler::table(profiler::totals(records, [](const auto& r) { return r.phase; }),
+                                      "phase (ms per step)", per).c_str());
+  std::printf("%s\n", profiler::table(profiler::totals(records, [](const auto& r) { return std::string(r.kernel); }),
+                                      "kernel", per).c_str());
+  std::printf("%s\n", profiler::table(profiler::totals(records, [](const auto& r) { return std::string(r.family); }),
+                                      "family", per).c_str());
+
+  // GEMMs by shape, each beside its replay alone.
+  std::map<std::string, kernel::GemmShape> shapes;
+  for (const profiler::KernelRecord& r : records)
+    if (r.is_gemm) shapes.emplace(profiler::describe_gemm(r.gemm), r.gemm);
+  const std::vector<profiler::Total> gemms =
+      profiler::totals(records, [](const auto& r) { return r.is_gemm ? profiler::describe_gemm(r.gemm) : ""; });
+  std::printf("%-44s %6s %9s %9s %9s %8s\n", "GEMM (per step)", "calls", "ms", "GFLOP/s", "alone ms", "in step");
+  double floor_ms = 0, gemm_ms = 0, flops = 0;
+  for (const profiler::Total& t : gemms) {
+    if (t.key.empty()) continue;
+    const double calls = static_cast<double>(t.calls) / per;
+    const double alone = calls * time_sgemm(shapes.at(t.key), floor_reps);
+    floor_ms += alone;
+    gemm_ms += t.ms / per;
+    flops += t.flops / per;
+    std::printf("%-44s %6.0f %9.3f %9.1f %9.3f %7.2fx\n", t.key.c_str(), calls, t.ms / per,
+                t.flops / t.ms / 1e6, alone, t.ms / per / alone);
+  }
+  const double counted = static_cast<double>(nn::training_step_flops(config, batch, config.block_size));
+  std::printf("%-44s %6s %9.3f %9.1f %9.3f %7.2fx\n\n", "all GEMMs", "", gemm_ms, flops / gemm_ms / 1e6, floor_ms,
+              gemm_ms / floor_ms);
+  std::printf("step FLOPs: %.4f GFLOP (training_step_flops; the recorded GEMMs did %.4f)\n", counted / 1e9,
+              flops / 1e9);
+  std::printf("sgemm floor: %.3f ms = step FLOPs / %.1f GFLOP/s (cblas_sgemm alone on the step's shapes)\n",
+              floor_ms, counted / floor_ms / 1e6);
+  std::printf("step / floor: %.2f (step %.3f ms, %.1f GFLOP/s)\n", step / floor_ms, step, counted / step / 1e6);
+  std::printf("floor_ms %.4f step_ms %.4f flops %.0f\n", floor_ms, step, counted);
+  return 0;
+}
