@@ -156,10 +156,13 @@ int main(int argc, char** argv) {
   double kernel_ms = 0;
   for (const profiler::KernelRecord& r : records) kernel_ms += r.ms;
   kernel_ms /= per;
-  std::printf("profile_step: B=%lld T=%lld C=%lld layers=%lld heads=%lld V=%lld, %d thread(s), %d steps\n",
+  std::printf("profile_step: B=%lld T=%lld C=%lld layers=%lld heads=%lld V=%lld, %d thread(s), %d steps, "
+              "OpenBLAS %s kernels\n",
               static_cast<long long>(batch), static_cast<long long>(config.block_size),
               static_cast<long long>(config.n_embd), static_cast<long long>(config.n_layer),
-              static_cast<long long>(config.n_head), static_cast<long long>(config.vocab_size), threads, steps);
+              static_cast<long long>(config.n_head), static_cast<long long>(config.vocab_size), threads, steps,
+              blas_kernels().c_str());
+  if (const std::string advice = blas_kernel_advice(); !advice.empty()) std::printf("note: %s\n", advice.c_str());
   std::printf("step %.3f ms (median, profiler off); %.3f ms profiled, of which %.3f ms in kernels and %.3f ms "
               "outside them (graph, allocation, dispatch, profiler)\n\n",
               step, profiled, kernel_ms, profiled - kernel_ms);

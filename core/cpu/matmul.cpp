@@ -6,9 +6,18 @@
 
 namespace ag::cpu {
 
+namespace {
+// OpenBLAS runs a product on one thread when M·N·K is below this (interface/
+// gemm.c: SMP_THRESHOLD_MIN · GEMM_MULTITHREAD_THRESHOLD = 65536 · 4).
+constexpr int64_t kOpenBlasSingleThreaded = 65536 * 4;
+}  // namespace
+
 // One cblas_?gemm per batch entry, in row-major order with the transpose flags
-// passed through (no transposing copies). Never called from inside an OpenMP
-// region of ours: OpenBLAS parallelises each call itself.
+// passed through (no transposing copies). A large product is parallelised by
+// OpenBLAS itself. A batch of small ones (attention's per-head products) would
+// run one after another on one thread, so they are spread over our threads
+// instead, each a single-threaded GEMM (OpenBLAS's OpenMP build runs
+// single-threaded inside a parallel region): the same arithmetic per product.
 void gemm(const GemmShape& s, const Tensor& A, const Tensor& B, Tensor& C) {
   const CBLAS_TRANSPOSE ta = s.trans_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = s.trans_b ? CblasTrans : CblasNoTrans;
@@ -22,6 +31,8 @@ void gemm(const GemmShape& s, const Tensor& A, const Tensor& B, Tensor& C) {
     const T* a = static_cast<const T*>(A.raw_data()) + s.a_offset;
     const T* b = static_cast<const T*>(B.raw_data()) + s.b_offset;
     T* c = static_cast<T*>(C.raw_data()) + s.c_offset;
+    const bool spread_batch = s.batch > 1 && s.M * s.N * s.K < kOpenBlasSingleThreaded;
+#pragma omp parallel for schedule(static) if (spread_batch)
     for (int64_t i = 0; i < s.batch; ++i) {
       const T* ai = a + i * s.a_batch_stride;
       const T* bi = b + i * s.b_batch_stride;
