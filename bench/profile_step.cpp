@@ -17,6 +17,7 @@
 //   ./build/profile_step [--threads 1] [--steps 20] [--n-embd 128] ...   (--help)
 // The last line, "floor_ms F step_ms S flops X", is for bench/compare_cpu.sh.
 #include <cblas.h>
+#include <time.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -37,6 +38,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// CPU time of the whole process (every thread), in ms: on a busy machine it
+// still measures the work, where wall time also counts the waits for a core.
+double process_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return 1e3 * static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_nsec);
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -62,7 +71,8 @@ struct Trainer {
   }
 
   void step() {
-    std::vector<double> draws = Tensor::uniform({B, T + 1}, 0, static_cast<double>(V), DType::Float64, &batches).to_vector();
+    const std::vector<double> draws =
+        Tensor::uniform({B, T + 1}, 0, static_cast<double>(V), DType::Float64, &batches).to_vector();
     std::vector<int64_t> x, y;
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < T; ++t) {
@@ -125,7 +135,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads (OpenMP and OpenBLAS)")->capture_default_str();
   app.add_option("--steps", steps, "steps timed, then as many profiled")->capture_default_str();
   app.add_option("--warmup", warmup, "steps run first, untimed")->capture_default_str();
-  app.add_option("--floor-reps", floor_reps, "timed repetitions of each GEMM shape for the floor")->capture_default_str();
+  app.add_option("--floor-reps", floor_reps, "timed repetitions of each GEMM shape for the floor")
+      ->capture_default_str();
   app.add_option("--n-layer", config.n_layer, "transformer blocks")->capture_default_str();
   app.add_option("--n-head", config.n_head, "attention heads")->capture_default_str();
   app.add_option("--n-embd", config.n_embd, "embedding width C")->capture_default_str();
@@ -137,11 +148,13 @@ int main(int argc, char** argv) {
 
   Trainer trainer(config, batch, Generator(1337));
   for (int i = 0; i < warmup; ++i) trainer.step();
-  std::vector<double> step_ms;
+  std::vector<double> step_ms, step_cpu_ms;
   for (int i = 0; i < steps; ++i) {
     const auto t0 = Clock::now();
+    const double cpu0 = process_cpu_ms();
     trainer.step();
     step_ms.push_back(ms_since(t0));
+    step_cpu_ms.push_back(process_cpu_ms() - cpu0);
   }
   std::vector<double> profiled_ms;
   profiler::start();
@@ -152,7 +165,11 @@ int main(int argc, char** argv) {
   }
   const std::vector<profiler::KernelRecord> records = profiler::stop();
 
-  const double per = steps, step = median(step_ms), profiled = median(profiled_ms);
+  // Kernel times are summed over the profiled steps, so they are compared
+  // with the profiled steps' mean (the median of the unprofiled steps is the step's time).
+  const double per = steps, step = median(step_ms);
+  double profiled = 0;
+  for (double ms : profiled_ms) profiled += ms / per;
   double kernel_ms = 0;
   for (const profiler::KernelRecord& r : records) kernel_ms += r.ms;
   kernel_ms /= per;
@@ -163,9 +180,10 @@ int main(int argc, char** argv) {
               static_cast<long long>(config.n_head), static_cast<long long>(config.vocab_size), threads, steps,
               blas_kernels().c_str());
   if (const std::string advice = blas_kernel_advice(); !advice.empty()) std::printf("note: %s\n", advice.c_str());
-  std::printf("step %.3f ms (median, profiler off); %.3f ms profiled, of which %.3f ms in kernels and %.3f ms "
-              "outside them (graph, allocation, dispatch, profiler)\n\n",
-              step, profiled, kernel_ms, profiled - kernel_ms);
+  std::printf("step %.3f ms (median, profiler off; %.3f ms of CPU time, all threads); profiled, %.3f ms (mean) of "
+              "which %.3f ms in kernels and %.3f ms outside them (graph, allocation, dispatch, profiler)\n"
+              "(every table below: mean ms per step)\n\n",
+              step, median(step_cpu_ms), profiled, kernel_ms, profiled - kernel_ms);
 
   std::printf("%s\n", profiler::table(profiler::totals(records, [](const auto& r) { return r.phase; }),
                                       "phase (ms per step)", per).c_str());
@@ -173,6 +191,15 @@ int main(int argc, char** argv) {
                                       "kernel", per).c_str());
   std::printf("%s\n", profiler::table(profiler::totals(records, [](const auto& r) { return std::string(r.family); }),
                                       "family", per).c_str());
+
+  // The largest (kernel, shapes) entries: which call sites the time belongs to.
+  std::vector<profiler::Total> calls = profiler::totals(records, [](const profiler::KernelRecord& r) {
+    std::string key = std::string(r.kernel) + " " + r.phase.substr(0, 3);
+    for (const Shape& s : r.shapes) key += " " + to_string(s);
+    return key;
+  });
+  calls.resize(std::min<size_t>(calls.size(), 20));
+  std::printf("%s\n", profiler::table(calls, "kernel, phase, shapes (top 20)", per).c_str());
 
   // GEMMs by shape, each beside its replay alone.
   std::map<std::string, kernel::GemmShape> shapes;

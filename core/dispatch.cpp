@@ -154,14 +154,16 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, doubl
 }
 void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias, double eps,
                     Tensor& sum, Tensor& y, Tensor& mean, Tensor& rstd) {
-  const profiler::KernelCall call("layer_norm", "add_layer_norm", {&x, &residual, &weight, &bias, &sum, &y, &mean, &rstd});
+  const profiler::KernelCall call("layer_norm", "add_layer_norm",
+                                  {&x, &residual, &weight, &bias, &sum, &y, &mean, &rstd});
   if (call.on_cpu()) cpu::add_layer_norm(x, residual, weight, bias, eps, sum, y, mean, rstd);
   else cuda::add_layer_norm(x, residual, weight, bias, eps, sum, y, mean, rstd);
 }
 void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
                          const Tensor& rstd, const Tensor& dY, Tensor& dX, Tensor& dWeight,
                          Tensor& dBias) {
-  const profiler::KernelCall call("layer_norm", "layer_norm_backward", {&x, &weight, &mean, &rstd, &dY, &dX, &dWeight, &dBias});
+  const profiler::KernelCall call("layer_norm", "layer_norm_backward",
+                                  {&x, &weight, &mean, &rstd, &dY, &dX, &dWeight, &dBias});
   if (call.on_cpu())
     cpu::layer_norm_backward(x, weight, mean, rstd, dY, dX, dWeight, dBias);
   else

@@ -17,9 +17,9 @@ bool sums_leading_dims(const Shape& x, const Shape& out) {
 }  // namespace
 
 // Sums are kept in double so float32 reductions over long rows stay accurate.
-// Over leading dims: sum_columns (core/cpu/loops.h), in parallel. Otherwise: x row by row, each element added into the out element
-// it broadcasts from (out read with stride 0 on the reduced dims); serial,
-// since rows may share outputs.
+// Over leading dims: sum_columns (core/cpu/loops.h), in parallel. Otherwise:
+// x row by row, each element added into the out element it broadcasts from
+// (out read with stride 0 on the reduced dims); serial, since rows may share outputs.
 void sum_to_shape(const Tensor& x, Tensor& out) {
   visit_floating(x.dtype(), "sum_to_shape", [&](auto zero) {
     using T = decltype(zero);

@@ -124,7 +124,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (has_bias) inputs.push_back(bias);
   return record("linear", std::move(inputs), y,
                 [X = x.detach(), W = weight.detach(), has_bias, rows, in, out, need_x = x.requires_grad(),
-                 need_w = weight.requires_grad(), need_b = has_bias && bias.requires_grad()](const Tensor& dY) -> Gradients {
+                 need_w = weight.requires_grad(),
+                 need_b = has_bias && bias.requires_grad()](const Tensor& dY) -> Gradients {
                   Gradients grads(has_bias ? 3 : 2);
                   if (need_x) grads[0] = product({dY, false, false}, {W, true, false}, 1, rows, in, out, X.shape());
                   if (need_w) grads[1] = product({X, true, false}, {dY, false, false}, 1, in, out, rows, W.shape());
