@@ -5,7 +5,8 @@
 // batch 12, vocabulary 65) on random tokens (a step's cost does not depend on
 // the token values) with AdamW and gradient clipping, as char_lm does. It times
 // --steps steps with the profiler off (the step's wall time), then records
-// --steps more with the profiler on (core/profiler.h) and prints, per step:
+// --steps more with the profiler on (core/profiler.h) and prints, per step
+// (medians over the steps, so that one step a busy machine stretches moves nothing):
 //   - the time per phase (forward, backward, optimizer) and outside any kernel;
 //   - per kernel, per family (core/cpu/<family>.cpp), and every GEMM shape;
 //   - the sgemm floor: each GEMM of the step replayed alone with cblas_sgemm
@@ -21,11 +22,15 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <new>
 #include <cstdio>
 #include <map>
 
 #include "core/autograd.h"
+#include "core/caching_allocator.h"
 #include "core/profiler.h"
 #include "core/threads.h"
 #include "nn/gpt.h"
@@ -33,6 +38,20 @@
 #include "optim/clip_grad.h"
 
 using namespace ag;
+
+// Every C++ heap allocation of the process is counted: tensor memory comes
+// from the caching allocator (host_memory_stats), everything else a step
+// allocates (TensorImpls, graph nodes, backward closures, shape vectors) from
+// operator new.
+namespace {
+std::atomic<int64_t> heap_allocations{0};
+}  // namespace
+void* operator new(size_t bytes) {
+  ++heap_allocations;
+  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
+  throw std::bad_alloc();
+}
+// (The default operator delete frees with std::free, which matches.)
 
 namespace {
 
@@ -92,6 +111,27 @@ struct Trainer {
   }
 };
 
+// Sums each step's records by key (profiler::totals), then takes, for every
+// key, the median over the steps: one step stretched by a busy machine moves
+// no figure. Calls and FLOPs per key are the same every step.
+std::vector<profiler::Total> median_totals(const std::vector<std::vector<profiler::KernelRecord>>& steps,
+                                           const std::function<std::string(const profiler::KernelRecord&)>& key) {
+  std::map<std::string, profiler::Total> per_step;
+  std::map<std::string, std::vector<double>> ms;
+  for (const std::vector<profiler::KernelRecord>& records : steps)
+    for (const profiler::Total& t : profiler::totals(records, key)) {
+      per_step[t.key] = t;
+      ms[t.key].push_back(t.ms);
+    }
+  std::vector<profiler::Total> rows;
+  for (auto& [k, t] : per_step) {
+    t.ms = median(ms[k]);
+    rows.push_back(t);
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.ms > b.ms; });
+  return rows;
+}
+
 // The elements a stored operand spans: `batch` matrices `batch_stride` apart,
 // each `rows` rows of `cols` elements, `ld` apart.
 int64_t extent(int64_t batch, int64_t batch_stride, int64_t rows, int64_t cols, int64_t ld) {
@@ -149,6 +189,7 @@ int main(int argc, char** argv) {
   Trainer trainer(config, batch, Generator(1337));
   for (int i = 0; i < warmup; ++i) trainer.step();
   std::vector<double> step_ms, step_cpu_ms;
+  const int64_t heap_before = heap_allocations, system_before = host_memory_stats().system_allocs;
   for (int i = 0; i < steps; ++i) {
     const auto t0 = Clock::now();
     const double cpu0 = process_cpu_ms();
@@ -156,23 +197,24 @@ int main(int argc, char** argv) {
     step_ms.push_back(ms_since(t0));
     step_cpu_ms.push_back(process_cpu_ms() - cpu0);
   }
+  const double heap_per_step = static_cast<double>(heap_allocations - heap_before) / steps;
+  const double system_per_step = static_cast<double>(host_memory_stats().system_allocs - system_before) / steps;
+  // One recording per step, so every figure below can be a median over steps.
+  std::vector<std::vector<profiler::KernelRecord>> recorded;
   std::vector<double> profiled_ms;
-  profiler::start();
   for (int i = 0; i < steps; ++i) {
+    profiler::start();
     const auto t0 = Clock::now();
     trainer.step();
     profiled_ms.push_back(ms_since(t0));
+    recorded.push_back(profiler::stop());
   }
-  const std::vector<profiler::KernelRecord> records = profiler::stop();
-
-  // Kernel times are summed over the profiled steps, so they are compared
-  // with the profiled steps' mean (the median of the unprofiled steps is the step's time).
-  const double per = steps, step = median(step_ms);
-  double profiled = 0;
-  for (double ms : profiled_ms) profiled += ms / per;
+  const auto by_kernel = [](const profiler::KernelRecord& r) { return std::string(r.kernel); };
+  const std::vector<profiler::Total> kernels = median_totals(recorded, by_kernel);
   double kernel_ms = 0;
-  for (const profiler::KernelRecord& r : records) kernel_ms += r.ms;
-  kernel_ms /= per;
+  for (const profiler::Total& t : kernels) kernel_ms += t.ms;
+
+  const double step = median(step_ms), profiled = median(profiled_ms);
   std::printf("profile_step: B=%lld T=%lld C=%lld layers=%lld heads=%lld V=%lld, %d thread(s), %d steps, "
               "OpenBLAS %s kernels\n",
               static_cast<long long>(batch), static_cast<long long>(config.block_size),
@@ -180,44 +222,46 @@ int main(int argc, char** argv) {
               static_cast<long long>(config.n_head), static_cast<long long>(config.vocab_size), threads, steps,
               blas_kernels().c_str());
   if (const std::string advice = blas_kernel_advice(); !advice.empty()) std::printf("note: %s\n", advice.c_str());
-  std::printf("step %.3f ms (median, profiler off; %.3f ms of CPU time, all threads); profiled, %.3f ms (mean) of "
-              "which %.3f ms in kernels and %.3f ms outside them (graph, allocation, dispatch, profiler)\n"
-              "(every table below: mean ms per step)\n\n",
+  std::printf("step %.3f ms (profiler off; %.3f ms of CPU time, all threads); profiled %.3f ms, of which %.3f ms in "
+              "kernels and %.3f ms outside them (graph, allocation, dispatch, profiler)\n"
+              "(every figure: the median over the steps, per step)\n",
               step, median(step_cpu_ms), profiled, kernel_ms, profiled - kernel_ms);
+  std::printf("allocations per step: %.1f of tensor memory from the system (the caching allocator serves the rest), "
+              "%.0f small objects from operator new (TensorImpls, graph nodes, closures, shape vectors)\n\n",
+              system_per_step, heap_per_step);
 
-  std::printf("%s\n", profiler::table(profiler::totals(records, [](const auto& r) { return r.phase; }),
-                                      "phase (ms per step)", per).c_str());
-  std::printf("%s\n", profiler::table(profiler::totals(records, [](const auto& r) { return std::string(r.kernel); }),
-                                      "kernel", per).c_str());
-  std::printf("%s\n", profiler::table(profiler::totals(records, [](const auto& r) { return std::string(r.family); }),
-                                      "family", per).c_str());
+  std::printf("%s\n", profiler::table(median_totals(recorded, [](const auto& r) { return r.phase; }), "phase", 1)
+                          .c_str());
+  std::printf("%s\n", profiler::table(kernels, "kernel", 1).c_str());
+  std::printf("%s\n",
+              profiler::table(median_totals(recorded, [](const auto& r) { return std::string(r.family); }), "family", 1)
+                  .c_str());
 
   // The largest (kernel, shapes) entries: which call sites the time belongs to.
-  std::vector<profiler::Total> calls = profiler::totals(records, [](const profiler::KernelRecord& r) {
+  std::vector<profiler::Total> calls = median_totals(recorded, [](const profiler::KernelRecord& r) {
     std::string key = std::string(r.kernel) + " " + r.phase.substr(0, 3);
     for (const Shape& s : r.shapes) key += " " + to_string(s);
     return key;
   });
   calls.resize(std::min<size_t>(calls.size(), 20));
-  std::printf("%s\n", profiler::table(calls, "kernel, phase, shapes (top 20)", per).c_str());
+  std::printf("%s\n", profiler::table(calls, "kernel, phase, shapes (top 20)", 1).c_str());
 
   // GEMMs by shape, each beside its replay alone.
   std::map<std::string, kernel::GemmShape> shapes;
-  for (const profiler::KernelRecord& r : records)
+  for (const profiler::KernelRecord& r : recorded.front())
     if (r.is_gemm) shapes.emplace(profiler::describe_gemm(r.gemm), r.gemm);
   const std::vector<profiler::Total> gemms =
-      profiler::totals(records, [](const auto& r) { return r.is_gemm ? profiler::describe_gemm(r.gemm) : ""; });
-  std::printf("%-44s %6s %9s %9s %9s %8s\n", "GEMM (per step)", "calls", "ms", "GFLOP/s", "alone ms", "in step");
+      median_totals(recorded, [](const auto& r) { return r.is_gemm ? profiler::describe_gemm(r.gemm) : ""; });
+  std::printf("%-44s %6s %9s %9s %9s %8s\n", "GEMM", "calls", "ms", "GFLOP/s", "alone ms", "in step");
   double floor_ms = 0, gemm_ms = 0, flops = 0;
   for (const profiler::Total& t : gemms) {
     if (t.key.empty()) continue;
-    const double calls = static_cast<double>(t.calls) / per;
-    const double alone = calls * time_sgemm(shapes.at(t.key), floor_reps);
+    const double alone = static_cast<double>(t.calls) * time_sgemm(shapes.at(t.key), floor_reps);
     floor_ms += alone;
-    gemm_ms += t.ms / per;
-    flops += t.flops / per;
-    std::printf("%-44s %6.0f %9.3f %9.1f %9.3f %7.2fx\n", t.key.c_str(), calls, t.ms / per,
-                t.flops / t.ms / 1e6, alone, t.ms / per / alone);
+    gemm_ms += t.ms;
+    flops += t.flops;
+    std::printf("%-44s %6lld %9.3f %9.1f %9.3f %7.2fx\n", t.key.c_str(), static_cast<long long>(t.calls), t.ms,
+                t.flops / t.ms / 1e6, alone, t.ms / alone);
   }
   const double counted = static_cast<double>(nn::training_step_flops(config, batch, config.block_size));
   std::printf("%-44s %6s %9.3f %9.1f %9.3f %7.2fx\n\n", "all GEMMs", "", gemm_ms, flops / gemm_ms / 1e6, floor_ms,
