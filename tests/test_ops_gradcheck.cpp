@@ -274,3 +274,31 @@ TEST_CASE("ops: the column sums of bias gradients give the same bits for any thr
   CHECK(one == two);
   CHECK(one == three);
 }
+
+TEST_CASE("ops: strided copies walk every row, split over threads and at any rank") {
+  // [7, 65, 3, 33]: above the parallel grain, so the rows are split over the
+  // threads; every element of the permute is checked against its index formula.
+  const Tensor x = random({7, 65, 3, 33}, 140, DType::Float64, false);
+  const std::vector<double> in = x.to_vector();
+  const int before = num_threads();
+  for (int threads : {1, 2, 3}) {
+    CAPTURE(threads);
+    set_num_threads(threads);
+    const std::vector<double> out = permute(x, {2, 0, 3, 1}).to_vector();  // [3, 7, 33, 65]
+    bool all_match = true;
+    for (int64_t a = 0; a < 3; ++a)
+      for (int64_t b = 0; b < 7; ++b)
+        for (int64_t c = 0; c < 33; ++c)
+          for (int64_t d = 0; d < 65; ++d)
+            all_match &= out[((a * 7 + b) * 33 + c) * 65 + d] == in[((b * 65 + d) * 3 + a) * 33 + c];
+    CHECK(all_match);
+  }
+  set_num_threads(before);
+  // Rank 19: more row dims than the walk keeps on the stack.
+  Shape small(19, 1), big(19, 2);
+  small.back() = big.back() = 3;
+  const Tensor row = Tensor::from_vector({1, 2, 3}, small, DType::Float64);
+  const Tensor expanded = expand(row, big);
+  CHECK(sum(expanded).item() == 6.0 * static_cast<double>(numel(big) / 3));
+  CHECK(sum(expanded * expanded).item() == 14.0 * static_cast<double>(numel(big) / 3));
+}

@@ -1,5 +1,7 @@
 // Loop helpers shared by the CPU kernels.
 #pragma once
+#include <omp.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -19,6 +21,11 @@ constexpr int64_t kParallelGrain = 1 << 15;
 // with each operand's offset of the row's first element, the row length, and
 // each operand's stride along the last dim. Rows run in parallel when the total
 // is large, so body must write only its own row. A rank-0 shape is one row of 1.
+//
+// Each thread takes a contiguous range of rows and walks it like an odometer:
+// the first row's index from divisions, every next one by incrementing the
+// last row dim and carrying, so the offsets cost additions (rows can be as
+// short as one head's d_h elements, where a division per dim per row showed).
 template <size_t K, class Body>
 void for_each_row(const Shape& shape, const std::array<std::vector<int64_t>, K>& strides, bool parallel,
                   Body&& body) {
@@ -33,17 +40,38 @@ void for_each_row(const Shape& shape, const std::array<std::vector<int64_t>, K>&
   const int64_t rows = numel(shape) / inner;
   Offsets inner_stride{};
   for (size_t k = 0; k < K; ++k) inner_stride[k] = strides[k].back();
-  auto row_offsets = [&](int64_t row) {
+  const auto walk = [&](int64_t first, int64_t last) {
+    if (first >= last) return;
+    // The row's index along the row dims; on the stack unless the rank is unusual.
+    int64_t on_stack[16];
+    std::vector<int64_t> on_heap(rank - 1 > 16 ? rank - 1 : 0);
+    int64_t* index = rank - 1 > 16 ? on_heap.data() : on_stack;
     Offsets base{};
-    for (int64_t d = rank - 2; d >= 0; --d) {
-      const int64_t index = row % shape[d];
-      row /= shape[d];
-      for (size_t k = 0; k < K; ++k) base[k] += index * strides[k][d];
+    for (int64_t d = rank - 2, rest = first; d >= 0; --d) {
+      index[d] = rest % shape[d];
+      rest /= shape[d];
+      for (size_t k = 0; k < K; ++k) base[k] += index[d] * strides[k][d];
     }
-    return base;
+    for (int64_t row = first;;) {
+      body(base, inner, inner_stride);
+      if (++row == last) return;
+      for (int64_t d = rank - 2;; --d) {  // the next row: carry through the dims
+        for (size_t k = 0; k < K; ++k) base[k] += strides[k][d];
+        if (++index[d] < shape[d]) break;
+        for (size_t k = 0; k < K; ++k) base[k] -= shape[d] * strides[k][d];
+        index[d] = 0;
+      }
+    }
   };
-#pragma omp parallel for schedule(static) if (parallel && rows > 1 && rows * inner > kParallelGrain)
-  for (int64_t row = 0; row < rows; ++row) body(row_offsets(row), inner, inner_stride);
+  if (parallel && rows > 1 && rows * inner > kParallelGrain) {
+#pragma omp parallel
+    {
+      const int64_t team = omp_get_num_threads(), member = omp_get_thread_num();
+      walk(rows * member / team, rows * (member + 1) / team);
+    }
+  } else {
+    walk(0, rows);
+  }
 }
 
 // out[c] = Σ_r value(r, c) for every column c of an [N, C] walk: the bias
