@@ -302,3 +302,29 @@ TEST_CASE("ops: strided copies walk every row, split over threads and at any ran
   CHECK(sum(expanded).item() == 6.0 * static_cast<double>(numel(big) / 3));
   CHECK(sum(expanded * expanded).item() == 14.0 * static_cast<double>(numel(big) / 3));
 }
+
+TEST_CASE("ops: float32 exact GELU and its derivative stay within 4e-7 of float64's erf") {
+  // The CPU's float32 GELU takes Φ from Abramowitz & Stegun 7.1.26
+  // (core/elementwise_math.h): the bound over [-12, 12], through gelu and bias_gelu.
+  std::vector<double> grid;
+  for (double v = -12.0; v <= 12.0; v += 1.0 / 512) grid.push_back(v);
+  const Shape shape{static_cast<int64_t>(grid.size())};
+  for (bool fused : {false, true}) {
+    CAPTURE(fused);
+    const Tensor x32 = Tensor::from_vector(grid, shape, DType::Float32).requires_grad_();
+    const Tensor zero_bias = Tensor::zeros({1}).requires_grad_();
+    const Tensor y32 = fused ? bias_gelu(x32.reshape({-1, 1}), zero_bias).reshape(shape) : gelu(x32);
+    y32.backward(Tensor::ones(shape));
+    const std::vector<double> y = y32.to_vector(), dy = x32.grad().to_vector();
+    double worst_y = 0, worst_dy = 0;
+    for (size_t i = 0; i < grid.size(); ++i) {
+      const double v = static_cast<float>(grid[i]);  // the float32 input exactly
+      const double cdf = 0.5 * (1 + std::erf(v / std::sqrt(2.0)));
+      const double scale = std::max(1.0, std::abs(v));
+      worst_y = std::max(worst_y, std::abs(y[i] - v * cdf) / scale);
+      worst_dy = std::max(worst_dy, std::abs(dy[i] - (cdf + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI))) / scale);
+    }
+    CHECK(worst_y <= 4e-7);
+    CHECK(worst_dy <= 4e-7);
+  }
+}

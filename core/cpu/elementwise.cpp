@@ -51,11 +51,20 @@ template <class T, class F> void broadcast_binary(const Tensor& a, const Tensor&
 }
 // Calls body(f, f_grad) with the activation `op` and its derivative, for the
 // ops whose derivative is not a cheap expression of y (Relu, GeluErf, GeluTanh).
+// Exact GELU in float32 takes Φ and φ from normal_cdf_pdf_float
+// (core/elementwise_math.h explains the trade).
 template <class T, class Body> void with_activation(UnaryOp op, const char* kernel, Body&& body) {
   switch (op) {
     case UnaryOp::Relu: return body([](T v) { return math::relu(v); }, [](T v) { return math::relu_grad(v); });
     case UnaryOp::GeluErf:
-      return body([](T v) { return math::gelu_erf(v); }, [](T v) { return math::gelu_erf_grad(v); });
+      if constexpr (std::is_same_v<T, float>)
+        return body([](float v) { return v * math::normal_cdf_pdf_float(v).cdf; },
+                    [](float v) {
+                      const math::NormalCdfPdf n = math::normal_cdf_pdf_float(v);
+                      return n.cdf + v * n.pdf;
+                    });
+      else
+        return body([](T v) { return math::gelu_erf(v); }, [](T v) { return math::gelu_erf_grad(v); });
     case UnaryOp::GeluTanh:
       return body([](T v) { return math::gelu_tanh(v); }, [](T v) { return math::gelu_tanh_grad(v); });
     default: throw Error(std::string(kernel) + ": no kernel for this op (its derivative is an expression of y)");
@@ -74,9 +83,7 @@ void unary(UnaryOp op, const Tensor& x, Tensor& y) {
       case UnaryOp::Exp: return map(in, out, n, [](T v) { return std::exp(v); });
       case UnaryOp::Log: return map(in, out, n, [](T v) { return std::log(v); });
       case UnaryOp::Tanh: return map(in, out, n, [](T v) { return std::tanh(v); });
-      case UnaryOp::Relu: return map(in, out, n, [](T v) { return math::relu(v); });
-      case UnaryOp::GeluErf: return map(in, out, n, [](T v) { return math::gelu_erf(v); });
-      case UnaryOp::GeluTanh: return map(in, out, n, [](T v) { return math::gelu_tanh(v); });
+      default: return with_activation<T>(op, "unary", [&](auto f, auto) { map(in, out, n, f); });
     }
   });
 }
