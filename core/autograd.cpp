@@ -3,6 +3,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/dispatch.h"
 #include "core/ops.h"
 
 namespace ag {
@@ -10,10 +11,16 @@ namespace ag {
 namespace {
 thread_local bool grad_mode = true;
 
-// dst += src, where dst may be undefined (then it takes a copy of src: src may
-// alias a tensor the caller still uses).
+// dst += src in place, where dst may be undefined (then it takes a copy of src:
+// src may alias a tensor the caller still uses). In place, so a gradient pinned
+// to a flat buffer stays there and a step allocates no gradient tensors.
 void accumulate(std::shared_ptr<TensorImpl>& dst, const Tensor& src) {
-  dst = (dst ? add(Tensor(dst), src) : src.clone()).shared_impl();
+  if (!dst) {
+    dst = src.clone().shared_impl();
+    return;
+  }
+  Tensor sum(dst);
+  kernel::binary(kernel::BinaryOp::Add, sum, src, sum);
 }
 
 // Nodes reachable from root, each after every node that consumes its output.

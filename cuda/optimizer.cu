@@ -15,10 +15,16 @@ template <class T> struct Square {
   __device__ double operator()(int64_t i) const { return static_cast<double>(x[i]) * static_cast<double>(x[i]); }
 };
 
-template <class T> struct Scale {
+// x *= the clip coefficient, computed by every thread from the sum of squares in
+// device memory (the same arithmetic as the CPU: core/optimizer_math.h).
+template <class T> struct ClipByNorm {
   T* x;
-  T factor;
-  __device__ void operator()(int64_t i) const { x[i] *= factor; }
+  const double* sum_of_squares;
+  double max_norm;
+  __device__ void operator()(int64_t i) const {
+    const double coef = math::clip_coefficient(*sum_of_squares, max_norm);
+    if (coef < 1.0) x[i] *= static_cast<T>(coef);
+  }
 };
 }  // namespace
 
@@ -38,22 +44,18 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
   });
 }
 
-// Σ x² in double on the device (sum_all's fixed order), then the one number to the host.
-double sum_of_squares(const Tensor& x) {
-  return visit_floating(x.dtype(), "sum_of_squares", [&](auto zero) {
+// Σ x² in double on the device, in sum_all's fixed order; it stays there.
+void sum_of_squares(const Tensor& x, Tensor& total) {
+  visit_floating(x.dtype(), "sum_of_squares", [&](auto zero) {
     using T = decltype(zero);
-    const Tensor total = Tensor::empty({}, DType::Float64, Device::CUDA);
     sum_all(x.numel(), Square<T>{ptr<const T>(x)}, ptr<double>(total));
-    double result = 0;
-    copy_device_to_host(&result, total.raw_data(), sizeof(result));
-    return result;
   });
 }
 
-void scale_inplace(Tensor& x, double factor) {
-  visit_floating(x.dtype(), "scale_inplace", [&](auto zero) {
+void clip_by_norm(Tensor& x, const Tensor& sum_of_squares, double max_norm) {
+  visit_floating(x.dtype(), "clip_by_norm", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(x.numel(), Scale<T>{ptr<T>(x), static_cast<T>(factor)});
+    for_each_index(x.numel(), ClipByNorm<T>{ptr<T>(x), ptr<const double>(sum_of_squares), max_norm});
   });
 }
 

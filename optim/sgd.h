@@ -4,10 +4,9 @@
 //   with momentum μ ≠ 0:  b ← g on the first step, else b ← μ·b + (1 − dampening)·g
 //                         g ← g + μ·b (nesterov) or g ← b
 //   p ← p − lr·g
-// State: "momentum.<name>", one buffer shaped like p, only when μ ≠ 0.
+// State: "momentum.<name>", one buffer shaped like p, only when μ ≠ 0 (a flat
+// buffer laid out like the parameters', as Adam's moments).
 #pragma once
-#include <unordered_map>
-
 #include "optim/optimizer.h"
 
 namespace ag::optim {
@@ -32,7 +31,8 @@ class SGD : public Optimizer {
 
  private:
   SgdOptions options_;  // options_.lr is only the initial value; lr() is current
-  std::unordered_map<std::string, Tensor> momentum_;  // by parameter name
+  std::vector<Tensor> momentum_;  // one per flat buffer, when momentum != 0
+  bool started_ = false;          // the buffers hold a first step's gradient
 };
 
 }  // namespace ag::optim

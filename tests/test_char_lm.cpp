@@ -6,17 +6,21 @@
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/data.h"
 #include "examples/char_lm/train.h"
+#include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ag;
 using namespace ag::char_lm;
 
 namespace {
+// An empty directory of this process's own (parallel test runs never share
+// one), under a root removed when the tests exit.
 std::string fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("attograd_test_" + name);
+  static const ag::test::TempDir root("char_lm_tests");
+  const std::string dir = root.file(name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  return dir.string();
+  return dir;
 }
 
 void write_file(const std::string& path, const std::string& bytes) {
@@ -28,39 +32,19 @@ std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// A model small enough to train in a second, with dropout on so that resuming
-// must restore the dropout generator too.
-TrainConfig tiny(const std::string& out_dir) {
-  TrainConfig c;
-  c.data_path = ATTOGRAD_DATA_FILE;
-  c.out_dir = out_dir;
-  c.n_layer = 1;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.block_size = 16;
-  c.batch_size = 4;
-  c.dropout = 0.1;
-  c.max_iters = 20;
-  c.warmup_iters = 5;
-  c.lr_decay_iters = 20;
-  c.eval_interval = 10;
-  c.eval_iters = 2;
-  c.sample_tokens = 0;
-  c.quiet = true;
-  return c;
-}
+using ag::test::tiny_run;
 }  // namespace
 
 TEST_CASE("char_lm: stopping and resuming gives the same losses as not stopping") {
-  const TrainResult straight = train(tiny(fresh_dir("straight")));
+  const TrainResult straight = train(tiny_run(fresh_dir("straight")));
   REQUIRE(straight.batch_losses.size() == 20);
 
-  TrainConfig first_half = tiny(fresh_dir("resumed"));
-  first_half.max_iters = 10;
+  TrainConfig first_half = tiny_run(fresh_dir("resumed"));
+  first_half.run.max_iters = 10;
   const TrainResult before = train(first_half);
   TrainConfig second_half = first_half;
-  second_half.max_iters = 20;
-  second_half.resume = true;
+  second_half.run.max_iters = 20;
+  second_half.run.resume = true;
   const TrainResult after = train(second_half);
 
   REQUIRE(after.batch_losses.size() == 10);
@@ -76,19 +60,19 @@ TEST_CASE("char_lm: stopping and resuming gives the same losses as not stopping"
 TEST_CASE("char_lm: a few hundred iterations on tiny Shakespeare bring the loss under 2.6") {
   // From ln(65) ≈ 4.17 at init. A unigram model reaches about 3.3 and a bigram
   // model about 2.5; 2.6 needs the model to use the previous characters.
-  TrainConfig c = tiny(fresh_dir("learns"));
-  c.dropout = 0;
-  c.n_embd = 64;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.block_size = 32;
-  c.batch_size = 8;
-  c.max_iters = 300;
-  c.lr = 3e-3;
-  c.lr_decay_iters = 300;
-  c.warmup_iters = 20;
-  c.eval_interval = 300;
-  c.eval_iters = 10;
+  TrainConfig c = tiny_run(fresh_dir("learns"));
+  c.model.dropout = 0;
+  c.model.n_embd = 64;
+  c.model.n_layer = 2;
+  c.model.n_head = 4;
+  c.model.block_size = 32;
+  c.optim.batch_size = 8;
+  c.run.max_iters = 300;
+  c.optim.lr = 3e-3;
+  c.optim.lr_decay_iters = 300;
+  c.optim.warmup_iters = 20;
+  c.run.eval_interval = 300;
+  c.run.eval_iters = 10;
   const TrainResult r = train(c);
   REQUIRE(r.evals.size() == 2);
   CHECK(r.evals.front().val_loss > 4.0);
@@ -97,8 +81,8 @@ TEST_CASE("char_lm: a few hundred iterations on tiny Shakespeare bring the loss 
 
 TEST_CASE("char_lm: checkpoints round-trip the model and its tokenizer") {
   const std::string dir = fresh_dir("roundtrip");
-  TrainConfig c = tiny(dir);
-  c.max_iters = 2;
+  TrainConfig c = tiny_run(dir);
+  c.run.max_iters = 2;
   train(c);
   const LoadedModel loaded = load_model(model_path(dir));
   CHECK(loaded.model->config().n_embd == 32);
@@ -112,8 +96,8 @@ TEST_CASE("char_lm: checkpoints round-trip the model and its tokenizer") {
 
 TEST_CASE("char_lm: each kind of corrupt checkpoint is a clear error naming the file") {
   const std::string dir = fresh_dir("corrupt");
-  TrainConfig c = tiny(dir);
-  c.max_iters = 1;
+  TrainConfig c = tiny_run(dir);
+  c.run.max_iters = 1;
   train(c);
   const std::string good = read_file(model_path(dir));
   const std::string bad = dir + "/bad.safetensors";
@@ -150,22 +134,22 @@ TEST_CASE("char_lm: each kind of corrupt checkpoint is a clear error naming the 
     CHECK_THROWS_WITH_AS(load_model(dir + "/absent.safetensors"), doctest::Contains("absent.safetensors"), Error);
   }
   SUBCASE("resume from a directory without a run") {
-    TrainConfig resume = tiny(fresh_dir("empty_resume"));
-    resume.resume = true;
+    TrainConfig resume = tiny_run(fresh_dir("empty_resume"));
+    resume.run.resume = true;
     CHECK_THROWS_WITH_AS(train(resume), doctest::Contains("model.safetensors"), Error);
   }
 }
 
 TEST_CASE("char_lm: missing, empty or too short data is a clear error") {
   const std::string dir = fresh_dir("data");
-  TrainConfig c = tiny(dir + "/out");
-  c.data_path = dir + "/nope.txt";
+  TrainConfig c = tiny_run(dir + "/out");
+  c.run.data = dir + "/nope.txt";
   CHECK_THROWS_WITH_AS(train(c), doctest::Contains(("cannot open '" + dir + "/nope.txt'").c_str()), Error);
   write_file(dir + "/empty.txt", "");
-  c.data_path = dir + "/empty.txt";
+  c.run.data = dir + "/empty.txt";
   CHECK_THROWS_WITH_AS(train(c), doctest::Contains("is empty"), Error);
   write_file(dir + "/short.txt", "To be, or not");
-  c.data_path = dir + "/short.txt";
+  c.run.data = dir + "/short.txt";
   CHECK_THROWS_WITH_AS(train(c), doctest::Contains("fewer than block_size + 1 = 17"), Error);
 }
 
@@ -178,11 +162,11 @@ TEST_CASE("char_lm: the tokenizer is the sorted unique characters") {
 
 TEST_CASE("cuda: 20 training steps give the same losses on CPU and CUDA to 4 decimals") {
   if (!ag::test::cuda_or_skip()) return;
-  TrainConfig c = tiny(fresh_dir("cpu_run"));
-  c.dropout = 0;
+  TrainConfig c = tiny_run(fresh_dir("cpu_run"));
+  c.model.dropout = 0;
   const TrainResult cpu = train(c);
-  c.out_dir = fresh_dir("cuda_run");
-  c.device = Device::CUDA;
+  c.run.out = fresh_dir("cuda_run");
+  c.run.device = Device::CUDA;
   const TrainResult gpu = train(c);
   REQUIRE(gpu.batch_losses.size() == 20);
   for (size_t i = 0; i < 20; ++i) {
@@ -193,39 +177,39 @@ TEST_CASE("cuda: 20 training steps give the same losses on CPU and CUDA to 4 dec
 
 TEST_CASE("char_lm: resuming with other run options, or from a mismatched checkpoint pair, is an error") {
   const std::string dir = fresh_dir("resume_checks");
-  TrainConfig c = tiny(dir);
-  c.max_iters = 10;
+  TrainConfig c = tiny_run(dir);
+  c.run.max_iters = 10;
   train(c);
 
   TrainConfig other = c;
-  other.resume = true;
-  other.max_iters = 20;
-  other.lr = 2e-3;
-  other.block_size = 8;
+  other.run.resume = true;
+  other.run.max_iters = 20;
+  other.optim.lr = 2e-3;
+  other.model.block_size = 8;
   CHECK_THROWS_WITH_AS(train(other), doctest::Contains("--block-size: the run has 16, this call gives 8"), Error);
 
   // A crash between the two checkpoint writes leaves weights and state from different iterations.
   TrainConfig later = c;
-  later.out_dir = fresh_dir("resume_checks_later");
-  later.max_iters = 11;
-  later.eval_interval = 11;
+  later.run.out = fresh_dir("resume_checks_later");
+  later.run.max_iters = 11;
+  later.run.eval_interval = 11;
   train(later);
-  std::filesystem::copy_file(model_path(later.out_dir), model_path(dir), std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(model_path(later.run.out), model_path(dir), std::filesystem::copy_options::overwrite_existing);
   TrainConfig resume = c;
-  resume.resume = true;
-  resume.max_iters = 20;
+  resume.run.resume = true;
+  resume.run.max_iters = 20;
   CHECK_THROWS_WITH_AS(train(resume), doctest::Contains("weights from iteration 11 but training state from iteration 10"),
                        Error);
 }
 
 TEST_CASE("char_lm: a resumed run's log keeps one row per iteration") {
   const std::string dir = fresh_dir("resume_log");
-  TrainConfig c = tiny(dir);
-  c.log_interval = 1;
-  c.max_iters = 10;
+  TrainConfig c = tiny_run(dir);
+  c.run.log_interval = 1;
+  c.run.max_iters = 10;
   train(c);
-  c.resume = true;
-  c.max_iters = 12;
+  c.run.resume = true;
+  c.run.max_iters = 12;
   train(c);
   std::ifstream in(dir + "/log.csv");
   std::string line;

@@ -354,13 +354,22 @@ TEST_CASE("cuda: optimizer kernels") {
   }
   // Both devices add the squares in double: they agree far below float32's precision.
   const Tensor big = input({1 << 20}, 114).detach();
-  const double cpu_total = kernel::sum_of_squares(big), gpu_total = kernel::sum_of_squares(big.to(Device::CUDA));
-  CHECK(gpu_total == doctest::Approx(cpu_total).epsilon(1e-12));
-  CHECK(kernel::sum_of_squares(Tensor::zeros({0}, DType::Float32, Device::CUDA)) == 0.0);
-  Tensor scaled_cpu = big.clone(), scaled_gpu = big.to(Device::CUDA);
-  kernel::scale_inplace(scaled_cpu, 0.37);
-  kernel::scale_inplace(scaled_gpu, 0.37);
-  CHECK_CLOSE(scaled_gpu, scaled_cpu, kTol);
+  const auto sum_of_squares = [](const Tensor& x) {
+    Tensor total = Tensor::empty({}, DType::Float64, x.device());
+    kernel::sum_of_squares(x, total);
+    return total;
+  };
+  const Tensor cpu_total = sum_of_squares(big), gpu_total = sum_of_squares(big.to(Device::CUDA));
+  CHECK(gpu_total.device() == Device::CUDA);
+  CHECK(gpu_total.item() == doctest::Approx(cpu_total.item()).epsilon(1e-12));
+  CHECK(sum_of_squares(Tensor::zeros({0}, DType::Float32, Device::CUDA)).item() == 0.0);
+  // Clipping reads the sum where it lies: over the threshold it scales, under it leaves the bits.
+  for (const double max_norm : {0.37 * std::sqrt(cpu_total.item()), 2.0 * std::sqrt(cpu_total.item())}) {
+    Tensor clipped_cpu = big.clone(), clipped_gpu = big.to(Device::CUDA);
+    kernel::clip_by_norm(clipped_cpu, cpu_total, max_norm);
+    kernel::clip_by_norm(clipped_gpu, gpu_total, max_norm);
+    CHECK_CLOSE(clipped_gpu, clipped_cpu, kTol);
+  }
 }
 
 TEST_CASE("cuda: fill, cast, copies and zero-size tensors") {
