@@ -66,7 +66,7 @@ TEST_CASE("options: the table gives each option its flag, help line, default and
   CHECK(config.run.resume);
   CHECK(given == std::set<std::string>{"n_layer", "lr", "gelu", "resume"});
   CHECK(config.model.n_head == 4);  // not given: the table's default
-  for (const char* line : {"--n-layer", "transformer blocks N", "--gelu", "erf|tanh", "--grad-accum",
+  for (const char* line : {"--n-layer INT=4", "transformer blocks N", "--gelu erf|tanh=erf", "--lr NUMBER=0.001", "--grad-accum",
                            "micro-batches per optimizer step", "--max-iters", "--data"})
     CHECK_MESSAGE(help.find(line) != std::string::npos, line);
   CHECK(help.find("--vocab-size") == std::string::npos);  // Derived: set from the text, not an option

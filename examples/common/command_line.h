@@ -61,9 +61,16 @@ class Command {
     std::function<std::string()> command_line_text;
   };
 
+  // The value's kind in --help: INT, NUMBER, TEXT, or an enum's choices.
+  template <class T> static std::string type_name() {
+    if constexpr (std::is_enum_v<T>) return enum_choices<T>();
+    else if constexpr (std::is_integral_v<T>) return "INT";
+    else if constexpr (std::is_floating_point_v<T>) return "NUMBER";
+    else return "TEXT";
+  }
+
   template <class T> void bind_one(T& value, const OptionInfo& info) {
-    std::string help = info.help;
-    if constexpr (std::is_enum_v<T>) help += " (" + enum_choices<T>() + ")";
+    const std::string help = info.help;
     Binding binding{info, [&value, info](const std::string& text, const std::string& what) {
                       value = option_from_string<T>(text, what);
                       check_option_range(value, info, what);
@@ -75,7 +82,7 @@ class Command {
       binding.command_line_text = [] { return std::string("true"); };
     } else {
       std::string& text = texts_.emplace_back();
-      app_->add_option(info.flag(), text, help)->default_str(option_to_string(value));
+      app_->add_option(info.flag(), text, help)->type_name(type_name<T>())->default_str(option_to_string(value));
       binding.on_command_line = [this, flag = info.flag()] { return app_->count(flag) > 0; };
       binding.command_line_text = [&text] { return text; };
     }
