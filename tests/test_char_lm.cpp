@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/autograd.h"
 #include "core/safetensors.h"
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/data.h"
@@ -216,4 +217,16 @@ TEST_CASE("char_lm: a resumed run's log keeps one row per iteration") {
   int batch_rows = 0;
   while (std::getline(in, line)) batch_rows += line.find(",batch,") != std::string::npos;
   CHECK(batch_rows == 12);
+}
+
+TEST_CASE("char_lm: a diverging run stops with a clear error and never overwrites a good checkpoint with NaN") {
+  TrainConfig c = tiny_run(fresh_dir("diverges"));
+  c.model.dropout = 0;
+  c.optim.lr = 1e3;
+  c.optim.warmup_iters = 0;
+  c.run.eval_interval = 5;
+  CHECK_THROWS_WITH_AS(train(c), doctest::Contains("training diverged at iteration"), Error);
+  // The checkpoint is the last good one, finite, and loads.
+  const LoadedModel loaded = load_model(model_path(c.run.out));
+  for (const Tensor& p : loaded.model->parameters()) CHECK(all_finite(p));
 }

@@ -8,7 +8,12 @@
 
 namespace ag::cpu {
 
+namespace {
+bool skipped(const double* skip_unless_finite) { return skip_unless_finite && !std::isfinite(*skip_unless_finite); }
+}  // namespace
+
 void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const kernel::AdamHyper& hyper) {
+  if (skipped(hyper.skip_unless_finite)) return;
   visit_floating(param.dtype(), "adam_step", [&](auto zero) {
     using T = decltype(zero);
     const math::AdamUpdate<T> update(param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), hyper);
@@ -19,6 +24,7 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const ke
 }
 
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const kernel::SgdHyper& hyper) {
+  if (skipped(hyper.skip_unless_finite)) return;
   const bool use_momentum = hyper.momentum != 0.0;
   visit_floating(param.dtype(), "sgd_step", [&](auto zero) {
     using T = decltype(zero);

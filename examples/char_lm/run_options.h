@@ -16,4 +16,5 @@
   X(Run,     int64_t,     eval_iters,    20,          1,   1 << 20,          "batches per evaluation") \
   X(Setting, int64_t,     log_interval,  10,          1,   int64_t{1} << 40, "a progress line every N iterations") \
   X(Setting, int64_t,     sample_tokens, 500,         0,   1 << 24,          "characters to generate at the end (0: none)") \
+  X(Local,   bool,        detect_anomaly, false,      0,   0,                "check every step, and rerun a diverged one checking every op, to name the op that went non-finite (slow)") \
   AG_CHAR_LM_DEVICE_OPTION(X)

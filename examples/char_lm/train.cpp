@@ -185,6 +185,7 @@ TrainResult train(TrainConfig c) {
       result.evals.push_back(e);
       log << iter << ",train," << e.train_loss << ",,\n" << iter << ",val," << e.val_loss << ",,\n" << std::flush;
       if (!c.quiet) std::printf("eval iter %5lld: train loss %.4f, val loss %.4f\n", static_cast<long long>(iter), e.train_loss, e.val_loss);
+      step.check_finite();  // a diverged run never overwrites a good checkpoint
       save_checkpoint(iter);
     }
     if (iter >= c.run.max_iters) break;
@@ -193,12 +194,15 @@ TrainResult train(TrainConfig c) {
     std::vector<optim::Batch> micro(c.optim.grad_accum);
     for (optim::Batch& b : micro) get_batch(data.train, c.optim.batch_size, c.model.block_size, batches, b.x, b.y);
     const optim::StepResult r = step.run(iter, micro);
+    // On the CPU the check is free, so every step; on CUDA it waits for the device, so at log lines and saves.
+    if (c.run.device == Device::CPU || c.run.detect_anomaly) step.check_finite(c.run.detect_anomaly ? &micro : nullptr);
     pending_losses.push_back(r.loss.reshape({1}));
     iter_ms.push_back(elapsed_ms(t0));
     recent_ms.push_back(iter_ms.back());
     if (recent_ms.size() > 50) recent_ms.pop_front();
 
     if (iter % c.run.log_interval == 0 || iter + 1 == c.run.max_iters) {
+      step.check_finite();
       collect_losses(pending_losses, result.batch_losses);
       const double ms = std::accumulate(recent_ms.begin(), recent_ms.end(), 0.0) / static_cast<double>(recent_ms.size());
       const double loss = result.batch_losses.back();
