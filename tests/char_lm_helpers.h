@@ -1,6 +1,12 @@
 // char_lm test helpers: a run small enough to train in a second.
 #pragma once
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
 #include <string>
+#include <utility>
 
 #include "examples/char_lm/train.h"
 
@@ -26,6 +32,19 @@ inline char_lm::TrainConfig tiny_run(const std::string& out_dir) {
   c.run.sample_tokens = 0;
   c.quiet = true;
   return c;
+}
+
+// Runs the built char_lm with `args` (after `env`, e.g. "VAR=1 "); returns its
+// exit status and output (stdout and stderr together).
+inline std::pair<int, std::string> run_char_lm(const std::string& args, const std::string& env = "") {
+  const std::string command = env + std::string(ATTOGRAD_CHAR_LM) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  std::string output;
+  std::array<char, 4096> buffer;
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return {WEXITSTATUS(status), output};
 }
 
 }  // namespace ag::test
