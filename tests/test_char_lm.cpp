@@ -128,6 +128,28 @@ TEST_CASE("char_lm: each kind of corrupt checkpoint is a clear error naming the 
     save_safetensors(bad, file.tensors, file.metadata);
     CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("ln_f.bias"), Error);
   }
+  SUBCASE("non-finite weights") {
+    SafetensorsFile file = load_safetensors(model_path(find_checkpoint(dir)));
+    for (NamedTensor& t : file.tensors)
+      if (t.name == "blocks.0.attn.w_v.weight") t.tensor = Tensor::full({32, 32}, NAN);
+    save_safetensors(bad, file.tensors, file.metadata);
+    CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("'blocks.0.attn.w_v.weight' holds NaN or infinite values"),
+                         Error);
+  }
+  SUBCASE("a corrupt option in the training state names the file") {
+    const std::string legacy = fresh_dir("corrupt_state");
+    const std::string unit = find_checkpoint(dir);
+    std::filesystem::copy_file(model_path(unit), model_path(legacy));
+    SafetensorsFile state = load_safetensors(train_state_path(unit));
+    state.metadata["lr"] = "fast";
+    save_safetensors(train_state_path(legacy), state.tensors, state.metadata);
+    TrainConfig resume = c;
+    resume.run.out = legacy;
+    resume.run.resume = true;
+    const std::string message = train_state_path(legacy) + "': __metadata__ 'lr': 'fast' is not a number";
+    CHECK_THROWS_WITH_AS(train(resume), doctest::Contains(message.c_str()),
+                         Error);
+  }
   SUBCASE("missing config") {
     SafetensorsFile file = load_safetensors(model_path(find_checkpoint(dir)));
     file.metadata.erase("n_head");

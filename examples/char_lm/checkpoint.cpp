@@ -10,6 +10,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "core/autograd.h"
 #include "core/options.h"
 #include "core/safetensors.h"
 
@@ -95,6 +96,8 @@ LoadedModel load_model(const std::string& path, DType dtype, const nn::GPTConfig
   std::vector<NamedTensor> weights;
   for (const NamedTensor& t : file.tensors) {
     AG_CHECK(is_floating(t.tensor.dtype()), where(file) << ": parameter '" << t.name << "' has dtype " << t.tensor.dtype());
+    AG_CHECK(all_finite(t.tensor), where(file) << ": parameter '" << t.name
+                                               << "' holds NaN or infinite values (a diverged run's weights?)");
     weights.push_back({t.name, t.tensor.to(dtype)});
   }
   try {
