@@ -35,7 +35,7 @@
 #include "core/threads.h"
 #include "nn/gpt.h"
 #include "optim/adam.h"
-#include "optim/clip_grad.h"
+#include "optim/train_step.h"
 
 using namespace ag;
 
@@ -71,22 +71,31 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-// One training step as char_lm train runs it, its phases labelled for the profiler.
+// char_lm's training step (optim::TrainStep: forward, loss, backward, clip,
+// AdamW; the loss read back and checked for finiteness every step, as char_lm
+// does on the CPU), on random tokens.
 struct Trainer {
   nn::GPT model;
-  std::vector<NamedTensor> params;
   optim::AdamW optimizer;
+  optim::TrainStep train_step;
   Generator batches{7};
-  int64_t B, T, V;
+  int64_t B, T, V, iter = 0;
 
   Trainer(const nn::GPTConfig& config, int64_t batch, Generator init)
       : model(config, init),
-        params(model.named_parameters()),
-        optimizer(optim::decay_groups(params, 0.1), {1e-3, 0.9, 0.99, 1e-8}),
+        optimizer(optim::decay_groups(model.named_parameters(), 0.1), {1e-3, 0.9, 0.99, 1e-8}),
+        train_step(optimizer, options(batch),
+                   [this](const Tensor& x, const Tensor& y) { return model.loss(x, y, Reduction::Sum); }, Device::CPU),
         B(batch),
         T(config.block_size),
         V(config.vocab_size) {
     model.train();
+  }
+
+  static optim::TrainOptions options(int64_t batch) {
+    optim::TrainOptions o;
+    o.batch_size = batch;
+    return o;
   }
 
   void step() {
@@ -98,18 +107,20 @@ struct Trainer {
         x.push_back(static_cast<int64_t>(draws[b * (T + 1) + t]));
         y.push_back(static_cast<int64_t>(draws[b * (T + 1) + t + 1]));
       }
-    profiler::set_phase("forward");
-    const Tensor loss = model.loss(Tensor::from_indices(x, {B, T}), Tensor::from_indices(y, {B, T}));
-    profiler::set_phase("backward");
-    optimizer.zero_grad();
-    loss.backward();
-    profiler::set_phase("optimizer");
-    optim::clip_grad_norm(params, 1.0);
-    optimizer.step();
-    profiler::set_phase("other");
-    (void)loss.item();
+    const optim::Batch batch{Tensor::from_indices(x, {B, T}), Tensor::from_indices(y, {B, T})};
+    const optim::StepResult r = train_step.run(iter++, {batch});
+    train_step.check_finite();
+    (void)r.loss.item();
   }
 };
+
+// A step's three phases, told apart without hooks in the step: the forward
+// records the graph (grad mode on); backward() and the update run with it off,
+// and the update's kernels are the optimizer family.
+std::string phase(const profiler::KernelRecord& r) {
+  if (r.grad_mode) return "forward";
+  return std::string(r.family) == "optimizer" ? "optimizer (clip, AdamW)" : "backward";
+}
 
 // Sums each step's records by key (profiler::totals), then takes, for every
 // key, the median over the steps: one step stretched by a busy machine moves
@@ -170,7 +181,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Profiles one training step of the char_lm model: per kernel, per family, per GEMM shape, "
                "and the sgemm floor of the step's GEMMs."};
   int threads = 1, steps = 20, warmup = 5, floor_reps = 50;
-  nn::GPTConfig config{65, 64, 4, 4, 128};
+  nn::GPTConfig config;  // char_lm's defaults
+  config.vocab_size = 65;
   int64_t batch = 12;
   app.add_option("--threads", threads, "CPU threads (OpenMP and OpenBLAS)")->capture_default_str();
   app.add_option("--steps", steps, "steps timed, then as many profiled")->capture_default_str();
@@ -230,8 +242,7 @@ int main(int argc, char** argv) {
               "%.0f small objects from operator new (TensorImpls, graph nodes, closures, shape vectors)\n\n",
               system_per_step, heap_per_step);
 
-  std::printf("%s\n", profiler::table(median_totals(recorded, [](const auto& r) { return r.phase; }), "phase", 1)
-                          .c_str());
+  std::printf("%s\n", profiler::table(median_totals(recorded, phase), "phase", 1).c_str());
   std::printf("%s\n", profiler::table(kernels, "kernel", 1).c_str());
   std::printf("%s\n",
               profiler::table(median_totals(recorded, [](const auto& r) { return std::string(r.family); }), "family", 1)
@@ -239,7 +250,7 @@ int main(int argc, char** argv) {
 
   // The largest (kernel, shapes) entries: which call sites the time belongs to.
   std::vector<profiler::Total> calls = median_totals(recorded, [](const profiler::KernelRecord& r) {
-    std::string key = std::string(r.kernel) + " " + r.phase.substr(0, 3);
+    std::string key = std::string(r.kernel) + " " + phase(r).substr(0, 3);
     for (const Shape& s : r.shapes) key += " " + to_string(s);
     return key;
   });

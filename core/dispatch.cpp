@@ -128,16 +128,18 @@ void log_softmax_backward(const Tensor& y, const Tensor& dY, Tensor& dX) {
   else cuda::log_softmax_backward(y, dY, dX);
 }
 void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                   Tensor& loss, Tensor& lse) {
-  const profiler::KernelCall call("softmax", "cross_entropy", {&logits, &targets, &loss, &lse});
+                   Tensor& loss, Tensor& lse, Tensor& scored) {
+  const profiler::KernelCall call("softmax", "cross_entropy", {&logits, &targets, &loss, &lse, &scored});
   if (call.on_cpu())
-    cpu::cross_entropy(logits, targets, ignore_index, loss, lse);
+    cpu::cross_entropy(logits, targets, ignore_index, loss, lse, scored);
   else
-    cuda::cross_entropy(logits, targets, ignore_index, loss, lse);
+    cuda::cross_entropy(logits, targets, ignore_index, loss, lse, scored);
 }
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                            int64_t ignore_index, double scale, Tensor& dLogits) {
-  const profiler::KernelCall call("softmax", "cross_entropy_backward", {&logits, &targets, &lse, &dLogits});
+                            int64_t ignore_index, const Tensor& scale, Tensor& dLogits) {
+  AG_CHECK(scale.numel() == 1 && scale.dtype() == logits.dtype(),
+           "cross_entropy_backward: scale " << describe(scale) << " is not one element of the logits' dtype");
+  const profiler::KernelCall call("softmax", "cross_entropy_backward", {&logits, &targets, &lse, &scale, &dLogits});
   if (call.on_cpu())
     cpu::cross_entropy_backward(logits, targets, lse, ignore_index, scale, dLogits);
   else
@@ -204,14 +206,19 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
   if (call.on_cpu()) cpu::sgd_step(param, grad, momentum_buffer, hyper);
   else cuda::sgd_step(param, grad, momentum_buffer, hyper);
 }
-double sum_of_squares(const Tensor& x) {
-  const profiler::KernelCall call("optimizer", "sum_of_squares", {&x});
-  return call.on_cpu() ? cpu::sum_of_squares(x) : cuda::sum_of_squares(x);
+void sum_of_squares(const Tensor& x, Tensor& total) {
+  AG_CHECK(total.numel() == 1 && total.dtype() == DType::Float64,
+           "sum_of_squares: total " << describe(total) << " is not one float64");
+  const profiler::KernelCall call("optimizer", "sum_of_squares", {&x, &total});
+  if (call.on_cpu()) cpu::sum_of_squares(x, total);
+  else cuda::sum_of_squares(x, total);
 }
-void scale_inplace(Tensor& x, double factor) {
-  const profiler::KernelCall call("optimizer", "scale_inplace", {&x});
-  if (call.on_cpu()) cpu::scale_inplace(x, factor);
-  else cuda::scale_inplace(x, factor);
+void clip_by_norm(Tensor& x, const Tensor& sum_of_squares, double max_norm) {
+  AG_CHECK(sum_of_squares.numel() == 1 && sum_of_squares.dtype() == DType::Float64,
+           "clip_by_norm: sum_of_squares " << describe(sum_of_squares) << " is not one float64");
+  const profiler::KernelCall call("optimizer", "clip_by_norm", {&x, &sum_of_squares});
+  if (call.on_cpu()) cpu::clip_by_norm(x, sum_of_squares, max_norm);
+  else cuda::clip_by_norm(x, sum_of_squares, max_norm);
 }
 
 }  // namespace ag::kernel

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "core/autograd.h"
 #include "cuda/context.h"
 
 namespace ag::profiler {
@@ -19,7 +20,6 @@ std::atomic<bool> is_recording{false};
 struct State {
   std::mutex mutex;
   std::vector<KernelRecord> records;
-  std::string phase;
 };
 State& state() {
   static State* instance = new State;  // never destroyed: kernels may run during static destruction
@@ -57,7 +57,6 @@ void start() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.records.clear();
-  s.phase.clear();
   is_recording = true;
 }
 
@@ -65,17 +64,10 @@ std::vector<KernelRecord> stop() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   is_recording = false;
-  s.phase.clear();
   return std::move(s.records);
 }
 
 bool recording() { return is_recording.load(std::memory_order_relaxed); }
-
-void set_phase(std::string phase) {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.phase = std::move(phase);
-}
 
 std::vector<Total> totals(const std::vector<KernelRecord>& records,
                           const std::function<std::string(const KernelRecord&)>& key) {
@@ -138,11 +130,12 @@ KernelCall::KernelCall(const char* family, const char* kernel, std::initializer_
   for (const Tensor* t : tensors) record_->shapes.push_back(t->shape());
   record_->dtype = (*tensors.begin())->dtype();
   record_->device = device_;
+  record_->grad_mode = grad_enabled();
   if (gemm) {
     record_->gemm = *gemm;
     record_->is_gemm = true;
   }
-  if (device_ == Device::CUDA) cuda::synchronize();  // time this kernel, not the queue before it
+  if (device_ == Device::CUDA) cuda::wait_for_queue();  // time this kernel, not the queue before it
   start_ms_ = now_ms();
 }
 
@@ -150,16 +143,15 @@ KernelCall::~KernelCall() {
   if (!record_) return;
   if (device_ == Device::CUDA) {
     try {
-      cuda::synchronize();
+      cuda::wait_for_queue();
     } catch (const Error&) {
-      return;  // the kernel failed; its error surfaces at the next synchronization
+      return;  // the kernel failed; the next call into CUDA reports it
     }
   }
   record_->ms = now_ms() - start_ms_;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!is_recording) return;  // stopped while this call ran
-  record_->phase = s.phase;
   s.records.push_back(std::move(*record_));
 }
 

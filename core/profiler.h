@@ -7,10 +7,11 @@
 // Off by default. Off, it costs one relaxed atomic load and a branch per kernel
 // call (not measurable in a training step). On, each call costs two clock reads,
 // a record and a copy of its shapes (~0.5 µs: a profiled char_lm step takes
-// 0.2-0.3 ms longer over its ~460 kernel calls), and a CUDA call synchronizes
-// the device before and after, so its time is the kernel's own (which also
+// 0.2-0.3 ms longer over its ~460 kernel calls), and a CUDA call waits for the
+// device before and after (cuda::wait_for_queue, which leaves deferred errors
+// to the next synchronize()), so its time is the kernel's own; that also
 // removes the overlap of host and device: profile to see where time goes, not
-// to time the whole run).
+// to time the whole run.
 //
 // Switched on by start() / stop(), or for a whole program by the environment
 // variable AG_PROFILE=1, which prints summary() of everything to stderr at exit.
@@ -27,7 +28,7 @@ namespace ag::profiler {
 struct KernelRecord {
   const char* kernel;         // "gemm": the kernels.inc name
   const char* family;         // "matmul": core/cpu/<family>.cpp
-  std::string phase;          // set_phase()'s label when the call ran ("" if none)
+  bool grad_mode;             // autograd's grad mode was on: a forward pass, not backward() or NoGradGuard
   std::vector<Shape> shapes;  // of the tensor arguments, in the kernel's order
   DType dtype;                // of the first tensor argument
   Device device;
@@ -41,9 +42,6 @@ struct KernelRecord {
 void start();                       // clears the records and starts recording
 std::vector<KernelRecord> stop();   // stops, and hands over what was recorded
 bool recording();
-// A label stored with every following record ("forward", "backward", ...), so a
-// report can split a step; it stays until changed or stop().
-void set_phase(std::string phase);
 
 // The records summed by key(record) (a kernel name, a family, a GEMM shape...),
 // largest time first.

@@ -14,7 +14,6 @@ TEST_CASE("profiler: records nothing until started, then every kernel call with 
   (void)matmul(a, b);
   profiler::start();
   CHECK(profiler::recording());
-  profiler::set_phase("forward");
   (void)gelu(matmul(a, b));
   const std::vector<profiler::KernelRecord> records = profiler::stop();
   CHECK_FALSE(profiler::recording());
@@ -23,7 +22,7 @@ TEST_CASE("profiler: records nothing until started, then every kernel call with 
   REQUIRE(records.size() == 2);
   CHECK(std::string(records[0].kernel) == "gemm");
   CHECK(std::string(records[0].family) == "matmul");
-  CHECK(records[0].phase == "forward");
+  CHECK(records[0].grad_mode);
   CHECK(records[0].shapes == std::vector<Shape>{{3, 4}, {4, 5}, {3, 5}});
   REQUIRE(records[0].is_gemm);
   CHECK(records[0].gemm.M == 3);
@@ -42,6 +41,15 @@ TEST_CASE("profiler: records nothing until started, then every kernel call with 
   REQUIRE(by_family.size() == 2);
   CHECK(by_family[0].calls + by_family[1].calls == 2);
   CHECK(profiler::summary(records).find("gemm") != std::string::npos);
+
+  // backward() runs with grad mode off: its kernels say so.
+  const Tensor w = ag::test::random({4, 5}, 3, DType::Float32);
+  const Tensor loss = sum(matmul(a, w)), seed = Tensor::ones({});
+  profiler::start();
+  loss.backward(seed);
+  const std::vector<profiler::KernelRecord> backward = profiler::stop();
+  REQUIRE_FALSE(backward.empty());
+  for (const profiler::KernelRecord& r : backward) CHECK_FALSE(r.grad_mode);
 }
 
 TEST_CASE("profiler: the GEMMs of a GPT training step do exactly training_step_flops") {
