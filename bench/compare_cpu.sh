@@ -69,7 +69,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 attograd_ms() {  # threads
-  OMP_NUM_THREADS=$1 ./build/char_lm train --data "$data" --out "$out/run" --max-iters "$iters" \
+  OMP_NUM_THREADS=$1 ./build/char_lm train --data "$data" --out "$out/run" --overwrite --max-iters "$iters" \
     --eval-interval 100000 --eval-iters 1 --sample-tokens 0 --log-interval 100000 --threads "$1" |
     sed -n 's/.*median \([0-9.]*\) ms\/iter.*/\1/p'
 }
