@@ -328,3 +328,9 @@ TEST_CASE("ops: float32 exact GELU and its derivative stay within 4e-7 of float6
     CHECK(worst_dy <= 4e-7);
   }
 }
+
+TEST_CASE("ops: linear with no input features is the bias on every row") {
+  const Tensor x = Tensor::zeros({3, 0}, DType::Float64), w = Tensor::zeros({0, 2}, DType::Float64);
+  const Tensor b = Tensor::from_vector({1.5, -2.0}, {2}, DType::Float64);
+  CHECK(linear(x, w, b).to_vector() == std::vector<double>{1.5, -2.0, 1.5, -2.0, 1.5, -2.0});
+}

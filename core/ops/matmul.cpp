@@ -110,7 +110,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
            "linear: x " << to_string(x.shape()) << ", weight " << to_string(weight.shape()) << ", bias "
                         << (has_bias ? to_string(bias.shape()) : "none")
                         << ": weight must be [in, out] with in = x's last dim, bias [out]");
-  const int64_t in = weight.size(0), out = weight.size(1), rows = x.numel() / std::max<int64_t>(in, 1);
+  const int64_t in = weight.size(0), out = weight.size(1);
+  const int64_t rows = numel(Shape(x.shape().begin(), x.shape().end() - 1));  // N = B·T
   Shape y_shape = x.shape();
   y_shape.back() = out;
   Tensor y = detail::empty_as(y_shape, x);
