@@ -334,3 +334,26 @@ TEST_CASE("ops: linear with no input features is the bias on every row") {
   const Tensor b = Tensor::from_vector({1.5, -2.0}, {2}, DType::Float64);
   CHECK(linear(x, w, b).to_vector() == std::vector<double>{1.5, -2.0, 1.5, -2.0, 1.5, -2.0});
 }
+
+TEST_CASE("ops: GEMMs split over threads (by rows, or over a batch) give the one-thread products") {
+  // [97, 70] x [70, 66]: the forward, dA = dC Bᵀ and dB = Aᵀ dC (A read
+  // transposed) are all cut into row blocks at 2 and 3 threads; a batch of 6
+  // small products is spread over the threads.
+  const Tensor a = random({97, 70}, 150), b = random({70, 66}, 151);
+  const Tensor batched_a = random({6, 5, 7}, 152), batched_b = random({6, 7, 4}, 153);
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    for (Tensor t : {a, b, batched_a, batched_b}) t.zero_grad();
+    const Tensor y = matmul(a, b), z = matmul(batched_a, batched_b);
+    (sum(y * y) + sum(z * z)).backward();
+    return std::vector<Tensor>{y.detach(), a.grad(), b.grad(), z.detach(), batched_a.grad(), batched_b.grad()};
+  };
+  const int before = num_threads();
+  const std::vector<Tensor> one = run(1);
+  for (int threads : {2, 3}) {
+    CAPTURE(threads);
+    const std::vector<Tensor> many = run(threads);
+    for (size_t i = 0; i < one.size(); ++i) CHECK_CLOSE(many[i], one[i], 1e-14);
+  }
+  set_num_threads(before);
+}
