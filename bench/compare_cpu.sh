@@ -24,8 +24,11 @@
 # ratio is attograd's ms/iter over PyTorch's; the median ratio is reported.
 #
 # The sgemm floor (bench/profile_step.cpp): the step's GEMMs, the same shapes,
-# transposes, leading dims and batch counts, timed alone with cblas_sgemm at the
-# same thread count and summed. step / floor is attograd's median ms/iter over it.
+# transposes, leading dims, batch counts and beta, timed alone with cblas_sgemm
+# at the same thread count and summed. profile_step times the training step and
+# its floor in one process, one right after the other, once per pair; step /
+# floor is the median of those ratios (a shared machine can give a process less
+# of its second core for minutes, and both figures move with it).
 #
 # The last lines are the issue's three targets: attograd/PyTorch ≤ 0.6 at 2
 # threads, ≤ 0.7 at 1 thread, and the step ≤ 1.3× the sgemm floor.
@@ -79,29 +82,29 @@ torch_ms() {  # threads: the faster of 1 torch thread and $1 torch threads
       --iters "$iters" --torch-threads "$torch_threads" | sed -n 's/^ms\/iter \([0-9.]*\).*/\1/p'
   done | sort -g | head -1
 }
-floor_ms() {  # threads
-  OMP_NUM_THREADS=$1 ./build/profile_step --threads "$1" | sed -n 's/^floor_ms \([0-9.]*\) .*/\1/p'
+floor_ratio() {  # threads: profile_step's "floor_ms F step_ms S ..." -> S / F
+  OMP_NUM_THREADS=$1 ./build/profile_step --threads "$1" | awk '/^floor_ms/ {printf "%.3f %s %s", $4 / $2, $4, $2}'
 }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
 
 echo "data $data; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; $iters iterations, $pairs pairs; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf "%-8s %-5s %12s %12s %8s\n" threads pair "attograd ms" "pytorch ms" ratio
+printf "%-8s %-5s %12s %12s %8s %10s %10s %10s\n" threads pair "attograd ms" "pytorch ms" ratio "step ms" "floor ms" "step/floor"
 declare -A ratio_at floor_ratio_at
 for threads in $thread_counts; do
-  ratios=() attograd_times=() torch_times=()
+  ratios=() attograd_times=() torch_times=() floor_ratios=()
   for pair in $(seq "$pairs"); do
     if [ $((pair % 2)) -eq 1 ]; then a=$(attograd_ms "$threads"); t=$(torch_ms "$threads")
     else t=$(torch_ms "$threads"); a=$(attograd_ms "$threads"); fi
-    ratios+=("$(ratio "$a" "$t")") attograd_times+=("$a") torch_times+=("$t")
-    printf "%-8s %-5s %12s %12s %8s\n" "$threads" "$pair" "$a" "$t" "${ratios[-1]}"
+    read -r f step floor <<<"$(floor_ratio "$threads")"
+    ratios+=("$(ratio "$a" "$t")") attograd_times+=("$a") torch_times+=("$t") floor_ratios+=("$f")
+    printf "%-8s %-5s %12s %12s %8s %10s %10s %10s\n" "$threads" "$pair" "$a" "$t" "${ratios[-1]}" "$step" "$floor" "$f"
   done
-  a_median=$(printf "%s\n" "${attograd_times[@]}" | median)
-  floor=$(floor_ms "$threads")
   ratio_at[$threads]=$(printf "%s\n" "${ratios[@]}" | median)
-  floor_ratio_at[$threads]=$(ratio "$a_median" "$floor")
-  printf "threads %s: median attograd %s ms, PyTorch %s ms, ratio %s; sgemm floor %s ms, step/floor %s\n" "$threads" \
-    "$a_median" "$(printf "%s\n" "${torch_times[@]}" | median)" "${ratio_at[$threads]}" "$floor" "${floor_ratio_at[$threads]}"
+  floor_ratio_at[$threads]=$(printf "%s\n" "${floor_ratios[@]}" | median)
+  printf "threads %s: median attograd %s ms, PyTorch %s ms, ratio %s; median step / sgemm floor %s\n" "$threads" \
+    "$(printf "%s\n" "${attograd_times[@]}" | median)" "$(printf "%s\n" "${torch_times[@]}" | median)" \
+    "${ratio_at[$threads]}" "${floor_ratio_at[$threads]}"
 done
 
 echo
