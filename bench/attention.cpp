@@ -47,7 +47,7 @@ double estimated_gb(const Case& c) {
 // One case, in this process: one forward+backward for the memory (peak after
 // the forward and after the backward), then the timed repeats.
 void run_case(const Case& c, double budget_s) {
-  const AttentionSpec spec{.causal = c.causal, .impl = attention_impl_from_name(c.impl)};
+  const AttentionSpec spec{.causal = c.causal, .impl = enum_from_name<AttentionImpl>(c.impl, "--impls")};
   Generator gen(1);
   const Shape shape = {kBatch, kHeads, c.T, c.d};
   Tensor q = Tensor::randn(shape, DType::Float32, &gen).requires_grad_();

@@ -37,7 +37,7 @@ double estimated_gb(const std::string& impl, const Model& m) {
 void run_case(const std::string& impl, const Model& m, int iters) {
   Generator gen(1);
   nn::GPTConfig config{.vocab_size = 65, .block_size = m.T, .n_layer = m.layers, .n_head = m.heads, .n_embd = m.width};
-  config.attention = attention_impl_from_name(impl);
+  config.attn_impl = enum_from_name<AttentionImpl>(impl, "--impls");
   nn::GPT model(config, gen);
   const std::vector<NamedTensor> params = model.named_parameters();
   optim::AdamW optimizer(optim::decay_groups(params, 0.1), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99});

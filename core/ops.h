@@ -26,7 +26,13 @@ Tensor log(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor relu(const Tensor& x);
 enum class GeluApprox { Erf, Tanh };  // exact x*Phi(x), or GPT-2's tanh approximation
+template <> struct EnumNames<GeluApprox> {
+  static constexpr std::pair<GeluApprox, const char*> values[] = {{GeluApprox::Erf, "erf"}, {GeluApprox::Tanh, "tanh"}};
+};
 Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::Erf);
+// gelu(x + bias) in one pass, bias [C] over the rows of x [..., C] (the MLP's fc
+// bias and activation); its backward is one pass too. Equals gelu(add(x, bias), approx).
+Tensor bias_gelu(const Tensor& x, const Tensor& bias, GeluApprox approx = GeluApprox::Erf);
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
@@ -64,17 +70,33 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 // [..., M, K] x [..., K, N] -> [..., M, N]; leading batch dims broadcast. Both
 // operands have at least 2 dims.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// A Linear layer's x W + b: x [..., in], weight [in, out], bias [out] or
+// undefined (no bias) -> [..., out]. The bias is folded into the GEMM. Equals
+// add(matmul(x, weight), bias).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // --- softmax family (core/ops/softmax.cpp), over the last dim -------------------------------
 Tensor softmax(const Tensor& x);
 Tensor log_softmax(const Tensor& x);
-// Mean over the rows whose target is not ignore_index of -log softmax(logits)[target].
-// logits [..., V], targets int64 [...]. NaN when every target is ignored (as PyTorch).
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// -log softmax(logits)[target] over the rows whose target is not ignore_index
+// (the scored rows), averaged (Mean: NaN when every target is ignored, as
+// PyTorch) or summed (Sum: what gradient accumulation needs, to divide by the
+// whole step's count). logits [..., V], targets int64 [...] -> [].
+enum class Reduction { Mean, Sum };
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
+                     Reduction reduction = Reduction::Mean);
 
 // --- layer norm (core/ops/layer_norm.cpp) -------------------------------------------------
 // Over the last dim C of x [..., C]; weight and bias [C].
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// A residual add and the layer norm after it, in one pass: sum = x + residual
+// (same shapes) and normed = layer_norm(sum, weight, bias, eps). Both outputs are
+// differentiable (the residual stream goes on from sum).
+struct AddLayerNorm {
+  Tensor sum, normed;
+};
+AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                            double eps = 1e-5);
 
 // --- embedding (core/ops/embedding.cpp) ---------------------------------------------------
 // weight [V, C], indices int64 [...] -> [..., C].
@@ -103,9 +125,10 @@ enum class AttentionImpl {
   Dense,     // three kernels that form S and A [B, Hq, Tq, Tk] and save A; A can be inspected
   Flash,     // FlashAttention: tiles and the online softmax, saves only L; memory O(T·d)
 };
-// "composed", "dense", "flash" and back (an Error naming the choices otherwise).
-const char* attention_impl_name(AttentionImpl impl);
-AttentionImpl attention_impl_from_name(const std::string& name);
+template <> struct EnumNames<AttentionImpl> {
+  static constexpr std::pair<AttentionImpl, const char*> values[] = {
+      {AttentionImpl::Composed, "composed"}, {AttentionImpl::Dense, "dense"}, {AttentionImpl::Flash, "flash"}};
+};
 enum class AttentionLayout {
   BHTD,  // [B, H, T, d]
   BTHD,  // [B, T, H, d]

@@ -5,6 +5,7 @@
 #include <iomanip>
 
 #include "core/autograd.h"
+#include "core/caching_allocator.h"
 #include "core/dispatch.h"
 #include "cuda/context.h"
 
@@ -12,21 +13,33 @@ namespace ag {
 
 // --- Storage ------------------------------------------------------------------------
 
+namespace {
+struct HostMemory {
+  // 64-byte alignment suits AVX-512 loads (sizes arrive rounded to 512 bytes,
+  // a multiple of it, as aligned_alloc requires).
+  static void* allocate(size_t bytes) { return std::aligned_alloc(64, bytes); }
+  static void release(void* ptr) { std::free(ptr); }
+};
+
+CachingAllocator<HostMemory>& host_allocator() {
+  // Never destroyed: tensors released during static destruction still find it.
+  static auto* instance = new CachingAllocator<HostMemory>("host memory");
+  return *instance;
+}
+}  // namespace
+
+MemoryStats host_memory_stats() { return host_allocator().stats(); }
+void host_empty_cache() { host_allocator().empty_cache(); }
+
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
-  if (device == Device::CUDA) {
-    data_ = cuda::allocate(nbytes);
-    return;
-  }
-  // 64-byte alignment suits AVX-512 loads; aligned_alloc needs a multiple of it.
-  data_ = std::aligned_alloc(64, std::max<size_t>(64, (nbytes + 63) / 64 * 64));
-  if (!data_) throw Error("Storage: out of host memory allocating " + std::to_string(nbytes) + " bytes");
+  data_ = device == Device::CUDA ? cuda::allocate(nbytes) : host_allocator().allocate(nbytes);
 }
 
 Storage::~Storage() {
   if (device_ == Device::CUDA)
     cuda::deallocate(data_, nbytes_);
   else
-    std::free(data_);
+    host_allocator().deallocate(data_, nbytes_);
 }
 
 // --- creation ------------------------------------------------------------------------
@@ -202,6 +215,33 @@ Tensor Tensor::reshape(const Shape& requested) const {
   return record("reshape", {*this}, out, [input_shape](const Tensor& dOut) -> Gradients {
     return {dOut.reshape(input_shape)};
   });
+}
+
+void Tensor::set_grad(const Tensor& grad) {
+  if (!impl_->grad_pinned) {
+    impl_->grad = grad.impl_;
+    return;
+  }
+  Tensor pinned(impl_->grad);
+  AG_CHECK(grad.shape() == shape() && grad.dtype() == dtype() && grad.device() == device(),
+           "set_grad: " << describe(grad) << " for a parameter " << describe(*this));
+  kernel::cast(grad, pinned);  // same dtype: a copy into the flat buffer
+}
+
+void Tensor::zero_grad() {
+  if (!impl_->grad_pinned) {
+    impl_->grad.reset();
+    return;
+  }
+  Tensor pinned(impl_->grad);
+  kernel::fill(pinned, 0.0);
+}
+
+void Tensor::pin_grad(const Tensor& view) {
+  AG_CHECK(view.shape() == shape() && view.dtype() == dtype() && view.device() == device(),
+           "pin_grad: " << describe(view) << " for a parameter " << describe(*this));
+  impl_->grad = view.impl_;
+  impl_->grad_pinned = true;
 }
 
 Tensor& Tensor::requires_grad_(bool value) {

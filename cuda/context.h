@@ -6,9 +6,16 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
+
+#include "core/caching_allocator.h"
 
 namespace ag::cuda {
+
+using ag::MemoryStats;
 
 // True when the build has CUDA and a usable device is present. Anything but a
 // successful cudaGetDeviceCount with n > 0 counts as "no device" (without a
@@ -17,23 +24,40 @@ bool available();
 // "NVIDIA H200 (sm_90, 139 GiB)", or why there is none.
 std::string describe_device();
 
-// --- memory: the caching allocator (cuda/context.cu explains it) ---------------
+// --- memory: the caching allocator (core/caching_allocator.h explains it) -------
 // deallocate must get the nbytes that allocate was given.
 void* allocate(size_t nbytes);
 void deallocate(void* ptr, size_t nbytes);
-struct MemoryStats {
-  size_t in_use_bytes = 0;     // held by live blocks (rounded sizes)
-  size_t cached_bytes = 0;     // freed blocks kept for reuse
-  int64_t device_mallocs = 0;  // cudaMalloc calls so far; flat in a steady training loop
-};
-MemoryStats memory_stats();
+MemoryStats memory_stats();  // system_allocs counts cudaMalloc calls
 void empty_cache();  // returns every cached block to the driver
 
 // Both copies are ordered after the work already queued; device-to-host waits
 // for it (the host reads the result).
 void copy_host_to_device(void* dst, const void* src, size_t nbytes);
 void copy_device_to_host(void* dst, const void* src, size_t nbytes);
-void synchronize();  // waits for all queued work
+void synchronize();  // waits for all queued work, then raises any deferred error
+// Waits for all queued work and leaves deferred errors to the next synchronize()
+// (the kernel profiler times each call this way without swallowing its errors).
+void wait_for_queue();
+// How many times the host has waited for the device so far (synchronize and
+// the copies): what a training step's cost in round trips is measured by.
+int64_t synchronizations();
+
+// --- deferred errors ---------------------------------------------------------------
+// Index checks (cross_entropy's targets, embedding's indices) run on the device
+// without the host waiting for them: each queues a PendingIndexCheck, and the
+// next synchronisation (synchronize(), or a copy to the host, which waits anyway)
+// reads the checks' results and throws ag::Error with the first one's message —
+// the CPU kernel's message, one synchronisation later. So a training step that
+// reads its loss every few iterations never stalls on a check.
+using IndexErrorMessage = std::function<std::string(int64_t position, int64_t value)>;
+struct PendingIndexCheck {
+  const void* first_bad;  // device int64: the first bad position, or all ones for none
+  const void* indices;    // device int64 [n]: where the bad value is read from
+  IndexErrorMessage describe;
+  std::vector<std::shared_ptr<void>> keep_alive;  // the storages of the two above
+};
+void defer_index_error(PendingIndexCheck check);
 
 // --- the stream and cuBLAS ---------------------------------------------------------
 // The cudaStream_t every kernel, copy and cuBLAS call is queued on.

@@ -25,10 +25,12 @@ std::string describe_device() { return "no CUDA device: built without CUDA"; }
 void* allocate(size_t) AG_WITHOUT_CUDA
 void deallocate(void*, size_t) {}
 MemoryStats memory_stats() { return {}; }
+int64_t synchronizations() { return 0; }
 void empty_cache() {}
 void copy_host_to_device(void*, const void*, size_t) AG_WITHOUT_CUDA
 void copy_device_to_host(void*, const void*, size_t) AG_WITHOUT_CUDA
 void synchronize() AG_WITHOUT_CUDA
+void wait_for_queue() AG_WITHOUT_CUDA
 void* stream() AG_WITHOUT_CUDA
 void* cublas_handle() AG_WITHOUT_CUDA
 void set_allow_tf32(bool allow) { tf32_allowed = allow; }
@@ -44,6 +46,8 @@ void unary_backward(UnaryOp, const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_C
 void affine(const Tensor&, double, double, Tensor&) AG_WITHOUT_CUDA
 void pow_scalar(const Tensor&, double, Tensor&) AG_WITHOUT_CUDA
 void binary(BinaryOp, const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
+void bias_activation(UnaryOp, const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
+void bias_activation_backward(UnaryOp, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&) AG_WITHOUT_CUDA
 
 void sum_to_shape(const Tensor&, Tensor&) AG_WITHOUT_CUDA
 void max_dim(const Tensor&, const ReduceDims&, Tensor&, Tensor&) AG_WITHOUT_CUDA
@@ -55,8 +59,8 @@ void softmax(const Tensor&, Tensor&) AG_WITHOUT_CUDA
 void softmax_backward(const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
 void log_softmax(const Tensor&, Tensor&) AG_WITHOUT_CUDA
 void log_softmax_backward(const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
-void cross_entropy(const Tensor&, const Tensor&, int64_t, Tensor&, Tensor&) AG_WITHOUT_CUDA
-void cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, int64_t, double, Tensor&) AG_WITHOUT_CUDA
+void cross_entropy(const Tensor&, const Tensor&, int64_t, Tensor&, Tensor&, Tensor&) AG_WITHOUT_CUDA
+void cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, int64_t, const Tensor&, Tensor&) AG_WITHOUT_CUDA
 
 void attention_softmax(const Tensor&, const AttentionMask&, Tensor&, Tensor&) AG_WITHOUT_CUDA
 void flash_attention(const Tensor&, const Tensor&, const Tensor&, const AttentionShape&, Tensor&, Tensor&) AG_WITHOUT_CUDA
@@ -64,6 +68,8 @@ void flash_attention_backward(const Tensor&, const Tensor&, const Tensor&, const
                               const AttentionShape&, Tensor&, Tensor&, Tensor&) AG_WITHOUT_CUDA
 
 void layer_norm(const Tensor&, const Tensor&, const Tensor&, double, Tensor&, Tensor&, Tensor&) AG_WITHOUT_CUDA
+void add_layer_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, double, Tensor&, Tensor&, Tensor&,
+                    Tensor&) AG_WITHOUT_CUDA
 void layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&,
                          Tensor&) AG_WITHOUT_CUDA
 
@@ -74,7 +80,7 @@ void dropout(const Tensor&, double, uint64_t, uint64_t, Tensor&) AG_WITHOUT_CUDA
 
 void adam_step(Tensor&, const Tensor&, Tensor&, Tensor&, const kernel::AdamHyper&) AG_WITHOUT_CUDA
 void sgd_step(Tensor&, const Tensor&, Tensor&, const kernel::SgdHyper&) AG_WITHOUT_CUDA
-double sum_of_squares(const Tensor&) AG_WITHOUT_CUDA
-void scale_inplace(Tensor&, double) AG_WITHOUT_CUDA
+void sum_of_squares(const Tensor&, Tensor&) AG_WITHOUT_CUDA
+void clip_by_norm(Tensor&, const Tensor&, double) AG_WITHOUT_CUDA
 
 }  // namespace ag::cuda

@@ -12,12 +12,20 @@ Block::Block(int64_t C, int64_t H, double dropout, GeluApprox gelu, AttentionImp
       ln2_(register_module("ln2", std::make_shared<LayerNorm>(C))),
       mlp_(register_module("mlp", std::make_shared<MLP>(C, gelu, dropout, gen))) {}
 
+// Y = X + O and LN2(Y) in one pass (add_layer_norm); Y goes on as the residual stream.
 Tensor Block::forward(const Tensor& x) {
-  const Tensor y = x + attn_->forward(ln1_->forward(x));  // Y = X + O
-  return y + mlp_->forward(ln2_->forward(y));
+  const auto [y, normed] = ln2_->forward_residual(x, attn_->forward(ln1_->forward(x)));
+  return y + mlp_->forward(normed);
+}
+
+void GPTConfig::check() const {
+  check_option_ranges(*this);
+  AG_CHECK(n_embd % n_head == 0, "--n-embd " << n_embd << " is not a multiple of --n-head " << n_head
+                                             << " (each head gets C / H dims)");
 }
 
 GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
+  config.check();
   const int64_t C = config.n_embd;
   tok_emb_ = register_module("tok_emb", std::make_shared<Embedding>(config.vocab_size, C, &gen));
   pos_emb_ = register_module("pos_emb", std::make_shared<Embedding>(config.block_size, C, &gen));
@@ -25,7 +33,7 @@ GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
   for (int64_t i = 0; i < config.n_layer; ++i)
     blocks_.push_back(register_module(
         "blocks." + std::to_string(i),
-        std::make_shared<Block>(C, config.n_head, config.dropout, config.gelu, config.attention, &gen)));
+        std::make_shared<Block>(C, config.n_head, config.dropout, config.gelu, config.attn_impl, &gen)));
   ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(C));
   init_weights(gen);
 }
@@ -56,7 +64,10 @@ Tensor GPT::forward(const Tensor& idx) {
   const int64_t B = idx.size(0), T = idx.size(1), C = config_.n_embd, V = config_.vocab_size;
   AG_CHECK(T >= 1 && T <= config_.block_size,
            "GPT: sequence length T = " << T << " is outside [1, block_size = " << config_.block_size << "]");
-  const Tensor pos = Tensor::arange(T, DType::Int64, idx.device());
+  // Positions 0..T−1, uploaded once per device: a fresh upload each forward would make the host wait for the device.
+  if (!positions_.defined() || positions_.device() != idx.device())
+    positions_ = Tensor::arange(config_.block_size, DType::Int64, idx.device());
+  const Tensor pos = positions_.view(0, {T});
   Tensor x = dropout_->forward(tok_emb_->forward(idx) + pos_emb_->forward(pos));  // [B, T, C] + [T, C]
   for (const std::shared_ptr<Block>& block : blocks_) x = block->forward(x);
   x = ln_f_->forward(x).reshape({B * T, C});
@@ -65,15 +76,25 @@ Tensor GPT::forward(const Tensor& idx) {
   return matmul(x, transpose(tok_emb_->weight(), 0, 1)).reshape({B, T, V});
 }
 
-Tensor GPT::loss(const Tensor& idx, const Tensor& targets) {
+Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, int64_t ignore_index) {
   AG_CHECK(targets.shape() == idx.shape(),
            "GPT::loss: targets " << describe(targets) << " and idx " << describe(idx) << " differ in shape");
   const Tensor logits = forward(idx);  // [B, T, V]
-  return cross_entropy(logits.reshape({-1, config_.vocab_size}), targets.reshape({-1}));
+  return cross_entropy(logits.reshape({-1, config_.vocab_size}), targets.reshape({-1}), ignore_index, reduction);
+}
+
+int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T) {
+  const int64_t C = config.n_embd, BT = B * T;
+  const int64_t projections = 4 * 2 * BT * C * C;
+  const int64_t attention = 2 * 2 * B * T * T * C;
+  const int64_t mlp = 2 * 2 * BT * C * 4 * C;
+  const int64_t head = 2 * BT * C * config.vocab_size;
+  const int64_t forward = config.n_layer * (projections + attention + mlp) + head;
+  return 3 * forward;
 }
 
 void GPT::set_attention_impl(AttentionImpl impl) {
-  config_.attention = impl;
+  config_.attn_impl = impl;
   for (const std::shared_ptr<Block>& block : blocks_) block->attn().set_impl(impl);
 }
 

@@ -47,7 +47,7 @@ std::vector<Tensor> output_and_gradients(MultiHeadSelfAttention& attn, Tensor x,
 TEST_CASE("attention module: gradcheck of the input and every parameter, every impl, causal and not") {
   for (AttentionImpl impl : kImpls) {
     for (bool causal : {true, false}) {
-      CAPTURE(attention_impl_name(impl));
+      CAPTURE(name_of(impl));
       CAPTURE(causal);
       const auto attn = make_attention(causal, impl, 1);
       ag::test::check_module_gradients(*attn, random({B, T, C}, 2), [&](const Tensor& x) { return attn->forward(x); });
@@ -63,7 +63,7 @@ TEST_CASE("attention module: dense and flash agree with composed in the output a
     const std::vector<Tensor> composed = output_and_gradients(*attn, x, R);
     const std::vector<NamedTensor> parameters = attn->named_parameters();
     for (AttentionImpl impl : {AttentionImpl::Dense, AttentionImpl::Flash}) {
-      CAPTURE(attention_impl_name(impl));
+      CAPTURE(name_of(impl));
       attn->set_impl(impl);
       const std::vector<Tensor> other = output_and_gradients(*attn, x, R);
       const auto name_of = [&](size_t i) { return i == 0 ? "output" : i == 1 ? "dX" : parameters[i - 2].name; };
@@ -85,7 +85,7 @@ TEST_CASE("attention module: dense and flash agree with composed in the output a
 
 TEST_CASE("attention module: perturbing token t changes no output before t, bit for bit") {
   for (AttentionImpl impl : kImpls) {
-    CAPTURE(attention_impl_name(impl));
+    CAPTURE(name_of(impl));
     const auto attn = make_attention(true, impl, 6);
     const Tensor x = random({B, T, C}, 7, DType::Float64, false);
     const std::vector<double> before = attn->forward(x).to_vector();
@@ -114,7 +114,7 @@ TEST_CASE("attention module: keep_attention returns A [B, H, T, T] for every hea
   attn->forward(x);
   const Tensor composed = attn->attention();
   for (AttentionImpl impl : {AttentionImpl::Dense, AttentionImpl::Flash}) {
-    CAPTURE(attention_impl_name(impl));
+    CAPTURE(name_of(impl));
     attn->set_impl(impl);
     attn->forward(x);
     const Tensor kept = attn->attention();
@@ -144,7 +144,7 @@ TEST_CASE("attention module: keep_attention returns A [B, H, T, T] for every hea
 // backward, each row of dS sums to 0, so dL/db_K = Σ_i (Σ_j dS_ij) q_i/√d_h = 0.
 TEST_CASE("attention module: the key bias gets no gradient (softmax is shift-invariant)") {
   for (AttentionImpl impl : kImpls) {
-    CAPTURE(attention_impl_name(impl));
+    CAPTURE(name_of(impl));
     const auto attn = make_attention(true, impl, 12);
     const Tensor x = random({B, T, C}, 13), R = random({B, T, C}, 14, DType::Float64, false);
     output_and_gradients(*attn, x, R);
@@ -164,7 +164,7 @@ TEST_CASE("attention module: C must be a multiple of H") {
 
 TEST_CASE("attention module: gradcheck of a Block, input and every parameter") {
   for (AttentionImpl impl : kImpls) {
-    CAPTURE(attention_impl_name(impl));
+    CAPTURE(name_of(impl));
     Generator gen(10);
     Block block(C, H, 0.0, GeluApprox::Erf, impl, &gen);
     block.to(DType::Float64);
@@ -179,7 +179,7 @@ TEST_CASE("attention module: Block matches PyTorch (golden file)") {
   const int64_t golden_C = golden.at("x").size(2), golden_H = 4;  // as in the script
   for (AttentionImpl impl : kImpls) {
     for (DType dtype : {DType::Float64, DType::Float32}) {
-      CAPTURE(attention_impl_name(impl));
+      CAPTURE(name_of(impl));
       CAPTURE(dtype);
       const double tolerance = dtype == DType::Float64 ? 1e-10 : 1e-5;
       Generator gen(15);

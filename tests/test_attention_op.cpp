@@ -86,12 +86,6 @@ double rms_error(const Tensor& a, const Tensor& b) {
   return std::sqrt(sum / static_cast<double>(std::max<size_t>(va.size(), 1)));
 }
 
-bool all_finite(const Tensor& t) {
-  for (double x : t.to_vector())
-    if (!std::isfinite(x)) return false;
-  return true;
-}
-
 // The sizes the cross-implementation and cross-device checks walk: odd and
 // tile-edge lengths, Tq ≠ Tk with default and explicit offsets, grouped kv
 // heads, both layouts, causal and not.
@@ -125,7 +119,7 @@ void check_implementations_agree(Device device) {
     spec.impl = AttentionImpl::Dense;
     const Tensor reference_L = run(in, spec, Device::CPU, DType::Float64, upstream).L;
     for (AttentionImpl impl : kImpls) {
-      CAPTURE(attention_impl_name(impl));
+      CAPTURE(name_of(impl));
       spec.impl = impl;
       const Result r = run(in, spec, device, DType::Float64, upstream);
       CHECK_CLOSE(r.Z, reference.Z, 1e-10);
@@ -182,7 +176,7 @@ void check_rows_without_keys(Device device) {
   const Inputs in = p.inputs(30);
   for (AttentionImpl impl : kImpls)
     for (DType dtype : {DType::Float32, DType::Float64}) {
-      CAPTURE(attention_impl_name(impl));
+      CAPTURE(name_of(impl));
       CAPTURE(dtype);
       AttentionSpec spec = p.spec;
       spec.impl = impl;
@@ -216,7 +210,7 @@ void check_one_query_over_a_cache(Device device) {
   const Inputs in = p.inputs(40);
   const Tensor upstream = upstream_for(p, 41);
   for (AttentionImpl impl : kImpls) {
-    CAPTURE(attention_impl_name(impl));
+    CAPTURE(name_of(impl));
     AttentionSpec causal = p.spec, full = p.spec, top_left = p.spec;
     causal.impl = full.impl = top_left.impl = impl;
     full.causal = false;
@@ -251,7 +245,7 @@ void check_grouped_kv_heads(Device device) {
     const Inputs in_repeated = {in[0], repeat(in[1]), repeat(in[2])};
     const Tensor upstream = upstream_for(grouped, 51);
     for (AttentionImpl impl : kImpls) {
-      CAPTURE(attention_impl_name(impl));
+      CAPTURE(name_of(impl));
       CAPTURE(layout == AttentionLayout::BTHD);
       AttentionSpec spec = grouped.spec;
       spec.impl = impl;
@@ -281,7 +275,7 @@ void check_layouts_agree(Device device) {
   const Inputs in_swapped = {swap(in[0]), swap(in[1]), swap(in[2])};
   const Tensor upstream = upstream_for(heads_first, 61);
   for (AttentionImpl impl : kImpls) {
-    CAPTURE(attention_impl_name(impl));
+    CAPTURE(name_of(impl));
     AttentionSpec a = heads_first.spec, b = tokens_first.spec;
     a.impl = b.impl = impl;
     const Result r = run(in, a, device, DType::Float64, upstream);
@@ -343,7 +337,7 @@ TEST_CASE("attention op: dense gradcheck and float32 against float64, every impl
     spec.impl = AttentionImpl::Dense;
     CHECK_GRADCHECK(attention_fn(spec), p.inputs(300));
     for (AttentionImpl impl : kImpls) {
-      CAPTURE(attention_impl_name(impl));
+      CAPTURE(name_of(impl));
       spec.impl = impl;
       ag::test::check_float32_matches_float64(attention_fn(spec), p.inputs(310));
     }
@@ -373,7 +367,7 @@ TEST_CASE("attention op: flash's backward gives the same bits on 1 and 2 threads
 TEST_CASE("attention op: A has rows summing to 1 and an exactly zero upper triangle") {
   const Problem p{1, 2, 2, 6, 6, 4, {.causal = true}};
   for (AttentionImpl impl : {AttentionImpl::Composed, AttentionImpl::Dense}) {
-    CAPTURE(attention_impl_name(impl));
+    CAPTURE(name_of(impl));
     AttentionSpec spec = p.spec;
     spec.impl = impl;
     const Inputs in = p.inputs(5);
@@ -406,7 +400,7 @@ TEST_CASE("attention op: scores around ±1e4 give finite outputs and gradients")
     for (AttentionImpl impl : kImpls)
       for (bool causal : {true, false}) {
         CAPTURE(dtype);
-        CAPTURE(attention_impl_name(impl));
+        CAPTURE(name_of(impl));
         CAPTURE(causal);
         // q·k ≈ ±1e4·√d so that S ≈ ±1e4 after scaling.
         const Shape shape = {1, 2, 8, 4};

@@ -199,21 +199,6 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   throw Error("attention: unknown implementation");
 }
 
-const char* attention_impl_name(AttentionImpl impl) {
-  switch (impl) {
-    case AttentionImpl::Composed: return "composed";
-    case AttentionImpl::Dense: return "dense";
-    case AttentionImpl::Flash: return "flash";
-  }
-  return "unknown";
-}
-
-AttentionImpl attention_impl_from_name(const std::string& name) {
-  for (AttentionImpl impl : {AttentionImpl::Composed, AttentionImpl::Dense, AttentionImpl::Flash})
-    if (name == attention_impl_name(impl)) return impl;
-  throw Error("attention: unknown implementation '" + name + "' (composed, dense or flash)");
-}
-
 Tensor attention_mask(const AttentionMask& mask, int64_t Tq, int64_t Tk, DType dtype, Device device) {
   std::vector<double> m(Tq * Tk);
   for (int64_t i = 0; i < Tq; ++i)
