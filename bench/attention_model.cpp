@@ -2,14 +2,17 @@
 // size, one attention implementation per process: ms per iteration and the
 // peak resident memory. The default is issue 11's case, where attention
 // dominates the step: 1 layer, 4 heads, 128 wide (char_lm's defaults), batch 1,
-// block size 4096, 65 tokens, AdamW with gradient clipping, as char_lm trains.
+// block size 4096, 65 tokens, char_lm's training step (optim::TrainStep: loss,
+// backward, clipping, AdamW).
 // (char_lm's default config: --n-layer 4 --T 64 --batch-size 12.)
 //
 //   OPENBLAS_CORETYPE=SKYLAKEX ./build/bench_attention_model --threads 2 --T 4096,16384
 //
 // ms/iter is the median over iterations 2..N (the first allocates AdamW's
-// state); memory is the process's peak resident size (VmHWM: model, data and
-// the steps) and the part of it above the state before the first step.
+// state), wall time and the process's CPU time (all threads: on a busy machine
+// it still measures the work); memory is the process's peak resident size
+// (VmHWM: model, data and the steps) and the part of it above the state before
+// the first step.
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
@@ -20,7 +23,7 @@
 #include "core/threads.h"
 #include "nn/gpt.h"
 #include "optim/adam.h"
-#include "optim/clip_grad.h"
+#include "optim/train_step.h"
 
 using namespace ag;
 
@@ -39,28 +42,37 @@ void run_case(const std::string& impl, const Model& m, int iters) {
   nn::GPTConfig config{.vocab_size = 65, .block_size = m.T, .n_layer = m.layers, .n_head = m.heads, .n_embd = m.width};
   config.attn_impl = enum_from_name<AttentionImpl>(impl, "--impls");
   nn::GPT model(config, gen);
-  const std::vector<NamedTensor> params = model.named_parameters();
-  optim::AdamW optimizer(optim::decay_groups(params, 0.1), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99});
+  optim::AdamW optimizer(optim::decay_groups(model.named_parameters(), 0.1), {1e-3, 0.9, 0.99, 1e-8});
+  optim::TrainOptions options;
+  options.batch_size = m.batch;
+  optim::TrainStep train_step(
+      optimizer, options, [&](const Tensor& x, const Tensor& y) { return model.loss(x, y, Reduction::Sum); },
+      Device::CPU);
+  model.train();
   std::vector<int64_t> inputs(m.batch * m.T), targets(m.batch * m.T);
   for (int64_t& t : inputs) t = static_cast<int64_t>(gen.integer(config.vocab_size));
   for (int64_t& t : targets) t = static_cast<int64_t>(gen.integer(config.vocab_size));
-  const Tensor x = Tensor::from_indices(inputs, {m.batch, m.T}), y = Tensor::from_indices(targets, {m.batch, m.T});
+  const optim::Batch batch{Tensor::from_indices(inputs, {m.batch, m.T}), Tensor::from_indices(targets, {m.batch, m.T})};
 
   bench::PeakMemory peak;
-  std::vector<double> ms;
+  std::vector<double> wall_ms, cpu_ms;
   for (int i = 0; i < iters; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    const Tensor loss = model.loss(x, y);
-    optimizer.zero_grad();
-    loss.backward();
-    optim::clip_grad_norm(params, 1.0);
-    optimizer.step();
-    loss.item();
-    ms.push_back(bench::elapsed_ms(t0));
+    const double c0 = bench::process_cpu_ms();
+    const optim::StepResult r = train_step.run(i, {batch});
+    train_step.check_finite();
+    (void)r.loss.item();
+    wall_ms.push_back(bench::elapsed_ms(t0));
+    cpu_ms.push_back(bench::process_cpu_ms() - c0);
   }
-  std::vector<double> steady(ms.begin() + (iters > 1 ? 1 : 0), ms.end());
-  std::sort(steady.begin(), steady.end());
-  std::printf("%.1f %.1f %.1f\n", steady[steady.size() / 2], bench::status_kb("VmHWM") / 1024.0, peak.extra_mb());
+  // iterations 2..N: the first allocates AdamW's state
+  const auto steady_median = [&](std::vector<double> v) {
+    if (v.size() > 1) v.erase(v.begin());
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("%.1f %.1f %.1f %.1f\n", steady_median(wall_ms), steady_median(cpu_ms), bench::status_kb("VmHWM") / 1024.0,
+              peak.extra_mb());
 }
 
 }  // namespace
@@ -94,7 +106,8 @@ int main(int argc, char** argv) {
   std::printf("%lld layer(s), %lld heads, width %lld, batch %lld, %d steps, %d threads\n\n",
               static_cast<long long>(m.layers), static_cast<long long>(m.heads), static_cast<long long>(m.width),
               static_cast<long long>(m.batch), iters, threads);
-  std::printf("| T | impl | ms/iter | peak RSS MB | above the model's setup MB |\n|---:|---|---:|---:|---:|\n");
+  std::printf("| T | impl | ms/iter | CPU ms/iter | peak RSS MB | above the model's setup MB |\n"
+              "|---:|---|---:|---:|---:|---:|\n");
   std::stringstream all(lengths);
   for (std::string T; std::getline(all, T, ',');) {
     std::stringstream names(impls);
@@ -102,18 +115,19 @@ int main(int argc, char** argv) {
       m.T = std::stoll(T);
       std::printf("| %s | %s | ", T.c_str(), impl.c_str());
       if (estimated_gb(impl, m) > memory_limit_gb) {
-        std::printf("skipped: needs about %.0f GB | | |\n", estimated_gb(impl, m));
+        std::printf("skipped: needs about %.0f GB | | | |\n", estimated_gb(impl, m));
         continue;
       }
       std::ostringstream command;
       command << "/proc/" << getpid() << "/exe --threads " << threads << " --iters " << iters << " --n-layer "
               << m.layers << " --n-head " << m.heads << " --n-embd " << m.width << " --batch-size " << m.batch << " --case "
               << impl << ' ' << T;
-      double ms, peak_mb, extra_mb;
-      if (std::sscanf(bench::run_and_capture(command.str()).c_str(), "%lf %lf %lf", &ms, &peak_mb, &extra_mb) != 3)
-        std::printf("failed | | |\n");
+      double ms, cpu_ms, peak_mb, extra_mb;
+      if (std::sscanf(bench::run_and_capture(command.str()).c_str(), "%lf %lf %lf %lf", &ms, &cpu_ms, &peak_mb,
+                      &extra_mb) != 4)
+        std::printf("failed | | | |\n");
       else
-        std::printf("%.0f | %.0f | %.0f |\n", ms, peak_mb, extra_mb);
+        std::printf("%.0f | %.0f | %.0f | %.0f |\n", ms, cpu_ms, peak_mb, extra_mb);
       std::fflush(stdout);
     }
   }
