@@ -46,7 +46,7 @@ double estimated_gb(const Case& c) {
 
 // One case, in this process: one forward+backward for the memory (peak after
 // the forward and after the backward), then the timed repeats.
-void run_case(const Case& c, double budget_s) {
+void run_case(const Case& c, bench::Clock clock, double budget_s) {
   const AttentionSpec spec{.causal = c.causal, .impl = enum_from_name<AttentionImpl>(c.impl, "--impls")};
   Generator gen(1);
   const Shape shape = {kBatch, kHeads, c.T, c.d};
@@ -68,20 +68,20 @@ void run_case(const Case& c, double budget_s) {
   }
   for (Tensor* t : {&q, &k, &v}) t->zero_grad();
   const double budget_ms = budget_s * 1000;
-  const double forward_ms = bench::median_ms([&] { attention(q, k, v, spec); }, 1, 10, budget_ms);
-  const double total_ms = bench::median_ms(forward_backward, 1, 10, budget_ms);
+  const double forward_ms = bench::median_ms([&] { attention(q, k, v, spec); }, clock, 1, 10, budget_ms);
+  const double total_ms = bench::median_ms(forward_backward, clock, 1, 10, budget_ms);
   std::printf("%.3f %.3f %.1f %.1f\n", forward_ms, total_ms, forward_mb, total_mb);
 }
 
 // 2·n³ / time of an n×n×n sgemm, median of 5: the machine's product rate.
-double sgemm_gflops(int n) {
+double sgemm_gflops(int n, bench::Clock clock) {
   std::vector<float> a(n * n, 1.0f), b(n * n, 1.0f), c(n * n);
   const double ms = bench::median_ms(
       [&] {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
                     n);
       },
-      5, 5, 0);
+      clock, 5, 5, 0);
   return 2.0 * n * n * n / ms / 1e6;
 }
 
@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
   int threads = 2;
   std::string impls = "composed,dense,flash", lengths = "64,256,1024,4096,16384", widths = "32,64";
   double memory_limit_gb = 4, budget_s = 2;
+  std::string clock = "wall";
   std::vector<std::string> one_case;
   app.add_option("--threads", threads, "CPU threads (OpenMP and OpenBLAS)");
   app.add_option("--impls", impls, "implementations, comma-separated");
@@ -106,16 +107,20 @@ int main(int argc, char** argv) {
   app.add_option("--d", widths, "head widths, comma-separated");
   app.add_option("--memory-limit-gb", memory_limit_gb, "skip cases estimated to need more");
   app.add_option("--budget-s", budget_s, "seconds of repeats per timing (at least one run, at most 10)");
+  app.add_option("--clock", clock, "wall, or cpu: the process's CPU time (for one thread on a busy machine)")
+      ->check(CLI::IsMember({"wall", "cpu"}));
   app.add_option("--case", one_case, "internal: run one case (impl T d causal) and print its numbers")->expected(4);
   CLI11_PARSE(app, argc, argv);
+  const bench::Clock timing = clock == "cpu" ? bench::Clock::Cpu : bench::Clock::Wall;
   set_num_threads(threads);
   bench::return_freed_memory_to_the_system();
 
   if (!one_case.empty()) {
-    run_case({one_case[0], std::stoll(one_case[1]), std::stoll(one_case[2]), one_case[3] == "1"}, budget_s);
+    run_case({one_case[0], std::stoll(one_case[1]), std::stoll(one_case[2]), one_case[3] == "1"}, timing, budget_s);
     return 0;
   }
-  std::printf("sgemm 2048³ on %d threads: %.0f GFLOP/s\n\n", threads, sgemm_gflops(2048));
+  std::printf("sgemm 2048³ on %d threads: %.0f GFLOP/s (%s time)\n\n", threads, sgemm_gflops(2048, timing),
+              clock.c_str());
   std::printf("| d | T | mask | impl | fwd ms | fwd GFLOP/s | fwd+bwd ms | fwd+bwd GFLOP/s | peak extra MB fwd / fwd+bwd |\n");
   std::printf("|---|---|---|---|---:|---:|---:|---:|---:|\n");
   for (const std::string& d : split_list(widths))
@@ -130,7 +135,8 @@ int main(int argc, char** argv) {
             continue;
           }
           std::ostringstream command;
-          command << "/proc/" << getpid() << "/exe --threads " << threads << " --budget-s " << budget_s << " --case "
+          command << "/proc/" << getpid() << "/exe --threads " << threads << " --budget-s " << budget_s << " --clock "
+                  << clock << " --case "
                   << impl << ' ' << T << ' ' << d << ' ' << causal;
           double forward_ms, total_ms, forward_mb, total_mb;
           if (std::sscanf(bench::run_and_capture(command.str()).c_str(), "%lf %lf %lf %lf", &forward_ms, &total_ms,

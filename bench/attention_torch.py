@@ -43,16 +43,19 @@ class PeakMemory:
         return (status_kb("VmHWM") - self.baseline_kb) / 1024 if self.resettable else -1
 
 
-def median_ms(f, budget_s, max_reps=10):
+def median_ms(f, clock, budget_s, max_reps=10):
+    """Median time of f() on `clock` (wall, or the process's CPU time) over at
+    least one run and until budget_s of wall time have passed."""
+    now = time.process_time if clock == "cpu" else time.perf_counter
     times, start = [], time.perf_counter()
     while len(times) < max_reps and (not times or time.perf_counter() - start < budget_s):
-        t0 = time.perf_counter()
+        t0 = now()
         f()
-        times.append((time.perf_counter() - t0) * 1000)
+        times.append((now() - t0) * 1000)
     return sorted(times)[len(times) // 2]
 
 
-def run_case(T, d, causal, threads, budget_s):
+def run_case(T, d, causal, threads, clock, budget_s):
     # As bench/measure.h: blocks of 1 MB or more go back to the system when freed.
     libc = ctypes.CDLL("libc.so.6")
     libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
@@ -85,8 +88,8 @@ def run_case(T, d, causal, threads, budget_s):
     del z
     for t in (q, k, v):
         t.grad = None
-    forward = median_ms(attention, budget_s)
-    total = median_ms(forward_backward, budget_s)
+    forward = median_ms(attention, clock, budget_s)
+    total = median_ms(forward_backward, clock, budget_s)
     print(f"{forward:.3f} {total:.3f} {forward_mb:.1f} {total_mb:.1f}")
 
 
@@ -97,11 +100,13 @@ def main():
     parser.add_argument("--d", default="32,64")
     parser.add_argument("--memory-limit-gb", type=float, default=4)
     parser.add_argument("--budget-s", type=float, default=2)
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="cpu: the process's CPU time (for one thread on a busy machine)")
     parser.add_argument("--case", nargs=3, metavar=("T", "d", "causal"), help="internal: run one case")
     args = parser.parse_args()
     if args.case:
         T, d, causal = map(int, args.case)
-        run_case(T, d, bool(causal), args.threads, args.budget_s)
+        run_case(T, d, bool(causal), args.threads, args.clock, args.budget_s)
         return
     for d in map(int, args.d.split(",")):
         for T in map(int, args.T.split(",")):
@@ -114,7 +119,8 @@ def main():
                     continue
                 out = subprocess.run(
                     [sys.executable, __file__, "--threads", str(args.threads), "--budget-s", str(args.budget_s),
-                     "--case", str(T), str(d), str(int(causal))], capture_output=True, text=True).stdout.split()
+                     "--clock", args.clock, "--case", str(T), str(d), str(int(causal))],
+                    capture_output=True, text=True).stdout.split()
                 if len(out) != 4:
                     print(row + "failed | | | | |", flush=True)
                     continue
