@@ -2,7 +2,7 @@
 // Per batch entry and query head, with M the mask (0 visible, −∞ hidden):
 //   S = scale · Q Kᵀ,   A = softmax(S + M),   Z = A V
 //
-// Backward (docs/backprop.md, "Attention" and "FlashAttention"):
+// Backward (docs/backprop.md, sections 10 and 20):
 //   Z = AV            →  dV = Aᵀ dZ,   dA = dZ Vᵀ
 //   A = softmax(S+M)  →  dS = A ∘ (dA − rowsum(dA ∘ A))   (0 where masked, as A is)
 //   S = scale·QKᵀ     →  dQ = scale · dS K,   dK = scale · dSᵀ Q
@@ -14,9 +14,9 @@
 //             backward gives the gradient. The reference the others are tested against.
 //   dense:    forms S and A [B, Hq, Tq, Tk] (A overwrites S), saves A, and runs
 //             the three lines above as GEMMs and one softmax-backward kernel.
-//   flash:    FlashAttention: saves only L = log Σ_j exp(S_ij + M_ij) and Z,
-//             and recomputes P = exp(S − L) tile by tile in the backward, where
-//             rowsum(dA ∘ A) = rowsum(dZ ∘ Z) costs O(d) per row (the kernels:
+//   flash:    FlashAttention: tiles and the online softmax, never forming S or
+//             A; saves only L = log Σ_j exp(S_ij + M_ij), one number per row, and
+//             recomputes P = exp(S − L) tile by tile in the backward (the kernels:
 //             core/cpu/attention.cpp, cuda/attention.cu).
 #include <cmath>
 #include <limits>
