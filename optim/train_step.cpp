@@ -33,6 +33,7 @@ StepResult TrainStep::run(int64_t iter, const std::vector<Batch>& micro_batches)
     AG_CHECK(b.y.device() == Device::CPU, "TrainStep: targets must come from the host, got " << describe(b.y));
     for (int64_t t : b.y.to_indices()) result.scored += t != ignore_index_;
   }
+  if (total_scored) result.scored = total_scored(result.scored);
   AG_CHECK(result.scored > 0, "TrainStep: iteration " << iter << " has no scored target (every one is ignore_index "
                                                       << ignore_index_ << ")");
   const double inverse_count = 1.0 / static_cast<double>(result.scored);

@@ -1,6 +1,7 @@
 // char_lm test helpers: a run small enough to train in a second.
 #pragma once
 #include <string>
+#include <type_traits>
 
 #include "examples/char_lm/train.h"
 
@@ -26,6 +27,23 @@ inline char_lm::TrainConfig tiny_run(const std::string& out_dir) {
   c.run.sample_tokens = 0;
   c.quiet = true;
   return c;
+}
+
+// `char_lm train`'s command line for `c`: every option of its tables, so the
+// program (say under mpirun) trains what train(c) trains in-process.
+inline std::string train_arguments(const char_lm::TrainConfig& c) {
+  std::string args = "train";
+  char_lm::TrainConfig::for_each_table(c, [&](const auto& table) {
+    std::decay_t<decltype(table)>::for_each_option(table, [&](const auto& value, const OptionInfo& info) {
+      if (info.kind == OptionKind::Derived) return;
+      if constexpr (std::is_same_v<std::decay_t<decltype(value)>, bool>) {
+        if (value) args += " " + info.flag();
+      } else {
+        args += " " + info.flag() + " '" + option_to_string(value) + "'";
+      }
+    });
+  });
+  return args;
 }
 
 }  // namespace ag::test

@@ -3,8 +3,6 @@
 // checks and the resume rules. The option added last, --grad-accum, is followed
 // through all of them; the char_lm program itself is run for what only its
 // main() wires.
-#include <array>
-#include <cstdio>
 #include <fstream>
 
 #include "core/safetensors.h"
@@ -36,14 +34,7 @@ std::set<std::string> parse_train(TrainConfig& config, std::vector<std::string> 
 
 // Runs the built char_lm with `args`; returns its exit status and output (stdout and stderr).
 std::pair<int, std::string> run_char_lm(const std::string& args) {
-  const std::string command = std::string(ATTOGRAD_CHAR_LM) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe);
-  std::string output;
-  std::array<char, 4096> buffer;
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WEXITSTATUS(status), output};
+  return ag::test::run_command(std::string(ATTOGRAD_CHAR_LM) + " " + args);
 }
 
 // tiny_run, shorter: 4 iterations.

@@ -5,12 +5,14 @@
 #include <thread>
 
 #include "core/threads.h"
+#include "dist/communicator.h"
 
 namespace ag::cli {
 
 void ProcessOptions::apply() const {
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  set_num_threads(static_cast<int>(threads > 0 ? threads : cores));
+  // The cores are shared among the processes an MPI launcher started on this machine.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  set_num_threads(threads > 0 ? static_cast<int>(threads) : std::max(1, cores / dist::world().local_size()));
 }
 
 Command& Command::allow_config_file() {
