@@ -144,7 +144,7 @@ TEST_CASE("data parallel (every process): a step over shards of the batch gives 
 
   if (N > 1) {
     // The test can fail: each process's own mean, averaged over the processes,
-    // is another gradient (process 0's one target weighs 3·8 times too much).
+    // is another gradient (process 0's 1 + 24 targets weigh 1/(N·25) each instead of 1/n).
     std::vector<double> own_means;
     std::vector<optim::Batch> shard_batches = batches;
     for (optim::Batch& b : shard_batches) b = {optim::shard(b.x, comm), optim::shard(b.y, comm)};
