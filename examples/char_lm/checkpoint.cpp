@@ -1,7 +1,5 @@
 #include "examples/char_lm/checkpoint.h"
 
-#include <nlohmann/json.hpp>
-
 #include "core/safetensors.h"
 
 namespace ag::char_lm {
@@ -44,10 +42,8 @@ void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& 
                              {"n_embd", std::to_string(c.n_embd)},
                              {"block_size", std::to_string(c.block_size)},
                              {"vocab_size", std::to_string(c.vocab_size)},
-                             {"gelu", gelu_name(c.gelu)},
-                             // JSON, so every byte of the vocabulary survives as text.
-                             {"chars", nlohmann::json(tokenizer.chars()).dump(-1, ' ', false,
-                                                                             nlohmann::json::error_handler_t::replace)}};
+                             {"gelu", gelu_name(c.gelu)}};
+  metadata.merge(tokenizer.to_metadata());
   if (iter >= 0) metadata["iter"] = std::to_string(iter);
   std::vector<NamedTensor> tensors;
   for (const NamedTensor& p : model.state()) tensors.push_back({p.name, p.tensor.to(DType::Float32)});
@@ -70,16 +66,14 @@ LoadedModel load_model(const std::string& path, DType dtype, double dropout) {
            "checkpoint '" << path << "': n_embd " << config.n_embd << " is not a multiple of n_head " << config.n_head);
 
   LoadedModel loaded;
-  if (file.metadata.count("chars")) {
-    try {
-      loaded.tokenizer = Tokenizer(nlohmann::json::parse(file.metadata.at("chars")).get<std::string>());
-    } catch (const nlohmann::json::exception& e) {
-      throw Error("checkpoint '" + path + "': __metadata__ 'chars' is not a JSON string: " + e.what());
-    }
-    AG_CHECK(loaded.tokenizer.vocab_size() == config.vocab_size,
-             "checkpoint '" << path << "': " << loaded.tokenizer.vocab_size() << " characters for vocab_size "
-                            << config.vocab_size);
+  try {
+    loaded.tokenizer = Tokenizer::from_metadata(file.metadata);
+  } catch (const Error& e) {
+    throw Error("checkpoint '" + path + "': " + e.what());
   }
+  AG_CHECK(loaded.tokenizer.vocab_size() == 0 || loaded.tokenizer.vocab_size() == config.vocab_size,
+           "checkpoint '" << path << "': " << loaded.tokenizer.vocab_size() << " characters for vocab_size "
+                          << config.vocab_size);
   if (file.metadata.count("iter")) loaded.iter = metadata_integer(file, "iter", 0);
   Generator unused(0);  // the weights come from the file
   loaded.model = std::make_unique<nn::GPT>(config, unused);
