@@ -142,9 +142,10 @@ TEST_CASE("char_lm text: text that is not UTF-8 is an error naming the byte offs
   }
 
   TempDir tmp("latin1");
-  write_file(tmp.file("latin1.txt"), std::string(40, 'a') + "Caf\xE9 cr\xE8me");
-  const std::string expected = "'" + tmp.file("latin1.txt") + "' is not UTF-8 text: invalid UTF-8 at byte offset 44";
-  CHECK_THROWS_WITH_AS(read_text(tmp.file("latin1.txt")), doctest::Contains(expected.c_str()), Error);
+  const std::string latin1 = tmp.file("latin1.txt");
+  write_file(latin1, std::string(40, 'a') + "Caf\xE9 cr\xE8me");
+  const std::string expected = "'" + latin1 + "' is not UTF-8 text: invalid UTF-8 at byte offset 44";
+  CHECK_THROWS_WITH_AS(read_text(latin1), doctest::Contains(expected.c_str()), Error);
   CHECK_THROWS_WITH_AS(Tokenizer::from_text("abc").encode("ab\xE9"), doctest::Contains("byte offset 2"), Error);
 }
 
