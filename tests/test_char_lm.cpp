@@ -6,7 +6,7 @@
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/data.h"
 #include "examples/char_lm/train.h"
-#include "tests/char_lm_text.h"
+#include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ag;
@@ -37,27 +37,7 @@ const std::string& generated_text_path() {
   return path;
 }
 
-// A model small enough to train in a second, with dropout on so that resuming
-// must restore the dropout generator too.
-TrainConfig tiny(const std::string& out_dir) {
-  TrainConfig c;
-  c.data_path = generated_text_path();
-  c.out_dir = out_dir;
-  c.n_layer = 1;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.block_size = 16;
-  c.batch_size = 4;
-  c.dropout = 0.1;
-  c.max_iters = 20;
-  c.warmup_iters = 5;
-  c.lr_decay_iters = 20;
-  c.eval_interval = 10;
-  c.eval_iters = 2;
-  c.sample_tokens = 0;
-  c.quiet = true;
-  return c;
-}
+TrainConfig tiny(const std::string& out_dir) { return ag::test::tiny_run(generated_text_path(), out_dir); }
 }  // namespace
 
 TEST_CASE("char_lm: stopping and resuming gives the same losses as not stopping") {

@@ -10,7 +10,7 @@
 #include "examples/char_lm/data.h"
 #include "examples/char_lm/sample.h"
 #include "examples/char_lm/train.h"
-#include "tests/char_lm_text.h"
+#include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ag;
@@ -19,33 +19,14 @@ using ag::test::TempDir;
 using ag::test::write_file;
 
 namespace {
-// A model that trains on a few kilobytes in well under a second.
-TrainConfig small_run(const std::string& data_path, const std::string& out_dir) {
-  TrainConfig c;
-  c.data_path = data_path;
-  c.out_dir = out_dir;
-  c.n_layer = 1;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.block_size = 16;
-  c.batch_size = 4;
-  c.max_iters = 30;
-  c.warmup_iters = 5;
-  c.lr_decay_iters = 30;
-  c.eval_interval = 15;
-  c.eval_iters = 2;
-  c.sample_tokens = 0;
-  c.quiet = true;
-  return c;
-}
-
 // Trains on `text`, then checks what a user does next: sample from the saved
 // checkpoint (the same characters the trained model sampled, all of them in the
 // vocabulary) and resume the run.
 void check_train_sample_resume(const std::string& text, const std::string& name) {
   TempDir tmp(name);
   write_file(tmp.file("text.txt"), text);
-  TrainConfig c = small_run(tmp.file("text.txt"), tmp.file("run"));
+  TrainConfig c = ag::test::tiny_run(tmp.file("text.txt"), tmp.file("run"));
+  c.dropout = 0;
   c.sample_tokens = 60;
   const TrainResult trained = train(c);
   REQUIRE(trained.sample.size() > 0);
@@ -60,7 +41,7 @@ void check_train_sample_resume(const std::string& text, const std::string& name)
   for (const char32_t ch : characters) CHECK(expected.id(ch).has_value());
 
   c.resume = true;
-  c.max_iters = 40;
+  c.max_iters = 30;
   c.sample_tokens = 0;
   const TrainResult resumed = train(c);
   CHECK(resumed.batch_losses.size() == 10);

@@ -57,7 +57,8 @@ std::string code_point_name(char32_t c) {
 // "'é' (U+00E9)"; control characters by their code point alone.
 std::string describe_character(char32_t c) {
   if (c < 0x20 || c == 0x7F) return code_point_name(c);
-  return "'" + encode_utf8(std::u32string(1, c)) + "' (" + code_point_name(c) + ")";
+  const std::string glyph = encode_utf8(std::u32string(1, c));
+  return "'" + glyph + "' (" + code_point_name(c) + ")";
 }
 
 [[noreturn]] void invalid_utf8(size_t offset, const std::string& why) {

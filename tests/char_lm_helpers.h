@@ -1,6 +1,7 @@
-// Texts for the char_lm tests: tiny Shakespeare, found at run time the way
-// char_lm finds it, for the tests that need that very text; and made-up text,
-// generated in the test, for those that need only some text.
+// For the char_lm tests: tiny Shakespeare, found at run time the way char_lm
+// finds it, for the tests that need that very text; made-up text, generated in
+// the test, for those that need only some text; and a run small enough to train
+// on it in well under a second.
 #pragma once
 #include <doctest/doctest.h>
 
@@ -11,6 +12,7 @@
 
 #include "core/random.h"
 #include "examples/char_lm/data.h"
+#include "examples/char_lm/train.h"
 
 namespace ag::test {
 
@@ -54,6 +56,29 @@ inline const Lexicon chinese = {{"天", "地", "人", "山", "水", "风", "月"
 inline const Lexicon accented = {{"Café", "crème", "brûlée", "naïve", "façade", "über", "señor", "😀", "☕", "🥐"},
                                  " ",
                                  ".\n"};
+
+// 1 layer, 2 heads, 32 wide, context 16, batch 4, 20 iterations, an evaluation
+// and checkpoint every 10, dropout 0.1 (so resuming must restore the dropout
+// generator too), quiet, no sample.
+inline char_lm::TrainConfig tiny_run(const std::string& data_path, const std::string& out_dir) {
+  char_lm::TrainConfig c;
+  c.data_path = data_path;
+  c.out_dir = out_dir;
+  c.n_layer = 1;
+  c.n_head = 2;
+  c.n_embd = 32;
+  c.block_size = 16;
+  c.batch_size = 4;
+  c.dropout = 0.1;
+  c.max_iters = 20;
+  c.warmup_iters = 5;
+  c.lr_decay_iters = 20;
+  c.eval_interval = 10;
+  c.eval_iters = 2;
+  c.sample_tokens = 0;
+  c.quiet = true;
+  return c;
+}
 
 inline void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
