@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # What -march=native (ATTOGRAD_NATIVE=ON) buys on the default `char_lm train`:
 # builds char_lm twice (build-portable/, build-native/), then alternates runs of
-# the two, ROUNDS rounds (default 5) at each thread count in THREADS (default
-# "1 2"), and prints the median ms/iter of each and their ratio. OpenBLAS's GEMMs
-# dispatch on the CPU at run time either way; the flag changes only attograd's
-# own loops (elementwise maps, softmax, layer norm, AdamW, ...).
+# the two, ROUNDS rounds (default 5), one thread, and prints per variant the
+# median of the CPU time per iteration (user + system time of a 200-iteration
+# run minus that of a 0-iteration run, over 200) and of char_lm's own median
+# wall ms/iter. On a machine shared with other jobs the wall times swing with
+# the load; the CPU time of a one-thread run much less. OpenBLAS's GEMMs pick
+# their kernels at run time either way; the flag changes only attograd's own
+# loops (elementwise maps and their libmvec calls, softmax, layer norm, AdamW).
 #
 #   bash bench/march_native.sh [--data PATH]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${2:-$(bash scripts/get_data.sh)}
 rounds=${ROUNDS:-5}
+iters=200
 # Debian's OpenBLAS 0.3.21 takes Zen 4/5 for Haswell; name the AVX-512 kernels.
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SKYLAKEX}
 for variant in portable native; do
@@ -22,18 +26,26 @@ done
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-for threads in ${THREADS:-1 2}; do
-  for round in $(seq "$rounds"); do
-    order="portable native"
-    ((round % 2)) || order="native portable"
-    for variant in $order; do
-      "./build-$variant/char_lm" train --data "$data" --out "$out/$variant" --max-iters 200 --eval-interval 100000 \
-        --eval-iters 1 --sample-tokens 0 --log-interval 1000 --threads "$threads" |
-        sed -n 's/.*median \([0-9.]*\) ms\/iter.*/\1/p' >>"$out/$variant-$threads"
-    done
+# Prints "CPU-seconds wall-ms/iter" of one run of `iters` iterations.
+run() {
+  /usr/bin/time -f "%U %S" -o "$out/time" "./build-$1/char_lm" train --data "$data" --out "$out/$1" \
+    --max-iters "$2" --eval-interval 100000 --eval-iters 1 --sample-tokens 0 --log-interval 100000 --threads 1 \
+    >"$out/log"
+  echo "$(awk '{print $1 + $2}' "$out/time") $(sed -n 's/.*median \([0-9.]*\) ms\/iter.*/\1/p' "$out/log")"
+}
+for round in $(seq "$rounds"); do
+  order="portable native"
+  ((round % 2)) || order="native portable"
+  for variant in $order; do
+    read -r base _ < <(run "$variant" 0)
+    read -r cpu wall < <(run "$variant" "$iters")
+    awk -v c="$cpu" -v b="$base" -v n="$iters" 'BEGIN {printf "%.2f\n", 1000 * (c - b) / n}' >>"$out/$variant.cpu"
+    echo "$wall" >>"$out/$variant.wall"
   done
-  p=$(median <"$out/portable-$threads")
-  n=$(median <"$out/native-$threads")
-  echo "threads $threads: portable $(paste -sd' ' "$out/portable-$threads") -> median $p ms/iter;" \
-    "native $(paste -sd' ' "$out/native-$threads") -> median $n ms/iter; portable/native $(awk -v p="$p" -v n="$n" 'BEGIN {printf "%.3f", p / n}')"
 done
+for variant in portable native; do
+  echo "$variant: CPU ms/iter $(paste -sd' ' "$out/$variant.cpu") -> median $(median <"$out/$variant.cpu");" \
+    "wall ms/iter $(paste -sd' ' "$out/$variant.wall") -> median $(median <"$out/$variant.wall")"
+done
+awk -v p="$(median <"$out/portable.cpu")" -v n="$(median <"$out/native.cpu")" \
+  'BEGIN {printf "portable / native CPU time per iteration: %.3f\n", p / n}'

@@ -1,18 +1,24 @@
-// For the char_lm tests: tiny Shakespeare, found at run time the way char_lm
+// char_lm test helpers: tiny Shakespeare, found at run time the way char_lm
 // finds it, for the tests that need that very text; made-up text, generated in
-// the test, for those that need only some text; and a run small enough to train
-// on it in well under a second.
+// the test, for those that need only some text; a run small enough to train on
+// it in a second; and the built char_lm, run as a user would.
 #pragma once
 #include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <array>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/random.h"
 #include "examples/char_lm/data.h"
 #include "examples/char_lm/train.h"
+#include "tests/helpers.h"
 
 namespace ag::test {
 
@@ -57,31 +63,54 @@ inline const Lexicon accented = {{"Café", "crème", "brûlée", "naïve", "faç
                                  " ",
                                  ".\n"};
 
-// 1 layer, 2 heads, 32 wide, context 16, batch 4, 20 iterations, an evaluation
-// and checkpoint every 10, dropout 0.1 (so resuming must restore the dropout
-// generator too), quiet, no sample.
-inline char_lm::TrainConfig tiny_run(const std::string& data_path, const std::string& out_dir) {
+inline void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// 4000 words of made-up English, written once per process, for the tests that
+// need some text, not tiny Shakespeare in particular.
+inline const std::string& generated_text_file() {
+  static const TempDir dir("char_lm_text");
+  static const std::string path = [] {
+    write_file(dir.file("text.txt"), generated_text(english, 4000));
+    return dir.file("text.txt");
+  }();
+  return path;
+}
+
+// A model small enough to train in a second, with dropout on so that resuming
+// must restore the dropout generator too.
+inline char_lm::TrainConfig tiny_run(const std::string& out_dir, const std::string& data = generated_text_file()) {
   char_lm::TrainConfig c;
-  c.data_path = data_path;
-  c.out_dir = out_dir;
-  c.n_layer = 1;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.block_size = 16;
-  c.batch_size = 4;
-  c.dropout = 0.1;
-  c.max_iters = 20;
-  c.warmup_iters = 5;
-  c.lr_decay_iters = 20;
-  c.eval_interval = 10;
-  c.eval_iters = 2;
-  c.sample_tokens = 0;
+  c.run.data = data;
+  c.run.out = out_dir;
+  c.model.n_layer = 1;
+  c.model.n_head = 2;
+  c.model.n_embd = 32;
+  c.model.block_size = 16;
+  c.optim.batch_size = 4;
+  c.model.dropout = 0.1;
+  c.run.max_iters = 20;
+  c.optim.warmup_iters = 5;
+  c.optim.lr_decay_iters = 20;
+  c.run.eval_interval = 10;
+  c.run.eval_iters = 2;
+  c.run.sample_tokens = 0;
   c.quiet = true;
   return c;
 }
 
-inline void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
+// Runs the built char_lm with `args` (after `env`, e.g. "VAR=1 "); returns its
+// exit status and output (stdout and stderr together).
+inline std::pair<int, std::string> run_char_lm(const std::string& args, const std::string& env = "") {
+  const std::string command = env + std::string(ATTOGRAD_CHAR_LM) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  std::string output;
+  std::array<char, 4096> buffer;
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return {WEXITSTATUS(status), output};
 }
 
 }  // namespace ag::test

@@ -48,7 +48,7 @@ mkdir -p build
 cp "$char_lm" build/char_lm
 run ./build/char_lm train --max-iters 10 --eval-interval 5 --eval-iters 2 --sample-tokens 40 --threads 1
 expect "done: 10 iterations"
-[ -s out/model.safetensors ] && [ -s out/train_state.safetensors ] && [ -s out/log.csv ]
+[ -s out/best/model.safetensors ] && [ -s out/log.csv ]
 
 run ./build/char_lm sample --ckpt out --prompt "ROMEO:" --tokens 50 --temperature 0.8 --top-k 200 --seed 7
 expect "^ROMEO:"
@@ -63,6 +63,6 @@ int64s() {
 }
 header='{"idx":{"dtype":"I64","shape":[1,4],"data_offsets":[0,32]},"targets":{"dtype":"I64","shape":[1,4],"data_offsets":[32,64]}}'
 { int64s ${#header}; printf '%s' "$header"; int64s 1 2 3 4 2 3 4 5; } >batch.safetensors
-run ./build/char_lm grads --weights out/model.safetensors --batch batch.safetensors --out grads.safetensors
+run ./build/char_lm grads --weights out/best/model.safetensors --batch batch.safetensors --out grads.safetensors
 expect "gradients written to grads.safetensors"
 echo "readme flow: passed"

@@ -25,24 +25,27 @@ namespace {
 void check_train_sample_resume(const std::string& text, const std::string& name) {
   TempDir tmp(name);
   write_file(tmp.file("text.txt"), text);
-  TrainConfig c = ag::test::tiny_run(tmp.file("text.txt"), tmp.file("run"));
-  c.dropout = 0;
-  c.sample_tokens = 60;
+  TrainConfig c = ag::test::tiny_run(tmp.file("run"), tmp.file("text.txt"));
+  c.model.dropout = 0;
+  c.run.sample_tokens = 60;
   const TrainResult trained = train(c);
   REQUIRE(trained.sample.size() > 0);
 
-  LoadedModel loaded = load_model(model_path(c.out_dir));
+  LoadedModel loaded = load_model(model_path(find_checkpoint(c.run.out)));
   const Tokenizer expected = Tokenizer::from_text(text);
   CHECK(loaded.tokenizer.characters() == expected.characters());
-  const std::string sampled = generate(*loaded.model, loaded.tokenizer, "", {60, 0.8, 200, c.seed});
+  SampleOptions sampling;  // as train() samples
+  sampling.tokens = 60;
+  sampling.seed = c.optim.seed;
+  const std::string sampled = generate(*loaded.model, loaded.tokenizer, "", sampling);
   CHECK(sampled == trained.sample);  // the reloaded model is the trained one
   const std::u32string characters = decode_utf8(sampled);  // valid UTF-8
   CHECK(characters.size() == 60);
   for (const char32_t ch : characters) CHECK(expected.id(ch).has_value());
 
-  c.resume = true;
-  c.max_iters = 30;
-  c.sample_tokens = 0;
+  c.run.resume = true;
+  c.run.max_iters = 30;
+  c.run.sample_tokens = 0;
   const TrainResult resumed = train(c);
   CHECK(resumed.batch_losses.size() == 10);
 }
