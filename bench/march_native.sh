@@ -15,8 +15,7 @@ cd "$(dirname "$0")/.."
 data=${2:-$(bash scripts/get_data.sh)}
 rounds=${ROUNDS:-5}
 iters=200
-# Debian's OpenBLAS 0.3.21 takes Zen 4/5 for Haswell; name the AVX-512 kernels.
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SKYLAKEX}
+source scripts/blas_env.sh  # OpenBLAS's AVX-512 kernels on a CPU that has them
 for variant in portable native; do
   flag=OFF
   [ "$variant" = native ] && flag=ON
