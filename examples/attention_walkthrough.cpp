@@ -20,11 +20,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <string>
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "examples/common/command_line.h"
 #include "nn/attention.h"
 
 using namespace ag;
@@ -101,29 +101,36 @@ void print_agreement(const std::string& what, const Tensor& by_hand, const Tenso
 
 }  // namespace
 
+// The walkthrough's options (core/options.h explains the columns).
+#define AG_WALKTHROUGH_OPTIONS(X)                                                                            \
+  X(Local, uint64_t, seed,   1,     0, kNoLimit, "random weights and inputs of the default case")           \
+  X(Local, bool,     tiny,   false, 0, 0,        "2 tokens, d_model = d_k = 1, one head: docs/backprop.md section 20, by hand") \
+  X(Local, int64_t,  digits, 4,     1, 15,       "decimals printed (6 with --tiny unless given)")
+struct WalkthroughOptions {
+  AG_DECLARE_OPTIONS(AG_WALKTHROUGH_OPTIONS)
+};
+
 int main(int argc, char** argv) {
-  uint64_t seed = 1;
-  bool tiny = false;
-  bool digits_given = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) {
-      seed = std::stoull(argv[++i]);
-    } else if (!std::strcmp(argv[i], "--digits") && i + 1 < argc) {
-      digits = std::clamp(std::stoi(argv[++i]), 1, 15);
-      digits_given = true;
-    } else if (!std::strcmp(argv[i], "--tiny")) {
-      tiny = true;
-    } else {
-      std::printf("usage: attention_walkthrough [--seed N] [--tiny] [--digits N]\n"
-                  "Prints every step of causal multi-head self-attention, forward and backward, each\n"
-                  "backward step under the docs/backprop.md section it comes from, and checks the\n"
-                  "gradients against backward() and finite differences.\n"
-                  "  (default)   4 tokens, d_model = 8, 2 heads, random weights (--seed N, default 1)\n"
-                  "  --tiny      2 tokens, d_model = d_k = 1, one head: docs/backprop.md section 20, by hand\n"
-                  "  --digits N  decimals printed (default 4; 6 with --tiny)\n");
-      return std::strcmp(argv[i], "--help") ? 2 : 0;
-    }
+  CLI::App app("Prints every step of causal multi-head self-attention, forward and backward, each backward step "
+               "under the docs/backprop.md section it comes from, and checks the gradients against backward() and "
+               "finite differences. By default: 4 tokens, d_model = 8, 2 heads, random weights.",
+               "attention_walkthrough");
+  WalkthroughOptions options;
+  cli::ProcessOptions process;
+  process.threads = 1;
+  cli::Command command(&app);
+  command.bind(options).bind(process);
+  if (const int code = cli::parse(app, argc, argv); code >= 0) return code;
+  try {
+    command.apply();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attention_walkthrough: %s\n", e.what());
+    return 2;
   }
+  process.apply();
+  const uint64_t seed = options.seed;
+  const bool tiny = options.tiny, digits_given = command.given("digits");
+  digits = static_cast<int>(options.digits);
   if (tiny && !digits_given) digits = 6;
   const Sizes size = tiny ? Sizes{2, 1, 1} : Sizes{4, 8, 2};
   const int64_t n = size.n, d_model = size.d_model, H = size.H, d_h = size.d_h();
