@@ -10,6 +10,19 @@ namespace ag::cuda {
 
 namespace {
 
+// An update that every thread skips when the guard (a device scalar) is not finite.
+template <class Update> struct UnlessNonFinite {
+  Update update;
+  const double* guard;
+  __device__ void operator()(int64_t i) const {
+    if (guard && !isfinite(*guard)) return;
+    update(i);
+  }
+};
+template <class Update> UnlessNonFinite<Update> unless_non_finite(const Update& update, const double* guard) {
+  return {update, guard};
+}
+
 template <class T> struct Square {
   const T* x;
   __device__ double operator()(int64_t i) const { return static_cast<double>(x[i]) * static_cast<double>(x[i]); }
@@ -31,7 +44,9 @@ template <class T> struct ClipByNorm {
 void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const kernel::AdamHyper& hyper) {
   visit_floating(param.dtype(), "adam_step", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(param.numel(), math::AdamUpdate<T>(ptr<T>(param), ptr<const T>(grad), ptr<T>(m), ptr<T>(v), hyper));
+    for_each_index(param.numel(),
+                   unless_non_finite(math::AdamUpdate<T>(ptr<T>(param), ptr<const T>(grad), ptr<T>(m), ptr<T>(v), hyper),
+                                     hyper.skip_unless_finite));
   });
 }
 
@@ -39,8 +54,9 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
   const bool use_momentum = hyper.momentum != 0.0;
   visit_floating(param.dtype(), "sgd_step", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(param.numel(), math::SgdUpdate<T>(ptr<T>(param), ptr<const T>(grad),
-                                                     use_momentum ? ptr<T>(momentum_buffer) : nullptr, hyper));
+    for_each_index(param.numel(), unless_non_finite(math::SgdUpdate<T>(ptr<T>(param), ptr<const T>(grad),
+                                                                       use_momentum ? ptr<T>(momentum_buffer) : nullptr, hyper),
+                                                    hyper.skip_unless_finite));
   });
 }
 

@@ -51,16 +51,17 @@ AdamW::AdamW(const std::vector<NamedParameter>& params, AdamOptions options, dou
 
 // One kernel per segment: a group's parameters, gradients and moments are each
 // one contiguous range.
-void Adam::step() {
+void Adam::step(const Tensor& skip_unless_finite) {
   NoGradGuard no_grad;
   flat_.check_in_place(kind_);
+  const double* guard = guard_pointer(skip_unless_finite);
   ++step_;
   for (const FlatParameters::Segment& s : flat_.segments()) {
     const FlatParameters::Buffer& buffer = flat_.buffers()[s.buffer];
     Tensor p = FlatParameters::range(buffer.values, s), m = FlatParameters::range(exp_avg_[s.buffer], s),
            v = FlatParameters::range(exp_avg_sq_[s.buffer], s);
     const kernel::AdamHyper hyper{lr_, options_.beta1, options_.beta2, options_.eps, groups_[s.group].weight_decay,
-                                  step_, decoupled_};
+                                  step_, decoupled_, guard};
     kernel::adam_step(p, FlatParameters::range(buffer.grads, s), m, v, hyper);
   }
 }

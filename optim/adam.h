@@ -26,7 +26,7 @@ class Adam : public Optimizer {
   // One group.
   Adam(const std::vector<NamedParameter>& params, AdamOptions options = {}, double weight_decay = 0.0);
 
-  void step() override;
+  void step(const Tensor& skip_unless_finite = Tensor()) override;
   NamedTensors state() const override;
   void load_state(const NamedTensors& state) override;
 

@@ -26,6 +26,15 @@ Optimizer::Optimizer(const char* kind, std::vector<ParamGroup> groups, double lr
   flat_ = FlatParameters(groups_);
 }
 
+const double* Optimizer::guard_pointer(const Tensor& skip_unless_finite) const {
+  if (!skip_unless_finite.defined()) return nullptr;
+  AG_CHECK(skip_unless_finite.numel() == 1 && skip_unless_finite.dtype() == DType::Float64 &&
+               (flat_.buffers().empty() || skip_unless_finite.device() == flat_.buffers()[0].values.device()),
+           kind_ << ": step: skip_unless_finite " << describe(skip_unless_finite)
+                 << " is not one float64 on the parameters' device");
+  return static_cast<const double*>(skip_unless_finite.raw_data());
+}
+
 void Optimizer::set_lr(double lr) {
   AG_CHECK(lr >= 0, kind_ << ": learning rate must be >= 0, got " << lr);
   lr_ = lr;

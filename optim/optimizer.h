@@ -31,8 +31,11 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // One update of every parameter, in place, under NoGradGuard.
-  virtual void step() = 0;
+  // One update of every parameter, in place, under NoGradGuard. With
+  // skip_unless_finite (a float64 scalar on the parameters' device, such as the
+  // gradient norm) the update is skipped when it is not finite, decided on the
+  // device: a diverged step changes nothing, and nothing waits for the device.
+  virtual void step(const Tensor& skip_unless_finite = Tensor()) = 0;
   // Zeroes every gradient: one fill per flat buffer.
   void zero_grad() { flat_.zero_grad(); }
 
@@ -61,6 +64,9 @@ class Optimizer {
   // Splits a state name "<kind>.<parameter name>" and finds the parameter;
   // throws if there is no such parameter or the name has no '.'.
   std::pair<std::string, const NamedParameter*> parse_state_name(const std::string& name) const;
+  // The guard for the update kernels: null, or skip_unless_finite's value, checked
+  // to be one float64 on the parameters' device.
+  const double* guard_pointer(const Tensor& skip_unless_finite) const;
   // Throws unless `saved` can be state of `param`: floating, of its shape.
   void check_state(const Tensor& saved, const NamedParameter& param, const std::string& name) const;
   // Copies checked state into the optimizer's buffer view `dst`, converting dtype and device.

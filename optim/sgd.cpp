@@ -21,16 +21,17 @@ SGD::SGD(const std::vector<NamedParameter>& params, SgdOptions options, double w
     : SGD(std::vector<ParamGroup>{{params, weight_decay}}, options) {}
 
 // One kernel per segment, as Adam.
-void SGD::step() {
+void SGD::step(const Tensor& skip_unless_finite) {
   NoGradGuard no_grad;
   flat_.check_in_place(kind_);
+  const double* guard = guard_pointer(skip_unless_finite);
   for (const FlatParameters::Segment& s : flat_.segments()) {
     const FlatParameters::Buffer& buffer = flat_.buffers()[s.buffer];
     Tensor p = FlatParameters::range(buffer.values, s);
     // Without momentum there is no buffer (as in torch); the kernel never reads this argument.
     Tensor b = momentum_.empty() ? p : FlatParameters::range(momentum_[s.buffer], s);
     const kernel::SgdHyper hyper{lr_, options_.momentum, options_.dampening, groups_[s.group].weight_decay,
-                                 options_.nesterov, /*first_step=*/!started_};
+                                 options_.nesterov, /*first_step=*/!started_, guard};
     kernel::sgd_step(p, FlatParameters::range(buffer.grads, s), b, hyper);
   }
   started_ = true;

@@ -25,7 +25,7 @@ class SGD : public Optimizer {
   // One group.
   SGD(const std::vector<NamedParameter>& params, SgdOptions options, double weight_decay = 0.0);
 
-  void step() override;
+  void step(const Tensor& skip_unless_finite = Tensor()) override;
   NamedTensors state() const override;
   void load_state(const NamedTensors& state) override;
 

@@ -8,7 +8,8 @@
 //     backward of L_m / n                    n = scored targets in the whole step
 //   after_backward()                         the hook (a data-parallel all-reduce goes here)
 //   norm ← clip_grad_norm(grad_clip)         one reduction over the flat buffer
-//   optimizer.step()                         one kernel per parameter group
+//   optimizer.step()                         one kernel per parameter group,
+//                                            skipped if the loss or norm is not finite
 //
 // Dividing every micro-batch by the whole step's count n, not by its own,
 // makes the accumulated gradient exactly the gradient of the mean loss over the
@@ -18,6 +19,12 @@
 //
 // The loss and the norm come back as scalars on the model's device: on CUDA
 // nothing waits for the device until the caller reads them (at log intervals).
+//
+// A step whose loss or gradient norm is not finite (a diverged run: too high a
+// learning rate, an overflow) changes nothing: the update kernels skip it on
+// the device. check_finite() then stops the run with the iteration, the
+// learning rate and the first parameter whose gradient went bad; the caller
+// calls it before every save, so a diverged run never overwrites a checkpoint.
 #pragma once
 #include <functional>
 #include <vector>
@@ -70,12 +77,33 @@ class TrainStep {
   // Iteration `iter` (from 0) over `micro_batches` (at least one).
   StepResult run(int64_t iter, const std::vector<Batch>& micro_batches);
 
+  // Throws ag::Error for the first step run since the last check whose loss or
+  // gradient norm was not finite: its iteration, learning rate and values, and
+  // the first parameter (in the model's order) whose gradient holds a NaN or an
+  // infinity — exact when that step is the latest, as it is when the caller
+  // checks after every step. With `rerun` (that latest step's micro-batches)
+  // the step's forward and backward run again in anomaly mode
+  // (core/autograd.h), naming the op that first produced a non-finite value.
+  // On CUDA it waits for the device once: check at log intervals and before saves.
+  void check_finite(const std::vector<Batch>* rerun = nullptr);
+
  private:
+  struct Unchecked {
+    int64_t iter;
+    double lr;
+    int64_t scored;
+    Tensor loss, grad_norm;
+  };
+  // Forward and backward of every micro-batch into the zeroed gradient buffer;
+  // returns the step's mean loss.
+  Tensor accumulate_gradients(const std::vector<Batch>& micro_batches, int64_t scored);
+
   Optimizer& optimizer_;
   TrainOptions options_;
   SummedLoss summed_loss_;
   Device device_;
   int64_t ignore_index_;
+  std::vector<Unchecked> unchecked_;
 };
 
 }  // namespace ag::optim

@@ -1,7 +1,11 @@
 // char_lm's training loop, checkpoints and data handling, on a tiny model.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
+#include "core/autograd.h"
 #include "core/safetensors.h"
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/data.h"
@@ -11,6 +15,7 @@
 
 using namespace ag;
 using namespace ag::char_lm;
+using ag::test::write_file;
 
 namespace {
 // An empty directory of this process's own (parallel test runs never share
@@ -21,10 +26,6 @@ std::string fresh_dir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
-}
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
 }
 
 std::string read_file(const std::string& path) {
@@ -60,7 +61,7 @@ TEST_CASE("char_lm: stopping and resuming gives the same losses as not stopping"
 TEST_CASE("char_lm: a few hundred iterations on tiny Shakespeare bring the loss under 2.6") {
   // From ln(65) ≈ 4.17 at init. A unigram model reaches about 3.3 and a bigram
   // model about 2.5; 2.6 needs the model to use the previous characters.
-  TrainConfig c = tiny_run(fresh_dir("learns"));
+  TrainConfig c = tiny_run(fresh_dir("learns"), ag::test::shakespeare_path());
   c.model.dropout = 0;
   c.model.n_embd = 64;
   c.model.n_layer = 2;
@@ -84,11 +85,12 @@ TEST_CASE("char_lm: checkpoints round-trip the model and its tokenizer") {
   TrainConfig c = tiny_run(dir);
   c.run.max_iters = 2;
   train(c);
-  const LoadedModel loaded = load_model(model_path(dir));
+  const LoadedModel loaded = load_model(model_path(find_checkpoint(dir)));
   CHECK(loaded.model->config().n_embd == 32);
-  CHECK(loaded.tokenizer.vocab_size() == 65);
-  CHECK(loaded.tokenizer.decode(loaded.tokenizer.encode("ROMEO:\n")) == "ROMEO:\n");
-  const SafetensorsFile file = load_safetensors(model_path(dir));
+  CHECK(loaded.tokenizer.characters() ==
+        Tokenizer::from_text(read_text(ag::test::generated_text_file())).characters());
+  CHECK(loaded.tokenizer.decode(loaded.tokenizer.encode("ROMEO.\n")) == "ROMEO.\n");
+  const SafetensorsFile file = load_safetensors(model_path(find_checkpoint(dir)));
   CHECK(file.contains("blocks.0.attn.w_q.weight"));
   CHECK(file.at("blocks.0.attn.w_q.weight").shape() == Shape{32, 32});
   CHECK(file.metadata.at("gelu") == "erf");
@@ -99,7 +101,7 @@ TEST_CASE("char_lm: each kind of corrupt checkpoint is a clear error naming the 
   TrainConfig c = tiny_run(dir);
   c.run.max_iters = 1;
   train(c);
-  const std::string good = read_file(model_path(dir));
+  const std::string good = read_file(model_path(find_checkpoint(dir)));
   const std::string bad = dir + "/bad.safetensors";
 
   SUBCASE("truncated") {
@@ -111,21 +113,43 @@ TEST_CASE("char_lm: each kind of corrupt checkpoint is a clear error naming the 
     CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("bad.safetensors"), Error);
   }
   SUBCASE("mis-shaped parameter") {
-    SafetensorsFile file = load_safetensors(model_path(dir));
+    SafetensorsFile file = load_safetensors(model_path(find_checkpoint(dir)));
     for (NamedTensor& t : file.tensors)
       if (t.name == "blocks.0.mlp.fc.weight") t.tensor = Tensor::zeros({32, 64});
     save_safetensors(bad, file.tensors, file.metadata);
     CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("blocks.0.mlp.fc.weight"), Error);
   }
   SUBCASE("wrong dtype") {
-    SafetensorsFile file = load_safetensors(model_path(dir));
+    SafetensorsFile file = load_safetensors(model_path(find_checkpoint(dir)));
     for (NamedTensor& t : file.tensors)
       if (t.name == "ln_f.bias") t.tensor = Tensor::from_indices(std::vector<int64_t>(32, 0), {32});
     save_safetensors(bad, file.tensors, file.metadata);
     CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("ln_f.bias"), Error);
   }
+  SUBCASE("non-finite weights") {
+    SafetensorsFile file = load_safetensors(model_path(find_checkpoint(dir)));
+    for (NamedTensor& t : file.tensors)
+      if (t.name == "blocks.0.attn.w_v.weight") t.tensor = Tensor::full({32, 32}, NAN);
+    save_safetensors(bad, file.tensors, file.metadata);
+    CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("'blocks.0.attn.w_v.weight' holds NaN or infinite values"),
+                         Error);
+  }
+  SUBCASE("a corrupt option in the training state names the file") {
+    const std::string legacy = fresh_dir("corrupt_state");
+    const std::string unit = find_checkpoint(dir);
+    std::filesystem::copy_file(model_path(unit), model_path(legacy));
+    SafetensorsFile state = load_safetensors(train_state_path(unit));
+    state.metadata["lr"] = "fast";
+    save_safetensors(train_state_path(legacy), state.tensors, state.metadata);
+    TrainConfig resume = c;
+    resume.run.out = legacy;
+    resume.run.resume = true;
+    const std::string message = train_state_path(legacy) + "': __metadata__ 'lr': 'fast' is not a number";
+    CHECK_THROWS_WITH_AS(train(resume), doctest::Contains(message.c_str()),
+                         Error);
+  }
   SUBCASE("missing config") {
-    SafetensorsFile file = load_safetensors(model_path(dir));
+    SafetensorsFile file = load_safetensors(model_path(find_checkpoint(dir)));
     file.metadata.erase("n_head");
     save_safetensors(bad, file.tensors, file.metadata);
     CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("n_head"), Error);
@@ -151,13 +175,8 @@ TEST_CASE("char_lm: missing, empty or too short data is a clear error") {
   write_file(dir + "/short.txt", "To be, or not");
   c.run.data = dir + "/short.txt";
   CHECK_THROWS_WITH_AS(train(c), doctest::Contains("fewer than block_size + 1 = 17"), Error);
-}
-
-TEST_CASE("char_lm: the tokenizer is the sorted unique characters") {
-  const Tokenizer t = Tokenizer::from_text("hello world");
-  CHECK(t.chars() == " dehlorw");
-  CHECK(t.encode("low") == std::vector<int64_t>{4, 5, 7});
-  CHECK_THROWS_WITH_AS(t.encode("z"), doctest::Contains("'z' is not in the model's vocabulary"), Error);
+  c.run.data = dir;
+  CHECK_THROWS_WITH_AS(train(c), doctest::Contains(("'" + dir + "' is a directory").c_str()), Error);
 }
 
 TEST_CASE("cuda: 20 training steps give the same losses on CPU and CUDA to 4 decimals") {
@@ -188,18 +207,54 @@ TEST_CASE("char_lm: resuming with other run options, or from a mismatched checkp
   other.model.block_size = 8;
   CHECK_THROWS_WITH_AS(train(other), doctest::Contains("--block-size: the run has 16, this call gives 8"), Error);
 
-  // A crash between the two checkpoint writes leaves weights and state from different iterations.
+  // A run directory from before checkpoint units, whose two files come from different iterations
+  // (a crash between the two writes could leave that): refused, naming both.
   TrainConfig later = c;
   later.run.out = fresh_dir("resume_checks_later");
   later.run.max_iters = 11;
   later.run.eval_interval = 11;
   train(later);
-  std::filesystem::copy_file(model_path(later.run.out), model_path(dir), std::filesystem::copy_options::overwrite_existing);
+  const std::string legacy = fresh_dir("resume_checks_legacy");
+  std::filesystem::copy_file(model_path(find_checkpoint(later.run.out)), model_path(legacy));
+  std::filesystem::copy_file(train_state_path(find_checkpoint(dir)), train_state_path(legacy));
   TrainConfig resume = c;
+  resume.run.out = legacy;
   resume.run.resume = true;
   resume.run.max_iters = 20;
   CHECK_THROWS_WITH_AS(train(resume), doctest::Contains("weights from iteration 11 but training state from iteration 10"),
                        Error);
+}
+
+TEST_CASE("char_lm: checkpoints are units: the newest K kept, best by validation loss, a damaged one passed over") {
+  const std::string dir = fresh_dir("units");
+  TrainConfig c = tiny_run(dir);
+  c.model.dropout = 0;
+  c.run.eval_interval = 5;
+  c.run.keep_checkpoints = 2;
+  train(c);  // saves at 0, 5, 10, 15, 20
+  std::vector<std::string> units;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().rfind("ckpt-", 0) == 0) units.push_back(e.path().filename().string());
+  std::sort(units.begin(), units.end());
+  // The two newest, and the best unless it is one of them (validation loss falls here: it is the newest).
+  CHECK(units == std::vector<std::string>{"ckpt-00000015", "ckpt-00000020"});
+  CHECK(std::filesystem::read_symlink(dir + "/best").string() == "ckpt-00000020");
+  CHECK(find_checkpoint(dir) == dir + "/ckpt-00000020");
+  CHECK(find_checkpoint(dir + "/ckpt-00000015") == dir + "/ckpt-00000015");  // a unit's own directory works too
+
+  // Damage the newest unit: readers pass over it, and a resumed run continues from the one before.
+  const std::string newest = dir + "/ckpt-00000020";
+  std::string bytes = read_file(model_path(newest));
+  bytes[bytes.size() - 3] ^= 0x55;
+  write_file(model_path(newest), bytes);
+  std::vector<std::string> passed_over;
+  CHECK(find_checkpoint(dir, &passed_over) == dir + "/ckpt-00000015");
+  REQUIRE(passed_over.size() == 1);
+  CHECK(passed_over[0].find("model.safetensors does not match the manifest") != std::string::npos);
+  TrainConfig resume = c;
+  resume.run.resume = true;
+  const TrainResult r = train(resume);
+  CHECK(r.batch_losses.size() == 5);  // iterations 15..19 again
 }
 
 TEST_CASE("char_lm: a resumed run's log keeps one row per iteration") {
@@ -216,4 +271,48 @@ TEST_CASE("char_lm: a resumed run's log keeps one row per iteration") {
   int batch_rows = 0;
   while (std::getline(in, line)) batch_rows += line.find(",batch,") != std::string::npos;
   CHECK(batch_rows == 12);
+}
+
+TEST_CASE("char_lm: a diverging run stops with a clear error and never overwrites a good checkpoint with NaN") {
+  TrainConfig c = tiny_run(fresh_dir("diverges"));
+  c.model.dropout = 0;
+  c.optim.lr = 1e3;
+  c.optim.warmup_iters = 0;
+  c.run.eval_interval = 5;
+  CHECK_THROWS_WITH_AS(train(c), doctest::Contains("training diverged at iteration"), Error);
+  // The checkpoint is the last good one, finite, and loads.
+  const LoadedModel loaded = load_model(model_path(find_checkpoint(c.run.out)));
+  for (const Tensor& p : loaded.model->parameters()) CHECK(all_finite(p));
+}
+
+TEST_CASE("char_lm: killed at every step of every checkpoint write, the run resumes and ends as if never killed") {
+  // ATTOGRAD_CRASH_AT_WRITE=k kills the writer (no cleanup, as kill -9) at the
+  // k-th boundary of its saves (examples/char_lm/checkpoint.cpp): 7 per save,
+  // 3 saves in this run.
+  const std::string options = " --data " + ag::test::generated_text_file() +
+                              " --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 2 --dropout 0.1"
+                              " --max-iters 4 --eval-interval 2 --eval-iters 1 --warmup-iters 1 --lr-decay-iters 4"
+                              " --sample-tokens 0 --threads 1";
+  const std::string straight = fresh_dir("kill_straight");
+  REQUIRE(ag::test::run_char_lm("train --out " + straight + options).first == 0);
+  const auto final_val_loss = [](const std::string& dir) {
+    std::ifstream in(find_checkpoint(dir) + "/manifest.json");
+    return nlohmann::json::parse(in).at("val_loss").get<double>();
+  };
+  const double expected = final_val_loss(straight);
+  for (int k = 1; k <= 21; ++k) {
+    CAPTURE(k);
+    const std::string dir = fresh_dir("kill_" + std::to_string(k));
+    const auto [killed, output] =
+        ag::test::run_char_lm("train --out " + dir + options, "ATTOGRAD_CRASH_AT_WRITE=" + std::to_string(k) + " ");
+    REQUIRE(killed == 86);
+    // Before the first unit is complete there is no run yet: start it again; else resume it.
+    const bool has_run = holds_run(dir);
+    const auto [status, log] = ag::test::run_char_lm(std::string("train ") + (has_run ? "--resume" : "") + " --out " + dir + options);
+    INFO(log);
+    REQUIRE(status == 0);
+    CHECK(final_val_loss(dir) == expected);
+    for (const auto& e : std::filesystem::directory_iterator(dir))  // the killed writer's temporaries are gone
+      CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+  }
 }

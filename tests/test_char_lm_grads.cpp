@@ -174,3 +174,17 @@ TEST_CASE("char_lm grads: idx and targets of different shapes are an ag::Error n
   CHECK_THROWS_WITH_AS(char_lm::compute_grads(write_weights(golden, tmp), batch, tmp.file("G.safetensors")),
                        doctest::Contains(batch.c_str()), Error);
 }
+
+TEST_CASE("char_lm grads: a batch with nothing to score is an error, not a NaN loss") {
+  const SafetensorsFile golden = load_golden("erf");
+  ag::test::TempDir tmp("char_lm_grads_empty");
+  const Tensor& idx = golden.at("batch/idx");
+  const std::string ignored = tmp.file("B_ignored.safetensors");
+  save_safetensors(ignored, {{"idx", idx}, {"targets", Tensor::full(idx.shape(), -100, DType::Int64)}});
+  CHECK_THROWS_WITH_AS(char_lm::compute_grads(write_weights(golden, tmp), ignored, tmp.file("G.safetensors")),
+                       doctest::Contains("no target to score"), Error);
+  const std::string empty = tmp.file("B_empty.safetensors");
+  save_safetensors(empty, {{"idx", Tensor::from_indices({}, {0, 4})}, {"targets", Tensor::from_indices({}, {0, 4})}});
+  CHECK_THROWS_WITH_AS(char_lm::compute_grads(write_weights(golden, tmp), empty, tmp.file("G.safetensors")),
+                       doctest::Contains("no target to score"), Error);
+}

@@ -41,7 +41,7 @@ const ag::test::TempDir& temp_root() {
 }
 
 std::string char_lm_command(const TrainConfig& c) {
-  return std::string(ATTOGRAD_CHAR_LM) + " " + ag::test::train_arguments(c) + " --threads 1";
+  return std::string(ATTOGRAD_CHAR_LM).append(" ").append(ag::test::train_arguments(c)).append(" --threads 1");
 }
 
 // A 40-iteration run of the tiny model, logging every loss. No dropout: each

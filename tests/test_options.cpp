@@ -32,11 +32,6 @@ std::set<std::string> parse_train(TrainConfig& config, std::vector<std::string> 
   return command.given_names();
 }
 
-// Runs the built char_lm with `args`; returns its exit status and output (stdout and stderr).
-std::pair<int, std::string> run_char_lm(const std::string& args) {
-  return ag::test::run_command(std::string(ATTOGRAD_CHAR_LM) + " " + args);
-}
-
 // tiny_run, shorter: 4 iterations.
 TrainConfig tiny(const std::string& out) {
   TrainConfig c = ag::test::tiny_run(out);
@@ -85,7 +80,7 @@ TEST_CASE("options: values are checked against the table's ranges, in the user's
 TEST_CASE("options: --grad-accum, added as one table line, reaches --help, the config, the metadata and the resume check") {
   ag::test::TempDir tmp("options_grad_accum");
   // --help of the real program.
-  const auto [help_status, help] = run_char_lm("train --help");
+  const auto [help_status, help] = ag::test::run_char_lm("train --help");
   CHECK(help_status == 0);
   CHECK(help.find("--grad-accum") != std::string::npos);
   // The config, from the command line.
@@ -95,7 +90,7 @@ TEST_CASE("options: --grad-accum, added as one table line, reaches --help, the c
   // The metadata of the training state.
   c.given = given;
   train(c);
-  const SafetensorsFile state = load_safetensors(train_state_path(c.run.out));
+  const SafetensorsFile state = load_safetensors(train_state_path(find_checkpoint(c.run.out)));
   CHECK(state.metadata.at("grad-accum") == "2");
   CHECK(state.metadata.at("n-layer") == "1");
   // The resume check: kept when not given again, an error when given another value.
@@ -104,7 +99,7 @@ TEST_CASE("options: --grad-accum, added as one table line, reaches --help, the c
   resume.run.max_iters = 6;
   resume.given = std::set<std::string>{"resume", "max_iters", "out"};
   CHECK_NOTHROW(train(resume));
-  CHECK(load_safetensors(train_state_path(c.run.out)).metadata.at("grad-accum") == "2");
+  CHECK(load_safetensors(train_state_path(find_checkpoint(c.run.out))).metadata.at("grad-accum") == "2");
   resume.given->insert("grad_accum");
   resume.optim.grad_accum = 1;
   CHECK_THROWS_WITH_AS(train(resume), doctest::Contains("--grad-accum: the run has 2, this call gives 1"), Error);
@@ -124,9 +119,9 @@ TEST_CASE("options: a resumed run takes the options it was not given again, data
   resume.given = std::set<std::string>{"resume", "out", "max_iters", "sample_tokens"};
   const TrainResult r = train(resume);  // finds the text through the saved --data
   CHECK(r.batch_losses.size() == 2);
-  const SafetensorsFile state = load_safetensors(train_state_path(c.run.out));
+  const SafetensorsFile state = load_safetensors(train_state_path(find_checkpoint(c.run.out)));
   CHECK(state.metadata.at("lr") == "0.003");
-  CHECK(state.metadata.at("data") == ATTOGRAD_DATA_FILE);
+  CHECK(state.metadata.at("data") == ag::test::generated_text_file());
   CHECK(state.metadata.at("max-iters") == "6");
 }
 
@@ -134,15 +129,20 @@ TEST_CASE("options: a metadata key this build does not know is an error naming i
   ag::test::TempDir tmp("options_unknown_key");
   TrainConfig c = tiny(tmp.file("run"));
   train(c);
-  SafetensorsFile model = load_safetensors(model_path(c.run.out));
+  SafetensorsFile model = load_safetensors(model_path(find_checkpoint(c.run.out)));
   model.metadata["attn_window"] = "64";  // a newer model's option: loading it here would compute another function
   save_safetensors(tmp.file("newer.safetensors"), model.tensors, model.metadata);
   CHECK_THROWS_WITH_AS(load_model(tmp.file("newer.safetensors")), doctest::Contains("'attn_window'"), Error);
 
-  SafetensorsFile state = load_safetensors(train_state_path(c.run.out));
+  // A run directory from before checkpoint units (its files at the top, no manifest to check them).
+  const std::string legacy = tmp.file("legacy");
+  std::filesystem::create_directories(legacy);
+  const std::string unit = find_checkpoint(c.run.out);
+  std::filesystem::copy_file(model_path(unit), model_path(legacy));
+  SafetensorsFile state = load_safetensors(train_state_path(unit));
   state.metadata["accumulate-fancily"] = "yes";
-  save_safetensors(train_state_path(c.run.out), state.tensors, state.metadata);
-  TrainConfig resume = tiny(c.run.out);
+  save_safetensors(train_state_path(legacy), state.tensors, state.metadata);
+  TrainConfig resume = tiny(legacy);
   resume.run.resume = true;
   resume.run.max_iters = 6;
   CHECK_THROWS_WITH_AS(train(resume), doctest::Contains("'accumulate-fancily'"), Error);
@@ -150,26 +150,26 @@ TEST_CASE("options: a metadata key this build does not know is an error naming i
 
 TEST_CASE("options: the program's messages: a misspelt option, a bad value, an existing run, a config file") {
   ag::test::TempDir tmp("options_program");
-  auto [status, output] = run_char_lm("train --n-layers 3");
+  auto [status, output] = ag::test::run_char_lm("train --n-layers 3");
   CHECK(status == 2);
   CHECK(output.find("unknown option --n-layers (did you mean --n-layer?)") != std::string::npos);
-  std::tie(status, output) = run_char_lm("train --block-size 0 --out " + tmp.file("never"));
+  std::tie(status, output) = ag::test::run_char_lm("train --block-size 0 --out " + tmp.file("never"));
   CHECK(status == 1);
   CHECK(output.find("--block-size must be in [1, 1048576], got 0") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(tmp.file("never")));  // checked before --out is touched
 
-  const std::string common = " --data " + std::string(ATTOGRAD_DATA_FILE) + " --out " + tmp.file("run") +
+  const std::string common = " --data " + ag::test::generated_text_file() + " --out " + tmp.file("run") +
                              " --n-layer 1 --n-embd 16 --block-size 8 --batch-size 2 --max-iters 2 --eval-iters 1"
                              " --sample-tokens 0 --threads 1";
   std::ofstream(tmp.file("run.toml")) << "n-head = 2\nwarmup-iters = 1\nlr-decay-iters = 2\n";
-  std::tie(status, output) = run_char_lm("train --config " + tmp.file("run.toml") + common);
+  std::tie(status, output) = ag::test::run_char_lm("train --config " + tmp.file("run.toml") + common);
   CHECK(status == 0);
   CHECK(output.find("writing checkpoints and log.csv to " + tmp.file("run")) != std::string::npos);
-  CHECK(load_safetensors(model_path(tmp.file("run"))).metadata.at("n_head") == "2");
-  std::tie(status, output) = run_char_lm("train" + common);
+  CHECK(load_safetensors(model_path(find_checkpoint(tmp.file("run")))).metadata.at("n_head") == "2");
+  std::tie(status, output) = ag::test::run_char_lm("train" + common);
   CHECK(status == 1);
   CHECK(output.find("holds a run already; pass --resume to continue it, --overwrite to replace it") != std::string::npos);
-  std::tie(status, output) = run_char_lm("train --resume --out " + tmp.file("run") + " --max-iters 3 --threads 1");
+  std::tie(status, output) = ag::test::run_char_lm("train --resume --out " + tmp.file("run") + " --max-iters 3 --threads 1");
   CHECK(status == 0);
   CHECK(output.find("resuming from iteration 2") != std::string::npos);
 }

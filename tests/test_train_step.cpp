@@ -8,6 +8,8 @@
 #include "examples/char_lm/data.h"
 #include "nn/gpt.h"
 #include "optim/adam.h"
+#include "core/autograd.h"
+#include "core/dispatch.h"
 #include "optim/data_parallel.h"
 #include "optim/train_step.h"
 #include "tests/helpers.h"
@@ -206,5 +208,67 @@ TEST_CASE("cuda: a training step waits for the device only to upload its batches
     const optim::StepResult r = step.run(1, batches);
     CHECK(cuda::synchronizations() - before == 2 * 2);  // x and y of each micro-batch
     CHECK(std::isfinite(r.loss.item()));
+  }
+}
+
+TEST_CASE("train step: a diverged step changes no parameter, and check_finite names it") {
+  const std::unique_ptr<nn::GPT> model = tiny_gpt();
+  optim::AdamW optimizer(model->named_parameters(), {.lr = 1e-3});
+  optim::TrainOptions options;
+  options.warmup_iters = 0;
+  optim::TrainStep step(optimizer, options,
+                        [&](const Tensor& x, const Tensor& y) { return model->loss(x, y, Reduction::Sum); }, Device::CPU);
+  const std::vector<optim::Batch> batches = draw(1, 2);
+  step.run(0, batches);
+  step.check_finite();  // a finite step passes
+  // Poison one weight: the loss and every gradient downstream of it turn NaN.
+  const NamedTensor w_q = model->named_parameters()[4];
+  REQUIRE(w_q.name == "blocks.0.attn.w_q.weight");
+  std::vector<Tensor> before;
+  for (const Tensor& p : model->parameters()) before.push_back(p.detach().clone());
+  Tensor poisoned = w_q.tensor.view(5, {1});
+  kernel::fill(poisoned, NAN);
+  before[4] = w_q.tensor.detach().clone();
+  step.run(1, batches);
+  const std::vector<Tensor> params = model->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    INFO("parameter " << i);
+    const std::vector<double> a = params[i].to_vector(), b = before[i].to_vector();
+    for (size_t j = 0; j < a.size(); ++j) CHECK((a[j] == b[j] || (std::isnan(a[j]) && std::isnan(b[j]))));
+  }
+  CHECK_THROWS_WITH_AS(step.check_finite(), doctest::Contains("training diverged at iteration 1 (lr 0.000999"), Error);
+  step.run(2, batches);
+  CHECK_THROWS_WITH_AS(step.check_finite(&batches),
+                       doctest::Contains("anomaly mode: the forward of 'linear' received a non-finite input"), Error);
+}
+
+TEST_CASE("anomaly mode names the first op whose output or gradient is not finite") {
+  const Tensor x = Tensor::from_vector({1.0, -1.0, 4.0}, {3}, DType::Float64).requires_grad_();
+  {
+    AnomalyModeGuard anomaly;
+    CHECK_THROWS_WITH_AS(log(x), doctest::Contains("the forward of 'log' produced a non-finite value from finite inputs"),
+                         Error);
+    const Tensor zero = Tensor::zeros({1}, DType::Float64).requires_grad_();
+    const Tensor root = pow(zero, 0.5);  // finite: 0
+    CHECK_THROWS_WITH_AS(sum(root).backward(), doctest::Contains("the backward of 'pow' produced a non-finite gradient"),
+                         Error);
+  }
+  CHECK_NOTHROW(log(x));  // off again: NaN is an ordinary value
+}
+
+TEST_CASE("flat buffers: linear adds dW straight into the gradient buffer, equal to a separate gradient") {
+  // Two identical float64 models; only the first has an optimizer (and so pinned, flat gradients).
+  const std::unique_ptr<nn::GPT> flat = tiny_gpt(), plain = tiny_gpt();
+  optim::AdamW optimizer(flat->named_parameters());
+  const std::vector<optim::Batch> batches = draw(2, 3);
+  for (const optim::Batch& b : batches) {  // two backwards: the second accumulates onto the first
+    flat->loss(b.x, b.y).backward();
+    plain->loss(b.x, b.y).backward();
+  }
+  const std::vector<NamedTensor> a = flat->named_parameters(), b = plain->named_parameters();
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i].name);
+    CHECK(a[i].tensor.impl()->grad_pinned);
+    CHECK_CLOSE(a[i].tensor.grad(), b[i].tensor.grad(), 1e-13);
   }
 }

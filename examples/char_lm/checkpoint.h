@@ -1,4 +1,20 @@
-// char_lm checkpoints, two safetensors files in one directory:
+// char_lm checkpoints. A run directory keeps one unit per save:
+//
+//   RUN/ckpt-00000250/   model.safetensors, train_state.safetensors, manifest.json
+//   RUN/best             a symbolic link to the unit with the lowest validation loss
+//   RUN/log.csv
+//
+// A unit is written under a temporary name (RUN/.ckpt-00000250.tmp-<pid>), each
+// file flushed to disk, the manifest (each file's size and checksum, the
+// iteration, the validation loss) last, then made visible by one rename: a unit
+// is either complete or absent. The newest --keep-checkpoints units are kept
+// (and the best). So a kill at any moment, or a full disk, leaves at worst a
+// temporary, removed at the next start, beside intact earlier units: a run can
+// always be resumed. Readers take the newest unit whose files match its
+// manifest; a unit's own directory, or a directory from before units that holds
+// model.safetensors itself, works too.
+//
+// The two files of a unit:
 //   model.safetensors        every parameter under its module path, float32,
 //                            with the model's options (nn/gpt_options.h: Model
 //                            and Derived, snake_case keys), the tokenizer's
@@ -8,8 +24,7 @@
 //                            the iteration, with the run's options (Model, Run
 //                            and Setting, dashed keys) in __metadata__, so
 //                            --resume continues the same run.
-// Both are written atomically (save_safetensors writes a temp file, then
-// renames). A __metadata__ key this build does not know is an error.
+// A __metadata__ key this build does not know is an error.
 #pragma once
 #include <memory>
 #include <string>
@@ -50,6 +65,23 @@ struct TrainState {
 };
 void save_train_state(const std::string& path, const TrainState& state, const TrainConfig& config,
                       const optim::Optimizer& optimizer);
+// --- units -----------------------------------------------------------------------------
+std::string unit_name(int64_t iter);  // "ckpt-00000250"
+// Writes the unit of `iter` into run_dir (see the top of the file), points
+// `best` at it if val_loss is the lowest so far, and keeps the newest `keep` units.
+void save_checkpoint(const std::string& run_dir, int64_t iter, double val_loss, const nn::GPT& model,
+                     const Tokenizer& tokenizer, const TrainState& state, const TrainConfig& config,
+                     const optim::Optimizer& optimizer, int64_t keep);
+// The newest complete unit of a run directory; or `dir` itself when it is a
+// unit, or holds model.safetensors directly. Units whose files do not match
+// their manifest are passed over and named in `passed_over`. Throws naming the
+// directory when there is none.
+std::string find_checkpoint(const std::string& dir, std::vector<std::string>* passed_over = nullptr);
+// True if `dir` holds a run (a unit, or model.safetensors).
+bool holds_run(const std::string& dir);
+// Removes what a killed writer left in run_dir (temporary units and files).
+void remove_stale_temporaries(const std::string& run_dir);
+
 // Restores the optimizer from a loaded train_state file and returns the rest.
 TrainState restore_train_state(const SafetensorsFile& file, optim::Optimizer& optimizer);
 // The run's options, as a train_state file saved them: the ones a command line

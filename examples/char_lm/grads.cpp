@@ -19,6 +19,9 @@ double compute_grads(const std::string& weights_path, const std::string& batch_p
            "grads: '" << batch_path << "': idx " << describe(idx) << " and targets " << describe(targets)
                       << " must both be [B, T]");
 
+  int64_t scored = 0;
+  for (int64_t t : targets.to_indices()) scored += t != -100;
+  AG_CHECK(scored > 0, "grads: '" << batch_path << "': no target to score (the batch is empty or every target is -100)");
   model.train();  // dropout is 0: train and eval agree
   const Tensor loss = model.loss(idx.to(device), targets.to(device));
   loss.backward();

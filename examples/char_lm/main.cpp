@@ -42,7 +42,9 @@ int run_train(const cli::Command& command, TrainConfig config) {
 
 int run_sample(const SampleOptions& o, const nn::GPTConfig& settings) {
   require_device(o.device);
-  LoadedModel loaded = load_model(model_path(o.ckpt), DType::Float32, settings);
+  const std::string unit = find_checkpoint(o.ckpt);
+  std::fprintf(stderr, "sampling from %s\n", unit.c_str());
+  LoadedModel loaded = load_model(model_path(unit), DType::Float32, settings);
   loaded.model->to(o.device);
   AG_CHECK(loaded.tokenizer.vocab_size() > 0, "sample: the checkpoint has no tokenizer characters");
   std::printf("%s\n", generate(*loaded.model, loaded.tokenizer, o.prompt, o).c_str());

@@ -95,6 +95,17 @@ void truncate_log(const std::string& path, int64_t start) {
   std::ofstream(path, std::ios::trunc) << kept;
 }
 
+// --overwrite: the old run's checkpoints and log go, so none can be mistaken for the new run's.
+void clear_run(const std::string& dir) {
+  namespace fs = std::filesystem;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("ckpt-", 0) == 0 || name == "best" || name == "model.safetensors" ||
+        name == "train_state.safetensors" || name == "log.csv")
+      fs::remove_all(e.path());
+  }
+}
+
 // Reads the losses the steps left on the device, at once (one wait, not one
 // per step), each the sum of the processes' shares (one all-reduce).
 void collect_losses(std::vector<Tensor>& pending, std::vector<double>& losses, dist::Communicator& comm) {
@@ -113,14 +124,6 @@ double median(std::vector<double> values) {
 }
 }  // namespace
 
-double step_flops(const nn::GPTConfig& m, int64_t B, int64_t T) {
-  const double N = static_cast<double>(B * T), C = static_cast<double>(m.n_embd);
-  const double per_layer = 2 * N * (3 * C * C + C * C + 2 * 4 * C * C)  // Q, K, V; W_O; the MLP's two
-                           + 2 * 2 * static_cast<double>(B) * T * T * C;  // S = QKᵀ and Z = AV, all heads
-  const double forward = m.n_layer * per_layer + 2 * N * C * static_cast<double>(m.vocab_size);  // + the head
-  return 3 * forward;  // the backward's two products per forward product
-}
-
 TrainResult train(TrainConfig c) {
   // Data-parallel when an MPI launcher started several processes (optim/data_parallel.h).
   dist::Communicator& comm = dist::world();
@@ -130,10 +133,11 @@ TrainResult train(TrainConfig c) {
   // --- options: on --resume merged with the run's own; all checked before --out is touched.
   const std::string out = c.run.out;
   std::optional<SafetensorsFile> saved_state;
+  std::string resumed_unit;  // the checkpoint a resumed run continues from
+  std::vector<std::string> passed_over;
   if (c.run.resume) {
-    AG_CHECK(std::filesystem::exists(model_path(out)),
-             "train --resume: '" << out << "' holds no run (no " << model_path(out) << ")");
-    saved_state = load_safetensors(train_state_path(out));
+    resumed_unit = find_checkpoint(out, &passed_over);
+    saved_state = load_safetensors(train_state_path(resumed_unit));
     resume_options(c, *saved_state);
   }
   const std::string data_path = resolve_data_path(c.run.data);
@@ -142,13 +146,17 @@ TrainResult train(TrainConfig c) {
   c.model.vocab_size = data.tokenizer.vocab_size();
   c.run.data = data_path;  // remembered with the run, so --resume finds the text without --data
   check_options(c, comm);
-  AG_CHECK(c.run.resume || c.run.overwrite || !std::filesystem::exists(model_path(out)),
+  AG_CHECK(c.run.resume || c.run.overwrite || !holds_run(out),
            "train: '" << out << "' holds a run already; pass --resume to continue it, --overwrite to replace it, "
                          "or another --out");
 
-  std::error_code error;
-  if (root) std::filesystem::create_directories(out, error);
-  AG_CHECK(!error, "train: cannot create the output directory '" << out << "': " << error.message());
+  if (root) {
+    std::error_code error;
+    std::filesystem::create_directories(out, error);
+    AG_CHECK(!error, "train: cannot create the output directory '" << out << "': " << error.message());
+    remove_stale_temporaries(out);
+    if (!c.run.resume && c.run.overwrite) clear_run(out);
+  }
   // The first collectives: every process checks it trains the same run, then binds its GPU.
   dist::check_same_on_every_process(comm, run_description(c, text, saved_state), "train");
   comm.use_device(c.run.device);
@@ -157,7 +165,7 @@ TrainResult train(TrainConfig c) {
   std::unique_ptr<nn::GPT> model;
   int64_t model_iter = -1;
   if (c.run.resume) {
-    LoadedModel loaded = load_model(model_path(out), DType::Float32, c.model);
+    LoadedModel loaded = load_model(model_path(resumed_unit), DType::Float32, c.model);
     AG_CHECK(loaded.tokenizer.chars() == data.tokenizer.chars(),
              "train --resume: the checkpoint's vocabulary differs from that of '" << data_path << "'");
     model_iter = loaded.iter;
@@ -182,18 +190,17 @@ TrainResult train(TrainConfig c) {
   if (c.run.resume) {
     const TrainState state = restore_train_state(*saved_state, optimizer);
     AG_CHECK(state.iter == model_iter,
-             "train --resume: '" << out << "' holds weights from iteration " << model_iter
+             "train --resume: '" << resumed_unit << "' holds weights from iteration " << model_iter
                                  << " but training state from iteration " << state.iter
                                  << " (a crash between the two writes?); cannot continue that run");
     start = state.iter;
     batches.set_state(state.batch_seed, state.batch_offset);
     default_generator().set_state(optim::replica_seed(state.dropout_seed, comm), state.dropout_offset);
   }
-  const auto save_checkpoint = [&](int64_t iter) {
-    save_model(model_path(out), *model, data.tokenizer, iter);
-    save_train_state(train_state_path(out),
-                     {iter, batches.seed(), batches.offset(), default_generator().seed(), default_generator().offset()},
-                     c, optimizer);
+  const auto checkpoint = [&](int64_t iter, double val_loss) {
+    save_checkpoint(out, iter, val_loss, *model, data.tokenizer,
+                    {iter, batches.seed(), batches.offset(), default_generator().seed(), default_generator().offset()}, c,
+                    optimizer, c.run.keep_checkpoints);
   };
 
   const std::string log_path = out + "/log.csv";
@@ -205,12 +212,14 @@ TrainResult train(TrainConfig c) {
     if (!c.run.resume) log << "iter,kind,loss,lr,ms_per_iter\n";
   }
   const int64_t tokens_per_step = c.optim.batch_size * c.optim.grad_accum * c.model.block_size;
-  const double flops_per_step = step_flops(c.model, c.optim.batch_size * c.optim.grad_accum, c.model.block_size);
+  const double flops_per_step = static_cast<double>(
+      nn::training_step_flops(c.model, c.optim.batch_size * c.optim.grad_accum, c.model.block_size));
   if (!c.quiet) {
     std::printf("char_lm: %lld parameters, vocab %lld, %zu train / %zu val tokens from %s\n",
                 static_cast<long long>(model->num_parameters()), static_cast<long long>(data.tokenizer.vocab_size()),
                 data.train.size(), data.val.size(), data_path.c_str());
-    if (c.run.resume) std::printf("resuming from iteration %lld in %s/\n", static_cast<long long>(start), out.c_str());
+    for (const std::string& unit : passed_over) std::printf("passing over the incomplete checkpoint %s\n", unit.c_str());
+    if (c.run.resume) std::printf("resuming from iteration %lld (%s)\n", static_cast<long long>(start), resumed_unit.c_str());
     else std::printf("writing checkpoints and log.csv to %s/\n", out.c_str());
     std::printf("%lld tokens and %.2f GFLOP per step (batch %lld x %lld micro-batches x %lld tokens)\n",
                 static_cast<long long>(tokens_per_step), flops_per_step / 1e9, static_cast<long long>(c.optim.batch_size),
@@ -233,7 +242,8 @@ TrainResult train(TrainConfig c) {
       result.evals.push_back(e);
       if (root) log << iter << ",train," << e.train_loss << ",,\n" << iter << ",val," << e.val_loss << ",,\n" << std::flush;
       if (!c.quiet) std::printf("eval iter %5lld: train loss %.4f, val loss %.4f\n", static_cast<long long>(iter), e.train_loss, e.val_loss);
-      if (root) save_checkpoint(iter);
+      step.check_finite();  // a diverged run never saves
+      if (root) checkpoint(iter, e.val_loss);
     }
     if (iter >= c.run.max_iters) break;
 
@@ -246,12 +256,15 @@ TrainResult train(TrainConfig c) {
     const double collective_ms_before = comm.collective_ms();
     const optim::StepResult r = step.run(iter, micro);
     collective_ms.push_back(comm.collective_ms() - collective_ms_before);
+    // On the CPU the check is free, so every step; on CUDA it waits for the device, so at log lines and saves.
+    if (c.run.device == Device::CPU || c.run.detect_anomaly) step.check_finite(c.run.detect_anomaly ? &micro : nullptr);
     pending_losses.push_back(r.loss.reshape({1}));
     iter_ms.push_back(elapsed_ms(t0));
     recent_ms.push_back(iter_ms.back());
     if (recent_ms.size() > 50) recent_ms.pop_front();
 
     if (iter % c.run.log_interval == 0 || iter + 1 == c.run.max_iters) {
+      step.check_finite();
       collect_losses(pending_losses, result.batch_losses, comm);
       const double ms = std::accumulate(recent_ms.begin(), recent_ms.end(), 0.0) / static_cast<double>(recent_ms.size());
       const double loss = result.batch_losses.back();

@@ -133,6 +133,7 @@ TrainResult train(const TrainConfig& c) {
     std::vector<optim::Batch> micro(c.optim.grad_accum);
     for (optim::Batch& b : micro) get_batch(Split::Train, c.optim.batch_size, batches, b.x, b.y);
     const optim::StepResult r = step.run(iter, micro);
+    step.check_finite();
     result.batch_losses.push_back(r.loss.item());
     if (!c.quiet && (iter % c.run.log_interval == 0 || iter + 1 == iters)) {
       std::printf("iter %5lld/%lld | loss %.4f | lr %.2e | %5.1f s\n", static_cast<long long>(iter),
