@@ -15,25 +15,27 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
 iters=${2:-200}
-data=${ATTOGRAD_DATA:-../shared/data/tinyshakespeare.txt}
+data=$(bash scripts/get_data.sh)
 [ -x build/char_lm ] || bash scripts/build.sh >/dev/null
 mpiexec=$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' build/CMakeCache.txt)
 [ -n "$mpiexec" ] || { echo "build/ has no MPI (apt-get install libopenmpi-dev openmpi-bin, then rebuild)"; exit 1; }
 out=$(mktemp -d)
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SKYLAKEX}  # this Zen 5 runs OpenBLAS's AVX-512 kernels (HELPERS.md)
+source scripts/blas_env.sh  # OpenBLAS's AVX-512 kernels where the CPU has them, for every run alike
 train=(./build/char_lm train --data "$data" --out "$out" --overwrite --max-iters "$iters" --eval-interval 100000
        --eval-iters 1 --sample-tokens 0 --log-interval 100000)
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
 ms_per_iter() { sed -n 's/.*median \([0-9.]*\) ms\/iter.*/\1/p'; }
-mpirun=("$mpiexec" --allow-run-as-root --oversubscribe -x OPENBLAS_CORETYPE -np 2)
+mpirun=("$mpiexec" --allow-run-as-root --oversubscribe -np 2)  # its processes inherit this environment
 
 uptime
 printf "%-6s %16s %16s %16s %20s\n" round "1 x 1 thread ms" "1 x 2 threads ms" "2 x 1 thread ms" "collectives ms/step"
 one=() two_threads=() two_processes=() collectives=()
 for round in $(seq "$rounds"); do
-  o=$("${train[@]}" --threads 1 | ms_per_iter)
+  alone=$("${train[@]}" --threads 1)
+  o=$(ms_per_iter <<<"$alone")
+  parameters=$(sed -n 's/^char_lm: \([0-9]*\) parameters.*/\1/p' <<<"$alone")
   t=$("${train[@]}" --threads 2 | ms_per_iter)
   line=$("${mpirun[@]}" "${train[@]}" --threads 1 | grep "^done")
   p=$(ms_per_iter <<<"$line")
@@ -43,7 +45,6 @@ for round in $(seq "$rounds"); do
 done
 printf "median %16s %16s %16s %20s\n" "$(printf "%s\n" "${one[@]}" | median)" "$(printf "%s\n" "${two_threads[@]}" | median)" \
   "$(printf "%s\n" "${two_processes[@]}" | median)" "$(printf "%s\n" "${collectives[@]}" | median)"
-parameters=$("${train[@]}" --max-iters 0 --threads 1 | sed -n 's/^char_lm: \([0-9]*\) parameters.*/\1/p')
 "${mpirun[@]}" ./build/bench_allreduce "$parameters" 50
 uptime
 rm -rf "$out"
