@@ -3,7 +3,6 @@
 // dist/without_mpi.cpp; with NCCL found too, dist/nccl.cpp, else
 // dist/without_nccl.cpp.
 #pragma once
-#include <chrono>
 #include <memory>
 
 #include "dist/communicator.h"
@@ -25,20 +24,5 @@ class DeviceCollectives {
 // Binds this process to GPU host.local_rank() and joins the processes of
 // `host` in one NCCL communicator, its id sent from rank 0 over `host`.
 std::unique_ptr<DeviceCollectives> connect_gpus(Communicator& host);
-
-// Adds the wall time of its scope to a communicator's collective_ms.
-class CollectiveTimer {
- public:
-  explicit CollectiveTimer(double& total_ms) : total_ms_(total_ms) {}
-  ~CollectiveTimer() {
-    total_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
-  }
-  CollectiveTimer(const CollectiveTimer&) = delete;
-  CollectiveTimer& operator=(const CollectiveTimer&) = delete;
-
- private:
-  double& total_ms_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-};
 
 }  // namespace ag::dist

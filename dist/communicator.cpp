@@ -20,14 +20,15 @@ class Alone final : public Communicator {
 };
 
 Communicator* made = nullptr;  // world(), once made
-}  // namespace
 
+// True when an MPI launcher started this process (its environment says so):
+// Open MPI's mpirun; MPICH's and Intel's mpiexec (PMI); Slurm's srun and other PMIx launchers.
 bool started_by_mpi_launcher() {
-  // Open MPI's mpirun; MPICH's and Intel's mpiexec (PMI); Slurm's srun and other PMIx launchers.
   for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
     if (std::getenv(variable)) return true;
   return false;
 }
+}  // namespace
 
 Communicator& world() {
   static const std::unique_ptr<Communicator> the_world =

@@ -63,9 +63,6 @@ class Communicator {
 // The run this process belongs to (see the top), made on first call.
 Communicator& world();
 
-// True when an MPI launcher started this process (its environment says so).
-bool started_by_mpi_launcher();
-
 // For a process that cannot go on (main's catch): in a run of several
 // processes, ends them all (the others would otherwise wait forever in their
 // next collective); alone, or before world() was made, returns.

@@ -4,6 +4,8 @@
 // through MPI; CUDA tensors through NCCL (dist/backends.h: connect_gpus).
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
 
 #include "core/error.h"
@@ -47,6 +49,21 @@ template <class Collective> void in_pieces(const Tensor& t, Collective&& collect
     done += count;
   }
 }
+
+// Adds the wall time of its scope to a communicator's collective_ms.
+class CollectiveTimer {
+ public:
+  explicit CollectiveTimer(double& total_ms) : total_ms_(total_ms) {}
+  ~CollectiveTimer() {
+    total_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+  }
+  CollectiveTimer(const CollectiveTimer&) = delete;
+  CollectiveTimer& operator=(const CollectiveTimer&) = delete;
+
+ private:
+  double& total_ms_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
 
 class MpiCommunicator final : public Communicator {
  public:

@@ -106,12 +106,7 @@ std::vector<std::vector<double>> gather(const std::vector<Tensor>& tensors, dist
 }
 
 std::unique_ptr<nn::GPT> tiny_float64_gpt(uint64_t seed) {
-  nn::GPTConfig config;
-  config.vocab_size = 11;
-  config.block_size = 8;
-  config.n_layer = 1;
-  config.n_head = 2;
-  config.n_embd = 8;
+  const nn::GPTConfig config{.vocab_size = 11, .block_size = 8, .n_layer = 1, .n_head = 2, .n_embd = 8};
   Generator gen(seed);
   auto model = std::make_unique<nn::GPT>(config, gen);
   model->to(DType::Float64);
