@@ -11,6 +11,7 @@
 # ROUNDS times, because shared machines are noisy; the rounds' medians are reported.
 #
 #   bash bench/data_parallel_cpu.sh [ROUNDS] [ITERS]      (defaults 3, 200)
+#   chrt -f 10 bash bench/data_parallel_cpu.sh           (on a shared machine: ahead of the others' processes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
