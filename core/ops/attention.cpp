@@ -2,7 +2,7 @@
 // Per batch entry and query head, with M the mask (0 visible, −∞ hidden):
 //   S = scale · Q Kᵀ,   A = softmax(S + M),   Z = A V
 //
-// Backward (docs/backprop.md, sections 10 and 20):
+// Backward (docs/backprop.md, sections 10 and 21):
 //   Z = AV            →  dV = Aᵀ dZ,   dA = dZ Vᵀ
 //   A = softmax(S+M)  →  dS = A ∘ (dA − rowsum(dA ∘ A))   (0 where masked, as A is)
 //   S = scale·QKᵀ     →  dQ = scale · dS K,   dK = scale · dSᵀ Q
