@@ -159,6 +159,25 @@ void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V,
   else cuda::flash_attention_backward(Q, K, V, L, dZ, shape, dQ, dK, dV);
 }
 
+// omega is undefined for elu1, so it stays out of the device check; the op checks it.
+void attention_features(const Tensor& X, const Tensor& omega, FeatureMap map, Tensor& Phi) {
+  const profiler::KernelCall call("linear_attention", "attention_features", {&X, &Phi});
+  if (call.on_cpu()) cpu::attention_features(X, omega, map, Phi);
+  else cuda::attention_features(X, omega, map, Phi);
+}
+void attention_features_backward(const Tensor& X, const Tensor& omega, FeatureMap map, const Tensor& Phi,
+                                 const Tensor& dPhi, Tensor& dX) {
+  const profiler::KernelCall call("linear_attention", "attention_features_backward", {&X, &Phi, &dPhi, &dX});
+  if (call.on_cpu()) cpu::attention_features_backward(X, omega, map, Phi, dPhi, dX);
+  else cuda::attention_features_backward(X, omega, map, Phi, dPhi, dX);
+}
+void linear_attention_product(const Tensor& A, const Tensor& B, const Tensor& C, const PrefixProduct& how,
+                              Tensor& Out) {
+  const profiler::KernelCall call("linear_attention", "linear_attention_product", {&A, &B, &C, &Out});
+  if (call.on_cpu()) cpu::linear_attention_product(A, B, C, how, Out);
+  else cuda::linear_attention_product(A, B, C, how, Out);
+}
+
 void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
                 Tensor& mean, Tensor& rstd) {
   const profiler::KernelCall call("layer_norm", "layer_norm", {&x, &weight, &bias, &y, &mean, &rstd});

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/attention_math.h"
+#include "core/linear_attention_math.h"
 #include "core/tensor.h"
 
 namespace ag::kernel {

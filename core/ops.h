@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/attention_math.h"
+#include "core/linear_attention_math.h"
 #include "core/tensor.h"
 
 namespace ag {
@@ -159,5 +160,52 @@ Tensor attention_mask(const AttentionMask& mask, int64_t Tq, int64_t Tk, DType d
                       Device device = Device::CPU);
 // The causal M [T, T]: 0 on and below the diagonal, −∞ above (position i sees j <= i).
 Tensor causal_mask(int64_t T, DType dtype = DType::Float32, Device device = Device::CPU);
+
+
+// --- linear attention (core/ops/linear_attention.cpp) ---------------------------------------
+// Softmax replaced by a kernel, softmax(QKᵀ)V ≈ φ(Q)(φ(K)ᵀV): per batch entry and
+// head, with no 1/√d scale,
+//   o_i = Σ_{j≤i} (φ(q_i)·φ(k_j)) v_j / (Σ_{j≤i} φ(q_i)·φ(k_j) + 1e-6)
+// (every j when not causal). φ(K)ᵀV is r×d whatever T is, so time is
+// O(T·r·d) and the state of the causal sums O(r·d). Backward:
+// docs/backprop.md, "Linear attention".
+
+// The function a model's attention computes (a model property, saved in its
+// checkpoint); AttentionImpl only chooses how softmax attention is computed.
+enum class AttentionFunction { Softmax, Linear };
+template <> struct EnumNames<AttentionFunction> {
+  static constexpr std::pair<AttentionFunction, const char*> values[] = {{AttentionFunction::Softmax, "softmax"},
+                                                                          {AttentionFunction::Linear, "linear"}};
+};
+
+struct LinearAttentionSpec {
+  bool causal = false;
+  FeatureMap feature_map = FeatureMap::Elu1;
+  Tensor omega;        // favor: the random features ω [m, d] as rows (favor_projection), in q's dtype and device
+  int64_t chunk = 64;  // positions per chunk of the causal sums (any value gives the same result but for rounding)
+};
+
+// φ(x) row by row over the last dim: x [..., d] -> [..., r] (r = d for elu1, m for favor).
+Tensor attention_features(const Tensor& x, FeatureMap map, const Tensor& omega = {});
+// q, k, v [B, H, T, d] -> Z [B, H, T, d], the formula above.
+Tensor linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, const LinearAttentionSpec& spec = {});
+// FAVOR+'s ω [m, d], float64 on the CPU: blocks of d orthogonal directions
+// (Gram-Schmidt of Gaussian rows), each row scaled by the norm of an
+// independent Gaussian d-vector, so each row is marginally N(0, I_d). A pure
+// function of (seed, stream): stream s draws counters from s·2⁴⁰ on (a layer
+// passes its index), so every run and every device gets the same features.
+Tensor favor_projection(int64_t m, int64_t d, uint64_t seed, uint64_t stream = 0);
+
+// Causal linear attention as a recurrence, for generation: after positions
+// 0..t−1 the state holds S = Σ_j φ(k_j) v_jᵀ [B, H, r, d] and z = Σ_j φ(k_j)
+// [B, H, 1, r], whatever t is. Both start undefined (no position yet).
+struct LinearAttentionState {
+  Tensor S, z;
+};
+// One new position: q, k, v [B, H, 1, d] -> its Z [B, H, 1, d], the same as the
+// last row of the causal linear_attention over every position so far; adds the
+// position to `state`. Built from ops (so it runs on every device).
+Tensor linear_attention_step(const Tensor& q, const Tensor& k, const Tensor& v, const LinearAttentionSpec& spec,
+                             LinearAttentionState& state);
 
 }  // namespace ag

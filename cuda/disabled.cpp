@@ -69,6 +69,11 @@ void flash_attention(const Tensor&, const Tensor&, const Tensor&, const Attentio
 void flash_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                               const AttentionShape&, Tensor&, Tensor&, Tensor&) AG_WITHOUT_CUDA
 
+void attention_features(const Tensor&, const Tensor&, FeatureMap, Tensor&) AG_WITHOUT_CUDA
+void attention_features_backward(const Tensor&, const Tensor&, FeatureMap, const Tensor&, const Tensor&,
+                                 Tensor&) AG_WITHOUT_CUDA
+void linear_attention_product(const Tensor&, const Tensor&, const Tensor&, const PrefixProduct&, Tensor&) AG_WITHOUT_CUDA
+
 void layer_norm(const Tensor&, const Tensor&, const Tensor&, double, Tensor&, Tensor&, Tensor&) AG_WITHOUT_CUDA
 void add_layer_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, double, Tensor&, Tensor&, Tensor&,
                     Tensor&) AG_WITHOUT_CUDA

@@ -12,6 +12,8 @@
 // at run time; all three compute the same function, which the tests check in
 // the output and every gradient.
 #pragma once
+#include <optional>
+
 #include "nn/layers.h"
 #include "nn/linear.h"
 #include "nn/module.h"
@@ -27,8 +29,23 @@ class MultiHeadSelfAttention : public Module {
   MultiHeadSelfAttention(int64_t C, int64_t H, bool causal = true, double dropout = 0.0,
                          AttentionImpl impl = AttentionImpl::Dense, Generator* gen = nullptr);
 
-  // X [B, T, C] -> O [B, T, C]
-  Tensor forward(const Tensor& x);
+  // X [B, T, C] -> O [B, T, C]. With `state` (linear attention only), X holds
+  // the next T positions of a sequence whose past the state carries: they are
+  // computed one by one as a recurrence and added to it (generation).
+  Tensor forward(const Tensor& x, LinearAttentionState* state = nullptr);
+
+  // Makes the module compute linear attention (core/ops.h, linear_attention)
+  // with this feature map instead of softmax attention. FAVOR+ draws its
+  // n_features × d_h features from (seed, stream) here, once: not parameters,
+  // recomputed from the seed whenever the model is built (the checkpoint holds
+  // only the seed). The impl set below then no longer applies.
+  struct LinearOptions {
+    FeatureMap feature_map = FeatureMap::Elu1;
+    int64_t n_features = 64;
+    uint64_t seed = 0, stream = 0;
+  };
+  void use_linear_attention(const LinearOptions& options);
+  const Tensor& favor_features() const { return omega_; }  // ω [m, d_h] float64 (favor only)
 
   void set_impl(AttentionImpl impl) { impl_ = impl; }
   AttentionImpl impl() const { return impl_; }
@@ -47,6 +64,9 @@ class MultiHeadSelfAttention : public Module {
   bool keep_attention_ = false;
   Tensor attention_;
   std::shared_ptr<Linear> w_q_, w_k_, w_v_, w_o_;
+  std::optional<LinearOptions> linear_;  // set: linear attention
+  Tensor omega_, omega_here_;     // favor's ω: float64 on the CPU, and converted as the input (cached)
+  LinearAttentionSpec linear_spec(const Tensor& like);
   std::shared_ptr<Dropout> dropout_;
 };
 

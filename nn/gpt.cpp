@@ -13,8 +13,8 @@ Block::Block(int64_t C, int64_t H, double dropout, GeluApprox gelu, AttentionImp
       mlp_(register_module("mlp", std::make_shared<MLP>(C, gelu, dropout, gen))) {}
 
 // Y = X + O and LN2(Y) in one pass (add_layer_norm); Y goes on as the residual stream.
-Tensor Block::forward(const Tensor& x) {
-  const auto [y, normed] = ln2_->forward_residual(x, attn_->forward(ln1_->forward(x)));
+Tensor Block::forward(const Tensor& x, LinearAttentionState* state) {
+  const auto [y, normed] = ln2_->forward_residual(x, attn_->forward(ln1_->forward(x), state));
   return y + mlp_->forward(normed);
 }
 
@@ -34,6 +34,12 @@ GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
     blocks_.push_back(register_module(
         "blocks." + std::to_string(i),
         std::make_shared<Block>(C, config.n_head, config.dropout, config.gelu, config.attn_impl, &gen)));
+  if (config.attention == AttentionFunction::Linear)
+    for (int64_t i = 0; i < config.n_layer; ++i)  // each layer its own FAVOR+ features: stream i
+      blocks_[i]->attn().use_linear_attention({.feature_map = config.feature_map,
+                                               .n_features = config.n_features,
+                                               .seed = static_cast<uint64_t>(config.attn_seed),
+                                               .stream = static_cast<uint64_t>(i)});
   ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(C));
   init_weights(gen);
 }
@@ -58,18 +64,24 @@ void GPT::init_weights(Generator& gen) {
   load_state(values);
 }
 
-Tensor GPT::forward(const Tensor& idx) {
+Tensor GPT::forward(const Tensor& idx, GenerationState* state) {
   AG_CHECK(idx.dim() == 2 && idx.dtype() == DType::Int64,
            "GPT: idx " << describe(idx) << " is not int64 [B, T]");
   const int64_t B = idx.size(0), T = idx.size(1), C = config_.n_embd, V = config_.vocab_size;
-  AG_CHECK(T >= 1 && T <= config_.block_size,
-           "GPT: sequence length T = " << T << " is outside [1, block_size = " << config_.block_size << "]");
+  const int64_t start = state ? state->length : 0;
+  AG_CHECK(T >= 1 && start + T <= config_.block_size,
+           "GPT: positions " << start << " … " << start + T - 1 << " are outside [0, block_size = "
+                             << config_.block_size << ")");
   // Positions 0..T−1, uploaded once per device: a fresh upload each forward would make the host wait for the device.
   if (!positions_.defined() || positions_.device() != idx.device())
     positions_ = Tensor::arange(config_.block_size, DType::Int64, idx.device());
-  const Tensor pos = positions_.view(0, {T});
+  const Tensor pos = positions_.view(start, {T});
   Tensor x = dropout_->forward(tok_emb_->forward(idx) + pos_emb_->forward(pos));  // [B, T, C] + [T, C]
-  for (const std::shared_ptr<Block>& block : blocks_) x = block->forward(x);
+  if (state) {
+    state->layers.resize(blocks_.size());
+    state->length += T;
+  }
+  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward(x, state ? &state->layers[i] : nullptr);
   x = ln_f_->forward(x).reshape({B * T, C});
   // The head is tied: logits = h · W_embᵀ with W_emb = tok_emb.weight [V, C]. One
   // parameter, so its gradient sums the lookup's and the head's contributions.

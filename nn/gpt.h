@@ -19,8 +19,8 @@ class Block : public Module {
  public:
   Block(int64_t C, int64_t H, double dropout = 0.0, GeluApprox gelu = GeluApprox::Erf,
         AttentionImpl impl = AttentionImpl::Dense, Generator* gen = nullptr);
-  // x [B, T, C] -> [B, T, C]
-  Tensor forward(const Tensor& x);
+  // x [B, T, C] -> [B, T, C]; `state`: MultiHeadSelfAttention::forward's.
+  Tensor forward(const Tensor& x, LinearAttentionState* state = nullptr);
 
   MultiHeadSelfAttention& attn() { return *attn_; }
 
@@ -50,6 +50,13 @@ struct GPTConfig {
 // dB = Aᵀ·dC, and every operand here needs its gradient.
 int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T);
 
+// What generation carries from one token to the next: each layer's
+// recurrent attention state (linear attention) and the positions it holds.
+struct GenerationState {
+  std::vector<LinearAttentionState> layers;
+  int64_t length = 0;
+};
+
 class GPT : public Module {
  public:
   // Initialised from `gen` as GPT-2: weights of Linear layers and embeddings
@@ -57,8 +64,10 @@ class GPT : public Module {
   // biases 0, LayerNorm weight 1 and bias 0.
   GPT(const GPTConfig& config, Generator& gen);
 
-  // idx int64 [B, T] with T <= block_size -> logits [B, T, V]
-  Tensor forward(const Tensor& idx);
+  // idx int64 [B, T] with T <= block_size -> logits [B, T, V]. With `state`
+  // (linear attention), idx continues the sequence the state holds, at
+  // positions state->length … state->length + T − 1 (≤ block_size), and is added to it.
+  Tensor forward(const Tensor& idx, GenerationState* state = nullptr);
   // idx, targets int64 [B, T] -> cross-entropy of the next-token logits, [],
   // averaged or summed over the targets that are not ignore_index.
   Tensor loss(const Tensor& idx, const Tensor& targets, Reduction reduction = Reduction::Mean,

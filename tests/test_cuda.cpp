@@ -430,3 +430,22 @@ TEST_CASE("cuda: the caching allocator serves a repeated step without cudaMalloc
   cuda::empty_cache();
   CHECK(cuda::memory_stats().cached_bytes == 0);
 }
+
+TEST_CASE("cuda: linear attention, elu1 and favor, causal and not (features, prefix products, backward)") {
+  if (!ag::test::cuda_or_skip()) return;
+  for (FeatureMap map : {FeatureMap::Elu1, FeatureMap::Favor})
+    for (bool causal : {true, false})
+      for (int64_t T : {1, 65, 200}) {
+        CAPTURE(std::string(name_of(map)));
+        CAPTURE(causal);
+        CAPTURE(T);
+        const Tensor omega = favor_projection(24, 16, 9).to(DType::Float32);
+        check_cuda_matches_cpu(
+            [&](const Inputs& x) {
+              const LinearAttentionSpec spec{.causal = causal, .feature_map = map,
+                                             .omega = map == FeatureMap::Favor ? omega.to(x[0].device()) : Tensor()};
+              return linear_attention(x[0], x[1], x[2], spec);
+            },
+            {input({2, 3, T, 16}, 401), input({2, 3, T, 16}, 402), input({2, 3, T, 16}, 403)});
+      }
+}

@@ -7,6 +7,7 @@
 // Each command takes --help. Every option comes from a table (core/options.h):
 // the model's (nn/gpt_options.h), the training step's (optim/train_options.h)
 // and each command's own (examples/char_lm/*_options.h).
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -47,7 +48,13 @@ int run_sample(const SampleOptions& o, const nn::GPTConfig& settings) {
   LoadedModel loaded = load_model(model_path(unit), DType::Float32, settings);
   loaded.model->to(o.device);
   AG_CHECK(loaded.tokenizer.vocab_size() > 0, "sample: the checkpoint has no tokenizer characters");
-  std::printf("%s\n", generate(*loaded.model, loaded.tokenizer, o.prompt, o).c_str());
+  const auto start = std::chrono::steady_clock::now();
+  const std::string text = generate(*loaded.model, loaded.tokenizer, o.prompt, o);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%s\n", text.c_str());
+  std::fprintf(stderr, "%lld tokens in %.3f s: %.1f tokens/s%s\n", static_cast<long long>(o.tokens), seconds,
+               static_cast<double>(o.tokens) / seconds,
+               loaded.model->config().attention == AttentionFunction::Linear && !o.no_kv_cache ? " (recurrent state)" : "");
   return 0;
 }
 

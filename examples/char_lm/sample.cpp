@@ -27,11 +27,35 @@ std::string generate(nn::GPT& model, const Tokenizer& tokenizer, const std::stri
     }
   }
   const size_t start_length = prompt.empty() ? 1 : 0;
+  const Device device = model.parameters()[0].device();
+  // The logits [1, V] after ids[from, to), given a state holding ids before `from` (or none).
+  const auto logits_after = [&](size_t from, size_t to, nn::GenerationState* state) {
+    const int64_t T = static_cast<int64_t>(to - from);
+    const std::vector<int64_t> context(ids.begin() + static_cast<std::ptrdiff_t>(from),
+                                       ids.begin() + static_cast<std::ptrdiff_t>(to));
+    const Tensor logits = model.forward(Tensor::from_indices(context, {1, T}).to(device), state);
+    return slice(logits.reshape({T, V}), 0, T - 1, T).to(DType::Float64);
+  };
+  // A linear-attention model generates as an RNN: each token updates every
+  // layer's state (constant time and memory per token) instead of recomputing
+  // the context. Its positions end at block_size; then the state is rebuilt
+  // from the last block_size / 2 tokens (where the recomputing path slides its
+  // window by one token at a time, so the two differ from there on).
+  const bool recurrent = !options.no_kv_cache && model.config().attention == AttentionFunction::Linear;
+  nn::GenerationState state;
+  size_t in_state = 0;  // ids[0, in_state) are in the state (or were dropped from its window)
   for (int64_t n = 0; n < options.tokens; ++n) {
-    const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), block);
-    const std::vector<int64_t> context(ids.end() - T, ids.end());
-    const Tensor logits = model.forward(Tensor::from_indices(context, {1, T}).to(model.parameters()[0].device()));
-    const Tensor last = slice(logits.reshape({T, V}), 0, T - 1, T).to(DType::Float64);  // [1, V]
+    Tensor last;  // [1, V]
+    if (recurrent) {
+      if (state.length + static_cast<int64_t>(ids.size() - in_state) > block) {
+        state = {};
+        in_state = ids.size() - static_cast<size_t>(std::min<int64_t>(std::max<int64_t>(block / 2, 1), ids.size()));
+      }
+      last = logits_after(in_state, ids.size(), &state);
+      in_state = ids.size();
+    } else {
+      last = logits_after(ids.size() - static_cast<size_t>(std::min<int64_t>(ids.size(), block)), ids.size(), nullptr);
+    }
     std::vector<double> scaled = (last * (1.0 / options.temperature)).to_vector();
     if (options.top_k > 0 && options.top_k < V) {
       std::vector<double> sorted = scaled;

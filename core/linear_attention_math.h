@@ -1,0 +1,71 @@
+// The scalar formulas of linear attention, written once for the CPU loops
+// (core/cpu/linear_attention.cpp) and the CUDA kernels (cuda/linear_attention.cu):
+// the two feature maps φ and their derivatives, and how the prefix sums run.
+// The derivations are in docs/backprop.md, "Linear attention".
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <utility>
+
+#include "core/enum_names.h"
+#include "core/random.h"  // AG_HOST_DEVICE
+
+namespace ag {
+
+// φ, applied to each query and key row x of width d.
+enum class FeatureMap {
+  Elu1,   // φ(x) = elu(x) + 1, elementwise (r = d features; Katharopoulos et al. 2020)
+  Favor,  // FAVOR+: φ(x) = exp(ω_r·x' − |x'|²/2) / √m for r < m, x' = x·d^(−1/4) (Choromanski et al. 2020)
+};
+template <> struct EnumNames<FeatureMap> {
+  static constexpr std::pair<FeatureMap, const char*> values[] = {{FeatureMap::Elu1, "elu1"},
+                                                                   {FeatureMap::Favor, "favor"}};
+};
+
+// Which positions j the sum at position i runs over.
+enum class PrefixDirection {
+  Causal,      // j ≤ i: the forward, and dφ(Q)
+  Anticausal,  // j ≥ i: the suffix sums of the causal backward, dφ(K) and dV
+  All,         // every j: non-causal attention, one φ(K)ᵀV
+};
+
+// The one product of linear attention, as the kernels see it. For each of N
+// problems (batch entry × head) and each position i < T:
+//   Out_i = Σ_{j visible from i} (A_i · B_j) C_j       A, B [N, T, r],  C, Out [N, T, e]
+// computed in chunks of `chunk` positions: inside a chunk the masked quadratic
+// form, across chunks a running state Σ_j B_jᵀ C_j [r, e]. The result does not
+// depend on `chunk` but for rounding (the tests check it).
+struct PrefixProduct {
+  PrefixDirection direction = PrefixDirection::Causal;
+  int64_t chunk = 64;
+
+  AG_HOST_DEVICE bool visible(int64_t i, int64_t j) const {
+    return direction == PrefixDirection::All || (direction == PrefixDirection::Causal ? j <= i : j >= i);
+  }
+};
+
+namespace math {
+
+// The normaliser's guard: o_i = num_i / (den_i + ε). den_i is a sum of
+// positive terms, but FAVOR+ features of far-apart q and k underflow to 0 (and
+// elu1's e^x does for very negative x), so den_i can be 0; ε keeps o_i finite
+// (0 there). It is far below any den of a row that sees an unflushed term.
+inline constexpr double kLinearAttentionEps = 1e-6;
+
+// elu(x) + 1: x + 1 for x > 0, eˣ otherwise; positive, so every φ(q)·φ(k) > 0.
+template <class T> AG_HOST_DEVICE inline T elu1(T x) { return x > T(0) ? x + T(1) : std::exp(x); }
+// Its derivative from x and φ(x): 1 for x > 0, eˣ = φ(x) otherwise.
+template <class T> AG_HOST_DEVICE inline T elu1_derivative(T x, T phi) { return x > T(0) ? T(1) : phi; }
+
+// One FAVOR+ feature from ω_r·x' and |x'|²/2: exp(ω_r·x' − |x'|²/2) / √m. It is
+// at most exp(|ω_r|²/2) / √m (the exponent's maximum over x'), so it never overflows.
+template <class T> AG_HOST_DEVICE inline T favor_feature(T projection, T half_norm_sq, T inv_sqrt_m) {
+  return std::exp(projection - half_norm_sq) * inv_sqrt_m;
+}
+// x' = x · d^(−1/4): then E[φ(q')·φ(k')] = exp(q'·k') = exp(q·k/√d), softmax's term.
+template <class T> AG_HOST_DEVICE inline T favor_input_scale(int64_t d) {
+  return static_cast<T>(1.0 / std::sqrt(std::sqrt(static_cast<double>(d))));
+}
+
+}  // namespace math
+}  // namespace ag

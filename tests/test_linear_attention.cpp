@@ -1,0 +1,217 @@
+// Linear attention (core/ops/linear_attention.cpp): the op against the masked
+// quadratic form it abbreviates, chunked against unchunked, gradients, FAVOR+'s
+// features and how well they approximate softmax, and the recurrent form.
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/gradcheck.h"
+#include "core/ops.h"
+#include "nn/gpt.h"
+#include "tests/helpers.h"
+
+using namespace ag;
+using ag::test::random;
+
+namespace {
+
+// φ by composed ops: elu(x) + 1 = relu(x) + exp(−relu(−x)); FAVOR+ as its formula.
+Tensor reference_features(const Tensor& x, FeatureMap map, const Tensor& omega) {
+  if (map == FeatureMap::Elu1) return relu(x) + exp(-relu(-x));
+  const double s = 1.0 / std::pow(static_cast<double>(x.size(-1)), 0.25);
+  const Tensor xs = x * s;
+  const Tensor projection = matmul(xs, transpose(omega, 0, 1));  // [..., m]
+  const Tensor half_norm_sq = sum(xs * xs, -1, true) * 0.5;
+  return exp(projection - half_norm_sq) * (1.0 / std::sqrt(static_cast<double>(omega.size(0))));
+}
+
+// The masked quadratic form: A = φ(Q) φ(K)ᵀ ∘ M (M lower-triangular ones, or all ones),
+// Z = A V / (rowsum(A) + 1e-6).
+Tensor quadratic_form(const Tensor& q, const Tensor& k, const Tensor& v, const LinearAttentionSpec& spec) {
+  const int64_t T = q.size(2);
+  Tensor A = matmul(reference_features(q, spec.feature_map, spec.omega),
+                    transpose(reference_features(k, spec.feature_map, spec.omega), 2, 3));  // [B, H, T, T]
+  if (spec.causal) {
+    std::vector<double> lower(T * T);
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j <= i; ++j) lower[i * T + j] = 1;
+    A = A * Tensor::from_vector(lower, {T, T}, q.dtype());
+  }
+  return matmul(A, v) / (sum(A, -1, true) + 1e-6);
+}
+
+struct Case {
+  FeatureMap map;
+  bool causal;
+};
+const Case kCases[] = {{FeatureMap::Elu1, true}, {FeatureMap::Elu1, false}, {FeatureMap::Favor, true},
+                       {FeatureMap::Favor, false}};
+
+LinearAttentionSpec spec_for(const Case& c, int64_t d, int64_t m = 8, DType dtype = DType::Float64) {
+  LinearAttentionSpec spec{.causal = c.causal, .feature_map = c.map};
+  if (c.map == FeatureMap::Favor) spec.omega = favor_projection(m, d, 7).to(dtype);
+  return spec;
+}
+
+}  // namespace
+
+TEST_CASE("linear attention: equals the masked quadratic form (float64, ≤ 1e-12)") {
+  for (const Case& c : kCases)
+    for (int64_t T : {1, 5, 64, 130}) {
+      CAPTURE(std::string(name_of(c.map)));
+      CAPTURE(c.causal);
+      CAPTURE(T);
+      const Tensor q = random({2, 3, T, 4}, 1), k = random({2, 3, T, 4}, 2), v = random({2, 3, T, 4}, 3);
+      const LinearAttentionSpec spec = spec_for(c, 4);
+      CHECK_CLOSE(linear_attention(q, k, v, spec), quadratic_form(q, k, v, spec), 1e-12);
+    }
+}
+
+TEST_CASE("linear attention: chunked equals unchunked, output and gradients (T = 1, 63, 64, 65, 200)") {
+  for (const Case& c : kCases) {
+    if (!c.causal) continue;  // one φ(K)ᵀV: no chunks
+    for (int64_t T : {1, 63, 64, 65, 200}) {
+      CAPTURE(std::string(name_of(c.map)));
+      CAPTURE(T);
+      const auto run = [&](int64_t chunk, std::vector<Tensor>& grads) {
+        const Tensor q = random({1, 2, T, 5}, 4), k = random({1, 2, T, 5}, 5), v = random({1, 2, T, 5}, 6);
+        LinearAttentionSpec spec = spec_for(c, 5);
+        spec.chunk = chunk;
+        const Tensor z = linear_attention(q, k, v, spec);
+        z.backward(random(z.shape(), 8, DType::Float64, false));
+        grads = {q.grad(), k.grad(), v.grad()};
+        return z;
+      };
+      std::vector<Tensor> g_whole, g64, g1;
+      const Tensor whole = run(T, g_whole);  // one chunk: the masked quadratic form alone
+      const Tensor chunked = run(64, g64);   // the default
+      const Tensor recurrent = run(1, g1);   // the running state alone
+      CHECK_CLOSE(chunked, whole, 1e-12);
+      CHECK_CLOSE(recurrent, whole, 1e-12);
+      for (size_t i = 0; i < 3; ++i) {
+        CAPTURE(i);
+        CHECK_CLOSE(g64[i], g_whole[i], 1e-12);
+        CHECK_CLOSE(g1[i], g_whole[i], 1e-12);
+      }
+    }
+  }
+}
+
+TEST_CASE("linear attention: float64 gradcheck of q, k, v (elu1 and favor, causal and not, across chunks)") {
+  for (const Case& c : kCases)
+    for (int64_t T : {2, 7}) {  // at T = 1, o = v·a/(a + ε): the q, k gradients are O(ε), below what differences resolve
+      CAPTURE(std::string(name_of(c.map)));
+      CAPTURE(c.causal);
+      CAPTURE(T);
+      LinearAttentionSpec spec = spec_for(c, 3, 6);
+      spec.chunk = 3;  // T = 7 crosses two chunk boundaries
+      const std::vector<Tensor> inputs = {random({2, 2, T, 3}, 11), random({2, 2, T, 3}, 12),
+                                          random({2, 2, T, 3}, 13)};
+      CHECK_GRADCHECK([&](const std::vector<Tensor>& x) { return linear_attention(x[0], x[1], x[2], spec); },
+                      inputs);
+    }
+}
+
+TEST_CASE("linear attention: float32 agrees with float64") {
+  for (const Case& c : kCases) {
+    CAPTURE(std::string(name_of(c.map)));
+    CAPTURE(c.causal);
+    const std::vector<Tensor> inputs = {random({2, 2, 70, 8}, 21), random({2, 2, 70, 8}, 22),
+                                        random({2, 2, 70, 8}, 23)};
+    ag::test::check_float32_matches_float64(
+        [&](const std::vector<Tensor>& x) {
+          return linear_attention(x[0], x[1], x[2], spec_for(c, 8, 16, x[0].dtype()));
+        },
+        inputs, 2e-5);
+  }
+}
+
+TEST_CASE("linear attention: the recurrent step gives the causal op's rows") {
+  for (FeatureMap map : {FeatureMap::Elu1, FeatureMap::Favor}) {
+    CAPTURE(std::string(name_of(map)));
+    const int64_t T = 70;
+    const Tensor q = random({2, 3, T, 4}, 31, DType::Float64, false), k = random({2, 3, T, 4}, 32, DType::Float64, false),
+                 v = random({2, 3, T, 4}, 33, DType::Float64, false);
+    const LinearAttentionSpec spec = spec_for({map, true}, 4);
+    const Tensor whole = linear_attention(q, k, v, spec);
+    LinearAttentionState state;
+    std::vector<Tensor> rows;
+    for (int64_t t = 0; t < T; ++t)
+      rows.push_back(linear_attention_step(slice(q, 2, t, t + 1), slice(k, 2, t, t + 1), slice(v, 2, t, t + 1), spec,
+                                           state));
+    CHECK_CLOSE(concat(rows, 2), whole, 1e-12);
+    CHECK(state.S.shape() == Shape{2, 3, spec.omega.defined() ? 8 : 4, 4});  // r × d whatever T is
+  }
+}
+
+TEST_CASE("linear attention: FAVOR+ features are a pure function of the seed, orthogonal within a block") {
+  const Tensor a = favor_projection(40, 16, 5, 2), b = favor_projection(40, 16, 5, 2);
+  CHECK(a.to_vector() == b.to_vector());
+  CHECK(a.to_vector() != favor_projection(40, 16, 5, 3).to_vector());  // another layer
+  CHECK(a.to_vector() != favor_projection(40, 16, 6, 2).to_vector());  // another seed
+  const std::vector<double> w = a.to_vector();
+  double worst = 0;  // |cos| between rows of one block of d = 16
+  for (int64_t block : {0, 16})
+    for (int64_t i = block; i < block + 16; ++i)
+      for (int64_t j = block; j < i; ++j) {
+        double dot = 0, ni = 0, nj = 0;
+        for (int64_t c = 0; c < 16; ++c) {
+          dot += w[i * 16 + c] * w[j * 16 + c];
+          ni += w[i * 16 + c] * w[i * 16 + c];
+          nj += w[j * 16 + c] * w[j * 16 + c];
+        }
+        worst = std::max(worst, std::abs(dot) / std::sqrt(ni * nj));
+      }
+  CHECK(worst < 1e-12);
+}
+
+TEST_CASE("linear attention: FAVOR+ approaches softmax attention as m grows (16 → 64 → 256, over seeds)") {
+  // softmax(QKᵀ/√d)V against FAVOR+ with m features, causal, T = 64, d = 16;
+  // q and k scaled by 0.5 so the scores stay in the range the estimator handles well.
+  const int64_t T = 64, d = 16;
+  std::vector<double> errors;
+  for (int64_t m : {16, 64, 256}) {
+    double total = 0;
+    for (uint64_t seed = 0; seed < 8; ++seed) {
+      const Tensor q = random({1, 2, T, d}, 100 + seed, DType::Float64, false) * 0.5;
+      const Tensor k = random({1, 2, T, d}, 200 + seed, DType::Float64, false) * 0.5;
+      const Tensor v = random({1, 2, T, d}, 300 + seed, DType::Float64, false);
+      const Tensor exact = attention(q, k, v, {.causal = true});
+      const LinearAttentionSpec spec{.causal = true, .feature_map = FeatureMap::Favor,
+                                     .omega = favor_projection(m, d, seed)};
+      total += ag::test::relative_error(linear_attention(q, k, v, spec), exact);
+    }
+    errors.push_back(total / 8);
+    MESSAGE("FAVOR+ m = " << m << ": mean normwise relative error against softmax attention " << total / 8);
+  }
+  CHECK(errors[1] < errors[0]);
+  CHECK(errors[2] < errors[1]);
+}
+
+TEST_CASE("linear attention: a GPT generating token by token from its state gives the full forward's logits") {
+  for (FeatureMap map : {FeatureMap::Elu1, FeatureMap::Favor}) {
+    CAPTURE(std::string(name_of(map)));
+    nn::GPTConfig config;
+    config.vocab_size = 11;
+    config.block_size = 20;
+    config.n_layer = 2;
+    config.n_head = 2;
+    config.n_embd = 16;
+    config.attention = AttentionFunction::Linear;
+    config.feature_map = map;
+    config.n_features = 12;
+    config.attn_seed = 3;
+    Generator gen(1);
+    nn::GPT model(config, gen);
+    NoGradGuard no_grad;
+    std::vector<int64_t> ids;
+    for (int64_t t = 0; t < 20; ++t) ids.push_back((t * 7 + 3) % 11);
+    const Tensor whole = model.forward(Tensor::from_indices(ids, {1, 20}));  // [1, 20, V]
+    nn::GenerationState state;
+    const Tensor prompt = model.forward(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), &state);
+    std::vector<Tensor> steps = {prompt};
+    for (int64_t t = 5; t < 20; ++t) steps.push_back(model.forward(Tensor::from_indices({ids[t]}, {1, 1}), &state));
+    CHECK(state.length == 20);
+    CHECK_CLOSE(concat(steps, 1), whole, 1e-5);
+    CHECK_THROWS_AS(model.forward(Tensor::from_indices({0}, {1, 1}), &state), Error);  // past block_size
+  }
+}
