@@ -1,9 +1,12 @@
-"""Checks `char_lm grads` against PyTorch in float64, for both GELU variants.
+"""Checks `char_lm grads` against PyTorch in float64, for both GELU variants
+and for a linear-attention model (elu1 feature map).
 
     /usr/bin/python3 scripts/compare_grads.py --char-lm build/char_lm
-    /usr/bin/python3 scripts/compare_grads.py --write-golden   # tests/golden/grads_{erf,tanh}.safetensors
+    /usr/bin/python3 scripts/compare_grads.py --write-golden   # tests/golden/grads_{erf,tanh,linear_elu1}.safetensors
 
-For each GELU variant (erf, tanh) it builds a small random model with
+For each variant (erf, tanh: softmax attention with that GELU; linear_elu1:
+erf GELU and causal linear attention, o_i = Σ_{j≤i} (φ(q_i)·φ(k_j)) v_j /
+(Σ_{j≤i} φ(q_i)·φ(k_j) + 1e-6) with φ(x) = elu(x) + 1 and no 1/√d_h) it builds a small random model with
 attograd's parameter names (random weights, not the GPT init, so that no
 gradient is tiny), rounds the weights to float32, and writes
 
@@ -127,7 +130,31 @@ def random_batch(rng):
     return rng.integers(0, V, (B, T), dtype=np.int64), rng.integers(0, V, (B, T), dtype=np.int64)
 
 
-def torch_loss_and_grads(weights, idx, targets, gelu):
+def softmax_attention(q, k, v):
+    """Causal softmax attention per head, q, k, v [B, H, T, d_h], scale 1/sqrt(d_h)."""
+    Tn, d_h = q.shape[-2], q.shape[-1]
+    s = q @ k.transpose(-2, -1) / math.sqrt(d_h)
+    future = torch.triu(torch.ones(Tn, Tn, dtype=torch.bool), diagonal=1)
+    return torch.softmax(s.masked_fill(future, float("-inf")), dim=-1) @ v
+
+
+def linear_elu1_attention(q, k, v):
+    """Causal linear attention with phi = elu + 1, as the masked quadratic form (core/ops.h)."""
+    Tn = q.shape[-2]
+    a = (F.elu(q) + 1) @ (F.elu(k) + 1).transpose(-2, -1)
+    a = a * torch.tril(torch.ones(Tn, Tn, dtype=a.dtype))
+    return (a @ v) / (a.sum(-1, keepdim=True) + 1e-6)
+
+
+# variant -> (GELU, attention function, the model's extra __metadata__)
+VARIANTS = {
+    "erf": ("erf", softmax_attention, {}),
+    "tanh": ("tanh", softmax_attention, {}),
+    "linear_elu1": ("erf", linear_elu1_attention, {"attention": "linear", "feature_map": "elu1"}),
+}
+
+
+def torch_loss_and_grads(weights, idx, targets, gelu, attend=softmax_attention):
     """The model in torch float64 -> (loss, {name: gradient}), numpy float64."""
     p = {name: torch.tensor(w, dtype=torch.float64, requires_grad=True) for name, w in weights.items()}
     C, H = CONFIG["n_embd"], CONFIG["n_head"]
@@ -146,10 +173,7 @@ def torch_loss_and_grads(weights, idx, targets, gelu):
             return t.reshape(Bn, Tn, H, D_H).transpose(1, 2)
 
         q, k, v = (heads(linear(h, f"{prefix}.{name}")) for name in ("w_q", "w_k", "w_v"))
-        s = q @ k.transpose(-2, -1) / math.sqrt(D_H)
-        future = torch.triu(torch.ones(Tn, Tn, dtype=torch.bool), diagonal=1)
-        a = torch.softmax(s.masked_fill(future, float("-inf")), dim=-1)
-        z = (a @ v).transpose(1, 2).reshape(Bn, Tn, C)
+        z = attend(q, k, v).transpose(1, 2).reshape(Bn, Tn, C)
         return linear(z, f"{prefix}.w_o")
 
     x = p["tok_emb.weight"][idx_t] + p["pos_emb.weight"][:Tn]
@@ -171,30 +195,34 @@ def relative_error(a, b, scale=None):
     return np.max(np.abs(a - b)) / scale
 
 
-def gradient_error(got, grads, name):
-    """The relative error of attograd's gradient of `name`. The key bias gets a
-    gradient of exactly 0 in exact arithmetic (adding q . b_k to every score of
-    a row leaves the softmax unchanged), so both sides are rounding noise: it is
-    measured against the key weight's gradient instead."""
-    scale = grads[name.replace("w_k.bias", "w_k.weight")]
+def gradient_error(got, grads, name, attend):
+    """The relative error of attograd's gradient of `name`. Under softmax the
+    key bias gets a gradient of exactly 0 in exact arithmetic (adding q . b_k to
+    every score of a row leaves the softmax unchanged), so both sides are
+    rounding noise: it is measured against the key weight's gradient instead.
+    (Linear attention's phi is not shift-invariant: its key bias is compared as is.)"""
+    shift_invariant = attend is softmax_attention
+    scale = grads[name.replace("w_k.bias", "w_k.weight") if shift_invariant else name]
     return relative_error(got[name], grads[name], scale)
 
 
-def model_metadata(gelu):
-    return {**{k: str(v) for k, v in CONFIG.items()}, "gelu": gelu}
+def model_metadata(variant):
+    gelu, _, extra = VARIANTS[variant]
+    return {**{k: str(v) for k, v in CONFIG.items()}, "gelu": gelu, **extra}
 
 
-def compare(char_lm, gelu, seed):
+def compare(char_lm, variant, seed):
     """Runs char_lm grads on an int64 and an int32 batch, prints a table of
     relative errors -> the worst (error, name)."""
+    gelu, attend, _ = VARIANTS[variant]
     rng = np.random.default_rng(seed)
     weights = random_model(rng)
     idx, targets = random_batch(rng)
-    loss, grads = torch_loss_and_grads(weights, idx, targets, gelu)
+    loss, grads = torch_loss_and_grads(weights, idx, targets, gelu, attend)
     errors = {"loss": []} | {name: [] for name in grads}  # one column per batch dtype
     with tempfile.TemporaryDirectory(prefix="compare_grads_") as tmp:
         tmp = Path(tmp)
-        write_safetensors(tmp / "W.safetensors", weights, model_metadata(gelu))
+        write_safetensors(tmp / "W.safetensors", weights, model_metadata(variant))
         for batch_dtype in (np.int64, np.int32):
             batch_path = tmp / f"B_{np.dtype(batch_dtype).name}.safetensors"
             write_safetensors(batch_path, {"idx": idx.astype(batch_dtype), "targets": targets.astype(batch_dtype)})
@@ -207,8 +235,8 @@ def compare(char_lm, gelu, seed):
                 raise SystemExit(f"char_lm grads wrote no gradient for {missing}")
             errors["loss"].append(relative_error(got["loss"], loss))
             for name in grads:
-                errors[name].append(gradient_error(got, grads, name))
-    print(f"--gelu {gelu}: torch loss {loss:.17g}; relative error of attograd's")
+                errors[name].append(gradient_error(got, grads, name, attend))
+    print(f"{variant}: torch loss {loss:.17g}; relative error of attograd's")
     print(f"  {'':<28} {'int64 batch':>11} {'int32 batch':>11}")
     for name, row in errors.items():
         flag = "" if max(row) <= TOLERANCE else "  FAIL"
@@ -216,16 +244,17 @@ def compare(char_lm, gelu, seed):
     return max((max(row), name) for name, row in errors.items())
 
 
-def write_golden(gelu, seed):
+def write_golden(variant, seed):
+    gelu, attend, _ = VARIANTS[variant]
     rng = np.random.default_rng(seed)
     weights = random_model(rng)
     idx, targets = random_batch(rng)
-    loss, grads = torch_loss_and_grads(weights, idx, targets, gelu)
+    loss, grads = torch_loss_and_grads(weights, idx, targets, gelu, attend)
     tensors = {f"weight/{name}": w for name, w in weights.items()}
     tensors.update({"batch/idx": idx, "batch/targets": targets, "loss": np.array(loss, dtype=np.float64)})
     tensors.update({f"grad/{name}": g.astype(np.float64) for name, g in grads.items()})
-    metadata = {**model_metadata(gelu), "source": "scripts/compare_grads.py --write-golden", "torch": torch.__version__}
-    path = GOLDEN_DIR / f"grads_{gelu}.safetensors"
+    metadata = {**model_metadata(variant), "source": "scripts/compare_grads.py --write-golden", "torch": torch.__version__}
+    path = GOLDEN_DIR / f"grads_{variant}.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_safetensors(path, tensors, metadata)
     print(f"wrote {path} ({path.stat().st_size} bytes, loss {loss:.17g})")
@@ -234,22 +263,22 @@ def write_golden(gelu, seed):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--char-lm", default="./build/char_lm", help="the char_lm binary (default ./build/char_lm)")
-    parser.add_argument("--write-golden", action="store_true", help="write tests/golden/grads_{erf,tanh}.safetensors")
+    parser.add_argument("--write-golden", action="store_true", help="write tests/golden/grads_{erf,tanh,linear_elu1}.safetensors")
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args()
-    seeds = {"erf": args.seed, "tanh": args.seed + 1}
+    seeds = {"erf": args.seed, "tanh": args.seed + 1, "linear_elu1": args.seed + 2}
     if args.write_golden:
-        for gelu, seed in seeds.items():
-            write_golden(gelu, seed)
+        for variant, seed in seeds.items():
+            write_golden(variant, seed)
         return 0
     if not Path(args.char_lm).is_file():
         parser.error(f"--char-lm {args.char_lm}: no such file (build it: cmake --build build)")
     failed = False
-    for gelu, seed in seeds.items():
-        err, name = compare(args.char_lm, gelu, seed)
+    for variant, seed in seeds.items():
+        err, name = compare(args.char_lm, variant, seed)
         ok = err <= TOLERANCE
         failed |= not ok
-        print(f"gelu {gelu}: max relative error {err:.3e} ({name}) {'OK' if ok else 'FAIL'} (tolerance {TOLERANCE:g})")
+        print(f"{variant}: max relative error {err:.3e} ({name}) {'OK' if ok else 'FAIL'} (tolerance {TOLERANCE:g})")
     return 1 if failed else 0
 
 

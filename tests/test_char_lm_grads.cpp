@@ -1,6 +1,6 @@
 // char_lm grads: ag::char_lm::compute_grads against PyTorch's float64 loss and
-// gradients, for both GELU variants. The golden files
-// tests/golden/grads_{erf,tanh}.safetensors come from
+// gradients, for both GELU variants and a linear-attention model. The golden files
+// tests/golden/grads_{erf,tanh,linear_elu1}.safetensors come from
 // `/usr/bin/python3 scripts/compare_grads.py --write-golden` and hold
 //   __metadata__         the model config (n_layer, n_head, n_embd, block_size, vocab_size, gelu)
 //   weight/<name>        every parameter, F32
@@ -119,7 +119,8 @@ void check_matches_torch(const SafetensorsFile& golden, const std::string& out_p
     const Tensor& grad = out.at(g.name);
     CHECK(grad.dtype() == DType::Float64);
     REQUIRE(grad.shape() == g.tensor.shape());
-    if (g.name.ends_with("attn.w_k.bias")) {
+    const bool softmax = !golden.metadata.count("attention") || golden.metadata.at("attention") == "softmax";
+    if (g.name.ends_with("attn.w_k.bias") && softmax) {
       // 0 in exact arithmetic (adding q·b_k to every score of a row leaves the
       // softmax unchanged): both sides are rounding noise, measured against
       // the key weight's gradient.
@@ -152,6 +153,16 @@ TEST_CASE("char_lm grads: loss and every gradient match PyTorch float64, erf and
     const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out);
     check_matches_torch(golden, out, loss);
   }
+}
+
+TEST_CASE("char_lm grads: a linear-attention (elu1) model matches PyTorch float64 too") {
+  const SafetensorsFile golden = load_golden("linear_elu1");
+  REQUIRE(golden.metadata.at("attention") == "linear");
+  REQUIRE(golden.metadata.at("feature_map") == "elu1");
+  ag::test::TempDir tmp("char_lm_grads_linear_elu1");
+  const std::string out = tmp.file("G.safetensors");
+  const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out);
+  check_matches_torch(golden, out, loss);
 }
 
 TEST_CASE("char_lm grads: an int32 batch gives the same loss and gradients") {

@@ -6,7 +6,12 @@
 #include "core/autograd.h"
 #include "core/gradcheck.h"
 #include "core/ops.h"
+#include "core/safetensors.h"
+#include "examples/char_lm/checkpoint.h"
+#include "examples/char_lm/sample.h"
+#include "examples/char_lm/train.h"
 #include "nn/gpt.h"
+#include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ag;
@@ -213,5 +218,39 @@ TEST_CASE("linear attention: a GPT generating token by token from its state give
     CHECK(state.length == 20);
     CHECK_CLOSE(concat(steps, 1), whole, 1e-5);
     CHECK_THROWS_AS(model.forward(Tensor::from_indices({0}, {1, 1}), &state), Error);  // past block_size
+  }
+}
+
+TEST_CASE("linear attention: char_lm trains a linear model; greedy text is the same from the state as recomputed") {
+  for (FeatureMap map : {FeatureMap::Elu1, FeatureMap::Favor}) {
+    CAPTURE(std::string(name_of(map)));
+    const ag::test::TempDir dir("linear_attention_char_lm");
+    char_lm::TrainConfig c = ag::test::tiny_run(dir.path());
+    c.model.attention = AttentionFunction::Linear;
+    c.model.feature_map = map;
+    c.model.n_features = 8;
+    c.model.attn_seed = 42;
+    c.run.max_iters = 4;
+    char_lm::train(c);
+    const std::string path = char_lm::model_path(char_lm::find_checkpoint(dir.path()));
+    const SafetensorsFile file = load_safetensors(path);
+    CHECK(file.metadata.at("attention") == "linear");
+    CHECK(file.metadata.at("feature_map") == name_of(map));
+    CHECK(file.metadata.at("attn_seed") == "42");
+    CHECK(!file.contains("blocks.0.attn.omega"));  // the features are recomputed from the seed, not saved
+    char_lm::LoadedModel loaded = char_lm::load_model(path);
+    if (map == FeatureMap::Favor)
+      CHECK(loaded.model->block(0).attn().favor_features().to_vector() == favor_projection(8, 16, 42, 0).to_vector());
+    char_lm::SampleOptions greedy;
+    greedy.top_k = 1;
+    greedy.tokens = 15;  // with the start token, the 16 positions of block_size
+    const std::string recurrent = char_lm::generate(*loaded.model, loaded.tokenizer, "", greedy);
+    greedy.no_kv_cache = true;
+    const std::string recomputed = char_lm::generate(*loaded.model, loaded.tokenizer, "", greedy);
+    CHECK(recurrent.size() >= 15);
+    CHECK(recurrent == recomputed);
+    greedy.tokens = 60;  // past block_size: the state restarts from the last half block, and generation goes on
+    greedy.no_kv_cache = false;
+    CHECK(char_lm::generate(*loaded.model, loaded.tokenizer, "", greedy).size() >= 60);
   }
 }
