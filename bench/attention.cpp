@@ -9,6 +9,8 @@
 //
 // GFLOP/s counts the products' multiply-adds as docs/backprop.md does: forward
 // 4·Tq·Tk·d per head (causal: the visible pairs only), backward 2.5× that.
+// linear-elu1 and linear-favor time linear_attention (FAVOR+ with m = 64
+// features) beside them: O(T·r·d), so its GFLOP/s by that count is not shown.
 // Each case runs in a process of its own (this program with --case); a case
 // whose estimated memory exceeds --memory-limit-gb is listed as skipped.
 #include <CLI/CLI.hpp>
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <functional>
 #include <sstream>
 
 #include "bench/measure.h"
@@ -46,29 +49,41 @@ double estimated_gb(const Case& c) {
 
 // One case, in this process: one forward+backward for the memory (peak after
 // the forward and after the backward), then the timed repeats.
+bool is_linear(const Case& c) { return c.impl.starts_with("linear-"); }
+
 void run_case(const Case& c, bench::Clock clock, double budget_s) {
-  const AttentionSpec spec{.causal = c.causal, .impl = enum_from_name<AttentionImpl>(c.impl, "--impls")};
   Generator gen(1);
   const Shape shape = {kBatch, kHeads, c.T, c.d};
   Tensor q = Tensor::randn(shape, DType::Float32, &gen).requires_grad_();
   Tensor k = Tensor::randn(shape, DType::Float32, &gen).requires_grad_();
   Tensor v = Tensor::randn(shape, DType::Float32, &gen).requires_grad_();
   const Tensor dZ = Tensor::randn(shape, DType::Float32, &gen);
+  std::function<Tensor()> forward;
+  if (is_linear(c)) {
+    const FeatureMap map = enum_from_name<FeatureMap>(c.impl.substr(7), "--impls");
+    const LinearAttentionSpec spec{.causal = c.causal, .feature_map = map,
+                                   .omega = map == FeatureMap::Favor ? favor_projection(64, c.d, 0).to(DType::Float32)
+                                                                     : Tensor()};
+    forward = [&q, &k, &v, spec] { return linear_attention(q, k, v, spec); };
+  } else {
+    const AttentionSpec spec{.causal = c.causal, .impl = enum_from_name<AttentionImpl>(c.impl, "--impls")};
+    forward = [&q, &k, &v, spec] { return attention(q, k, v, spec); };
+  }
   const auto forward_backward = [&] {
-    attention(q, k, v, spec).backward(dZ);
+    forward().backward(dZ);
     for (Tensor* t : {&q, &k, &v}) t->zero_grad();
   };
   double forward_mb, total_mb;
   {
     bench::PeakMemory peak;
-    const Tensor z = attention(q, k, v, spec);
+    const Tensor z = forward();
     forward_mb = peak.extra_mb();
     z.backward(dZ);
     total_mb = peak.extra_mb();
   }
   for (Tensor* t : {&q, &k, &v}) t->zero_grad();
   const double budget_ms = budget_s * 1000;
-  const double forward_ms = bench::median_ms([&] { attention(q, k, v, spec); }, clock, 1, 10, budget_ms);
+  const double forward_ms = bench::median_ms([&] { forward(); }, clock, 1, 10, budget_ms);
   const double total_ms = bench::median_ms(forward_backward, clock, 1, 10, budget_ms);
   std::printf("%.3f %.3f %.1f %.1f\n", forward_ms, total_ms, forward_mb, total_mb);
 }
@@ -145,6 +160,11 @@ int main(int argc, char** argv) {
             continue;
           }
           const double flops = forward_flops(c);
+          if (is_linear(c)) {
+            std::printf("%.2f | — | %.2f | — | %.1f / %.1f |\n", forward_ms, total_ms, forward_mb, total_mb);
+            std::fflush(stdout);
+            continue;
+          }
           std::printf("%.2f | %.1f | %.2f | %.1f | %.1f / %.1f |\n", forward_ms, flops / forward_ms / 1e6, total_ms,
                       3.5 * flops / total_ms / 1e6, forward_mb, total_mb);
           std::fflush(stdout);
