@@ -53,15 +53,25 @@ void features_backward_row(const T* x, const T* omega, FeatureMap map, const T* 
   for (int64_t c = 0; c < d; ++c) dx[c] = s * (dx[c] - weight_sum * s * x[c]);
 }
 
+// Per-thread scratch of the prefix product: the running state [r, e], one
+// chunk of B transposed [r, chunk], and one row of the chunk's scores [chunk].
+template <class T> struct ProductScratch {
+  std::vector<T> state, bt, scores;
+  ProductScratch(int64_t r, int64_t e, int64_t chunk) : state(r * e), bt(r * chunk), scores(chunk) {}
+};
+
 // One problem of the prefix product (PrefixProduct): Out [T, e] from A, B
-// [T, r] and C [T, e]. `state` [r, e] is scratch. The chunks go forward for
-// Causal and backward for Anticausal; the state holds Σ B_jᵀ C_j over the
-// chunks already passed, so chunk by chunk:
+// [T, r] and C [T, e]. The chunks go forward for Causal and backward for
+// Anticausal; the state holds Σ B_jᵀ C_j over the chunks already passed, so
+// chunk by chunk:
 //   Out_i = A_i · state + Σ_{j in the chunk, visible} (A_i · B_j) C_j,   then state += Σ_{j in the chunk} B_jᵀ C_j.
-// All is one chunk of every position read through the finished state.
+// All is one chunk of every position read through the finished state. Every
+// inner loop runs along a contiguous row (the scores along Bᵀ's), so it
+// vectorises without reassociating a sum.
 template <class T>
 void prefix_product_one(const T* A, const T* B, const T* C, T* Out, int64_t T_, int64_t r, int64_t e,
-                        const PrefixProduct& how, std::vector<T>& state) {
+                        const PrefixProduct& how, ProductScratch<T>& scratch) {
+  std::vector<T>& state = scratch.state;
   std::fill(state.begin(), state.end(), T(0));
   const auto add_to_state = [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j)
@@ -85,18 +95,26 @@ void prefix_product_one(const T* A, const T* B, const T* C, T* Out, int64_t T_, 
     for (int64_t i = 0; i < T_; ++i) read_state(i);
     return;
   }
-  const int64_t chunk = std::max<int64_t>(how.chunk, 1), chunks = (T_ + chunk - 1) / chunk;
+  const int64_t chunk = std::min(std::max<int64_t>(how.chunk, 1), std::max<int64_t>(T_, 1));
+  const int64_t chunks = (T_ + chunk - 1) / chunk;
+  T *bt = scratch.bt.data(), *scores = scratch.scores.data();
   for (int64_t n = 0; n < chunks; ++n) {
     const int64_t index = how.direction == PrefixDirection::Causal ? n : chunks - 1 - n;
-    const int64_t j0 = index * chunk, j1 = std::min(j0 + chunk, T_);
+    const int64_t j0 = index * chunk, j1 = std::min(j0 + chunk, T_), width = j1 - j0;
+    for (int64_t j = 0; j < width; ++j)
+      for (int64_t p = 0; p < r; ++p) bt[p * width + j] = B[(j0 + j) * r + p];
     for (int64_t i = j0; i < j1; ++i) {
       read_state(i);  // the chunks already passed
+      // this chunk: the masked quadratic form, scores_j = A_i · B_j
+      std::fill_n(scores, width, T(0));
+      for (int64_t p = 0; p < r; ++p) {
+        const T a = A[i * r + p];
+        for (int64_t j = 0; j < width; ++j) scores[j] += a * bt[p * width + j];
+      }
       T* out = Out + i * e;
-      for (int64_t j = j0; j < j1; ++j) {  // this chunk: the masked quadratic form
-        if (!how.visible(i, j)) continue;
-        T score = 0;
-        for (int64_t p = 0; p < r; ++p) score += A[i * r + p] * B[j * r + p];
-        for (int64_t c = 0; c < e; ++c) out[c] += score * C[j * e + c];
+      for (int64_t j = 0; j < width; ++j) {
+        if (!how.visible(i, j0 + j)) continue;
+        for (int64_t c = 0; c < e; ++c) out[c] += scores[j] * C[(j0 + j) * e + c];
       }
     }
     add_to_state(j0, j1);
@@ -139,10 +157,10 @@ void linear_attention_product(const Tensor& A, const Tensor& B, const Tensor& C,
     T* out = Out.data<T>();
 #pragma omp parallel if (N > 1 && N * T_ * r * e > kParallelGrain)
     {
-      std::vector<T> state(r * e);
+      ProductScratch<T> scratch(r, e, std::min(std::max<int64_t>(how.chunk, 1), std::max<int64_t>(T_, 1)));
 #pragma omp for schedule(static)
       for (int64_t n = 0; n < N; ++n)
-        prefix_product_one(a + n * T_ * r, b + n * T_ * r, c + n * T_ * e, out + n * T_ * e, T_, r, e, how, state);
+        prefix_product_one(a + n * T_ * r, b + n * T_ * r, c + n * T_ * e, out + n * T_ * e, T_, r, e, how, scratch);
     }
   });
 }
