@@ -29,10 +29,12 @@ class MultiHeadSelfAttention : public Module {
   MultiHeadSelfAttention(int64_t C, int64_t H, bool causal = true, double dropout = 0.0,
                          AttentionImpl impl = AttentionImpl::Dense, Generator* gen = nullptr);
 
-  // X [B, T, C] -> O [B, T, C]. With `state` (linear attention only), X holds
-  // the next T positions of a sequence whose past the state carries: they are
-  // computed one by one as a recurrence and added to it (generation).
-  Tensor forward(const Tensor& x, LinearAttentionState* state = nullptr);
+  // X [B, T, C] -> O [B, T, C]
+  Tensor forward(const Tensor& x);
+  // Linear attention as an RNN (generation): X [B, T, C] holds the next T
+  // positions of a sequence whose past `state` carries; they are computed one
+  // by one and added to it. Equals the last T rows of forward() on the whole sequence.
+  Tensor forward_recurrent(const Tensor& x, LinearAttentionState& state);
 
   // Makes the module compute linear attention (core/ops.h, linear_attention)
   // with this feature map instead of softmax attention. FAVOR+ draws its
@@ -67,6 +69,7 @@ class MultiHeadSelfAttention : public Module {
   std::optional<LinearOptions> linear_;  // set: linear attention
   Tensor omega_, omega_here_;     // favor's ω: float64 on the CPU, and converted as the input (cached)
   LinearAttentionSpec linear_spec(const Tensor& like);
+  Tensor linear_forward(const Tensor& x, LinearAttentionState* state);
   std::shared_ptr<Dropout> dropout_;
 };
 

@@ -13,8 +13,13 @@ Block::Block(int64_t C, int64_t H, double dropout, GeluApprox gelu, AttentionImp
       mlp_(register_module("mlp", std::make_shared<MLP>(C, gelu, dropout, gen))) {}
 
 // Y = X + O and LN2(Y) in one pass (add_layer_norm); Y goes on as the residual stream.
-Tensor Block::forward(const Tensor& x, LinearAttentionState* state) {
-  const auto [y, normed] = ln2_->forward_residual(x, attn_->forward(ln1_->forward(x), state));
+Tensor Block::forward(const Tensor& x) {
+  const auto [y, normed] = ln2_->forward_residual(x, attn_->forward(ln1_->forward(x)));
+  return y + mlp_->forward(normed);
+}
+
+Tensor Block::forward_recurrent(const Tensor& x, LinearAttentionState& state) {
+  const auto [y, normed] = ln2_->forward_residual(x, attn_->forward_recurrent(ln1_->forward(x), state));
   return y + mlp_->forward(normed);
 }
 
@@ -64,7 +69,12 @@ void GPT::init_weights(Generator& gen) {
   load_state(values);
 }
 
-Tensor GPT::forward(const Tensor& idx, GenerationState* state) {
+Tensor GPT::forward(const Tensor& idx) { return run(idx, nullptr); }
+
+Tensor GPT::forward_recurrent(const Tensor& idx, GenerationState& state) { return run(idx, &state); }
+
+// forward(), or with `state` forward_recurrent(): the positions start after the state's.
+Tensor GPT::run(const Tensor& idx, GenerationState* state) {
   AG_CHECK(idx.dim() == 2 && idx.dtype() == DType::Int64,
            "GPT: idx " << describe(idx) << " is not int64 [B, T]");
   const int64_t B = idx.size(0), T = idx.size(1), C = config_.n_embd, V = config_.vocab_size;
@@ -81,7 +91,8 @@ Tensor GPT::forward(const Tensor& idx, GenerationState* state) {
     state->layers.resize(blocks_.size());
     state->length += T;
   }
-  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward(x, state ? &state->layers[i] : nullptr);
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    x = state ? blocks_[i]->forward_recurrent(x, state->layers[i]) : blocks_[i]->forward(x);
   x = ln_f_->forward(x).reshape({B * T, C});
   // The head is tied: logits = h · W_embᵀ with W_emb = tok_emb.weight [V, C]. One
   // parameter, so its gradient sums the lookup's and the head's contributions.

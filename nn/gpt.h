@@ -19,8 +19,10 @@ class Block : public Module {
  public:
   Block(int64_t C, int64_t H, double dropout = 0.0, GeluApprox gelu = GeluApprox::Erf,
         AttentionImpl impl = AttentionImpl::Dense, Generator* gen = nullptr);
-  // x [B, T, C] -> [B, T, C]; `state`: MultiHeadSelfAttention::forward's.
-  Tensor forward(const Tensor& x, LinearAttentionState* state = nullptr);
+  // x [B, T, C] -> [B, T, C]
+  Tensor forward(const Tensor& x);
+  // The same for the next T positions, attention as a recurrence (MultiHeadSelfAttention::forward_recurrent).
+  Tensor forward_recurrent(const Tensor& x, LinearAttentionState& state);
 
   MultiHeadSelfAttention& attn() { return *attn_; }
 
@@ -64,10 +66,13 @@ class GPT : public Module {
   // biases 0, LayerNorm weight 1 and bias 0.
   GPT(const GPTConfig& config, Generator& gen);
 
-  // idx int64 [B, T] with T <= block_size -> logits [B, T, V]. With `state`
-  // (linear attention), idx continues the sequence the state holds, at
-  // positions state->length … state->length + T − 1 (≤ block_size), and is added to it.
-  Tensor forward(const Tensor& idx, GenerationState* state = nullptr);
+  // idx int64 [B, T] with T <= block_size -> logits [B, T, V]
+  Tensor forward(const Tensor& idx);
+  // Generation with linear attention, as an RNN: idx int64 [B, T] continues
+  // the sequence `state` holds, at positions state.length … state.length + T − 1
+  // (< block_size) -> logits [B, T, V], the last T rows of forward() on the
+  // whole sequence; the state then holds those positions too.
+  Tensor forward_recurrent(const Tensor& idx, GenerationState& state);
   // idx, targets int64 [B, T] -> cross-entropy of the next-token logits, [],
   // averaged or summed over the targets that are not ignore_index.
   Tensor loss(const Tensor& idx, const Tensor& targets, Reduction reduction = Reduction::Mean,
@@ -79,6 +84,7 @@ class GPT : public Module {
 
  private:
   void init_weights(Generator& gen);
+  Tensor run(const Tensor& idx, GenerationState* state);
 
   GPTConfig config_;
   Tensor positions_;  // int64 [block_size]: 0, 1, ..., on the device of the last input

@@ -212,12 +212,12 @@ TEST_CASE("linear attention: a GPT generating token by token from its state give
     for (int64_t t = 0; t < 20; ++t) ids.push_back((t * 7 + 3) % 11);
     const Tensor whole = model.forward(Tensor::from_indices(ids, {1, 20}));  // [1, 20, V]
     nn::GenerationState state;
-    const Tensor prompt = model.forward(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), &state);
+    const Tensor prompt = model.forward_recurrent(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), state);
     std::vector<Tensor> steps = {prompt};
-    for (int64_t t = 5; t < 20; ++t) steps.push_back(model.forward(Tensor::from_indices({ids[t]}, {1, 1}), &state));
+    for (int64_t t = 5; t < 20; ++t) steps.push_back(model.forward_recurrent(Tensor::from_indices({ids[t]}, {1, 1}), state));
     CHECK(state.length == 20);
     CHECK_CLOSE(concat(steps, 1), whole, 1e-5);
-    CHECK_THROWS_AS(model.forward(Tensor::from_indices({0}, {1, 1}), &state), Error);  // past block_size
+    CHECK_THROWS_AS(model.forward_recurrent(Tensor::from_indices({0}, {1, 1}), state), Error);  // past block_size
   }
 }
 

@@ -33,7 +33,8 @@ std::string generate(nn::GPT& model, const Tokenizer& tokenizer, const std::stri
     const int64_t T = static_cast<int64_t>(to - from);
     const std::vector<int64_t> context(ids.begin() + static_cast<std::ptrdiff_t>(from),
                                        ids.begin() + static_cast<std::ptrdiff_t>(to));
-    const Tensor logits = model.forward(Tensor::from_indices(context, {1, T}).to(device), state);
+    const Tensor input = Tensor::from_indices(context, {1, T}).to(device);
+    const Tensor logits = state ? model.forward_recurrent(input, *state) : model.forward(input);
     return slice(logits.reshape({T, V}), 0, T - 1, T).to(DType::Float64);
   };
   // A linear-attention model generates as an RNN: each token updates every
