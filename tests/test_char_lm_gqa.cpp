@@ -16,17 +16,17 @@ using namespace ag;
 using namespace ag::char_lm;
 
 namespace {
-std::string fresh_dir(const std::string& name) {
+// The tests' directories, removed when the tests exit.
+const ag::test::TempDir& scratch() {
   static const ag::test::TempDir root("char_lm_gqa_tests");
-  const std::string dir = root.file(name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+  return root;
 }
 
-// A tiny run with `n_kv_head` kv heads of 4 query heads, trained for 20 iterations (about a second).
+// A tiny run in scratch()/name with `n_kv_head` kv heads of 4 query heads,
+// trained for 20 iterations (about a second).
 std::string trained_run(const std::string& name, int64_t n_kv_head) {
-  const std::string dir = fresh_dir(name);
+  const std::string dir = scratch().file(name);
+  std::filesystem::remove_all(dir);
   TrainConfig c = ag::test::tiny_run(dir);
   c.model.n_head = 4;
   c.model.n_kv_head = n_kv_head;
@@ -101,7 +101,8 @@ TEST_CASE("char_lm gqa: past block_size the cache refills with the last half, ea
 
 TEST_CASE("char_lm gqa: convert mean-pools each group's W_K, W_V and train --resume continues the run") {
   const std::string source = trained_run("convert_source", 0);
-  const std::string out = fresh_dir("converted") + "/run";
+  const std::string out = scratch().file("converted");
+  std::filesystem::remove_all(out);
   const ConvertResult r = convert_kv_heads({.ckpt = source, .n_kv_head = 2, .out = out});
   CHECK(r.iter == 20);
   CHECK(std::isfinite(r.val_loss_before));
