@@ -1,8 +1,8 @@
 // char_lm grads: ag::char_lm::compute_grads against PyTorch's float64 loss and
-// gradients, for both GELU variants and a linear-attention model. The golden files
-// tests/golden/grads_{erf,tanh,linear_elu1}.safetensors come from
+// gradients, for both GELU variants, a grouped-query model and a linear-attention model.
+// The golden files tests/golden/grads_{erf,tanh,gqa,linear_elu1}.safetensors come from
 // `/usr/bin/python3 scripts/compare_grads.py --write-golden` and hold
-//   __metadata__         the model config (n_layer, n_head, n_embd, block_size, vocab_size, gelu)
+//   __metadata__         the model config (n_layer, n_head, n_embd, block_size, vocab_size, gelu; gqa: n_kv_head)
 //   weight/<name>        every parameter, F32
 //   batch/idx, targets   [B, T] I64 (T < block_size: the last pos_emb row gets no gradient)
 //   loss, grad/<name>    torch's float64 loss [] and gradients
@@ -141,6 +141,14 @@ void check_matches_torch(const SafetensorsFile& golden, const std::string& out_p
   CHECK(max_abs(std::vector<double>(dpos.begin() + T * C, dpos.end())) == 0.0);
 }
 
+// char_lm grads on the golden file's weights and int64 batch, against torch's loss and gradients.
+void check_variant(const SafetensorsFile& golden, const std::string& variant) {
+  ag::test::TempDir tmp("char_lm_grads_" + variant);
+  const std::string out = tmp.file("G.safetensors");
+  const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out);
+  check_matches_torch(golden, out, loss);
+}
+
 }  // namespace
 
 TEST_CASE("char_lm grads: loss and every gradient match PyTorch float64, erf and tanh GELU") {
@@ -148,10 +156,7 @@ TEST_CASE("char_lm grads: loss and every gradient match PyTorch float64, erf and
     INFO("gelu " << gelu);
     const SafetensorsFile golden = load_golden(gelu);
     REQUIRE(golden.metadata.at("gelu") == gelu);
-    ag::test::TempDir tmp("char_lm_grads_" + std::string(gelu));
-    const std::string out = tmp.file("G.safetensors");
-    const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out);
-    check_matches_torch(golden, out, loss);
+    check_variant(golden, gelu);
   }
 }
 
@@ -159,10 +164,13 @@ TEST_CASE("char_lm grads: a linear-attention (elu1) model matches PyTorch float6
   const SafetensorsFile golden = load_golden("linear_elu1");
   REQUIRE(golden.metadata.at("attention") == "linear");
   REQUIRE(golden.metadata.at("feature_map") == "elu1");
-  ag::test::TempDir tmp("char_lm_grads_linear_elu1");
-  const std::string out = tmp.file("G.safetensors");
-  const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out);
-  check_matches_torch(golden, out, loss);
+  check_variant(golden, "linear_elu1");
+}
+
+TEST_CASE("char_lm grads: a grouped-query model (4 query heads over 2 kv heads) matches PyTorch float64") {
+  const SafetensorsFile golden = load_golden("gqa");
+  REQUIRE(golden.metadata.at("n_kv_head") == "2");
+  check_variant(golden, "gqa");
 }
 
 TEST_CASE("char_lm grads: an int32 batch gives the same loss and gradients") {

@@ -52,7 +52,9 @@ const Case kCases[] = {{FeatureMap::Elu1, true}, {FeatureMap::Elu1, false}, {Fea
                        {FeatureMap::Favor, false}};
 
 LinearAttentionSpec spec_for(const Case& c, int64_t d, int64_t m = 8, DType dtype = DType::Float64) {
-  LinearAttentionSpec spec{.causal = c.causal, .feature_map = c.map};
+  LinearAttentionSpec spec;
+  spec.causal = c.causal;
+  spec.feature_map = c.map;
   if (c.map == FeatureMap::Favor) spec.omega = favor_projection(m, d, 7).to(dtype);
   return spec;
 }
@@ -192,7 +194,7 @@ TEST_CASE("linear attention: FAVOR+ approaches softmax attention as m grows (16 
   CHECK(errors[2] < errors[1]);
 }
 
-TEST_CASE("linear attention: a GPT generating token by token from its state gives the full forward's logits") {
+TEST_CASE("linear attention: a GPT generating token by token from its state (in its KV cache) gives the full forward's logits") {
   for (FeatureMap map : {FeatureMap::Elu1, FeatureMap::Favor}) {
     CAPTURE(std::string(name_of(map)));
     nn::GPTConfig config;
@@ -211,13 +213,19 @@ TEST_CASE("linear attention: a GPT generating token by token from its state give
     std::vector<int64_t> ids;
     for (int64_t t = 0; t < 20; ++t) ids.push_back((t * 7 + 3) % 11);
     const Tensor whole = model.forward(Tensor::from_indices(ids, {1, 20}));  // [1, 20, V]
-    nn::GenerationState state;
-    const Tensor prompt = model.forward_recurrent(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), state);
+    nn::KVCache cache = model.make_kv_cache(1);
+    CHECK(cache.bytes_per_token() == 0);  // the state does not grow with the positions
+    const Tensor prompt = model.forward_cached(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), cache);
+    const int64_t state_bytes = cache.bytes();  // per layer S [1, H, r, d_h] and z [1, H, 1, r]
+    CHECK(state_bytes > 0);
     std::vector<Tensor> steps = {prompt};
-    for (int64_t t = 5; t < 20; ++t) steps.push_back(model.forward_recurrent(Tensor::from_indices({ids[t]}, {1, 1}), state));
-    CHECK(state.length == 20);
+    for (int64_t t = 5; t < 20; ++t) steps.push_back(model.forward_cached(Tensor::from_indices({ids[t]}, {1, 1}), cache));
+    CHECK(cache.length() == 20);
+    CHECK(cache.bytes() == state_bytes);
     CHECK_CLOSE(concat(steps, 1), whole, 1e-5);
-    CHECK_THROWS_AS(model.forward_recurrent(Tensor::from_indices({0}, {1, 1}), state), Error);  // past block_size
+    CHECK_THROWS_AS(model.forward_cached(Tensor::from_indices({0}, {1, 1}), cache), Error);  // past block_size
+    cache.clear();  // a refill restarts the state: the first 5 positions again give the prompt's logits
+    CHECK_CLOSE(model.forward_cached(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), cache), prompt, 1e-12);
   }
 }
 

@@ -8,13 +8,43 @@
 
 namespace ag::char_lm {
 
-std::string generate(nn::GPT& model, const Tokenizer& tokenizer, const std::string& prompt,
+namespace {
+// The last row of logits [1, T, V], on the host in float64.
+std::vector<double> last_row(const Tensor& logits) {
+  const int64_t T = logits.size(1), V = logits.size(2);
+  return slice(logits.reshape({T, V}), 0, T - 1, T).to(DType::Float64).to_vector();
+}
+
+Tensor as_batch(std::vector<int64_t>::const_iterator begin, std::vector<int64_t>::const_iterator end,
+                const nn::GPT& model) {
+  const std::vector<int64_t> tokens(begin, end);
+  return Tensor::from_indices(tokens, {1, static_cast<int64_t>(tokens.size())}).to(model.parameters()[0].device());
+}
+}  // namespace
+
+std::vector<double> RecomputeLogits::next(const std::vector<int64_t>& ids) {
+  const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), model_.config().block_size);
+  return last_row(model_.forward(as_batch(ids.end() - T, ids.end(), model_)));
+}
+
+std::vector<double> CachedLogits::next(const std::vector<int64_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size()), block = model_.config().block_size;
+  AG_CHECK(n > window_start_ + cache_.length(), "CachedLogits: no new token since the last call");
+  if (n - window_start_ > block) {  // the window would pass block_size: refill (see sample.h)
+    const int64_t keep = cache_.length() == 0 ? block : std::max<int64_t>(1, block / 2);
+    window_start_ = n - keep;
+    cache_.clear();
+  }
+  const auto unseen = ids.begin() + window_start_ + cache_.length();
+  return last_row(model_.forward_cached(as_batch(unseen, ids.end(), model_), cache_));
+}
+
+std::string generate(NextTokenLogits& logits, const Tokenizer& tokenizer, const std::string& prompt,
                      const SampleOptions& options) {
   AG_CHECK(options.temperature > 0, "sample: temperature " << options.temperature << " must be positive");
   NoGradGuard no_grad;
-  model.eval();
   Generator gen(options.seed);
-  const int64_t V = tokenizer.vocab_size(), block = model.config().block_size;
+  const int64_t V = tokenizer.vocab_size();
   // Without a prompt, start at the beginning of a line (or from the first
   // character of the vocabulary, for a text without newlines); that start is
   // not part of the returned text.
@@ -27,37 +57,9 @@ std::string generate(nn::GPT& model, const Tokenizer& tokenizer, const std::stri
     }
   }
   const size_t start_length = prompt.empty() ? 1 : 0;
-  const Device device = model.parameters()[0].device();
-  // The logits [1, V] after ids[from, to), given a state holding ids before `from` (or none).
-  const auto logits_after = [&](size_t from, size_t to, nn::GenerationState* state) {
-    const int64_t T = static_cast<int64_t>(to - from);
-    const std::vector<int64_t> context(ids.begin() + static_cast<std::ptrdiff_t>(from),
-                                       ids.begin() + static_cast<std::ptrdiff_t>(to));
-    const Tensor input = Tensor::from_indices(context, {1, T}).to(device);
-    const Tensor logits = state ? model.forward_recurrent(input, *state) : model.forward(input);
-    return slice(logits.reshape({T, V}), 0, T - 1, T).to(DType::Float64);
-  };
-  // A linear-attention model generates as an RNN: each token updates every
-  // layer's state (constant time and memory per token) instead of recomputing
-  // the context. Its positions end at block_size; then the state is rebuilt
-  // from the last block_size / 2 tokens (where the recomputing path slides its
-  // window by one token at a time, so the two differ from there on).
-  const bool recurrent = !options.no_kv_cache && model.config().attention == AttentionFunction::Linear;
-  nn::GenerationState state;
-  size_t in_state = 0;  // ids[0, in_state) are in the state (or were dropped from its window)
   for (int64_t n = 0; n < options.tokens; ++n) {
-    Tensor last;  // [1, V]
-    if (recurrent) {
-      if (state.length + static_cast<int64_t>(ids.size() - in_state) > block) {
-        state = {};
-        in_state = ids.size() - static_cast<size_t>(std::min<int64_t>(std::max<int64_t>(block / 2, 1), ids.size()));
-      }
-      last = logits_after(in_state, ids.size(), &state);
-      in_state = ids.size();
-    } else {
-      last = logits_after(ids.size() - static_cast<size_t>(std::min<int64_t>(ids.size(), block)), ids.size(), nullptr);
-    }
-    std::vector<double> scaled = (last * (1.0 / options.temperature)).to_vector();
+    std::vector<double> scaled = logits.next(ids);
+    for (double& s : scaled) s /= options.temperature;
     if (options.top_k > 0 && options.top_k < V) {
       std::vector<double> sorted = scaled;
       std::nth_element(sorted.begin(), sorted.begin() + (options.top_k - 1), sorted.end(), std::greater<>());
@@ -79,6 +81,17 @@ std::string generate(nn::GPT& model, const Tokenizer& tokenizer, const std::stri
     ids.push_back(next);
   }
   return tokenizer.decode({ids.begin() + static_cast<std::ptrdiff_t>(start_length), ids.end()});
+}
+
+std::string generate(nn::GPT& model, const Tokenizer& tokenizer, const std::string& prompt,
+                     const SampleOptions& options) {
+  model.eval();
+  if (options.no_kv_cache) {
+    RecomputeLogits recompute(model);
+    return generate(recompute, tokenizer, prompt, options);
+  }
+  CachedLogits cached(model);
+  return generate(cached, tokenizer, prompt, options);
 }
 
 }  // namespace ag::char_lm
