@@ -21,8 +21,12 @@
 // CPU. Only the function's own body, and what it inlines, gets the second
 // ISA: a lambda called through a template or an OpenMP region inside it stays
 // baseline (OpenMP outlines the region before cloning). So it goes on plain
-// float loops over raw pointers, called from inside the OpenMP loops.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(ATTOGRAD_NO_VECTOR_CLONES)
+// float loops over raw pointers, called from inside the OpenMP loops. A build
+// whose baseline already has AVX (-march=native, ATTOGRAD_NATIVE) compiles them
+// once: GCC then will not inline the baseline's helpers into a clone for
+// another architecture, and the clone would call normal_cdf_pdf_float per
+// element (20x slower).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__AVX__)
 #define AG_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
 #else
 #define AG_VECTOR_CLONES
