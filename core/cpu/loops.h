@@ -22,6 +22,15 @@ template <class Body> void for_rows(int64_t rows, int64_t cols, Body&& body) {
   for (int64_t r = 0; r < rows; ++r) body(r);
 }
 
+// Calls body(begin, count) over [0, n) in chunks of kChunk elements, in
+// parallel when n is large: for flat loops whose body is a function compiled
+// for several ISAs (AG_VECTOR_CLONES), called once per chunk.
+constexpr int64_t kChunk = 1 << 14;
+template <class Body> void for_chunks(int64_t n, Body&& body) {
+#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+  for (int64_t begin = 0; begin < n; begin += kChunk) body(begin, std::min(kChunk, n - begin));
+}
+
 // Walks the rows (all dims but the last) of `shape` for K operands laid out by
 // `strides` (in elements, 0 on broadcast dims), calling
 //   body(base, inner, inner_stride)
