@@ -21,11 +21,13 @@
 // CPU. Only the function's own body, and what it inlines, gets the second
 // ISA: a lambda called through a template or an OpenMP region inside it stays
 // baseline (OpenMP outlines the region before cloning). So it goes on plain
-// float loops over raw pointers, called from inside the OpenMP loops. A build
-// whose baseline already has AVX (-march=native, ATTOGRAD_NATIVE) compiles them
-// once: GCC then will not inline the baseline's helpers into a clone for
-// another architecture, and the clone would call normal_cdf_pdf_float per
-// element (20x slower).
+// float loops over raw pointers, called from inside the OpenMP loops; a clone
+// that wraps a template's float instance needs that template always_inline
+// (GCC's inliner kept the dense softmax's body out of line, in the baseline
+// ISA, which made the clone pointless). A build whose baseline already has AVX
+// (-march=native, ATTOGRAD_NATIVE) compiles them once: GCC then will not inline
+// the baseline's helpers into a clone for another architecture, and the clone
+// would call normal_cdf_pdf_float per element (20x slower).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__AVX__)
 #define AG_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
 #else
