@@ -26,8 +26,15 @@ Tensor MultiHeadSelfAttention::forward(const Tensor& x) {
   const Tensor Z = ag::attention(heads(w_q_->forward(x)), heads(w_k_->forward(x)), heads(w_v_->forward(x)), spec,
                                  keep_attention_ ? &internals : nullptr);  // [B, T, H, d_h]
   attention_ = internals.probabilities;  // undefined unless kept: never a stale A from an earlier forward
-  // Concat(head_1..head_H) is Z viewed as [B, T, C].
-  return dropout_->forward(w_o_->forward(Z.reshape({B, T, C})));  // O [B, T, C]
+  // Concat(g_1·head_1 .. g_H·head_H) is the gated Z viewed as [B, T, C].
+  const Tensor gated = head_gates_.defined() ? Z * head_gates_.to(Z.dtype()).to(Z.device()).reshape({1, 1, H_, 1}) : Z;
+  return dropout_->forward(w_o_->forward(gated.reshape({B, T, C})));  // O [B, T, C]
+}
+
+void MultiHeadSelfAttention::set_head_gates(const Tensor& gates) {
+  AG_CHECK(!gates.defined() || gates.shape() == Shape{H_},
+           "MultiHeadSelfAttention: head gates " << describe(gates) << " are not [H = " << H_ << "]");
+  head_gates_ = gates;
 }
 
 }  // namespace ag::nn

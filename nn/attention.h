@@ -40,12 +40,20 @@ class MultiHeadSelfAttention : public Module {
   void set_keep_attention(bool keep) { keep_attention_ = keep; }
   const Tensor& attention() const { return attention_; }
 
+  // Head gates (Michel et al. 2019): g [H] scales each head's Z before W_O, so
+  // a head with g_h = 0 adds nothing to O and its columns of W_Q, W_K, W_V get
+  // no gradient. Undefined (the default): every head on, and no multiply. A
+  // gate that requires grad gets ∂L/∂g_h, the head's importance.
+  void set_head_gates(const Tensor& gates);
+  const Tensor& head_gates() const { return head_gates_; }
+
  private:
   int64_t H_;
   bool causal_;
   AttentionImpl impl_;
   bool keep_attention_ = false;
   Tensor attention_;
+  Tensor head_gates_;  // [H], or undefined
   std::shared_ptr<Linear> w_q_, w_k_, w_v_, w_o_;
   std::shared_ptr<Dropout> dropout_;
 };

@@ -34,9 +34,13 @@ class Block : public Module {
 // The model's options, from the table in nn/gpt_options.h.
 struct GPTConfig {
   AG_DECLARE_OPTIONS(AG_GPT_OPTIONS)
-  // Throws unless the options fit together (ranges, and C a multiple of H).
+  // Throws unless the options fit together (ranges, C a multiple of H, head_mask's shape).
   void check() const;
+  // head_mask as gates: [n_layer][n_head] of 0 and 1 (all 1 when head_mask is empty).
+  std::vector<std::vector<double>> head_gates() const;
 };
+// The head_mask text of gates of 0 and 1 ("1111/1011"; empty if every gate is 1).
+std::string head_mask_text(const std::vector<std::vector<double>>& gates);
 
 // The floating-point operations of one training step (forward and backward) on
 // a batch of B sequences of length T: 2·M·N·K for every matrix product, which is
@@ -59,12 +63,19 @@ class GPT : public Module {
 
   // idx int64 [B, T] with T <= block_size -> logits [B, T, V]
   Tensor forward(const Tensor& idx);
+  // The same from the token embeddings E = tok_emb[idx] [B, T, C] (positions are
+  // added here): forward(idx) = forward_embedded(token_embeddings(idx)). What
+  // integrated gradients differentiates with respect to.
+  Tensor forward_embedded(const Tensor& E);
+  Tensor token_embeddings(const Tensor& idx) const { return tok_emb_->forward(idx); }
   // idx, targets int64 [B, T] -> cross-entropy of the next-token logits, [],
   // averaged or summed over the targets that are not ignore_index.
   Tensor loss(const Tensor& idx, const Tensor& targets, Reduction reduction = Reduction::Mean,
               int64_t ignore_index = -100);
 
   void set_attention_impl(AttentionImpl impl);
+  // Switches heads off (config().head_mask, saved with the model); "" turns every head on.
+  void set_head_mask(const std::string& head_mask);
   const GPTConfig& config() const { return config_; }
   Block& block(int64_t i) { return *blocks_.at(i); }
 

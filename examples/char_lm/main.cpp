@@ -4,10 +4,14 @@
 //   char_lm sample --ckpt DIR [--prompt TEXT] [--tokens N] ...    generate from a checkpoint
 //   char_lm grads  --weights W --batch B --out G                  one float64 forward/backward,
 //                                                                 gradients to a safetensors file
+//   char_lm attention | explain | heads | report --ckpt DIR ...   look inside a trained model
+//                                                                 (examples/char_lm/inspect.h)
 // Each command takes --help. Every option comes from a table (core/options.h):
 // the model's (nn/gpt_options.h), the training step's (optim/train_options.h)
 // and each command's own (examples/char_lm/*_options.h).
 #include <cstdio>
+#include <functional>
+#include <utility>
 #include <string>
 
 #include "core/error.h"
@@ -15,6 +19,7 @@
 #include "dist/communicator.h"
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/grads.h"
+#include "examples/char_lm/inspect.h"
 #include "examples/char_lm/sample.h"
 #include "examples/char_lm/train.h"
 #include "examples/common/command_line.h"
@@ -84,8 +89,36 @@ int main(int argc, char** argv) {
       "grads", "float64 loss and gradients of a model on a batch, for comparison with other frameworks"));
   grads_command.bind(grads_options).bind(grads_settings, {OptionKind::Setting}).bind(process);
 
+  AttentionOptions attention_options;
+  cli::Command attention_command(app.add_subcommand(
+      "attention", "attention maps of a prompt: one SVG per layer (a heatmap of A per head) and the rollout"));
+  attention_command.bind(attention_options).bind(process);
+  ExplainOptions explain_options;
+  cli::Command explain_command(app.add_subcommand(
+      "explain", "integrated gradients: each prompt character's share of the predicted next character's logit"));
+  explain_command.bind(explain_options).bind(process);
+  HeadsOptions heads_options;
+  cli::Command heads_command(app.add_subcommand(
+      "heads", "head importance (mean |dL/dg_h| on validation batches); --prune K writes a model without the K least important"));
+  heads_command.bind(heads_options).bind(process);
+  ReportOptions report_options;
+  cli::Command report_command(app.add_subcommand(
+      "report", "one self-contained HTML page: config, loss curves, a sample, attention maps, rollout, attributions, heads"));
+  report_command.bind(report_options).bind(process);
+
   if (const int code = cli::parse(app, argc, argv); code >= 0) return code;
   try {
+    const std::pair<cli::Command*, std::function<int()>> inspect_commands[] = {
+        {&attention_command, [&] { return run_attention(attention_options); }},
+        {&explain_command, [&] { return run_explain(explain_options); }},
+        {&heads_command, [&] { return run_heads(heads_options); }},
+        {&report_command, [&] { return run_report(report_options); }}};
+    for (const auto& [command, run] : inspect_commands) {
+      if (!command->app()->parsed()) continue;
+      command->apply();
+      process.apply();
+      return run();
+    }
     for (cli::Command* command : {&train_command, &sample_command, &grads_command}) {
       if (!command->app()->parsed()) continue;
       command->apply();
