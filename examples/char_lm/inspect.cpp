@@ -65,6 +65,12 @@ void write_file(const std::string& path, const std::string& text) {
   fs::rename(tmp, path);
 }
 
+std::string fixed(double v, const char* format = "%.4f") {
+  char text[32];
+  std::snprintf(text, sizeof text, format, v);
+  return text;
+}
+
 // The model's attention: a causal mask hides key j > i from query i.
 bool causal_visible(int64_t i, int64_t j) { return j <= i; }
 
@@ -83,9 +89,15 @@ std::vector<std::string> layer_svgs(const std::vector<Tensor>& maps, const std::
   return svgs;
 }
 
+// Rollout spreads each row over many positions, so its colours are scaled to the
+// largest weight below the first row (whose one visible cell is always 1).
 std::string rollout_svg(const Tensor& rollout, const std::vector<std::string>& labels) {
+  const std::vector<double> r = rollout.to_vector();
+  const size_t T = labels.size();
+  const double largest = T > 1 ? *std::max_element(r.begin() + T, r.end()) : 1.0;
   return interp::heatmap_grid_svg("attention rollout through all layers: ½(mean of heads' A) + ½I, multiplied",
-                                  {{"rollout", rollout.to_vector()}}, labels, causal_visible, 1, "rollout");
+                                  {{"rollout (dark blue: " + fixed(largest, "%.3f") + " and above)", r, largest}},
+                                  labels, causal_visible, 1, "rollout");
 }
 
 template <class Options> std::vector<interp::TokenBatch> validation_batches(const Options& o, const Inspected& in) {
@@ -106,12 +118,6 @@ std::string explain_line(const interp::Attribution& a) {
                 "completeness: attributions sum %.6f, F(x) − F(baseline) %.6f, residual |S − D| %.3g (%.3f %% of |D|)",
                 a.sum, D, a.residual(), 100.0 * a.residual() / std::fabs(D));
   return line;
-}
-
-std::string fixed(double v, const char* format = "%.4f") {
-  char text[32];
-  std::snprintf(text, sizeof text, format, v);
-  return text;
 }
 
 interp::Attribution explain(const Inspected& in, const std::vector<int64_t>& ids, int64_t position, int64_t steps) {
@@ -241,17 +247,29 @@ int run_report(const ReportOptions& o) {
       "</title>\n<style>body{font-family:sans-serif;margin:24px;max-width:1300px}"
       "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}"
       "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}.attr{font-family:monospace;font-size:16px}"
-      "section{margin-bottom:32px}</style></head><body>\n<h1>What the model learned</h1>\n<p>Checkpoint <code>" +
+      "section{margin-bottom:32px}section svg{max-width:100%;height:auto}.options code{display:inline-block;background:#f0f0f0;margin:2px;padding:1px 6px}"
+      "</style></head><body>\n<h1>What the model learned</h1>\n<p>Checkpoint <code>" +
       html_escape(in.unit) + "</code>; prompt <code>" + html_escape(o.prompt) + "</code>.</p>\n";
 
-  html += "<section id=\"config\"><h2>Configuration</h2>\n<table><tr><th>option</th><th>value</th></tr>\n";
-  Metadata options;
-  write_options(model.config(), options, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake);
-  if (fs::exists(train_state_path(in.unit))) options.merge(load_safetensors(train_state_path(in.unit)).metadata);
-  if (in.loaded.iter >= 0) options["iter"] = std::to_string(in.loaded.iter);
-  for (const auto& [key, value] : options)
-    html += "<tr><td>" + html_escape(key) + "</td><td>" + html_escape(value) + "</td></tr>\n";
-  html += "</table></section>\n";
+  Metadata model_options, training_options;
+  write_options(model.config(), model_options, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake);
+  if (in.loaded.iter >= 0) model_options["iter"] = std::to_string(in.loaded.iter);
+  if (fs::exists(train_state_path(in.unit)))
+    for (const auto& [key, value] : load_safetensors(train_state_path(in.unit)).metadata) {
+      std::string snake = key;
+      std::replace(snake.begin(), snake.end(), '-', '_');
+      if (!model_options.count(snake)) training_options[key] = value;  // the model's own are listed once
+    }
+  const auto option_list = [](const Metadata& options) {
+    std::string list = "<p class=\"options\">";
+    for (const auto& [key, value] : options)
+      list += "<code>" + html_escape(key) + " = " + html_escape(value.empty() ? "\"\"" : value) + "</code> ";
+    return list + "</p>\n";
+  };
+  html += "<section id=\"config\"><h2>Configuration</h2>\n<h3>The model (its checkpoint's metadata)</h3>\n" +
+          option_list(model_options) + "<h3>The training run</h3>\n" +
+          (training_options.empty() ? "<p>No train_state.safetensors beside the model.</p>\n" : option_list(training_options)) +
+          "</section>\n";
 
   html += "<section id=\"loss\"><h2>Loss curves</h2>\n";
   const std::string unit_log = in.unit + "/log.csv", run_log = fs::path(in.unit).parent_path().string() + "/log.csv";

@@ -35,6 +35,16 @@ struct Range {
   }
 };
 
+// Round numbers inside the range, 1, 2 or 5 × 10^k apart, about `count` of them.
+std::vector<double> ticks(const Range& r, int count) {
+  const double rough = (r.high - r.low) / count, power = std::pow(10.0, std::floor(std::log10(rough)));
+  const double step = power * (rough / power < 1.5 ? 1 : rough / power < 3.5 ? 2 : rough / power < 7.5 ? 5 : 10);
+  std::vector<double> at;
+  for (double v = std::ceil(r.low / step) * step; v <= r.high + 1e-9 * step; v += step)
+    at.push_back(std::fabs(v) < 1e-12 * step ? 0.0 : v);
+  return at;
+}
+
 Range span(const std::vector<Series>& series, bool of_x) {
   double low = INFINITY, high = -INFINITY;
   for (const Series& s : series)
@@ -108,7 +118,7 @@ std::string heatmap_grid_svg(const std::string& title, const std::vector<Heatmap
         const bool shown = visible(i, j);
         svg += "<rect class=\"" + std::string(shown ? "cell" : "masked") + "\" x=\"" + num(grid_left + j * cell) +
                "\" y=\"" + num(grid_top + i * cell) + "\" width=\"" + num(cell) + "\" height=\"" + num(cell) +
-               "\" fill=\"" + (shown ? weight_colour(panels[p].values[i * T + j]) : "url(#" + hatch + ")") + "\"/>\n";
+               "\" fill=\"" + (shown ? weight_colour(panels[p].values[i * T + j] / panels[p].full_scale) : "url(#" + hatch + ")") + "\"/>\n";
       }
     svg += "</g>\n";
   }
@@ -116,7 +126,7 @@ std::string heatmap_grid_svg(const std::string& title, const std::vector<Heatmap
 }
 
 std::string line_chart_svg(const LineChart& chart) {
-  const double width = 720, height = 360, left = 64, right = 72, top = 36, bottom = 48;
+  const double width = 720, height = 380, left = 64, right = 84, top = 52, bottom = 48;
   const double plot_w = width - left - right, plot_h = height - top - bottom;
   std::vector<Series> all = chart.left;
   all.insert(all.end(), chart.right.begin(), chart.right.end());
@@ -125,29 +135,31 @@ std::string line_chart_svg(const LineChart& chart) {
                     "\" viewBox=\"0 0 " + num(width) + " " + num(height) +
                     "\" font-family=\"sans-serif\" font-size=\"11\">\n";
   svg += "<rect x=\"0\" y=\"0\" width=\"" + num(width) + "\" height=\"" + num(height) + "\" fill=\"white\"/>\n";
-  svg += text_element(left, 20, chart.title, "font-size=\"14\"");
+  svg += text_element(left, 18, chart.title, "font-size=\"14\"");
   svg += "<rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(plot_w) + "\" height=\"" + num(plot_h) +
          "\" fill=\"none\" stroke=\"#444\"/>\n";
-  constexpr int kTicks = 5;
-  for (int k = 0; k < kTicks; ++k) {
-    const double f = static_cast<double>(k) / (kTicks - 1);
-    const double x = left + f * plot_w, y = top + plot_h - f * plot_h;
+  for (const double v : ticks(x_range, 5)) {
+    const double x = x_range.at(v, left, left + plot_w);
     svg += "<line x1=\"" + num(x) + "\" y1=\"" + num(top) + "\" x2=\"" + num(x) + "\" y2=\"" + num(top + plot_h) +
            "\" stroke=\"#e4e4e4\"/>\n";
+    svg += text_element(x, top + plot_h + 16, num(v), "text-anchor=\"middle\"");
+  }
+  for (const double v : ticks(left_range, 5)) {
+    const double y = left_range.at(v, top + plot_h, top);
     svg += "<line x1=\"" + num(left) + "\" y1=\"" + num(y) + "\" x2=\"" + num(left + plot_w) + "\" y2=\"" + num(y) +
            "\" stroke=\"#e4e4e4\"/>\n";
-    svg += text_element(x, top + plot_h + 16, num(x_range.low + f * (x_range.high - x_range.low)), "text-anchor=\"middle\"");
-    svg += text_element(left - 6, y + 4, num(left_range.low + f * (left_range.high - left_range.low)), "text-anchor=\"end\"");
-    if (!chart.right.empty())
-      svg += text_element(left + plot_w + 6, y + 4, num(right_range.low + f * (right_range.high - right_range.low)));
+    svg += text_element(left - 6, y + 4, num(v), "text-anchor=\"end\"");
   }
+  if (!chart.right.empty())
+    for (const double v : ticks(right_range, 5))
+      svg += text_element(left + plot_w + 6, right_range.at(v, top + plot_h, top) + 4, num(v));
   svg += text_element(left + plot_w / 2, height - 10, chart.x_label, "text-anchor=\"middle\"");
   svg += text_element(14, top + plot_h / 2, chart.left_label,
                       "text-anchor=\"middle\" transform=\"rotate(-90 14 " + num(top + plot_h / 2) + ")\"");
   if (!chart.right.empty())
     svg += text_element(width - 12, top + plot_h / 2, chart.right_label,
                         "text-anchor=\"middle\" transform=\"rotate(90 " + num(width - 12) + " " + num(top + plot_h / 2) + ")\"");
-  double legend_x = left + 8;
+  double legend_x = left;  // the legend sits between the title and the plot
   const auto draw = [&](const Series& s, const Range& y_range) {
     AG_CHECK(s.x.size() == s.y.size(), "line_chart_svg: series '" << s.name << "' has " << s.x.size() << " x and "
                                                                    << s.y.size() << " y values");
@@ -160,8 +172,8 @@ std::string line_chart_svg(const LineChart& chart) {
     }
     svg += "<polyline class=\"series\" fill=\"none\" stroke=\"" + s.colour + "\" stroke-width=\"1.5\" points=\"" +
            points + "\"/>\n";
-    svg += "<rect x=\"" + num(legend_x) + "\" y=\"" + num(top + 8) + "\" width=\"12\" height=\"3\" fill=\"" + s.colour + "\"/>\n";
-    svg += text_element(legend_x + 16, top + 13, s.name);
+    svg += "<rect x=\"" + num(legend_x) + "\" y=\"" + num(top - 14) + "\" width=\"12\" height=\"3\" fill=\"" + s.colour + "\"/>\n";
+    svg += text_element(legend_x + 16, top - 9, s.name);
     legend_x += 24 + 7.0 * static_cast<double>(s.name.size());
   };
   for (const Series& s : chart.left) draw(s, left_range);

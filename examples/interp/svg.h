@@ -20,13 +20,14 @@ std::string visible_char(const std::string& utf8_char);
 struct Heatmap {
   std::string title;
   std::vector<double> values;  // [T·T], row-major
+  double full_scale = 1.0;     // the weight drawn darkest (values above it too)
 };
 
 // Panels side by side (`columns` per row of the grid), rows and columns
 // labelled with `labels` (T of them). A cell (i, j) with visible(i, j) false is
 // masked, drawn hatched grey (class "masked"): never mistaken for a weight of 0,
-// which is white. Visible cells (class "cell") go from white (0) to dark blue (1),
-// linearly. `id` names the SVG's hatch pattern, so several SVGs fit in one page.
+// which is white. Visible cells (class "cell") go from white (0) to dark blue
+// (the panel's full_scale), linearly. `id` names the SVG's hatch pattern, so several SVGs fit in one page.
 std::string heatmap_grid_svg(const std::string& title, const std::vector<Heatmap>& panels,
                              const std::vector<std::string>& labels,
                              const std::function<bool(int64_t i, int64_t j)>& visible, int64_t columns,
@@ -39,7 +40,8 @@ struct Series {
 };
 
 // A line chart: `left` against the left axis, `right` (may be empty) against a
-// second axis on the right, sharing x. Axes span the data, with 5 ticks each.
+// second axis on the right, sharing x. Each axis spans its data, ticked at round
+// numbers (1, 2 or 5 × 10^k apart).
 struct LineChart {
   std::string title, x_label, left_label, right_label;
   std::vector<Series> left, right;
