@@ -171,6 +171,9 @@ TEST_CASE("interp: attention rollout rows sum to 1 and compose the layers as ½A
     return eye;
   }(), {T, T}, DType::Float64);
   CHECK_CLOSE(one, expected, 1e-15);
+  // A pruned model's rollout averages the heads that are on: gates {1, 0} read head 0 alone.
+  const Tensor head0 = slice(maps[0], 0, 0, 1);
+  CHECK_CLOSE(interp::attention_rollout({maps[0]}, {{1, 0}}), interp::attention_rollout({head0}), 1e-15);
 }
 
 TEST_CASE("interp: a head with gate 0 adds nothing to the output, and its W_Q, W_K, W_V get zero gradient") {
@@ -235,7 +238,7 @@ TEST_CASE("interp: head importance is |∂L/∂g_h|, as central differences of t
   CHECK(!model.block(0).attn().head_gates().defined());
 }
 
-TEST_CASE("interp: head_mask text and gates convert both ways; a malformed mask is refused") {
+TEST_CASE("interp: head_mask text and gates convert both ways, and a malformed mask is refused") {
   nn::GPTConfig c;
   c.n_layer = 2;
   c.n_head = 3;

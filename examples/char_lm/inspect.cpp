@@ -74,14 +74,17 @@ std::string fixed(double v, const char* format = "%.4f") {
 // The model's attention: a causal mask hides key j > i from query i.
 bool causal_visible(int64_t i, int64_t j) { return j <= i; }
 
-std::vector<std::string> layer_svgs(const std::vector<Tensor>& maps, const std::vector<std::string>& labels) {
+// A pruned head still computes its A (its gate drops it after), so it is drawn, and labelled pruned.
+std::vector<std::string> layer_svgs(const std::vector<Tensor>& maps, const std::vector<std::string>& labels,
+                                    const std::vector<std::vector<double>>& gates) {
   std::vector<std::string> svgs;
   for (size_t l = 0; l < maps.size(); ++l) {
     const int64_t H = maps[l].size(0), T = maps[l].size(1);
     const std::vector<double> a = maps[l].to_vector();
     std::vector<interp::Heatmap> panels;
     for (int64_t h = 0; h < H; ++h)
-      panels.push_back({"head " + std::to_string(h), {a.begin() + h * T * T, a.begin() + (h + 1) * T * T}});
+      panels.push_back({"head " + std::to_string(h) + (gates[l][h] == 0.0 ? " (pruned: gate 0)" : ""),
+                        {a.begin() + h * T * T, a.begin() + (h + 1) * T * T}});
     svgs.push_back(interp::heatmap_grid_svg(
         "layer " + std::to_string(l) + ": A = softmax(S + M) of each head (row: query, column: key; hatched: masked)",
         panels, labels, causal_visible, 2, "layer" + std::to_string(l)));
@@ -135,13 +138,13 @@ int run_attention(const AttentionOptions& o) {
   const std::vector<Tensor> maps = interp::attention_maps(*in.loaded.model, ids);
   const std::vector<std::string> labels = characters(in, ids);
   fs::create_directories(o.out);
-  const std::vector<std::string> svgs = layer_svgs(maps, labels);
+  const std::vector<std::string> svgs = layer_svgs(maps, labels, in.loaded.model->config().head_gates());
   for (size_t l = 0; l < svgs.size(); ++l) {
     const std::string path = o.out + "/layer-" + std::to_string(l) + ".svg";
     write_file(path, svgs[l]);
     std::printf("%s\n", path.c_str());
   }
-  write_file(o.out + "/rollout.svg", rollout_svg(interp::attention_rollout(maps), labels));
+  write_file(o.out + "/rollout.svg", rollout_svg(interp::attention_rollout(maps, in.loaded.model->config().head_gates()), labels));
   std::printf("%s/rollout.svg\n", o.out.c_str());
   return 0;
 }
@@ -288,12 +291,12 @@ int run_report(const ReportOptions& o) {
   html += "<section id=\"attention\"><h2>Attention maps</h2>\n<p>Each head's A for the prompt: row i is the "
           "query at position i, column j the key at position j; dark blue is weight 1, white 0, hatched grey "
           "the masked future.</p>\n";
-  for (const std::string& svg : layer_svgs(maps, chars)) html += "<div>" + svg + "</div>\n";
+  for (const std::string& svg : layer_svgs(maps, chars, model.config().head_gates())) html += "<div>" + svg + "</div>\n";
   html += "</section>\n";
 
   html += "<section id=\"rollout\"><h2>Attention rollout</h2>\n<p>Which earlier characters each position draws on "
           "through all the layers (Abnar &amp; Zuidema 2020); each row sums to 1.</p>\n" +
-          rollout_svg(interp::attention_rollout(maps), chars) + "</section>\n";
+          rollout_svg(interp::attention_rollout(maps, model.config().head_gates()), chars) + "</section>\n";
 
   const interp::Attribution a = explain(in, ids, -1, o.steps);
   double largest = 1e-300;

@@ -11,7 +11,7 @@
 // and each command's own (examples/char_lm/*_options.h).
 #include <cstdio>
 #include <functional>
-#include <utility>
+#include <memory>
 #include <string>
 
 #include "core/error.h"
@@ -56,6 +56,20 @@ int run_sample(const SampleOptions& o, const nn::GPTConfig& settings) {
   return 0;
 }
 
+// A command that looks inside a model (examples/char_lm/inspect.h): its command
+// line, bound to `options`, and what runs it.
+struct InspectCommand {
+  std::unique_ptr<cli::Command> command;
+  std::function<int()> run;
+};
+template <class Options>
+InspectCommand inspect_command(CLI::App& app, const char* name, const char* help, Options& options,
+                               int (*run)(const Options&), cli::ProcessOptions& process) {
+  auto command = std::make_unique<cli::Command>(app.add_subcommand(name, help));
+  command->bind(options).bind(process);
+  return {std::move(command), [&options, run] { return run(options); }};
+}
+
 int run_grads(const GradsOptions& o, const nn::GPTConfig& settings) {
   AG_CHECK(!o.weights.empty() && !o.batch.empty() && !o.out.empty(),
            "grads: --weights, --batch and --out are required (see --help)");
@@ -90,34 +104,26 @@ int main(int argc, char** argv) {
   grads_command.bind(grads_options).bind(grads_settings, {OptionKind::Setting}).bind(process);
 
   AttentionOptions attention_options;
-  cli::Command attention_command(app.add_subcommand(
-      "attention", "attention maps of a prompt: one SVG per layer (a heatmap of A per head) and the rollout"));
-  attention_command.bind(attention_options).bind(process);
   ExplainOptions explain_options;
-  cli::Command explain_command(app.add_subcommand(
-      "explain", "integrated gradients: each prompt character's share of the predicted next character's logit"));
-  explain_command.bind(explain_options).bind(process);
   HeadsOptions heads_options;
-  cli::Command heads_command(app.add_subcommand(
-      "heads", "head importance (mean |dL/dg_h| on validation batches); --prune K writes a model without the K least important"));
-  heads_command.bind(heads_options).bind(process);
   ReportOptions report_options;
-  cli::Command report_command(app.add_subcommand(
-      "report", "one self-contained HTML page: config, loss curves, a sample, attention maps, rollout, attributions, heads"));
-  report_command.bind(report_options).bind(process);
+  const InspectCommand inspect_commands[] = {
+      inspect_command(app, "attention", "attention maps of a prompt: one SVG per layer (a heatmap of A per head) and the rollout",
+                      attention_options, run_attention, process),
+      inspect_command(app, "explain", "integrated gradients: each prompt character's share of the predicted next character's logit",
+                      explain_options, run_explain, process),
+      inspect_command(app, "heads", "head importance (mean |dL/dg_h| on validation batches); --prune K writes a model without the K least important",
+                      heads_options, run_heads, process),
+      inspect_command(app, "report", "one self-contained HTML page: config, loss curves, a sample, attention maps, rollout, attributions, heads",
+                      report_options, run_report, process)};
 
   if (const int code = cli::parse(app, argc, argv); code >= 0) return code;
   try {
-    const std::pair<cli::Command*, std::function<int()>> inspect_commands[] = {
-        {&attention_command, [&] { return run_attention(attention_options); }},
-        {&explain_command, [&] { return run_explain(explain_options); }},
-        {&heads_command, [&] { return run_heads(heads_options); }},
-        {&report_command, [&] { return run_report(report_options); }}};
-    for (const auto& [command, run] : inspect_commands) {
-      if (!command->app()->parsed()) continue;
-      command->apply();
+    for (const InspectCommand& inspect : inspect_commands) {
+      if (!inspect.command->app()->parsed()) continue;
+      inspect.command->apply();
       process.apply();
-      return run();
+      return inspect.run();
     }
     for (cli::Command* command : {&train_command, &sample_command, &grads_command}) {
       if (!command->app()->parsed()) continue;

@@ -31,22 +31,27 @@ std::vector<Tensor> attention_maps(nn::GPT& model, const std::vector<int64_t>& i
   return maps;
 }
 
-Tensor attention_rollout(const std::vector<Tensor>& maps) {
+Tensor attention_rollout(const std::vector<Tensor>& maps, const std::vector<std::vector<double>>& gates) {
   AG_CHECK(!maps.empty(), "attention_rollout: no layers");
   const int64_t T = maps[0].size(1);
   std::vector<double> R(T * T, 0.0);  // starts as I: each position is itself
   for (int64_t i = 0; i < T; ++i) R[i * T + i] = 1.0;
-  for (const Tensor& A : maps) {
+  AG_CHECK(gates.empty() || gates.size() == maps.size(), "attention_rollout: gates for " << gates.size()
+                                                                                        << " layers, maps of " << maps.size());
+  for (size_t l = 0; l < maps.size(); ++l) {
+    const Tensor& A = maps[l];
     AG_CHECK(A.dim() == 3 && A.size(1) == T && A.size(2) == T, "attention_rollout: a map is " << describe(A)
                                                                                                << ", not [H, T, T]");
     const int64_t H = A.size(0);
     const std::vector<double> a = A.to_vector();
-    std::vector<double> mixed(T * T);  // Ã = ½ mean_h A + ½ I
+    const std::vector<double> on = gates.empty() ? std::vector<double>(H, 1.0) : gates[l];
+    const double heads_on = std::accumulate(on.begin(), on.end(), 0.0);
+    std::vector<double> mixed(T * T);  // Ã = ½ mean_h A + ½ I (a layer with every head off: Ã = I)
     for (int64_t i = 0; i < T; ++i)
       for (int64_t j = 0; j < T; ++j) {
         double mean = 0;
-        for (int64_t h = 0; h < H; ++h) mean += a[(h * T + i) * T + j];
-        mixed[i * T + j] = 0.5 * mean / static_cast<double>(H) + (i == j ? 0.5 : 0.0);
+        for (int64_t h = 0; h < H; ++h) mean += on[h] * a[(h * T + i) * T + j];
+        mixed[i * T + j] = heads_on > 0 ? 0.5 * mean / heads_on + (i == j ? 0.5 : 0.0) : (i == j ? 1.0 : 0.0);
       }
     std::vector<double> next(T * T, 0.0);  // R ← Ã R: this layer reads the positions as the layers below left them
     for (int64_t i = 0; i < T; ++i)

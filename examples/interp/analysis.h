@@ -21,8 +21,9 @@ std::vector<Tensor> attention_maps(nn::GPT& model, const std::vector<int64_t>& i
 
 // R = Ã_N ··· Ã_2 Ã_1 with Ã_l = ½ (mean over heads of A_l) + ½ I: the residual
 // stream carries half of each position's own state past every layer. Each Ã_l is
-// row-stochastic, so each row of R [T, T] sums to 1.
-Tensor attention_rollout(const std::vector<Tensor>& maps);
+// row-stochastic, so each row of R [T, T] sums to 1. With `gates` ([N][H], a
+// pruned model's), the mean is over the heads that are on.
+Tensor attention_rollout(const std::vector<Tensor>& maps, const std::vector<std::vector<double>>& gates = {});
 
 struct Attribution {
   int64_t position = 0;  // the prediction made at this input position (of the character after it)
