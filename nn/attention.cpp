@@ -26,8 +26,12 @@ Tensor MultiHeadSelfAttention::forward(const Tensor& x) {
   const Tensor Z = ag::attention(heads(w_q_->forward(x)), heads(w_k_->forward(x)), heads(w_v_->forward(x)), spec,
                                  keep_attention_ ? &internals : nullptr);  // [B, T, H, d_h]
   attention_ = internals.probabilities;  // undefined unless kept: never a stale A from an earlier forward
+  // A pruned model's constant gates follow the model to its dtype and device once (a copy per forward
+  // would upload them every time); gates that require grad are made there by their owner.
+  if (head_gates_.defined() && (head_gates_.dtype() != Z.dtype() || head_gates_.device() != Z.device()))
+    head_gates_ = head_gates_.detach().to(Z.dtype()).to(Z.device());
   // Concat(g_1·head_1 .. g_H·head_H) is the gated Z viewed as [B, T, C].
-  const Tensor gated = head_gates_.defined() ? Z * head_gates_.to(Z.dtype()).to(Z.device()).reshape({1, 1, H_, 1}) : Z;
+  const Tensor gated = head_gates_.defined() ? Z * head_gates_.reshape({1, 1, H_, 1}) : Z;
   return dropout_->forward(w_o_->forward(gated.reshape({B, T, C})));  // O [B, T, C]
 }
 

@@ -210,6 +210,20 @@ TEST_CASE("interp: a head with gate 0 adds nothing to the output, and its W_Q, W
   }
 }
 
+TEST_CASE("interp: gated attention passes float64 gradcheck in the input, the gates and every weight") {
+  Generator gen(11);
+  nn::MultiHeadSelfAttention attn(8, 2, true, 0.0, AttentionImpl::Dense, &gen);
+  Tensor gates = Tensor::from_vector({0.7, -1.3}, {2}, DType::Float64);
+  gates.requires_grad_();
+  attn.set_head_gates(gates);
+  std::vector<Tensor> inputs = {test::random({2, 5, 8}, 21)};
+  attn.to(DType::Float64);
+  inputs.push_back(gates);
+  for (const NamedTensor& p : attn.named_parameters())
+    if (!p.name.ends_with("w_k.bias")) inputs.push_back(p.tensor);  // its gradient is 0 (tests/helpers.h says why)
+  CHECK_GRADCHECK([&](const std::vector<Tensor>& in) { return attn.forward(in[0]); }, inputs);
+}
+
 TEST_CASE("interp: head importance is |∂L/∂g_h|, as central differences of the loss in g_h give it") {
   // The trained model in float64: its gates matter (|∂L/∂g_h| ~ 1e-2), so the differences are far above rounding.
   const TrainedRun& run = trained_run();
