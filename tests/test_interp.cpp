@@ -177,36 +177,40 @@ TEST_CASE("interp: attention rollout rows sum to 1 and compose the layers as ½A
 }
 
 TEST_CASE("interp: a head with gate 0 adds nothing to the output, and its W_Q, W_K, W_V get zero gradient") {
-  auto model = random_gpt(1, 2);
-  const interp::TokenBatch batch = random_batch(2, 6, 11, 3);
-  const int64_t C = 8, d_h = 4;  // head 1 owns columns 4..7
-  model->set_head_mask("10");
-  const Tensor before = model->forward(batch.x).detach().clone();
-  // Changing head 1's query, key and value weights changes nothing while its gate is 0.
-  for (const char* name : {"blocks.0.attn.w_q.weight", "blocks.0.attn.w_k.weight", "blocks.0.attn.w_v.weight"}) {
-    Tensor w = parameter(*model, name);
-    double* data = w.data<double>();
-    for (int64_t r = 0; r < C; ++r)
-      for (int64_t c = d_h; c < 2 * d_h; ++c) data[r * C + c] += 0.3 * static_cast<double>(r - c);
-  }
-  const Tensor after = model->forward(batch.x);
-  CHECK(test::relative_error(after, before) == 0.0);
-  model->set_head_mask("");
-  CHECK(test::relative_error(model->forward(batch.x), before) > 1e-3);  // with the gate on, the change shows
+  for (const AttentionImpl impl : {AttentionImpl::Composed, AttentionImpl::Dense, AttentionImpl::Flash}) {
+    INFO("attention implementation " << name_of(impl));
+    auto model = random_gpt(1, 2);
+    model->set_attention_impl(impl);
+    const interp::TokenBatch batch = random_batch(2, 6, 11, 3);
+    const int64_t C = 8, d_h = 4;  // head 1 owns columns 4..7
+    model->set_head_mask("10");
+    const Tensor before = model->forward(batch.x).detach().clone();
+    // Changing head 1's query, key and value weights changes nothing while its gate is 0.
+    for (const char* name : {"blocks.0.attn.w_q.weight", "blocks.0.attn.w_k.weight", "blocks.0.attn.w_v.weight"}) {
+      Tensor w = parameter(*model, name);
+      double* data = w.data<double>();
+      for (int64_t r = 0; r < C; ++r)
+        for (int64_t c = d_h; c < 2 * d_h; ++c) data[r * C + c] += 0.3 * static_cast<double>(r - c);
+    }
+    const Tensor after = model->forward(batch.x);
+    CHECK(test::relative_error(after, before) == 0.0);
+    model->set_head_mask("");
+    CHECK(test::relative_error(model->forward(batch.x), before) > 1e-3);  // with the gate on, the change shows
 
-  model->set_head_mask("10");
-  model->zero_grad();
-  model->loss(batch.x, batch.y).backward();
-  for (const char* name : {"w_q", "w_k", "w_v"}) {
-    const std::vector<double> dW = parameter(*model, std::string("blocks.0.attn.") + name + ".weight").grad().to_vector();
-    const std::vector<double> db = parameter(*model, std::string("blocks.0.attn.") + name + ".bias").grad().to_vector();
-    double head0 = 0, head1 = 0;
-    for (int64_t r = 0; r < C; ++r)
-      for (int64_t c = 0; c < C; ++c) (c < d_h ? head0 : head1) += std::fabs(dW[r * C + c]);
-    for (int64_t c = d_h; c < C; ++c) head1 += std::fabs(db[c]);
-    INFO(name);
-    CHECK(head1 == 0.0);
-    CHECK(head0 > 0.0);
+    model->set_head_mask("10");
+    model->zero_grad();
+    model->loss(batch.x, batch.y).backward();
+    for (const char* name : {"w_q", "w_k", "w_v"}) {
+      const std::vector<double> dW = parameter(*model, std::string("blocks.0.attn.") + name + ".weight").grad().to_vector();
+      const std::vector<double> db = parameter(*model, std::string("blocks.0.attn.") + name + ".bias").grad().to_vector();
+      double head0 = 0, head1 = 0;
+      for (int64_t r = 0; r < C; ++r)
+        for (int64_t c = 0; c < C; ++c) (c < d_h ? head0 : head1) += std::fabs(dW[r * C + c]);
+      for (int64_t c = d_h; c < C; ++c) head1 += std::fabs(db[c]);
+      INFO(name);
+      CHECK(head1 == 0.0);
+      CHECK(head0 > 0.0);
+    }
   }
 }
 
