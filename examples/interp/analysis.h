@@ -4,8 +4,9 @@
 //   attention_rollout   Abnar & Zuidema (2020): which earlier positions each
 //                       position draws on through all the layers;
 //   integrated_gradients Sundararajan et al. (2017): each input position's share
-//                       of one logit, docs/backprop.md "Integrated gradients";
+//                       of one logit;
 //   head_importance     Michel et al. (2019): mean |∂L/∂g_h| of each head's gate.
+// The derivations: docs/backprop.md, "Integrated gradients, head gates and rollout".
 #pragma once
 #include <cstdint>
 #include <vector>
