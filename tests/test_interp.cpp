@@ -325,3 +325,30 @@ TEST_CASE("interp: char_lm heads --prune K writes a model with K heads off that 
   const SafetensorsFile original = load_safetensors(char_lm::model_path(char_lm::find_checkpoint(run.run())));
   CHECK(original.metadata.count("head_mask") == 0);
 }
+
+TEST_CASE("cuda: training with a head switched off, and head importance, match the CPU") {
+  if (!test::cuda_or_skip()) return;
+  test::TempDir dir("interp_cuda");
+  char_lm::TrainConfig c = test::tiny_run(dir.file("cpu"));
+  c.model.dropout = 0;
+  c.model.head_mask = "10";  // the gates go to the device with the model
+  const char_lm::TrainResult cpu = char_lm::train(c);
+  c.run.out = dir.file("cuda");
+  c.run.device = Device::CUDA;
+  const char_lm::TrainResult gpu = char_lm::train(c);
+  REQUIRE(gpu.batch_losses.size() == cpu.batch_losses.size());
+  for (size_t i = 0; i < cpu.batch_losses.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::abs(gpu.batch_losses[i] - cpu.batch_losses[i]) < 5e-5);
+  }
+
+  char_lm::LoadedModel loaded = char_lm::load_model(char_lm::model_path(char_lm::find_checkpoint(dir.file("cpu"))));
+  const interp::TokenBatch batch = random_batch(2, 16, loaded.model->config().vocab_size, 9);
+  const std::vector<std::vector<double>> on_cpu = interp::head_importance(*loaded.model, {batch});
+  loaded.model->to(Device::CUDA);
+  const std::vector<std::vector<double>> on_cuda = interp::head_importance(*loaded.model, {batch});
+  for (size_t h = 0; h < 2; ++h) {
+    CAPTURE(h);
+    CHECK(on_cuda[0][h] == doctest::Approx(on_cpu[0][h]).epsilon(1e-4));
+  }
+}
