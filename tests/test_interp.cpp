@@ -274,6 +274,18 @@ TEST_CASE("interp: head_mask text and gates convert both ways, and a malformed m
         std::vector<std::vector<double>>{{1, 0}, {0, 1}});  // a head already off is not counted again
 }
 
+TEST_CASE("interp: forward_embedded equals forward on the looked-up embeddings and passes gradcheck in them") {
+  auto model = random_gpt(2, 2);
+  const std::vector<int64_t> ids = {3, 1, 4, 1, 5};
+  const Tensor idx = Tensor::from_indices(ids, {1, 5});
+  CHECK(test::relative_error(model->forward_embedded(model->token_embeddings(idx)), model->forward(idx)) == 0.0);
+  Tensor E = model->token_embeddings(idx).detach().clone();
+  E.requires_grad_();
+  // A few logits, so that the check covers several rows of the output.
+  CHECK_GRADCHECK([&](const std::vector<Tensor>& in) { return slice(model->forward_embedded(in[0]), 2, 0, 3); },
+                  std::vector<Tensor>{E});
+}
+
 TEST_CASE("interp: integrated gradients are complete on the trained model (residual < 1 % of |D| at 64 steps)") {
   const TrainedRun& run = trained_run();
   const char_lm::LoadedModel loaded = char_lm::load_model(char_lm::model_path(char_lm::find_checkpoint(run.run())));
