@@ -46,4 +46,6 @@ layers=$(sed -n '/<section id="attention">/,/<\/section>/p' "$dom" | grep -c '<s
 grep -q 'completeness: attributions sum' "$dom" || fail "no completeness line"
 [ "$(head -c 8 "$tmp/rendered/report.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] ||
   fail "report.png is not a PNG"
-echo "rendered: $(stat -c %s "$tmp/rendered/report.png") bytes of PNG, every section present, no console messages"
+png_bytes=$(stat -c %s "$tmp/rendered/report.png")
+[ "$png_bytes" -gt 20000 ] || fail "report.png has $png_bytes bytes: a blank page?"  # the page's top is ~130 KB
+echo "rendered: $png_bytes bytes of PNG, every section present, no console messages"
