@@ -142,21 +142,26 @@ void check_matches_torch(const SafetensorsFile& golden, const std::string& out_p
 }
 
 // char_lm grads on the golden file's weights and int64 batch, against torch's loss and gradients.
-void check_variant(const SafetensorsFile& golden, const std::string& variant) {
+void check_variant(const SafetensorsFile& golden, const std::string& variant, const nn::GPTConfig& settings = {}) {
   ag::test::TempDir tmp("char_lm_grads_" + variant);
   const std::string out = tmp.file("G.safetensors");
-  const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out);
+  const double loss =
+      char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out, Device::CPU, settings);
   check_matches_torch(golden, out, loss);
 }
 
 }  // namespace
 
-TEST_CASE("char_lm grads: loss and every gradient match PyTorch float64, erf and tanh GELU") {
+TEST_CASE("char_lm grads: loss and every gradient match PyTorch float64, erf and tanh GELU, every attention impl") {
   for (const std::string gelu : {"erf", "tanh"}) {
-    INFO("gelu " << gelu);
-    const SafetensorsFile golden = load_golden(gelu);
-    REQUIRE(golden.metadata.at("gelu") == gelu);
-    check_variant(golden, gelu);
+    for (const nn::AttentionImpl impl : {nn::AttentionImpl::Composed, nn::AttentionImpl::Dense, nn::AttentionImpl::Flash}) {
+      INFO("gelu " << gelu << ", attention " << name_of(impl));
+      const SafetensorsFile golden = load_golden(gelu);
+      REQUIRE(golden.metadata.at("gelu") == gelu);
+      nn::GPTConfig settings;
+      settings.attn_impl = impl;
+      check_variant(golden, gelu, settings);
+    }
   }
 }
 

@@ -262,3 +262,21 @@ TEST_CASE("linear attention: char_lm trains a linear model; greedy text is the s
     CHECK(char_lm::generate(*loaded.model, loaded.tokenizer, "", greedy).size() >= 60);
   }
 }
+
+TEST_CASE("linear attention: head gates apply as under softmax (a closed head adds nothing, full and cached alike)") {
+  Generator gen(5);
+  nn::MultiHeadSelfAttention attn(8, 2, 2, true, 0.0, AttentionImpl::Dense, &gen);
+  attn.use_linear_attention({.feature_map = FeatureMap::Elu1});
+  attn.to(DType::Float64);
+  const Tensor x = random({1, 6, 8}, 9);
+  const Tensor open = attn.forward(x);
+  attn.set_head_gates(Tensor::from_vector({1.0, 1.0}, {2}, DType::Float64));
+  CHECK_CLOSE(attn.forward(x), open, 1e-15);
+  attn.set_head_gates(Tensor::from_vector({0.0, 0.0}, {2}, DType::Float64));
+  const Tensor closed = attn.forward(x);  // every head closed: O is W_O's bias in every row
+  const Tensor bias = attn.named_parameters().back().tensor;  // w_o.bias [C]
+  CHECK_CLOSE(closed, bias.reshape({1, 1, 8}) + Tensor::zeros({1, 6, 8}, DType::Float64), 1e-15);
+  NoGradGuard no_grad;
+  nn::LayerKVCache cache;
+  CHECK_CLOSE(attn.forward_cached(x, cache, 0), closed, 1e-15);
+}
