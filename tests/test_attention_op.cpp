@@ -25,8 +25,9 @@ GradcheckFn fused(bool causal) {
 
 TEST_CASE("attention op: gradcheck, causal and not, T from 1 to 33, d_h from 1 to 16") {
   const std::vector<std::pair<int64_t, int64_t>> sizes = {{1, 1}, {1, 4}, {2, 3}, {5, 1}, {7, 16}, {33, 2}, {16, 8}};
-  for (const auto& [T, d] : sizes)
+  for (const std::pair<int64_t, int64_t>& size : sizes)
     for (bool causal : {true, false}) {
+      const int64_t T = size.first, d = size.second;
       CAPTURE(T);
       CAPTURE(d);
       CAPTURE(causal);
