@@ -269,9 +269,9 @@ void check_tiling(const std::string& where, const std::vector<Entry>& sorted, ui
     covered = e.end;
     previous = &e;
   }
-  AG_CHECK(covered == data_size, where << data_size - covered << " trailing bytes: the tensors end at byte "
-                                       << covered << " of a " << data_size
-                                       << "-byte data region (a header length or offsets that are off?)");
+  AG_CHECK(covered == data_size, where << "trailing bytes: the tensors end at byte " << covered << " of a "
+                                       << data_size << "-byte data region, and the rest belongs to no tensor"
+                                       << " (a header length or offsets that are off?)");
 }
 
 void check_finite(const std::string& at, const Tensor& t) {

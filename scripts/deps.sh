@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs, with apt-get, whatever attograd's build needs and this machine lacks
 # (Debian 12, as root). Sourced by scripts/train.sh and scripts/test.sh.
+# Arguments name further packages a script needs (scripts/build_sanitize.sh: clang).
 set -euo pipefail
-packages=(build-essential cmake libopenblas-openmp-dev doctest-dev nlohmann-json3-dev)
+packages=(build-essential cmake libopenblas-openmp-dev doctest-dev nlohmann-json3-dev "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

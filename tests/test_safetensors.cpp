@@ -371,16 +371,16 @@ TEST_CASE("safetensors: the tensors' bytes must tile the data region exactly") {
   }
   SUBCASE("trailing bytes after the last tensor") {
     write_header(entry("a", "[3]", 0, 12), data);
-    check_load_error(path, "4 trailing bytes");
+    check_load_error(path, "trailing bytes: the tensors end at byte 12 of a 16-byte data region");
     write_header("", data);
-    check_load_error(path, "16 trailing bytes");
+    check_load_error(path, "trailing bytes: the tensors end at byte 0 of a 16-byte data region");
   }
   SUBCASE("a header length off by one either way") {
     // A padded header: one byte less still parses, and would shift every
     // tensor by a byte without the tiling check.
     const std::string header = R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}   )";
     write_file(path, length_prefix(header.size() - 1) + header + data);
-    check_load_error(path, "1 trailing bytes");
+    check_load_error(path, "end at byte 16 of a 17-byte data region");
     write_file(path, length_prefix(header.size() + 1) + header + data);
     check_load_error(path, "truncated");
     // One more, with the first data byte a space: valid JSON, one byte short.
