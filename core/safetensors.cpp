@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -212,8 +212,8 @@ Entry parse_entry(const std::string& where, const std::string& name, const Json&
                             << " (attograd reads F32, F64, I64 and I32)");
   const std::optional<DType> required = e.requirements.dtype;
   AG_CHECK(!required || *required == e.file_dtype->dtype,
-           at << "dtype " << e.file_dtype->name << " (loads as " << e.file_dtype->dtype << ") where the tensor must be "
-              << (required ? dtype_name(*required) : ""));
+           at << "dtype " << e.file_dtype->name << " (loads as " << e.file_dtype->dtype
+              << ") where the tensor must be " << *required);
 
   const Json& shape = j.at("shape");
   AG_CHECK(shape.is_array(), at << "\"shape\" is not an array of integers");

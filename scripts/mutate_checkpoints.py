@@ -190,12 +190,12 @@ def mutants(ck, quick, rng):
     yield "nesting", "metadata nested 10^6 deep", ck.file('{"__metadata__":' + "{\"k\":" * 10**6 + '""' + "}" * 10**6 + "}", data=b""), REFUSE
 
     # Metadata: values only the checkpoint code can judge, and malformed ones.
-    huge_values = {"n_embd": ["16384", "1e18", "-32"], "n_layer": ["100000", "0", "-1"], "n_head": ["0", "7"],
+    values_to_judge = {"n_embd": ["16384", "1e18", "-32"], "n_layer": ["100000", "0", "-1"], "n_head": ["0", "7"],
                    "vocab_size": ["1000000000", "9223372036854775807"], "block_size": ["9223372036854775807", "0"],
                    "iter": ["-1", "9223372036854775807"], "chars": ["not json", '"ab"'], "gelu": ["relu"],
                    "lr": ["1e300", "nan", "-1"], "max-iters": ["-5", "1e18"], "n-layer": ["100000"], "n-embd": ["16384"]}
     for key, value in ck.metadata:
-        for new in huge_values.get(key, []):
+        for new in values_to_judge.get(key, []):
             yield "metadata", f"{key} = {new!r}", ck.file(ck.with_metadata(replaced(ck.metadata, key, new))), ANY
         yield "metadata", f"{key} not a string", ck.file(ck.with_metadata(replaced(ck.metadata, key, 16384))), REFUSE
     yield "metadata", "metadata not an object", ck.file(ck.with_metadata(["a"])), REFUSE
