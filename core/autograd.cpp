@@ -1,19 +1,28 @@
 #include "core/autograd.h"
 
+#include <cmath>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/dispatch.h"
 #include "core/ops.h"
 
 namespace ag {
 
 namespace {
 thread_local bool grad_mode = true;
+thread_local bool anomaly = false;
 
-// dst += src, where dst may be undefined (then it takes a copy of src: src may
-// alias a tensor the caller still uses).
+// dst += src in place, where dst may be undefined (then it takes a copy of src:
+// src may alias a tensor the caller still uses). In place, so a gradient pinned
+// to a flat buffer stays there and a step allocates no gradient tensors.
 void accumulate(std::shared_ptr<TensorImpl>& dst, const Tensor& src) {
-  dst = (dst ? add(Tensor(dst), src) : src.clone()).shared_impl();
+  if (!dst) {
+    dst = src.clone().shared_impl();
+    return;
+  }
+  Tensor sum(dst);
+  kernel::binary(kernel::BinaryOp::Add, sum, src, sum);
 }
 
 // Nodes reachable from root, each after every node that consumes its output.
@@ -61,6 +70,17 @@ Node::~Node() {
 
 bool grad_enabled() { return grad_mode; }
 
+bool anomaly_mode() { return anomaly; }
+AnomalyModeGuard::AnomalyModeGuard() : previous_(anomaly) { anomaly = true; }
+AnomalyModeGuard::~AnomalyModeGuard() { anomaly = previous_; }
+
+bool all_finite(const Tensor& t) {
+  if (!is_floating(t.dtype())) return true;
+  for (double v : t.to_vector())
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+
 NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
 NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
 
@@ -73,6 +93,13 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
 
 Tensor record(const char* op, std::vector<Tensor> inputs, Tensor out, BackwardFn backward) {
   if (!any_requires_grad(inputs)) return out;
+  if (anomaly && !all_finite(out)) {
+    bool inputs_finite = true;
+    for (const Tensor& t : inputs) inputs_finite = inputs_finite && (!t.defined() || all_finite(t));
+    throw Error(std::string("anomaly mode: the forward of '") + op + "' " +
+                (inputs_finite ? "produced a non-finite value from finite inputs" : "received a non-finite input") +
+                " (output " + describe(out) + ")");
+  }
   auto node = std::make_shared<Node>();
   node->op = op;
   node->inputs = std::move(inputs);
@@ -113,6 +140,10 @@ void Tensor::backward(const Tensor& upstream, bool retain_graph) const {
     for (size_t i = 0; i < node->inputs.size(); ++i) {
       const Tensor& input = node->inputs[i];
       if (!input.requires_grad() || !grads[i].defined()) continue;
+      AG_CHECK(!anomaly || all_finite(grads[i]),
+               "anomaly mode: the backward of '" << node->op << "' " << (all_finite(dOut) ? "produced" : "passed on")
+                                                 << " a non-finite gradient for its input " << i << " ("
+                                                 << describe(grads[i]) << ")");
       AG_CHECK(grads[i].shape() == input.shape(),
                "backward: internal error in '" << node->op << "': gradient " << describe(grads[i])
                                                << " for input " << describe(input));

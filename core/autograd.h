@@ -50,6 +50,26 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Anomaly mode, as PyTorch's detect_anomaly: while a guard lives, the output of
+// every recorded op and every gradient backward passes on is checked for NaN
+// and Inf, and the first one found is an ag::Error naming the op (and saying
+// whether its inputs were already non-finite). For finding where a diverged
+// step went wrong: each check copies the tensor to the host.
+bool anomaly_mode();
+class AnomalyModeGuard {
+ public:
+  AnomalyModeGuard();
+  ~AnomalyModeGuard();
+  AnomalyModeGuard(const AnomalyModeGuard&) = delete;
+  AnomalyModeGuard& operator=(const AnomalyModeGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// True unless the (floating) tensor holds a NaN or an infinity. Copies it to the host.
+bool all_finite(const Tensor& t);
+
 // True when recording is on and some input requires a gradient.
 bool any_requires_grad(const std::vector<Tensor>& inputs);
 

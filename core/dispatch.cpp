@@ -111,15 +111,17 @@ void log_softmax_backward(const Tensor& y, const Tensor& dY, Tensor& dX) {
   else cuda::log_softmax_backward(y, dY, dX);
 }
 void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                   Tensor& loss, Tensor& lse) {
-  if (on_cpu("cross_entropy", {&logits, &targets, &loss, &lse}))
-    cpu::cross_entropy(logits, targets, ignore_index, loss, lse);
+                   Tensor& loss, Tensor& lse, Tensor& scored) {
+  if (on_cpu("cross_entropy", {&logits, &targets, &loss, &lse, &scored}))
+    cpu::cross_entropy(logits, targets, ignore_index, loss, lse, scored);
   else
-    cuda::cross_entropy(logits, targets, ignore_index, loss, lse);
+    cuda::cross_entropy(logits, targets, ignore_index, loss, lse, scored);
 }
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                            int64_t ignore_index, double scale, Tensor& dLogits) {
-  if (on_cpu("cross_entropy_backward", {&logits, &targets, &lse, &dLogits}))
+                            int64_t ignore_index, const Tensor& scale, Tensor& dLogits) {
+  AG_CHECK(scale.numel() == 1 && scale.dtype() == logits.dtype(),
+           "cross_entropy_backward: scale " << describe(scale) << " is not one element of the logits' dtype");
+  if (on_cpu("cross_entropy_backward", {&logits, &targets, &lse, &scale, &dLogits}))
     cpu::cross_entropy_backward(logits, targets, lse, ignore_index, scale, dLogits);
   else
     cuda::cross_entropy_backward(logits, targets, lse, ignore_index, scale, dLogits);
@@ -170,12 +172,17 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
   if (on_cpu("sgd_step", {&param, &grad, &momentum_buffer})) cpu::sgd_step(param, grad, momentum_buffer, hyper);
   else cuda::sgd_step(param, grad, momentum_buffer, hyper);
 }
-double sum_of_squares(const Tensor& x) {
-  return on_cpu("sum_of_squares", {&x}) ? cpu::sum_of_squares(x) : cuda::sum_of_squares(x);
+void sum_of_squares(const Tensor& x, Tensor& total) {
+  AG_CHECK(total.numel() == 1 && total.dtype() == DType::Float64,
+           "sum_of_squares: total " << describe(total) << " is not one float64");
+  if (on_cpu("sum_of_squares", {&x, &total})) cpu::sum_of_squares(x, total);
+  else cuda::sum_of_squares(x, total);
 }
-void scale_inplace(Tensor& x, double factor) {
-  if (on_cpu("scale_inplace", {&x})) cpu::scale_inplace(x, factor);
-  else cuda::scale_inplace(x, factor);
+void clip_by_norm(Tensor& x, const Tensor& sum_of_squares, double max_norm) {
+  AG_CHECK(sum_of_squares.numel() == 1 && sum_of_squares.dtype() == DType::Float64,
+           "clip_by_norm: sum_of_squares " << describe(sum_of_squares) << " is not one float64");
+  if (on_cpu("clip_by_norm", {&x, &sum_of_squares})) cpu::clip_by_norm(x, sum_of_squares, max_norm);
+  else cuda::clip_by_norm(x, sum_of_squares, max_norm);
 }
 
 }  // namespace ag::kernel

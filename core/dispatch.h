@@ -55,10 +55,15 @@ struct GemmShape {
 //   g ← g + weight_decay·p            (Adam's L2 penalty; AdamW: p ← p − lr·weight_decay·p)
 //   m ← β1·m + (1 − β1)·g,   v ← β2·v + (1 − β2)·g²
 //   p ← p − lr · (m / (1 − β1^t)) / (√(v / (1 − β2^t)) + ε)
+// skip_unless_finite (for both updates): null, or a float64 scalar where the
+// tensors live (a training step's gradient norm): when it is not finite the
+// update is skipped, decided on that device, so a diverged step changes nothing
+// and the host need not wait to find out.
 struct AdamHyper {
   double lr, beta1, beta2, eps, weight_decay;
   int64_t step;
   bool decoupled;  // true: AdamW's decay; false: Adam's L2 term
+  const double* skip_unless_finite = nullptr;
 };
 
 // SGD in torch.optim's form: g ← g + wd·p; with momentum μ: b ← μ·b + (1 − dampening)·g
@@ -67,6 +72,7 @@ struct SgdHyper {
   double lr, momentum, dampening, weight_decay;
   bool nesterov;
   bool first_step;
+  const double* skip_unless_finite = nullptr;
 };
 
 #include "core/kernels.inc"

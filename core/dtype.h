@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <ostream>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 
 namespace ag {
@@ -23,7 +24,10 @@ inline const char* dtype_name(DType t) {
   }
   return "?";
 }
-inline const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+template <> struct EnumNames<Device> {
+  static constexpr std::pair<Device, const char*> values[] = {{Device::CPU, "cpu"}, {Device::CUDA, "cuda"}};
+};
+inline const char* device_name(Device d) { return name_of(d); }
 inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 inline std::ostream& operator<<(std::ostream& os, Device d) { return os << device_name(d); }
 

@@ -24,6 +24,9 @@ Tensor log(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor relu(const Tensor& x);
 enum class GeluApprox { Erf, Tanh };  // exact x*Phi(x), or GPT-2's tanh approximation
+template <> struct EnumNames<GeluApprox> {
+  static constexpr std::pair<GeluApprox, const char*> values[] = {{GeluApprox::Erf, "erf"}, {GeluApprox::Tanh, "tanh"}};
+};
 Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::Erf);
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
@@ -66,9 +69,13 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // --- softmax family (core/ops/softmax.cpp), over the last dim -------------------------------
 Tensor softmax(const Tensor& x);
 Tensor log_softmax(const Tensor& x);
-// Mean over the rows whose target is not ignore_index of -log softmax(logits)[target].
-// logits [..., V], targets int64 [...]. NaN when every target is ignored (as PyTorch).
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// -log softmax(logits)[target] over the rows whose target is not ignore_index
+// (the scored rows), averaged (Mean: NaN when every target is ignored, as
+// PyTorch) or summed (Sum: what gradient accumulation needs, to divide by the
+// whole step's count). logits [..., V], targets int64 [...] -> [].
+enum class Reduction { Mean, Sum };
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
+                     Reduction reduction = Reduction::Mean);
 
 // --- layer norm (core/ops/layer_norm.cpp) -------------------------------------------------
 // Over the last dim C of x [..., C]; weight and bias [C].

@@ -11,6 +11,12 @@
 
 namespace ag::math {
 
+// clip_grad_norm's factor: max_norm / (norm + 1e-6), at most 1 (so gradients
+// under the threshold are left bit for bit). The 1e-6 keeps a zero norm finite.
+AG_HOST_DEVICE inline double clip_coefficient(double sum_of_squares, double max_norm) {
+  const double coef = max_norm / (std::sqrt(sum_of_squares) + 1e-6);
+  return coef < 1.0 ? coef : 1.0;
+}
 
 // Adam / AdamW (contract in core/dispatch.h). The per-step scalars are computed
 // once, in double, as torch computes them in Python.

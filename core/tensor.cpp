@@ -205,6 +205,33 @@ Tensor Tensor::reshape(const Shape& requested) const {
   });
 }
 
+void Tensor::set_grad(const Tensor& grad) {
+  if (!impl_->grad_pinned) {
+    impl_->grad = grad.impl_;
+    return;
+  }
+  Tensor pinned(impl_->grad);
+  AG_CHECK(grad.shape() == shape() && grad.dtype() == dtype() && grad.device() == device(),
+           "set_grad: " << describe(grad) << " for a parameter " << describe(*this));
+  kernel::cast(grad, pinned);  // same dtype: a copy into the flat buffer
+}
+
+void Tensor::zero_grad() {
+  if (!impl_->grad_pinned) {
+    impl_->grad.reset();
+    return;
+  }
+  Tensor pinned(impl_->grad);
+  kernel::fill(pinned, 0.0);
+}
+
+void Tensor::pin_grad(const Tensor& view) {
+  AG_CHECK(view.shape() == shape() && view.dtype() == dtype() && view.device() == device(),
+           "pin_grad: " << describe(view) << " for a parameter " << describe(*this));
+  impl_->grad = view.impl_;
+  impl_->grad_pinned = true;
+}
+
 Tensor& Tensor::requires_grad_(bool value) {
   AG_CHECK(is_floating(dtype()) || !value, "requires_grad_: " << describe(*this)
                                                                << ": only floating tensors have gradients");

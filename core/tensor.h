@@ -45,6 +45,9 @@ struct TensorImpl {
   DType dtype;
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;  // accumulated by backward(), leaves only
+  // The grad is a view into a flat gradient buffer (optim/flat_parameters.h):
+  // backward adds into it in place, zero_grad zeroes it, set_grad copies into it.
+  bool grad_pinned = false;
   std::shared_ptr<Node> grad_fn;     // the op that produced this tensor, if tracked
 };
 
@@ -110,8 +113,12 @@ class Tensor {
   Tensor& requires_grad_(bool value = true);
   bool is_leaf() const { return impl_->grad_fn == nullptr; }
   Tensor grad() const { return Tensor(impl_->grad); }
-  void set_grad(const Tensor& grad) { impl_->grad = grad.impl_; }
-  void zero_grad() { impl_->grad.reset(); }
+  // Replaces the gradient; a pinned one keeps its storage and takes grad's values.
+  void set_grad(const Tensor& grad);
+  // Drops the gradient; a pinned one is filled with zeros instead.
+  void zero_grad();
+  // Makes `view` (a zeroed slice of a flat buffer, this tensor's shape) the pinned gradient.
+  void pin_grad(const Tensor& view);
   const std::shared_ptr<Node>& grad_fn() const { return impl_->grad_fn; }
 
   // Reverse-mode differentiation from this tensor. Without an upstream gradient

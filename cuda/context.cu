@@ -4,6 +4,7 @@
 // nothing calls into the CUDA runtime after it has shut down (the driver frees
 // the process's memory at exit).
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -172,14 +173,63 @@ void set_allow_tf32(bool allow) {
 }
 bool allow_tf32() { return tf32_allowed; }
 
-void synchronize() { AG_CUDA_CHECK(cudaStreamSynchronize(context().stream)); }
+// --- deferred errors ------------------------------------------------------------------
+
+namespace {
+struct PendingChecks {
+  std::mutex mutex;
+  std::vector<PendingIndexCheck> checks;
+};
+PendingChecks& pending() {
+  static auto* instance = new PendingChecks;  // never destroyed, as the allocator
+  return *instance;
+}
+
+// After a synchronisation: the first failed check's message, if any; all are dropped.
+void raise_pending_index_errors() {
+  std::vector<PendingIndexCheck> checks;
+  {
+    std::lock_guard<std::mutex> lock(pending().mutex);
+    checks.swap(pending().checks);
+  }
+  for (const PendingIndexCheck& check : checks) {
+    unsigned long long position = 0;
+    AG_CUDA_CHECK(cudaMemcpy(&position, check.first_bad, sizeof position, cudaMemcpyDeviceToHost));
+    if (position == ~0ull) continue;
+    int64_t value = 0;
+    AG_CUDA_CHECK(cudaMemcpy(&value, static_cast<const int64_t*>(check.indices) + position, sizeof value,
+                             cudaMemcpyDeviceToHost));
+    throw Error(check.describe(static_cast<int64_t>(position), value));
+  }
+}
+}  // namespace
+
+void defer_index_error(PendingIndexCheck check) {
+  std::lock_guard<std::mutex> lock(pending().mutex);
+  pending().checks.push_back(std::move(check));
+}
+
+namespace {
+std::atomic<int64_t> waits{0};
+void wait_for_stream() {
+  ++waits;
+  AG_CUDA_CHECK(cudaStreamSynchronize(context().stream));
+}
+}  // namespace
+
+int64_t synchronizations() { return waits; }
+
+void synchronize() {
+  wait_for_stream();
+  raise_pending_index_errors();
+}
 
 // Asynchronous copies from pageable host memory may return before the host
 // buffer has been read, so both directions wait for the copy.
 void copy_host_to_device(void* dst, const void* src, size_t nbytes) {
   if (nbytes == 0) return;
   AG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, context().stream));
-  synchronize();
+  wait_for_stream();  // the host buffer is free again
 }
 
 void copy_device_to_host(void* dst, const void* src, size_t nbytes) {

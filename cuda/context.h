@@ -6,7 +6,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace ag::cuda {
 
@@ -33,7 +36,26 @@ void empty_cache();  // returns every cached block to the driver
 // for it (the host reads the result).
 void copy_host_to_device(void* dst, const void* src, size_t nbytes);
 void copy_device_to_host(void* dst, const void* src, size_t nbytes);
-void synchronize();  // waits for all queued work
+void synchronize();  // waits for all queued work, then raises any deferred error
+// How many times the host has waited for the device so far (synchronize and
+// the copies): what a training step's cost in round trips is measured by.
+int64_t synchronizations();
+
+// --- deferred errors ---------------------------------------------------------------
+// Index checks (cross_entropy's targets, embedding's indices) run on the device
+// without the host waiting for them: each queues a PendingIndexCheck, and the
+// next synchronisation (synchronize(), or a copy to the host, which waits anyway)
+// reads the checks' results and throws ag::Error with the first one's message —
+// the CPU kernel's message, one synchronisation later. So a training step that
+// reads its loss every few iterations never stalls on a check.
+using IndexErrorMessage = std::function<std::string(int64_t position, int64_t value)>;
+struct PendingIndexCheck {
+  const void* first_bad;  // device int64: the first bad position, or all ones for none
+  const void* indices;    // device int64 [n]: where the bad value is read from
+  IndexErrorMessage describe;
+  std::vector<std::shared_ptr<void>> keep_alive;  // the storages of the two above
+};
+void defer_index_error(PendingIndexCheck check);
 
 // --- the stream and cuBLAS ---------------------------------------------------------
 // The cudaStream_t every kernel, copy and cuBLAS call is queued on.

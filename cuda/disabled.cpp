@@ -25,6 +25,7 @@ std::string describe_device() { return "no CUDA device: built without CUDA"; }
 void* allocate(size_t) AG_WITHOUT_CUDA
 void deallocate(void*, size_t) {}
 MemoryStats memory_stats() { return {}; }
+int64_t synchronizations() { return 0; }
 void empty_cache() {}
 void copy_host_to_device(void*, const void*, size_t) AG_WITHOUT_CUDA
 void copy_device_to_host(void*, const void*, size_t) AG_WITHOUT_CUDA
@@ -56,8 +57,8 @@ void softmax_backward(const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
 void causal_softmax(const Tensor&, Tensor&) AG_WITHOUT_CUDA
 void log_softmax(const Tensor&, Tensor&) AG_WITHOUT_CUDA
 void log_softmax_backward(const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
-void cross_entropy(const Tensor&, const Tensor&, int64_t, Tensor&, Tensor&) AG_WITHOUT_CUDA
-void cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, int64_t, double, Tensor&) AG_WITHOUT_CUDA
+void cross_entropy(const Tensor&, const Tensor&, int64_t, Tensor&, Tensor&, Tensor&) AG_WITHOUT_CUDA
+void cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, int64_t, const Tensor&, Tensor&) AG_WITHOUT_CUDA
 
 void layer_norm(const Tensor&, const Tensor&, const Tensor&, double, Tensor&, Tensor&, Tensor&) AG_WITHOUT_CUDA
 void layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&,
@@ -70,7 +71,7 @@ void dropout(const Tensor&, double, uint64_t, uint64_t, Tensor&) AG_WITHOUT_CUDA
 
 void adam_step(Tensor&, const Tensor&, Tensor&, Tensor&, const kernel::AdamHyper&) AG_WITHOUT_CUDA
 void sgd_step(Tensor&, const Tensor&, Tensor&, const kernel::SgdHyper&) AG_WITHOUT_CUDA
-double sum_of_squares(const Tensor&) AG_WITHOUT_CUDA
-void scale_inplace(Tensor&, double) AG_WITHOUT_CUDA
+void sum_of_squares(const Tensor&, Tensor&) AG_WITHOUT_CUDA
+void clip_by_norm(Tensor&, const Tensor&, double) AG_WITHOUT_CUDA
 
 }  // namespace ag::cuda

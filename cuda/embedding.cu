@@ -12,7 +12,12 @@ template <class T> struct Gather {
   const int64_t* indices;
   T* out;
   int64_t C;
-  __device__ void operator()(int64_t i) const { out[i] = weight[indices[i / C] * C + i % C]; }
+  int64_t V;
+  // An index outside the table reads nothing: the deferred check reports it.
+  __device__ void operator()(int64_t i) const {
+    const int64_t row = indices[i / C];
+    out[i] = row >= 0 && row < V ? weight[row * C + i % C] : T(NAN);
+  }
 };
 
 // This thread's slot among the block's threads with keep set, in thread order;
@@ -80,12 +85,13 @@ __global__ void embedding_backward_kernel(const T* dOut, const int64_t* indices,
 
 void embedding(const Tensor& weight, const Tensor& indices, Tensor& out) {
   const int64_t V = weight.size(0), C = weight.size(1);
-  const BadIndex bad = find_out_of_range(indices, V, false, 0);
-  AG_CHECK(bad.position < 0, "embedding: index " << bad.value << " at position " << bad.position
-                                                 << " out of range for a table of " << V << " rows");
+  check_indices_later(indices, V, false, 0, [V](int64_t position, int64_t value) {
+    return "embedding: index " + std::to_string(value) + " at position " + std::to_string(position) +
+           " out of range for a table of " + std::to_string(V) + " rows";
+  });
   visit_floating(weight.dtype(), "embedding", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(indices.numel() * C, Gather<T>{ptr<const T>(weight), ptr<const int64_t>(indices), ptr<T>(out), C});
+    for_each_index(indices.numel() * C, Gather<T>{ptr<const T>(weight), ptr<const int64_t>(indices), ptr<T>(out), C, V});
   });
 }
 

@@ -16,21 +16,17 @@ __global__ void find_out_of_range_kernel(const int64_t* indices, int64_t n, int6
 }
 }  // namespace
 
-BadIndex find_out_of_range(const Tensor& indices, int64_t limit, bool has_ignore, int64_t ignore) {
+void check_indices_later(const Tensor& indices, int64_t limit, bool has_ignore, int64_t ignore,
+                         IndexErrorMessage describe) {
   const int64_t n = indices.numel();
-  if (n == 0) return {};
-  const Tensor first = Tensor::empty({1}, DType::Int64, Device::CUDA);
+  if (n == 0) return;
+  Tensor first = Tensor::empty({1}, DType::Int64, Device::CUDA);
   AG_CUDA_CHECK(cudaMemsetAsync(first.raw_data(), 0xFF, sizeof(int64_t), current_stream()));  // "none" = 2^64 − 1
   find_out_of_range_kernel<<<blocks_for(n), kThreads, 0, current_stream()>>>(
       ptr<const int64_t>(indices), n, limit, has_ignore, ignore, ptr<unsigned long long>(first));
   AG_CUDA_CHECK_LAUNCH();
-  unsigned long long position = 0;
-  copy_device_to_host(&position, first.raw_data(), sizeof(position));
-  if (position == ~0ull) return {};
-  BadIndex bad;
-  bad.position = static_cast<int64_t>(position);
-  copy_device_to_host(&bad.value, ptr<const int64_t>(indices) + bad.position, sizeof(int64_t));
-  return bad;
+  defer_index_error({first.raw_data(), indices.raw_data(), std::move(describe),
+                     {first.impl()->storage, indices.impl()->storage}});
 }
 
 }  // namespace ag::cuda

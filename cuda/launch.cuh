@@ -14,6 +14,8 @@
 #include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -190,12 +192,12 @@ template <class Load, class Out> void sum_all(int64_t n, const Load& load, Out* 
 }
 
 // --- index checks ----------------------------------------------------------------------
-// The first position n (in order) whose index lies outside [0, limit) and is not
-// `ignore` (when has_ignore), with its value; position −1 when all are in range.
-// Waits for the device: the caller throws the CPU kernel's message.
-struct BadIndex {
-  int64_t position = -1, value = 0;
-};
-BadIndex find_out_of_range(const Tensor& indices, int64_t limit, bool has_ignore, int64_t ignore);
+// Queues a check that every index lies in [0, limit) or equals `ignore` (when
+// has_ignore), without waiting for the device: a kernel records the first bad
+// position, and the next host synchronisation throws describe(position, value)
+// (cuda/context.h, "Deferred errors"). The kernels that read through the
+// indices skip out-of-range ones, so nothing reads outside its table meanwhile.
+void check_indices_later(const Tensor& indices, int64_t limit, bool has_ignore, int64_t ignore,
+                         IndexErrorMessage describe);
 
 }  // namespace ag::cuda

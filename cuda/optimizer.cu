@@ -10,22 +10,43 @@ namespace ag::cuda {
 
 namespace {
 
+// An update that every thread skips when the guard (a device scalar) is not finite.
+template <class Update> struct UnlessNonFinite {
+  Update update;
+  const double* guard;
+  __device__ void operator()(int64_t i) const {
+    if (guard && !isfinite(*guard)) return;
+    update(i);
+  }
+};
+template <class Update> UnlessNonFinite<Update> unless_non_finite(const Update& update, const double* guard) {
+  return {update, guard};
+}
+
 template <class T> struct Square {
   const T* x;
   __device__ double operator()(int64_t i) const { return static_cast<double>(x[i]) * static_cast<double>(x[i]); }
 };
 
-template <class T> struct Scale {
+// x *= the clip coefficient, computed by every thread from the sum of squares in
+// device memory (the same arithmetic as the CPU: core/optimizer_math.h).
+template <class T> struct ClipByNorm {
   T* x;
-  T factor;
-  __device__ void operator()(int64_t i) const { x[i] *= factor; }
+  const double* sum_of_squares;
+  double max_norm;
+  __device__ void operator()(int64_t i) const {
+    const double coef = math::clip_coefficient(*sum_of_squares, max_norm);
+    if (coef < 1.0) x[i] *= static_cast<T>(coef);
+  }
 };
 }  // namespace
 
 void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const kernel::AdamHyper& hyper) {
   visit_floating(param.dtype(), "adam_step", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(param.numel(), math::AdamUpdate<T>(ptr<T>(param), ptr<const T>(grad), ptr<T>(m), ptr<T>(v), hyper));
+    for_each_index(param.numel(),
+                   unless_non_finite(math::AdamUpdate<T>(ptr<T>(param), ptr<const T>(grad), ptr<T>(m), ptr<T>(v), hyper),
+                                     hyper.skip_unless_finite));
   });
 }
 
@@ -33,27 +54,24 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
   const bool use_momentum = hyper.momentum != 0.0;
   visit_floating(param.dtype(), "sgd_step", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(param.numel(), math::SgdUpdate<T>(ptr<T>(param), ptr<const T>(grad),
-                                                     use_momentum ? ptr<T>(momentum_buffer) : nullptr, hyper));
+    for_each_index(param.numel(), unless_non_finite(math::SgdUpdate<T>(ptr<T>(param), ptr<const T>(grad),
+                                                                       use_momentum ? ptr<T>(momentum_buffer) : nullptr, hyper),
+                                                    hyper.skip_unless_finite));
   });
 }
 
-// Σ x² in double on the device (sum_all's fixed order), then the one number to the host.
-double sum_of_squares(const Tensor& x) {
-  return visit_floating(x.dtype(), "sum_of_squares", [&](auto zero) {
+// Σ x² in double on the device, in sum_all's fixed order; it stays there.
+void sum_of_squares(const Tensor& x, Tensor& total) {
+  visit_floating(x.dtype(), "sum_of_squares", [&](auto zero) {
     using T = decltype(zero);
-    const Tensor total = Tensor::empty({}, DType::Float64, Device::CUDA);
     sum_all(x.numel(), Square<T>{ptr<const T>(x)}, ptr<double>(total));
-    double result = 0;
-    copy_device_to_host(&result, total.raw_data(), sizeof(result));
-    return result;
   });
 }
 
-void scale_inplace(Tensor& x, double factor) {
-  visit_floating(x.dtype(), "scale_inplace", [&](auto zero) {
+void clip_by_norm(Tensor& x, const Tensor& sum_of_squares, double max_norm) {
+  visit_floating(x.dtype(), "clip_by_norm", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(x.numel(), Scale<T>{ptr<T>(x), static_cast<T>(factor)});
+    for_each_index(x.numel(), ClipByNorm<T>{ptr<T>(x), ptr<const double>(sum_of_squares), max_norm});
   });
 }
 

@@ -92,14 +92,17 @@ __global__ void log_softmax_backward_kernel(const T* y, const T* dY, T* dX, int6
 // lse[r] = logsumexp(logits[r]); loss[r] = lse[r] − logits[r, t_r], 0 for ignored rows.
 template <class T>
 __global__ void cross_entropy_kernel(const T* logits, const int64_t* targets, int64_t ignore_index, T* loss, T* lse,
-                                     int64_t rows, int64_t V) {
+                                     T* scored, int64_t rows, int64_t V) {
   __shared__ T scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T row_lse = logsumexp_row(logits + r * V, V, scratch);
     if (threadIdx.x == 0) {
       const int64_t t = targets[r];
+      const bool ignored = t == ignore_index, valid = t >= 0 && t < V;
       lse[r] = row_lse;
-      loss[r] = t == ignore_index ? T(0) : row_lse - logits[r * V + t];
+      scored[r] = ignored ? T(0) : T(1);
+      // An out-of-range target reads nothing: the deferred check reports it.
+      loss[r] = ignored ? T(0) : valid ? row_lse - logits[r * V + t] : T(NAN);
     }
   }
 }
@@ -107,7 +110,9 @@ __global__ void cross_entropy_kernel(const T* logits, const int64_t* targets, in
 // dLogits[r] = scale · (softmax(logits[r]) − onehot(t_r)), zero for ignored rows.
 template <class T>
 __global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* targets, const T* lse,
-                                              int64_t ignore_index, T scale, T* dLogits, int64_t rows, int64_t V) {
+                                              int64_t ignore_index, const T* scale_at, T* dLogits, int64_t rows,
+                                              int64_t V) {
+  const T scale = *scale_at;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t t = targets[r];
     T* dr = dLogits + r * V;
@@ -164,26 +169,27 @@ void log_softmax_backward(const Tensor& y, const Tensor& dY, Tensor& dX) {
   });
 }
 
-void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& loss, Tensor& lse) {
+void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& loss, Tensor& lse,
+                   Tensor& scored) {
   const int64_t V = row_length(logits), N = targets.numel();
-  const BadIndex bad = find_out_of_range(targets, V, true, ignore_index);
-  AG_CHECK(bad.position < 0, "cross_entropy: target " << bad.value << " at position " << bad.position
-                                                       << " out of range [0, " << V << ") (ignore_index "
-                                                       << ignore_index << ")");
+  check_indices_later(targets, V, true, ignore_index, [V, ignore_index](int64_t position, int64_t value) {
+    return "cross_entropy: target " + std::to_string(value) + " at position " + std::to_string(position) +
+           " out of range [0, " + std::to_string(V) + ") (ignore_index " + std::to_string(ignore_index) + ")";
+  });
   visit_floating(logits.dtype(), "cross_entropy", [&](auto zero) {
     using T = decltype(zero);
     launch_rows(cross_entropy_kernel<T>, N, V, ptr<const T>(logits), ptr<const int64_t>(targets), ignore_index,
-                ptr<T>(loss), ptr<T>(lse), N, V);
+                ptr<T>(loss), ptr<T>(lse), ptr<T>(scored), N, V);
   });
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index,
-                            double scale, Tensor& dLogits) {
+                            const Tensor& scale, Tensor& dLogits) {
   const int64_t V = row_length(logits), N = targets.numel();
   visit_floating(logits.dtype(), "cross_entropy_backward", [&](auto zero) {
     using T = decltype(zero);
     launch_rows(cross_entropy_backward_kernel<T>, N, V, ptr<const T>(logits), ptr<const int64_t>(targets),
-                ptr<const T>(lse), ignore_index, static_cast<T>(scale), ptr<T>(dLogits), N, V);
+                ptr<const T>(lse), ignore_index, ptr<const T>(scale), ptr<T>(dLogits), N, V);
   });
 }
 

@@ -1,14 +1,14 @@
 // A first look at attograd's API: a two-layer MLP learns to tell two interleaved
 // spirals apart, with plain gradient descent written out by hand.
 //
-//   ./build/autograd_tour [--steps N]
+//   ./build/autograd_tour [--steps N] [--threads N]
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <string>
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "examples/common/command_line.h"
 
 using namespace ag;
 
@@ -37,18 +37,29 @@ double accuracy(const Tensor& logits, const Tensor& labels) {
   for (size_t i = 0; i < y.size(); ++i) correct += (l[2 * i + 1] > l[2 * i]) == (y[i] == 1);
   return static_cast<double>(correct) / static_cast<double>(y.size());
 }
+// The tour's one option of its own (core/options.h explains the columns).
+#define AG_TOUR_OPTIONS(X) X(Local, int64_t, steps, 2000, 1, 1 << 24, "gradient descent steps")
+struct TourOptions {
+  AG_DECLARE_OPTIONS(AG_TOUR_OPTIONS)
+};
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 2000;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) {
-      steps = std::stoi(argv[++i]);
-    } else {
-      std::printf("usage: autograd_tour [--steps N]\n");
-      return std::strcmp(argv[i], "--help") ? 2 : 0;
-    }
+  CLI::App app("A two-layer MLP learns two spirals, with gradient descent written out by hand.", "autograd_tour");
+  TourOptions options;
+  cli::ProcessOptions process;
+  process.threads = 1;  // 400 points: more threads only wait for each other
+  cli::Command command(&app);
+  command.bind(options).bind(process);
+  if (const int code = cli::parse(app, argc, argv); code >= 0) return code;
+  try {
+    command.apply();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "autograd_tour: %s\n", e.what());
+    return 2;
   }
+  process.apply();
+  const int64_t steps = options.steps;
 
   Tensor points, labels;
   make_spirals(200, points, labels);

@@ -18,6 +18,14 @@
 namespace ag::nn {
 
 enum class AttentionImpl { Composed, Fused };
+}  // namespace ag::nn
+namespace ag {
+template <> struct EnumNames<nn::AttentionImpl> {
+  static constexpr std::pair<nn::AttentionImpl, const char*> values[] = {{nn::AttentionImpl::Composed, "composed"},
+                                                                          {nn::AttentionImpl::Fused, "fused"}};
+};
+}  // namespace ag
+namespace ag::nn {
 
 class MultiHeadSelfAttention : public Module {
  public:

@@ -17,7 +17,14 @@ Tensor Block::forward(const Tensor& x) {
   return y + mlp_->forward(ln2_->forward(y));
 }
 
+void GPTConfig::check() const {
+  check_option_ranges(*this);
+  AG_CHECK(n_embd % n_head == 0, "--n-embd " << n_embd << " is not a multiple of --n-head " << n_head
+                                             << " (each head gets C / H dims)");
+}
+
 GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
+  config.check();
   const int64_t C = config.n_embd;
   tok_emb_ = register_module("tok_emb", std::make_shared<Embedding>(config.vocab_size, C, &gen));
   pos_emb_ = register_module("pos_emb", std::make_shared<Embedding>(config.block_size, C, &gen));
@@ -25,7 +32,7 @@ GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
   for (int64_t i = 0; i < config.n_layer; ++i)
     blocks_.push_back(register_module(
         "blocks." + std::to_string(i),
-        std::make_shared<Block>(C, config.n_head, config.dropout, config.gelu, config.attention, &gen)));
+        std::make_shared<Block>(C, config.n_head, config.dropout, config.gelu, config.attn_impl, &gen)));
   ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(C));
   init_weights(gen);
 }
@@ -56,7 +63,10 @@ Tensor GPT::forward(const Tensor& idx) {
   const int64_t B = idx.size(0), T = idx.size(1), C = config_.n_embd, V = config_.vocab_size;
   AG_CHECK(T >= 1 && T <= config_.block_size,
            "GPT: sequence length T = " << T << " is outside [1, block_size = " << config_.block_size << "]");
-  const Tensor pos = Tensor::arange(T, DType::Int64, idx.device());
+  // Positions 0..T−1, uploaded once per device: a fresh upload each forward would make the host wait for the device.
+  if (!positions_.defined() || positions_.device() != idx.device())
+    positions_ = Tensor::arange(config_.block_size, DType::Int64, idx.device());
+  const Tensor pos = positions_.view(0, {T});
   Tensor x = dropout_->forward(tok_emb_->forward(idx) + pos_emb_->forward(pos));  // [B, T, C] + [T, C]
   for (const std::shared_ptr<Block>& block : blocks_) x = block->forward(x);
   x = ln_f_->forward(x).reshape({B * T, C});
@@ -65,15 +75,15 @@ Tensor GPT::forward(const Tensor& idx) {
   return matmul(x, transpose(tok_emb_->weight(), 0, 1)).reshape({B, T, V});
 }
 
-Tensor GPT::loss(const Tensor& idx, const Tensor& targets) {
+Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, int64_t ignore_index) {
   AG_CHECK(targets.shape() == idx.shape(),
            "GPT::loss: targets " << describe(targets) << " and idx " << describe(idx) << " differ in shape");
   const Tensor logits = forward(idx);  // [B, T, V]
-  return cross_entropy(logits.reshape({-1, config_.vocab_size}), targets.reshape({-1}));
+  return cross_entropy(logits.reshape({-1, config_.vocab_size}), targets.reshape({-1}), ignore_index, reduction);
 }
 
 void GPT::set_attention_impl(AttentionImpl impl) {
-  config_.attention = impl;
+  config_.attn_impl = impl;
   for (const std::shared_ptr<Block>& block : blocks_) block->attn().set_impl(impl);
 }
 

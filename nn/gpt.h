@@ -6,6 +6,8 @@
 //   each block:  x = x + attn(ln1(x));  x = x + mlp(ln2(x))
 //   logits = ln_f(x) · tok_embᵀ                       [B, T, V]
 #pragma once
+#include "core/options.h"
+#include "nn/gpt_options.h"
 #include "nn/attention.h"
 #include "nn/layers.h"
 #include "nn/module.h"
@@ -29,15 +31,11 @@ class Block : public Module {
   std::shared_ptr<MLP> mlp_;
 };
 
+// The model's options, from the table in nn/gpt_options.h.
 struct GPTConfig {
-  int64_t vocab_size;  // V
-  int64_t block_size;  // the longest sequence T
-  int64_t n_layer;     // N
-  int64_t n_head;      // H
-  int64_t n_embd;      // C
-  double dropout = 0.0;
-  GeluApprox gelu = GeluApprox::Erf;
-  AttentionImpl attention = AttentionImpl::Fused;
+  AG_DECLARE_OPTIONS(AG_GPT_OPTIONS)
+  // Throws unless the options fit together (ranges, and C a multiple of H).
+  void check() const;
 };
 
 class GPT : public Module {
@@ -49,8 +47,10 @@ class GPT : public Module {
 
   // idx int64 [B, T] with T <= block_size -> logits [B, T, V]
   Tensor forward(const Tensor& idx);
-  // idx, targets int64 [B, T] -> mean cross-entropy of the next-token logits, []
-  Tensor loss(const Tensor& idx, const Tensor& targets);
+  // idx, targets int64 [B, T] -> cross-entropy of the next-token logits, [],
+  // averaged or summed over the targets that are not ignore_index.
+  Tensor loss(const Tensor& idx, const Tensor& targets, Reduction reduction = Reduction::Mean,
+              int64_t ignore_index = -100);
 
   void set_attention_impl(AttentionImpl impl);
   const GPTConfig& config() const { return config_; }
@@ -60,6 +60,7 @@ class GPT : public Module {
   void init_weights(Generator& gen);
 
   GPTConfig config_;
+  Tensor positions_;  // int64 [block_size]: 0, 1, ..., on the device of the last input
   std::shared_ptr<Embedding> tok_emb_, pos_emb_;
   std::shared_ptr<Dropout> dropout_;
   std::vector<std::shared_ptr<Block>> blocks_;

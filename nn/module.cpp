@@ -21,6 +21,7 @@ void convert_in_place(const Tensor& t, const Tensor& converted) {
   t.impl()->offset = converted.impl()->offset;
   t.impl()->dtype = converted.dtype();
   t.impl()->grad.reset();
+  t.impl()->grad_pinned = false;
 }
 }  // namespace
 

@@ -1,17 +1,42 @@
 #include "optim/adam.h"
 
 #include <cmath>
+#include <map>
 
 #include "core/autograd.h"
 #include "core/dispatch.h"
 
 namespace ag::optim {
 
+namespace {
+// A saved step count: one int64 in [1, 2^53] (beyond that β^t no longer changes,
+// and a larger count is a corrupt file, not a long run).
+int64_t saved_step(const char* kind, const Tensor& saved, const std::string& name) {
+  AG_CHECK(saved.defined() && saved.dtype() == DType::Int64 && saved.numel() == 1,
+           kind << ": load_state: '" << name << "' is " << describe(saved) << ", not one int64");
+  const int64_t step = saved.to_indices()[0];
+  AG_CHECK(step >= 1 && step <= (int64_t{1} << 53),
+           kind << ": load_state: '" << name << "' is " << step << ", not a step count in [1, 2^53]");
+  return step;
+}
+
+// The moments a checkpoint may hold: finite, and v (a mean of squares) never negative.
+void check_moment(const char* kind, const Tensor& saved, const std::string& name, bool non_negative) {
+  for (double x : saved.to_vector())
+    AG_CHECK(std::isfinite(x) && (!non_negative || x >= 0),
+             kind << ": load_state: '" << name << "' holds " << x << (non_negative ? " (must be finite and >= 0)" : " (must be finite)"));
+}
+}  // namespace
+
 Adam::Adam(const char* kind, std::vector<ParamGroup> groups, AdamOptions options, bool decoupled)
     : Optimizer(kind, std::move(groups), options.lr), options_(options), decoupled_(decoupled) {
   AG_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
            kind_ << ": betas must lie in [0, 1), got (" << options.beta1 << ", " << options.beta2 << ")");
   AG_CHECK(options.eps >= 0, kind_ << ": eps must be >= 0, got " << options.eps);
+  for (size_t b = 0; b < flat_.buffers().size(); ++b) {
+    exp_avg_.push_back(flat_.zeros_like_buffer(b));
+    exp_avg_sq_.push_back(flat_.zeros_like_buffer(b));
+  }
 }
 
 Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
@@ -24,67 +49,86 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamOptions options)
 AdamW::AdamW(const std::vector<NamedParameter>& params, AdamOptions options, double weight_decay)
     : Adam("adamw", {{params, weight_decay}}, options, /*decoupled=*/true) {}
 
-void Adam::step() {
+// One kernel per segment: a group's parameters, gradients and moments are each
+// one contiguous range.
+void Adam::step(const Tensor& skip_unless_finite) {
   NoGradGuard no_grad;
-  for (ParamGroup& group : groups_) {
-    for (NamedParameter& p : group.params) {
-      const Tensor grad = p.tensor.grad();
-      if (!grad.defined()) continue;
-      AG_CHECK(grad.shape() == p.tensor.shape() && grad.dtype() == p.tensor.dtype(),
-               kind_ << ": parameter '" << p.name << "' is " << describe(p.tensor) << " but its grad is "
-                     << describe(grad));
-      Moments& s = moments_[p.name];
-      if (s.step == 0) {
-        s.exp_avg = Tensor::zeros(p.tensor.shape(), p.tensor.dtype(), p.tensor.device());
-        s.exp_avg_sq = Tensor::zeros(p.tensor.shape(), p.tensor.dtype(), p.tensor.device());
-      }
-      ++s.step;
-      const kernel::AdamHyper hyper{lr_, options_.beta1, options_.beta2, options_.eps, group.weight_decay,
-                                    s.step, decoupled_};
-      kernel::adam_step(p.tensor, grad, s.exp_avg, s.exp_avg_sq, hyper);
-    }
+  flat_.check_in_place(kind_);
+  const double* guard = guard_pointer(skip_unless_finite);
+  ++step_;
+  for (const FlatParameters::Segment& s : flat_.segments()) {
+    const FlatParameters::Buffer& buffer = flat_.buffers()[s.buffer];
+    Tensor p = FlatParameters::range(buffer.values, s), m = FlatParameters::range(exp_avg_[s.buffer], s),
+           v = FlatParameters::range(exp_avg_sq_[s.buffer], s);
+    const kernel::AdamHyper hyper{lr_, options_.beta1, options_.beta2, options_.eps, groups_[s.group].weight_decay,
+                                  step_, decoupled_, guard};
+    kernel::adam_step(p, FlatParameters::range(buffer.grads, s), m, v, hyper);
   }
 }
 
 NamedTensors Adam::state() const {
   NamedTensors out;
-  for (const ParamGroup& group : groups_) {
-    for (const NamedParameter& p : group.params) {
-      const auto it = moments_.find(p.name);
-      if (it == moments_.end()) continue;
-      out.emplace_back("exp_avg." + p.name, it->second.exp_avg.clone());
-      out.emplace_back("exp_avg_sq." + p.name, it->second.exp_avg_sq.clone());
-      out.emplace_back("step." + p.name, Tensor::from_indices({it->second.step}, {1}));
+  if (step_ == 0) return out;
+  for (const FlatParameters::Segment& s : flat_.segments()) {
+    for (size_t i = 0; i < s.params.size(); ++i) {
+      const std::string& name = s.params[i].name;
+      out.push_back({"exp_avg." + name, FlatParameters::param_view(exp_avg_[s.buffer], s, i).clone()});
+      out.push_back({"exp_avg_sq." + name, FlatParameters::param_view(exp_avg_sq_[s.buffer], s, i).clone()});
+      out.push_back({"step." + name, Tensor::from_indices({step_}, {1})});
     }
   }
   return out;
 }
 
 void Adam::load_state(const NamedTensors& state) {
-  std::unordered_map<std::string, Moments> loaded;
+  struct Pieces {
+    const Tensor *exp_avg = nullptr, *exp_avg_sq = nullptr;
+    int64_t step = 0;
+  };
+  std::map<std::string, Pieces> loaded;  // by parameter name
   for (const auto& [name, saved] : state) {
     const auto [kind, param] = parse_state_name(name);
-    Moments& s = loaded[param->name];
+    Pieces& pieces = loaded[param->name];
     if (kind == "exp_avg") {
-      s.exp_avg = copy_like(saved, *param, name);
+      check_moment(kind_, saved, name, false);
+      pieces.exp_avg = &saved;
     } else if (kind == "exp_avg_sq") {
-      s.exp_avg_sq = copy_like(saved, *param, name);
+      check_moment(kind_, saved, name, true);
+      pieces.exp_avg_sq = &saved;
     } else if (kind == "step") {
-      AG_CHECK(saved.defined() && saved.numel() == 1,
-               kind_ << ": load_state: '" << name << "' must hold one element");
-      const double step = saved.item();
-      AG_CHECK(step >= 1 && step == std::floor(step),
-               kind_ << ": load_state: '" << name << "' is " << step << ", not a step count >= 1");
-      s.step = static_cast<int64_t>(step);
+      pieces.step = saved_step(kind_, saved, name);
     } else {
       throw Error(std::string(kind_) + ": load_state: unknown state '" + name + "'");
     }
   }
-  // A parameter's state is all three pieces or none.
-  for (const auto& [name, s] : loaded)
-    AG_CHECK(s.exp_avg.defined() && s.exp_avg_sq.defined() && s.step > 0,
-             kind_ << ": load_state: parameter '" << name << "' lacks one of exp_avg, exp_avg_sq, step");
-  moments_ = std::move(loaded);
+  // Everything is checked before anything is written: a refused state leaves the optimizer as it was.
+  int64_t step = 0;
+  for (const FlatParameters::Segment& s : flat_.segments()) {
+    for (size_t i = 0; loaded.size() && i < s.params.size(); ++i) {
+      const NamedParameter& p = s.params[i];
+      const Pieces& pieces = loaded[p.name];
+      AG_CHECK(pieces.exp_avg && pieces.exp_avg_sq && pieces.step > 0,
+               kind_ << ": load_state: parameter '" << p.name << "' lacks one of exp_avg, exp_avg_sq, step");
+      AG_CHECK(step == 0 || pieces.step == step,
+               kind_ << ": load_state: parameter '" << p.name << "' is at step " << pieces.step << ", the others at "
+                     << step << " (all parameters step together)");
+      step = pieces.step;
+      check_state(*pieces.exp_avg, p, "exp_avg." + p.name);
+      check_state(*pieces.exp_avg_sq, p, "exp_avg_sq." + p.name);
+    }
+  }
+  for (size_t b = 0; b < exp_avg_.size(); ++b) {
+    kernel::fill(exp_avg_[b], 0.0);
+    kernel::fill(exp_avg_sq_[b], 0.0);
+  }
+  for (const FlatParameters::Segment& s : flat_.segments()) {
+    for (size_t i = 0; loaded.size() && i < s.params.size(); ++i) {
+      const Pieces& pieces = loaded[s.params[i].name];
+      copy_state(*pieces.exp_avg, FlatParameters::param_view(exp_avg_[s.buffer], s, i));
+      copy_state(*pieces.exp_avg_sq, FlatParameters::param_view(exp_avg_sq_[s.buffer], s, i));
+    }
+  }
+  step_ = step;
 }
 
 }  // namespace ag::optim

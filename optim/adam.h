@@ -1,14 +1,14 @@
 // Adam and AdamW in torch.optim's form. For each parameter p with gradient g,
-// at its step t = 1, 2, ... (counted per parameter, as torch does):
+// at step t = 1, 2, ...:
 //   Adam:   g ← g + weight_decay·p          (L2: the decay passes through m and v)
 //   AdamW:  p ← p − lr·weight_decay·p       (decoupled: applied to p directly)
 //   m ← β1·m + (1 − β1)·g,    v ← β2·v + (1 − β2)·g²
 //   p ← p − lr · m̂ / (√v̂ + ε),   m̂ = m / (1 − β1^t),  v̂ = v / (1 − β2^t)
-// State per parameter: "exp_avg.<name>" (m), "exp_avg_sq.<name>" (v), both
-// shaped like p, and "step.<name>" (t, an int64 tensor of shape [1]).
+// m and v live in flat buffers laid out like the parameters' (one kernel per
+// group updates p, m and v together). State per parameter, for checkpoints:
+// "exp_avg.<name>" (m), "exp_avg_sq.<name>" (v), both shaped like p, and
+// "step.<name>" (t, an int64 tensor of shape [1]; the same for every parameter).
 #pragma once
-#include <unordered_map>
-
 #include "optim/optimizer.h"
 
 namespace ag::optim {
@@ -26,7 +26,7 @@ class Adam : public Optimizer {
   // One group.
   Adam(const std::vector<NamedParameter>& params, AdamOptions options = {}, double weight_decay = 0.0);
 
-  void step() override;
+  void step(const Tensor& skip_unless_finite = Tensor()) override;
   NamedTensors state() const override;
   void load_state(const NamedTensors& state) override;
 
@@ -35,13 +35,10 @@ class Adam : public Optimizer {
   Adam(const char* kind, std::vector<ParamGroup> groups, AdamOptions options, bool decoupled);
 
  private:
-  struct Moments {
-    Tensor exp_avg, exp_avg_sq;  // m, v: shaped like the parameter
-    int64_t step = 0;            // updates this parameter has had
-  };
   AdamOptions options_;  // options_.lr is only the initial value; lr() is current
   bool decoupled_;
-  std::unordered_map<std::string, Moments> moments_;  // by parameter name
+  std::vector<Tensor> exp_avg_, exp_avg_sq_;  // m and v, one per flat buffer
+  int64_t step_ = 0;                          // updates so far
 };
 
 // torch.optim.AdamW: Adam with decoupled weight decay, 0.01 by default as in torch.

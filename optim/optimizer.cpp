@@ -1,5 +1,7 @@
 #include "optim/optimizer.h"
 
+#include "core/dispatch.h"
+
 namespace ag::optim {
 
 std::vector<ParamGroup> decay_groups(const std::vector<NamedParameter>& params, double weight_decay) {
@@ -21,16 +23,27 @@ Optimizer::Optimizer(const char* kind, std::vector<ParamGroup> groups, double lr
       AG_CHECK(by_name_.emplace(p.name, &p).second, kind_ << ": parameter name '" << p.name << "' appears twice");
     }
   }
+  flat_ = FlatParameters(groups_);
 }
 
-void Optimizer::zero_grad() {
-  for (ParamGroup& group : groups_)
-    for (NamedParameter& p : group.params) p.tensor.zero_grad();
+const double* Optimizer::guard_pointer(const Tensor& skip_unless_finite) const {
+  if (!skip_unless_finite.defined()) return nullptr;
+  AG_CHECK(skip_unless_finite.numel() == 1 && skip_unless_finite.dtype() == DType::Float64 &&
+               (flat_.buffers().empty() || skip_unless_finite.device() == flat_.buffers()[0].values.device()),
+           kind_ << ": step: skip_unless_finite " << describe(skip_unless_finite)
+                 << " is not one float64 on the parameters' device");
+  return static_cast<const double*>(skip_unless_finite.raw_data());
 }
 
 void Optimizer::set_lr(double lr) {
   AG_CHECK(lr >= 0, kind_ << ": learning rate must be >= 0, got " << lr);
   lr_ = lr;
+}
+
+std::vector<Tensor> Optimizer::gradient_buffers() const {
+  std::vector<Tensor> grads;
+  for (const FlatParameters::Buffer& b : flat_.buffers()) grads.push_back(b.grads);
+  return grads;
 }
 
 std::pair<std::string, const NamedParameter*> Optimizer::parse_state_name(const std::string& name) const {
@@ -41,14 +54,14 @@ std::pair<std::string, const NamedParameter*> Optimizer::parse_state_name(const 
   return {name.substr(0, dot), it->second};
 }
 
-Tensor Optimizer::copy_like(const Tensor& saved, const NamedParameter& param, const std::string& name) const {
-  AG_CHECK(saved.defined(), kind_ << ": load_state: '" << name << "' is undefined");
-  AG_CHECK(saved.shape() == param.tensor.shape(), kind_ << ": load_state: '" << name << "' is "
-                                                        << describe(saved) << ", parameter '" << param.name
-                                                        << "' is " << describe(param.tensor));
-  Tensor copy = saved.to(param.tensor.dtype()).to(param.tensor.device());
-  // to() returns the tensor itself when nothing changes; the state must not alias the caller's.
-  return copy.same(saved) ? copy.clone() : copy;
+void Optimizer::check_state(const Tensor& saved, const NamedParameter& param, const std::string& name) const {
+  AG_CHECK(saved.defined() && is_floating(saved.dtype()),
+           kind_ << ": load_state: '" << name << "' is " << describe(saved) << ", not a floating tensor");
+  AG_CHECK(saved.shape() == param.tensor.shape(), kind_ << ": load_state: '" << name << "' is " << describe(saved)
+                                                        << ", parameter '" << param.name << "' is "
+                                                        << describe(param.tensor));
 }
+
+void Optimizer::copy_state(const Tensor& saved, Tensor dst) { kernel::cast(saved.to(dst.device()), dst); }
 
 }  // namespace ag::optim

@@ -1,10 +1,18 @@
-// The optimizer base: parameter groups, the learning rate, zero_grad, and the
-// named-state interface checkpoints use.
+// The optimizer base: parameter groups, the learning rate, the flat parameter
+// and gradient buffers (optim/flat_parameters.h), and the named-state
+// interface checkpoints use.
 //
 // Parameters are held by name (the module's hierarchical name, which is also
-// the checkpoint key) and by Tensor, which shares the module's storage: step()
-// updates the module's weights in place. A parameter whose grad() is undefined
-// is skipped by step(), as in PyTorch, and gets no state until it has a grad.
+// the checkpoint key) and by Tensor. Making an optimizer moves its parameters
+// into flat buffers: the module's tensors then read and write the buffers, so
+// step() updates the model's weights in place, one kernel per group and
+// buffer. Make the optimizer after moving the model to its device and dtype.
+//
+// Every parameter has a gradient from then on (its pinned view of the
+// gradient buffer, zero after zero_grad), and every step updates every
+// parameter: torch.optim's semantics with zero_grad(set_to_none=False). A
+// parameter that received no gradient is updated as if its gradient were zero
+// (weight decay and momentum still act), and all parameters share one step count.
 #pragma once
 #include <string>
 #include <unordered_map>
@@ -12,23 +20,10 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "optim/flat_parameters.h"
+#include "optim/param_group.h"
 
 namespace ag::optim {
-
-using NamedParameter = NamedTensor;  // "blocks.0.attn.w_q.weight" and its tensor
-
-// Parameters that share hyperparameters; only weight decay varies between groups.
-struct ParamGroup {
-  std::vector<NamedParameter> params;
-  double weight_decay = 0;
-};
-
-// Optimizer state by name, e.g. {"exp_avg.blocks.0.attn.w_q.weight", m}.
-using NamedTensors = std::vector<NamedTensor>;
-
-// GPT-2's split: matrices (dim() >= 2: linear weights, embeddings) decay; biases
-// and LayerNorm gains (dim() < 2) don't. Returns {decayed group, undecayed group}.
-std::vector<ParamGroup> decay_groups(const std::vector<NamedParameter>& params, double weight_decay);
 
 class Optimizer {
  public:
@@ -36,22 +31,30 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // One update of every parameter that has a gradient, in place, under NoGradGuard.
-  virtual void step() = 0;
-  // Drops every parameter's gradient (the next backward starts from none).
-  void zero_grad();
+  // One update of every parameter, in place, under NoGradGuard. With
+  // skip_unless_finite (a float64 scalar on the parameters' device, such as the
+  // gradient norm) the update is skipped when it is not finite, decided on the
+  // device: a diverged step changes nothing, and nothing waits for the device.
+  virtual void step(const Tensor& skip_unless_finite = Tensor()) = 0;
+  // Zeroes every gradient: one fill per flat buffer.
+  void zero_grad() { flat_.zero_grad(); }
 
   double lr() const { return lr_; }
   void set_lr(double lr);  // e.g. each iteration, from warmup_cosine_lr
 
   const std::vector<ParamGroup>& groups() const { return groups_; }
+  // The gradient buffers, one 1-D tensor per (dtype, device) of the parameters:
+  // what clip_grad_norm reads, and what a data-parallel all-reduce sums.
+  std::vector<Tensor> gradient_buffers() const;
 
   // A snapshot (copies) of every state tensor, named "<kind>.<parameter name>",
-  // in parameter order. load_state(state()) on a fresh optimizer over the same
-  // parameters resumes exactly: the following steps give the same bits.
+  // in parameter order; empty before the first step. load_state(state()) on a
+  // fresh optimizer over the same parameters resumes exactly: the following
+  // steps give the same bits.
   virtual NamedTensors state() const = 0;
-  // Replaces all state. Names must be ones state() produces for these parameters;
-  // tensors are copied, converted to the parameter's dtype and device.
+  // Replaces all state: either none, or every piece for every parameter. Names
+  // must be ones state() produces for these parameters; tensors are copied into
+  // the optimizer's buffers, converted to the parameter's dtype and device.
   virtual void load_state(const NamedTensors& state) = 0;
 
  protected:
@@ -61,11 +64,17 @@ class Optimizer {
   // Splits a state name "<kind>.<parameter name>" and finds the parameter;
   // throws if there is no such parameter or the name has no '.'.
   std::pair<std::string, const NamedParameter*> parse_state_name(const std::string& name) const;
-  // A private copy of `saved` with the parameter's shape (checked), dtype and device.
-  Tensor copy_like(const Tensor& saved, const NamedParameter& param, const std::string& name) const;
+  // The guard for the update kernels: null, or skip_unless_finite's value, checked
+  // to be one float64 on the parameters' device.
+  const double* guard_pointer(const Tensor& skip_unless_finite) const;
+  // Throws unless `saved` can be state of `param`: floating, of its shape.
+  void check_state(const Tensor& saved, const NamedParameter& param, const std::string& name) const;
+  // Copies checked state into the optimizer's buffer view `dst`, converting dtype and device.
+  static void copy_state(const Tensor& saved, Tensor dst);
 
   const char* kind_;
   std::vector<ParamGroup> groups_;
+  FlatParameters flat_;
   double lr_;
 
  private:

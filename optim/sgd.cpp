@@ -1,5 +1,7 @@
 #include "optim/sgd.h"
 
+#include <map>
+
 #include "core/autograd.h"
 #include "core/dispatch.h"
 
@@ -11,54 +13,56 @@ SGD::SGD(std::vector<ParamGroup> groups, SgdOptions options)
   AG_CHECK(!options.nesterov || (options.momentum > 0 && options.dampening == 0),
            "sgd: nesterov needs momentum > 0 and dampening 0, got momentum "
                << options.momentum << ", dampening " << options.dampening);
+  if (options.momentum != 0)
+    for (size_t b = 0; b < flat_.buffers().size(); ++b) momentum_.push_back(flat_.zeros_like_buffer(b));
 }
 
 SGD::SGD(const std::vector<NamedParameter>& params, SgdOptions options, double weight_decay)
     : SGD(std::vector<ParamGroup>{{params, weight_decay}}, options) {}
 
-void SGD::step() {
+// One kernel per segment, as Adam.
+void SGD::step(const Tensor& skip_unless_finite) {
   NoGradGuard no_grad;
-  for (ParamGroup& group : groups_) {
-    const kernel::SgdHyper base{lr_, options_.momentum, options_.dampening, group.weight_decay,
-                                options_.nesterov, /*first_step=*/false};
-    for (NamedParameter& p : group.params) {
-      const Tensor grad = p.tensor.grad();
-      if (!grad.defined()) continue;
-      AG_CHECK(grad.shape() == p.tensor.shape() && grad.dtype() == p.tensor.dtype(),
-               "sgd: parameter '" << p.name << "' is " << describe(p.tensor) << " but its grad is "
-                                  << describe(grad));
-      kernel::SgdHyper hyper = base;
-      if (options_.momentum == 0) {
-        // No buffer without momentum (as in torch); the kernel never reads this argument.
-        kernel::sgd_step(p.tensor, grad, p.tensor, hyper);
-        continue;
-      }
-      auto [it, created] = momentum_.try_emplace(p.name);
-      if (created) it->second = Tensor::zeros(p.tensor.shape(), p.tensor.dtype(), p.tensor.device());
-      hyper.first_step = created;
-      kernel::sgd_step(p.tensor, grad, it->second, hyper);
-    }
+  flat_.check_in_place(kind_);
+  const double* guard = guard_pointer(skip_unless_finite);
+  for (const FlatParameters::Segment& s : flat_.segments()) {
+    const FlatParameters::Buffer& buffer = flat_.buffers()[s.buffer];
+    Tensor p = FlatParameters::range(buffer.values, s);
+    // Without momentum there is no buffer (as in torch); the kernel never reads this argument.
+    Tensor b = momentum_.empty() ? p : FlatParameters::range(momentum_[s.buffer], s);
+    const kernel::SgdHyper hyper{lr_, options_.momentum, options_.dampening, groups_[s.group].weight_decay,
+                                 options_.nesterov, /*first_step=*/!started_, guard};
+    kernel::sgd_step(p, FlatParameters::range(buffer.grads, s), b, hyper);
   }
+  started_ = true;
 }
 
 NamedTensors SGD::state() const {
   NamedTensors out;
-  for (const ParamGroup& group : groups_)
-    for (const NamedParameter& p : group.params)
-      if (auto it = momentum_.find(p.name); it != momentum_.end())
-        out.emplace_back("momentum." + p.name, it->second.clone());
+  if (momentum_.empty() || !started_) return out;
+  for (const FlatParameters::Segment& s : flat_.segments())
+    for (size_t i = 0; i < s.params.size(); ++i)
+      out.push_back({"momentum." + s.params[i].name, FlatParameters::param_view(momentum_[s.buffer], s, i).clone()});
   return out;
 }
 
 void SGD::load_state(const NamedTensors& state) {
-  std::unordered_map<std::string, Tensor> loaded;
+  std::map<std::string, const Tensor*> loaded;  // by parameter name
   for (const auto& [name, saved] : state) {
     const auto [kind, param] = parse_state_name(name);
     AG_CHECK(kind == "momentum", "sgd: load_state: unknown state '" << name << "'");
     AG_CHECK(options_.momentum != 0, "sgd: load_state: '" << name << "' given, but momentum is 0");
-    loaded[param->name] = copy_like(saved, *param, name);
+    check_state(saved, *param, name);
+    loaded[param->name] = &saved;
   }
-  momentum_ = std::move(loaded);
+  for (const FlatParameters::Segment& s : flat_.segments())
+    for (size_t i = 0; !loaded.empty() && i < s.params.size(); ++i)
+      AG_CHECK(loaded.count(s.params[i].name), "sgd: load_state: parameter '" << s.params[i].name << "' has no momentum");
+  for (Tensor& b : momentum_) kernel::fill(b, 0.0);
+  for (const FlatParameters::Segment& s : flat_.segments())
+    for (size_t i = 0; !loaded.empty() && i < s.params.size(); ++i)
+      copy_state(*loaded[s.params[i].name], FlatParameters::param_view(momentum_[s.buffer], s, i));
+  started_ = !loaded.empty();
 }
 
 }  // namespace ag::optim

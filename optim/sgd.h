@@ -4,10 +4,9 @@
 //   with momentum μ ≠ 0:  b ← g on the first step, else b ← μ·b + (1 − dampening)·g
 //                         g ← g + μ·b (nesterov) or g ← b
 //   p ← p − lr·g
-// State: "momentum.<name>", one buffer shaped like p, only when μ ≠ 0.
+// State: "momentum.<name>", one buffer shaped like p, only when μ ≠ 0 (a flat
+// buffer laid out like the parameters', as Adam's moments).
 #pragma once
-#include <unordered_map>
-
 #include "optim/optimizer.h"
 
 namespace ag::optim {
@@ -26,13 +25,14 @@ class SGD : public Optimizer {
   // One group.
   SGD(const std::vector<NamedParameter>& params, SgdOptions options, double weight_decay = 0.0);
 
-  void step() override;
+  void step(const Tensor& skip_unless_finite = Tensor()) override;
   NamedTensors state() const override;
   void load_state(const NamedTensors& state) override;
 
  private:
   SgdOptions options_;  // options_.lr is only the initial value; lr() is current
-  std::unordered_map<std::string, Tensor> momentum_;  // by parameter name
+  std::vector<Tensor> momentum_;  // one per flat buffer, when momentum != 0
+  bool started_ = false;          // the buffers hold a first step's gradient
 };
 
 }  // namespace ag::optim

@@ -3,7 +3,7 @@
 # (Debian 12, as root). Sourced by scripts/train.sh and scripts/test.sh.
 # Arguments name further packages a script needs (scripts/build_sanitize.sh: clang).
 set -euo pipefail
-packages=(build-essential cmake libopenblas-openmp-dev doctest-dev nlohmann-json3-dev "$@")
+packages=(build-essential cmake libopenblas-openmp-dev doctest-dev nlohmann-json3-dev libcli11-dev "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,22 +1,30 @@
 // char_lm's training loop, checkpoints and data handling, on a tiny model.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
+#include "core/autograd.h"
 #include "core/safetensors.h"
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/data.h"
 #include "examples/char_lm/train.h"
+#include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ag;
 using namespace ag::char_lm;
 
 namespace {
+// An empty directory of this process's own (parallel test runs never share
+// one), under a root removed when the tests exit.
 std::string fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("attograd_test_" + name);
+  static const ag::test::TempDir root("char_lm_tests");
+  const std::string dir = root.file(name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  return dir.string();
+  return dir;
 }
 
 void write_file(const std::string& path, const std::string& bytes) {
@@ -28,39 +36,19 @@ std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// A model small enough to train in a second, with dropout on so that resuming
-// must restore the dropout generator too.
-TrainConfig tiny(const std::string& out_dir) {
-  TrainConfig c;
-  c.data_path = ATTOGRAD_DATA_FILE;
-  c.out_dir = out_dir;
-  c.n_layer = 1;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.block_size = 16;
-  c.batch_size = 4;
-  c.dropout = 0.1;
-  c.max_iters = 20;
-  c.warmup_iters = 5;
-  c.lr_decay_iters = 20;
-  c.eval_interval = 10;
-  c.eval_iters = 2;
-  c.sample_tokens = 0;
-  c.quiet = true;
-  return c;
-}
+using ag::test::tiny_run;
 }  // namespace
 
 TEST_CASE("char_lm: stopping and resuming gives the same losses as not stopping") {
-  const TrainResult straight = train(tiny(fresh_dir("straight")));
+  const TrainResult straight = train(tiny_run(fresh_dir("straight")));
   REQUIRE(straight.batch_losses.size() == 20);
 
-  TrainConfig first_half = tiny(fresh_dir("resumed"));
-  first_half.max_iters = 10;
+  TrainConfig first_half = tiny_run(fresh_dir("resumed"));
+  first_half.run.max_iters = 10;
   const TrainResult before = train(first_half);
   TrainConfig second_half = first_half;
-  second_half.max_iters = 20;
-  second_half.resume = true;
+  second_half.run.max_iters = 20;
+  second_half.run.resume = true;
   const TrainResult after = train(second_half);
 
   REQUIRE(after.batch_losses.size() == 10);
@@ -76,19 +64,19 @@ TEST_CASE("char_lm: stopping and resuming gives the same losses as not stopping"
 TEST_CASE("char_lm: a few hundred iterations on tiny Shakespeare bring the loss under 2.6") {
   // From ln(65) ≈ 4.17 at init. A unigram model reaches about 3.3 and a bigram
   // model about 2.5; 2.6 needs the model to use the previous characters.
-  TrainConfig c = tiny(fresh_dir("learns"));
-  c.dropout = 0;
-  c.n_embd = 64;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.block_size = 32;
-  c.batch_size = 8;
-  c.max_iters = 300;
-  c.lr = 3e-3;
-  c.lr_decay_iters = 300;
-  c.warmup_iters = 20;
-  c.eval_interval = 300;
-  c.eval_iters = 10;
+  TrainConfig c = tiny_run(fresh_dir("learns"));
+  c.model.dropout = 0;
+  c.model.n_embd = 64;
+  c.model.n_layer = 2;
+  c.model.n_head = 4;
+  c.model.block_size = 32;
+  c.optim.batch_size = 8;
+  c.run.max_iters = 300;
+  c.optim.lr = 3e-3;
+  c.optim.lr_decay_iters = 300;
+  c.optim.warmup_iters = 20;
+  c.run.eval_interval = 300;
+  c.run.eval_iters = 10;
   const TrainResult r = train(c);
   REQUIRE(r.evals.size() == 2);
   CHECK(r.evals.front().val_loss > 4.0);
@@ -97,14 +85,14 @@ TEST_CASE("char_lm: a few hundred iterations on tiny Shakespeare bring the loss 
 
 TEST_CASE("char_lm: checkpoints round-trip the model and its tokenizer") {
   const std::string dir = fresh_dir("roundtrip");
-  TrainConfig c = tiny(dir);
-  c.max_iters = 2;
+  TrainConfig c = tiny_run(dir);
+  c.run.max_iters = 2;
   train(c);
-  const LoadedModel loaded = load_model(model_path(dir));
+  const LoadedModel loaded = load_model(model_path(find_checkpoint(dir)));
   CHECK(loaded.model->config().n_embd == 32);
   CHECK(loaded.tokenizer.vocab_size() == 65);
   CHECK(loaded.tokenizer.decode(loaded.tokenizer.encode("ROMEO:\n")) == "ROMEO:\n");
-  const SafetensorsFile file = load_safetensors(model_path(dir));
+  const SafetensorsFile file = load_safetensors(model_path(find_checkpoint(dir)));
   CHECK(file.contains("blocks.0.attn.w_q.weight"));
   CHECK(file.at("blocks.0.attn.w_q.weight").shape() == Shape{32, 32});
   CHECK(file.metadata.at("gelu") == "erf");
@@ -112,10 +100,10 @@ TEST_CASE("char_lm: checkpoints round-trip the model and its tokenizer") {
 
 TEST_CASE("char_lm: each kind of corrupt checkpoint is a clear error naming the file") {
   const std::string dir = fresh_dir("corrupt");
-  TrainConfig c = tiny(dir);
-  c.max_iters = 1;
+  TrainConfig c = tiny_run(dir);
+  c.run.max_iters = 1;
   train(c);
-  const std::string good = read_file(model_path(dir));
+  const std::string good = read_file(model_path(find_checkpoint(dir)));
   const std::string bad = dir + "/bad.safetensors";
 
   SUBCASE("truncated") {
@@ -127,21 +115,43 @@ TEST_CASE("char_lm: each kind of corrupt checkpoint is a clear error naming the 
     CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("bad.safetensors"), Error);
   }
   SUBCASE("mis-shaped parameter") {
-    SafetensorsFile file = load_safetensors(model_path(dir));
+    SafetensorsFile file = load_safetensors(model_path(find_checkpoint(dir)));
     for (NamedTensor& t : file.tensors)
       if (t.name == "blocks.0.mlp.fc.weight") t.tensor = Tensor::zeros({32, 64});
     save_safetensors(bad, file.tensors, file.metadata);
     CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("blocks.0.mlp.fc.weight"), Error);
   }
   SUBCASE("wrong dtype") {
-    SafetensorsFile file = load_safetensors(model_path(dir));
+    SafetensorsFile file = load_safetensors(model_path(find_checkpoint(dir)));
     for (NamedTensor& t : file.tensors)
       if (t.name == "ln_f.bias") t.tensor = Tensor::from_indices(std::vector<int64_t>(32, 0), {32});
     save_safetensors(bad, file.tensors, file.metadata);
     CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("ln_f.bias"), Error);
   }
+  SUBCASE("non-finite weights") {
+    SafetensorsFile file = load_safetensors(model_path(find_checkpoint(dir)));
+    for (NamedTensor& t : file.tensors)
+      if (t.name == "blocks.0.attn.w_v.weight") t.tensor = Tensor::full({32, 32}, NAN);
+    save_safetensors(bad, file.tensors, file.metadata);
+    CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("'blocks.0.attn.w_v.weight' holds NaN or infinite values"),
+                         Error);
+  }
+  SUBCASE("a corrupt option in the training state names the file") {
+    const std::string legacy = fresh_dir("corrupt_state");
+    const std::string unit = find_checkpoint(dir);
+    std::filesystem::copy_file(model_path(unit), model_path(legacy));
+    SafetensorsFile state = load_safetensors(train_state_path(unit));
+    state.metadata["lr"] = "fast";
+    save_safetensors(train_state_path(legacy), state.tensors, state.metadata);
+    TrainConfig resume = c;
+    resume.run.out = legacy;
+    resume.run.resume = true;
+    const std::string message = train_state_path(legacy) + "': __metadata__ 'lr': 'fast' is not a number";
+    CHECK_THROWS_WITH_AS(train(resume), doctest::Contains(message.c_str()),
+                         Error);
+  }
   SUBCASE("missing config") {
-    SafetensorsFile file = load_safetensors(model_path(dir));
+    SafetensorsFile file = load_safetensors(model_path(find_checkpoint(dir)));
     file.metadata.erase("n_head");
     save_safetensors(bad, file.tensors, file.metadata);
     CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("n_head"), Error);
@@ -150,22 +160,22 @@ TEST_CASE("char_lm: each kind of corrupt checkpoint is a clear error naming the 
     CHECK_THROWS_WITH_AS(load_model(dir + "/absent.safetensors"), doctest::Contains("absent.safetensors"), Error);
   }
   SUBCASE("resume from a directory without a run") {
-    TrainConfig resume = tiny(fresh_dir("empty_resume"));
-    resume.resume = true;
+    TrainConfig resume = tiny_run(fresh_dir("empty_resume"));
+    resume.run.resume = true;
     CHECK_THROWS_WITH_AS(train(resume), doctest::Contains("model.safetensors"), Error);
   }
 }
 
 TEST_CASE("char_lm: missing, empty or too short data is a clear error") {
   const std::string dir = fresh_dir("data");
-  TrainConfig c = tiny(dir + "/out");
-  c.data_path = dir + "/nope.txt";
+  TrainConfig c = tiny_run(dir + "/out");
+  c.run.data = dir + "/nope.txt";
   CHECK_THROWS_WITH_AS(train(c), doctest::Contains(("cannot open '" + dir + "/nope.txt'").c_str()), Error);
   write_file(dir + "/empty.txt", "");
-  c.data_path = dir + "/empty.txt";
+  c.run.data = dir + "/empty.txt";
   CHECK_THROWS_WITH_AS(train(c), doctest::Contains("is empty"), Error);
   write_file(dir + "/short.txt", "To be, or not");
-  c.data_path = dir + "/short.txt";
+  c.run.data = dir + "/short.txt";
   CHECK_THROWS_WITH_AS(train(c), doctest::Contains("fewer than block_size + 1 = 17"), Error);
 }
 
@@ -178,11 +188,11 @@ TEST_CASE("char_lm: the tokenizer is the sorted unique characters") {
 
 TEST_CASE("cuda: 20 training steps give the same losses on CPU and CUDA to 4 decimals") {
   if (!ag::test::cuda_or_skip()) return;
-  TrainConfig c = tiny(fresh_dir("cpu_run"));
-  c.dropout = 0;
+  TrainConfig c = tiny_run(fresh_dir("cpu_run"));
+  c.model.dropout = 0;
   const TrainResult cpu = train(c);
-  c.out_dir = fresh_dir("cuda_run");
-  c.device = Device::CUDA;
+  c.run.out = fresh_dir("cuda_run");
+  c.run.device = Device::CUDA;
   const TrainResult gpu = train(c);
   REQUIRE(gpu.batch_losses.size() == 20);
   for (size_t i = 0; i < 20; ++i) {
@@ -193,43 +203,123 @@ TEST_CASE("cuda: 20 training steps give the same losses on CPU and CUDA to 4 dec
 
 TEST_CASE("char_lm: resuming with other run options, or from a mismatched checkpoint pair, is an error") {
   const std::string dir = fresh_dir("resume_checks");
-  TrainConfig c = tiny(dir);
-  c.max_iters = 10;
+  TrainConfig c = tiny_run(dir);
+  c.run.max_iters = 10;
   train(c);
 
   TrainConfig other = c;
-  other.resume = true;
-  other.max_iters = 20;
-  other.lr = 2e-3;
-  other.block_size = 8;
+  other.run.resume = true;
+  other.run.max_iters = 20;
+  other.optim.lr = 2e-3;
+  other.model.block_size = 8;
   CHECK_THROWS_WITH_AS(train(other), doctest::Contains("--block-size: the run has 16, this call gives 8"), Error);
 
-  // A crash between the two checkpoint writes leaves weights and state from different iterations.
+  // A run directory from before checkpoint units, whose two files come from different iterations
+  // (a crash between the two writes could leave that): refused, naming both.
   TrainConfig later = c;
-  later.out_dir = fresh_dir("resume_checks_later");
-  later.max_iters = 11;
-  later.eval_interval = 11;
+  later.run.out = fresh_dir("resume_checks_later");
+  later.run.max_iters = 11;
+  later.run.eval_interval = 11;
   train(later);
-  std::filesystem::copy_file(model_path(later.out_dir), model_path(dir), std::filesystem::copy_options::overwrite_existing);
+  const std::string legacy = fresh_dir("resume_checks_legacy");
+  std::filesystem::copy_file(model_path(find_checkpoint(later.run.out)), model_path(legacy));
+  std::filesystem::copy_file(train_state_path(find_checkpoint(dir)), train_state_path(legacy));
   TrainConfig resume = c;
-  resume.resume = true;
-  resume.max_iters = 20;
+  resume.run.out = legacy;
+  resume.run.resume = true;
+  resume.run.max_iters = 20;
   CHECK_THROWS_WITH_AS(train(resume), doctest::Contains("weights from iteration 11 but training state from iteration 10"),
                        Error);
 }
 
+TEST_CASE("char_lm: checkpoints are units: the newest K kept, best by validation loss, a damaged one passed over") {
+  const std::string dir = fresh_dir("units");
+  TrainConfig c = tiny_run(dir);
+  c.model.dropout = 0;
+  c.run.eval_interval = 5;
+  c.run.keep_checkpoints = 2;
+  train(c);  // saves at 0, 5, 10, 15, 20
+  std::vector<std::string> units;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().rfind("ckpt-", 0) == 0) units.push_back(e.path().filename().string());
+  std::sort(units.begin(), units.end());
+  // The two newest, and the best unless it is one of them (validation loss falls here: it is the newest).
+  CHECK(units == std::vector<std::string>{"ckpt-00000015", "ckpt-00000020"});
+  CHECK(std::filesystem::read_symlink(dir + "/best").string() == "ckpt-00000020");
+  CHECK(find_checkpoint(dir) == dir + "/ckpt-00000020");
+  CHECK(find_checkpoint(dir + "/ckpt-00000015") == dir + "/ckpt-00000015");  // a unit's own directory works too
+
+  // Damage the newest unit: readers pass over it, and a resumed run continues from the one before.
+  const std::string newest = dir + "/ckpt-00000020";
+  std::string bytes = read_file(model_path(newest));
+  bytes[bytes.size() - 3] ^= 0x55;
+  write_file(model_path(newest), bytes);
+  std::vector<std::string> passed_over;
+  CHECK(find_checkpoint(dir, &passed_over) == dir + "/ckpt-00000015");
+  REQUIRE(passed_over.size() == 1);
+  CHECK(passed_over[0].find("model.safetensors does not match the manifest") != std::string::npos);
+  TrainConfig resume = c;
+  resume.run.resume = true;
+  const TrainResult r = train(resume);
+  CHECK(r.batch_losses.size() == 5);  // iterations 15..19 again
+}
+
 TEST_CASE("char_lm: a resumed run's log keeps one row per iteration") {
   const std::string dir = fresh_dir("resume_log");
-  TrainConfig c = tiny(dir);
-  c.log_interval = 1;
-  c.max_iters = 10;
+  TrainConfig c = tiny_run(dir);
+  c.run.log_interval = 1;
+  c.run.max_iters = 10;
   train(c);
-  c.resume = true;
-  c.max_iters = 12;
+  c.run.resume = true;
+  c.run.max_iters = 12;
   train(c);
   std::ifstream in(dir + "/log.csv");
   std::string line;
   int batch_rows = 0;
   while (std::getline(in, line)) batch_rows += line.find(",batch,") != std::string::npos;
   CHECK(batch_rows == 12);
+}
+
+TEST_CASE("char_lm: a diverging run stops with a clear error and never overwrites a good checkpoint with NaN") {
+  TrainConfig c = tiny_run(fresh_dir("diverges"));
+  c.model.dropout = 0;
+  c.optim.lr = 1e3;
+  c.optim.warmup_iters = 0;
+  c.run.eval_interval = 5;
+  CHECK_THROWS_WITH_AS(train(c), doctest::Contains("training diverged at iteration"), Error);
+  // The checkpoint is the last good one, finite, and loads.
+  const LoadedModel loaded = load_model(model_path(find_checkpoint(c.run.out)));
+  for (const Tensor& p : loaded.model->parameters()) CHECK(all_finite(p));
+}
+
+TEST_CASE("char_lm: killed at every step of every checkpoint write, the run resumes and ends as if never killed") {
+  // ATTOGRAD_CRASH_AT_WRITE=k kills the writer (no cleanup, as kill -9) at the
+  // k-th boundary of its saves (examples/char_lm/checkpoint.cpp): 7 per save,
+  // 3 saves in this run.
+  const std::string options = " --data " + std::string(ATTOGRAD_DATA_FILE) +
+                              " --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 2 --dropout 0.1"
+                              " --max-iters 4 --eval-interval 2 --eval-iters 1 --warmup-iters 1 --lr-decay-iters 4"
+                              " --sample-tokens 0 --threads 1";
+  const std::string straight = fresh_dir("kill_straight");
+  REQUIRE(ag::test::run_char_lm("train --out " + straight + options).first == 0);
+  const auto final_val_loss = [](const std::string& dir) {
+    std::ifstream in(find_checkpoint(dir) + "/manifest.json");
+    return nlohmann::json::parse(in).at("val_loss").get<double>();
+  };
+  const double expected = final_val_loss(straight);
+  for (int k = 1; k <= 21; ++k) {
+    CAPTURE(k);
+    const std::string dir = fresh_dir("kill_" + std::to_string(k));
+    const auto [killed, output] =
+        ag::test::run_char_lm("train --out " + dir + options, "ATTOGRAD_CRASH_AT_WRITE=" + std::to_string(k) + " ");
+    REQUIRE(killed == 86);
+    // Before the first unit is complete there is no run yet: start it again; else resume it.
+    const bool has_run = holds_run(dir);
+    const auto [status, log] = ag::test::run_char_lm(std::string("train ") + (has_run ? "--resume" : "") + " --out " + dir + options);
+    INFO(log);
+    REQUIRE(status == 0);
+    CHECK(final_val_loss(dir) == expected);
+    for (const auto& e : std::filesystem::directory_iterator(dir))  // the killed writer's temporaries are gone
+      CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+  }
 }

@@ -28,7 +28,9 @@ namespace {
 namespace fs = std::filesystem;
 using namespace ag;
 
-constexpr double kTolerance = 1e-6;  // normwise relative, against torch float64
+// Normwise relative, against torch float64: both sides compute in float64 from
+// the same float32 weights, and attograd writes its gradients in float64.
+constexpr double kTolerance = 1e-10;
 
 SafetensorsFile load_golden(const std::string& gelu) {
   return load_safetensors(std::string(ATTOGRAD_SOURCE_DIR) + "/tests/golden/grads_" + gelu + ".safetensors");
@@ -42,10 +44,15 @@ std::vector<NamedTensor> with_prefix(const SafetensorsFile& golden, const std::s
   return out;
 }
 
-// W.safetensors as a user would hand it over: the F32 weights, the config in __metadata__.
+// W.safetensors as a user would hand it over: the F32 weights, the model's
+// options in __metadata__ (not the golden file's provenance: a weights file
+// may hold only keys attograd knows).
 std::string write_weights(const SafetensorsFile& golden, const ag::test::TempDir& tmp) {
   const std::string path = tmp.file("W.safetensors");
-  save_safetensors(path, with_prefix(golden, "weight/"), golden.metadata);
+  Metadata model = golden.metadata;
+  model.erase("source");
+  model.erase("torch");
+  save_safetensors(path, with_prefix(golden, "weight/"), model);
   return path;
 }
 
@@ -93,7 +100,7 @@ double error_relative_to(const Tensor& a, const Tensor& b, const Tensor& scale) 
   return max_abs(diff) / max_abs(scale.to_vector());
 }
 
-// The output file holds `loss` (F64, []) and every parameter's gradient (F32,
+// The output file holds `loss` (F64, []) and every parameter's gradient (F64,
 // the parameter's shape) under its own name, nothing else, all within
 // kTolerance of torch's (normwise relative); pos_emb's unused rows get 0.
 void check_matches_torch(const SafetensorsFile& golden, const std::string& out_path, double returned_loss) {
@@ -110,7 +117,7 @@ void check_matches_torch(const SafetensorsFile& golden, const std::string& out_p
     INFO("gradient of " << g.name);
     REQUIRE(out.contains(g.name));
     const Tensor& grad = out.at(g.name);
-    CHECK(grad.dtype() == DType::Float32);
+    CHECK(grad.dtype() == DType::Float64);
     REQUIRE(grad.shape() == g.tensor.shape());
     if (g.name.ends_with("attn.w_k.bias")) {
       // 0 in exact arithmetic (adding q·b_k to every score of a row leaves the
@@ -166,4 +173,18 @@ TEST_CASE("char_lm grads: idx and targets of different shapes are an ag::Error n
                            {"targets", Tensor::from_indices(std::vector<int64_t>(ids.begin(), ids.end() - B), {B, T - 1})}});
   CHECK_THROWS_WITH_AS(char_lm::compute_grads(write_weights(golden, tmp), batch, tmp.file("G.safetensors")),
                        doctest::Contains(batch.c_str()), Error);
+}
+
+TEST_CASE("char_lm grads: a batch with nothing to score is an error, not a NaN loss") {
+  const SafetensorsFile golden = load_golden("erf");
+  ag::test::TempDir tmp("char_lm_grads_empty");
+  const Tensor& idx = golden.at("batch/idx");
+  const std::string ignored = tmp.file("B_ignored.safetensors");
+  save_safetensors(ignored, {{"idx", idx}, {"targets", Tensor::full(idx.shape(), -100, DType::Int64)}});
+  CHECK_THROWS_WITH_AS(char_lm::compute_grads(write_weights(golden, tmp), ignored, tmp.file("G.safetensors")),
+                       doctest::Contains("no target to score"), Error);
+  const std::string empty = tmp.file("B_empty.safetensors");
+  save_safetensors(empty, {{"idx", Tensor::from_indices({}, {0, 4})}, {"targets", Tensor::from_indices({}, {0, 4})}});
+  CHECK_THROWS_WITH_AS(char_lm::compute_grads(write_weights(golden, tmp), empty, tmp.file("G.safetensors")),
+                       doctest::Contains("no target to score"), Error);
 }

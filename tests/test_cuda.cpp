@@ -230,19 +230,27 @@ TEST_CASE("cuda: cross_entropy, with and without ignored targets") {
                          {input({4, 50257}, 64), int_targets({4}, 50257, 65)}, kLongReduction);
 }
 
-TEST_CASE("cuda: out-of-range targets and indices throw the CPU's messages") {
+TEST_CASE("cuda: out-of-range targets and indices throw the CPU's messages, at the next synchronisation") {
   if (!ag::test::cuda_or_skip()) return;
+  // The checks run on the device without the host waiting; reading a result (item) synchronises and throws.
   const Tensor logits = Tensor::zeros({2, 5}, DType::Float32, Device::CUDA);
-  CHECK_THROWS_WITH_AS(cross_entropy(logits, Tensor::from_indices({1, 5}, {2}).to(Device::CUDA)),
+  CHECK_THROWS_WITH_AS(cross_entropy(logits, Tensor::from_indices({1, 5}, {2}).to(Device::CUDA)).item(),
                        doctest::Contains("cross_entropy: target 5 at position 1 out of range [0, 5)"), Error);
-  CHECK_THROWS_WITH_AS(cross_entropy(logits, Tensor::from_indices({-3, -100}, {2}).to(Device::CUDA)),
+  CHECK_THROWS_WITH_AS(cross_entropy(logits, Tensor::from_indices({-3, -100}, {2}).to(Device::CUDA)).item(),
                        doctest::Contains("cross_entropy: target -3 at position 0 out of range [0, 5) (ignore_index -100)"),
                        Error);
   const Tensor table = Tensor::zeros({4, 3}, DType::Float32, Device::CUDA);
-  CHECK_THROWS_WITH_AS(embedding(table, Tensor::from_indices({0, -1, 9}, {3}).to(Device::CUDA)),
+  const Tensor rows = embedding(table, Tensor::from_indices({0, -1, 9}, {3}).to(Device::CUDA));
+  CHECK_THROWS_WITH_AS(cuda::synchronize(),
                        doctest::Contains("embedding: index -1 at position 1 out of range for a table of 4 rows"), Error);
-  // The device is still usable after a thrown check.
+  // Nothing was read outside the table meanwhile (the bad rows are NaN), and a
+  // reported error is not reported again: the device is still usable.
+  const std::vector<double> values = rows.to_vector();
+  CHECK(values[0] == 0.0);
+  CHECK(std::isnan(values[3]));
   CHECK(sum(logits).item() == 0.0);
+  // In-range indices queue a check that passes.
+  CHECK(cross_entropy(logits, Tensor::from_indices({1, -100}, {2}).to(Device::CUDA)).item() == doctest::Approx(std::log(5.0)));
 }
 
 TEST_CASE("cuda: layer_norm") {
@@ -354,13 +362,22 @@ TEST_CASE("cuda: optimizer kernels") {
   }
   // Both devices add the squares in double: they agree far below float32's precision.
   const Tensor big = input({1 << 20}, 114).detach();
-  const double cpu_total = kernel::sum_of_squares(big), gpu_total = kernel::sum_of_squares(big.to(Device::CUDA));
-  CHECK(gpu_total == doctest::Approx(cpu_total).epsilon(1e-12));
-  CHECK(kernel::sum_of_squares(Tensor::zeros({0}, DType::Float32, Device::CUDA)) == 0.0);
-  Tensor scaled_cpu = big.clone(), scaled_gpu = big.to(Device::CUDA);
-  kernel::scale_inplace(scaled_cpu, 0.37);
-  kernel::scale_inplace(scaled_gpu, 0.37);
-  CHECK_CLOSE(scaled_gpu, scaled_cpu, kTol);
+  const auto sum_of_squares = [](const Tensor& x) {
+    Tensor total = Tensor::empty({}, DType::Float64, x.device());
+    kernel::sum_of_squares(x, total);
+    return total;
+  };
+  const Tensor cpu_total = sum_of_squares(big), gpu_total = sum_of_squares(big.to(Device::CUDA));
+  CHECK(gpu_total.device() == Device::CUDA);
+  CHECK(gpu_total.item() == doctest::Approx(cpu_total.item()).epsilon(1e-12));
+  CHECK(sum_of_squares(Tensor::zeros({0}, DType::Float32, Device::CUDA)).item() == 0.0);
+  // Clipping reads the sum where it lies: over the threshold it scales, under it leaves the bits.
+  for (const double max_norm : {0.37 * std::sqrt(cpu_total.item()), 2.0 * std::sqrt(cpu_total.item())}) {
+    Tensor clipped_cpu = big.clone(), clipped_gpu = big.to(Device::CUDA);
+    kernel::clip_by_norm(clipped_cpu, cpu_total, max_norm);
+    kernel::clip_by_norm(clipped_gpu, gpu_total, max_norm);
+    CHECK_CLOSE(clipped_gpu, clipped_cpu, kTol);
+  }
 }
 
 TEST_CASE("cuda: fill, cast, copies and zero-size tensors") {

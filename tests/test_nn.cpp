@@ -268,7 +268,7 @@ TEST_CASE("nn: GPT forward shapes and the block_size check") {
 TEST_CASE("nn: GPT gradcheck of the loss over every parameter, both attention impls") {
   for (AttentionImpl impl : {AttentionImpl::Composed, AttentionImpl::Fused}) {
     GPTConfig config{.vocab_size = 7, .block_size = 4, .n_layer = 1, .n_head = 2, .n_embd = 4};
-    config.attention = impl;
+    config.attn_impl = impl;
     Generator gen(25);
     GPT gpt(config, gen);
     // Weights of scale 0.5 instead of 0.02: the attention is then far from

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "helpers.h"
+#include "nn/linear.h"
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
 #include "optim/schedule.h"
@@ -156,34 +157,81 @@ TEST_CASE("optim: AdamW decays the weights directly") {
   check_near(q.item(), 1.0 * (1 - 0.1 * 0.01) - 0.1 / (1.0 + kEps), 1e-14);
 }
 
-TEST_CASE("optim: parameters without a gradient are skipped and keep their own step count") {
+TEST_CASE("optim: a parameter without a gradient steps with a zero one, on the shared step count") {
+  // Flat buffers give every parameter a gradient (zero after zero_grad): the
+  // semantics of torch's zero_grad(set_to_none=False), with one step count.
   Tensor a = param({1.0}, {1}), b = param({-1.0}, {1});
   Adam adam({{"a", a}, {"b", b}}, {.lr = 0.1});
+  CHECK(b.grad().defined());
+  CHECK(b.grad().item() == 0.0);
   set_grad(a, {1.0});
   adam.step();
-  CHECK(b.item() == -1.0);
-  for (const auto& [name, t] : adam.state()) CHECK(name.find(".b") == std::string::npos);
+  CHECK(b.item() == -1.0);  // m = v = 0: the update is 0 / (0 + eps)
+  std::vector<std::string> names;
+  for (const auto& [name, t] : adam.state()) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"exp_avg.a", "exp_avg_sq.a", "step.a", "exp_avg.b", "exp_avg_sq.b", "step.b"});
+  adam.zero_grad();
+  CHECK(a.grad().item() == 0.0);
   set_grad(b, {1.0});
-  adam.step();  // b's first step: t = 1 for b (as torch counts), a plain −0.1·sign(g)
-  check_near(b.item(), -1.0 - 0.1 / (1.0 + kEps), 1e-14);
+  adam.step();  // b at t = 2: m = 0.1, v = 0.001; m̂ = 0.1 / (1 − 0.81), v̂ = 0.001 / (1 − 0.998001)
+  const double m_hat = 0.1 / (1 - 0.81), v_hat = 0.001 / (1 - 0.999 * 0.999);
+  check_near(b.item(), -1.0 - 0.1 * m_hat / (std::sqrt(v_hat) + kEps), 1e-12);
+}
+
+TEST_CASE("optim: parameters move into one flat buffer per dtype, group after group") {
+  Tensor w = param({1, 2, 3, 4}, {2, 2}), bias = param({5, 6}, {2}), w32 = param({7}, {1}, DType::Float32);
+  const std::vector<NamedParameter> params{{"w", w}, {"bias", bias}, {"w32", w32}};
+  AdamW adamw(decay_groups(params, 0.1));
+  const std::vector<Tensor> grads = adamw.gradient_buffers();
+  REQUIRE(grads.size() == 2);  // float64 and float32
+  // w and bias now read one float64 buffer, each at an aligned offset; their values are kept.
+  CHECK(w.to_vector() == std::vector<double>{1, 2, 3, 4});
+  CHECK(bias.to_vector() == std::vector<double>{5, 6});
+  CHECK(w.impl()->storage == bias.impl()->storage);
+  CHECK(bias.impl()->offset == FlatParameters::kAlignment);
+  CHECK(w32.impl()->storage != w.impl()->storage);
+  // Gradients are views of the gradient buffers: backward adds into them, set_grad copies into them.
+  const auto backward = [&] {
+    (sum(mul(w, w)) + sum(bias)).backward();
+    sum(w32).backward();
+  };
+  backward();
+  CHECK(w.grad().to_vector() == std::vector<double>{2, 4, 6, 8});
+  CHECK(static_cast<const char*>(w.grad().raw_data()) == static_cast<const char*>(grads[0].raw_data()));
+  CHECK(grads[0].to_vector()[FlatParameters::kAlignment] == 1.0);  // bias's gradient, in the buffer
+  CHECK(grads[1].to_vector()[0] == 1.0);                           // w32's, in the float32 buffer
+  backward();  // a second backward accumulates in place
+  CHECK(w.grad().to_vector() == std::vector<double>{4, 8, 12, 16});
+  adamw.zero_grad();
+  for (const Tensor& g : grads)
+    for (double v : g.to_vector()) CHECK(v == 0.0);
+  // Converting a parameter after the optimizer was made takes it out of the buffer: a clear error.
+  nn::Linear moved(2, 2);
+  AdamW late(moved.named_parameters());
+  moved.to(DType::Float64);
+  CHECK_THROWS_WITH_AS(late.step(), doctest::Contains("no longer lives in the optimizer's flat buffer"), Error);
 }
 
 TEST_CASE("optim: large tensors (the OpenMP path) step like one element") {
   // 2^16 elements: above kParallelGrain, so the kernels run multithreaded.
+  // (A parameter lives in one optimizer's flat buffer, so each optimizer gets its own.)
   const int64_t n = int64_t{1} << 16;
   Tensor big = param(std::vector<double>(n, 1.0), {n}), one = param({1.0}, {1});
+  Tensor big_s = param(std::vector<double>(n, 1.0), {n}), one_s = param({1.0}, {1});
   AdamW big_opt({{"big", big}}, {.lr = 0.1}), one_opt({{"one", one}}, {.lr = 0.1});
-  SGD big_sgd({{"big", big}}, {.lr = 0.1, .momentum = 0.9}), one_sgd({{"one", one}}, {.lr = 0.1, .momentum = 0.9});
+  SGD big_sgd({{"big", big_s}}, {.lr = 0.1, .momentum = 0.9}), one_sgd({{"one", one_s}}, {.lr = 0.1, .momentum = 0.9});
   for (double g : {1.0, 2.0, -0.5}) {
-    set_grad(big, std::vector<double>(n, g));
-    set_grad(one, {g});
+    for (const Tensor& p : {big, big_s}) set_grad(p, std::vector<double>(n, g));
+    for (const Tensor& p : {one, one_s}) set_grad(p, {g});
     big_opt.step();
     one_opt.step();
     big_sgd.step();
     one_sgd.step();
   }
-  const std::vector<double> values = big.to_vector();
-  CHECK(std::all_of(values.begin(), values.end(), [&](double v) { return v == one.item(); }));
+  for (const auto& [many, single] : {std::pair{big, one}, std::pair{big_s, one_s}}) {
+    const std::vector<double> values = many.to_vector();
+    CHECK(std::all_of(values.begin(), values.end(), [&](double v) { return v == single.item(); }));
+  }
 }
 
 // --- against PyTorch ----------------------------------------------------------------------------
@@ -269,7 +317,7 @@ TEST_CASE("optim: clip_grad_norm takes one L2 norm over all gradients") {
     // √(3² + 4² + 12²) = 13; over max_norm 6.5 every grad scales by 6.5/(13 + 1e-6).
     set_grad(a, {3.0});
     set_grad(b, {4.0, 12.0});
-    CHECK(clip_grad_norm(params, 6.5) == 13.0);
+    CHECK(clip_grad_norm(params, 6.5).item() == 13.0);
     const double coef = 6.5 / (13.0 + 1e-6);
     const double rtol = dtype == DType::Float64 ? 1e-15 : 1e-7;
     check_near(a.grad().item(), 3.0 * coef, rtol);
@@ -279,17 +327,17 @@ TEST_CASE("optim: clip_grad_norm takes one L2 norm over all gradients") {
     // Under the threshold nothing changes, bit for bit.
     set_grad(a, {3.0});
     set_grad(b, {4.0, 12.0});
-    CHECK(clip_grad_norm(std::vector<Tensor>{a, b, frozen}, 13.5) == 13.0);
+    CHECK(clip_grad_norm(std::vector<Tensor>{a, b, frozen}, 13.5).item() == 13.0);
     CHECK(a.grad().item() == 3.0);
     CHECK(b.grad().to_vector() == std::vector<double>{4.0, 12.0});
   }
-  CHECK(clip_grad_norm(std::vector<Tensor>{param({1.0}, {1})}, 1.0) == 0.0);  // no grads at all
+  CHECK(clip_grad_norm(std::vector<Tensor>{param({1.0}, {1})}, 1.0).item() == 0.0);  // no grads at all
 
   // 2^16 grads of 0.5 (the OpenMP path): norm √(2^16·0.25) = 128 exactly.
   const int64_t n = int64_t{1} << 16;
   Tensor big = param(std::vector<double>(n, 0.0), {n});
   set_grad(big, std::vector<double>(n, 0.5));
-  CHECK(clip_grad_norm(std::vector<Tensor>{big}, 64.0) == 128.0);
+  CHECK(clip_grad_norm(std::vector<Tensor>{big}, 64.0).item() == 128.0);
   const std::vector<double> clipped = big.grad().to_vector();
   const double expected = 0.5 * (64.0 / (128.0 + 1e-6));
   CHECK(std::all_of(clipped.begin(), clipped.end(), [&](double g) { return g == expected; }));

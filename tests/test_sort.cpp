@@ -71,8 +71,9 @@ TEST_CASE("sort: about a quarter of inputs are held out, and each draw stays in 
 TEST_CASE("sort: a short run learns to sort held-out sequences") {
   ThreadCount one_thread(1);
   TrainConfig c;
-  c.iters = 250;
-  c.eval_sequences = 500;
+  c.run.max_iters = 250;
+  c.optim.lr_decay_iters = 250;
+  c.run.eval_sequences = 500;
   c.quiet = true;
   const TrainResult r = train(c);
   // The loss starts near ln 10 ≈ 2.30. A model blind to the input cannot go

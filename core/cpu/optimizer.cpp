@@ -8,7 +8,12 @@
 
 namespace ag::cpu {
 
+namespace {
+bool skipped(const double* skip_unless_finite) { return skip_unless_finite && !std::isfinite(*skip_unless_finite); }
+}  // namespace
+
 void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const kernel::AdamHyper& hyper) {
+  if (skipped(hyper.skip_unless_finite)) return;
   visit_floating(param.dtype(), "adam_step", [&](auto zero) {
     using T = decltype(zero);
     const math::AdamUpdate<T> update(param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), hyper);
@@ -19,6 +24,7 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const ke
 }
 
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const kernel::SgdHyper& hyper) {
+  if (skipped(hyper.skip_unless_finite)) return;
   const bool use_momentum = hyper.momentum != 0.0;
   visit_floating(param.dtype(), "sgd_step", [&](auto zero) {
     using T = decltype(zero);
@@ -30,8 +36,8 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
   });
 }
 
-double sum_of_squares(const Tensor& x) {
-  return visit_floating(x.dtype(), "sum_of_squares", [&](auto zero) {
+void sum_of_squares(const Tensor& x, Tensor& total) {
+  total.data<double>()[0] = visit_floating(x.dtype(), "sum_of_squares", [&](auto zero) {
     using T = decltype(zero);
     const T* p = x.data<T>();
     const int64_t n = x.numel();
@@ -43,11 +49,13 @@ double sum_of_squares(const Tensor& x) {
   });
 }
 
-void scale_inplace(Tensor& x, double factor) {
-  visit_floating(x.dtype(), "scale_inplace", [&](auto zero) {
+void clip_by_norm(Tensor& x, const Tensor& sum_of_squares, double max_norm) {
+  const double coef = math::clip_coefficient(sum_of_squares.data<double>()[0], max_norm);
+  if (coef >= 1.0) return;
+  visit_floating(x.dtype(), "clip_by_norm", [&](auto zero) {
     using T = decltype(zero);
     T* p = x.data<T>();
-    const T f = static_cast<T>(factor);
+    const T f = static_cast<T>(coef);
     const int64_t n = x.numel();
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
     for (int64_t i = 0; i < n; ++i) p[i] *= f;

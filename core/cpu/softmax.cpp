@@ -126,30 +126,31 @@ void check_targets(const Tensor& targets, int64_t V, int64_t ignore_index) {
 }  // namespace
 
 void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& loss,
-                   Tensor& lse) {
+                   Tensor& lse, Tensor& scored) {
   const int64_t V = row_length(logits), N = targets.numel();
   check_targets(targets, V, ignore_index);
   visit_floating(logits.dtype(), "cross_entropy", [&](auto zero) {
     using T = decltype(zero);
     const T* px = logits.data<T>();
     const int64_t* pt = targets.data<int64_t>();
-    T *pl = loss.data<T>(), *ps = lse.data<T>();
+    T *pl = loss.data<T>(), *ps = lse.data<T>(), *pc = scored.data<T>();
     for_rows(N, V, [&](int64_t r) {
       ps[r] = logsumexp_row(px + r * V, V);
+      pc[r] = pt[r] == ignore_index ? T(0) : T(1);
       pl[r] = pt[r] == ignore_index ? T(0) : ps[r] - px[r * V + pt[r]];
     });
   });
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                            int64_t ignore_index, double scale, Tensor& dLogits) {
+                            int64_t ignore_index, const Tensor& scale, Tensor& dLogits) {
   const int64_t V = row_length(logits), N = targets.numel();
   visit_floating(logits.dtype(), "cross_entropy_backward", [&](auto zero) {
     using T = decltype(zero);
     const T *px = logits.data<T>(), *ps = lse.data<T>();
     const int64_t* pt = targets.data<int64_t>();
     T* pd = dLogits.data<T>();
-    const T s = static_cast<T>(scale);
+    const T s = scale.data<T>()[0];
     for_rows(N, V, [&](int64_t r) {
       T* dr = pd + r * V;
       if (pt[r] == ignore_index) {

@@ -35,11 +35,11 @@ Tensor log_softmax(const Tensor& x) {
   });
 }
 
-// L = (1/n) Σ_{rows r not ignored} (logsumexp(z_r) − z_r[t_r]),  n = #rows not ignored.
-// ∂L/∂z_r = (softmax(z_r) − onehot(t_r)) / n; the softmax and the log cancel
+// L = (1/n) Σ_{rows r not ignored} (logsumexp(z_r) − z_r[t_r]),  n = #rows not ignored
+// (Mean; Sum drops the 1/n). ∂L/∂z_r = (softmax(z_r) − onehot(t_r)) / n; the softmax and the log cancel
 // into this difference, which is why they are fused. Saves the row
 // log-sum-exp (one number per row) and recomputes softmax in backward.
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Reduction reduction) {
   detail::check_floating("cross_entropy", logits);
   detail::check_indices("cross_entropy", targets, logits);
   AG_CHECK(logits.dim() >= 1, "cross_entropy: logits " << describe(logits) << ": need a class dim");
@@ -50,21 +50,25 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   const int64_t V = logits.size(-1), N = targets.numel();
   const Tensor rows = logits.detach().reshape({N, V});
   const Tensor flat_targets = targets.reshape({N});
-  Tensor loss = Tensor::empty({N}, logits.dtype(), logits.device());
-  Tensor lse = Tensor::empty({N}, logits.dtype(), logits.device());
-  kernel::cross_entropy(rows, flat_targets, ignore_index, loss, lse);
+  Tensor loss = detail::empty_as({N}, logits), lse = detail::empty_as({N}, logits);
+  Tensor scored = detail::empty_as({N}, logits);  // 1 per counted row, so the count stays on the device
+  kernel::cross_entropy(rows, flat_targets, ignore_index, loss, lse, scored);
 
-  int64_t counted = 0;
-  for (int64_t t : flat_targets.to_indices()) counted += t != ignore_index;
-  Tensor mean_loss = [&] {
-    NoGradGuard no_grad;
-    return counted ? mul(sum(loss), 1.0 / static_cast<double>(counted))
-                   : Tensor::full({}, std::numeric_limits<double>::quiet_NaN(), logits.dtype(), logits.device());
-  }();
-  return record("cross_entropy", {logits}, mean_loss,
-                [rows, flat_targets, lse, ignore_index, counted, shape = logits.shape()](const Tensor& dL) -> Gradients {
+  Tensor out, count;
+  {
+    NoGradGuard no_grad;  // the op records itself below, with logits as its input
+    out = sum(loss);
+    if (reduction == Reduction::Mean) {
+      count = sum(scored);
+      out = div(out, count);  // 0/0 = NaN when nothing is scored
+    }
+  }
+  // dLogits[n] = dL/dloss_n · (softmax(logits[n]) − onehot(t_n)), where dL/dloss_n
+  // is dL for Sum and dL / count for Mean: one scalar, computed on the device.
+  return record("cross_entropy", {logits}, out,
+                [rows, flat_targets, lse, ignore_index, count, shape = logits.shape()](const Tensor& dL) -> Gradients {
                   Tensor dLogits = detail::empty_as(rows.shape(), rows);
-                  const double scale = counted ? dL.item() / static_cast<double>(counted) : 0.0;
+                  const Tensor scale = count.defined() ? div(dL, count) : dL;
                   kernel::cross_entropy_backward(rows, flat_targets, lse, ignore_index, scale, dLogits);
                   return {dLogits.reshape(shape)};
                 });

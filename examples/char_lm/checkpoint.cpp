@@ -1,28 +1,22 @@
 #include "examples/char_lm/checkpoint.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
+#include "core/autograd.h"
+#include "core/options.h"
 #include "core/safetensors.h"
 
 namespace ag::char_lm {
 
 namespace {
-const char* gelu_name(GeluApprox g) { return g == GeluApprox::Erf ? "erf" : "tanh"; }
-
-int64_t metadata_integer(const SafetensorsFile& file, const std::string& key, int64_t min = 1) {
-  AG_CHECK(file.metadata.count(key), "checkpoint '" << file.path << "': __metadata__ has no '" << key << "'");
-  const std::string& v = file.metadata.at(key);
-  size_t used = 0;
-  int64_t x = min - 1;
-  try {
-    x = std::stoll(v, &used);
-  } catch (const std::exception&) {
-  }
-  AG_CHECK(used == v.size() && x >= min,
-           "checkpoint '" << file.path << "': __metadata__ '" << key << "' = '" << v << "' is not an integer >= " << min);
-  return x;
-}
-
 // A one-element int64 tensor holding a 64-bit unsigned value (its bits).
 Tensor u64_tensor(uint64_t v) { return Tensor::from_indices({static_cast<int64_t>(v)}, {1}); }
 
@@ -32,100 +26,293 @@ uint64_t u64_value(const SafetensorsFile& file, const std::string& name) {
            "checkpoint '" << file.path << "': '" << name << "' should be one int64, is " << describe(t));
   return static_cast<uint64_t>(t.to_indices()[0]);
 }
+
+std::string where(const SafetensorsFile& file) { return "checkpoint '" + file.path + "'"; }
+
+// The model options every checkpoint has recorded since the first; newer ones
+// may be absent (then they take their defaults, the function older models computed).
+constexpr const char* kRequiredModelKeys[] = {"vocab_size", "block_size", "n_layer", "n_head", "n_embd"};
+
+// The parameters whose shapes the size options decide, checked against the
+// file before the model is built: a file cannot make us allocate more than it holds.
+void check_sizes_against_tensors(const SafetensorsFile& file, const nn::GPTConfig& c) {
+  const auto expect = [&](const std::string& name, const Shape& shape) {
+    AG_CHECK(file.contains(name), where(file) << ": has no tensor '" << name << "' (n_layer = " << c.n_layer << ")");
+    AG_CHECK(file.at(name).shape() == shape, where(file) << ": '" << name << "' is " << to_string(file.at(name).shape())
+                                                          << " but __metadata__ says " << to_string(shape));
+  };
+  expect("tok_emb.weight", {c.vocab_size, c.n_embd});
+  expect("pos_emb.weight", {c.block_size, c.n_embd});
+  for (int64_t i = 0; i < c.n_layer; ++i) expect("blocks." + std::to_string(i) + ".mlp.fc.weight", {c.n_embd, 4 * c.n_embd});
+}
 }  // namespace
 
 std::string model_path(const std::string& dir) { return dir + "/model.safetensors"; }
 std::string train_state_path(const std::string& dir) { return dir + "/train_state.safetensors"; }
 
 void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& tokenizer, int64_t iter) {
-  const nn::GPTConfig& c = model.config();
-  Metadata metadata = {{"n_layer", std::to_string(c.n_layer)},
-                             {"n_head", std::to_string(c.n_head)},
-                             {"n_embd", std::to_string(c.n_embd)},
-                             {"block_size", std::to_string(c.block_size)},
-                             {"vocab_size", std::to_string(c.vocab_size)},
-                             {"gelu", gelu_name(c.gelu)},
-                             // JSON, so every byte of the vocabulary survives as text.
-                             {"chars", nlohmann::json(tokenizer.chars()).dump(-1, ' ', false,
-                                                                             nlohmann::json::error_handler_t::replace)}};
+  Metadata metadata;
+  write_options(model.config(), metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake);
+  // JSON, so every byte of the vocabulary survives as text.
+  metadata["chars"] = nlohmann::json(tokenizer.chars()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (iter >= 0) metadata["iter"] = std::to_string(iter);
   std::vector<NamedTensor> tensors;
   for (const NamedTensor& p : model.state()) tensors.push_back({p.name, p.tensor.to(DType::Float32)});
   save_safetensors(path, tensors, metadata);
 }
 
-LoadedModel load_model(const std::string& path, DType dtype, double dropout) {
+LoadedModel load_model(const std::string& path, DType dtype, const nn::GPTConfig& settings) {
   const SafetensorsFile file = load_safetensors(path);
-  nn::GPTConfig config{};
-  config.n_layer = metadata_integer(file, "n_layer");
-  config.n_head = metadata_integer(file, "n_head");
-  config.n_embd = metadata_integer(file, "n_embd");
-  config.block_size = metadata_integer(file, "block_size");
-  config.vocab_size = metadata_integer(file, "vocab_size");
-  const std::string gelu = file.metadata.count("gelu") ? file.metadata.at("gelu") : "erf";
-  AG_CHECK(gelu == "erf" || gelu == "tanh", "checkpoint '" << path << "': gelu '" << gelu << "' is not erf or tanh");
-  config.gelu = gelu == "erf" ? GeluApprox::Erf : GeluApprox::Tanh;
-  config.dropout = dropout;
-  AG_CHECK(config.n_embd % config.n_head == 0,
-           "checkpoint '" << path << "': n_embd " << config.n_embd << " is not a multiple of n_head " << config.n_head);
+  nn::GPTConfig config = settings;
+  std::set<std::string> used;
+  for (const char* key : kRequiredModelKeys)
+    AG_CHECK(file.metadata.count(key), where(file) << ": __metadata__ has no '" << key << "'");
+  read_options(config, file.metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake, where(file), used);
+  reject_unknown_keys(file.metadata, used, {"chars", "iter"}, where(file));
+  try {
+    config.check();
+  } catch (const Error& e) {
+    throw Error(where(file) + ": " + e.what());
+  }
+  check_sizes_against_tensors(file, config);
 
   LoadedModel loaded;
   if (file.metadata.count("chars")) {
     try {
       loaded.tokenizer = Tokenizer(nlohmann::json::parse(file.metadata.at("chars")).get<std::string>());
     } catch (const nlohmann::json::exception& e) {
-      throw Error("checkpoint '" + path + "': __metadata__ 'chars' is not a JSON string: " + e.what());
+      throw Error(where(file) + ": __metadata__ 'chars' is not a JSON string: " + e.what());
     }
     AG_CHECK(loaded.tokenizer.vocab_size() == config.vocab_size,
-             "checkpoint '" << path << "': " << loaded.tokenizer.vocab_size() << " characters for vocab_size "
-                            << config.vocab_size);
+             where(file) << ": " << loaded.tokenizer.vocab_size() << " characters for vocab_size " << config.vocab_size);
   }
-  if (file.metadata.count("iter")) loaded.iter = metadata_integer(file, "iter", 0);
+  if (file.metadata.count("iter")) {
+    loaded.iter = option_from_string<int64_t>(file.metadata.at("iter"), where(file) + ": __metadata__ 'iter'");
+    AG_CHECK(loaded.iter >= 0, where(file) << ": __metadata__ 'iter' is negative");
+  }
   Generator unused(0);  // the weights come from the file
   loaded.model = std::make_unique<nn::GPT>(config, unused);
   loaded.model->to(dtype);
   std::vector<NamedTensor> weights;
   for (const NamedTensor& t : file.tensors) {
-    AG_CHECK(is_floating(t.tensor.dtype()),
-             "checkpoint '" << path << "': parameter '" << t.name << "' has dtype " << t.tensor.dtype());
+    AG_CHECK(is_floating(t.tensor.dtype()), where(file) << ": parameter '" << t.name << "' has dtype " << t.tensor.dtype());
+    AG_CHECK(all_finite(t.tensor), where(file) << ": parameter '" << t.name
+                                               << "' holds NaN or infinite values (a diverged run's weights?)");
     weights.push_back({t.name, t.tensor.to(dtype)});
   }
   try {
     loaded.model->load_state(weights);
   } catch (const Error& e) {
-    throw Error("checkpoint '" + path + "': " + e.what());
+    throw Error(where(file) + ": " + e.what());
   }
   return loaded;
 }
 
-void save_train_state(const std::string& path, const TrainState& state, const optim::Optimizer& optimizer) {
+void save_train_state(const std::string& path, const TrainState& state, const TrainConfig& config,
+                      const optim::Optimizer& optimizer) {
   std::vector<NamedTensor> tensors = {{"iter", u64_tensor(state.iter)},
                                       {"rng.batch.seed", u64_tensor(state.batch_seed)},
                                       {"rng.batch.offset", u64_tensor(state.batch_offset)},
                                       {"rng.dropout.seed", u64_tensor(state.dropout_seed)},
                                       {"rng.dropout.offset", u64_tensor(state.dropout_offset)}};
   for (const NamedTensor& t : optimizer.state()) tensors.push_back({"optim." + t.name, t.tensor});
-  save_safetensors(path, tensors, state.options);
+  Metadata options;
+  TrainConfig::for_each_table(config, [&](const auto& table) {
+    write_options(table, options, {OptionKind::Model, OptionKind::Run, OptionKind::Setting}, KeyStyle::Dashed);
+  });
+  save_safetensors(path, tensors, options);
 }
 
-TrainState load_train_state(const std::string& path, optim::Optimizer& optimizer) {
-  const SafetensorsFile file = load_safetensors(path);
+TrainState restore_train_state(const SafetensorsFile& file, optim::Optimizer& optimizer) {
   TrainState state;
   state.iter = static_cast<int64_t>(u64_value(file, "iter"));
   state.batch_seed = u64_value(file, "rng.batch.seed");
   state.batch_offset = u64_value(file, "rng.batch.offset");
   state.dropout_seed = u64_value(file, "rng.dropout.seed");
   state.dropout_offset = u64_value(file, "rng.dropout.offset");
-  state.options = file.metadata;
   optim::NamedTensors optimizer_state;
   for (const NamedTensor& t : file.tensors)
     if (t.name.rfind("optim.", 0) == 0) optimizer_state.push_back({t.name.substr(6), t.tensor});
   try {
     optimizer.load_state(optimizer_state);
   } catch (const Error& e) {
-    throw Error("checkpoint '" + path + "': " + e.what());
+    throw Error(where(file) + ": " + e.what());
   }
   return state;
+}
+
+void resume_options(TrainConfig& config, const SafetensorsFile& file) {
+  std::set<std::string> given, used;
+  if (config.given) given = *config.given;
+  else TrainConfig::for_each_table(config, [&](const auto& table) {
+    std::decay_t<decltype(table)>::for_each_option(table, [&](const auto&, const OptionInfo& info) { given.insert(info.name); });
+  });
+  std::string conflicts;
+  TrainConfig::for_each_table(config, [&](auto& table) {
+    conflicts += ag::resume_options(table, file.metadata, given, where(file), used);
+  });
+  reject_unknown_keys(file.metadata, used, {}, where(file));
+  AG_CHECK(conflicts.empty(), "train --resume: '" << config.run.out << "' holds a run with other options (only Settings "
+                                                     "such as --max-iters, --data, --log-interval, and --out, --device, "
+                                                     "--threads may change; leave the others out to keep the run's):"
+                                                  << conflicts);
+}
+
+// --- units -------------------------------------------------------------------------------
+
+namespace {
+namespace fs = std::filesystem;
+
+constexpr const char* kUnitFiles[] = {"model.safetensors", "train_state.safetensors"};
+
+// FNV-1a, 64 bits: not cryptographic, but any torn or mixed-up write changes it.
+std::string checksum(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  AG_CHECK(in, "checkpoint: cannot read '" << path << "'");
+  uint64_t h = 0xcbf29ce484222325ull;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof buffer) || in.gcount() > 0)
+    for (std::streamsize i = 0; i < in.gcount(); ++i) h = (h ^ static_cast<unsigned char>(buffer[i])) * 0x100000001b3ull;
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  AG_CHECK(fd >= 0, "checkpoint: cannot open '" << path << "' to flush it");
+  const int status = ::fsync(fd);
+  ::close(fd);
+  AG_CHECK(status == 0, "checkpoint: flushing '" << path << "' failed");
+}
+
+// A test hook, for killing the writer at each step of a save: with
+// ATTOGRAD_CRASH_AT_WRITE=k in the environment the process dies (no cleanup, as
+// from kill -9) at the k-th boundary it reaches, counting from 1.
+void write_boundary() {
+  static const long crash_at = [] {
+    const char* v = std::getenv("ATTOGRAD_CRASH_AT_WRITE");
+    return v ? std::atol(v) : 0L;
+  }();
+  static long reached = 0;
+  if (crash_at > 0 && ++reached == crash_at) std::_Exit(86);
+}
+
+// The unit's manifest, or null if it is missing, unreadable, or does not
+// match the files (then `why` says how).
+std::optional<nlohmann::json> verified_manifest(const std::string& unit, std::string& why) {
+  std::ifstream in(unit + "/manifest.json");
+  if (!in) {
+    why = "no manifest.json";
+    return std::nullopt;
+  }
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(in);
+    for (const char* name : kUnitFiles) {
+      const std::string path = unit + "/" + name;
+      const nlohmann::json& entry = manifest.at("files").at(name);
+      if (!fs::exists(path) || fs::file_size(path) != entry.at("bytes").get<uint64_t>() ||
+          checksum(path) != entry.at("fnv1a64").get<std::string>()) {
+        why = std::string(name) + " does not match the manifest";
+        return std::nullopt;
+      }
+    }
+    manifest.at("iter").get<int64_t>();
+  } catch (const std::exception& e) {
+    why = std::string("bad manifest.json: ") + e.what();
+    return std::nullopt;
+  }
+  return manifest;
+}
+
+// The run's units, oldest first (by name: the iteration, zero-padded).
+std::vector<std::string> units_of(const std::string& run_dir) {
+  std::vector<std::string> units;
+  std::error_code error;
+  for (const fs::directory_entry& e : fs::directory_iterator(run_dir, error))
+    if (e.is_directory() && !e.is_symlink() && e.path().filename().string().rfind("ckpt-", 0) == 0)
+      units.push_back(e.path().string());
+  std::sort(units.begin(), units.end());
+  return units;
+}
+}  // namespace
+
+std::string unit_name(int64_t iter) {
+  char name[32];
+  std::snprintf(name, sizeof name, "ckpt-%08lld", static_cast<long long>(iter));
+  return name;
+}
+
+bool holds_run(const std::string& dir) { return fs::exists(model_path(dir)) || !units_of(dir).empty(); }
+
+void remove_stale_temporaries(const std::string& run_dir) {
+  std::error_code error;
+  for (const fs::directory_entry& e : fs::directory_iterator(run_dir, error))
+    if (e.path().filename().string().find(".tmp-") != std::string::npos) fs::remove_all(e.path(), error);
+}
+
+void save_checkpoint(const std::string& run_dir, int64_t iter, double val_loss, const nn::GPT& model,
+                     const Tokenizer& tokenizer, const TrainState& state, const TrainConfig& config,
+                     const optim::Optimizer& optimizer, int64_t keep) {
+  const std::string name = unit_name(iter), final_dir = run_dir + "/" + name;
+  const std::string tmp = run_dir + "/." + name + ".tmp-" + std::to_string(getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  write_boundary();
+  save_model(model_path(tmp), model, tokenizer, iter);
+  write_boundary();
+  save_train_state(train_state_path(tmp), state, config, optimizer);
+  write_boundary();
+  nlohmann::json manifest = {{"iter", iter}, {"val_loss", val_loss}, {"files", nlohmann::json::object()}};
+  for (const char* file : kUnitFiles)
+    manifest["files"][file] = {{"bytes", fs::file_size(tmp + "/" + file)}, {"fnv1a64", checksum(tmp + "/" + file)}};
+  {
+    std::ofstream out(tmp + "/manifest.json");
+    out << manifest.dump(2) << "\n";
+    AG_CHECK(out.flush(), "checkpoint: writing '" << tmp << "/manifest.json' failed");
+  }
+  fsync_path(tmp + "/manifest.json");
+  fsync_path(tmp);
+  write_boundary();
+  // The one visible change: the complete unit appears under its name (a unit of
+  // the same iteration, from a run resumed there, is replaced).
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  fsync_path(run_dir);
+  write_boundary();
+
+  // best → this unit, if its validation loss is the lowest: a new link renamed over the old.
+  const std::string best = run_dir + "/best";
+  std::string why;
+  const auto best_manifest = fs::exists(best) ? verified_manifest(best, why) : std::nullopt;
+  if (!best_manifest || val_loss < best_manifest->at("val_loss").get<double>()) {
+    const std::string link = run_dir + "/.best.tmp-" + std::to_string(getpid());
+    fs::remove(link);
+    fs::create_directory_symlink(name, link);
+    fs::rename(link, best);
+    fsync_path(run_dir);
+  }
+  write_boundary();
+  // Keep the newest `keep` units, and the best.
+  const std::string best_target = fs::is_symlink(best) ? fs::read_symlink(best).string() : "";
+  std::vector<std::string> units = units_of(run_dir);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < units.size(); ++i)
+    if (fs::path(units[i]).filename().string() != best_target) fs::remove_all(units[i]);
+  write_boundary();
+}
+
+std::string find_checkpoint(const std::string& dir, std::vector<std::string>* passed_over) {
+  AG_CHECK(fs::is_directory(dir), "checkpoint: '" << dir << "' is not a directory");
+  if (fs::exists(model_path(dir))) return dir;  // a unit, or a run from before units
+  std::vector<std::string> units = units_of(dir);
+  for (auto it = units.rbegin(); it != units.rend(); ++it) {
+    std::string why;
+    if (verified_manifest(*it, why)) return *it;
+    if (passed_over) passed_over->push_back(*it + " (" + why + ")");
+  }
+  throw Error("checkpoint: '" + dir + "' holds no complete checkpoint (no ckpt-*/ whose files match its manifest, "
+              "no model.safetensors)");
 }
 
 }  // namespace ag::char_lm

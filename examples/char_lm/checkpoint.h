@@ -1,16 +1,37 @@
-// char_lm checkpoints, two safetensors files in one directory:
+// char_lm checkpoints. A run directory keeps one unit per save:
+//
+//   RUN/ckpt-00000250/   model.safetensors, train_state.safetensors, manifest.json
+//   RUN/best             a symbolic link to the unit with the lowest validation loss
+//   RUN/log.csv
+//
+// A unit is written under a temporary name (RUN/.ckpt-00000250.tmp-<pid>), each
+// file flushed to disk, the manifest (each file's size and checksum, the
+// iteration, the validation loss) last, then made visible by one rename: a unit
+// is either complete or absent. The newest --keep-checkpoints units are kept
+// (and the best). So a kill at any moment, or a full disk, leaves at worst a
+// temporary, removed at the next start, beside intact earlier units: a run can
+// always be resumed. Readers take the newest unit whose files match its
+// manifest; a unit's own directory, or a directory from before units that holds
+// model.safetensors itself, works too.
+//
+// The two files of a unit:
 //   model.safetensors        every parameter under its module path, float32,
-//                            with the model config and the tokenizer's
-//                            characters in __metadata__;
+//                            with the model's options (nn/gpt_options.h: Model
+//                            and Derived, snake_case keys), the tokenizer's
+//                            characters ("chars") and the iteration ("iter")
+//                            in __metadata__;
 //   train_state.safetensors  the optimizer state, the generators' states and
-//                            the iteration, so --resume continues the same run.
-// Both are written atomically (save_safetensors writes a temp file, then renames).
+//                            the iteration, with the run's options (Model, Run
+//                            and Setting, dashed keys) in __metadata__, so
+//                            --resume continues the same run.
+// A __metadata__ key this build does not know is an error.
 #pragma once
 #include <memory>
 #include <string>
 
 #include "core/safetensors.h"
 #include "examples/char_lm/data.h"
+#include "examples/char_lm/train.h"
 #include "nn/gpt.h"
 #include "optim/optimizer.h"
 
@@ -29,19 +50,43 @@ std::string train_state_path(const std::string& dir);
 // train state are from the same checkpoint.
 void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& tokenizer, int64_t iter = -1);
 // Builds the model its metadata describes and loads its weights, converted to
-// `dtype`. Dropout is a training choice, not part of the saved model, so the
-// caller gives it. ag::Error naming the file on a missing key, a bad value or a
-// parameter of the wrong shape.
-LoadedModel load_model(const std::string& path, DType dtype = DType::Float32, double dropout = 0.0);
+// `dtype`. The model's options come from the file; `settings` supplies the
+// others (dropout, the attention implementation: choices of a run, not
+// properties of the model). ag::Error naming the file on a missing, unknown or
+// bad key, or a parameter of the wrong shape or dtype; sizes are checked against
+// the file's tensors before anything is allocated.
+LoadedModel load_model(const std::string& path, DType dtype = DType::Float32, const nn::GPTConfig& settings = {});
 
 // Everything besides the weights that decides how training continues.
 struct TrainState {
-  int64_t iter = 0;                       // the next iteration to run
+  int64_t iter = 0;                               // the next iteration to run
   uint64_t batch_seed = 0, batch_offset = 0;      // the training-batch generator
   uint64_t dropout_seed = 0, dropout_offset = 0;  // the default generator (dropout masks)
-  Metadata options;  // the options that define the run ("lr" -> "0.001", ...), so a resume can check them
 };
-void save_train_state(const std::string& path, const TrainState& state, const optim::Optimizer& optimizer);
-TrainState load_train_state(const std::string& path, optim::Optimizer& optimizer);
+void save_train_state(const std::string& path, const TrainState& state, const TrainConfig& config,
+                      const optim::Optimizer& optimizer);
+// --- units -----------------------------------------------------------------------------
+std::string unit_name(int64_t iter);  // "ckpt-00000250"
+// Writes the unit of `iter` into run_dir (see the top of the file), points
+// `best` at it if val_loss is the lowest so far, and keeps the newest `keep` units.
+void save_checkpoint(const std::string& run_dir, int64_t iter, double val_loss, const nn::GPT& model,
+                     const Tokenizer& tokenizer, const TrainState& state, const TrainConfig& config,
+                     const optim::Optimizer& optimizer, int64_t keep);
+// The newest complete unit of a run directory; or `dir` itself when it is a
+// unit, or holds model.safetensors directly. Units whose files do not match
+// their manifest are passed over and named in `passed_over`. Throws naming the
+// directory when there is none.
+std::string find_checkpoint(const std::string& dir, std::vector<std::string>* passed_over = nullptr);
+// True if `dir` holds a run (a unit, or model.safetensors).
+bool holds_run(const std::string& dir);
+// Removes what a killed writer left in run_dir (temporary units and files).
+void remove_stale_temporaries(const std::string& run_dir);
+
+// Restores the optimizer from a loaded train_state file and returns the rest.
+TrainState restore_train_state(const SafetensorsFile& file, optim::Optimizer& optimizer);
+// The run's options, as a train_state file saved them: the ones a command line
+// did not give again take these values; one it gave another value is an error
+// (unless a Setting). A key no table knows is an error.
+void resume_options(TrainConfig& config, const SafetensorsFile& file);
 
 }  // namespace ag::char_lm

@@ -6,8 +6,10 @@
 namespace ag::char_lm {
 
 double compute_grads(const std::string& weights_path, const std::string& batch_path, const std::string& out_path,
-                     Device device) {
-  LoadedModel loaded = load_model(weights_path, DType::Float64);
+                     Device device, const nn::GPTConfig& settings) {
+  nn::GPTConfig no_dropout = settings;
+  no_dropout.dropout = 0;  // train() below must compute the deterministic function
+  LoadedModel loaded = load_model(weights_path, DType::Float64, no_dropout);
   nn::GPT& model = *loaded.model;
   model.to(device);
   const SafetensorsFile batch = load_safetensors(batch_path);
@@ -17,14 +19,17 @@ double compute_grads(const std::string& weights_path, const std::string& batch_p
            "grads: '" << batch_path << "': idx " << describe(idx) << " and targets " << describe(targets)
                       << " must both be [B, T]");
 
-  model.train();  // dropout is 0 in these models: train and eval agree
+  int64_t scored = 0;
+  for (int64_t t : targets.to_indices()) scored += t != -100;
+  AG_CHECK(scored > 0, "grads: '" << batch_path << "': no target to score (the batch is empty or every target is -100)");
+  model.train();  // dropout is 0: train and eval agree
   const Tensor loss = model.loss(idx.to(device), targets.to(device));
   loss.backward();
 
   std::vector<NamedTensor> out = {{"loss", loss.detach()}};
   for (const NamedTensor& p : model.named_parameters()) {
     AG_CHECK(p.tensor.grad().defined(), "grads: parameter '" << p.name << "' received no gradient");
-    out.push_back({p.name, p.tensor.grad().to(DType::Float32)});
+    out.push_back({p.name, p.tensor.grad()});
   }
   save_safetensors(out_path, out);
   return loss.item();

@@ -1,19 +1,19 @@
 #pragma once
 #include <string>
 
+#include "core/options.h"
+#include "examples/char_lm/sample_options.h"
 #include "examples/char_lm/data.h"
 #include "nn/gpt.h"
 
 namespace ag::char_lm {
 
+// char_lm sample's options, from the table in examples/char_lm/sample_options.h.
 struct SampleOptions {
-  int64_t tokens = 500;
-  double temperature = 0.8;
-  int64_t top_k = 200;  // 0: all
-  uint64_t seed = 1337;
+  AG_DECLARE_OPTIONS(AG_CHAR_LM_SAMPLE_OPTIONS)
 };
 
-// Continues `prompt` by `tokens` characters, one at a time, each drawn from
+// Continues `prompt` (not options.prompt, so callers can loop) by `tokens` characters, one at a time, each drawn from
 // softmax(logits / temperature) over the top_k most likely next characters,
 // conditioning on at most the last block_size characters. Returns the prompt
 // and its continuation.

@@ -1,20 +1,19 @@
 #include "examples/char_lm/train.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include "core/autograd.h"
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/data.h"
 #include "examples/char_lm/sample.h"
-#include "nn/gpt.h"
 #include "optim/adam.h"
-#include "optim/clip_grad.h"
-#include "optim/schedule.h"
 
 namespace ag::char_lm {
 
@@ -40,182 +39,207 @@ EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, i
   NoGradGuard no_grad;
   model.eval();
   auto mean_loss = [&](const std::vector<int64_t>& tokens, uint64_t stream) {
-    Generator gen(c.seed + stream);
-    double total = 0;
+    Generator gen(c.optim.seed + stream);
+    Tensor total;
     Tensor x, y;
-    for (int64_t i = 0; i < c.eval_iters; ++i) {
-      get_batch(tokens, c.batch_size, c.block_size, gen, x, y);
-      total += model.loss(x.to(c.device), y.to(c.device)).item();
+    for (int64_t i = 0; i < c.run.eval_iters; ++i) {
+      get_batch(tokens, c.optim.batch_size, c.model.block_size, gen, x, y);
+      const Tensor loss = model.loss(x.to(c.run.device), y.to(c.run.device));
+      total = total.defined() ? add(total, loss) : loss;
     }
-    return total / static_cast<double>(c.eval_iters);
+    return total.item() / static_cast<double>(c.run.eval_iters);  // one wait for the device
   };
   EvalRecord record{iter, mean_loss(data.train, 2), mean_loss(data.val, 3)};
   model.train();
   return record;
 }
 
-nn::GPTConfig model_config(const TrainConfig& c, int64_t vocab_size) {
-  return {vocab_size, c.block_size, c.n_layer, c.n_head, c.n_embd, c.dropout, c.gelu, c.attention};
+// Checks every option and their relations, before anything is written.
+void check_options(const TrainConfig& c) {
+  c.model.check();
+  c.optim.check();
+  check_option_ranges(c.run);
 }
 
-// The options that define a run: a resumed run must keep them all (only
-// max_iters, where output goes, logging and the device may change), or it
-// would not continue the same run.
-Metadata run_options(const TrainConfig& c) {
-  auto number = [](double v) {
-    char buffer[32];
-    std::snprintf(buffer, sizeof buffer, "%.17g", v);
-    return std::string(buffer);
-  };
-  return {{"n-layer", std::to_string(c.n_layer)},   {"n-head", std::to_string(c.n_head)},
-          {"n-embd", std::to_string(c.n_embd)},     {"block-size", std::to_string(c.block_size)},
-          {"batch-size", std::to_string(c.batch_size)}, {"dropout", number(c.dropout)},
-          {"gelu", c.gelu == GeluApprox::Erf ? "erf" : "tanh"},
-          {"lr", number(c.lr)},                     {"min-lr", number(c.min_lr)},
-          {"warmup-iters", std::to_string(c.warmup_iters)}, {"lr-decay-iters", std::to_string(c.lr_decay_iters)},
-          {"beta1", number(c.beta1)},               {"beta2", number(c.beta2)},
-          {"weight-decay", number(c.weight_decay)}, {"grad-clip", number(c.grad_clip)},
-          {"eval-interval", std::to_string(c.eval_interval)}, {"eval-iters", std::to_string(c.eval_iters)},
-          {"seed", std::to_string(c.seed)}};
-}
-
-void check_same_run(const Metadata& saved, const TrainConfig& c) {
-  std::string differences;
-  for (const auto& [option, value] : run_options(c)) {
-    const auto found = saved.find(option);
-    if (found != saved.end() && found->second != value)
-      differences += "\n  --" + option + ": the run has " + found->second + ", this call gives " + value;
-  }
-  AG_CHECK(differences.empty(), "train --resume: '" << c.out_dir << "' holds a run with other options (pass the run's "
-                                                       "own; only --max-iters, output, logging and --device may change):"
-                                                    << differences);
-}
-
-// The log of a resumed run keeps only the rows from before the checkpoint:
-// the crashed or stopped run may have logged past it.
+// The log of a resumed run keeps the rows from before the checkpoint and the
+// checkpoint's own evaluation: the crashed or stopped run may have logged past it.
 void truncate_log(const std::string& path, int64_t start) {
   std::ifstream in(path);
   std::string kept, line;
-  while (std::getline(in, line))
-    if (kept.empty() || std::strtoll(line.c_str(), nullptr, 10) < start) kept += line + "\n";
+  while (std::getline(in, line)) {
+    const int64_t iter = std::strtoll(line.c_str(), nullptr, 10);
+    const bool evaluation = line.find(",train,") != std::string::npos || line.find(",val,") != std::string::npos;
+    if (kept.empty() || iter < start || (iter == start && evaluation)) kept += line + "\n";
+  }
   std::ofstream(path, std::ios::trunc) << kept;
+}
+
+// --overwrite: the old run's checkpoints and log go, so none can be mistaken for the new run's.
+void clear_run(const std::string& dir) {
+  namespace fs = std::filesystem;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("ckpt-", 0) == 0 || name == "best" || name == "model.safetensors" ||
+        name == "train_state.safetensors" || name == "log.csv")
+      fs::remove_all(e.path());
+  }
+}
+
+// Reads the losses the steps left on the device, at once (one wait, not one per step).
+void collect_losses(std::vector<Tensor>& pending, std::vector<double>& losses) {
+  if (pending.empty()) return;
+  const std::vector<double> values = concat(pending, 0).to_vector();
+  losses.insert(losses.end(), values.begin(), values.end());
+  pending.clear();
 }
 }  // namespace
 
-TrainResult train(const TrainConfig& c) {
-  AG_CHECK(c.eval_interval > 0 && c.eval_iters > 0 && c.log_interval > 0 && c.max_iters >= 0 && c.batch_size > 0,
-           "train: eval_interval, eval_iters, log_interval and batch_size must be positive, max_iters non-negative");
-  const std::string data_path = resolve_data_path(c.data_path);
-  const Dataset data = make_dataset(read_text(data_path), c.block_size);
-  std::error_code error;
-  std::filesystem::create_directories(c.out_dir, error);
-  AG_CHECK(!error, "train: cannot create the output directory '" << c.out_dir << "': " << error.message());
+double step_flops(const nn::GPTConfig& m, int64_t B, int64_t T) {
+  const double N = static_cast<double>(B * T), C = static_cast<double>(m.n_embd);
+  const double per_layer = 2 * N * (3 * C * C + C * C + 2 * 4 * C * C)  // Q, K, V; W_O; the MLP's two
+                           + 2 * 2 * static_cast<double>(B) * T * T * C;  // S = QKᵀ and Z = AV, all heads
+  const double forward = m.n_layer * per_layer + 2 * N * C * static_cast<double>(m.vocab_size);  // + the head
+  return 3 * forward;  // the backward's two products per forward product
+}
 
-  // The model: fresh from the seed, or the checkpoint's weights on --resume.
+TrainResult train(TrainConfig c) {
+  // --- options: on --resume merged with the run's own; all checked before --out is touched.
+  const std::string out = c.run.out;
+  std::optional<SafetensorsFile> saved_state;
+  std::string resumed_unit;  // the checkpoint a resumed run continues from
+  std::vector<std::string> passed_over;
+  if (c.run.resume) {
+    resumed_unit = find_checkpoint(out, &passed_over);
+    saved_state = load_safetensors(train_state_path(resumed_unit));
+    resume_options(c, *saved_state);
+  }
+  const std::string data_path = resolve_data_path(c.run.data);
+  const Dataset data = make_dataset(read_text(data_path), c.model.block_size);
+  c.model.vocab_size = data.tokenizer.vocab_size();
+  c.run.data = data_path;  // remembered with the run, so --resume finds the text without --data
+  check_options(c);
+  AG_CHECK(c.run.resume || c.run.overwrite || !holds_run(out),
+           "train: '" << out << "' holds a run already; pass --resume to continue it, --overwrite to replace it, "
+                         "or another --out");
+
+  std::error_code error;
+  std::filesystem::create_directories(out, error);
+  AG_CHECK(!error, "train: cannot create the output directory '" << out << "': " << error.message());
+  remove_stale_temporaries(out);
+  if (!c.run.resume && c.run.overwrite) clear_run(out);
+
+  // --- the model: fresh from the seed, or the checkpoint's weights on --resume.
   std::unique_ptr<nn::GPT> model;
   int64_t model_iter = -1;
-  if (c.resume) {
-    LoadedModel loaded = load_model(model_path(c.out_dir), DType::Float32, c.dropout);
-    model_iter = loaded.iter;
+  if (c.run.resume) {
+    LoadedModel loaded = load_model(model_path(resumed_unit), DType::Float32, c.model);
     AG_CHECK(loaded.tokenizer.chars() == data.tokenizer.chars(),
              "train --resume: the checkpoint's vocabulary differs from that of '" << data_path << "'");
+    model_iter = loaded.iter;
     model = std::move(loaded.model);
-    model->set_attention_impl(c.attention);
   } else {
-    Generator init(c.seed);
-    model = std::make_unique<nn::GPT>(model_config(c, data.tokenizer.vocab_size()), init);
+    Generator init(c.optim.seed);
+    model = std::make_unique<nn::GPT>(c.model, init);
   }
-  model->to(c.device);
+  model->to(c.run.device);
   model->train();
-  const std::vector<NamedTensor> params = model->named_parameters();
-  optim::AdamW optimizer(optim::decay_groups(params, c.weight_decay), {c.lr, c.beta1, c.beta2, 1e-8});
+  optim::AdamW optimizer(optim::decay_groups(model->named_parameters(), c.optim.weight_decay),
+                         {c.optim.lr, c.optim.beta1, c.optim.beta2, 1e-8});
+  optim::TrainStep step(optimizer, c.optim,
+                        [&](const Tensor& x, const Tensor& y) { return model->loss(x, y, Reduction::Sum); },
+                        c.run.device);
 
-  Generator batches(c.seed + 1);
-  manual_seed(c.seed + 4);  // dropout masks draw from the default generator
+  Generator batches(c.optim.seed + 1);
+  manual_seed(c.optim.seed + 4);  // dropout masks draw from the default generator
   int64_t start = 0;
-  if (c.resume) {
-    const TrainState state = load_train_state(train_state_path(c.out_dir), optimizer);
-    check_same_run(state.options, c);
+  if (c.run.resume) {
+    const TrainState state = restore_train_state(*saved_state, optimizer);
     AG_CHECK(state.iter == model_iter,
-             "train --resume: '" << c.out_dir << "' holds weights from iteration " << model_iter
+             "train --resume: '" << resumed_unit << "' holds weights from iteration " << model_iter
                                  << " but training state from iteration " << state.iter
                                  << " (a crash between the two writes?); cannot continue that run");
     start = state.iter;
     batches.set_state(state.batch_seed, state.batch_offset);
     default_generator().set_state(state.dropout_seed, state.dropout_offset);
   }
-  const auto save_checkpoint = [&](int64_t iter) {
-    save_model(model_path(c.out_dir), *model, data.tokenizer, iter);
-    save_train_state(train_state_path(c.out_dir),
-                     {iter, batches.seed(), batches.offset(), default_generator().seed(), default_generator().offset(),
-                      run_options(c)},
-                     optimizer);
+  const auto checkpoint = [&](int64_t iter, double val_loss) {
+    save_checkpoint(out, iter, val_loss, *model, data.tokenizer,
+                    {iter, batches.seed(), batches.offset(), default_generator().seed(), default_generator().offset()}, c,
+                    optimizer, c.run.keep_checkpoints);
   };
 
-  const std::string log_path = c.out_dir + "/log.csv";
-  if (c.resume) truncate_log(log_path, start);
-  std::ofstream log(log_path, c.resume ? std::ios::app : std::ios::trunc);
+  const std::string log_path = out + "/log.csv";
+  if (c.run.resume) truncate_log(log_path, start);
+  std::ofstream log(log_path, c.run.resume ? std::ios::app : std::ios::trunc);
   AG_CHECK(log, "train: cannot write '" << log_path << "'");
-  if (!c.resume) log << "iter,kind,loss,lr,ms_per_iter\n";
-  if (!c.quiet)
+  if (!c.run.resume) log << "iter,kind,loss,lr,ms_per_iter\n";
+  const int64_t tokens_per_step = c.optim.batch_size * c.optim.grad_accum * c.model.block_size;
+  const double flops_per_step = step_flops(c.model, c.optim.batch_size * c.optim.grad_accum, c.model.block_size);
+  if (!c.quiet) {
     std::printf("char_lm: %lld parameters, vocab %lld, %zu train / %zu val tokens from %s\n",
                 static_cast<long long>(model->num_parameters()), static_cast<long long>(data.tokenizer.vocab_size()),
                 data.train.size(), data.val.size(), data_path.c_str());
+    for (const std::string& unit : passed_over) std::printf("passing over the incomplete checkpoint %s\n", unit.c_str());
+    if (c.run.resume) std::printf("resuming from iteration %lld (%s)\n", static_cast<long long>(start), resumed_unit.c_str());
+    else std::printf("writing checkpoints and log.csv to %s/\n", out.c_str());
+    std::printf("%lld tokens and %.2f GFLOP per step (batch %lld x %lld micro-batches x %lld tokens)\n",
+                static_cast<long long>(tokens_per_step), flops_per_step / 1e9, static_cast<long long>(c.optim.batch_size),
+                static_cast<long long>(c.optim.grad_accum), static_cast<long long>(c.model.block_size));
+  }
 
-  const optim::CosineSchedule schedule{c.lr, c.min_lr, c.warmup_iters, c.lr_decay_iters};
   TrainResult result;
   std::vector<double> iter_ms;
-  auto window_start = Clock::now();
-  int64_t window_iters = 0;
+  std::vector<Tensor> pending_losses;  // on the device until the next log line
+  std::deque<double> recent_ms;        // the last iterations' times, for the ETA
   for (int64_t iter = start;; ++iter) {
     // Evaluate and checkpoint at the start of every eval_interval-th iteration
     // and at the end. A resumed run already did it for `start`.
-    if ((iter % c.eval_interval == 0 || iter == c.max_iters) && !(c.resume && iter == start)) {
+    if ((iter % c.run.eval_interval == 0 || iter == c.run.max_iters) && !(c.run.resume && iter == start)) {
       const EvalRecord e = evaluate(*model, data, c, iter);
       result.evals.push_back(e);
       log << iter << ",train," << e.train_loss << ",,\n" << iter << ",val," << e.val_loss << ",,\n" << std::flush;
       if (!c.quiet) std::printf("eval iter %5lld: train loss %.4f, val loss %.4f\n", static_cast<long long>(iter), e.train_loss, e.val_loss);
-      save_checkpoint(iter);
-      window_start = Clock::now();  // evaluation time is not training time
-      window_iters = 0;
+      step.check_finite();  // a diverged run never saves
+      checkpoint(iter, e.val_loss);
     }
-    if (iter >= c.max_iters) break;
+    if (iter >= c.run.max_iters) break;
 
     const auto t0 = Clock::now();
-    const double lr = optim::warmup_cosine_lr(iter, schedule);
-    optimizer.set_lr(lr);
-    Tensor x, y;
-    get_batch(data.train, c.batch_size, c.block_size, batches, x, y);
-    const Tensor loss = model->loss(x.to(c.device), y.to(c.device));
-    optimizer.zero_grad();
-    loss.backward();
-    optim::clip_grad_norm(params, c.grad_clip);
-    optimizer.step();
-    const double loss_value = loss.item();
+    std::vector<optim::Batch> micro(c.optim.grad_accum);
+    for (optim::Batch& b : micro) get_batch(data.train, c.optim.batch_size, c.model.block_size, batches, b.x, b.y);
+    const optim::StepResult r = step.run(iter, micro);
+    // On the CPU the check is free, so every step; on CUDA it waits for the device, so at log lines and saves.
+    if (c.run.device == Device::CPU || c.run.detect_anomaly) step.check_finite(c.run.detect_anomaly ? &micro : nullptr);
+    pending_losses.push_back(r.loss.reshape({1}));
     iter_ms.push_back(elapsed_ms(t0));
-    result.batch_losses.push_back(loss_value);
-    ++window_iters;
+    recent_ms.push_back(iter_ms.back());
+    if (recent_ms.size() > 50) recent_ms.pop_front();
 
-    if (iter % c.log_interval == 0 || iter + 1 == c.max_iters) {
-      const double ms = elapsed_ms(window_start) / static_cast<double>(window_iters);
-      log << iter << ",batch," << loss_value << "," << lr << "," << ms << "\n";
+    if (iter % c.run.log_interval == 0 || iter + 1 == c.run.max_iters) {
+      step.check_finite();
+      collect_losses(pending_losses, result.batch_losses);
+      const double ms = std::accumulate(recent_ms.begin(), recent_ms.end(), 0.0) / static_cast<double>(recent_ms.size());
+      const double loss = result.batch_losses.back();
+      log << iter << ",batch," << loss << "," << r.lr << "," << ms << "\n";
       if (!c.quiet)
-        std::printf("iter %5lld/%lld | loss %.4f | lr %.2e | %6.1f ms/iter | %7.0f tok/s | ETA %s\n",
-                    static_cast<long long>(iter), static_cast<long long>(c.max_iters), loss_value, lr, ms,
-                    1000.0 * static_cast<double>(c.batch_size * c.block_size) / ms,
-                    duration_text(ms * static_cast<double>(c.max_iters - iter - 1) / 1000).c_str());
+        std::printf("iter %5lld/%lld | loss %.4f | lr %.2e | %6.1f ms/iter | %7.0f tok/s | %6.1f GFLOP/s | ETA %s\n",
+                    static_cast<long long>(iter), static_cast<long long>(c.run.max_iters), loss, r.lr, ms,
+                    1000.0 * static_cast<double>(tokens_per_step) / ms, flops_per_step / ms / 1e6,
+                    duration_text(ms * static_cast<double>(c.run.max_iters - iter - 1) / 1000).c_str());
       std::fflush(stdout);
-      window_start = Clock::now();
-      window_iters = 0;
     }
   }
+  collect_losses(pending_losses, result.batch_losses);
   if (!iter_ms.empty()) {
     std::nth_element(iter_ms.begin(), iter_ms.begin() + iter_ms.size() / 2, iter_ms.end());
     result.ms_per_iter = iter_ms[iter_ms.size() / 2];
   }
-  if (c.sample_tokens > 0) {
-    result.sample = generate(*model, data.tokenizer, "", {c.sample_tokens, 0.8, 200, c.seed});
-    if (!c.quiet) std::printf("\n--- sample (%lld characters) ---\n%s\n---\n", static_cast<long long>(c.sample_tokens), result.sample.c_str());
+  if (c.run.sample_tokens > 0) {
+    SampleOptions sampling;
+    sampling.tokens = c.run.sample_tokens;
+    sampling.seed = c.optim.seed;
+    result.sample = generate(*model, data.tokenizer, "", sampling);
+    if (!c.quiet) std::printf("\n--- sample (%lld characters) ---\n%s\n---\n", static_cast<long long>(c.run.sample_tokens), result.sample.c_str());
   }
   return result;
 }

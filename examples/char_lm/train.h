@@ -1,32 +1,43 @@
-// char_lm's training loop (nanoGPT's shakespeare_char recipe): AdamW with
-// warmup + cosine decay, gradient clipping, periodic evaluation, checkpoints
-// and a CSV log.
+// char_lm's training loop (nanoGPT's shakespeare_char recipe): the one training
+// step (optim/train_step.h) with AdamW, warmup + cosine decay and gradient
+// clipping, periodic evaluation, checkpoints and a CSV log.
 #pragma once
-#include <functional>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
-#include "core/ops.h"
-#include "nn/attention.h"
+#include "core/options.h"
+#include "examples/char_lm/run_options.h"
+#include "nn/gpt.h"
+#include "optim/train_step.h"
 
 namespace ag::char_lm {
 
-// Defaults are nanoGPT's documented CPU run of shakespeare_char.
+// char_lm train's own options, from the table in examples/char_lm/run_options.h.
+struct RunOptions {
+  AG_DECLARE_OPTIONS(AG_CHAR_LM_RUN_OPTIONS)
+};
+
+// Every option of a run: the three tables. Defaults are nanoGPT's documented
+// CPU run of shakespeare_char.
 struct TrainConfig {
-  std::string data_path;  // resolved with resolve_data_path
-  std::string out_dir = "out";
-  Device device = Device::CPU;  // where the model, optimizer state and batches live
-  bool resume = false;
-  int64_t n_layer = 4, n_head = 4, n_embd = 128, block_size = 64, batch_size = 12;
-  double dropout = 0.0;
-  GeluApprox gelu = GeluApprox::Erf;
-  nn::AttentionImpl attention = nn::AttentionImpl::Fused;
-  int64_t max_iters = 2000, warmup_iters = 100, lr_decay_iters = 2000;
-  double lr = 1e-3, min_lr = 1e-4, beta1 = 0.9, beta2 = 0.99, weight_decay = 0.1, grad_clip = 1.0;
-  int64_t eval_interval = 250, eval_iters = 20, log_interval = 10;
-  uint64_t seed = 1337;
-  int64_t sample_tokens = 500;  // generated at the end (0: none)
-  bool quiet = false;           // no progress lines (tests)
+  nn::GPTConfig model;         // vocab_size comes from the text
+  optim::TrainOptions optim;
+  RunOptions run;
+  // The options given on the command line (snake_case names). On --resume the
+  // others take the run's saved values; unset (a program's own call), every
+  // option counts as given, so each must equal the run's.
+  std::optional<std::set<std::string>> given;
+  bool quiet = false;  // no progress lines (tests)
+
+  // Calls visit(config, kinds) for each of the three tables, so code that reads
+  // or writes options handles all of them alike.
+  template <class Self, class Visit> static void for_each_table(Self& self, Visit&& visit) {
+    visit(self.model);
+    visit(self.optim);
+    visit(self.run);
+  }
 };
 
 struct EvalRecord {
@@ -41,6 +52,10 @@ struct TrainResult {
   std::string sample;
 };
 
-TrainResult train(const TrainConfig& config);
+TrainResult train(TrainConfig config);
+
+// The FLOPs of one training step's matrix products (forward and backward) for
+// a batch of B sequences of T tokens: what the progress line's GFLOP/s counts.
+double step_flops(const nn::GPTConfig& model, int64_t B, int64_t T);
 
 }  // namespace ag::char_lm

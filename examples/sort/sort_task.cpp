@@ -8,8 +8,6 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "optim/adam.h"
-#include "optim/clip_grad.h"
-#include "optim/schedule.h"
 
 namespace ag::sort_task {
 
@@ -109,48 +107,47 @@ double exact_accuracy(nn::GPT& model, int64_t n, uint64_t seed) {
 }
 
 TrainResult train(const TrainConfig& c) {
-  AG_CHECK(c.iters > 0 && c.batch_size > 0 && c.log_interval > 0 && c.eval_sequences >= 0,
-           "sort: iters, batch_size and log_interval must be positive, eval_sequences non-negative");
-  Generator init(c.seed);
-  // GPT-2's tanh GELU, as minGPT; the exact erf one costs a fifth of the run here.
-  nn::GPT model({kDigits, kBlockSize, c.n_layer, c.n_head, c.n_embd, 0.0, GeluApprox::Tanh}, init);
+  c.model.check();
+  AG_CHECK(c.model.vocab_size == kDigits && c.model.block_size >= kBlockSize,
+           "sort: the model needs vocab_size " << kDigits << " and block_size >= " << kBlockSize);
+  check_option_ranges(c.run);
+  Generator init(c.optim.seed);
+  nn::GPT model(c.model, init);
   model.train();
-  const std::vector<NamedTensor> params = model.named_parameters();
-  optim::AdamW optimizer(optim::decay_groups(params, c.weight_decay), {c.lr, 0.9, 0.99, 1e-8});
-  const optim::CosineSchedule schedule{c.lr, c.min_lr, std::min(c.warmup_iters, c.iters - 1), c.iters};
+  optim::AdamW optimizer(optim::decay_groups(model.named_parameters(), c.optim.weight_decay),
+                         {c.optim.lr, c.optim.beta1, c.optim.beta2, 1e-8});
+  optim::TrainStep step(optimizer, c.optim,
+                        [&](const Tensor& x, const Tensor& y) { return model.loss(x, y, Reduction::Sum, kIgnore); },
+                        Device::CPU, kIgnore);
+  const int64_t iters = c.run.max_iters;
   if (!c.quiet)
     std::printf("sort: %lld parameters; %lld digits of 0..%lld; batch %lld, %lld iterations\n",
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(kLength),
-                static_cast<long long>(kDigits - 1), static_cast<long long>(c.batch_size), static_cast<long long>(c.iters));
+                static_cast<long long>(kDigits - 1), static_cast<long long>(c.optim.batch_size * c.optim.grad_accum),
+                static_cast<long long>(iters));
 
   TrainResult result;
-  Generator batches(c.seed + 1);
+  Generator batches(c.optim.seed + 1);
   const auto start = Clock::now();
-  for (int64_t iter = 0; iter < c.iters; ++iter) {
-    const double lr = optim::warmup_cosine_lr(iter, schedule);
-    optimizer.set_lr(lr);
-    Tensor x, y;
-    get_batch(Split::Train, c.batch_size, batches, x, y);
-    const Tensor logits = model.forward(x);  // [B, T, V]
-    const Tensor loss = cross_entropy(logits.reshape({-1, kDigits}), y.reshape({-1}), kIgnore);
-    optimizer.zero_grad();
-    loss.backward();
-    optim::clip_grad_norm(params, c.grad_clip);
-    optimizer.step();
-    result.batch_losses.push_back(loss.item());
-    if (!c.quiet && (iter % c.log_interval == 0 || iter + 1 == c.iters)) {
+  for (int64_t iter = 0; iter < iters; ++iter) {
+    std::vector<optim::Batch> micro(c.optim.grad_accum);
+    for (optim::Batch& b : micro) get_batch(Split::Train, c.optim.batch_size, batches, b.x, b.y);
+    const optim::StepResult r = step.run(iter, micro);
+    step.check_finite();
+    result.batch_losses.push_back(r.loss.item());
+    if (!c.quiet && (iter % c.run.log_interval == 0 || iter + 1 == iters)) {
       std::printf("iter %5lld/%lld | loss %.4f | lr %.2e | %5.1f s\n", static_cast<long long>(iter),
-                  static_cast<long long>(c.iters), result.batch_losses.back(), lr, seconds_since(start));
+                  static_cast<long long>(iters), result.batch_losses.back(), r.lr, seconds_since(start));
       std::fflush(stdout);
     }
   }
   result.train_seconds = seconds_since(start);
 
-  const int64_t tail = std::max<int64_t>(1, c.iters / 10);
-  for (int64_t i = c.iters - tail; i < c.iters; ++i) result.final_loss += result.batch_losses[i] / static_cast<double>(tail);
-  if (c.eval_sequences > 0) {
+  const int64_t tail = std::max<int64_t>(1, iters / 10);
+  for (int64_t i = iters - tail; i < iters; ++i) result.final_loss += result.batch_losses[i] / static_cast<double>(tail);
+  if (c.run.eval_sequences > 0) {
     const auto eval_start = Clock::now();
-    result.accuracy = exact_accuracy(model, c.eval_sequences, /*seed=*/7);  // not c.seed: one test set for all runs
+    result.accuracy = exact_accuracy(model, c.run.eval_sequences, /*seed=*/7);  // not the run's seed: one test set for all runs
     result.eval_seconds = seconds_since(eval_start);
   }
   return result;

@@ -1,0 +1,25 @@
+#include "core/options.h"
+
+#include <algorithm>
+
+namespace ag {
+
+std::string OptionInfo::dashed() const {
+  std::string out = name;
+  std::replace(out.begin(), out.end(), '_', '-');
+  return out;
+}
+
+std::string OptionInfo::flag() const { return "--" + dashed(); }
+
+void reject_unknown_keys(const Metadata& metadata, const std::set<std::string>& used,
+                         std::initializer_list<const char*> known, const std::string& where) {
+  for (const auto& [key, value] : metadata) {
+    if (used.count(key) || std::find(known.begin(), known.end(), key) != known.end()) continue;
+    throw Error(where + ": __metadata__ has '" + key + "' (= '" + value +
+                "'), which this build of attograd does not know: the file may come from a newer version, whose "
+                "model this one would compute wrongly");
+  }
+}
+
+}  // namespace ag

@@ -1,0 +1,193 @@
+// Options declared once. A table header (nn/gpt_options.h, optim/train_options.h,
+// ...) lists a config's options, one line each, as a list macro:
+//
+//   #define AG_GPT_OPTIONS(X)  (each line ending in a backslash)
+//     X(Model, int64_t, n_layer, 4, 1, 1024, "transformer blocks N")
+//     ...  kind, type, name, default, min, max, help
+//
+// and the config struct expands it into its fields and a visitor over them:
+//
+//   struct GPTConfig {
+//     AG_DECLARE_OPTIONS(AG_GPT_OPTIONS)
+//   };
+//
+// Everything else is derived from that one line, by the generic functions
+// below and by the command-line binding of the example programs: the option
+// --n-layer and its --help line, the checkpoint's __metadata__ key n_layer (or
+// n-layer in the training state), the range check, and the resume rules of
+// its kind. Adding an option is one line plus the code that uses it.
+//
+// min and max bound numbers (inclusive); other types ignore them (write 0, 0).
+#pragma once
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <set>
+#include <string>
+#include <type_traits>
+
+#include "core/enum_names.h"
+#include "core/error.h"
+#include "core/safetensors.h"  // Metadata
+
+namespace ag {
+
+// What an option is a property of, which decides where it is saved and
+// whether a resumed run may change it.
+enum class OptionKind {
+  Model,    // of the function the model computes: saved in the weights' __metadata__; fixed for good
+  Derived,  // a model property the program sets (vocab_size, from the text): saved with the model, not an option
+  Run,      // of how training proceeds (lr, batch size, seed): saved with the training state; a resumed run keeps it
+  Setting,  // may change from one invocation to the next (max_iters, data): saved, and the default when resuming
+  Local,    // this invocation only (out, threads): never saved
+};
+
+inline constexpr double kNoLimit = std::numeric_limits<double>::infinity();
+
+struct OptionInfo {
+  const char* name;  // snake_case: the field, and the key in the model's __metadata__
+  OptionKind kind;
+  double min, max;
+  const char* help;
+
+  std::string flag() const;  // "--n-layer"
+  std::string dashed() const;  // "n-layer": the key in the training state's __metadata__
+};
+
+#define AG_OPTION_FIELD(kind, type, name, default_value, min, max, help) type name = default_value;
+#define AG_OPTION_VISIT(kind, type, name, default_value, min, max, help) \
+  visit(self.name, ::ag::OptionInfo{#name, ::ag::OptionKind::kind, min, max, help});
+// The fields, and for_each_option(config, visit): visit(field, info) for each option in table order.
+#define AG_DECLARE_OPTIONS(LIST)                                                     \
+  LIST(AG_OPTION_FIELD)                                                              \
+  template <class Self, class Visit> static void for_each_option(Self& self, Visit&& visit) { \
+    LIST(AG_OPTION_VISIT)                                                            \
+  }
+
+// --- values as text -----------------------------------------------------------------
+// The one text form of each option type, for the command line and metadata
+// alike. Numbers round-trip exactly (shortest form: 0.1 is "0.1").
+
+template <class T> std::string option_to_string(const T& value) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return value ? "true" : "false";
+  } else if constexpr (std::is_enum_v<T>) {
+    return name_of(value);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return value;
+  } else {
+    char buffer[64];
+    const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+    return std::string(buffer, result.ptr);
+  }
+}
+
+// Parses `text` as a T; `what` names its origin in the error ("--lr", "checkpoint 'x': __metadata__ 'lr'").
+template <class T> T option_from_string(const std::string& text, const std::string& what) {
+  if constexpr (std::is_same_v<T, bool>) {
+    if (text == "true" || text == "1") return true;
+    if (text == "false" || text == "0") return false;
+    throw Error(what + ": '" + text + "' is not true or false");
+  } else if constexpr (std::is_enum_v<T>) {
+    return enum_from_name<T>(text, what);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return text;
+  } else {
+    T value{};
+    const auto result = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (result.ec == std::errc::result_out_of_range) throw Error(what + ": '" + text + "' is out of range");
+    if (text.empty() || result.ec != std::errc() || result.ptr != text.data() + text.size())
+      throw Error(what + ": '" + text + "' is not " + (std::is_integral_v<T> ? "an integer" : "a number"));
+    return value;
+  }
+}
+
+// Throws unless a number lies in [info.min, info.max] (NaN never does).
+template <class T> void check_option_range(const T& value, const OptionInfo& info, const std::string& what) {
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    const double v = static_cast<double>(value);
+    if (v >= info.min && v <= info.max) return;
+    std::string bound;
+    if (info.max == kNoLimit) bound = "≥ " + option_to_string(static_cast<T>(info.min));
+    else bound = "in [" + option_to_string(static_cast<T>(info.min)) + ", " + option_to_string(static_cast<T>(info.max)) + "]";
+    throw Error(what + " must be " + bound + ", got " + option_to_string(value));
+  }
+}
+
+// --- whole configs ---------------------------------------------------------------------
+
+inline bool has_kind(std::initializer_list<OptionKind> kinds, OptionKind kind) {
+  for (OptionKind k : kinds)
+    if (k == kind) return true;
+  return false;
+}
+
+// Every option's range; `where` prefixes the message ("train").
+template <class Config> void check_option_ranges(const Config& config, const std::string& where = "") {
+  Config::for_each_option(config, [&](const auto& value, const OptionInfo& info) {
+    check_option_range(value, info, (where.empty() ? "" : where + ": ") + info.flag());
+  });
+}
+
+enum class KeyStyle { Snake, Dashed };  // n_layer (model metadata) or n-layer (training state)
+inline std::string option_key(const OptionInfo& info, KeyStyle style) {
+  return style == KeyStyle::Snake ? info.name : info.dashed();
+}
+
+// Adds the options of the given kinds to `metadata`.
+template <class Config>
+void write_options(const Config& config, Metadata& metadata, std::initializer_list<OptionKind> kinds, KeyStyle style) {
+  Config::for_each_option(config, [&](const auto& value, const OptionInfo& info) {
+    if (has_kind(kinds, info.kind)) metadata[option_key(info, style)] = option_to_string(value);
+  });
+}
+
+// Sets each option of the given kinds that `metadata` holds, range-checked;
+// adds the keys it read to `used` (so the caller can reject the rest as unknown).
+template <class Config>
+void read_options(Config& config, const Metadata& metadata, std::initializer_list<OptionKind> kinds, KeyStyle style,
+                  const std::string& where, std::set<std::string>& used) {
+  Config::for_each_option(config, [&](auto& value, const OptionInfo& info) {
+    const std::string key = option_key(info, style);
+    const auto found = metadata.find(key);
+    if (!has_kind(kinds, info.kind) || found == metadata.end()) return;
+    using T = std::decay_t<decltype(value)>;
+    const std::string what = where + ": __metadata__ '" + key + "'";
+    value = option_from_string<T>(found->second, what);
+    check_option_range(value, info, what);
+    used.insert(key);
+  });
+}
+
+// Throws naming the first key of `metadata` that is neither in `used` nor in
+// `known`: a file from a newer attograd, whose model this build would compute wrongly.
+void reject_unknown_keys(const Metadata& metadata, const std::set<std::string>& used,
+                         std::initializer_list<const char*> known, const std::string& where);
+
+// Continuing a run saved with `saved` (training-state keys). For each saved
+// option: one not `given` on this command line takes the saved value; one
+// given with another value is a conflict unless its kind is Setting. Returns
+// the conflicts, a line each ("--lr: the run has 0.001, this call gives 0.002").
+template <class Config>
+std::string resume_options(Config& config, const Metadata& saved, const std::set<std::string>& given,
+                           const std::string& where, std::set<std::string>& used) {
+  std::string conflicts;
+  Config::for_each_option(config, [&](auto& value, const OptionInfo& info) {
+    const auto found = saved.find(info.dashed());
+    if (info.kind == OptionKind::Local || info.kind == OptionKind::Derived || found == saved.end()) return;
+    using T = std::decay_t<decltype(value)>;
+    const std::string what = where + ": __metadata__ '" + info.dashed() + "'";
+    const T saved_value = option_from_string<T>(found->second, what);
+    check_option_range(saved_value, info, what);
+    used.insert(info.dashed());
+    if (!given.count(info.name)) value = saved_value;
+    else if (info.kind != OptionKind::Setting && !(value == saved_value))
+      conflicts += "\n  " + info.flag() + ": the run has " + option_to_string(saved_value) + ", this call gives " +
+                   option_to_string(value);
+  });
+  return conflicts;
+}
+
+}  // namespace ag

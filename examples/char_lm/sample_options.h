@@ -1,0 +1,13 @@
+// char_lm sample's options, one line each (core/options.h explains the columns).
+#pragma once
+#include "examples/char_lm/device_option.h"
+
+//  kind   type         name         default  min   max       help
+#define AG_CHAR_LM_SAMPLE_OPTIONS(X) \
+  X(Local, std::string, ckpt,        "out",   0,    0,        "checkpoint directory (holding model.safetensors)") \
+  X(Local, std::string, prompt,      "",      0,    0,        "text to continue (default: the start of a line)") \
+  X(Local, int64_t,     tokens,      500,     0,    1 << 24,  "characters to generate") \
+  X(Local, double,      temperature, 0.8,     1e-6, kNoLimit, "softmax temperature") \
+  X(Local, int64_t,     top_k,       200,     0,    1 << 24,  "sample among the k likeliest (0: all)") \
+  X(Local, uint64_t,    seed,        1337,    0,    kNoLimit, "random seed") \
+  AG_CHAR_LM_DEVICE_OPTION(X)

@@ -1,0 +1,107 @@
+#include "examples/common/command_line.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include "core/threads.h"
+
+namespace ag::cli {
+
+void ProcessOptions::apply() const {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  set_num_threads(static_cast<int>(threads > 0 ? threads : cores));
+}
+
+Command& Command::allow_config_file() {
+  app_->add_option("--config", config_file_,
+                   "read options from a TOML file (key = value per line, e.g. n-layer = 6); the command line's win");
+  return *this;
+}
+
+void Command::apply_config_file(const std::string& path) {
+  std::vector<CLI::ConfigItem> items;
+  try {
+    items = CLI::ConfigTOML().from_file(path);
+  } catch (const CLI::Error& e) {
+    throw Error("--config '" + path + "': " + e.what());
+  }
+  for (const CLI::ConfigItem& item : items) {
+    std::string key = item.name;
+    std::replace(key.begin(), key.end(), '_', '-');
+    const std::string what = "--config '" + path + "': " + key;
+    Binding* found = nullptr;
+    for (Binding& b : bindings_)
+      if (b.info.dashed() == key) found = &b;
+    AG_CHECK(item.parents.empty() && found, what << ": not an option of this command (see --help)");
+    AG_CHECK(item.inputs.size() == 1, what << ": needs exactly one value");
+    found->set(item.inputs[0], what);
+    given_.insert(found->info.name);
+  }
+}
+
+void Command::apply() {
+  if (!config_file_.empty()) apply_config_file(config_file_);
+  for (Binding& b : bindings_) {
+    if (!b.on_command_line()) continue;
+    b.set(b.command_line_text(), b.info.flag());
+    given_.insert(b.info.name);
+  }
+}
+
+namespace {
+// Edit distance, for "did you mean".
+size_t distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The first argument `app` did not take, as an error with the nearest option name.
+std::string unknown_argument(const CLI::App& app, const std::string& arg) {
+  if (arg.rfind("-", 0) != 0) return "unexpected argument '" + arg + "' (see --help)";
+  const std::string name = arg.substr(0, arg.find('='));
+  std::string nearest;
+  size_t best = SIZE_MAX;
+  for (const CLI::Option* option : app.get_options()) {
+    for (const std::string& long_name : option->get_lnames()) {
+      const size_t d = distance(name, "--" + long_name);
+      if (d < best) best = d, nearest = "--" + long_name;
+    }
+  }
+  std::string message = "unknown option " + name;
+  if (best <= std::max<size_t>(2, name.size() / 3)) message += " (did you mean " + nearest + "?)";
+  return message + "; see --help";
+}
+}  // namespace
+
+int parse(CLI::App& app, int argc, char** argv) {
+  app.allow_extras();
+  for (CLI::App* sub : app.get_subcommands({})) sub->allow_extras();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);  // --help prints and returns 0; a usage error prints and returns non-zero
+  }
+  std::vector<const CLI::App*> chosen{&app};
+  for (const CLI::App* sub : app.get_subcommands()) chosen.push_back(sub);
+  for (const CLI::App* a : chosen) {
+    const std::vector<std::string> extra = a->remaining();
+    if (extra.empty()) continue;
+    // Suggest from the innermost command: an unknown option after "train" was meant for train.
+    std::fprintf(stderr, "%s: %s\n", app.get_name().c_str(), unknown_argument(*chosen.back(), extra[0]).c_str());
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace ag::cli

@@ -1,0 +1,106 @@
+// The example programs' command lines, derived from the option tables of
+// core/options.h through CLI11: every option of a config becomes --its-name,
+// with its help line and its current value as the default, and its text is
+// converted by the table's own parser (option_from_string) and range-checked,
+// the same code that reads checkpoint metadata.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <deque>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/options.h"
+#include "examples/common/process_options.h"
+
+namespace ag::cli {
+
+// The options every example takes (examples/common/process_options.h).
+struct ProcessOptions {
+  AG_DECLARE_OPTIONS(AG_PROCESS_OPTIONS)
+  void apply() const;  // sets the thread count
+};
+
+// One command (a program, or a subcommand such as `char_lm train`) and the
+// configs bound to it.
+class Command {
+ public:
+  explicit Command(CLI::App* app) : app_(app) {}
+  Command(const Command&) = delete;  // CLI11 and the bindings point into it
+  Command& operator=(const Command&) = delete;
+
+  // Binds every option of `config` of the given kinds (never Derived ones: the
+  // program sets those). The config must outlive parsing.
+  template <class Config>
+  Command& bind(Config& config, std::initializer_list<OptionKind> kinds = {OptionKind::Model, OptionKind::Run,
+                                                                          OptionKind::Setting, OptionKind::Local}) {
+    Config::for_each_option(config, [&](auto& value, const OptionInfo& info) {
+      if (has_kind(kinds, info.kind) && info.kind != OptionKind::Derived) bind_one(value, info);
+    });
+    return *this;
+  }
+  // Adds --config FILE: options from a TOML file (key = value, keys the option
+  // names with - or _), applied before the command line's, which win.
+  Command& allow_config_file();
+
+  // After CLI11 has parsed: sets each option given in the config file or on
+  // the command line (range-checked) and records it as given. Throws ag::Error
+  // naming the option.
+  void apply();
+  bool given(const std::string& name) const { return given_.count(name) > 0; }  // snake_case name
+  const std::set<std::string>& given_names() const { return given_; }
+  CLI::App* app() const { return app_; }
+
+ private:
+  struct Binding {
+    OptionInfo info;
+    std::function<void(const std::string& text, const std::string& what)> set;  // parse, check, assign
+    std::function<bool()> on_command_line;
+    std::function<std::string()> command_line_text;
+  };
+
+  // The value's kind in --help: INT, NUMBER, TEXT, or an enum's choices.
+  template <class T> static std::string type_name() {
+    if constexpr (std::is_enum_v<T>) return enum_choices<T>();
+    else if constexpr (std::is_integral_v<T>) return "INT";
+    else if constexpr (std::is_floating_point_v<T>) return "NUMBER";
+    else return "TEXT";
+  }
+
+  template <class T> void bind_one(T& value, const OptionInfo& info) {
+    const std::string help = info.help;
+    Binding binding{info, [&value, info](const std::string& text, const std::string& what) {
+                      value = option_from_string<T>(text, what);
+                      check_option_range(value, info, what);
+                    }, {}, {}};
+    if constexpr (std::is_same_v<T, bool>) {
+      int& count = flags_.emplace_back(0);
+      app_->add_flag(info.flag(), count, help);
+      binding.on_command_line = [&count] { return count > 0; };
+      binding.command_line_text = [] { return std::string("true"); };
+    } else {
+      std::string& text = texts_.emplace_back();
+      app_->add_option(info.flag(), text, help)->type_name(type_name<T>())->default_str(option_to_string(value));
+      binding.on_command_line = [this, flag = info.flag()] { return app_->count(flag) > 0; };
+      binding.command_line_text = [&text] { return text; };
+    }
+    bindings_.push_back(std::move(binding));
+  }
+  void apply_config_file(const std::string& path);
+
+  CLI::App* app_;
+  std::deque<std::string> texts_;  // deques: CLI11 keeps pointers into them
+  std::deque<int> flags_;
+  std::vector<Binding> bindings_;
+  std::string config_file_;
+  std::set<std::string> given_;
+};
+
+// Parses argv with CLI11. An unknown option becomes "unknown option --x (did
+// you mean --y?)". Returns -1 to go on, else the exit code to return (0 after
+// --help, 2 after a usage error, whose message it printed).
+int parse(CLI::App& app, int argc, char** argv);
+
+}  // namespace ag::cli

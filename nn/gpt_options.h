@@ -1,0 +1,15 @@
+// The GPT's options, one line each (core/options.h explains the columns and
+// what is derived from them). Model options are the checkpoint's __metadata__
+// keys: a file format that users and other tools read, so never rename one.
+#pragma once
+
+//  kind     type               name        default                min  max        help
+#define AG_GPT_OPTIONS(X) \
+  X(Derived, int64_t,           vocab_size, 0,                     1,   1 << 24,   "vocabulary size V (from the text)") \
+  X(Model,   int64_t,           block_size, 64,                    1,   1 << 20,   "context length T") \
+  X(Model,   int64_t,           n_layer,    4,                     1,   1024,      "transformer blocks N") \
+  X(Model,   int64_t,           n_head,     4,                     1,   1024,      "attention heads H") \
+  X(Model,   int64_t,           n_embd,     128,                   1,   1 << 16,   "embedding width C") \
+  X(Model,   GeluApprox,        gelu,       GeluApprox::Erf,       0,   0,         "GELU: erf (exact) or tanh (GPT-2's approximation)") \
+  X(Run,     double,            dropout,    0.0,                   0,   0.99,      "dropout probability (training only)") \
+  X(Setting, nn::AttentionImpl, attn_impl,  nn::AttentionImpl::Fused, 0, 0,        "attention implementation (same function, other speed)")

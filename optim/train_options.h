@@ -1,0 +1,18 @@
+// The training step's options, one line each (core/options.h explains the
+// columns). All are Run options: saved with the training state, kept by a
+// resumed run.
+#pragma once
+
+//  kind  type      name            default  min  max             help
+#define AG_TRAIN_OPTIONS(X) \
+  X(Run,  int64_t,  batch_size,     12,      1,   1 << 20,        "sequences per micro-batch B") \
+  X(Run,  int64_t,  grad_accum,     1,       1,   1 << 16,        "micro-batches per optimizer step (the step's batch is B × this)") \
+  X(Run,  double,   lr,             1e-3,    0,   kNoLimit,       "peak learning rate") \
+  X(Run,  double,   min_lr,         1e-4,    0,   kNoLimit,       "learning rate at the end of the cosine decay") \
+  X(Run,  int64_t,  warmup_iters,   100,     0,   int64_t{1} << 40, "linear warmup iterations") \
+  X(Run,  int64_t,  lr_decay_iters, 2000,    1,   int64_t{1} << 40, "the cosine decay ends at this iteration") \
+  X(Run,  double,   beta1,          0.9,     0,   0.999999999,    "AdamW beta1") \
+  X(Run,  double,   beta2,          0.99,    0,   0.999999999,    "AdamW beta2") \
+  X(Run,  double,   weight_decay,   0.1,     0,   kNoLimit,       "AdamW decoupled weight decay (matrices only)") \
+  X(Run,  double,   grad_clip,      1.0,     0,   kNoLimit,       "clip the global gradient norm to this (0: no clipping)") \
+  X(Run,  uint64_t, seed,           1337,    0,   kNoLimit,       "random seed (weights, batches, dropout)")

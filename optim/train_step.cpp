@@ -1,0 +1,113 @@
+#include "optim/train_step.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "optim/clip_grad.h"
+#include "optim/schedule.h"
+
+namespace ag::optim {
+
+void TrainOptions::check() const {
+  check_option_ranges(*this);
+  AG_CHECK(warmup_iters < lr_decay_iters, "--warmup-iters (" << warmup_iters << ") must be below --lr-decay-iters ("
+                                                             << lr_decay_iters << ")");
+  AG_CHECK(min_lr <= lr, "--min-lr (" << min_lr << ") must not exceed --lr (" << lr << ")");
+}
+
+TrainStep::TrainStep(Optimizer& optimizer, const TrainOptions& options, SummedLoss summed_loss, Device device,
+                     int64_t ignore_index)
+    : optimizer_(optimizer), options_(options), summed_loss_(std::move(summed_loss)), device_(device),
+      ignore_index_(ignore_index) {
+  options_.check();
+}
+
+StepResult TrainStep::run(int64_t iter, const std::vector<Batch>& micro_batches) {
+  AG_CHECK(!micro_batches.empty(), "TrainStep: no micro-batch");
+  StepResult result;
+  result.lr = warmup_cosine_lr(iter, {options_.lr, options_.min_lr, options_.warmup_iters, options_.lr_decay_iters});
+  optimizer_.set_lr(result.lr);
+  // n, the step's scored targets, counted on the host where the batches are made.
+  for (const Batch& b : micro_batches) {
+    AG_CHECK(b.y.device() == Device::CPU, "TrainStep: targets must come from the host, got " << describe(b.y));
+    for (int64_t t : b.y.to_indices()) result.scored += t != ignore_index_;
+  }
+  AG_CHECK(result.scored > 0, "TrainStep: iteration " << iter << " has no scored target (every one is ignore_index "
+                                                      << ignore_index_ << ")");
+  result.loss = accumulate_gradients(micro_batches, result.scored);
+  if (after_backward) after_backward(optimizer_);
+  const double max_norm = options_.grad_clip > 0 ? options_.grad_clip : INFINITY;
+  result.grad_norm = clip_grad_norm(optimizer_, max_norm);
+  // The update's guard: not finite when the norm or the loss is not (inf · 0 = NaN).
+  Tensor guard;
+  {
+    NoGradGuard no_grad;
+    guard = add(result.grad_norm, mul(result.loss.to(DType::Float64), 0.0));
+  }
+  optimizer_.step(guard);
+  unchecked_.push_back({iter, result.lr, result.scored, result.loss, result.grad_norm});
+  return result;
+}
+
+Tensor TrainStep::accumulate_gradients(const std::vector<Batch>& micro_batches, int64_t scored) {
+  const double inverse_count = 1.0 / static_cast<double>(scored);
+  optimizer_.zero_grad();
+  Tensor loss;
+  for (const Batch& b : micro_batches) {
+    const Tensor summed = summed_loss_(b.x.to(device_), b.y.to(device_));
+    const Tensor share = mul(summed, inverse_count);  // L_m / n
+    share.backward();
+    NoGradGuard no_grad;
+    loss = loss.defined() ? add(loss, share.detach()) : share.detach();
+  }
+  return loss;
+}
+
+namespace {
+// The first parameter, in the optimizer's order, whose gradient is not all finite.
+std::string first_non_finite_gradient(const Optimizer& optimizer) {
+  for (const ParamGroup& group : optimizer.groups())
+    for (const NamedParameter& p : group.params)
+      if (!all_finite(p.tensor.grad())) return p.name;
+  return "";
+}
+}  // namespace
+
+void TrainStep::check_finite(const std::vector<Batch>* rerun) {
+  if (unchecked_.empty()) return;
+  std::vector<Tensor> losses, norms;
+  for (const Unchecked& u : unchecked_) {
+    losses.push_back(u.loss.reshape({1}));
+    norms.push_back(u.grad_norm.reshape({1}));
+  }
+  const std::vector<double> loss = concat(losses, 0).to_vector(), norm = concat(norms, 0).to_vector();
+  const Unchecked latest = unchecked_.back();
+  const std::vector<Unchecked> checked = std::move(unchecked_);
+  unchecked_.clear();
+  for (size_t i = 0; i < checked.size(); ++i) {
+    if (std::isfinite(loss[i]) && std::isfinite(norm[i])) continue;
+    const bool is_latest = checked[i].iter == latest.iter;
+    std::ostringstream message;
+    message << "training diverged at iteration " << checked[i].iter << " (lr " << checked[i].lr << "): loss "
+            << loss[i] << ", gradient norm " << norm[i] << ". That step's update was skipped";
+    const std::string parameter = first_non_finite_gradient(optimizer_);
+    if (!parameter.empty())
+      message << "; the first non-finite gradient" << (is_latest ? "" : " (of the latest step, iteration " + std::to_string(latest.iter) + ")")
+              << " is " << parameter << "'s";
+    if (rerun && is_latest) {
+      try {
+        AnomalyModeGuard anomaly;
+        accumulate_gradients(*rerun, checked[i].scored);
+        message << ". Rerun in anomaly mode, it stayed finite (dropout draws other masks)";
+      } catch (const Error& e) {
+        message << ". Rerun in " << e.what();
+      }
+    }
+    message << ". Try a lower learning rate" << (rerun ? "." : " (or --detect-anomaly to find the op).");
+    throw Error(message.str());
+  }
+}
+
+}  // namespace ag::optim

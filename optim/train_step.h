@@ -1,0 +1,102 @@
+// One training step, the same for every program (char_lm, sort, and yours):
+//
+//   lr ← schedule(iter)                      warmup + cosine (optim/schedule.h)
+//   zero_grad                                one fill of the flat gradient buffer
+//   for each micro-batch m:                  --grad-accum of them
+//     L_m = Σ over m's scored targets of the loss
+//     backward of L_m / n                    n = scored targets in the whole step
+//   after_backward()                         the hook (a data-parallel all-reduce goes here)
+//   norm ← clip_grad_norm(grad_clip)         one reduction over the flat buffer
+//   optimizer.step()                         one kernel per parameter group,
+//                                            skipped if the loss or norm is not finite
+//
+// Dividing every micro-batch by the whole step's count n, not by its own,
+// makes the accumulated gradient exactly the gradient of the mean loss over the
+// whole batch, even when micro-batches score different numbers of targets
+// (ignore_index): averaging per-micro-batch means would weight a target by
+// 1/(its micro-batch's count), the classic gradient-accumulation bug.
+//
+// The loss and the norm come back as scalars on the model's device: on CUDA
+// nothing waits for the device until the caller reads them (at log intervals).
+//
+// A step whose loss or gradient norm is not finite (a diverged run: too high a
+// learning rate, an overflow) changes nothing: the update kernels skip it on
+// the device. check_finite() then stops the run with the iteration, the
+// learning rate and the first parameter whose gradient went bad; the caller
+// calls it before every save, so a diverged run never overwrites a checkpoint.
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "core/options.h"
+#include "optim/train_options.h"
+#include "optim/optimizer.h"
+
+namespace ag::optim {
+
+// The training step's options, from the table in optim/train_options.h.
+struct TrainOptions {
+  AG_DECLARE_OPTIONS(AG_TRAIN_OPTIONS)
+  // Throws unless the options fit together (ranges; warmup before the end of the decay; min_lr <= lr).
+  void check() const;
+};
+
+// Inputs and targets of one micro-batch, int64 [B, T] on the host; a target
+// equal to the step's ignore_index is not scored.
+struct Batch {
+  Tensor x, y;
+};
+
+struct StepResult {
+  Tensor loss;       // mean loss over the step's scored targets: a scalar on the model's device
+  Tensor grad_norm;  // global gradient norm before clipping: a float64 scalar on that device
+  double lr = 0;
+  int64_t scored = 0;  // targets that counted
+};
+
+class TrainStep {
+ public:
+  // summed_loss(x, y): the loss of one micro-batch summed over its scored
+  // targets (cross_entropy with Reduction::Sum), x and y on `device`.
+  using SummedLoss = std::function<Tensor(const Tensor& x, const Tensor& y)>;
+
+  TrainStep(Optimizer& optimizer, const TrainOptions& options, SummedLoss summed_loss, Device device,
+            int64_t ignore_index = -100);
+
+  // Runs after the last micro-batch's backward, before clipping: the gradients
+  // (optimizer.gradient_buffers()) are complete and may be changed in place.
+  std::function<void(Optimizer&)> after_backward;
+
+  // Iteration `iter` (from 0) over `micro_batches` (at least one).
+  StepResult run(int64_t iter, const std::vector<Batch>& micro_batches);
+
+  // Throws ag::Error for the first step run since the last check whose loss or
+  // gradient norm was not finite: its iteration, learning rate and values, and
+  // the first parameter (in the model's order) whose gradient holds a NaN or an
+  // infinity — exact when that step is the latest, as it is when the caller
+  // checks after every step. With `rerun` (that latest step's micro-batches)
+  // the step's forward and backward run again in anomaly mode
+  // (core/autograd.h), naming the op that first produced a non-finite value.
+  // On CUDA it waits for the device once: check at log intervals and before saves.
+  void check_finite(const std::vector<Batch>* rerun = nullptr);
+
+ private:
+  struct Unchecked {
+    int64_t iter;
+    double lr;
+    int64_t scored;
+    Tensor loss, grad_norm;
+  };
+  // Forward and backward of every micro-batch into the zeroed gradient buffer;
+  // returns the step's mean loss.
+  Tensor accumulate_gradients(const std::vector<Batch>& micro_batches, int64_t scored);
+
+  Optimizer& optimizer_;
+  TrainOptions options_;
+  SummedLoss summed_loss_;
+  Device device_;
+  int64_t ignore_index_;
+  std::vector<Unchecked> unchecked_;
+};
+
+}  // namespace ag::optim

@@ -1,0 +1,211 @@
+// The one training step (optim/train_step.h): gradient accumulation gives the
+// whole batch's gradient, also when micro-batches score different numbers of
+// targets; the after_backward hook sees the finished gradients; on CUDA a
+// step waits for the device only to upload its batches.
+#include <memory>
+
+#include "examples/char_lm/data.h"
+#include "nn/gpt.h"
+#include "optim/adam.h"
+#include "core/autograd.h"
+#include "core/dispatch.h"
+#include "optim/train_step.h"
+#include "tests/helpers.h"
+
+using namespace ag;
+
+namespace {
+constexpr int64_t kVocab = 11, kBlock = 8;
+
+// A float64 GPT of its own, from a fixed seed, so two copies start identical.
+std::unique_ptr<nn::GPT> tiny_gpt(Device device = Device::CPU, int64_t n_layer = 2) {
+  nn::GPTConfig config;
+  config.vocab_size = kVocab;
+  config.block_size = kBlock;
+  config.n_layer = n_layer;
+  config.n_head = 2;
+  config.n_embd = 8;
+  Generator gen(3);
+  auto model = std::make_unique<nn::GPT>(config, gen);
+  model->to(DType::Float64);
+  model->to(device);
+  return model;
+}
+
+std::vector<int64_t> token_stream(int64_t n) {
+  Generator gen(4);
+  std::vector<int64_t> tokens(n);
+  for (int64_t& t : tokens) t = static_cast<int64_t>(gen.integer(kVocab));
+  return tokens;
+}
+
+// micro_batches of batch_size windows each, drawn in order from one generator:
+// 4 × 3 draws the same 12 windows as 1 × 12.
+std::vector<optim::Batch> draw(int64_t micro_batches, int64_t batch_size) {
+  const std::vector<int64_t> tokens = token_stream(500);
+  Generator gen(5);
+  std::vector<optim::Batch> out(micro_batches);
+  for (optim::Batch& b : out) char_lm::get_batch(tokens, batch_size, kBlock, gen, b.x, b.y);
+  return out;
+}
+
+struct StepOutcome {
+  std::vector<double> grads, params;
+  double loss, norm;
+};
+
+// One step on a fresh model: the gradient the optimizer used (no clipping) and the parameters after.
+StepOutcome one_step(const std::vector<optim::Batch>& batches, int64_t ignore_index = -100) {
+  const std::unique_ptr<nn::GPT> model = tiny_gpt();
+  optim::AdamW optimizer(optim::decay_groups(model->named_parameters(), 0.1), {.lr = 1e-2});
+  optim::TrainOptions options;
+  options.grad_accum = static_cast<int64_t>(batches.size());
+  options.grad_clip = 0;
+  optim::TrainStep step(optimizer, options,
+                        [&](const Tensor& x, const Tensor& y) { return model->loss(x, y, Reduction::Sum, ignore_index); },
+                        Device::CPU, ignore_index);
+  const optim::StepResult r = step.run(/*iter=*/150, batches);
+  StepOutcome out{optimizer.gradient_buffers()[0].to_vector(), {}, r.loss.item(), r.grad_norm.item()};
+  for (const Tensor& p : model->parameters())
+    for (double v : p.to_vector()) out.params.push_back(v);
+  return out;
+}
+
+double max_relative_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return diff / scale;
+}
+}  // namespace
+
+TEST_CASE("train step: 4 accumulated micro-batches of 3 give the gradient of one batch of 12 (float64)") {
+  const StepOutcome accumulated = one_step(draw(4, 3)), whole = one_step(draw(1, 12));
+  CHECK(max_relative_difference(accumulated.grads, whole.grads) <= 1e-6);
+  CHECK(max_relative_difference(accumulated.grads, whole.grads) <= 1e-13);  // in fact rounding only
+  CHECK(accumulated.loss == doctest::Approx(whole.loss).epsilon(1e-13));
+  CHECK(accumulated.norm == doctest::Approx(whole.norm).epsilon(1e-13));
+  CHECK(max_relative_difference(accumulated.params, whole.params) <= 1e-13);
+  // And it is a real gradient, not zeros on both sides.
+  CHECK(accumulated.norm > 0.1);
+}
+
+TEST_CASE("train step: micro-batches scoring different numbers of targets still give the whole batch's gradient") {
+  // Ignore every target of the first micro-batch but one, so the counts are 1, 24, 24, 24:
+  // averaging each micro-batch's own mean would weight that one target 24 times too much.
+  constexpr int64_t kIgnore = -100;
+  std::vector<optim::Batch> micro = draw(4, 3);
+  std::vector<int64_t> first = micro[0].y.to_indices();
+  std::fill(first.begin() + 1, first.end(), kIgnore);
+  micro[0].y = Tensor::from_indices(first, micro[0].y.shape());
+  std::vector<int64_t> all_x, all_y;
+  for (const optim::Batch& b : micro) {
+    for (int64_t v : b.x.to_indices()) all_x.push_back(v);
+    for (int64_t v : b.y.to_indices()) all_y.push_back(v);
+  }
+  const std::vector<optim::Batch> whole{{Tensor::from_indices(all_x, {12, kBlock}), Tensor::from_indices(all_y, {12, kBlock})}};
+  const StepOutcome a = one_step(micro, kIgnore), b = one_step(whole, kIgnore);
+  CHECK(max_relative_difference(a.grads, b.grads) <= 1e-13);
+  CHECK(a.loss == doctest::Approx(b.loss).epsilon(1e-13));
+}
+
+TEST_CASE("train step: after_backward sees the finished gradients, once per step, before clipping") {
+  const std::unique_ptr<nn::GPT> model = tiny_gpt();
+  optim::AdamW optimizer(model->named_parameters(), {.lr = 1e-3});
+  optim::TrainOptions options;
+  options.grad_clip = 1e-3;  // far below the norm: clipping changes the gradients
+  optim::TrainStep step(optimizer, options,
+                        [&](const Tensor& x, const Tensor& y) { return model->loss(x, y, Reduction::Sum); }, Device::CPU);
+  int calls = 0;
+  double norm_in_hook = 0;
+  step.after_backward = [&](optim::Optimizer& o) {
+    ++calls;
+    double squares = 0;
+    for (const Tensor& g : o.gradient_buffers())
+      for (double v : g.to_vector()) squares += v * v;
+    norm_in_hook = std::sqrt(squares);
+  };
+  const optim::StepResult r = step.run(0, draw(3, 2));
+  CHECK(calls == 1);
+  CHECK(r.grad_norm.item() == doctest::Approx(norm_in_hook).epsilon(1e-12));
+  CHECK(r.grad_norm.item() > 1e-3);
+  CHECK(r.scored == 3 * 2 * kBlock);
+}
+
+TEST_CASE("train step: a step whose targets are all ignored is an error, not a NaN update") {
+  const std::unique_ptr<nn::GPT> model = tiny_gpt();
+  optim::AdamW optimizer(model->named_parameters());
+  optim::TrainStep step(optimizer, {}, [&](const Tensor& x, const Tensor& y) { return model->loss(x, y, Reduction::Sum); },
+                        Device::CPU);
+  std::vector<optim::Batch> batches = draw(1, 2);
+  batches[0].y = Tensor::full(batches[0].y.shape(), -100, DType::Int64);
+  CHECK_THROWS_WITH_AS(step.run(0, batches), doctest::Contains("no scored target"), Error);
+}
+
+TEST_CASE("cuda: a training step waits for the device only to upload its batches, whatever the model's size") {
+  if (!ag::test::cuda_or_skip()) return;
+  for (const int64_t n_layer : {1, 4}) {
+    CAPTURE(n_layer);
+    const std::unique_ptr<nn::GPT> model = tiny_gpt(Device::CUDA, n_layer);
+    optim::AdamW optimizer(optim::decay_groups(model->named_parameters(), 0.1));
+    optim::TrainOptions options;
+    options.grad_accum = 2;
+    optim::TrainStep step(optimizer, options,
+                          [&](const Tensor& x, const Tensor& y) { return model->loss(x, y, Reduction::Sum); },
+                          Device::CUDA);
+    const std::vector<optim::Batch> batches = draw(2, 3);
+    step.run(0, batches);  // the first step may create the cuBLAS handle and fill the caches
+    const int64_t before = cuda::synchronizations();
+    const optim::StepResult r = step.run(1, batches);
+    CHECK(cuda::synchronizations() - before == 2 * 2);  // x and y of each micro-batch
+    CHECK(std::isfinite(r.loss.item()));
+  }
+}
+
+TEST_CASE("train step: a diverged step changes no parameter, and check_finite names it") {
+  const std::unique_ptr<nn::GPT> model = tiny_gpt();
+  optim::AdamW optimizer(model->named_parameters(), {.lr = 1e-3});
+  optim::TrainOptions options;
+  options.warmup_iters = 0;
+  optim::TrainStep step(optimizer, options,
+                        [&](const Tensor& x, const Tensor& y) { return model->loss(x, y, Reduction::Sum); }, Device::CPU);
+  const std::vector<optim::Batch> batches = draw(1, 2);
+  step.run(0, batches);
+  step.check_finite();  // a finite step passes
+  // Poison one weight: the loss and every gradient downstream of it turn NaN.
+  const NamedTensor w_q = model->named_parameters()[4];
+  REQUIRE(w_q.name == "blocks.0.attn.w_q.weight");
+  std::vector<Tensor> before;
+  for (const Tensor& p : model->parameters()) before.push_back(p.detach().clone());
+  Tensor poisoned = w_q.tensor.view(5, {1});
+  kernel::fill(poisoned, NAN);
+  before[4] = w_q.tensor.detach().clone();
+  step.run(1, batches);
+  const std::vector<Tensor> params = model->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    INFO("parameter " << i);
+    const std::vector<double> a = params[i].to_vector(), b = before[i].to_vector();
+    for (size_t j = 0; j < a.size(); ++j) CHECK((a[j] == b[j] || (std::isnan(a[j]) && std::isnan(b[j]))));
+  }
+  CHECK_THROWS_WITH_AS(step.check_finite(), doctest::Contains("training diverged at iteration 1 (lr 0.000999"), Error);
+  step.run(2, batches);
+  CHECK_THROWS_WITH_AS(step.check_finite(&batches),
+                       doctest::Contains("anomaly mode: the forward of 'matmul' received a non-finite input"), Error);
+}
+
+TEST_CASE("anomaly mode names the first op whose output or gradient is not finite") {
+  const Tensor x = Tensor::from_vector({1.0, -1.0, 4.0}, {3}, DType::Float64).requires_grad_();
+  {
+    AnomalyModeGuard anomaly;
+    CHECK_THROWS_WITH_AS(log(x), doctest::Contains("the forward of 'log' produced a non-finite value from finite inputs"),
+                         Error);
+    const Tensor zero = Tensor::zeros({1}, DType::Float64).requires_grad_();
+    const Tensor root = pow(zero, 0.5);  // finite: 0
+    CHECK_THROWS_WITH_AS(sum(root).backward(), doctest::Contains("the backward of 'pow' produced a non-finite gradient"),
+                         Error);
+  }
+  CHECK_NOTHROW(log(x));  // off again: NaN is an ordinary value
+}
