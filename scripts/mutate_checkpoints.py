@@ -26,9 +26,11 @@ original has, floating ones finite. Outcomes:
                       that does not name the file
 Each mutant also carries an expectation; the campaign fails (status 1) on a
 crash, on a mutant the format itself rules out that was accepted, and on a
-valid re-encoding that was not accepted identically. --char-lm runs the
-mutants the loader accepts through char_lm, reports how the checkpoint code
-handles them, and never fails the campaign (that code is being rewritten).
+valid re-encoding that was not accepted identically. --char-lm also runs the
+mutants through char_lm, in a copy of the run whose newest unit holds the
+mutant with its manifest resealed to match (so the checkpoint code's own
+checks are tested, not the checksum), and reports what that code did; those
+outcomes are for its authors and never fail the campaign.
 """
 import argparse
 import collections
@@ -266,19 +268,36 @@ def violation(expect, outcome):
     return False
 
 
-def char_lm_run(build, text, unit_dir, file_name, mutant_bytes, work):
-    """Runs char_lm on a copy of the checkpoint with the mutant in place: (outcome, detail)."""
+def fnv1a64(data):
+    h = 0xcbf29ce484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def char_lm_run(build, text, run, unit, file_name, mutant_bytes, work):
+    """Runs char_lm on a copy of the run whose newest unit holds the mutant: (outcome, detail).
+    The unit's manifest is resealed to match, so that what is tested is the
+    checkpoint code's own checks, not the checksum in front of them."""
     copy = tempfile.mkdtemp(dir=work)
     try:
         run_dir = os.path.join(copy, "run")
-        shutil.copytree(unit_dir, run_dir)
-        with open(os.path.join(run_dir, file_name), "wb") as f:
+        shutil.copytree(run, run_dir, symlinks=True)
+        unit_dir = os.path.join(run_dir, os.path.relpath(unit, run))
+        with open(os.path.join(unit_dir, file_name), "wb") as f:
             f.write(mutant_bytes)
+        manifest_path = os.path.join(unit_dir, "manifest.json")
+        if os.path.exists(manifest_path):
+            with open(manifest_path) as f:
+                manifest = json.load(f)
+            manifest["files"][file_name] = {"bytes": len(mutant_bytes), "fnv1a64": fnv1a64(mutant_bytes)}
+            with open(manifest_path, "w") as f:
+                json.dump(manifest, f)
         char_lm = os.path.join(build, "char_lm")
         if file_name == "model.safetensors":
             cmd = [char_lm, "sample", "--ckpt", run_dir, "--tokens", "20"]
         else:
-            cmd = [char_lm, "train", "--resume", "--out", run_dir, "--data", text, "--max-iters", "21"]
+            cmd = [char_lm, "train", "--resume", "--out", run_dir, "--data", text, "--max-iters", "22"]
         env = dict(os.environ, ASAN_OPTIONS="hard_rss_limit_mb=3072:" + os.environ.get("ASAN_OPTIONS", ""))
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, errors="replace")
@@ -294,12 +313,12 @@ def char_lm_run(build, text, unit_dir, file_name, mutant_bytes, work):
             return "over 3 GB of memory", ""
         if r.returncode < 0 or "Sanitizer" in output or "runtime error" in output:
             return "crashed", detail
-        return ("refused cleanly" if os.path.join(run_dir, file_name) in output else "refused, file not named"), detail
+        return ("refused cleanly" if os.path.join(unit_dir, file_name) in output else "refused, file not named"), detail
     finally:
         shutil.rmtree(copy, ignore_errors=True)
 
 
-def run_through_char_lm(build, text, unit, work, jobs, results):
+def run_through_char_lm(build, text, run, unit, work, jobs, results):
     """Reports what char_lm's checkpoint code does with the mutants the loader's
     format checks let through (all but bit flips), and with those only the
     demands refused (dtypes, values), which char_lm does not make yet."""
@@ -312,7 +331,7 @@ def run_through_char_lm(build, text, unit, work, jobs, results):
         if kind.startswith("bit flip") or outcome == "refused cleanly" and kind not in ("dtype", "values"):
             continue
         with open(path, "rb") as f:
-            got, detail = char_lm_run(build, text, unit, file_name, f.read(), work)
+            got, detail = char_lm_run(build, text, run, unit, file_name, f.read(), work)
         table[(file_name, kind)][got] += 1
         if got == "accepted (ran)" and outcome != "accepted correctly":
             ran[(file_name, kind)].append(what)
@@ -363,7 +382,8 @@ def main():
     work = tempfile.mkdtemp(prefix="attograd_mutants_")
     try:
         text = find_text()
-        unit = train(args.build, text, os.path.join(work, "run"))
+        run = os.path.join(work, "run")
+        unit = train(args.build, text, run)
         print(f"mutate_checkpoints.py: trained on {os.path.relpath(text, ROOT)}; mutating {os.path.relpath(unit, work)}/")
         rng = random.Random(args.seed)
         jobs = []
@@ -402,7 +422,7 @@ def main():
                 print(f"  {kind}: {len(items)}, e.g. " + "; ".join(items[:4]))
 
         if args.char_lm:
-            run_through_char_lm(args.build, text, unit, work, jobs, results)
+            run_through_char_lm(args.build, text, run, unit, work, jobs, results)
 
         if failures:
             print(f"\n{len(failures)} mutants broke the loader's promise:")

@@ -230,7 +230,8 @@ TEST_CASE("optim: large tensors (the OpenMP path) step like one element") {
   }
   for (const auto& [many, single] : {std::pair{big, one}, std::pair{big_s, one_s}}) {
     const std::vector<double> values = many.to_vector();
-    CHECK(std::all_of(values.begin(), values.end(), [&](double v) { return v == single.item(); }));
+    const double expected = single.item();
+    CHECK(std::all_of(values.begin(), values.end(), [&](double v) { return v == expected; }));
   }
 }
 
