@@ -28,6 +28,9 @@ template <> struct EnumNames<GeluApprox> {
   static constexpr std::pair<GeluApprox, const char*> values[] = {{GeluApprox::Erf, "erf"}, {GeluApprox::Tanh, "tanh"}};
 };
 Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::Erf);
+// gelu(x + bias) in one pass, bias [C] over the rows of x [..., C] (the MLP's fc
+// bias and activation); its backward is one pass too. Equals gelu(add(x, bias), approx).
+Tensor bias_gelu(const Tensor& x, const Tensor& bias, GeluApprox approx = GeluApprox::Erf);
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
@@ -65,6 +68,10 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 // [..., M, K] x [..., K, N] -> [..., M, N]; leading batch dims broadcast. Both
 // operands have at least 2 dims.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// A Linear layer's x W + b: x [..., in], weight [in, out], bias [out] or
+// undefined (no bias) -> [..., out]. The bias is folded into the GEMM. Equals
+// add(matmul(x, weight), bias).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // --- softmax family (core/ops/softmax.cpp), over the last dim -------------------------------
 Tensor softmax(const Tensor& x);
@@ -80,6 +87,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // --- layer norm (core/ops/layer_norm.cpp) -------------------------------------------------
 // Over the last dim C of x [..., C]; weight and bias [C].
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// A residual add and the layer norm after it, in one pass: sum = x + residual
+// (same shapes) and normed = layer_norm(sum, weight, bias, eps). Both outputs are
+// differentiable (the residual stream goes on from sum).
+struct AddLayerNorm {
+  Tensor sum, normed;
+};
+AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                            double eps = 1e-5);
 
 // --- embedding (core/ops/embedding.cpp) ---------------------------------------------------
 // weight [V, C], indices int64 [...] -> [..., C].

@@ -5,6 +5,7 @@
 #include <iomanip>
 
 #include "core/autograd.h"
+#include "core/caching_allocator.h"
 #include "core/dispatch.h"
 #include "cuda/context.h"
 
@@ -12,21 +13,33 @@ namespace ag {
 
 // --- Storage ------------------------------------------------------------------------
 
+namespace {
+struct HostMemory {
+  // 64-byte alignment suits AVX-512 loads (sizes arrive rounded to 512 bytes,
+  // a multiple of it, as aligned_alloc requires).
+  static void* allocate(size_t bytes) { return std::aligned_alloc(64, bytes); }
+  static void release(void* ptr) { std::free(ptr); }
+};
+
+CachingAllocator<HostMemory>& host_allocator() {
+  // Never destroyed: tensors released during static destruction still find it.
+  static auto* instance = new CachingAllocator<HostMemory>("host memory");
+  return *instance;
+}
+}  // namespace
+
+MemoryStats host_memory_stats() { return host_allocator().stats(); }
+void host_empty_cache() { host_allocator().empty_cache(); }
+
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
-  if (device == Device::CUDA) {
-    data_ = cuda::allocate(nbytes);
-    return;
-  }
-  // 64-byte alignment suits AVX-512 loads; aligned_alloc needs a multiple of it.
-  data_ = std::aligned_alloc(64, std::max<size_t>(64, (nbytes + 63) / 64 * 64));
-  if (!data_) throw Error("Storage: out of host memory allocating " + std::to_string(nbytes) + " bytes");
+  data_ = device == Device::CUDA ? cuda::allocate(nbytes) : host_allocator().allocate(nbytes);
 }
 
 Storage::~Storage() {
   if (device_ == Device::CUDA)
     cuda::deallocate(data_, nbytes_);
   else
-    std::free(data_);
+    host_allocator().deallocate(data_, nbytes_);
 }
 
 // --- creation ------------------------------------------------------------------------

@@ -3,10 +3,8 @@
 // tensors released during static destruction still find the allocator, and
 // nothing calls into the CUDA runtime after it has shut down (the driver frees
 // the process's memory at exit).
-#include <algorithm>
 #include <atomic>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "cuda/check.h"
@@ -30,106 +28,31 @@ std::string describe_device() {
          ", " + std::to_string(prop.totalGlobalMem >> 30) + " GiB)";
 }
 
-// --- the caching allocator ---------------------------------------------------------
+// --- the caching allocator (core/caching_allocator.h) -------------------------------
 //
-// cudaMalloc and cudaFree are slow (cudaFree synchronizes the whole device), and
-// a training step allocates and frees the same few hundred sizes every step. So
-// a freed block is not returned to the driver: it goes on a free list for its
-// size, and the next request of that size takes it back.
-//
-//   - Sizes are rounded up to a multiple of 512 bytes; each rounded size has its
-//     own free list, and a block only ever serves requests of its rounded size
-//     (no splitting or merging). After the first step of a loop whose shapes
-//     repeat, every request is served from a list: device_mallocs stays flat.
-//   - Reuse is safe because all work runs on one stream: kernels still reading
-//     a freed block were queued before the free, and its next owner's kernels
-//     are queued after them, so they run after them.
-//   - When cudaMalloc runs out of memory, the cached blocks are freed and the
-//     call is retried once. empty_cache() does the same on demand (after a
-//     change of shapes has left many blocks of sizes no longer used).
-//   - A mutex guards the lists: tensors may be freed on any thread.
-class CachingAllocator {
- public:
-  void* allocate(size_t nbytes) {
-    const size_t size = round_up(nbytes);
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::vector<void*>& list = free_[size];
+// Reuse is safe because all work runs on one stream: kernels still reading a
+// freed block were queued before the free, and its next owner's kernels are
+// queued after them, so they run after them.
+namespace {
+struct DeviceMemory {
+  static void* allocate(size_t bytes) {
     void* ptr = nullptr;
-    if (!list.empty()) {
-      ptr = list.back();
-      list.pop_back();
-      stats_.cached_bytes -= size;
-    } else {
-      ptr = device_malloc(size);
-    }
-    stats_.in_use_bytes += size;
-    return ptr;
+    const cudaError_t status = cudaMalloc(&ptr, bytes);
+    if (status == cudaSuccess) return ptr;
+    cudaGetLastError();  // clear it, or the next launch check would report it
+    if (status == cudaErrorMemoryAllocation) return nullptr;  // the allocator frees its cache and retries
+    throw_cuda_error("cudaMalloc", __FILE__, __LINE__,
+                     std::string(cudaGetErrorString(status)) + " allocating " + std::to_string(bytes) + " bytes");
   }
-
-  void deallocate(void* ptr, size_t nbytes) {
-    if (!ptr) return;
-    const size_t size = round_up(nbytes);
-    std::lock_guard<std::mutex> lock(mutex_);
-    free_[size].push_back(ptr);
-    stats_.in_use_bytes -= size;
-    stats_.cached_bytes += size;
-  }
-
-  MemoryStats stats() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
-  }
-
-  void empty_cache() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    release_cached();
-  }
-
- private:
-  static constexpr size_t kGranule = 512;
-  // A zero-byte request still gets a block of its own: every pointer is valid and distinct.
-  static size_t round_up(size_t nbytes) { return (std::max<size_t>(nbytes, 1) + kGranule - 1) / kGranule * kGranule; }
-
-  // With mutex_ held.
-  void* device_malloc(size_t size) {
-    void* ptr = nullptr;
-    cudaError_t status = cudaMalloc(&ptr, size);
-    if (status == cudaErrorMemoryAllocation) {
-      cudaGetLastError();  // clear it, or the next launch check would report it
-      release_cached();
-      status = cudaMalloc(&ptr, size);
-    }
-    if (status != cudaSuccess) {
-      cudaGetLastError();
-      throw_cuda_error("cudaMalloc", __FILE__, __LINE__,
-                       std::string(cudaGetErrorString(status)) + " allocating " + std::to_string(size) +
-                           " bytes (" + std::to_string(stats_.in_use_bytes) + " in use, " +
-                           std::to_string(stats_.cached_bytes) + " cached)");
-    }
-    ++stats_.device_mallocs;
-    return ptr;
-  }
-
-  // With mutex_ held. cudaFree waits for queued work, so no kernel still reads these.
-  void release_cached() {
-    for (auto& [size, list] : free_) {
-      // Unlink the blocks first: if a cudaFree throws, none is left to be freed twice.
-      std::vector<void*> blocks;
-      blocks.swap(list);
-      stats_.cached_bytes -= size * blocks.size();
-      for (void* ptr : blocks) AG_CUDA_CHECK(cudaFree(ptr));
-    }
-  }
-
-  std::mutex mutex_;
-  std::unordered_map<size_t, std::vector<void*>> free_;  // rounded size -> free blocks
-  MemoryStats stats_;
+  // cudaFree waits for queued work, so no kernel still reads the block.
+  static void release(void* ptr) { AG_CUDA_CHECK(cudaFree(ptr)); }
 };
 
-CachingAllocator& allocator() {
-  static CachingAllocator* instance = new CachingAllocator;  // never destroyed (see the top)
+CachingAllocator<DeviceMemory>& allocator() {
+  static auto* instance = new CachingAllocator<DeviceMemory>("cudaMalloc");  // never destroyed (see the top)
   return *instance;
 }
+}  // namespace
 
 void* allocate(size_t nbytes) { return allocator().allocate(nbytes); }
 void deallocate(void* ptr, size_t nbytes) { allocator().deallocate(ptr, nbytes); }
@@ -218,6 +141,8 @@ void wait_for_stream() {
 }  // namespace
 
 int64_t synchronizations() { return waits; }
+
+void wait_for_queue() { wait_for_stream(); }
 
 void synchronize() {
   wait_for_stream();

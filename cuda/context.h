@@ -11,7 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "core/caching_allocator.h"
+
 namespace ag::cuda {
+
+using ag::MemoryStats;
 
 // True when the build has CUDA and a usable device is present. Anything but a
 // successful cudaGetDeviceCount with n > 0 counts as "no device" (without a
@@ -20,16 +24,11 @@ bool available();
 // "NVIDIA H200 (sm_90, 139 GiB)", or why there is none.
 std::string describe_device();
 
-// --- memory: the caching allocator (cuda/context.cu explains it) ---------------
+// --- memory: the caching allocator (core/caching_allocator.h explains it) -------
 // deallocate must get the nbytes that allocate was given.
 void* allocate(size_t nbytes);
 void deallocate(void* ptr, size_t nbytes);
-struct MemoryStats {
-  size_t in_use_bytes = 0;     // held by live blocks (rounded sizes)
-  size_t cached_bytes = 0;     // freed blocks kept for reuse
-  int64_t device_mallocs = 0;  // cudaMalloc calls so far; flat in a steady training loop
-};
-MemoryStats memory_stats();
+MemoryStats memory_stats();  // system_allocs counts cudaMalloc calls
 void empty_cache();  // returns every cached block to the driver
 
 // Both copies are ordered after the work already queued; device-to-host waits
@@ -37,6 +36,9 @@ void empty_cache();  // returns every cached block to the driver
 void copy_host_to_device(void* dst, const void* src, size_t nbytes);
 void copy_device_to_host(void* dst, const void* src, size_t nbytes);
 void synchronize();  // waits for all queued work, then raises any deferred error
+// Waits for all queued work and leaves deferred errors to the next synchronize()
+// (the kernel profiler times each call this way without swallowing its errors).
+void wait_for_queue();
 // How many times the host has waited for the device so far (synchronize and
 // the copies): what a training step's cost in round trips is measured by.
 int64_t synchronizations();

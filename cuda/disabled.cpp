@@ -30,6 +30,7 @@ void empty_cache() {}
 void copy_host_to_device(void*, const void*, size_t) AG_WITHOUT_CUDA
 void copy_device_to_host(void*, const void*, size_t) AG_WITHOUT_CUDA
 void synchronize() AG_WITHOUT_CUDA
+void wait_for_queue() AG_WITHOUT_CUDA
 void* stream() AG_WITHOUT_CUDA
 void* cublas_handle() AG_WITHOUT_CUDA
 void set_allow_tf32(bool allow) { tf32_allowed = allow; }
@@ -45,6 +46,8 @@ void unary_backward(UnaryOp, const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_C
 void affine(const Tensor&, double, double, Tensor&) AG_WITHOUT_CUDA
 void pow_scalar(const Tensor&, double, Tensor&) AG_WITHOUT_CUDA
 void binary(BinaryOp, const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
+void bias_activation(UnaryOp, const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
+void bias_activation_backward(UnaryOp, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&) AG_WITHOUT_CUDA
 
 void sum_to_shape(const Tensor&, Tensor&) AG_WITHOUT_CUDA
 void max_dim(const Tensor&, const ReduceDims&, Tensor&, Tensor&) AG_WITHOUT_CUDA
@@ -61,6 +64,8 @@ void cross_entropy(const Tensor&, const Tensor&, int64_t, Tensor&, Tensor&, Tens
 void cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, int64_t, const Tensor&, Tensor&) AG_WITHOUT_CUDA
 
 void layer_norm(const Tensor&, const Tensor&, const Tensor&, double, Tensor&, Tensor&, Tensor&) AG_WITHOUT_CUDA
+void add_layer_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, double, Tensor&, Tensor&, Tensor&,
+                    Tensor&) AG_WITHOUT_CUDA
 void layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&,
                          Tensor&) AG_WITHOUT_CUDA
 

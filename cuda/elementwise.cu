@@ -8,6 +8,30 @@
 namespace ag::cuda {
 
 namespace {
+// The activations with a derivative kernel (Relu, GeluErf, GeluTanh; checked
+// on the host by check_activation) and their derivatives.
+template <class T> __device__ T activation(UnaryOp op, T v) {
+  switch (op) {
+    case UnaryOp::Relu: return math::relu(v);
+    case UnaryOp::GeluErf: return math::gelu_erf(v);
+    case UnaryOp::GeluTanh: return math::gelu_tanh(v);
+    default: return T(0);
+  }
+}
+template <class T> __device__ T activation_grad(UnaryOp op, T v) {
+  switch (op) {
+    case UnaryOp::Relu: return math::relu_grad(v);
+    case UnaryOp::GeluErf: return math::gelu_erf_grad(v);
+    case UnaryOp::GeluTanh: return math::gelu_tanh_grad(v);
+    default: return T(0);
+  }
+}
+
+void check_activation(const char* kernel, UnaryOp op) {
+  if (op != UnaryOp::Relu && op != UnaryOp::GeluErf && op != UnaryOp::GeluTanh)
+    throw Error(std::string(kernel) + ": no kernel for this op (its derivative is an expression of y)");
+}
+
 template <class T> struct Unary {
   UnaryOp op;
   const T* x;
@@ -19,30 +43,34 @@ template <class T> struct Unary {
       case UnaryOp::Exp: y[i] = std::exp(v); break;
       case UnaryOp::Log: y[i] = std::log(v); break;
       case UnaryOp::Tanh: y[i] = std::tanh(v); break;
-      case UnaryOp::Relu: y[i] = math::relu(v); break;
-      case UnaryOp::GeluErf: y[i] = math::gelu_erf(v); break;
-      case UnaryOp::GeluTanh: y[i] = math::gelu_tanh(v); break;
+      default: y[i] = activation(op, v); break;
     }
   }
 };
 
-// dX = dY · f'(x), for the ops unary_backward accepts (checked on the host).
 template <class T> struct UnaryBackward {
   UnaryOp op;
   const T* x;
   const T* dY;
   T* dX;
-  __device__ void operator()(int64_t i) const {
-    const T v = x[i];
-    T grad = 0;
-    switch (op) {
-      case UnaryOp::Relu: grad = math::relu_grad(v); break;
-      case UnaryOp::GeluErf: grad = math::gelu_erf_grad(v); break;
-      case UnaryOp::GeluTanh: grad = math::gelu_tanh_grad(v); break;
-      default: break;
-    }
-    dX[i] = dY[i] * grad;
-  }
+  __device__ void operator()(int64_t i) const { dX[i] = dY[i] * activation_grad(op, x[i]); }
+};
+
+// Rows of C: element i adds bias[i % C].
+template <class T> struct BiasActivation {
+  UnaryOp op;
+  const T *x, *bias;
+  T* y;
+  int64_t C;
+  __device__ void operator()(int64_t i) const { y[i] = activation(op, x[i] + bias[i % C]); }
+};
+
+template <class T> struct BiasActivationBackward {
+  UnaryOp op;
+  const T *x, *bias, *dY;
+  T* dX;
+  int64_t C;
+  __device__ void operator()(int64_t i) const { dX[i] = dY[i] * activation_grad(op, x[i] + bias[i % C]); }
 };
 
 template <class T> struct Affine {
@@ -102,9 +130,29 @@ void unary(UnaryOp op, const Tensor& x, Tensor& y) {
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dY, Tensor& dX) {
   visit_floating(x.dtype(), "unary_backward", [&](auto zero) {
     using T = decltype(zero);
-    if (op != UnaryOp::Relu && op != UnaryOp::GeluErf && op != UnaryOp::GeluTanh)
-      throw Error("unary_backward: no kernel for this op (its derivative is an expression of y)");
+    check_activation("unary_backward", op);
     for_each_index(x.numel(), UnaryBackward<T>{op, ptr<const T>(x), ptr<const T>(dY), ptr<T>(dX)});
+  });
+}
+
+void bias_activation(UnaryOp op, const Tensor& x, const Tensor& bias, Tensor& y) {
+  visit_floating(x.dtype(), "bias_activation", [&](auto zero) {
+    using T = decltype(zero);
+    check_activation("bias_activation", op);
+    for_each_index(x.numel(), BiasActivation<T>{op, ptr<const T>(x), ptr<const T>(bias), ptr<T>(y), bias.numel()});
+  });
+}
+
+// Two kernels here (the CPU does one sweep): dX elementwise, then dBias as
+// sum_to_shape's deterministic column sums of dX.
+void bias_activation_backward(UnaryOp op, const Tensor& x, const Tensor& bias, const Tensor& dY, Tensor& dX,
+                              Tensor& dBias) {
+  visit_floating(x.dtype(), "bias_activation_backward", [&](auto zero) {
+    using T = decltype(zero);
+    check_activation("bias_activation_backward", op);
+    for_each_index(x.numel(), BiasActivationBackward<T>{op, ptr<const T>(x), ptr<const T>(bias), ptr<const T>(dY),
+                                                         ptr<T>(dX), bias.numel()});
+    sum_to_shape(dX, dBias);
   });
 }
 

@@ -1,5 +1,5 @@
-// Layer norm over rows [N, C]. Forward and the dX part of backward: one thread
-// block per row, block_reduce for the row statistics. dWeight and dBias are
+// Layer norm over rows [N, C], and the residual add fused before it. Forward and
+// the dX part of backward: one thread block per row, block_reduce for the row statistics. dWeight and dBias are
 // column sums over all N rows, done in two deterministic passes (no atomics):
 // chunks of rows into partial sums, then the partials in order.
 // Reference: core/cpu/layer_norm.cpp (the formulas are there).
@@ -10,12 +10,19 @@ namespace ag::cuda {
 
 namespace {
 // Per row: mean, then the variance around it (two passes, as on the CPU), rstd = 1/√(var + eps).
+// With a residual (add_layer_norm) the row is first sum = x + residual, written
+// out, and normalized from there: each thread reads back only what it wrote.
 template <class T>
-__global__ void layer_norm_kernel(const T* x, const T* weight, const T* bias, T eps, T* y, T* mean, T* rstd,
-                                  int64_t N, int64_t C) {
+__global__ void layer_norm_kernel(const T* x, const T* residual, const T* weight, const T* bias, T eps, T* sum, T* y,
+                                  T* mean, T* rstd, int64_t N, int64_t C) {
   __shared__ T scratch[32];
   for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
     const T* xr = x + r * C;
+    if (residual) {
+      T* sr = sum + r * C;
+      for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sr[c] = xr[c] + residual[r * C + c];
+      xr = sr;
+    }
     T acc = 0;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) acc += xr[c];
     const T m = block_reduce(acc, SumOp{}, scratch) / static_cast<T>(C);
@@ -99,8 +106,19 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, doubl
   visit_floating(x.dtype(), "layer_norm", [&](auto zero) {
     using T = decltype(zero);
     const int64_t C = x.shape().back(), N = x.numel() / std::max<int64_t>(C, 1);
-    launch_rows(layer_norm_kernel<T>, N, C, ptr<const T>(x), ptr<const T>(weight), ptr<const T>(bias),
-                static_cast<T>(eps), ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), N, C);
+    launch_rows(layer_norm_kernel<T>, N, C, ptr<const T>(x), static_cast<const T*>(nullptr), ptr<const T>(weight),
+                ptr<const T>(bias), static_cast<T>(eps), static_cast<T*>(nullptr), ptr<T>(y), ptr<T>(mean),
+                ptr<T>(rstd), N, C);
+  });
+}
+
+void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias, double eps,
+                    Tensor& sum, Tensor& y, Tensor& mean, Tensor& rstd) {
+  visit_floating(x.dtype(), "add_layer_norm", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t C = x.shape().back(), N = x.numel() / std::max<int64_t>(C, 1);
+    launch_rows(layer_norm_kernel<T>, N, C, ptr<const T>(x), ptr<const T>(residual), ptr<const T>(weight),
+                ptr<const T>(bias), static_cast<T>(eps), ptr<T>(sum), ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), N, C);
   });
 }
 

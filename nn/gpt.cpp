@@ -12,9 +12,10 @@ Block::Block(int64_t C, int64_t H, double dropout, GeluApprox gelu, AttentionImp
       ln2_(register_module("ln2", std::make_shared<LayerNorm>(C))),
       mlp_(register_module("mlp", std::make_shared<MLP>(C, gelu, dropout, gen))) {}
 
+// Y = X + O and LN2(Y) in one pass (add_layer_norm); Y goes on as the residual stream.
 Tensor Block::forward(const Tensor& x) {
-  const Tensor y = x + attn_->forward(ln1_->forward(x));  // Y = X + O
-  return y + mlp_->forward(ln2_->forward(y));
+  const auto [y, normed] = ln2_->forward_residual(x, attn_->forward(ln1_->forward(x)));
+  return y + mlp_->forward(normed);
 }
 
 void GPTConfig::check() const {
@@ -80,6 +81,16 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, 
            "GPT::loss: targets " << describe(targets) << " and idx " << describe(idx) << " differ in shape");
   const Tensor logits = forward(idx);  // [B, T, V]
   return cross_entropy(logits.reshape({-1, config_.vocab_size}), targets.reshape({-1}), ignore_index, reduction);
+}
+
+int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T) {
+  const int64_t C = config.n_embd, BT = B * T;
+  const int64_t projections = 4 * 2 * BT * C * C;
+  const int64_t attention = 2 * 2 * B * T * T * C;
+  const int64_t mlp = 2 * 2 * BT * C * 4 * C;
+  const int64_t head = 2 * BT * C * config.vocab_size;
+  const int64_t forward = config.n_layer * (projections + attention + mlp) + head;
+  return 3 * forward;
 }
 
 void GPT::set_attention_impl(AttentionImpl impl) {

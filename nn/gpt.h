@@ -38,6 +38,18 @@ struct GPTConfig {
   void check() const;
 };
 
+// The floating-point operations of one training step (forward and backward) on
+// a batch of B sequences of length T: 2·M·N·K for every matrix product, which is
+// all but ~1 % of the work (layer norms, softmax, GELU and the optimizer are
+// O(B·T·C) each and left out). Per block, with C = n_embd:
+//   forward: W_Q, W_K, W_V, W_O  4 · 2·BT·C·C;  S = QKᵀ and Z = AV  2 · 2·B·T·T·C
+//            (every head, all T×T entries: the causal mask skips no arithmetic);
+//            mlp.fc and mlp.proj  2 · 2·BT·C·4C
+//   plus the tied head  2·BT·C·V.
+// Backward is twice the forward: each product C = AB gives dA = dC·Bᵀ and
+// dB = Aᵀ·dC, and every operand here needs its gradient.
+int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T);
+
 class GPT : public Module {
  public:
   // Initialised from `gen` as GPT-2: weights of Linear layers and embeddings

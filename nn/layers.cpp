@@ -14,15 +14,22 @@ LayerNorm::LayerNorm(int64_t C, double eps)
 
 Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight_, bias_, eps_); }
 
+AddLayerNorm LayerNorm::forward_residual(const Tensor& x, const Tensor& residual) const {
+  return add_layer_norm(x, residual, weight_, bias_, eps_);
+}
+
 MLP::MLP(int64_t C, GeluApprox approx, double dropout, Generator* gen)
     : fc_(register_module("fc", std::make_shared<Linear>(C, 4 * C, true, gen))),
       proj_(register_module("proj", std::make_shared<Linear>(4 * C, C, true, gen))),
       gelu_(register_module("gelu", std::make_shared<GELU>(approx))),
       dropout_(register_module("dropout", std::make_shared<Dropout>(dropout))) {}
 
+// fc's bias rides with the GELU rather than in fc's GEMM: bias_gelu is one pass
+// forward and one backward (dX and db together), the composed
+// gelu_->forward(fc_->forward(x)) its reference.
 Tensor MLP::forward(const Tensor& x) const {
-  const Tensor h = gelu_->forward(fc_->forward(x));  // [B, T, 4C]
-  return dropout_->forward(proj_->forward(h));      // [B, T, C]
+  const Tensor h = bias_gelu(matmul(x, fc_->weight()), fc_->bias(), gelu_->approx());  // [B, T, 4C]
+  return dropout_->forward(proj_->forward(h));                                         // [B, T, C]
 }
 
 }  // namespace ag::nn

@@ -28,6 +28,8 @@ class LayerNorm : public Module {
   LayerNorm(int64_t C, double eps = 1e-5);  // weight [C] = 1, bias [C] = 0
   // x [..., C] -> [..., C]
   Tensor forward(const Tensor& x) const;
+  // The residual add before the norm, fused: {x + residual, norm(x + residual)}.
+  AddLayerNorm forward_residual(const Tensor& x, const Tensor& residual) const;
 
  private:
   Tensor weight_, bias_;
@@ -38,6 +40,7 @@ class GELU : public Module {
  public:
   explicit GELU(GeluApprox approx = GeluApprox::Erf) : approx_(approx) {}
   Tensor forward(const Tensor& x) const { return gelu(x, approx_); }  // any shape
+  GeluApprox approx() const { return approx_; }
 
  private:
   GeluApprox approx_;

@@ -12,17 +12,13 @@ Linear::Linear(int64_t in, int64_t out, bool bias, Generator* gen) {
   if (bias) bias_ = register_parameter("bias", Tensor::uniform({out}, -bound, bound, DType::Float32, gen));
 }
 
-// The leading dims are flattened so that the product is one GEMM over every
-// row, [N, in] x [in, out] with N = B·T, and dW = Xᵀ dY is one GEMM too.
+// One op (core/ops/matmul.cpp): the leading dims are folded into rows, so the
+// product is one GEMM over every row, [N, in] x [in, out] with N = B·T, with
+// the bias folded in; dW = Xᵀ dY is one GEMM too.
 Tensor Linear::forward(const Tensor& x) const {
-  const int64_t in = weight_.size(0), out = weight_.size(1);
-  AG_CHECK(x.dim() >= 1 && x.size(-1) == in,
-           "Linear: input " << describe(x) << " does not end in " << in << " features");
-  Shape y_shape = x.shape();
-  y_shape.back() = out;
-  Tensor y = matmul(x.reshape({-1, in}), weight_);  // [N, out]
-  if (bias_.defined()) y = y + bias_;              // b [out] broadcasts over the rows
-  return y.reshape(y_shape);
+  AG_CHECK(x.dim() >= 1 && x.size(-1) == weight_.size(0),
+           "Linear: input " << describe(x) << " does not end in " << weight_.size(0) << " features");
+  return linear(x, weight_, bias_);
 }
 
 }  // namespace ag::nn

@@ -15,4 +15,5 @@ if [[ " $* " != *" --data "* && -z "${ATTOGRAD_DATA:-}" && ! -s data/tinyshakesp
     bash scripts/get_data.sh
   fi
 fi
+source scripts/blas_env.sh  # OpenBLAS's AVX-512 kernels on a CPU that has them
 exec ./build/char_lm train "$@"

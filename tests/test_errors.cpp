@@ -57,6 +57,20 @@ TEST_CASE("errors: CUDA without a device or without CUDA is a clear error") {
   CHECK_THROWS_AS(Tensor::zeros({2}, DType::Float32, Device::CUDA), Error);
 }
 
+TEST_CASE("errors: the fused ops name themselves and the shapes") {
+  CHECK_THROWS_WITH_AS(linear(Tensor::zeros({3, 4}), Tensor::zeros({5, 6}), Tensor::zeros({6})),
+                       doctest::Contains("linear: x [3,4], weight [5,6], bias [6]: weight must be [in, out]"), Error);
+  CHECK_THROWS_WITH_AS(linear(Tensor::zeros({3, 4}), Tensor::zeros({4, 6}), Tensor::zeros({5})),
+                       doctest::Contains("linear: x [3,4], weight [4,6], bias [5]"), Error);
+  CHECK_THROWS_WITH_AS(bias_gelu(Tensor::zeros({3, 4}), Tensor::zeros({3})),
+                       doctest::Contains("bias_gelu: x [3,4], bias [3]: bias must be [C]"), Error);
+  const Tensor x = Tensor::zeros({3, 4});
+  CHECK_THROWS_WITH_AS(add_layer_norm(x, Tensor::zeros({2, 4}), Tensor::ones({4}), Tensor::zeros({4})),
+                       doctest::Contains("add_layer_norm: x [3,4] and residual [2,4] differ in shape"), Error);
+  CHECK_THROWS_WITH_AS(add_layer_norm(x, x, Tensor::ones({3}), Tensor::zeros({4})),
+                       doctest::Contains("add_layer_norm: x [3,4], weight [3], bias [4]"), Error);
+}
+
 TEST_CASE("errors: sizes that overflow int64 are errors, never wrapped around") {
   constexpr int64_t max = std::numeric_limits<int64_t>::max();
   constexpr int64_t big = int64_t(1) << 62;

@@ -1,6 +1,7 @@
 // Every op of core/ops.h: gradcheck in float64 (≤ 1e-6 relative) on odd sizes
 // (1, 3, 7, 65) and broadcasting, and float32 forward/backward within 1e-5 of
 // float64.
+#include "core/threads.h"
 #include "tests/helpers.h"
 
 using namespace ag;
@@ -176,4 +177,183 @@ TEST_CASE("ops: dropout") {
   }
   CHECK(kept > 7300);
   CHECK(kept < 7700);
+}
+
+// --- fused ops against the composed ops they replace -----------------------------------
+
+namespace {
+// fused and composed from the same float64 inputs and upstream gradient: equal
+// outputs and input gradients up to rounding (they add in other orders).
+void check_fused_matches_composed(const GradcheckFn& fused, const GradcheckFn& composed, const Inputs& inputs) {
+  auto run = [&](const GradcheckFn& f, std::vector<Tensor>& grads) {
+    Inputs xs;
+    for (const Tensor& x : inputs) {
+      Tensor c = x.detach().clone();
+      if (x.requires_grad()) c.requires_grad_();
+      xs.push_back(c);
+    }
+    const Tensor y = f(xs);
+    Generator gen(777);
+    y.backward(Tensor::randn(y.shape(), y.dtype(), &gen));
+    for (const Tensor& x : xs) grads.push_back(x.grad());
+    return y;
+  };
+  std::vector<Tensor> fused_grads, composed_grads;
+  CHECK_CLOSE(run(fused, fused_grads), run(composed, composed_grads), 1e-13);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    INFO("gradient of input " << i);
+    CHECK_CLOSE(fused_grads[i], composed_grads[i], 1e-13);
+  }
+}
+}  // namespace
+
+TEST_CASE("ops: linear, with the bias folded into the GEMM, equals matmul + add") {
+  for (const Shape& x_shape : {Shape{1, 3}, Shape{7, 3}, Shape{2, 5, 3}, Shape{3}}) {
+    CAPTURE(to_string(x_shape));
+    const Inputs in = {random(x_shape, 100), random({3, 65}, 101), random({65}, 102)};
+    check_op([](const Inputs& x) { return linear(x[0], x[1], x[2]); }, in);
+    check_op([](const Inputs& x) { return linear(x[0], x[1], Tensor()); }, {in[0], in[1]});
+    if (x_shape.size() >= 2)  // matmul wants 2 dims
+      check_fused_matches_composed([](const Inputs& x) { return linear(x[0], x[1], x[2]); },
+                                   [](const Inputs& x) { return matmul(x[0], x[1]) + x[2]; }, in);
+  }
+}
+
+TEST_CASE("ops: bias_gelu equals gelu(x + bias), both approximations") {
+  // C = 65 and 130: one and several column blocks in the bias gradient's sums;
+  // [300, 130] is large enough for them to run in parallel.
+  for (const Shape& shape : {Shape{1, 3}, Shape{7, 65}, Shape{2, 3, 130}, Shape{300, 130}}) {
+    CAPTURE(to_string(shape));
+    const int64_t C = shape.back();
+    for (GeluApprox approx : {GeluApprox::Erf, GeluApprox::Tanh}) {
+      const Inputs in = {random(shape, 110), random({C}, 111)};
+      if (numel(shape) < 1000) CHECK_GRADCHECK([approx](const Inputs& x) { return bias_gelu(x[0], x[1], approx); }, in);
+      ag::test::check_float32_matches_float64([approx](const Inputs& x) { return bias_gelu(x[0], x[1], approx); }, in);
+      check_fused_matches_composed([approx](const Inputs& x) { return bias_gelu(x[0], x[1], approx); },
+                                   [approx](const Inputs& x) { return gelu(x[0] + x[1], approx); }, in);
+    }
+  }
+}
+
+TEST_CASE("ops: add_layer_norm gives x + residual and its layer norm, both differentiable") {
+  for (const Shape& shape : {Shape{1, 3}, Shape{3, 7}, Shape{2, 3, 65}}) {
+    CAPTURE(to_string(shape));
+    const int64_t C = shape.back();
+    // Both outputs feed the result, as in a block (the stream goes on from the sum).
+    const auto fused = [](const Inputs& x) {
+      const AddLayerNorm out = add_layer_norm(x[0], x[1], x[2], x[3]);
+      return concat({out.sum, out.normed * 2.0}, -1);
+    };
+    const auto composed = [](const Inputs& x) {
+      const Tensor sum = x[0] + x[1];
+      return concat({sum, layer_norm(sum, x[2], x[3]) * 2.0}, -1);
+    };
+    const Inputs in = {random(shape, 120), random(shape, 121), random({C}, 122), random({C}, 123)};
+    check_op(fused, in);
+    check_fused_matches_composed(fused, composed, in);
+  }
+}
+
+TEST_CASE("ops: the column sums of bias gradients give the same bits for any thread count") {
+  const Tensor x = random({300, 130}, 130), bias = random({130}, 131), w = random({130}, 132);
+  auto gradients = [&](int threads) {
+    set_num_threads(threads);
+    std::vector<std::vector<double>> out;
+    for (Tensor t : {x, bias, w}) t.zero_grad();  // copies share the gradient slot
+    sum(bias_gelu(x, bias) * x).backward();
+    out.push_back(bias.grad().to_vector());
+    out.push_back(reduce_to_shape(x, {130}).to_vector());
+    sum(layer_norm(x, w, bias) * x).backward();
+    out.push_back(w.grad().to_vector());
+    out.push_back(bias.grad().to_vector());
+    return out;
+  };
+  const int before = num_threads();
+  const auto one = gradients(1), two = gradients(2), three = gradients(3);
+  set_num_threads(before);
+  CHECK(one == two);
+  CHECK(one == three);
+}
+
+TEST_CASE("ops: strided copies walk every row, split over threads and at any rank") {
+  // [7, 65, 3, 33]: above the parallel grain, so the rows are split over the
+  // threads; every element of the permute is checked against its index formula.
+  const Tensor x = random({7, 65, 3, 33}, 140, DType::Float64, false);
+  const std::vector<double> in = x.to_vector();
+  const int before = num_threads();
+  for (int threads : {1, 2, 3}) {
+    CAPTURE(threads);
+    set_num_threads(threads);
+    const std::vector<double> out = permute(x, {2, 0, 3, 1}).to_vector();  // [3, 7, 33, 65]
+    bool all_match = true;
+    for (int64_t a = 0; a < 3; ++a)
+      for (int64_t b = 0; b < 7; ++b)
+        for (int64_t c = 0; c < 33; ++c)
+          for (int64_t d = 0; d < 65; ++d)
+            all_match &= out[((a * 7 + b) * 33 + c) * 65 + d] == in[((b * 65 + d) * 3 + a) * 33 + c];
+    CHECK(all_match);
+  }
+  set_num_threads(before);
+  // Rank 19: more row dims than the walk keeps on the stack.
+  Shape small(19, 1), big(19, 2);
+  small.back() = big.back() = 3;
+  const Tensor row = Tensor::from_vector({1, 2, 3}, small, DType::Float64);
+  const Tensor expanded = expand(row, big);
+  CHECK(sum(expanded).item() == 6.0 * static_cast<double>(numel(big) / 3));
+  CHECK(sum(expanded * expanded).item() == 14.0 * static_cast<double>(numel(big) / 3));
+}
+
+TEST_CASE("ops: float32 exact GELU and its derivative stay within 4e-7 of float64's erf") {
+  // The CPU's float32 GELU takes Φ from Abramowitz & Stegun 7.1.26
+  // (core/elementwise_math.h): the bound over [-12, 12], through gelu and bias_gelu.
+  std::vector<double> grid;
+  for (double v = -12.0; v <= 12.0; v += 1.0 / 512) grid.push_back(v);
+  const Shape shape{static_cast<int64_t>(grid.size())};
+  for (bool fused : {false, true}) {
+    CAPTURE(fused);
+    const Tensor x32 = Tensor::from_vector(grid, shape, DType::Float32).requires_grad_();
+    const Tensor zero_bias = Tensor::zeros({1}).requires_grad_();
+    const Tensor y32 = fused ? bias_gelu(x32.reshape({-1, 1}), zero_bias).reshape(shape) : gelu(x32);
+    y32.backward(Tensor::ones(shape));
+    const std::vector<double> y = y32.to_vector(), dy = x32.grad().to_vector();
+    double worst_y = 0, worst_dy = 0;
+    for (size_t i = 0; i < grid.size(); ++i) {
+      const double v = static_cast<float>(grid[i]);  // the float32 input exactly
+      const double cdf = 0.5 * (1 + std::erf(v / std::sqrt(2.0)));
+      const double scale = std::max(1.0, std::abs(v));
+      worst_y = std::max(worst_y, std::abs(y[i] - v * cdf) / scale);
+      worst_dy = std::max(worst_dy, std::abs(dy[i] - (cdf + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI))) / scale);
+    }
+    CHECK(worst_y <= 4e-7);
+    CHECK(worst_dy <= 4e-7);
+  }
+}
+
+TEST_CASE("ops: linear with no input features is the bias on every row") {
+  const Tensor x = Tensor::zeros({3, 0}, DType::Float64), w = Tensor::zeros({0, 2}, DType::Float64);
+  const Tensor b = Tensor::from_vector({1.5, -2.0}, {2}, DType::Float64);
+  CHECK(linear(x, w, b).to_vector() == std::vector<double>{1.5, -2.0, 1.5, -2.0, 1.5, -2.0});
+}
+
+TEST_CASE("ops: GEMMs split over threads (by rows, or over a batch) give the one-thread products") {
+  // [97, 70] x [70, 66]: the forward, dA = dC Bᵀ and dB = Aᵀ dC (A read
+  // transposed) are all cut into row blocks at 2 and 3 threads; a batch of 6
+  // small products is spread over the threads.
+  const Tensor a = random({97, 70}, 150), b = random({70, 66}, 151);
+  const Tensor batched_a = random({6, 5, 7}, 152), batched_b = random({6, 7, 4}, 153);
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    for (Tensor t : {a, b, batched_a, batched_b}) t.zero_grad();
+    const Tensor y = matmul(a, b), z = matmul(batched_a, batched_b);
+    (sum(y * y) + sum(z * z)).backward();
+    return std::vector<Tensor>{y.detach(), a.grad(), b.grad(), z.detach(), batched_a.grad(), batched_b.grad()};
+  };
+  const int before = num_threads();
+  const std::vector<Tensor> one = run(1);
+  for (int threads : {2, 3}) {
+    CAPTURE(threads);
+    const std::vector<Tensor> many = run(threads);
+    for (size_t i = 0; i < one.size(); ++i) CHECK_CLOSE(many[i], one[i], 1e-14);
+  }
+  set_num_threads(before);
 }

@@ -1,5 +1,5 @@
-// Elementwise CPU kernels: flat loops over contiguous memory, and a row walk for
-// broadcasting binary ops.
+// Elementwise CPU kernels: flat loops over contiguous memory, a row walk for
+// broadcasting binary ops, and the bias-plus-activation pair of the MLP.
 #include <cmath>
 
 #include "core/cpu/cpu.h"
@@ -49,6 +49,27 @@ template <class T, class F> void broadcast_binary(const Tensor& a, const Tensor&
                     }
                   });
 }
+// Calls body(f, f_grad) with the activation `op` and its derivative, for the
+// ops whose derivative is not a cheap expression of y (Relu, GeluErf, GeluTanh).
+// Exact GELU in float32 takes Φ and φ from normal_cdf_pdf_float
+// (core/elementwise_math.h explains the trade).
+template <class T, class Body> void with_activation(UnaryOp op, const char* kernel, Body&& body) {
+  switch (op) {
+    case UnaryOp::Relu: return body([](T v) { return math::relu(v); }, [](T v) { return math::relu_grad(v); });
+    case UnaryOp::GeluErf:
+      if constexpr (std::is_same_v<T, float>)
+        return body([](float v) { return v * math::normal_cdf_pdf_float(v).cdf; },
+                    [](float v) {
+                      const math::NormalCdfPdf n = math::normal_cdf_pdf_float(v);
+                      return n.cdf + v * n.pdf;
+                    });
+      else
+        return body([](T v) { return math::gelu_erf(v); }, [](T v) { return math::gelu_erf_grad(v); });
+    case UnaryOp::GeluTanh:
+      return body([](T v) { return math::gelu_tanh(v); }, [](T v) { return math::gelu_tanh_grad(v); });
+    default: throw Error(std::string(kernel) + ": no kernel for this op (its derivative is an expression of y)");
+  }
+}
 }  // namespace
 
 void unary(UnaryOp op, const Tensor& x, Tensor& y) {
@@ -62,9 +83,7 @@ void unary(UnaryOp op, const Tensor& x, Tensor& y) {
       case UnaryOp::Exp: return map(in, out, n, [](T v) { return std::exp(v); });
       case UnaryOp::Log: return map(in, out, n, [](T v) { return std::log(v); });
       case UnaryOp::Tanh: return map(in, out, n, [](T v) { return std::tanh(v); });
-      case UnaryOp::Relu: return map(in, out, n, [](T v) { return math::relu(v); });
-      case UnaryOp::GeluErf: return map(in, out, n, [](T v) { return math::gelu_erf(v); });
-      case UnaryOp::GeluTanh: return map(in, out, n, [](T v) { return math::gelu_tanh(v); });
+      default: return with_activation<T>(op, "unary", [&](auto f, auto) { map(in, out, n, f); });
     }
   });
 }
@@ -72,16 +91,45 @@ void unary(UnaryOp op, const Tensor& x, Tensor& y) {
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dY, Tensor& dX) {
   visit_floating(x.dtype(), "unary_backward", [&](auto zero) {
     using T = decltype(zero);
-    const T* in = x.data<T>();
-    const T* g = dY.data<T>();
-    T* out = dX.data<T>();
-    const int64_t n = x.numel();
-    switch (op) {
-      case UnaryOp::Relu: return map2(in, g, out, n, [](T v, T d) { return d * math::relu_grad(v); });
-      case UnaryOp::GeluErf: return map2(in, g, out, n, [](T v, T d) { return d * math::gelu_erf_grad(v); });
-      case UnaryOp::GeluTanh: return map2(in, g, out, n, [](T v, T d) { return d * math::gelu_tanh_grad(v); });
-      default: throw Error("unary_backward: no kernel for this op (its derivative is an expression of y)");
-    }
+    with_activation<T>(op, "unary_backward", [&](auto, auto f_grad) {
+      map2(x.data<T>(), dY.data<T>(), dX.data<T>(), x.numel(), [=](T v, T d) { return d * f_grad(v); });
+    });
+  });
+}
+
+void bias_activation(UnaryOp op, const Tensor& x, const Tensor& bias, Tensor& y) {
+  visit_floating(x.dtype(), "bias_activation", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t C = bias.numel(), N = x.numel() / std::max<int64_t>(C, 1);
+    const T *px = x.data<T>(), *b = bias.data<T>();
+    T* py = y.data<T>();
+    with_activation<T>(op, "bias_activation", [&](auto f, auto) {
+#pragma omp parallel for schedule(static) if (N * C > kParallelGrain)
+      for (int64_t r = 0; r < N; ++r) {
+        const T* xr = px + r * C;
+        T* yr = py + r * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) yr[c] = f(xr[c] + b[c]);
+      }
+    });
+  });
+}
+
+// dX, and its column sums as it goes (sum_columns: a block of columns at a time).
+void bias_activation_backward(UnaryOp op, const Tensor& x, const Tensor& bias, const Tensor& dY, Tensor& dX,
+                              Tensor& dBias) {
+  visit_floating(x.dtype(), "bias_activation_backward", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t C = bias.numel(), N = x.numel() / std::max<int64_t>(C, 1);
+    const T *px = x.data<T>(), *b = bias.data<T>(), *pg = dY.data<T>();
+    T *pdx = dX.data<T>(), *db = dBias.data<T>();
+    with_activation<T>(op, "bias_activation_backward", [&](auto, auto f_grad) {
+      sum_columns(N, C, db, [=](int64_t r, int64_t c) {
+        const T d = pg[r * C + c] * f_grad(px[r * C + c] + b[c]);
+        pdx[r * C + c] = d;
+        return d;
+      });
+    });
   });
 }
 

@@ -5,37 +5,71 @@
 
 namespace ag::cpu {
 
-// Per row: mean, then variance around it (two passes: one pass E[x²] − E[x]²
-// cancels catastrophically when |mean| >> std), rstd = 1/√(var + eps).
+namespace {
+// One row of C: mean, then the variance around it (two passes: one pass
+// E[x²] − E[x]² cancels catastrophically when |mean| >> std), rstd =
+// 1/√(var + eps), y = (x − mean)·rstd·w + b. The sums are vector reductions
+// (omp simd): a fixed order for a given build, whatever the thread count.
+template <class T>
+void normalize_row(const T* x, const T* w, const T* b, T eps, int64_t C, T* y, T& mean, T& rstd) {
+  T m = 0;
+#pragma omp simd reduction(+ : m)
+  for (int64_t c = 0; c < C; ++c) m += x[c];
+  m /= static_cast<T>(C);
+  T var = 0;
+#pragma omp simd reduction(+ : var)
+  for (int64_t c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
+  const T s = T(1) / std::sqrt(var / static_cast<T>(C) + eps);
+#pragma omp simd
+  for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * s * w[c] + b[c];
+  mean = m;
+  rstd = s;
+}
+
+// Rows [N, C] of x, each normalized by normalize_row; with a residual, the row
+// is first sum = x + residual (written out: the residual stream goes on), and
+// sum is normalized while it is still in cache.
+template <class T>
+void layer_norm_rows(const Tensor& x, const Tensor* residual, const Tensor& weight, const Tensor& bias, double eps,
+                     Tensor* sum, Tensor& y, Tensor& mean, Tensor& rstd) {
+  const int64_t C = x.shape().back(), N = x.numel() / std::max<int64_t>(C, 1);
+  const T *px = x.data<T>(), *w = weight.data<T>(), *b = bias.data<T>();
+  const T* pres = residual ? residual->data<T>() : nullptr;
+  T *psum = sum ? sum->data<T>() : nullptr, *py = y.data<T>(), *pm = mean.data<T>(), *pr = rstd.data<T>();
+#pragma omp parallel for schedule(static) if (N * C > kParallelGrain)
+  for (int64_t r = 0; r < N; ++r) {
+    const T* xr = px + r * C;
+    if (pres) {
+      const T* rr = pres + r * C;
+      T* sr = psum + r * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) sr[c] = xr[c] + rr[c];
+      xr = sr;
+    }
+    normalize_row(xr, w, b, static_cast<T>(eps), C, py + r * C, pm[r], pr[r]);
+  }
+}
+}  // namespace
+
 void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
                 Tensor& mean, Tensor& rstd) {
   visit_floating(x.dtype(), "layer_norm", [&](auto zero) {
-    using T = decltype(zero);
-    const int64_t C = x.shape().back(), N = x.numel() / std::max<int64_t>(C, 1);
-    const T *px = x.data<T>(), *w = weight.data<T>(), *b = bias.data<T>();
-    T *py = y.data<T>(), *pm = mean.data<T>(), *pr = rstd.data<T>();
-#pragma omp parallel for schedule(static) if (N * C > kParallelGrain)
-    for (int64_t r = 0; r < N; ++r) {
-      const T* xr = px + r * C;
-      T* yr = py + r * C;
-      T m = 0;
-      for (int64_t c = 0; c < C; ++c) m += xr[c];
-      m /= static_cast<T>(C);
-      T var = 0;
-      for (int64_t c = 0; c < C; ++c) var += (xr[c] - m) * (xr[c] - m);
-      const T s = T(1) / std::sqrt(var / static_cast<T>(C) + static_cast<T>(eps));
-      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * s * w[c] + b[c];
-      pm[r] = m;
-      pr[r] = s;
-    }
+    layer_norm_rows<decltype(zero)>(x, nullptr, weight, bias, eps, nullptr, y, mean, rstd);
+  });
+}
+
+void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias, double eps,
+                    Tensor& sum, Tensor& y, Tensor& mean, Tensor& rstd) {
+  visit_floating(x.dtype(), "add_layer_norm", [&](auto zero) {
+    layer_norm_rows<decltype(zero)>(x, &residual, weight, bias, eps, &sum, y, mean, rstd);
   });
 }
 
 // With x̂ = (x − mean)·rstd and g = dY ∘ weight (the gradient at x̂):
 //   dX = rstd · (g − mean(g) − x̂ ∘ mean(g ∘ x̂))   per row,
 //   dWeight = Σ_rows dY ∘ x̂,   dBias = Σ_rows dY.
-// dX rows run in parallel; the column sums run after, over rows in order, so the
-// result does not depend on the thread count.
+// dX rows run in parallel; the column sums are sum_columns' (core/cpu/loops.h),
+// so the result does not depend on the thread count.
 void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                          const Tensor& dY, Tensor& dX, Tensor& dWeight, Tensor& dBias) {
   visit_floating(x.dtype(), "layer_norm_backward", [&](auto zero) {
@@ -49,6 +83,7 @@ void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& me
       const T *xr = px + r * C, *gr = pg + r * C;
       const T m = pm[r], s = pr[r];
       T mean_g = 0, mean_gx = 0;
+#pragma omp simd reduction(+ : mean_g, mean_gx)
       for (int64_t c = 0; c < C; ++c) {
         const T g = gr[c] * w[c];
         mean_g += g;
@@ -57,18 +92,11 @@ void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& me
       mean_g /= static_cast<T>(C);
       mean_gx /= static_cast<T>(C);
       T* dxr = pdx + r * C;
+#pragma omp simd
       for (int64_t c = 0; c < C; ++c) dxr[c] = s * (gr[c] * w[c] - mean_g - (xr[c] - m) * s * mean_gx);
     }
-    std::fill_n(dw, C, T(0));
-    std::fill_n(db, C, T(0));
-    for (int64_t r = 0; r < N; ++r) {
-      const T *xr = px + r * C, *gr = pg + r * C;
-      const T m = pm[r], s = pr[r];
-      for (int64_t c = 0; c < C; ++c) {
-        dw[c] += gr[c] * (xr[c] - m) * s;
-        db[c] += gr[c];
-      }
-    }
+    sum_columns(N, C, dw, [=](int64_t r, int64_t c) { return pg[r * C + c] * (px[r * C + c] - pm[r]) * pr[r]; });
+    sum_columns(N, C, db, [=](int64_t r, int64_t c) { return pg[r * C + c]; });
   });
 }
 

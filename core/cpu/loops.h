@@ -1,5 +1,8 @@
 // Loop helpers shared by the CPU kernels.
 #pragma once
+#include <omp.h>
+
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -18,6 +21,11 @@ constexpr int64_t kParallelGrain = 1 << 15;
 // with each operand's offset of the row's first element, the row length, and
 // each operand's stride along the last dim. Rows run in parallel when the total
 // is large, so body must write only its own row. A rank-0 shape is one row of 1.
+//
+// Each thread takes a contiguous range of rows and walks it like an odometer:
+// the first row's index from divisions, every next one by incrementing the
+// last row dim and carrying, so the offsets cost additions (rows can be as
+// short as one head's d_h elements, where a division per dim per row showed).
 template <size_t K, class Body>
 void for_each_row(const Shape& shape, const std::array<std::vector<int64_t>, K>& strides, bool parallel,
                   Body&& body) {
@@ -32,17 +40,61 @@ void for_each_row(const Shape& shape, const std::array<std::vector<int64_t>, K>&
   const int64_t rows = numel(shape) / inner;
   Offsets inner_stride{};
   for (size_t k = 0; k < K; ++k) inner_stride[k] = strides[k].back();
-  auto row_offsets = [&](int64_t row) {
+  const auto walk = [&](int64_t first, int64_t last) {
+    if (first >= last) return;
+    // The row's index along the row dims; on the stack unless the rank is unusual.
+    int64_t on_stack[16];
+    std::vector<int64_t> on_heap(rank - 1 > 16 ? rank - 1 : 0);
+    int64_t* index = rank - 1 > 16 ? on_heap.data() : on_stack;
     Offsets base{};
-    for (int64_t d = rank - 2; d >= 0; --d) {
-      const int64_t index = row % shape[d];
-      row /= shape[d];
-      for (size_t k = 0; k < K; ++k) base[k] += index * strides[k][d];
+    for (int64_t d = rank - 2, rest = first; d >= 0; --d) {
+      index[d] = rest % shape[d];
+      rest /= shape[d];
+      for (size_t k = 0; k < K; ++k) base[k] += index[d] * strides[k][d];
     }
-    return base;
+    for (int64_t row = first;;) {
+      body(base, inner, inner_stride);
+      if (++row == last) return;
+      for (int64_t d = rank - 2;; --d) {  // the next row: carry through the dims
+        for (size_t k = 0; k < K; ++k) base[k] += strides[k][d];
+        if (++index[d] < shape[d]) break;
+        for (size_t k = 0; k < K; ++k) base[k] -= shape[d] * strides[k][d];
+        index[d] = 0;
+      }
+    }
   };
-#pragma omp parallel for schedule(static) if (parallel && rows > 1 && rows * inner > kParallelGrain)
-  for (int64_t row = 0; row < rows; ++row) body(row_offsets(row), inner, inner_stride);
+  if (parallel && rows > 1 && rows * inner > kParallelGrain) {
+#pragma omp parallel
+    {
+      const int64_t team = omp_get_num_threads(), member = omp_get_thread_num();
+      walk(rows * member / team, rows * (member + 1) / team);
+    }
+  } else {
+    walk(0, rows);
+  }
+}
+
+// out[c] = Σ_r value(r, c) for every column c of an [N, C] walk: the bias
+// gradients. value may also store what it computes (a fused backward writes dX
+// while summing it). No reduction crosses threads: the columns are cut into
+// blocks of kColumnBlock, each block adds its rows in order, in double, and
+// blocks run in parallel when the work is large, so each sum is the same bits
+// for any thread count. A block's running sums fit in registers, and it reads
+// its rows kColumnBlock elements (a few whole cache lines) at a time.
+constexpr int64_t kColumnBlock = 64;
+
+template <class T, class Value> void sum_columns(int64_t N, int64_t C, T* out, Value&& value) {
+  const int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static) if (blocks > 1 && N * C > kParallelGrain)
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t first = block * kColumnBlock, last = std::min(C, first + kColumnBlock);
+    double sums[kColumnBlock] = {};
+    for (int64_t r = 0; r < N; ++r) {
+#pragma omp simd
+      for (int64_t c = first; c < last; ++c) sums[c - first] += static_cast<double>(value(r, c));
+    }
+    for (int64_t c = first; c < last; ++c) out[c] = static_cast<T>(sums[c - first]);
+  }
 }
 
 }  // namespace ag::cpu

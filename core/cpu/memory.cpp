@@ -1,5 +1,3 @@
-#include <cstring>
-
 #include "core/cpu/cpu.h"
 #include "core/cpu/loops.h"
 
@@ -18,7 +16,10 @@ void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst,
                       const T* in = s + base[0];
                       T* out = d + base[1];
                       if (stride[0] == 1 && stride[1] == 1) {
-                        std::memcpy(out, in, inner * sizeof(T));
+                        // Inline: rows are often short (a bias, one head's d_h),
+                        // where a memcpy call costs as much as the copy.
+#pragma omp simd
+                        for (int64_t i = 0; i < inner; ++i) out[i] = in[i];
                       } else {
                         for (int64_t i = 0; i < inner; ++i) out[i * stride[1]] = in[i * stride[0]];
                       }

@@ -5,15 +5,32 @@
 
 namespace ag::cpu {
 
-// Walks x row by row; each x element adds into the out element it broadcasts
-// from (out read with stride 0 on the reduced dims). Serial: rows may share
-// outputs. Sums are kept in double so float32 reductions over long rows stay
-// accurate.
+namespace {
+// True when out keeps exactly x's trailing dims (leading 1s aside), so the sum
+// runs over whole rows of x viewed as [N, numel(out)]: the bias gradient.
+bool sums_leading_dims(const Shape& x, const Shape& out) {
+  size_t first = 0;
+  while (first < out.size() && out[first] == 1) ++first;
+  const size_t kept = out.size() - first;
+  return kept <= x.size() && std::equal(out.begin() + first, out.end(), x.end() - kept);
+}
+}  // namespace
+
+// Sums are kept in double so float32 reductions over long rows stay accurate.
+// Over leading dims: sum_columns (core/cpu/loops.h), in parallel. Otherwise:
+// x row by row, each element added into the out element it broadcasts from
+// (out read with stride 0 on the reduced dims); serial, since rows may share outputs.
 void sum_to_shape(const Tensor& x, Tensor& out) {
   visit_floating(x.dtype(), "sum_to_shape", [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();
+    T* po = out.data<T>();
     const int64_t n_out = out.numel();
+    if (n_out > 0 && sums_leading_dims(x.shape(), out.shape())) {
+      const int64_t C = n_out, N = x.numel() / C;
+      sum_columns(N, C, po, [px, C](int64_t r, int64_t c) { return px[r * C + c]; });
+      return;
+    }
     std::vector<double> acc(n_out, 0.0);
     for_each_row<2>(x.shape(), {contiguous_strides(x.shape()), broadcast_strides(out.shape(), x.shape())},
                     false, [&](auto base, int64_t inner, auto stride) {
@@ -27,7 +44,6 @@ void sum_to_shape(const Tensor& x, Tensor& out) {
                         for (int64_t i = 0; i < inner; ++i) o[i] += row[i];
                       }
                     });
-    T* po = out.data<T>();
     for (int64_t i = 0; i < n_out; ++i) po[i] = static_cast<T>(acc[i]);
   });
 }

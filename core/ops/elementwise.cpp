@@ -146,4 +146,26 @@ Tensor gelu(const Tensor& x, GeluApprox approx) {
                                    : activation("gelu_tanh", UnaryOp::GeluTanh, x);
 }
 
+// Y = f(U) with U = X + b, b [C] broadcast over the rows of X [..., C]: the
+// MLP's fc bias and GELU in one kernel (gelu(add(X, b)) is the reference).
+// Backward, from the two ops it fuses:
+//   Y = f(U):      dU = dY ∘ f'(U)
+//   U = X + b:     dX = dU,   db = Σ_rows dU   (b was broadcast over the rows)
+// one kernel again, which writes dX and sums its columns in the same sweep.
+// Saves X and b; U is recomputed (one add) rather than stored.
+Tensor bias_gelu(const Tensor& x, const Tensor& bias, GeluApprox approx) {
+  detail::check_compatible("bias_gelu", {&x, &bias});
+  AG_CHECK(x.dim() >= 1 && bias.shape() == Shape{x.size(-1)},
+           "bias_gelu: x " << to_string(x.shape()) << ", bias " << to_string(bias.shape())
+                           << ": bias must be [C] with C = x's last dim");
+  const UnaryOp kind = approx == GeluApprox::Erf ? UnaryOp::GeluErf : UnaryOp::GeluTanh;
+  Tensor y = detail::empty_like(x);
+  kernel::bias_activation(kind, x, bias, y);
+  return record("bias_gelu", {x, bias}, y, [X = x.detach(), b = bias.detach(), kind](const Tensor& dY) -> Gradients {
+    Tensor dX = detail::empty_like(X), db = detail::empty_like(b);
+    kernel::bias_activation_backward(kind, X, b, dY, dX, db);
+    return {dX, db};
+  });
+}
+
 }  // namespace ag

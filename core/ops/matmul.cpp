@@ -95,4 +95,47 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                 });
 }
 
+// linear: Y = X W + b with X [..., in] folded to rows [N, in], W [in, out], b [out].
+// The bias is folded into the GEMM: Y's rows start as copies of b and the
+// product is added to them (beta = 1), so the GEMM skips its zeroing pass and
+// no separate add runs. Backward (docs/backprop.md, "Linear layer"):
+//   Y = X W:   dX = dY Wᵀ,   dW = Xᵀ dY     (one GEMM each over all N rows)
+//   Y += b:    db = Σ_rows dY               (b was broadcast over the rows)
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const bool has_bias = bias.defined();
+  if (has_bias) detail::check_compatible("linear", {&x, &weight, &bias});
+  else detail::check_compatible("linear", {&x, &weight});
+  AG_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(0) &&
+               (!has_bias || bias.shape() == Shape{weight.size(1)}),
+           "linear: x " << to_string(x.shape()) << ", weight " << to_string(weight.shape()) << ", bias "
+                        << (has_bias ? to_string(bias.shape()) : "none")
+                        << ": weight must be [in, out] with in = x's last dim, bias [out]");
+  const int64_t in = weight.size(0), out = weight.size(1);
+  const int64_t rows = numel(Shape(x.shape().begin(), x.shape().end() - 1));  // N = B·T
+  Shape y_shape = x.shape();
+  y_shape.back() = out;
+  Tensor y = detail::empty_as(y_shape, x);
+  kernel::GemmShape shape{1, rows, out, in};
+  if (has_bias) {
+    kernel::copy_strided(bias, {0, {0, 1}}, y, {0, {out, 1}}, {rows, out});  // every row of Y = b
+    shape.beta = 1.0;
+  }
+  kernel::gemm(shape, x, weight, y);
+  std::vector<Tensor> inputs = {x, weight};
+  if (has_bias) inputs.push_back(bias);
+  return record("linear", std::move(inputs), y,
+                [X = x.detach(), W = weight.detach(), has_bias, rows, in, out, need_x = x.requires_grad(),
+                 need_w = weight.requires_grad(),
+                 need_b = has_bias && bias.requires_grad()](const Tensor& dY) -> Gradients {
+                  Gradients grads(has_bias ? 3 : 2);
+                  if (need_x) grads[0] = product({dY, false, false}, {W, true, false}, 1, rows, in, out, X.shape());
+                  if (need_w) grads[1] = product({X, true, false}, {dY, false, false}, 1, in, out, rows, W.shape());
+                  if (need_b) {
+                    grads[2] = detail::empty_as({out}, dY);
+                    kernel::sum_to_shape(dY, grads[2]);
+                  }
+                  return grads;
+                });
+}
+
 }  // namespace ag

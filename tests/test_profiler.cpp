@@ -1,0 +1,73 @@
+// The kernel profiler (core/profiler.h): off unless started, records every
+// kernel call with its family and shapes while on, keeps GEMM shapes whole, and
+// the GEMMs of a GPT training step add up to training_step_flops.
+#include "core/profiler.h"
+#include "nn/gpt.h"
+#include "tests/helpers.h"
+
+using namespace ag;
+
+TEST_CASE("profiler: records nothing until started, then every kernel call with its shapes") {
+  const Tensor a = ag::test::random({3, 4}, 1, DType::Float32, false);
+  const Tensor b = ag::test::random({4, 5}, 2, DType::Float32, false);
+  CHECK_FALSE(profiler::recording());
+  (void)matmul(a, b);
+  profiler::start();
+  CHECK(profiler::recording());
+  (void)gelu(matmul(a, b));
+  const std::vector<profiler::KernelRecord> records = profiler::stop();
+  CHECK_FALSE(profiler::recording());
+  CHECK(profiler::stop().empty());  // stop() hands the records over once
+
+  REQUIRE(records.size() == 2);
+  CHECK(std::string(records[0].kernel) == "gemm");
+  CHECK(std::string(records[0].family) == "matmul");
+  CHECK(records[0].grad_mode);
+  CHECK(records[0].shapes == std::vector<Shape>{{3, 4}, {4, 5}, {3, 5}});
+  REQUIRE(records[0].is_gemm);
+  CHECK(records[0].gemm.M == 3);
+  CHECK(records[0].gemm.N == 5);
+  CHECK(records[0].gemm.K == 4);
+  CHECK(records[0].gemm_flops() == 2.0 * 3 * 5 * 4);
+  CHECK(profiler::describe_gemm(records[0].gemm) == "1x [3,4]·[4,5]");
+  CHECK(std::string(records[1].kernel) == "unary");
+  CHECK(std::string(records[1].family) == "elementwise");
+  CHECK_FALSE(records[1].is_gemm);
+  CHECK(records[1].gemm_flops() == 0.0);
+  for (const profiler::KernelRecord& r : records) CHECK(r.ms >= 0.0);
+
+  const std::vector<profiler::Total> by_family =
+      profiler::totals(records, [](const profiler::KernelRecord& r) { return std::string(r.family); });
+  REQUIRE(by_family.size() == 2);
+  CHECK(by_family[0].calls + by_family[1].calls == 2);
+  CHECK(profiler::summary(records).find("gemm") != std::string::npos);
+
+  // backward() runs with grad mode off: its kernels say so.
+  const Tensor w = ag::test::random({4, 5}, 3, DType::Float32);
+  const Tensor loss = sum(matmul(a, w)), seed = Tensor::ones({});
+  profiler::start();
+  loss.backward(seed);
+  const std::vector<profiler::KernelRecord> backward = profiler::stop();
+  REQUIRE_FALSE(backward.empty());
+  for (const profiler::KernelRecord& r : backward) CHECK_FALSE(r.grad_mode);
+}
+
+TEST_CASE("profiler: the GEMMs of a GPT training step do exactly training_step_flops") {
+  // training_step_flops counts every product of the model by hand; the
+  // profiler sees the GEMMs the code really runs. If an op starts doing its
+  // products another way (or skipping masked ones), this says so.
+  const nn::GPTConfig config{.vocab_size = 13, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
+  Generator init(5);
+  nn::GPT model(config, init);
+  const int64_t B = 3, T = 8;
+  std::vector<int64_t> x(B * T), y(B * T);
+  Generator gen(6);
+  for (int64_t& t : x) t = static_cast<int64_t>(gen.integer(13));
+  for (int64_t& t : y) t = static_cast<int64_t>(gen.integer(13));
+  profiler::start();
+  model.loss(Tensor::from_indices(x, {B, T}), Tensor::from_indices(y, {B, T})).backward();
+  const std::vector<profiler::KernelRecord> records = profiler::stop();
+  double flops = 0;
+  for (const profiler::KernelRecord& r : records) flops += r.gemm_flops();
+  CHECK(flops == static_cast<double>(nn::training_step_flops(config, B, T)));
+}
