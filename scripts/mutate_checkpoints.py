@@ -313,7 +313,8 @@ def char_lm_run(build, text, run, unit, file_name, mutant_bytes, work):
             return "over 3 GB of memory", ""
         if r.returncode < 0 or "Sanitizer" in output or "runtime error" in output:
             return "crashed", detail
-        return ("refused cleanly" if os.path.join(unit_dir, file_name) in output else "refused, file not named"), detail
+        # Clean: the message names the mutant file, or its unit when the pair disagrees.
+        return ("refused cleanly" if unit_dir in output else "refused, file not named"), detail
     finally:
         shutil.rmtree(copy, ignore_errors=True)
 
