@@ -20,7 +20,6 @@
 #include <cblas.h>
 #include <time.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -33,6 +32,7 @@
 #include "core/caching_allocator.h"
 #include "core/profiler.h"
 #include "core/threads.h"
+#include "examples/common/command_line.h"
 #include "nn/gpt.h"
 #include "optim/adam.h"
 #include "optim/train_step.h"
@@ -71,6 +71,17 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// profile_step's own options (core/options.h explains the columns; the model's
+// and the training step's come from their tables).
+#define AG_PROFILE_OPTIONS(X)                                                                             \
+  X(Local, int64_t, steps,      20, 1, 1 << 20, "steps timed, then as many profiled")                     \
+  X(Local, int64_t, warmup,     5,  0, 1 << 20, "steps run first, untimed")                               \
+  X(Local, int64_t, floor_reps, 50, 1, 1 << 20, "timed repetitions of each GEMM shape for the floor")     \
+  X(Local, int64_t, vocab,      65, 1, 1 << 24, "vocabulary size V (tiny Shakespeare's: 65)")
+struct ProfileOptions {
+  AG_DECLARE_OPTIONS(AG_PROFILE_OPTIONS)
+};
+
 // char_lm's training step (optim::TrainStep: forward, loss, backward, clip,
 // AdamW; the loss read back and checked for finiteness every step, as char_lm
 // does on the CPU), on random tokens.
@@ -79,36 +90,35 @@ struct Trainer {
   optim::AdamW optimizer;
   optim::TrainStep train_step;
   Generator batches{7};
-  int64_t B, T, V, iter = 0;
+  int64_t B, T, V, micro_batches, iter = 0;
 
-  Trainer(const nn::GPTConfig& config, int64_t batch, Generator init)
+  Trainer(const nn::GPTConfig& config, const optim::TrainOptions& options, Generator init)
       : model(config, init),
-        optimizer(optim::decay_groups(model.named_parameters(), 0.1), {1e-3, 0.9, 0.99, 1e-8}),
-        train_step(optimizer, options(batch),
+        optimizer(optim::decay_groups(model.named_parameters(), options.weight_decay),
+                  {options.lr, options.beta1, options.beta2, 1e-8}),
+        train_step(optimizer, options,
                    [this](const Tensor& x, const Tensor& y) { return model.loss(x, y, Reduction::Sum); }, Device::CPU),
-        B(batch),
+        B(options.batch_size),
         T(config.block_size),
-        V(config.vocab_size) {
+        V(config.vocab_size),
+        micro_batches(options.grad_accum) {
     model.train();
   }
 
-  static optim::TrainOptions options(int64_t batch) {
-    optim::TrainOptions o;
-    o.batch_size = batch;
-    return o;
-  }
-
   void step() {
-    const std::vector<double> draws =
-        Tensor::uniform({B, T + 1}, 0, static_cast<double>(V), DType::Float64, &batches).to_vector();
-    std::vector<int64_t> x, y;
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < T; ++t) {
-        x.push_back(static_cast<int64_t>(draws[b * (T + 1) + t]));
-        y.push_back(static_cast<int64_t>(draws[b * (T + 1) + t + 1]));
-      }
-    const optim::Batch batch{Tensor::from_indices(x, {B, T}), Tensor::from_indices(y, {B, T})};
-    const optim::StepResult r = train_step.run(iter++, {batch});
+    std::vector<optim::Batch> micro(micro_batches);
+    for (optim::Batch& batch : micro) {
+      const std::vector<double> draws =
+          Tensor::uniform({B, T + 1}, 0, static_cast<double>(V), DType::Float64, &batches).to_vector();
+      std::vector<int64_t> x, y;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t) {
+          x.push_back(static_cast<int64_t>(draws[b * (T + 1) + t]));
+          y.push_back(static_cast<int64_t>(draws[b * (T + 1) + t + 1]));
+        }
+      batch = {Tensor::from_indices(x, {B, T}), Tensor::from_indices(y, {B, T})};
+    }
+    const optim::StepResult r = train_step.run(iter++, micro);
     train_step.check_finite();
     (void)r.loss.item();
   }
@@ -179,26 +189,28 @@ double time_sgemm(const kernel::GemmShape& g, int reps) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Profiles one training step of the char_lm model: per kernel, per family, per GEMM shape, "
-               "and the sgemm floor of the step's GEMMs."};
-  int threads = 1, steps = 20, warmup = 5, floor_reps = 50;
-  nn::GPTConfig config;  // char_lm's defaults
-  config.vocab_size = 65;
-  int64_t batch = 12;
-  app.add_option("--threads", threads, "CPU threads (OpenMP and OpenBLAS)")->capture_default_str();
-  app.add_option("--steps", steps, "steps timed, then as many profiled")->capture_default_str();
-  app.add_option("--warmup", warmup, "steps run first, untimed")->capture_default_str();
-  app.add_option("--floor-reps", floor_reps, "timed repetitions of each GEMM shape for the floor")
-      ->capture_default_str();
-  app.add_option("--n-layer", config.n_layer, "transformer blocks")->capture_default_str();
-  app.add_option("--n-head", config.n_head, "attention heads")->capture_default_str();
-  app.add_option("--n-embd", config.n_embd, "embedding width C")->capture_default_str();
-  app.add_option("--block-size", config.block_size, "context length T")->capture_default_str();
-  app.add_option("--batch-size", batch, "sequences per batch B")->capture_default_str();
-  app.add_option("--vocab", config.vocab_size, "vocabulary size V (tiny Shakespeare: 65)")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-  set_num_threads(threads);
+               "and the sgemm floor of the step's GEMMs.", "profile_step"};
+  ProfileOptions profile;
+  nn::GPTConfig config;  // char_lm's defaults, from the model's options table
+  optim::TrainOptions train_options;
+  cli::ProcessOptions process;
+  process.threads = 1;
+  cli::Command command(&app);
+  command.bind(profile).bind(config).bind(train_options).bind(process);
+  if (const int code = cli::parse(app, argc, argv); code >= 0) return code;
+  try {
+    command.apply();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "profile_step: %s\n", e.what());
+    return 2;
+  }
+  process.apply();
+  config.vocab_size = profile.vocab;
+  const int threads = num_threads(), steps = static_cast<int>(profile.steps), warmup = static_cast<int>(profile.warmup),
+            floor_reps = static_cast<int>(profile.floor_reps);
+  const int64_t batch = train_options.batch_size;
 
-  Trainer trainer(config, batch, Generator(1337));
+  Trainer trainer(config, train_options, Generator(1337));
   for (int i = 0; i < warmup; ++i) trainer.step();
   std::vector<double> step_ms, step_cpu_ms;
   const int64_t heap_before = heap_allocations, system_before = host_memory_stats().system_allocs;

@@ -84,6 +84,11 @@ bool all_finite(const Tensor& t) {
 NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
 NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
 
+Tensor accumulation_target(const Tensor& input) {
+  if (!input.requires_grad() || !input.is_leaf() || !input.impl()->grad_pinned) return Tensor();
+  return input.grad();
+}
+
 bool any_requires_grad(const std::vector<Tensor>& inputs) {
   if (!grad_mode) return false;
   for (const Tensor& t : inputs)

@@ -70,6 +70,15 @@ class AnomalyModeGuard {
 // True unless the (floating) tensor holds a NaN or an infinity. Copies it to the host.
 bool all_finite(const Tensor& t);
 
+// For a backward closure: the gradient buffer `input` accumulates into, when
+// the closure may add its gradient for `input` there itself — `input` is a
+// leaf whose gradient is pinned to a flat buffer (optim/flat_parameters.h) —
+// and otherwise an undefined tensor. A closure that adds into it returns an
+// undefined gradient for that input (nothing is left to accumulate). Lets a
+// product write dW = Xᵀ dY straight into the buffer (GEMM with beta = 1): no
+// gradient tensor, no zeroing pass, no separate addition.
+Tensor accumulation_target(const Tensor& input);
+
 // True when recording is on and some input requires a gradient.
 bool any_requires_grad(const std::vector<Tensor>& inputs);
 

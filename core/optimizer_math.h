@@ -35,13 +35,17 @@ template <class T> struct AdamUpdate {
         shrink(static_cast<T>(h.decoupled ? 1.0 - h.lr * h.weight_decay : 1.0)),
         l2(static_cast<T>(h.decoupled ? 0.0 : h.weight_decay)) {}
 
-  AG_HOST_DEVICE void operator()(int64_t i) const {
-    const T gi = g[i] + l2 * p[i];
-    const T pi = p[i] * shrink;
-    m[i] = m[i] * beta1 + one_minus_beta1 * gi;
-    v[i] = v[i] * beta2 + one_minus_beta2 * (gi * gi);
-    const T denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;
-    p[i] = pi - step_size * (m[i] / denom);
+  AG_HOST_DEVICE void operator()(int64_t i) const { apply(p[i], g[i], m[i], v[i]); }
+
+  // One element. The CPU loop calls this on its own restrict pointers: reading
+  // p, g, m, v through the struct kept the compiler from seeing unit strides.
+  AG_HOST_DEVICE void apply(T& p_i, T g_i, T& m_i, T& v_i) const {
+    const T gi = g_i + l2 * p_i;
+    const T pi = p_i * shrink;
+    m_i = m_i * beta1 + one_minus_beta1 * gi;
+    v_i = v_i * beta2 + one_minus_beta2 * (gi * gi);
+    const T denom = std::sqrt(v_i) / bias_correction2_sqrt + eps;
+    p_i = pi - step_size * (m_i / denom);
   }
 };
 
@@ -60,13 +64,19 @@ template <class T> struct SgdUpdate {
         one_minus_dampening(static_cast<T>(1.0 - h.dampening)), nesterov(h.nesterov), first_step(h.first_step) {}
 
   AG_HOST_DEVICE void operator()(int64_t i) const {
-    T d = g[i] + weight_decay * p[i];
+    T unused = 0;
+    apply(p[i], g[i], b ? b[i] : unused);
+  }
+
+  // One element (b_i is read only with momentum).
+  AG_HOST_DEVICE void apply(T& p_i, T g_i, T& b_i) const {
+    T d = g_i + weight_decay * p_i;
     if (b) {
       // The first step copies the gradient into the buffer, undamped.
-      b[i] = first_step ? d : b[i] * mu + one_minus_dampening * d;
-      d = nesterov ? d + mu * b[i] : b[i];
+      b_i = first_step ? d : b_i * mu + one_minus_dampening * d;
+      d = nesterov ? d + mu * b_i : b_i;
     }
-    p[i] = p[i] - lr * d;
+    p_i = p_i - lr * d;
   }
 };
 

@@ -20,8 +20,19 @@ bool available() {
 std::string describe_device() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(status);
-  if (count == 0) return "no CUDA device";
+  // Without a GPU there is no driver, and the runtime calls that "insufficient":
+  // say what the user needs to know instead. A driver that is there but too old
+  // for this runtime gets its own message.
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  if (driver == 0 || status == cudaErrorNoDevice || (status == cudaSuccess && count == 0))
+    return "no CUDA device found (no NVIDIA GPU or driver on this machine)";
+  if (status == cudaErrorInsufficientDriver)
+    return "no usable CUDA device: the NVIDIA driver supports CUDA " + version(driver) +
+           ", older than the CUDA " + version(runtime) + " attograd was built with; update the driver";
+  if (status != cudaSuccess) return std::string("no usable CUDA device: ") + cudaGetErrorString(status);
   cudaDeviceProp prop{};
   AG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   return std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
@@ -41,6 +52,7 @@ struct DeviceMemory {
     if (status == cudaSuccess) return ptr;
     cudaGetLastError();  // clear it, or the next launch check would report it
     if (status == cudaErrorMemoryAllocation) return nullptr;  // the allocator frees its cache and retries
+    AG_CHECK(available(), "a CUDA tensor needs a device: " << describe_device());
     throw_cuda_error("cudaMalloc", __FILE__, __LINE__,
                      std::string(cudaGetErrorString(status)) + " allocating " + std::to_string(bytes) + " bytes");
   }

@@ -21,7 +21,9 @@ bool tf32_allowed = false;
 
 // --- context ---------------------------------------------------------------------------
 bool available() { return false; }
-std::string describe_device() { return "no CUDA device: built without CUDA"; }
+std::string describe_device() {
+  return "no CUDA device found: attograd was built without CUDA (nvcc was not found at configure time)";
+}
 void* allocate(size_t) AG_WITHOUT_CUDA
 void deallocate(void*, size_t) {}
 MemoryStats memory_stats() { return {}; }

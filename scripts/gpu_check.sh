@@ -12,8 +12,8 @@
 #
 # Where the machine lacks OpenBLAS, doctest or nlohmann-json, run
 # scripts/fetch_gpu_deps.sh here first and carry .deps/; the packages are
-# unpacked into .deps/root. The text is read from data/tinyshakespeare.txt
-# (carry data/) or ../shared/data/tinyshakespeare.txt.
+# unpacked into .deps/root. The text is found by scripts/get_data.sh
+# ($ATTOGRAD_DATA, data/ (carry it), or ../shared/data/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 log_dir=$(realpath -m "${1:-gpu_logs}")
@@ -27,8 +27,7 @@ if [ ! -e /usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ]; then
   for deb in .deps/*.deb; do dpkg -x "$deb" "$deps"; done
   export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu/openblas-openmp:$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 fi
-data=data/tinyshakespeare.txt
-[ -s "$data" ] || data=../shared/data/tinyshakespeare.txt
+data=$(bash scripts/get_data.sh) || exit 1
 
 echo "== build"
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DATTOGRAD_DEPS_ROOT="$deps" \

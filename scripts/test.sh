@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The whole test suite: install what is missing, build, run every test case
+# The whole test suite: make sure the text is there (scripts/get_data.sh, as
+# scripts/train.sh does), install what is missing, build, run every test case
 # through CTest. CUDA test cases report "Skipped" on machines without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/get_data.sh >/dev/null
 bash scripts/build.sh
 (cd build && ctest --output-on-failure -j "$(nproc)" --timeout 600)
 

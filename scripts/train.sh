@@ -1,19 +1,12 @@
 #!/usr/bin/env bash
-# Builds attograd and trains the default char-level GPT (arguments go to
-# `char_lm train`). Finds the text the way char_lm does (--data, then
-# $ATTOGRAD_DATA, then data/tinyshakespeare.txt); when none is there it copies
-# the project's shared copy beside the checkout into data/ (ignored by git), or
-# downloads it, so later char_lm commands find it too.
+# Trains the default char-level GPT (arguments go to `char_lm train`). First
+# makes sure there is text to train on (scripts/get_data.sh; skipped when
+# --data is given), then builds char_lm alone, not the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
-if [[ " $* " != *" --data "* && -z "${ATTOGRAD_DATA:-}" && ! -s data/tinyshakespeare.txt ]]; then
-  if [ -s ../shared/data/tinyshakespeare.txt ]; then
-    mkdir -p data
-    cp ../shared/data/tinyshakespeare.txt data/tinyshakespeare.txt
-  else
-    bash scripts/get_data.sh
-  fi
+if [[ " $* " != *" --data "* ]]; then
+  bash scripts/get_data.sh >/dev/null
 fi
+bash scripts/build.sh char_lm
 source scripts/blas_env.sh  # OpenBLAS's AVX-512 kernels on a CPU that has them
 exec ./build/char_lm train "$@"

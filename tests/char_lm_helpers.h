@@ -1,22 +1,88 @@
-// char_lm test helpers: a run small enough to train in a second.
+// char_lm test helpers: tiny Shakespeare, found at run time the way char_lm
+// finds it, for the tests that need that very text; made-up text, generated in
+// the test, for those that need only some text; a run small enough to train on
+// it in a second; and the built char_lm, run as a user would.
 #pragma once
 #include <doctest/doctest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "core/random.h"
+#include "examples/char_lm/data.h"
 #include "examples/char_lm/train.h"
+#include "tests/helpers.h"
 
 namespace ag::test {
 
+// $ATTOGRAD_DATA, else data/tinyshakespeare.txt, else ../shared/data/tinyshakespeare.txt,
+// the last two relative to the checkout; fails, saying what to do, if there is none.
+inline std::string shakespeare_path() {
+  const std::string path = char_lm::resolve_data_path("", ATTOGRAD_SOURCE_DIR);
+  REQUIRE_MESSAGE(std::filesystem::is_regular_file(path),
+                  "tiny Shakespeare not found at '" << path << "': set ATTOGRAD_DATA to its path, or run "
+                                                       "scripts/get_data.sh (scripts/test.sh does)");
+  return path;
+}
+
+// Made-up sentences: `n_words` words drawn from `words` (seeded), joined by
+// `space`, with `stop` after every eighth. A small vocabulary, and enough
+// structure for a tiny model's loss to fall.
+struct Lexicon {
+  std::vector<std::string> words;
+  std::string space, stop;
+};
+
+inline std::string generated_text(const Lexicon& lexicon, size_t n_words, uint64_t seed = 1) {
+  Generator gen(seed);
+  std::string text;
+  for (size_t i = 1; i <= n_words; ++i) {
+    text += lexicon.words[gen.integer(lexicon.words.size())];
+    text += i % 8 == 0 ? lexicon.stop : lexicon.space;
+  }
+  return text;
+}
+
+inline const Lexicon english = {{"the", "king", "and", "queen", "of", "all", "my", "lord", "shall", "we", "speak",
+                                 "now", "to", "thee", "good", "night", "sweet", "prince", "ROMEO", "JULIET"},
+                                " ",
+                                ".\n"};
+inline const Lexicon chinese = {{"天", "地", "人", "山", "水", "风", "月", "花", "春", "秋", "我", "你", "他", "的", "是",
+                                 "在", "有", "不", "明", "白"},
+                                "",
+                                "。\n"};
+// Accented Latin and emoji: two-, three- and four-byte UTF-8 characters.
+inline const Lexicon accented = {{"Café", "crème", "brûlée", "naïve", "façade", "über", "señor", "😀", "☕", "🥐"},
+                                 " ",
+                                 ".\n"};
+
+inline void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// 4000 words of made-up English, written once per process, for the tests that
+// need some text, not tiny Shakespeare in particular.
+inline const std::string& generated_text_file() {
+  static const TempDir dir("char_lm_text");
+  static const std::string path = [] {
+    write_file(dir.file("text.txt"), generated_text(english, 4000));
+    return dir.file("text.txt");
+  }();
+  return path;
+}
+
 // A model small enough to train in a second, with dropout on so that resuming
 // must restore the dropout generator too.
-inline char_lm::TrainConfig tiny_run(const std::string& out_dir) {
+inline char_lm::TrainConfig tiny_run(const std::string& out_dir, const std::string& data = generated_text_file()) {
   char_lm::TrainConfig c;
-  c.run.data = ATTOGRAD_DATA_FILE;
+  c.run.data = data;
   c.run.out = out_dir;
   c.model.n_layer = 1;
   c.model.n_head = 2;

@@ -121,7 +121,7 @@ TEST_CASE("options: a resumed run takes the options it was not given again, data
   CHECK(r.batch_losses.size() == 2);
   const SafetensorsFile state = load_safetensors(train_state_path(find_checkpoint(c.run.out)));
   CHECK(state.metadata.at("lr") == "0.003");
-  CHECK(state.metadata.at("data") == ATTOGRAD_DATA_FILE);
+  CHECK(state.metadata.at("data") == ag::test::generated_text_file());
   CHECK(state.metadata.at("max-iters") == "6");
 }
 
@@ -158,7 +158,7 @@ TEST_CASE("options: the program's messages: a misspelt option, a bad value, an e
   CHECK(output.find("--block-size must be in [1, 1048576], got 0") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(tmp.file("never")));  // checked before --out is touched
 
-  const std::string common = " --data " + std::string(ATTOGRAD_DATA_FILE) + " --out " + tmp.file("run") +
+  const std::string common = " --data " + ag::test::generated_text_file() + " --out " + tmp.file("run") +
                              " --n-layer 1 --n-embd 16 --block-size 8 --batch-size 2 --max-iters 2 --eval-iters 1"
                              " --sample-tokens 0 --threads 1";
   std::ofstream(tmp.file("run.toml")) << "n-head = 2\nwarmup-iters = 1\nlr-decay-iters = 2\n";

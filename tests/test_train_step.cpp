@@ -209,3 +209,20 @@ TEST_CASE("anomaly mode names the first op whose output or gradient is not finit
   }
   CHECK_NOTHROW(log(x));  // off again: NaN is an ordinary value
 }
+
+TEST_CASE("flat buffers: linear adds dW straight into the gradient buffer, equal to a separate gradient") {
+  // Two identical float64 models; only the first has an optimizer (and so pinned, flat gradients).
+  const std::unique_ptr<nn::GPT> flat = tiny_gpt(), plain = tiny_gpt();
+  optim::AdamW optimizer(flat->named_parameters());
+  const std::vector<optim::Batch> batches = draw(2, 3);
+  for (const optim::Batch& b : batches) {  // two backwards: the second accumulates onto the first
+    flat->loss(b.x, b.y).backward();
+    plain->loss(b.x, b.y).backward();
+  }
+  const std::vector<NamedTensor> a = flat->named_parameters(), b = plain->named_parameters();
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i].name);
+    CHECK(a[i].tensor.impl()->grad_pinned);
+    CHECK_CLOSE(a[i].tensor.grad(), b[i].tensor.grad(), 1e-13);
+  }
+}

@@ -16,10 +16,14 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const ke
   if (skipped(hyper.skip_unless_finite)) return;
   visit_floating(param.dtype(), "adam_step", [&](auto zero) {
     using T = decltype(zero);
-    const math::AdamUpdate<T> update(param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), hyper);
+    T* __restrict p = param.data<T>();
+    const T* __restrict g = grad.data<T>();
+    T* __restrict pm = m.data<T>();
+    T* __restrict pv = v.data<T>();
+    const math::AdamUpdate<T> update(p, g, pm, pv, hyper);
     const int64_t n = param.numel();
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) update(i);
+    for (int64_t i = 0; i < n; ++i) update.apply(p[i], g[i], pm[i], pv[i]);
   });
 }
 
@@ -28,11 +32,14 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
   const bool use_momentum = hyper.momentum != 0.0;
   visit_floating(param.dtype(), "sgd_step", [&](auto zero) {
     using T = decltype(zero);
-    const math::SgdUpdate<T> update(param.data<T>(), grad.data<T>(),
-                                    use_momentum ? momentum_buffer.data<T>() : nullptr, hyper);
+    T* __restrict p = param.data<T>();
+    const T* __restrict g = grad.data<T>();
+    // Without momentum the update never reads b: it aliases p, so the loop stays one loop.
+    T* b = use_momentum ? momentum_buffer.data<T>() : p;
+    const math::SgdUpdate<T> update(p, g, use_momentum ? b : nullptr, hyper);
     const int64_t n = param.numel();
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) update(i);
+    for (int64_t i = 0; i < n; ++i) update.apply(p[i], g[i], b[i]);
   });
 }
 

@@ -98,7 +98,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 // linear: Y = X W + b with X [..., in] folded to rows [N, in], W [in, out], b [out].
 // The bias is folded into the GEMM: Y's rows start as copies of b and the
 // product is added to them (beta = 1), so the GEMM skips its zeroing pass and
-// no separate add runs. Backward (docs/backprop.md, "Linear layer"):
+// no separate add runs. Likewise in backward, dW is added straight into W's
+// flat gradient buffer when it has one (accumulation_target).
+// Backward (docs/backprop.md, "Linear layer"):
 //   Y = X W:   dX = dY Wᵀ,   dW = Xᵀ dY     (one GEMM each over all N rows)
 //   Y += b:    db = Σ_rows dY               (b was broadcast over the rows)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -124,12 +126,19 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   std::vector<Tensor> inputs = {x, weight};
   if (has_bias) inputs.push_back(bias);
   return record("linear", std::move(inputs), y,
-                [X = x.detach(), W = weight.detach(), has_bias, rows, in, out, need_x = x.requires_grad(),
+                [X = x.detach(), W = weight.detach(), weight, has_bias, rows, in, out, need_x = x.requires_grad(),
                  need_w = weight.requires_grad(),
                  need_b = has_bias && bias.requires_grad()](const Tensor& dY) -> Gradients {
                   Gradients grads(has_bias ? 3 : 2);
                   if (need_x) grads[0] = product({dY, false, false}, {W, true, false}, 1, rows, in, out, X.shape());
-                  if (need_w) grads[1] = product({X, true, false}, {dY, false, false}, 1, in, out, rows, W.shape());
+                  if (Tensor dW = accumulation_target(weight); need_w && dW.defined()) {
+                    kernel::GemmShape accumulate{1, in, out, rows};  // dW += Xᵀ dY
+                    accumulate.trans_a = true;
+                    accumulate.beta = 1.0;
+                    kernel::gemm(accumulate, X, dY, dW);
+                  } else if (need_w) {
+                    grads[1] = product({X, true, false}, {dY, false, false}, 1, in, out, rows, W.shape());
+                  }
                   if (need_b) {
                     grads[2] = detail::empty_as({out}, dY);
                     kernel::sum_to_shape(dY, grads[2]);

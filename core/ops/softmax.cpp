@@ -1,5 +1,5 @@
 // softmax, log_softmax and the fused cross-entropy, over the last dim.
-// Full derivations: docs/backprop.md, "Softmax" and "Softmax + cross-entropy".
+// Full derivations: docs/backprop.md, sections 7 "Softmax" and 16 "Fused softmax + cross-entropy".
 #include <cmath>
 #include <limits>
 

@@ -53,8 +53,7 @@ std::string train_state_path(const std::string& dir) { return dir + "/train_stat
 void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& tokenizer, int64_t iter) {
   Metadata metadata;
   write_options(model.config(), metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake);
-  // JSON, so every byte of the vocabulary survives as text.
-  metadata["chars"] = nlohmann::json(tokenizer.chars()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  metadata.merge(tokenizer.to_metadata());
   if (iter >= 0) metadata["iter"] = std::to_string(iter);
   std::vector<NamedTensor> tensors;
   for (const NamedTensor& p : model.state()) tensors.push_back({p.name, p.tensor.to(DType::Float32)});
@@ -77,15 +76,13 @@ LoadedModel load_model(const std::string& path, DType dtype, const nn::GPTConfig
   check_sizes_against_tensors(file, config);
 
   LoadedModel loaded;
-  if (file.metadata.count("chars")) {
-    try {
-      loaded.tokenizer = Tokenizer(nlohmann::json::parse(file.metadata.at("chars")).get<std::string>());
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(where(file) + ": __metadata__ 'chars' is not a JSON string: " + e.what());
-    }
-    AG_CHECK(loaded.tokenizer.vocab_size() == config.vocab_size,
-             where(file) << ": " << loaded.tokenizer.vocab_size() << " characters for vocab_size " << config.vocab_size);
+  try {
+    loaded.tokenizer = Tokenizer::from_metadata(file.metadata);
+  } catch (const Error& e) {
+    throw Error(where(file) + ": " + e.what());
   }
+  AG_CHECK(loaded.tokenizer.vocab_size() == 0 || loaded.tokenizer.vocab_size() == config.vocab_size,
+           where(file) << ": " << loaded.tokenizer.vocab_size() << " characters for vocab_size " << config.vocab_size);
   if (file.metadata.count("iter")) {
     loaded.iter = option_from_string<int64_t>(file.metadata.at("iter"), where(file) + ": __metadata__ 'iter'");
     AG_CHECK(loaded.iter >= 0, where(file) << ": __metadata__ 'iter' is negative");

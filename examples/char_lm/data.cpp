@@ -1,68 +1,204 @@
 #include "examples/char_lm/data.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
 
 namespace ag::char_lm {
 
-std::string resolve_data_path(const std::string& flag) {
+std::string resolve_data_path(const std::string& flag, const std::string& root) {
   if (!flag.empty()) return flag;
   if (const char* env = std::getenv("ATTOGRAD_DATA"); env && *env) return env;
-  return "data/tinyshakespeare.txt";
+  const std::filesystem::path base(root);
+  const std::filesystem::path candidates[] = {base / "data/tinyshakespeare.txt",
+                                              base / "../shared/data/tinyshakespeare.txt"};
+  for (const std::filesystem::path& candidate : candidates)
+    if (std::filesystem::is_regular_file(candidate)) return candidate.lexically_normal().string();
+  return candidates[0].lexically_normal().string();
 }
 
 std::string read_text(const std::string& path) {
+  AG_CHECK(!std::filesystem::is_directory(path),
+           "data: '" << path << "' is a directory; pass the text file itself (--data " << path
+                     << "/tinyshakespeare.txt, say)");
   std::ifstream in(path, std::ios::binary);
   AG_CHECK(in, "data: cannot open '" << path << "' (pass --data PATH, set ATTOGRAD_DATA, or run scripts/get_data.sh)");
   std::ostringstream text;
   text << in.rdbuf();
   AG_CHECK(!text.str().empty(), "data: '" << path << "' is empty");
+  try {
+    decode_utf8(text.str());
+  } catch (const Error& e) {
+    throw Error("data: '" + path + "' is not UTF-8 text: " + e.what() +
+                " (convert it first, e.g. iconv -f latin1 -t utf-8 for Latin-1)");
+  }
   return text.str();
 }
 
-Tokenizer::Tokenizer(std::string chars) : chars_(std::move(chars)) {
-  for (size_t i = 0; i < chars_.size(); ++i) {
-    int64_t& id = id_of_byte_[static_cast<unsigned char>(chars_[i])];
-    AG_CHECK(id < 0, "tokenizer: character " << static_cast<int>(static_cast<unsigned char>(chars_[i]))
-                                             << " appears twice in the vocabulary");
-    id = static_cast<int64_t>(i);
+namespace {
+std::string hex_byte(unsigned char b) {
+  char buffer[8];
+  std::snprintf(buffer, sizeof buffer, "0x%02X", b);
+  return buffer;
+}
+
+std::string code_point_name(char32_t c) {
+  char buffer[16];
+  std::snprintf(buffer, sizeof buffer, "U+%04X", static_cast<unsigned>(c));
+  return buffer;
+}
+
+// "'é' (U+00E9)"; control characters by their code point alone.
+std::string describe_character(char32_t c) {
+  if (c < 0x20 || c == 0x7F) return code_point_name(c);
+  const std::string glyph = encode_utf8(std::u32string(1, c));
+  return "'" + glyph + "' (" + code_point_name(c) + ")";
+}
+
+[[noreturn]] void invalid_utf8(size_t offset, const std::string& why) {
+  throw Error("invalid UTF-8 at byte offset " + std::to_string(offset) + ": " + why);
+}
+}  // namespace
+
+std::u32string decode_utf8(std::string_view bytes) {
+  std::u32string characters;
+  characters.reserve(bytes.size());
+  for (size_t i = 0; i < bytes.size();) {
+    const unsigned char lead = static_cast<unsigned char>(bytes[i]);
+    if (lead < 0x80) {
+      characters += static_cast<char32_t>(lead);
+      ++i;
+      continue;
+    }
+    // The lead byte's high bits give the length; its low bits the top of the code point.
+    if ((lead & 0xC0) == 0x80) invalid_utf8(i, "byte " + hex_byte(lead) + " continues a character that never started");
+    if (lead >= 0xF8) invalid_utf8(i, "byte " + hex_byte(lead) + " never occurs in UTF-8");
+    const size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+    const char32_t shortest = length == 2 ? 0x80 : length == 3 ? 0x800 : 0x10000;  // the least needing `length` bytes
+    if (i + length > bytes.size())
+      invalid_utf8(i, "byte " + hex_byte(lead) + " starts a " + std::to_string(length) +
+                          "-byte character, but the text ends after " + std::to_string(bytes.size() - i));
+    char32_t c = lead & (0x7F >> length);
+    for (size_t k = 1; k < length; ++k) {
+      const unsigned char next = static_cast<unsigned char>(bytes[i + k]);
+      if ((next & 0xC0) != 0x80)
+        invalid_utf8(i + k, "byte " + hex_byte(next) + " should continue the " + std::to_string(length) +
+                                "-byte character that byte " + hex_byte(lead) + " at offset " + std::to_string(i) +
+                                " starts");
+      c = (c << 6) | (next & 0x3F);
+    }
+    if (c < shortest) invalid_utf8(i, "an overlong encoding of " + code_point_name(c));
+    if (c >= 0xD800 && c <= 0xDFFF) invalid_utf8(i, "a UTF-16 surrogate, " + code_point_name(c));
+    if (c > 0x10FFFF) invalid_utf8(i, code_point_name(c) + " is beyond U+10FFFF");
+    characters += c;
+    i += length;
+  }
+  return characters;
+}
+
+std::string encode_utf8(std::u32string_view characters) {
+  std::string bytes;
+  bytes.reserve(characters.size());
+  for (const char32_t c : characters) {
+    if (c < 0x80) {
+      bytes += static_cast<char>(c);
+    } else if (c < 0x800) {
+      bytes += static_cast<char>(0xC0 | (c >> 6));
+      bytes += static_cast<char>(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      bytes += static_cast<char>(0xE0 | (c >> 12));
+      bytes += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      bytes += static_cast<char>(0x80 | (c & 0x3F));
+    } else {
+      bytes += static_cast<char>(0xF0 | (c >> 18));
+      bytes += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+      bytes += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      bytes += static_cast<char>(0x80 | (c & 0x3F));
+    }
+  }
+  return bytes;
+}
+
+Tokenizer::Tokenizer(std::u32string characters) : characters_(std::move(characters)) {
+  for (size_t i = 0; i < characters_.size(); ++i) {
+    const bool added = id_of_.emplace(characters_[i], static_cast<int64_t>(i)).second;
+    // char_lm before UTF-8 support wrote every byte >= 0x80 of the vocabulary as U+FFFD.
+    AG_CHECK(added, "tokenizer: character " << describe_character(characters_[i]) << " appears twice in the vocabulary"
+                                            << (characters_[i] == 0xFFFD
+                                                    ? " (a checkpoint from a char_lm older than its UTF-8 support, "
+                                                      "trained on non-ASCII text: its vocabulary was not saved and "
+                                                      "cannot be recovered; train again)"
+                                                    : ""));
   }
 }
 
 Tokenizer Tokenizer::from_text(const std::string& text) {
-  std::string chars = text;
-  std::sort(chars.begin(), chars.end(), [](char a, char b) {
-    return static_cast<unsigned char>(a) < static_cast<unsigned char>(b);
-  });
-  chars.erase(std::unique(chars.begin(), chars.end()), chars.end());
-  return Tokenizer(chars);
+  std::u32string characters = decode_utf8(text);
+  std::sort(characters.begin(), characters.end());
+  characters.erase(std::unique(characters.begin(), characters.end()), characters.end());
+  return Tokenizer(std::move(characters));
+}
+
+Metadata Tokenizer::to_metadata() const {
+  return {{"chars", nlohmann::json(chars()).dump(-1, ' ', /*ensure_ascii=*/true)}};
+}
+
+Tokenizer Tokenizer::from_metadata(const Metadata& metadata) {
+  const auto chars = metadata.find("chars");
+  if (chars == metadata.end()) return {};
+  std::string text;
+  try {
+    text = nlohmann::json::parse(chars->second).get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("tokenizer: __metadata__ 'chars' is not a JSON string: ") + e.what());
+  }
+  try {
+    return Tokenizer(decode_utf8(text));
+  } catch (const Error& e) {
+    throw Error(std::string("tokenizer: __metadata__ 'chars': ") + e.what());
+  }
+}
+
+std::optional<int64_t> Tokenizer::id(char32_t character) const {
+  const auto found = id_of_.find(character);
+  if (found == id_of_.end()) return std::nullopt;
+  return found->second;
 }
 
 std::vector<int64_t> Tokenizer::encode(const std::string& text) const {
-  std::vector<int64_t> ids(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
-    ids[i] = id_of_byte_[static_cast<unsigned char>(text[i])];
-    AG_CHECK(ids[i] >= 0, "tokenizer: character '" << text[i] << "' is not in the model's vocabulary");
+  const std::u32string characters = decode_utf8(text);
+  std::vector<int64_t> ids(characters.size());
+  for (size_t i = 0; i < characters.size(); ++i) {
+    const std::optional<int64_t> found = id(characters[i]);
+    AG_CHECK(found, "tokenizer: character " << describe_character(characters[i])
+                                            << " is not in the model's vocabulary");
+    ids[i] = *found;
   }
   return ids;
 }
 
 std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
-  std::string text;
-  for (int64_t id : ids) text += chars_.at(id);
-  return text;
+  std::u32string characters(ids.size(), U'\0');
+  for (size_t i = 0; i < ids.size(); ++i) {
+    AG_CHECK(ids[i] >= 0 && ids[i] < vocab_size(),
+             "tokenizer: id " << ids[i] << " is outside the vocabulary [0, " << vocab_size() << ")");
+    characters[i] = characters_[static_cast<size_t>(ids[i])];
+  }
+  return encode_utf8(characters);
 }
 
 Dataset make_dataset(const std::string& text, int64_t block_size) {
-  AG_CHECK(static_cast<int64_t>(text.size()) >= block_size + 1,
-           "data: the text has " << text.size() << " characters, fewer than block_size + 1 = " << block_size + 1);
   Dataset data;
   data.tokenizer = Tokenizer::from_text(text);
   const std::vector<int64_t> ids = data.tokenizer.encode(text);
+  AG_CHECK(static_cast<int64_t>(ids.size()) >= block_size + 1,
+           "data: the text has " << ids.size() << " characters, fewer than block_size + 1 = " << block_size + 1);
   const size_t n_train = ids.size() * 9 / 10;
   data.train.assign(ids.begin(), ids.begin() + n_train);
   data.val.assign(ids.begin() + n_train, ids.end());

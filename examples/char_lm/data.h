@@ -1,41 +1,73 @@
 // The character-level data: the text, its tokenizer, the 90/10 split and
 // random training windows.
 #pragma once
+#include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
+#include "core/safetensors.h"
 #include "core/tensor.h"
 
 namespace ag::char_lm {
 
-// The text file to train on: `flag` if given, else $ATTOGRAD_DATA, else
-// data/tinyshakespeare.txt (scripts/get_data.sh fetches it).
-std::string resolve_data_path(const std::string& flag);
-// The whole file; ag::Error naming the path if it is missing or empty.
+// The text file to train on: `flag` if given, else $ATTOGRAD_DATA, else the
+// first of data/tinyshakespeare.txt and ../shared/data/tinyshakespeare.txt
+// that exists under `root` (char_lm: the current directory; the tests: the
+// checkout). When neither exists, the first, so the error names where to put it.
+std::string resolve_data_path(const std::string& flag, const std::string& root = ".");
+// The whole file; ag::Error naming the path if it is missing, a directory,
+// empty, or not UTF-8 (then with the byte offset of the first bad byte).
 std::string read_text(const std::string& path);
 
-// Tokens are the sorted unique bytes of the training text.
+// UTF-8 (RFC 3629) to code points and back. Decoding rejects what is not
+// UTF-8 (stray continuation bytes, truncated or overlong sequences, UTF-16
+// surrogates, values above U+10FFFF) with an ag::Error naming the byte offset.
+std::u32string decode_utf8(std::string_view bytes);
+std::string encode_utf8(std::u32string_view characters);
+
+// Tokens are characters, i.e. Unicode code points: the sorted unique code
+// points of the training text (nanoGPT's shakespeare_char takes the sorted set
+// of a Python str, which is the same thing). Code points rather than bytes, so
+// a token is a character the reader sees ("é", "中", "😀" are one token each,
+// not two to four), and every sequence of tokens decodes to valid UTF-8: a
+// sampled byte could end in the middle of a character. For ASCII text the two
+// coincide, ids included.
 class Tokenizer {
  public:
   Tokenizer() = default;
-  explicit Tokenizer(std::string chars);  // the vocabulary, sorted, unique
-  static Tokenizer from_text(const std::string& text);
+  // The vocabulary in id order; ag::Error if a character appears twice.
+  explicit Tokenizer(std::u32string characters);
+  static Tokenizer from_text(const std::string& text);  // UTF-8 text
 
-  int64_t vocab_size() const { return static_cast<int64_t>(chars_.size()); }
-  const std::string& chars() const { return chars_; }
-  std::vector<int64_t> encode(const std::string& text) const;  // ag::Error on a byte not in the vocabulary
+  // The vocabulary as checkpoint metadata, one key: "chars", a JSON string of
+  // the characters in id order (non-ASCII ones \u-escaped, so the header stays
+  // ASCII). Checkpoints from before UTF-8 support hold the same key with ASCII
+  // characters only, and read the same.
+  Metadata to_metadata() const;
+  // The inverse; an empty Tokenizer when `metadata` has no "chars" (a weights
+  // file written by another program). ag::Error if "chars" is malformed.
+  static Tokenizer from_metadata(const Metadata& metadata);
+
+  int64_t vocab_size() const { return static_cast<int64_t>(characters_.size()); }
+  const std::u32string& characters() const { return characters_; }
+  std::string chars() const { return encode_utf8(characters_); }  // the vocabulary as UTF-8 text
+  std::optional<int64_t> id(char32_t character) const;
+  // UTF-8 text to ids; ag::Error on invalid UTF-8 or a character not in the vocabulary.
+  std::vector<int64_t> encode(const std::string& text) const;
   std::string decode(const std::vector<int64_t>& ids) const;
 
  private:
-  std::string chars_;
-  std::vector<int64_t> id_of_byte_ = std::vector<int64_t>(256, -1);
+  std::u32string characters_;
+  std::unordered_map<char32_t, int64_t> id_of_;
 };
 
 struct Dataset {
   Tokenizer tokenizer;
   std::vector<int64_t> train, val;  // the first 90% of the tokens, and the rest
 };
-// ag::Error if the text is shorter than block_size + 1 (no window fits).
+// ag::Error if the text is shorter than block_size + 1 characters (no window fits).
 Dataset make_dataset(const std::string& text, int64_t block_size);
 
 // B windows of T + 1 tokens at offsets drawn from `gen`: x = tokens [0, T),

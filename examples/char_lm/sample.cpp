@@ -15,11 +15,18 @@ std::string generate(nn::GPT& model, const Tokenizer& tokenizer, const std::stri
   model.eval();
   Generator gen(options.seed);
   const int64_t V = tokenizer.vocab_size(), block = model.config().block_size;
-  // Without a prompt, start at the beginning of a line (or the first character
-  // of the vocabulary, for a text without newlines).
-  const bool has_newline = tokenizer.chars().find('\n') != std::string::npos;
-  std::vector<int64_t> ids = tokenizer.encode(prompt.empty() ? std::string(1, has_newline ? '\n' : tokenizer.chars()[0]) : prompt);
-  const size_t prompt_length = prompt.empty() ? 1 : ids.size();
+  // Without a prompt, start at the beginning of a line (or from the first
+  // character of the vocabulary, for a text without newlines); that start is
+  // not part of the returned text.
+  std::vector<int64_t> ids = {tokenizer.id(U'\n').value_or(0)};
+  if (!prompt.empty()) {
+    try {
+      ids = tokenizer.encode(prompt);
+    } catch (const Error& e) {
+      throw Error(std::string("sample: the prompt: ") + e.what());
+    }
+  }
+  const size_t start_length = prompt.empty() ? 1 : 0;
   for (int64_t n = 0; n < options.tokens; ++n) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), block);
     const std::vector<int64_t> context(ids.end() - T, ids.end());
@@ -46,8 +53,7 @@ std::string generate(nn::GPT& model, const Tokenizer& tokenizer, const std::stri
     }
     ids.push_back(next);
   }
-  const std::string text = tokenizer.decode(ids);
-  return prompt.empty() ? text.substr(prompt_length) : text;
+  return tokenizer.decode({ids.begin() + static_cast<std::ptrdiff_t>(start_length), ids.end()});
 }
 
 }  // namespace ag::char_lm

@@ -94,14 +94,6 @@ void collect_losses(std::vector<Tensor>& pending, std::vector<double>& losses) {
 }
 }  // namespace
 
-double step_flops(const nn::GPTConfig& m, int64_t B, int64_t T) {
-  const double N = static_cast<double>(B * T), C = static_cast<double>(m.n_embd);
-  const double per_layer = 2 * N * (3 * C * C + C * C + 2 * 4 * C * C)  // Q, K, V; W_O; the MLP's two
-                           + 2 * 2 * static_cast<double>(B) * T * T * C;  // S = QKᵀ and Z = AV, all heads
-  const double forward = m.n_layer * per_layer + 2 * N * C * static_cast<double>(m.vocab_size);  // + the head
-  return 3 * forward;  // the backward's two products per forward product
-}
-
 TrainResult train(TrainConfig c) {
   // --- options: on --resume merged with the run's own; all checked before --out is touched.
   const std::string out = c.run.out;
@@ -174,7 +166,8 @@ TrainResult train(TrainConfig c) {
   AG_CHECK(log, "train: cannot write '" << log_path << "'");
   if (!c.run.resume) log << "iter,kind,loss,lr,ms_per_iter\n";
   const int64_t tokens_per_step = c.optim.batch_size * c.optim.grad_accum * c.model.block_size;
-  const double flops_per_step = step_flops(c.model, c.optim.batch_size * c.optim.grad_accum, c.model.block_size);
+  const double flops_per_step = static_cast<double>(
+      nn::training_step_flops(c.model, c.optim.batch_size * c.optim.grad_accum, c.model.block_size));
   if (!c.quiet) {
     std::printf("char_lm: %lld parameters, vocab %lld, %zu train / %zu val tokens from %s\n",
                 static_cast<long long>(model->num_parameters()), static_cast<long long>(data.tokenizer.vocab_size()),

@@ -54,8 +54,4 @@ struct TrainResult {
 
 TrainResult train(TrainConfig config);
 
-// The FLOPs of one training step's matrix products (forward and backward) for
-// a batch of B sequences of T tokens: what the progress line's GFLOP/s counts.
-double step_flops(const nn::GPTConfig& model, int64_t B, int64_t T);
-
 }  // namespace ag::char_lm
