@@ -2,7 +2,8 @@
 // (a caching allocator) and the cuBLAS handle. Built from cuda/context.cu when
 // nvcc is found, otherwise from cuda/disabled.cpp, whose functions report "no
 // device" or throw a clear "built without CUDA" error, so callers never need
-// #ifdefs. Everything runs on device 0, on one stream, in queue order.
+// #ifdefs. Everything runs on one device (0, or in a data-parallel run the GPU
+// dist/nccl.cpp binds the process to), on one stream, in queue order.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -34,6 +34,7 @@ StepResult TrainStep::run(int64_t iter, const std::vector<Batch>& micro_batches)
     AG_CHECK(b.y.device() == Device::CPU, "TrainStep: targets must come from the host, got " << describe(b.y));
     for (int64_t t : b.y.to_indices()) result.scored += t != ignore_index_;
   }
+  if (total_scored) result.scored = total_scored(result.scored);
   AG_CHECK(result.scored > 0, "TrainStep: iteration " << iter << " has no scored target (every one is ignore_index "
                                                       << ignore_index_ << ")");
   result.loss = accumulate_gradients(micro_batches, result.scored);

@@ -1,6 +1,7 @@
 // One training step, the same for every program (char_lm, sort, and yours):
 //
 //   lr ← schedule(iter)                      warmup + cosine (optim/schedule.h)
+//   n ← total_scored(scored targets here)    the whole step's count (a hook; unset: the count here)
 //   zero_grad                                one fill of the flat gradient buffer
 //   for each micro-batch m:                  --grad-accum of them
 //     L_m = Σ over m's scored targets of the loss
@@ -49,9 +50,10 @@ struct Batch {
 
 struct StepResult {
   Tensor loss;       // mean loss over the step's scored targets: a scalar on the model's device
+                     // (data-parallel: this process's share, Σ over its targets / n; the shares sum to the mean)
   Tensor grad_norm;  // global gradient norm before clipping: a float64 scalar on that device
   double lr = 0;
-  int64_t scored = 0;  // targets that counted
+  int64_t scored = 0;  // targets that counted (n: in the whole step, total_scored's answer)
 };
 
 class TrainStep {
@@ -66,6 +68,11 @@ class TrainStep {
   // Runs after the last micro-batch's backward, before clipping: the gradients
   // (optimizer.gradient_buffers()) are complete and may be changed in place.
   std::function<void(Optimizer&)> after_backward;
+  // Turns the count of scored targets in this process's micro-batches into the
+  // step's n. Unset, n is that count. In data-parallel training each process
+  // holds a shard of the batch, and n must count the whole batch, on every
+  // process (optim/data_parallel.h sums the counts over the processes).
+  std::function<int64_t(int64_t)> total_scored;
 
   // Iteration `iter` (from 0) over `micro_batches` (at least one).
   StepResult run(int64_t iter, const std::vector<Batch>& micro_batches);

@@ -4,6 +4,8 @@
 # Arguments name further packages a script needs (scripts/build_sanitize.sh: clang).
 set -euo pipefail
 packages=(build-essential cmake libopenblas-openmp-dev doctest-dev nlohmann-json3-dev libcli11-dev "$@")
+# Data-parallel training under mpirun (dist/mpi.cpp); without it programs run as one process.
+packages+=(libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

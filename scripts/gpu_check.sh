@@ -5,7 +5,9 @@
 #   3. time 200 iterations of `char_lm train --device cuda` and of the PyTorch
 #      reference (bench/torch_char_lm.py, same model and loop, fp32, TF32 off) at
 #      the default config and at nanoGPT's GPU config for shakespeare_char,
-#   4. with FULL=1, train the GPU config to 5000 iterations (val loss target <= 1.50).
+#   4. train 20 iterations on one MPI process with --device cuda (NCCL collectives)
+#      and compare its losses with one process alone,
+#   5. with FULL=1, train the GPU config to 5000 iterations (val loss target <= 1.50).
 # Everything printed also goes to LOG_DIR/gpu_check.log.
 #
 #   bash scripts/gpu_check.sh LOG_DIR
@@ -28,10 +30,21 @@ if [ ! -e /usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ]; then
   export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu/openblas-openmp:$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 fi
 data=$(bash scripts/get_data.sh) || exit 1
+# Open MPI, for the NCCL check: the machine's, else the packages fetch_gpu_deps.sh left in .deps/openmpi.
+mpi_args=()
+if ! command -v mpiexec >/dev/null && compgen -G ".deps/openmpi/*.deb" >/dev/null; then
+  ompi=$PWD/.deps/openmpi/root
+  mkdir -p "$ompi"
+  for deb in .deps/openmpi/*.deb; do dpkg -x "$deb" "$ompi"; done
+  export OPAL_PREFIX=$ompi/usr
+  export LD_LIBRARY_PATH="$ompi/usr/lib/x86_64-linux-gnu/openmpi/lib:$ompi/usr/lib/x86_64-linux-gnu/pmix2/lib:$ompi/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+  mpi_args=(-DMPIEXEC_EXECUTABLE="$ompi/usr/bin/mpiexec.openmpi" -DMPI_CXX_COMPILER="$ompi/usr/bin/mpicxx.openmpi")
+fi
 
 echo "== build"
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DATTOGRAD_DEPS_ROOT="$deps" \
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DATTOGRAD_DEPS_ROOT="$deps" "${mpi_args[@]}" \
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >"$log_dir/configure.log" 2>&1 || { cat "$log_dir/configure.log"; exit 1; }
+grep "attograd: MPI" "$log_dir/configure.log"
 cmake --build build-gpu -j "$(nproc)" >"$log_dir/build.log" 2>&1 || { tail -50 "$log_dir/build.log"; exit 1; }
 echo "built"
 
@@ -66,6 +79,25 @@ for entry in "${configs[@]}"; do
     if (a == "" || t == "") { printf "%-12s %12s %12s %12s %12s %8s\n", n, a, "-", t, "-", "-"; exit }
     printf "%-12s %12.2f %12.0f %12.2f %12.0f %8.3f\n", n, a, 1000 * k / a, t, 1000 * k / t, a / t }'
 done
+
+echo "== NCCL: 20 iterations on one MPI process (--device cuda) against one process alone"
+mpiexec=$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' build-gpu/CMakeCache.txt)
+if grep -q "NCCL on" "$log_dir/configure.log" && [ -n "$mpiexec" ]; then
+  opts="--device cuda --data $data --n-layer 2 --n-head 2 --n-embd 64 --block-size 32 --batch-size 8 --dropout 0
+        --max-iters 20 --lr-decay-iters 20 --warmup-iters 5 --eval-interval 10 --eval-iters 2 --log-interval 1 --sample-tokens 0"
+  ./build-gpu/char_lm train $opts --out "$log_dir/run-alone" >"$log_dir/nccl-alone.log" 2>&1
+  timeout 300 "$mpiexec" --allow-run-as-root --bind-to none -np 1 ./build-gpu/char_lm train $opts --out "$log_dir/run-nccl" \
+    >"$log_dir/nccl-mpi.log" 2>&1
+  echo "exit status $?; last lines:"
+  tail -2 "$log_dir/nccl-mpi.log"
+  if cmp -s <(cut -d, -f1-3 "$log_dir/run-alone/log.csv") <(cut -d, -f1-3 "$log_dir/run-nccl/log.csv"); then
+    echo "NCCL: the losses in log.csv are the same as alone"
+  else
+    echo "NCCL: FAILED, the losses differ:"; diff <(cut -d, -f1-3 "$log_dir/run-alone/log.csv") <(cut -d, -f1-3 "$log_dir/run-nccl/log.csv") | head
+  fi
+else
+  echo "NCCL check SKIPPED: this build has no MPI or no NCCL (see the configure line above)"
+fi
 
 if [ "${FULL:-0}" = 1 ]; then
   echo "== nanoGPT GPU config, 5000 iterations"

@@ -4,14 +4,11 @@
 // it in a second; and the built char_lm, run as a user would.
 #pragma once
 #include <doctest/doctest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -100,17 +97,27 @@ inline char_lm::TrainConfig tiny_run(const std::string& out_dir, const std::stri
   return c;
 }
 
+// `char_lm train`'s command line for `c`: every option of its tables, so the
+// program (say under mpirun) trains what train(c) trains in-process.
+inline std::string train_arguments(const char_lm::TrainConfig& c) {
+  std::string args = "train";
+  char_lm::TrainConfig::for_each_table(c, [&](const auto& table) {
+    std::decay_t<decltype(table)>::for_each_option(table, [&](const auto& value, const OptionInfo& info) {
+      if (info.kind == OptionKind::Derived) return;
+      if constexpr (std::is_same_v<std::decay_t<decltype(value)>, bool>) {
+        if (value) args.append(" ").append(info.flag());
+      } else {
+        args.append(" ").append(info.flag()).append(" '").append(option_to_string(value)).append("'");
+      }
+    });
+  });
+  return args;
+}
+
 // Runs the built char_lm with `args` (after `env`, e.g. "VAR=1 "); returns its
 // exit status and output (stdout and stderr together).
 inline std::pair<int, std::string> run_char_lm(const std::string& args, const std::string& env = "") {
-  const std::string command = env + std::string(ATTOGRAD_CHAR_LM) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe);
-  std::string output;
-  std::array<char, 4096> buffer;
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WEXITSTATUS(status), output};
+  return run_command(env + std::string(ATTOGRAD_CHAR_LM) + " " + args);
 }
 
 }  // namespace ag::test

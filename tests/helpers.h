@@ -4,11 +4,14 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/autograd.h"
@@ -133,6 +136,31 @@ inline bool cuda_or_skip() {
   if (std::getenv("AG_REQUIRE_CUDA")) FAIL("AG_REQUIRE_CUDA is set but: " << cuda::describe_device());
   MESSAGE("[SKIP] " << cuda::describe_device());
   return false;
+}
+
+// Runs `command` through the shell; returns its exit status and its output (stdout and stderr).
+inline std::pair<int, std::string> run_command(const std::string& command) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  REQUIRE(pipe);
+  std::string output;
+  std::array<char, 4096> buffer;
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return {WEXITSTATUS(status), output};
+}
+
+// For test cases that start processes with mpirun: the command that starts
+// `processes` of them (never past `seconds`: a test that goes wrong must not
+// hang the suite), if this build has MPI; otherwise prints the [SKIP] marker
+// and returns "". --oversubscribe: CI has 2 cores; --allow-run-as-root: CI is root.
+inline std::string mpirun_or_skip(int processes, int seconds = 120) {
+  const std::string mpiexec = ATTOGRAD_MPIEXEC;
+  if (mpiexec.empty()) {
+    MESSAGE("[SKIP] built without MPI (CMake found none: apt-get install libopenmpi-dev openmpi-bin)");
+    return "";
+  }
+  return "timeout " + std::to_string(seconds) + " " + mpiexec + " --oversubscribe --allow-run-as-root -np " +
+         std::to_string(processes);
 }
 
 }  // namespace ag::test

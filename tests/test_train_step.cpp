@@ -1,7 +1,8 @@
 // The one training step (optim/train_step.h): gradient accumulation gives the
 // whole batch's gradient, also when micro-batches score different numbers of
-// targets; the after_backward hook sees the finished gradients; on CUDA a
-// step waits for the device only to upload its batches.
+// targets, and so does a data-parallel step over shards of the batch; the
+// after_backward hook sees the finished gradients; on CUDA a step waits for
+// the device only to upload its batches.
 #include <memory>
 
 #include "examples/char_lm/data.h"
@@ -9,6 +10,7 @@
 #include "optim/adam.h"
 #include "core/autograd.h"
 #include "core/dispatch.h"
+#include "optim/data_parallel.h"
 #include "optim/train_step.h"
 #include "tests/helpers.h"
 
@@ -54,8 +56,11 @@ struct StepOutcome {
   double loss, norm;
 };
 
-// One step on a fresh model: the gradient the optimizer used (no clipping) and the parameters after.
-StepOutcome one_step(const std::vector<optim::Batch>& batches, int64_t ignore_index = -100) {
+// One step on a fresh model: the gradient the optimizer used (no clipping) and
+// the parameters after. With `comm`, a data-parallel step: this process takes
+// its shard of each batch, and the loss is the processes' shares summed.
+StepOutcome one_step(const std::vector<optim::Batch>& batches, int64_t ignore_index = -100,
+                     dist::Communicator* comm = nullptr) {
   const std::unique_ptr<nn::GPT> model = tiny_gpt();
   optim::AdamW optimizer(optim::decay_groups(model->named_parameters(), 0.1), {.lr = 1e-2});
   optim::TrainOptions options;
@@ -64,7 +69,13 @@ StepOutcome one_step(const std::vector<optim::Batch>& batches, int64_t ignore_in
   optim::TrainStep step(optimizer, options,
                         [&](const Tensor& x, const Tensor& y) { return model->loss(x, y, Reduction::Sum, ignore_index); },
                         Device::CPU, ignore_index);
-  const optim::StepResult r = step.run(/*iter=*/150, batches);
+  std::vector<optim::Batch> shards = batches;
+  if (comm) {
+    optim::make_data_parallel(step, *comm);
+    for (optim::Batch& b : shards) b = {optim::shard(b.x, *comm), optim::shard(b.y, *comm)};
+  }
+  const optim::StepResult r = step.run(/*iter=*/150, shards);
+  if (comm) comm->all_reduce_sum(r.loss);
   StepOutcome out{optimizer.gradient_buffers()[0].to_vector(), {}, r.loss.item(), r.grad_norm.item()};
   for (const Tensor& p : model->parameters())
     for (double v : p.to_vector()) out.params.push_back(v);
@@ -110,6 +121,41 @@ TEST_CASE("train step: micro-batches scoring different numbers of targets still 
   const StepOutcome a = one_step(micro, kIgnore), b = one_step(whole, kIgnore);
   CHECK(max_relative_difference(a.grads, b.grads) <= 1e-13);
   CHECK(a.loss == doctest::Approx(b.loss).epsilon(1e-13));
+}
+
+// Run alone by CTest, and on 2 MPI processes by "data parallel: the every-process
+// cases pass on 2 MPI processes" (tests/test_data_parallel.cpp).
+TEST_CASE("data parallel (every process): a step over shards of the batch gives the one-process gradient, "
+          "even when the shards score different numbers of targets") {
+  dist::Communicator& comm = dist::world();
+  const int64_t N = comm.size();
+  // 2 micro-batches of 3 sequences per process; in the first, process 0's
+  // shard scores a single target and the others all 3·8 of theirs.
+  constexpr int64_t kIgnore = -100;
+  std::vector<optim::Batch> batches = draw(2, 3 * N);
+  std::vector<int64_t> targets = batches[0].y.to_indices();
+  std::fill(targets.begin() + 1, targets.begin() + 3 * kBlock, kIgnore);
+  batches[0].y = Tensor::from_indices(targets, batches[0].y.shape());
+
+  const StepOutcome whole = one_step(batches, kIgnore), parallel = one_step(batches, kIgnore, &comm);
+  CHECK(max_relative_difference(parallel.grads, whole.grads) <= 1e-13);
+  CHECK(parallel.loss == doctest::Approx(whole.loss).epsilon(1e-13));
+  CHECK(parallel.norm == doctest::Approx(whole.norm).epsilon(1e-13));
+  CHECK(max_relative_difference(parallel.params, whole.params) <= 1e-13);
+  CHECK(whole.norm > 0.1);
+
+  if (N > 1) {
+    // The test can fail: each process's own mean, averaged over the processes,
+    // is another gradient (process 0's 1 + 24 targets weigh 1/(N·25) each instead of 1/n).
+    std::vector<double> own_means;
+    std::vector<optim::Batch> shard_batches = batches;
+    for (optim::Batch& b : shard_batches) b = {optim::shard(b.x, comm), optim::shard(b.y, comm)};
+    const StepOutcome own = one_step(shard_batches, kIgnore);
+    const Tensor averaged = Tensor::from_vector(own.grads, {static_cast<int64_t>(own.grads.size())}, DType::Float64);
+    comm.all_reduce_sum(averaged);
+    for (double g : averaged.to_vector()) own_means.push_back(g / static_cast<double>(N));
+    CHECK(max_relative_difference(own_means, whole.grads) > 1e-2);
+  }
 }
 
 TEST_CASE("train step: after_backward sees the finished gradients, once per step, before clipping") {

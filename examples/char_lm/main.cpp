@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "cuda/context.h"
+#include "dist/communicator.h"
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/grads.h"
 #include "examples/char_lm/sample.h"
@@ -30,7 +31,10 @@ int run_train(const cli::Command& command, TrainConfig config) {
   config.given = command.given_names();
   require_device(config.run.device);
   const TrainResult r = train(config);
+  const dist::Communicator& comm = dist::world();
+  if (comm.rank() != 0) return 0;  // rank 0 speaks for the run
   std::printf("done: %zu iterations, median %.1f ms/iter", r.batch_losses.size(), r.ms_per_iter);
+  if (comm.size() > 1) std::printf(" (%.2f ms of it in collectives)", r.collective_ms_per_iter);
   if (!r.evals.empty()) std::printf(", final val loss %.4f", r.evals.back().val_loss);
   std::printf("\n");
   return 0;
@@ -92,7 +96,9 @@ int main(int argc, char** argv) {
     }
     return 2;
   } catch (const std::exception& e) {  // ag::Error, and I/O errors from the standard library
-    std::fprintf(stderr, "char_lm: %s\n", e.what());
+    std::fprintf(stderr, "char_lm%s: %s\n", dist::process_label().c_str(), e.what());
+    std::fflush(stderr);
+    dist::end_run_on_error(1);  // the other processes of a data-parallel run would wait for this one forever
     return 1;
   }
 }

@@ -10,10 +10,12 @@
 #include <numeric>
 
 #include "core/autograd.h"
+#include "dist/communicator.h"
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/data.h"
 #include "examples/char_lm/sample.h"
 #include "optim/adam.h"
+#include "optim/data_parallel.h"
 
 namespace ag::char_lm {
 
@@ -34,8 +36,9 @@ std::string duration_text(double seconds) {
 // Mean loss over eval_iters batches of each split. The batches come from a
 // generator of their own, the same at every evaluation: evaluating never moves
 // the training stream (so a resumed run draws the same batches) and every
-// evaluation scores the same windows.
-EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, int64_t iter) {
+// evaluation scores the same windows. Each process scores its shard of every
+// batch; the shards are equal, so the mean of their means is the batches' mean.
+EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, int64_t iter, dist::Communicator& comm) {
   NoGradGuard no_grad;
   model.eval();
   auto mean_loss = [&](const std::vector<int64_t>& tokens, uint64_t stream) {
@@ -44,10 +47,11 @@ EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, i
     Tensor x, y;
     for (int64_t i = 0; i < c.run.eval_iters; ++i) {
       get_batch(tokens, c.optim.batch_size, c.model.block_size, gen, x, y);
-      const Tensor loss = model.loss(x.to(c.run.device), y.to(c.run.device));
+      const Tensor loss = model.loss(optim::shard(x, comm).to(c.run.device), optim::shard(y, comm).to(c.run.device));
       total = total.defined() ? add(total, loss) : loss;
     }
-    return total.item() / static_cast<double>(c.run.eval_iters);  // one wait for the device
+    comm.all_reduce_sum(total);
+    return total.item() / static_cast<double>(c.run.eval_iters * comm.size());  // one wait for the device
   };
   EvalRecord record{iter, mean_loss(data.train, 2), mean_loss(data.val, 3)};
   model.train();
@@ -55,10 +59,27 @@ EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, i
 }
 
 // Checks every option and their relations, before anything is written.
-void check_options(const TrainConfig& c) {
+void check_options(const TrainConfig& c, const dist::Communicator& comm) {
   c.model.check();
   c.optim.check();
   check_option_ranges(c.run);
+  optim::check_divisible(c.optim.batch_size, comm);
+}
+
+// What every process of a data-parallel run must agree on, or their
+// collectives would not match: the options (but the paths, which may differ
+// between machines), the text, and the checkpoint a resumed run starts from.
+Metadata run_description(const TrainConfig& c, const std::string& text, const std::optional<SafetensorsFile>& saved_state) {
+  Metadata description;
+  TrainConfig::for_each_table(c, [&](const auto& table) {
+    write_options(table, description, {OptionKind::Model, OptionKind::Derived, OptionKind::Run, OptionKind::Setting,
+                                       OptionKind::Local}, KeyStyle::Dashed);
+  });
+  description.erase("data");
+  description.erase("out");
+  description["text fingerprint"] = std::to_string(dist::fingerprint(text));
+  if (saved_state) description["checkpoint iteration"] = std::to_string(saved_state->at("iter").to_indices()[0]);
+  return description;
 }
 
 // The log of a resumed run keeps the rows from before the checkpoint and the
@@ -85,16 +106,30 @@ void clear_run(const std::string& dir) {
   }
 }
 
-// Reads the losses the steps left on the device, at once (one wait, not one per step).
-void collect_losses(std::vector<Tensor>& pending, std::vector<double>& losses) {
+// Reads the losses the steps left on the device, at once (one wait, not one
+// per step), each the sum of the processes' shares (one all-reduce).
+void collect_losses(std::vector<Tensor>& pending, std::vector<double>& losses, dist::Communicator& comm) {
   if (pending.empty()) return;
-  const std::vector<double> values = concat(pending, 0).to_vector();
+  const Tensor shares = concat(pending, 0);
+  comm.all_reduce_sum(shares);
+  const std::vector<double> values = shares.to_vector();
   losses.insert(losses.end(), values.begin(), values.end());
   pending.clear();
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
 }
 }  // namespace
 
 TrainResult train(TrainConfig c) {
+  // Data-parallel when an MPI launcher started several processes (optim/data_parallel.h).
+  dist::Communicator& comm = dist::world();
+  const bool root = comm.rank() == 0;  // only rank 0 prints, logs and writes checkpoints
+  if (!root) c.quiet = true;
+
   // --- options: on --resume merged with the run's own; all checked before --out is touched.
   const std::string out = c.run.out;
   std::optional<SafetensorsFile> saved_state;
@@ -106,19 +141,25 @@ TrainResult train(TrainConfig c) {
     resume_options(c, *saved_state);
   }
   const std::string data_path = resolve_data_path(c.run.data);
-  const Dataset data = make_dataset(read_text(data_path), c.model.block_size);
+  const std::string text = read_text(data_path);
+  const Dataset data = make_dataset(text, c.model.block_size);
   c.model.vocab_size = data.tokenizer.vocab_size();
   c.run.data = data_path;  // remembered with the run, so --resume finds the text without --data
-  check_options(c);
+  check_options(c, comm);
   AG_CHECK(c.run.resume || c.run.overwrite || !holds_run(out),
            "train: '" << out << "' holds a run already; pass --resume to continue it, --overwrite to replace it, "
                          "or another --out");
 
-  std::error_code error;
-  std::filesystem::create_directories(out, error);
-  AG_CHECK(!error, "train: cannot create the output directory '" << out << "': " << error.message());
-  remove_stale_temporaries(out);
-  if (!c.run.resume && c.run.overwrite) clear_run(out);
+  if (root) {
+    std::error_code error;
+    std::filesystem::create_directories(out, error);
+    AG_CHECK(!error, "train: cannot create the output directory '" << out << "': " << error.message());
+    remove_stale_temporaries(out);
+    if (!c.run.resume && c.run.overwrite) clear_run(out);
+  }
+  // The first collectives: every process checks it trains the same run, then binds its GPU.
+  dist::check_same_on_every_process(comm, run_description(c, text, saved_state), "train");
+  comm.use_device(c.run.device);
 
   // --- the model: fresh from the seed, or the checkpoint's weights on --resume.
   std::unique_ptr<nn::GPT> model;
@@ -137,12 +178,14 @@ TrainResult train(TrainConfig c) {
   model->train();
   optim::AdamW optimizer(optim::decay_groups(model->named_parameters(), c.optim.weight_decay),
                          {c.optim.lr, c.optim.beta1, c.optim.beta2, 1e-8});
+  optim::replicate(model->parameters(), comm);
   optim::TrainStep step(optimizer, c.optim,
                         [&](const Tensor& x, const Tensor& y) { return model->loss(x, y, Reduction::Sum); },
                         c.run.device);
+  optim::make_data_parallel(step, comm);
 
-  Generator batches(c.optim.seed + 1);
-  manual_seed(c.optim.seed + 4);  // dropout masks draw from the default generator
+  Generator batches(c.optim.seed + 1);  // the same on every process: all draw each whole batch
+  manual_seed(optim::replica_seed(c.optim.seed + 4, comm));  // dropout masks draw from the default generator
   int64_t start = 0;
   if (c.run.resume) {
     const TrainState state = restore_train_state(*saved_state, optimizer);
@@ -152,7 +195,7 @@ TrainResult train(TrainConfig c) {
                                  << " (a crash between the two writes?); cannot continue that run");
     start = state.iter;
     batches.set_state(state.batch_seed, state.batch_offset);
-    default_generator().set_state(state.dropout_seed, state.dropout_offset);
+    default_generator().set_state(optim::replica_seed(state.dropout_seed, comm), state.dropout_offset);
   }
   const auto checkpoint = [&](int64_t iter, double val_loss) {
     save_checkpoint(out, iter, val_loss, *model, data.tokenizer,
@@ -161,10 +204,13 @@ TrainResult train(TrainConfig c) {
   };
 
   const std::string log_path = out + "/log.csv";
-  if (c.run.resume) truncate_log(log_path, start);
-  std::ofstream log(log_path, c.run.resume ? std::ios::app : std::ios::trunc);
-  AG_CHECK(log, "train: cannot write '" << log_path << "'");
-  if (!c.run.resume) log << "iter,kind,loss,lr,ms_per_iter\n";
+  std::ofstream log;
+  if (root) {
+    if (c.run.resume) truncate_log(log_path, start);
+    log.open(log_path, c.run.resume ? std::ios::app : std::ios::trunc);
+    AG_CHECK(log, "train: cannot write '" << log_path << "'");
+    if (!c.run.resume) log << "iter,kind,loss,lr,ms_per_iter\n";
+  }
   const int64_t tokens_per_step = c.optim.batch_size * c.optim.grad_accum * c.model.block_size;
   const double flops_per_step = static_cast<double>(
       nn::training_step_flops(c.model, c.optim.batch_size * c.optim.grad_accum, c.model.block_size));
@@ -178,29 +224,38 @@ TrainResult train(TrainConfig c) {
     std::printf("%lld tokens and %.2f GFLOP per step (batch %lld x %lld micro-batches x %lld tokens)\n",
                 static_cast<long long>(tokens_per_step), flops_per_step / 1e9, static_cast<long long>(c.optim.batch_size),
                 static_cast<long long>(c.optim.grad_accum), static_cast<long long>(c.model.block_size));
+    if (comm.size() > 1)
+      std::printf("data-parallel on %d processes (%s): each computes %lld of every batch's %lld sequences\n",
+                  comm.size(), comm.describe().c_str(), static_cast<long long>(c.optim.batch_size / comm.size()),
+                  static_cast<long long>(c.optim.batch_size));
   }
 
   TrainResult result;
-  std::vector<double> iter_ms;
+  std::vector<double> iter_ms, collective_ms;
   std::vector<Tensor> pending_losses;  // on the device until the next log line
   std::deque<double> recent_ms;        // the last iterations' times, for the ETA
   for (int64_t iter = start;; ++iter) {
     // Evaluate and checkpoint at the start of every eval_interval-th iteration
     // and at the end. A resumed run already did it for `start`.
     if ((iter % c.run.eval_interval == 0 || iter == c.run.max_iters) && !(c.run.resume && iter == start)) {
-      const EvalRecord e = evaluate(*model, data, c, iter);
+      const EvalRecord e = evaluate(*model, data, c, iter, comm);
       result.evals.push_back(e);
-      log << iter << ",train," << e.train_loss << ",,\n" << iter << ",val," << e.val_loss << ",,\n" << std::flush;
+      if (root) log << iter << ",train," << e.train_loss << ",,\n" << iter << ",val," << e.val_loss << ",,\n" << std::flush;
       if (!c.quiet) std::printf("eval iter %5lld: train loss %.4f, val loss %.4f\n", static_cast<long long>(iter), e.train_loss, e.val_loss);
       step.check_finite();  // a diverged run never saves
-      checkpoint(iter, e.val_loss);
+      if (root) checkpoint(iter, e.val_loss);
     }
     if (iter >= c.run.max_iters) break;
 
     const auto t0 = Clock::now();
     std::vector<optim::Batch> micro(c.optim.grad_accum);
-    for (optim::Batch& b : micro) get_batch(data.train, c.optim.batch_size, c.model.block_size, batches, b.x, b.y);
+    for (optim::Batch& b : micro) {
+      get_batch(data.train, c.optim.batch_size, c.model.block_size, batches, b.x, b.y);
+      b = {optim::shard(b.x, comm), optim::shard(b.y, comm)};
+    }
+    const double collective_ms_before = comm.collective_ms();
     const optim::StepResult r = step.run(iter, micro);
+    collective_ms.push_back(comm.collective_ms() - collective_ms_before);
     // On the CPU the check is free, so every step; on CUDA it waits for the device, so at log lines and saves.
     if (c.run.device == Device::CPU || c.run.detect_anomaly) step.check_finite(c.run.detect_anomaly ? &micro : nullptr);
     pending_losses.push_back(r.loss.reshape({1}));
@@ -210,10 +265,10 @@ TrainResult train(TrainConfig c) {
 
     if (iter % c.run.log_interval == 0 || iter + 1 == c.run.max_iters) {
       step.check_finite();
-      collect_losses(pending_losses, result.batch_losses);
+      collect_losses(pending_losses, result.batch_losses, comm);
       const double ms = std::accumulate(recent_ms.begin(), recent_ms.end(), 0.0) / static_cast<double>(recent_ms.size());
       const double loss = result.batch_losses.back();
-      log << iter << ",batch," << loss << "," << r.lr << "," << ms << "\n";
+      if (root) log << iter << ",batch," << loss << "," << r.lr << "," << ms << "\n";
       if (!c.quiet)
         std::printf("iter %5lld/%lld | loss %.4f | lr %.2e | %6.1f ms/iter | %7.0f tok/s | %6.1f GFLOP/s | ETA %s\n",
                     static_cast<long long>(iter), static_cast<long long>(c.run.max_iters), loss, r.lr, ms,
@@ -222,12 +277,10 @@ TrainResult train(TrainConfig c) {
       std::fflush(stdout);
     }
   }
-  collect_losses(pending_losses, result.batch_losses);
-  if (!iter_ms.empty()) {
-    std::nth_element(iter_ms.begin(), iter_ms.begin() + iter_ms.size() / 2, iter_ms.end());
-    result.ms_per_iter = iter_ms[iter_ms.size() / 2];
-  }
-  if (c.run.sample_tokens > 0) {
+  collect_losses(pending_losses, result.batch_losses, comm);
+  result.ms_per_iter = median(iter_ms);
+  result.collective_ms_per_iter = median(collective_ms);
+  if (c.run.sample_tokens > 0 && root) {
     SampleOptions sampling;
     sampling.tokens = c.run.sample_tokens;
     sampling.seed = c.optim.seed;

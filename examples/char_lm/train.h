@@ -49,6 +49,7 @@ struct TrainResult {
   std::vector<double> batch_losses;  // the training loss of each iteration run, in order
   std::vector<EvalRecord> evals;
   double ms_per_iter = 0;  // median over the iterations run
+  double collective_ms_per_iter = 0;  // of which in collectives (dist::Communicator::collective_ms), median
   std::string sample;
 };
 

@@ -1,0 +1,76 @@
+// dist/backends.h's device collectives over NCCL (it ships with the CUDA
+// toolkit): one GPU per process, chosen by the process's rank on its machine;
+// MPI only carries NCCL's id from rank 0 to the others, once.
+#include <nccl.h>
+
+#include <cstring>
+
+#include "cuda/check.h"
+#include "cuda/context.h"
+#include "dist/backends.h"
+
+namespace ag::dist {
+
+namespace {
+#define AG_NCCL_CHECK(call)                                                                     \
+  do {                                                                                          \
+    const ncclResult_t ag_status_ = (call);                                                     \
+    if (ag_status_ != ncclSuccess)                                                              \
+      ::ag::cuda::throw_cuda_error(#call, __FILE__, __LINE__,                                   \
+                                   std::string(ncclGetErrorString(ag_status_)) + " " + ncclGetLastError(nullptr)); \
+  } while (0)
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return ncclFloat32;
+    case DType::Float64: return ncclFloat64;
+    case DType::Int64: return ncclInt64;
+  }
+  throw Error("NCCL: unknown dtype");
+}
+
+cudaStream_t stream() { return static_cast<cudaStream_t>(cuda::stream()); }
+
+class Nccl final : public DeviceCollectives {
+ public:
+  explicit Nccl(Communicator& host) {
+    int gpus = 0;
+    AG_CUDA_CHECK(cudaGetDeviceCount(&gpus));
+    AG_CHECK(host.local_size() <= gpus, "--device cuda: " << host.local_size() << " processes on this machine share "
+                                                          << gpus << " GPU(s); start at most one process per GPU");
+    // Before any other CUDA call of this process: the stream, the allocator
+    // and cuBLAS (cuda/context.cu) are then made on this GPU.
+    AG_CUDA_CHECK(cudaSetDevice(host.local_rank()));
+
+    ncclUniqueId id;
+    static_assert(sizeof id % 8 == 0, "ncclUniqueId travels as int64 elements");
+    const Tensor packed = Tensor::zeros({static_cast<int64_t>(sizeof id / 8)}, DType::Int64);
+    if (host.rank() == 0) {
+      AG_NCCL_CHECK(ncclGetUniqueId(&id));
+      std::memcpy(packed.raw_data(), &id, sizeof id);
+    }
+    host.broadcast(packed, 0);
+    std::memcpy(&id, packed.raw_data(), sizeof id);
+    AG_NCCL_CHECK(ncclCommInitRank(&comm_, host.size(), id, host.rank()));
+  }
+  // Like the CUDA context, never destroyed: the process's exit releases it, and
+  // nothing calls into NCCL or CUDA while they shut down.
+
+  void all_reduce_sum(const Tensor& t) override {
+    AG_NCCL_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
+                                ncclSum, comm_, stream()));
+  }
+
+  void broadcast(const Tensor& t, int root) override {
+    AG_NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), root,
+                                comm_, stream()));
+  }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+};
+}  // namespace
+
+std::unique_ptr<DeviceCollectives> connect_gpus(Communicator& host) { return std::make_unique<Nccl>(host); }
+
+}  // namespace ag::dist
