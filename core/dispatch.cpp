@@ -112,11 +112,6 @@ void softmax_backward(const Tensor& y, const Tensor& dY, Tensor& dX) {
   if (call.on_cpu()) cpu::softmax_backward(y, dY, dX);
   else cuda::softmax_backward(y, dY, dX);
 }
-void causal_softmax(const Tensor& x, Tensor& y) {
-  const profiler::KernelCall call("softmax", "causal_softmax", {&x, &y});
-  if (call.on_cpu()) cpu::causal_softmax(x, y);
-  else cuda::causal_softmax(x, y);
-}
 void log_softmax(const Tensor& x, Tensor& y) {
   const profiler::KernelCall call("softmax", "log_softmax", {&x, &y});
   if (call.on_cpu()) cpu::log_softmax(x, y);
@@ -144,6 +139,24 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
     cpu::cross_entropy_backward(logits, targets, lse, ignore_index, scale, dLogits);
   else
     cuda::cross_entropy_backward(logits, targets, lse, ignore_index, scale, dLogits);
+}
+
+void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Tensor& L) {
+  const profiler::KernelCall call("attention", "attention_softmax", {&S, &A, &L});
+  if (call.on_cpu()) cpu::attention_softmax(S, mask, A, L);
+  else cuda::attention_softmax(S, mask, A, L);
+}
+void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const AttentionShape& shape,
+                     Tensor& Z, Tensor& L) {
+  const profiler::KernelCall call("attention", "flash_attention", {&Q, &K, &V, &Z, &L});
+  if (call.on_cpu()) cpu::flash_attention(Q, K, V, shape, Z, L);
+  else cuda::flash_attention(Q, K, V, shape, Z, L);
+}
+void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& L,
+                              const Tensor& dZ, const AttentionShape& shape, Tensor& dQ, Tensor& dK, Tensor& dV) {
+  const profiler::KernelCall call("attention", "flash_attention_backward", {&Q, &K, &V, &L, &dZ, &dQ, &dK, &dV});
+  if (call.on_cpu()) cpu::flash_attention_backward(Q, K, V, L, dZ, shape, dQ, dK, dV);
+  else cuda::flash_attention_backward(Q, K, V, L, dZ, shape, dQ, dK, dV);
 }
 
 void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,

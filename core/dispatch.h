@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/attention_math.h"
 #include "core/tensor.h"
 
 namespace ag::kernel {

@@ -3,8 +3,10 @@
 // derivations. All ops take and return contiguous tensors; inputs must share a
 // dtype and a device (ag::Error otherwise).
 #pragma once
+#include <optional>
 #include <vector>
 
+#include "core/attention_math.h"
 #include "core/tensor.h"
 
 namespace ag {
@@ -106,13 +108,56 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullptr);
 
 // --- attention (core/ops/attention.cpp) ---------------------------------------------------
-// The fused op on q, k, v [B, H, T, d_h]: S = QKᵀ/√d_h, A = softmax(S + M) with M
-// the causal mask (0 where j <= i, −inf where j > i) when `causal`, Z = AV.
-// Returns Z [B, H, T, d_h]; if `attention` is given, it receives A [B, H, T, T]
-// (detached, for inspection). Its backward is hand-derived (docs/backprop.md).
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                                    Tensor* attention = nullptr);
-// M [T, T]: 0 on and below the diagonal, −inf above (position i sees j <= i).
+// Scaled dot-product attention, per batch entry b and query head h:
+//   S = scale · Q Kᵀ,   A = softmax(S + M),   Z = A V
+// with q [B, Hq, Tq, d] and k, v [B, Hkv, Tk, d] (layout BHTD), or q [B, Tq, Hq, d]
+// and k, v [B, Tk, Hkv, d] (layout BTHD: a projection X·W_Q [B, T, C] reshaped
+// to [B, T, H, d_h], read in place). Hq must be a multiple of Hkv: query head h
+// reads kv head h / (Hq / Hkv) without a copy (grouped-query attention; Hkv = 1
+// is multi-query). Z comes back in q's layout. M is 0 where query i may see key
+// j and −∞ elsewhere (AttentionMask); a query that sees no key gets Z = 0 and
+// zero gradients, never NaN. The row log-sum-exp L = log Σ_j exp(S_ij + M_ij)
+// is what the flash backward saves. Backward: docs/backprop.md, "Attention".
+
+// How attention is computed; every implementation computes the same function.
+enum class AttentionImpl {
+  Composed,  // from the ops above (matmul, +M, softmax, matmul): the readable reference
+  Dense,     // three kernels that form S and A [B, Hq, Tq, Tk] and save A; A can be inspected
+  Flash,     // FlashAttention: tiles and the online softmax, saves only L; memory O(T·d)
+};
+template <> struct EnumNames<AttentionImpl> {
+  static constexpr std::pair<AttentionImpl, const char*> values[] = {
+      {AttentionImpl::Composed, "composed"}, {AttentionImpl::Dense, "dense"}, {AttentionImpl::Flash, "flash"}};
+};
+enum class AttentionLayout {
+  BHTD,  // [B, H, T, d]
+  BTHD,  // [B, T, H, d]
+};
+
+struct AttentionSpec {
+  bool causal = false;
+  std::optional<double> scale = std::nullopt;      // default 1/√d; must be > 0
+  std::optional<int64_t> q_offset = std::nullopt;  // query i sits at key position i + q_offset; default Tk − Tq (bottom-right
+                                                   // aligned: one new query over a cache of Tk keys sees all of them)
+  AttentionLayout layout = AttentionLayout::BHTD;
+  AttentionImpl impl = AttentionImpl::Flash;
+  // Issue 12's sparse patterns (window, dilation, global tokens, random blocks)
+  // join here; every implementation reads them through AttentionMask.
+};
+
+// Results of attention() besides Z, detached, for inspection and tests.
+struct AttentionInternals {
+  Tensor probabilities;  // A [B, Hq, Tq, Tk]: composed and dense (flash never forms A)
+  Tensor log_sum_exp;    // L [B, Hq, Tq], float64, +inf on a row that sees no key: dense and flash
+};
+
+// Z, in q's layout. `internals`, if given, receives A and/or L as noted above.
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec = {},
+                 AttentionInternals* internals = nullptr);
+// M [Tq, Tk]: 0 where mask.visible(i, j), −∞ elsewhere (what composed adds to S).
+Tensor attention_mask(const AttentionMask& mask, int64_t Tq, int64_t Tk, DType dtype = DType::Float32,
+                      Device device = Device::CPU);
+// The causal M [T, T]: 0 on and below the diagonal, −∞ above (position i sees j <= i).
 Tensor causal_mask(int64_t T, DType dtype = DType::Float32, Device device = Device::CPU);
 
 }  // namespace ag

@@ -59,11 +59,15 @@ void gemm(const GemmShape&, const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CU
 
 void softmax(const Tensor&, Tensor&) AG_WITHOUT_CUDA
 void softmax_backward(const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
-void causal_softmax(const Tensor&, Tensor&) AG_WITHOUT_CUDA
 void log_softmax(const Tensor&, Tensor&) AG_WITHOUT_CUDA
 void log_softmax_backward(const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
 void cross_entropy(const Tensor&, const Tensor&, int64_t, Tensor&, Tensor&, Tensor&) AG_WITHOUT_CUDA
 void cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, int64_t, const Tensor&, Tensor&) AG_WITHOUT_CUDA
+
+void attention_softmax(const Tensor&, const AttentionMask&, Tensor&, Tensor&) AG_WITHOUT_CUDA
+void flash_attention(const Tensor&, const Tensor&, const Tensor&, const AttentionShape&, Tensor&, Tensor&) AG_WITHOUT_CUDA
+void flash_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                              const AttentionShape&, Tensor&, Tensor&, Tensor&) AG_WITHOUT_CUDA
 
 void layer_norm(const Tensor&, const Tensor&, const Tensor&, double, Tensor&, Tensor&, Tensor&) AG_WITHOUT_CUDA
 void add_layer_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, double, Tensor&, Tensor&, Tensor&,

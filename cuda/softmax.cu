@@ -16,24 +16,22 @@ template <class T> constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 int64_t row_length(const Tensor& t) { return t.dim() == 0 ? 1 : t.shape().back(); }
 int64_t row_count(const Tensor& t) { return t.numel() / std::max<int64_t>(row_length(t), 1); }
 
-// y[0..valid) = softmax(x[0..valid)), y[valid..n) = 0, by the whole block. Serves
-// softmax (valid = n) and the causal attention softmax (valid = i + 1 on row i).
-template <class T> __device__ void softmax_row(const T* x, T* y, int64_t valid, int64_t n, T* scratch) {
+// y = softmax(x) over a row of n, by the whole block.
+template <class T> __device__ void softmax_row(const T* x, T* y, int64_t n, T* scratch) {
   T max = kNegInf<T>;
-  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) max = MaxOp{}(max, x[j]);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) max = MaxOp{}(max, x[j]);
   max = block_reduce(max, MaxOp{}, scratch);
   if (max == kNegInf<T>) {  // fully masked: no probability mass (the same for every thread)
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) y[j] = T(0);
     return;
   }
   T sum = 0;
-  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) {
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     y[j] = std::exp(x[j] - max);
     sum += y[j];
   }
   const T inv = T(1) / block_reduce(sum, SumOp{}, scratch);
-  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) y[j] *= inv;  // the elements this thread wrote
-  for (int64_t j = valid + threadIdx.x; j < n; j += blockDim.x) y[j] = T(0);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) y[j] *= inv;  // the elements this thread wrote
 }
 
 // log Σ_j exp(x_j) over a row, by the whole block; −inf for a fully masked row.
@@ -54,11 +52,10 @@ template <class T> __device__ T row_dot(const T* a, const T* b, int64_t n, T* sc
   return block_reduce(acc, SumOp{}, scratch);
 }
 
-// x [rows, C]; causal: x is [..., T, T] (C = T) and row r is row r mod T of its matrix.
-template <class T> __global__ void softmax_kernel(const T* x, T* y, int64_t rows, int64_t C, bool causal) {
+// x [rows, C]
+template <class T> __global__ void softmax_kernel(const T* x, T* y, int64_t rows, int64_t C) {
   __shared__ T scratch[32];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
-    softmax_row(x + r * C, y + r * C, causal ? r % C + 1 : C, C, scratch);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) softmax_row(x + r * C, y + r * C, C, scratch);
 }
 
 // dX = y ∘ (dY − Σ_j dY_j y_j)
@@ -133,15 +130,7 @@ void softmax(const Tensor& x, Tensor& y) {
   visit_floating(x.dtype(), "softmax", [&](auto zero) {
     using T = decltype(zero);
     const int64_t C = row_length(x), N = row_count(x);
-    launch_rows(softmax_kernel<T>, N, C, ptr<const T>(x), ptr<T>(y), N, C, false);
-  });
-}
-
-void causal_softmax(const Tensor& x, Tensor& y) {
-  visit_floating(x.dtype(), "causal_softmax", [&](auto zero) {
-    using T = decltype(zero);
-    const int64_t T_ = row_length(x), rows = row_count(x);
-    launch_rows(softmax_kernel<T>, rows, T_, ptr<const T>(x), ptr<T>(y), rows, T_, true);
+    launch_rows(softmax_kernel<T>, N, C, ptr<const T>(x), ptr<T>(y), N, C);
   });
 }
 

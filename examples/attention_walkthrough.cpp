@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
 
   // Draw order fixes every number: the module's W and b, then X, then R.
   Generator gen(seed);
-  nn::MultiHeadSelfAttention attn(d_model, H, /*causal=*/true, /*dropout=*/0.0, nn::AttentionImpl::Fused, &gen);
+  nn::MultiHeadSelfAttention attn(d_model, H, /*causal=*/true, /*dropout=*/0.0, nn::AttentionImpl::Dense, &gen);
   attn.to(DType::Float64);
   attn.set_keep_attention(true);
   Tensor X = Tensor::randn({n, d_model}, DType::Float64, &gen);
@@ -233,7 +233,7 @@ int main(int argc, char** argv) {
   const Tensor Y = Xc + O;
   print_matrix("Y = X + O", Y, "the residual: attention adds to X, it does not replace it");
 
-  // The module's forward (the fused kernel) as the independent check.
+  // The module's forward (the dense kernels) as the independent check.
   auto module_Y = [&] { return X + attn.forward(X.reshape({1, n, d_model})).reshape({n, d_model}); };
   const double Y_diff = max_abs(Y - module_Y().detach());
   std::printf("\nY matches module: %s (max |difference| %.1e)\n", Y_diff < 1e-12 ? "yes" : "no", Y_diff);

@@ -18,7 +18,7 @@ namespace ag::nn {
 class Block : public Module {
  public:
   Block(int64_t C, int64_t H, double dropout = 0.0, GeluApprox gelu = GeluApprox::Erf,
-        AttentionImpl impl = AttentionImpl::Fused, Generator* gen = nullptr);
+        AttentionImpl impl = AttentionImpl::Dense, Generator* gen = nullptr);
   // x [B, T, C] -> [B, T, C]
   Tensor forward(const Tensor& x);
 

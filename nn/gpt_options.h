@@ -12,4 +12,4 @@
   X(Model,   int64_t,           n_embd,     128,                   1,   1 << 16,   "embedding width C") \
   X(Model,   GeluApprox,        gelu,       GeluApprox::Erf,       0,   0,         "GELU: erf (exact) or tanh (GPT-2's approximation)") \
   X(Run,     double,            dropout,    0.0,                   0,   0.99,      "dropout probability (training only)") \
-  X(Setting, nn::AttentionImpl, attn_impl,  nn::AttentionImpl::Fused, 0, 0,        "attention implementation (same function, other speed)")
+  X(Setting, nn::AttentionImpl, attn_impl,  nn::AttentionImpl::Dense, 0, 0,        "attention implementation (same function, other speed)")

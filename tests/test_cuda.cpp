@@ -330,28 +330,6 @@ TEST_CASE("cuda: dropout draws the CPU's mask from the same seed") {
   CHECK(differing == 0);
 }
 
-TEST_CASE("cuda: scaled_dot_product_attention, causal and not, and the composed reference") {
-  if (!ag::test::cuda_or_skip()) return;
-  for (const Shape& shape : {Shape{2, 3, 17, 8}, Shape{1, 2, 300, 16}}) {
-    for (bool causal : {true, false}) {
-      CAPTURE(to_string(shape));
-      CAPTURE(causal);
-      const Inputs in = {input(shape, 100), input(shape, 101), input(shape, 102)};
-      check_cuda_matches_cpu([causal](const Inputs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], causal); },
-                             in);
-      // Composed: matmul, scale, the −inf causal mask added, softmax, matmul.
-      check_cuda_matches_cpu(
-          [causal](const Inputs& x) {
-            const int64_t T = x[0].size(-2);
-            Tensor s = matmul(x[0], transpose(x[1], -2, -1)) * (1.0 / std::sqrt(static_cast<double>(x[0].size(-1))));
-            if (causal) s = s + causal_mask(T, DType::Float32, x[0].device());
-            return matmul(softmax(s), x[2]);
-          },
-          in);
-    }
-  }
-}
-
 TEST_CASE("cuda: optimizer kernels") {
   if (!ag::test::cuda_or_skip()) return;
   const Shape shape = {3, 1000};

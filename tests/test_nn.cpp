@@ -265,8 +265,8 @@ TEST_CASE("nn: GPT forward shapes and the block_size check") {
                        Error);
 }
 
-TEST_CASE("nn: GPT gradcheck of the loss over every parameter, both attention impls") {
-  for (AttentionImpl impl : {AttentionImpl::Composed, AttentionImpl::Fused}) {
+TEST_CASE("nn: GPT gradcheck of the loss over every parameter, every attention impl") {
+  for (AttentionImpl impl : {AttentionImpl::Composed, AttentionImpl::Dense, AttentionImpl::Flash}) {
     GPTConfig config{.vocab_size = 7, .block_size = 4, .n_layer = 1, .n_head = 2, .n_embd = 4};
     config.attn_impl = impl;
     Generator gen(25);

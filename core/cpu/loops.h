@@ -15,6 +15,13 @@ namespace ag::cpu {
 // costs more than it saves.
 constexpr int64_t kParallelGrain = 1 << 15;
 
+// Calls body(row) for each of `rows` rows of `cols` elements, in parallel when
+// the work is large, so body must write only its own row.
+template <class Body> void for_rows(int64_t rows, int64_t cols, Body&& body) {
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * cols > kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) body(r);
+}
+
 // Walks the rows (all dims but the last) of `shape` for K operands laid out by
 // `strides` (in elements, 0 on broadcast dims), calling
 //   body(base, inner, inner_stride)

@@ -14,29 +14,21 @@ namespace {
 // Rows [N, C] of a tensor of any rank (the last dim is C).
 int64_t row_length(const Tensor& t) { return t.dim() == 0 ? 1 : t.shape().back(); }
 
-// Calls body(row) for each of `rows` rows, in parallel when the work is large.
-template <class Body> void for_rows(int64_t rows, int64_t cols, Body&& body) {
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * cols > kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) body(r);
-}
-
-// y[0..valid) = softmax(x[0..valid)), y[valid..n) = 0. Serves softmax (valid =
-// n) and the causal attention softmax (valid = i + 1 on row i).
-template <class T> void softmax_row(const T* x, T* y, int64_t valid, int64_t n) {
+// y = softmax(x) over a row of n.
+template <class T> void softmax_row(const T* x, T* y, int64_t n) {
   T max = -std::numeric_limits<T>::infinity();
-  for (int64_t j = 0; j < valid; ++j) max = std::max(max, x[j]);
+  for (int64_t j = 0; j < n; ++j) max = std::max(max, x[j]);
   if (max == -std::numeric_limits<T>::infinity()) {  // fully masked: no probability mass
     std::fill_n(y, n, T(0));
     return;
   }
   T sum = 0;
-  for (int64_t j = 0; j < valid; ++j) {
+  for (int64_t j = 0; j < n; ++j) {
     y[j] = std::exp(x[j] - max);
     sum += y[j];
   }
   const T inv = T(1) / sum;
-  for (int64_t j = 0; j < valid; ++j) y[j] *= inv;
-  std::fill(y + valid, y + n, T(0));
+  for (int64_t j = 0; j < n; ++j) y[j] *= inv;
 }
 
 // log-sum-exp of a row; −inf for a fully masked row.
@@ -56,17 +48,7 @@ void softmax(const Tensor& x, Tensor& y) {
     const int64_t C = row_length(x), N = x.numel() / std::max<int64_t>(C, 1);
     const T* px = x.data<T>();
     T* py = y.data<T>();
-    for_rows(N, C, [&](int64_t r) { softmax_row(px + r * C, py + r * C, C, C); });
-  });
-}
-
-void causal_softmax(const Tensor& x, Tensor& y) {
-  visit_floating(x.dtype(), "causal_softmax", [&](auto zero) {
-    using T = decltype(zero);
-    const int64_t T_ = row_length(x), rows = x.numel() / std::max<int64_t>(T_, 1);
-    const T* px = x.data<T>();
-    T* py = y.data<T>();
-    for_rows(rows, T_, [&](int64_t r) { softmax_row(px + r * T_, py + r * T_, r % T_ + 1, T_); });
+    for_rows(N, C, [&](int64_t r) { softmax_row(px + r * C, py + r * C, C); });
   });
 }
 

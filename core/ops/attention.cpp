@@ -1,16 +1,23 @@
-// Fused scaled dot-product attention on Q, K, V [B, H, T, d_h] (any leading
-// dims; each T×d_h matrix is one (batch, head)):
-//   S = Q Kᵀ/√d_h,   A = softmax(S + M),   Z = A V.
-// The composed version (matmul, scale, mask, softmax, matmul) is the reference
-// it is tested against; this one saves A only and skips the masked entries in
-// the softmax (written as exact zeros).
+// attention(q, k, v, spec): one contract (core/ops.h), three implementations.
+// Per batch entry and query head, with M the mask (0 visible, −∞ hidden):
+//   S = scale · Q Kᵀ,   A = softmax(S + M),   Z = A V
 //
-// Backward (docs/backprop.md, "Attention"):
+// Backward (docs/backprop.md, sections 10 and 21):
 //   Z = AV            →  dV = Aᵀ dZ,   dA = dZ Vᵀ
 //   A = softmax(S+M)  →  dS = A ∘ (dA − rowsum(dA ∘ A))   (0 where masked, as A is)
-//   S = QKᵀ/√d_h      →  dQ = dS K/√d_h,   dK = dSᵀ Q/√d_h
-// The mask is a constant, so it has no gradient of its own; the scale keeps the
-// logits' variance near 1 whatever d_h is (the softmax would saturate otherwise).
+//   S = scale·QKᵀ     →  dQ = scale · dS K,   dK = scale · dSᵀ Q
+// With grouped kv heads, a kv head's dK and dV sum the terms of every query
+// head that read it. The mask is a constant: no gradient of its own. The
+// scale (1/√d by default) keeps the scores' variance near 1 whatever d is.
+//
+//   composed: the formulas as ops (matmul, +M, softmax, matmul); each op's own
+//             backward gives the gradient. The reference the others are tested against.
+//   dense:    forms S and A [B, Hq, Tq, Tk] (A overwrites S), saves A, and runs
+//             the three lines above as GEMMs and one softmax-backward kernel.
+//   flash:    FlashAttention: tiles and the online softmax, never forming S or
+//             A; saves only L = log Σ_j exp(S_ij + M_ij), one number per row, and
+//             recomputes P = exp(S − L) tile by tile in the backward (the kernels:
+//             core/cpu/attention.cpp, cuda/attention.cu).
 #include <cmath>
 #include <limits>
 
@@ -19,62 +26,188 @@
 namespace ag {
 
 namespace {
-// C_b = alpha · op(X_b) op(Y_b) for each of `batch` matrices.
-void batched_product(const Tensor& X, bool trans_x, const Tensor& Y, bool trans_y, Tensor& C, int64_t batch,
-                     int64_t M, int64_t N, int64_t K, double alpha) {
-  kernel::GemmShape shape{batch, M, N, K};
-  shape.trans_a = trans_x;
-  shape.trans_b = trans_y;
-  shape.a_batch_stride = M * K;
-  shape.b_batch_stride = K * N;
-  shape.c_batch_stride = M * N;
-  shape.alpha = alpha;
-  kernel::gemm(shape, X, Y, C);
+
+// The problem as the kernels see it, from the inputs and the spec.
+AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
+  detail::check_compatible("attention", {&q, &k, &v});
+  const bool bthd = spec.layout == AttentionLayout::BTHD;
+  const char* expected = bthd ? "q [B, Tq, Hq, d] and k, v [B, Tk, Hkv, d] (layout BTHD)"
+                              : "q [B, Hq, Tq, d] and k, v [B, Hkv, Tk, d] (layout BHTD)";
+  const auto shapes = [&] {
+    return "attention: q " + to_string(q.shape()) + ", k " + to_string(k.shape()) + ", v " + to_string(v.shape());
+  };
+  AG_CHECK(q.dim() == 4 && k.dim() == 4 && k.shape() == v.shape() && k.size(0) == q.size(0) &&
+               k.size(3) == q.size(3) && q.size(3) > 0,
+           shapes() << ": expected " << expected);
+  const int64_t t_dim = bthd ? 1 : 2, h_dim = bthd ? 2 : 1;
+  const int64_t B = q.size(0), Hq = q.size(h_dim), Tq = q.size(t_dim), d = q.size(3);
+  const int64_t Hkv = k.size(h_dim), Tk = k.size(t_dim);
+  AG_CHECK(Hkv > 0 && Hq % Hkv == 0,
+           shapes() << ": " << Hq << " query heads are not a multiple of " << Hkv << " kv heads");
+  const double scale = spec.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
+  AG_CHECK(scale > 0 && std::isfinite(scale), shapes() << ": scale " << scale << " is not a positive number");
+  const auto strides = [&](int64_t H, int64_t T) {
+    return bthd ? HeadStrides{T * H * d, d, H * d} : HeadStrides{H * T * d, T * d, d};
+  };
+  return {.B = B, .Hq = Hq, .Hkv = Hkv, .Tq = Tq, .Tk = Tk, .d = d, .scale = scale,
+          .mask = {.causal = spec.causal, .q_offset = spec.q_offset.value_or(Tk - Tq)},
+          .q = strides(Hq, Tq), .kv = strides(Hkv, Tk)};
 }
-}  // namespace
 
-Tensor causal_mask(int64_t T, DType dtype, Device device) {
-  std::vector<double> m(T * T, 0.0);
-  for (int64_t i = 0; i < T; ++i)
-    for (int64_t j = i + 1; j < T; ++j) m[i * T + j] = -std::numeric_limits<double>::infinity();
-  return Tensor::from_vector(m, {T, T}, dtype).to(device);
+// --- composed ------------------------------------------------------------------------
+
+Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape,
+                const AttentionSpec& spec, AttentionInternals* internals) {
+  const auto [B, Hq, Hkv, Tq, Tk, d, scale, mask, q_at, kv_at] = shape;
+  const int64_t group = shape.group();
+  // [B, T, H, d] ↔ [B, H, T, d]: the swap is its own inverse (a copy; dense and flash read BTHD in place)
+  const auto heads_first = [&](const Tensor& t) {
+    return spec.layout == AttentionLayout::BTHD ? permute(t, {0, 2, 1, 3}) : t;
+  };
+  // Each kv head serves `group` query heads: [B, Hkv, Tk, d] → [B, Hkv, group, Tk, d] → [B, Hq, Tk, d].
+  // expand copies; its backward sums the group's gradients into the kv head.
+  const auto repeat_kv = [&](const Tensor& t) {
+    return group == 1 ? t : expand(t.reshape({B, Hkv, 1, Tk, d}), {B, Hkv, group, Tk, d}).reshape({B, Hq, Tk, d});
+  };
+  const Tensor Q = heads_first(q), K = repeat_kv(heads_first(k)), V = repeat_kv(heads_first(v));
+  Tensor S = matmul(Q, transpose(K, 2, 3)) * scale;                          // [B, Hq, Tq, Tk]
+  if (mask.causal) S = S + attention_mask(mask, Tq, Tk, S.dtype(), S.device());  // M [Tq, Tk] broadcasts
+  const Tensor A = softmax(S);
+  if (internals) internals->probabilities = A.detach();
+  return heads_first(matmul(A, V));  // Z
 }
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                                    Tensor* attention) {
-  detail::check_compatible("scaled_dot_product_attention", {&q, &k, &v});
-  AG_CHECK(q.dim() >= 2 && q.shape() == k.shape() && q.shape() == v.shape(),
-           "scaled_dot_product_attention: q " << to_string(q.shape()) << ", k " << to_string(k.shape()) << ", v "
-                                              << to_string(v.shape()) << ": expected three equal shapes [..., T, d_h]");
-  const int64_t T = q.size(-2), d = q.size(-1), batch = q.numel() / std::max<int64_t>(T * d, 1);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  Shape scores_shape(q.shape().begin(), q.shape().end() - 1);
-  scores_shape.push_back(T);  // [B, H, T, T]
+// --- dense ---------------------------------------------------------------------------
 
-  Tensor S = detail::empty_as(scores_shape, q);
-  batched_product(q, false, k, true, S, batch, T, T, d, scale);  // S = QKᵀ/√d_h
-  Tensor A = detail::empty_as(scores_shape, q);
-  causal ? kernel::causal_softmax(S, A) : kernel::softmax(S, A);  // A = softmax(S + M)
+// One operand of dense's products: the per-head matrices of a tensor, matrix
+// (b, h) at `at.at(b, h, 0)` with rows `at.row` apart; indexed by the query
+// head h, or by its kv head h / group.
+struct HeadOperand {
+  const Tensor& t;
+  HeadStrides at;
+  bool by_kv_head = false;
+  bool transposed = false;
+};
+
+// For every batch entry b and query head h:  C_h = alpha · op(X_h) op(Y_h),
+// each operand read at h or at h's kv head. When C is indexed by the kv head
+// and X, Y by the query head, the group's products are summed into C.
+// The GEMMs go one per head, or batched over the heads (and the batch entries)
+// where one stride walks every operand.
+void head_product(const AttentionShape& shape, const HeadOperand& x, const HeadOperand& y, Tensor& c_tensor,
+                  const HeadOperand& c, int64_t M, int64_t N, int64_t K, double alpha) {
+  const int64_t group = shape.group();
+  kernel::GemmShape s{1, M, N, K};
+  s.trans_a = x.transposed;
+  s.trans_b = y.transposed;
+  s.lda = x.at.row;
+  s.ldb = y.at.row;
+  s.ldc = c.at.row;
+  s.alpha = alpha;
+  if (group == 1) {  // every operand is indexed the same way: batch over the heads
+    const int64_t H = shape.Hq;
+    const bool fold_batch = x.at.batch == H * x.at.head && y.at.batch == H * y.at.head && c.at.batch == H * c.at.head;
+    s.batch = fold_batch ? shape.B * H : H;
+    s.a_batch_stride = x.at.head;
+    s.b_batch_stride = y.at.head;
+    s.c_batch_stride = c.at.head;
+    for (int64_t b = 0; b < (fold_batch ? 1 : shape.B); ++b) {
+      s.a_offset = x.at.at(b, 0, 0);
+      s.b_offset = y.at.at(b, 0, 0);
+      s.c_offset = c.at.at(b, 0, 0);
+      kernel::gemm(s, x.t, y.t, c_tensor);
+    }
+    return;
+  }
+  const auto offset = [&](const HeadOperand& o, int64_t b, int64_t h) {
+    return o.at.at(b, o.by_kv_head ? h / group : h, 0);
+  };
+  const bool sum_group = c.by_kv_head && !x.by_kv_head;
+  for (int64_t b = 0; b < shape.B; ++b)
+    for (int64_t h = 0; h < shape.Hq; ++h) {
+      s.a_offset = offset(x, b, h);
+      s.b_offset = offset(y, b, h);
+      s.c_offset = offset(c, b, h);
+      s.beta = sum_group && h % group != 0 ? 1.0 : 0.0;
+      kernel::gemm(s, x.t, y.t, c_tensor);
+    }
+}
+
+Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape,
+             AttentionInternals* internals) {
+  const auto [B, Hq, Hkv, Tq, Tk, d, scale, mask, q_at, kv_at] = shape;
+  const HeadStrides scores_at{Hq * Tq * Tk, Tq * Tk, Tk};  // S, A, dA, dS [B, Hq, Tq, Tk]
+  Tensor A = detail::empty_as({B, Hq, Tq, Tk}, q);
+  head_product(shape, {q, q_at}, {k, kv_at, true, true}, A, {A, scores_at}, Tq, Tk, d, scale);  // S = scale·QKᵀ
+  Tensor L = Tensor::empty({B, Hq, Tq}, DType::Float64, q.device());
+  kernel::attention_softmax(A, mask, A, L);  // A = softmax(S + M), in place of S
   Tensor Z = detail::empty_like(q);
-  batched_product(A, false, v, false, Z, batch, T, d, T, 1.0);    // Z = AV
-  if (attention) *attention = A;
+  head_product(shape, {A, scores_at}, {v, kv_at, true}, Z, {Z, q_at}, Tq, d, Tk, 1.0);  // Z = AV
+  if (internals) *internals = {A.detach(), L};
 
-  return record("scaled_dot_product_attention", {q, k, v}, Z,
-                [Q = q.detach(), K = k.detach(), V = v.detach(), A, batch, T, d, scale](const Tensor& dZ) -> Gradients {
+  return record("attention", {q, k, v}, Z,
+                [Q = q.detach(), K = k.detach(), V = v.detach(), A, shape, scores_at](const Tensor& dZ) -> Gradients {
+                  const auto [B, Hq, Hkv, Tq, Tk, d, scale, mask, q_at, kv_at] = shape;
                   // Z = AV
                   Tensor dV = detail::empty_like(V);
-                  batched_product(A, true, dZ, false, dV, batch, T, d, T, 1.0);  // dV = Aᵀ dZ
-                  Tensor dA = detail::empty_like(A);
-                  batched_product(dZ, false, V, true, dA, batch, T, T, d, 1.0);  // dA = dZ Vᵀ
-                  // A = softmax(S + M)
+                  head_product(shape, {A, scores_at, false, true}, {dZ, q_at}, dV, {dV, kv_at, true}, Tk, d, Tq,
+                               1.0);  // dV = Aᵀ dZ
                   Tensor dS = detail::empty_like(A);
-                  kernel::softmax_backward(A, dA, dS);  // dS = A ∘ (dA − rowsum(dA ∘ A))
-                  // S = QKᵀ/√d_h
+                  head_product(shape, {dZ, q_at}, {V, kv_at, true, true}, dS, {dS, scores_at}, Tq, Tk, d,
+                               1.0);  // dA = dZ Vᵀ
+                  // A = softmax(S + M)
+                  kernel::softmax_backward(A, dS, dS);  // dS = A ∘ (dA − rowsum(dA ∘ A)), in place of dA
+                  // S = scale·QKᵀ
                   Tensor dQ = detail::empty_like(Q), dK = detail::empty_like(K);
-                  batched_product(dS, false, K, false, dQ, batch, T, d, T, scale);  // dQ = dS K/√d_h
-                  batched_product(dS, true, Q, false, dK, batch, T, d, T, scale);   // dK = dSᵀ Q/√d_h
+                  head_product(shape, {dS, scores_at}, {K, kv_at, true}, dQ, {dQ, q_at}, Tq, d, Tk,
+                               scale);  // dQ = scale·dS K
+                  head_product(shape, {dS, scores_at, false, true}, {Q, q_at}, dK, {dK, kv_at, true}, Tk, d, Tq,
+                               scale);  // dK = scale·dSᵀ Q
                   return {dQ, dK, dV};
                 });
+}
+
+// --- flash ---------------------------------------------------------------------------
+
+Tensor flash(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape,
+             AttentionInternals* internals) {
+  Tensor Z = detail::empty_like(q);
+  Tensor L = Tensor::empty({shape.B, shape.Hq, shape.Tq}, DType::Float64, q.device());
+  kernel::flash_attention(q, k, v, shape, Z, L);
+  if (internals) internals->log_sum_exp = L;
+
+  // Saves L (for P = exp(S − L)) besides the inputs: O(T), never O(T²).
+  return record("attention", {q, k, v}, Z,
+                [Q = q.detach(), K = k.detach(), V = v.detach(), L, shape](const Tensor& dZ) -> Gradients {
+                  Tensor dQ = detail::empty_like(Q), dK = detail::empty_like(K), dV = detail::empty_like(V);
+                  kernel::flash_attention_backward(Q, K, V, L, dZ, shape, dQ, dK, dV);
+                  return {dQ, dK, dV};
+                });
+}
+
+}  // namespace
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                 AttentionInternals* internals) {
+  const AttentionShape shape = describe_problem(q, k, v, spec);
+  if (internals) *internals = {};
+  switch (spec.impl) {
+    case AttentionImpl::Composed: return composed(q, k, v, shape, spec, internals);
+    case AttentionImpl::Dense: return dense(q, k, v, shape, internals);
+    case AttentionImpl::Flash: return flash(q, k, v, shape, internals);
+  }
+  throw Error("attention: unknown implementation");
+}
+
+Tensor attention_mask(const AttentionMask& mask, int64_t Tq, int64_t Tk, DType dtype, Device device) {
+  std::vector<double> m(Tq * Tk);
+  for (int64_t i = 0; i < Tq; ++i)
+    for (int64_t j = 0; j < Tk; ++j) m[i * Tk + j] = mask.visible(i, j) ? 0.0 : -std::numeric_limits<double>::infinity();
+  return Tensor::from_vector(m, {Tq, Tk}, dtype).to(device);
+}
+
+Tensor causal_mask(int64_t T, DType dtype, Device device) {
+  return attention_mask({.causal = true, .q_offset = 0}, T, T, dtype, device);
 }
 
 }  // namespace ag

@@ -1,0 +1,153 @@
+// bench_attention: the attention op (core/ops.h) on the CPU in float32, every
+// implementation, forward and forward+backward: wall time, GFLOP/s and peak
+// extra memory, for B·H = 8 (B = 1, H = 8), d in {32, 64}, T in {64, 256, 1024,
+// 4096, 16384}, causal and not. The machine's sgemm rate, measured at start
+// with the same threads, is printed beside them. Output: a Markdown table
+// (bench/attention_torch.py prints PyTorch's rows in the same format).
+//
+//   OPENBLAS_CORETYPE=SKYLAKEX ./build/bench_attention --threads 2
+//
+// GFLOP/s counts the products' multiply-adds as docs/backprop.md does: forward
+// 4·Tq·Tk·d per head (causal: the visible pairs only), backward 2.5× that.
+// Each case runs in a process of its own (this program with --case); a case
+// whose estimated memory exceeds --memory-limit-gb is listed as skipped.
+#include <CLI/CLI.hpp>
+#include <cblas.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "bench/measure.h"
+#include "core/ops.h"
+#include "core/threads.h"
+
+using namespace ag;
+
+namespace {
+
+constexpr int64_t kBatch = 1, kHeads = 8;
+
+struct Case {
+  std::string impl;
+  int64_t T, d;
+  bool causal;
+};
+
+// Multiply-adds ×2 of one forward: 4·d per visible (query, key) pair and head.
+double forward_flops(const Case& c) {
+  const double pairs = c.causal ? c.T * (c.T + 1) / 2.0 : static_cast<double>(c.T) * c.T;
+  return 4.0 * kBatch * kHeads * c.d * pairs;
+}
+
+double estimated_gb(const Case& c) {
+  return bench::attention_matrices(c.impl) * kBatch * kHeads * static_cast<double>(c.T) * c.T * 4 / 1e9;
+}
+
+// One case, in this process: one forward+backward for the memory (peak after
+// the forward and after the backward), then the timed repeats.
+void run_case(const Case& c, bench::Clock clock, double budget_s) {
+  const AttentionSpec spec{.causal = c.causal, .impl = enum_from_name<AttentionImpl>(c.impl, "--impls")};
+  Generator gen(1);
+  const Shape shape = {kBatch, kHeads, c.T, c.d};
+  Tensor q = Tensor::randn(shape, DType::Float32, &gen).requires_grad_();
+  Tensor k = Tensor::randn(shape, DType::Float32, &gen).requires_grad_();
+  Tensor v = Tensor::randn(shape, DType::Float32, &gen).requires_grad_();
+  const Tensor dZ = Tensor::randn(shape, DType::Float32, &gen);
+  const auto forward_backward = [&] {
+    attention(q, k, v, spec).backward(dZ);
+    for (Tensor* t : {&q, &k, &v}) t->zero_grad();
+  };
+  double forward_mb, total_mb;
+  {
+    bench::PeakMemory peak;
+    const Tensor z = attention(q, k, v, spec);
+    forward_mb = peak.extra_mb();
+    z.backward(dZ);
+    total_mb = peak.extra_mb();
+  }
+  for (Tensor* t : {&q, &k, &v}) t->zero_grad();
+  const double budget_ms = budget_s * 1000;
+  const double forward_ms = bench::median_ms([&] { attention(q, k, v, spec); }, clock, 1, 10, budget_ms);
+  const double total_ms = bench::median_ms(forward_backward, clock, 1, 10, budget_ms);
+  std::printf("%.3f %.3f %.1f %.1f\n", forward_ms, total_ms, forward_mb, total_mb);
+}
+
+// 2·n³ / time of an n×n×n sgemm, median of 5: the machine's product rate.
+double sgemm_gflops(int n, bench::Clock clock) {
+  std::vector<float> a(n * n, 1.0f), b(n * n, 1.0f), c(n * n);
+  const double ms = bench::median_ms(
+      [&] {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
+                    n);
+      },
+      clock, 5, 5, 0);
+  return 2.0 * n * n * n / ms / 1e6;
+}
+
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> items;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) items.push_back(item);
+  return items;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Time and memory of the attention op, every implementation (see the top of bench/attention.cpp)"};
+  int threads = 2;
+  std::string impls = "composed,dense,flash", lengths = "64,256,1024,4096,16384", widths = "32,64";
+  double memory_limit_gb = 4, budget_s = 2;
+  std::string clock = "wall";
+  std::vector<std::string> one_case;
+  app.add_option("--threads", threads, "CPU threads (OpenMP and OpenBLAS)");
+  app.add_option("--impls", impls, "implementations, comma-separated");
+  app.add_option("--T", lengths, "sequence lengths, comma-separated");
+  app.add_option("--d", widths, "head widths, comma-separated");
+  app.add_option("--memory-limit-gb", memory_limit_gb, "skip cases estimated to need more");
+  app.add_option("--budget-s", budget_s, "seconds of repeats per timing (at least one run, at most 10)");
+  app.add_option("--clock", clock, "wall, or cpu: the process's CPU time (for one thread on a busy machine)")
+      ->check(CLI::IsMember({"wall", "cpu"}));
+  app.add_option("--case", one_case, "internal: run one case (impl T d causal) and print its numbers")->expected(4);
+  CLI11_PARSE(app, argc, argv);
+  const bench::Clock timing = clock == "cpu" ? bench::Clock::Cpu : bench::Clock::Wall;
+  set_num_threads(threads);
+  bench::return_freed_memory_to_the_system();
+
+  if (!one_case.empty()) {
+    run_case({one_case[0], std::stoll(one_case[1]), std::stoll(one_case[2]), one_case[3] == "1"}, timing, budget_s);
+    return 0;
+  }
+  std::printf("sgemm 2048³ on %d threads: %.0f GFLOP/s (%s time)\n\n", threads, sgemm_gflops(2048, timing),
+              clock.c_str());
+  std::printf("| d | T | mask | impl | fwd ms | fwd GFLOP/s | fwd+bwd ms | fwd+bwd GFLOP/s | peak extra MB fwd / fwd+bwd |\n");
+  std::printf("|---|---|---|---|---:|---:|---:|---:|---:|\n");
+  for (const std::string& d : split_list(widths))
+    for (const std::string& T : split_list(lengths))
+      for (bool causal : {false, true})
+        for (const std::string& impl : split_list(impls)) {
+          const Case c{impl, std::stoll(T), std::stoll(d), causal};
+          std::printf("| %s | %s | %s | %s | ", d.c_str(), T.c_str(), causal ? "causal" : "none", impl.c_str());
+          if (estimated_gb(c) > memory_limit_gb) {
+            std::printf("skipped: needs about %.0f GB | | | | |\n", estimated_gb(c));
+            std::fflush(stdout);
+            continue;
+          }
+          std::ostringstream command;
+          command << "/proc/" << getpid() << "/exe --threads " << threads << " --budget-s " << budget_s << " --clock "
+                  << clock << " --case "
+                  << impl << ' ' << T << ' ' << d << ' ' << causal;
+          double forward_ms, total_ms, forward_mb, total_mb;
+          if (std::sscanf(bench::run_and_capture(command.str()).c_str(), "%lf %lf %lf %lf", &forward_ms, &total_ms,
+                          &forward_mb, &total_mb) != 4) {
+            std::printf("failed | | | | |\n");
+            continue;
+          }
+          const double flops = forward_flops(c);
+          std::printf("%.2f | %.1f | %.2f | %.1f | %.1f / %.1f |\n", forward_ms, flops / forward_ms / 1e6, total_ms,
+                      3.5 * flops / total_ms / 1e6, forward_mb, total_mb);
+          std::fflush(stdout);
+        }
+  return 0;
+}

@@ -1,0 +1,135 @@
+// bench_attention_model: training steps of a GPT (nn::GPT) at a long block
+// size, one attention implementation per process: ms per iteration and the
+// peak resident memory. The default is issue 11's case, where attention
+// dominates the step: 1 layer, 4 heads, 128 wide (char_lm's defaults), batch 1,
+// block size 4096, 65 tokens, char_lm's training step (optim::TrainStep: loss,
+// backward, clipping, AdamW).
+// (char_lm's default config: --n-layer 4 --T 64 --batch-size 12.)
+//
+//   OPENBLAS_CORETYPE=SKYLAKEX ./build/bench_attention_model --threads 2 --T 4096,16384
+//
+// ms/iter is the median over iterations 2..N (the first allocates AdamW's
+// state), wall time and the process's CPU time (all threads: on a busy machine
+// it still measures the work); memory is the process's peak resident size
+// (VmHWM: model, data and the steps) and the part of it above the state before
+// the first step.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "bench/measure.h"
+#include "core/threads.h"
+#include "nn/gpt.h"
+#include "optim/adam.h"
+#include "optim/train_step.h"
+
+using namespace ag;
+
+namespace {
+
+struct Model {
+  int64_t T, layers, heads, width, batch;
+};
+
+double estimated_gb(const std::string& impl, const Model& m) {
+  return bench::attention_matrices(impl) * m.batch * m.layers * m.heads * static_cast<double>(m.T) * m.T * 4 / 1e9;
+}
+
+void run_case(const std::string& impl, const Model& m, int iters) {
+  Generator gen(1);
+  nn::GPTConfig config{.vocab_size = 65, .block_size = m.T, .n_layer = m.layers, .n_head = m.heads, .n_embd = m.width};
+  config.attn_impl = enum_from_name<AttentionImpl>(impl, "--impls");
+  nn::GPT model(config, gen);
+  optim::AdamW optimizer(optim::decay_groups(model.named_parameters(), 0.1), {1e-3, 0.9, 0.99, 1e-8});
+  optim::TrainOptions options;
+  options.batch_size = m.batch;
+  optim::TrainStep train_step(
+      optimizer, options, [&](const Tensor& x, const Tensor& y) { return model.loss(x, y, Reduction::Sum); },
+      Device::CPU);
+  model.train();
+  std::vector<int64_t> inputs(m.batch * m.T), targets(m.batch * m.T);
+  for (int64_t& t : inputs) t = static_cast<int64_t>(gen.integer(config.vocab_size));
+  for (int64_t& t : targets) t = static_cast<int64_t>(gen.integer(config.vocab_size));
+  const optim::Batch batch{Tensor::from_indices(inputs, {m.batch, m.T}), Tensor::from_indices(targets, {m.batch, m.T})};
+
+  bench::PeakMemory peak;
+  std::vector<double> wall_ms, cpu_ms;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = bench::process_cpu_ms();
+    const optim::StepResult r = train_step.run(i, {batch});
+    train_step.check_finite();
+    (void)r.loss.item();
+    wall_ms.push_back(bench::elapsed_ms(t0));
+    cpu_ms.push_back(bench::process_cpu_ms() - c0);
+  }
+  // iterations 2..N: the first allocates AdamW's state
+  const auto steady_median = [&](std::vector<double> v) {
+    if (v.size() > 1) v.erase(v.begin());
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("%.1f %.1f %.1f %.1f\n", steady_median(wall_ms), steady_median(cpu_ms), bench::status_kb("VmHWM") / 1024.0,
+              peak.extra_mb());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Training steps of a 1-layer GPT at a long block size (see the top of bench/attention_model.cpp)"};
+  int threads = 2, iters = 5;
+  std::string impls = "dense,flash", lengths = "4096";
+  Model m{0, 1, 4, 128, 1};
+  double memory_limit_gb = 6;
+  std::vector<std::string> one_case;
+  app.add_option("--threads", threads, "CPU threads (OpenMP and OpenBLAS)");
+  app.add_option("--impls", impls, "implementations, comma-separated");
+  app.add_option("--T", lengths, "block sizes, comma-separated");
+  app.add_option("--iters", iters, "training steps per case");
+  app.add_option("--n-layer", m.layers);
+  app.add_option("--n-head", m.heads);
+  app.add_option("--n-embd", m.width);
+  app.add_option("--batch-size", m.batch);
+  app.add_option("--memory-limit-gb", memory_limit_gb, "skip cases estimated to need more");
+  app.add_option("--case", one_case, "internal: run one case (impl T)")->expected(2);
+  CLI11_PARSE(app, argc, argv);
+  set_num_threads(threads);
+  bench::return_freed_memory_to_the_system();
+
+  if (!one_case.empty()) {
+    m.T = std::stoll(one_case[1]);
+    run_case(one_case[0], m, iters);
+    return 0;
+  }
+  std::printf("%lld layer(s), %lld heads, width %lld, batch %lld, %d steps, %d threads\n\n",
+              static_cast<long long>(m.layers), static_cast<long long>(m.heads), static_cast<long long>(m.width),
+              static_cast<long long>(m.batch), iters, threads);
+  std::printf("| T | impl | ms/iter | CPU ms/iter | peak RSS MB | above the model's setup MB |\n"
+              "|---:|---|---:|---:|---:|---:|\n");
+  std::stringstream all(lengths);
+  for (std::string T; std::getline(all, T, ',');) {
+    std::stringstream names(impls);
+    for (std::string impl; std::getline(names, impl, ',');) {
+      m.T = std::stoll(T);
+      std::printf("| %s | %s | ", T.c_str(), impl.c_str());
+      if (estimated_gb(impl, m) > memory_limit_gb) {
+        std::printf("skipped: needs about %.0f GB | | | |\n", estimated_gb(impl, m));
+        continue;
+      }
+      std::ostringstream command;
+      command << "/proc/" << getpid() << "/exe --threads " << threads << " --iters " << iters << " --n-layer "
+              << m.layers << " --n-head " << m.heads << " --n-embd " << m.width << " --batch-size " << m.batch << " --case "
+              << impl << ' ' << T;
+      double ms, cpu_ms, peak_mb, extra_mb;
+      if (std::sscanf(bench::run_and_capture(command.str()).c_str(), "%lf %lf %lf %lf", &ms, &cpu_ms, &peak_mb,
+                      &extra_mb) != 4)
+        std::printf("failed | | | |\n");
+      else
+        std::printf("%.0f | %.0f | %.0f | %.0f |\n", ms, cpu_ms, peak_mb, extra_mb);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,366 @@
+// Attention kernels on the CPU: the dense implementation's masked softmax, and
+// FlashAttention's forward and backward. Formulas and proofs: docs/backprop.md,
+// "FlashAttention"; the mask and the tile classification: core/attention_math.h.
+//
+// FlashAttention never forms S or A. Queries go in tiles of kQueryTile rows
+// (Br), keys in tiles of kKeyTile (Bc); a tile pair that the mask hides
+// entirely is skipped, one it shows entirely is computed without a mask.
+//
+// Thread mapping. Forward: one task per (batch b, query head h, query tile),
+// OpenMP over all of them; each owns its rows of Z and L. Backward: one task
+// per (b, kv head): it owns dK and dV of that kv head, and dQ of the query heads
+// that read it (a query head reads exactly one kv head), so no element is
+// written by two threads: no atomics, and the same bits whatever the thread
+// count.
+//
+// Tile layout. Score tiles are stored transposed, Sᵀ [Bc keys][Br queries]: a
+// query's softmax then runs down a column, which vectorises across the Br
+// queries of the tile. Each tile product is one GEMM whose right operand is
+// read along its rows (Q and dZ are transposed once per query tile for that).
+#include <cblas.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "core/cpu/cpu.h"
+#include "core/cpu/loops.h"
+
+namespace ag::cpu {
+namespace {
+
+using math::kInf;
+
+// Of 32×64, 32×128, 64×128, 64×256 and 128×256 (Br × Bc), 64×128 was the
+// fastest at T = 1024, d = 32 and 64 (by 9 to 30 % causal; 64×256 tied it at
+// d = 32 without a mask).
+constexpr int64_t kQueryTile = 64;  // Br: queries per tile
+constexpr int64_t kKeyTile = 128;   // Bc: keys per tile
+
+// Below this many multiply-adds (B·Hq·Tq·Tk·d) a flash call runs on one thread:
+// starting an OpenMP team costs more than it saves.
+constexpr int64_t kParallelWork = int64_t{1} << 20;
+bool worth_threads(const AttentionShape& s, int64_t tasks) {
+  return tasks > 1 && s.B * s.Hq * s.Tq * s.Tk * s.d > kParallelWork;
+}
+
+// --- the dense implementation's softmax ---------------------------------------------
+
+// A = softmax over the visible keys of one row of S, 0 elsewhere; returns L.
+template <class T> double masked_softmax_row(const T* s, T* a, int64_t Tk, const AttentionMask& mask, int64_t i) {
+  T max = -kInf<T>;
+  for (int64_t j = 0; j < Tk; ++j)
+    if (mask.visible(i, j)) max = std::max(max, s[j]);
+  const T reference = math::softmax_reference(max);
+  T sum = 0;
+  for (int64_t j = 0; j < Tk; ++j) {
+    a[j] = mask.visible(i, j) ? std::exp(s[j] - reference) : T(0);
+    sum += a[j];
+  }
+  const T inv = sum == T(0) ? T(0) : T(1) / sum;  // a row that sees no key keeps its zeros
+  for (int64_t j = 0; j < Tk; ++j) a[j] *= inv;
+  return math::log_sum_exp<double>(max, sum);
+}
+
+// --- tile products ------------------------------------------------------------------------
+
+// A tile's left operand: the stored row-major matrix, its row stride, and
+// whether the product reads it transposed.
+template <class T> struct Left {
+  const T* data;
+  int64_t ld;
+  bool transposed = false;
+};
+
+// C[M, N] = op(A)[M, K] · B[K, N] (accumulate: C += op(A) B, the product summed
+// from zero and then added, so a long sum over tiles rounds like a blocked
+// one), B and C row-major with row strides ldb and ldc. One cblas_?gemm: inside
+// our OpenMP loops OpenBLAS (OpenMP build) runs it on the calling thread.
+// OpenBLAS's kernels beat register-blocked micro-kernels of ours on these tiles
+// by 6 to 14 % (commit 9669caf measures both).
+template <class T>
+void tile_product(int64_t M, int64_t N, int64_t K, Left<T> a, const T* b, int64_t ldb, T* c, int64_t ldc,
+                  bool accumulate) {
+  const CBLAS_TRANSPOSE trans_a = a.transposed ? CblasTrans : CblasNoTrans;
+  const int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K);
+  const int lda = static_cast<int>(a.ld), ldb_ = static_cast<int>(ldb), ldc_ = static_cast<int>(ldc);
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, trans_a, CblasNoTrans, m, n, k, 1.0f, a.data, lda, b, ldb_, accumulate ? 1.0f : 0.0f, c,
+                ldc_);
+  else
+    cblas_dgemm(CblasRowMajor, trans_a, CblasNoTrans, m, n, k, 1.0, a.data, lda, b, ldb_, accumulate ? 1.0 : 0.0, c,
+                ldc_);
+}
+
+// --- exp -------------------------------------------------------------------------------
+
+// e^x for the softmax's arguments x ≤ 0 (−inf included), in a form the compiler
+// vectorises: x = n·ln2 + r with n the integer nearest x·log₂e and |r| ≤ ln2/2,
+// e^r by its Taylor series to r⁷ (truncation ≤ 0.35⁸/8! ≈ 5e-9, under float's
+// 6e-8 rounding), times 2ⁿ built in the exponent bits. Below −87 the result
+// (< 2⁻¹²⁵, at most denormal) is returned as 0. float64 uses std::exp.
+inline float exp_nonpositive(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 = hi + lo, hi with 15 significant bits, so n·hi is exact
+  constexpr float kLn2Lo = 1.42860682030941723212e-6f;
+  constexpr float kRound = 12582912.0f;  // 1.5·2²³: adding it rounds to an integer, kept in the low mantissa bits
+  const float clamped = std::clamp(x, -87.0f, 0.0f);
+  const float shifted = clamped * kLog2e + kRound;
+  const float n = shifted - kRound;
+  const float r = clamped - n * kLn2Hi - n * kLn2Lo;
+  float p = 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t exponent = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kRound) + 127;
+  const float two_to_n = std::bit_cast<float>(exponent << 23);
+  return x < -87.0f ? 0.0f : p * two_to_n;
+}
+inline double exp_nonpositive(double x) { return std::exp(x); }
+
+// L = hi + lo in T (lo = 0 for float64), so that S − L can be formed as
+// (S − hi) − lo with one rounding where it matters: near a row's max, S and hi
+// are close and S − hi is exact. L itself is float64 (see flash_attention_backward).
+template <class T> void split(double L, T& hi, T& lo) {
+  hi = static_cast<T>(L);
+  lo = std::isinf(L) ? T(0) : static_cast<T>(L - static_cast<double>(hi));
+}
+
+// --- the tiles of one (batch, head) ------------------------------------------------------
+
+// Where one query tile and one key tile sit: queries [i0, i0 + rows), keys [j0, j0 + cols).
+struct TilePair {
+  int64_t i0, rows, j0, cols;
+  TileVisibility visibility;
+};
+
+// Sᵀ[c][r] = −inf where query i0 + r may not see key j0 + c (Partial tiles only).
+template <class T> void mask_tile(T* st, const TilePair& t, const AttentionMask& mask) {
+  for (int64_t c = 0; c < t.cols; ++c)
+    for (int64_t r = 0; r < t.rows; ++r)
+      if (!mask.visible(t.i0 + r, t.j0 + c)) st[c * kQueryTile + r] = -kInf<T>;
+}
+
+// dst[c][r] = src[r·row_stride + c]: a tile of rows × d, transposed.
+template <class T> void transpose_rows(const T* src, int64_t row_stride, int64_t rows, int64_t d, T* dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < d; ++c) dst[c * kQueryTile + r] = src[r * row_stride + c];
+}
+
+// The inputs every task reads, typed.
+template <class T> struct Operands {
+  const T *Q, *K, *V;
+  const AttentionShape& shape;
+};
+
+// --- forward -------------------------------------------------------------------------
+
+// Per-thread scratch of the forward.
+template <class T> struct ForwardScratch {
+  std::vector<T> qt, st, acc, row_max, running_sum, reference, rescale, tile_sum;
+  explicit ForwardScratch(int64_t d)
+      : qt(d * kQueryTile), st(kKeyTile * kQueryTile), acc(kQueryTile * d), row_max(kQueryTile),
+        running_sum(kQueryTile), reference(kQueryTile), rescale(kQueryTile), tile_sum(kQueryTile) {}
+};
+
+// Rows [i0, i0 + rows) of head h of batch entry b: Z and L. With m the running
+// max and l the running sum of each row, for each visible key tile:
+//   Sᵀ = scale·K_tile Qᵀ,   m_new = max(m, max_j S_ij),   P = exp(S − m_new),
+//   l ← l·e^(m − m_new) + rowsum(P),   acc ← acc·e^(m − m_new) + P V_tile
+// and at the end Z = acc / l, L = m + log l.
+template <class T>
+void flash_forward_tile(const Operands<T>& in, int64_t b, int64_t h, int64_t i0, ForwardScratch<T>& s, T* Z,
+                        double* L) {
+  const AttentionShape& shape = in.shape;
+  const int64_t d = shape.d, rows = std::min(kQueryTile, shape.Tq - i0), kvh = h / shape.group();
+  const T scale = static_cast<T>(shape.scale);
+  transpose_rows(in.Q + shape.q.at(b, h, i0), shape.q.row, rows, d, s.qt.data());
+  T *st = s.st.data(), *acc = s.acc.data(), *m = s.row_max.data(), *l = s.running_sum.data();
+  T *reference = s.reference.data(), *rescale = s.rescale.data(), *tile_sum = s.tile_sum.data();
+  std::fill_n(m, rows, -kInf<T>);
+  std::fill_n(l, rows, T(0));
+  std::fill_n(acc, rows * d, T(0));
+
+  for (int64_t j0 = 0; j0 < shape.Tk; j0 += kKeyTile) {
+    const int64_t j1 = std::min(j0 + kKeyTile, shape.Tk);
+    const TilePair t{i0, rows, j0, j1 - j0, shape.mask.tile(i0, i0 + rows, j0, j1)};
+    if (t.visibility == TileVisibility::None) continue;
+    const T* k = in.K + shape.kv.at(b, kvh, j0);
+    const T* v = in.V + shape.kv.at(b, kvh, j0);
+    // S = scale·Q Kᵀ, stored as Sᵀ [cols][rows], −inf where hidden
+    tile_product(t.cols, rows, d, Left<T>{k, shape.kv.row}, s.qt.data(), kQueryTile, st, kQueryTile, false);
+    for (int64_t c = 0; c < t.cols; ++c)
+      for (int64_t r = 0; r < rows; ++r) st[c * kQueryTile + r] *= scale;
+    if (t.visibility == TileVisibility::Partial) mask_tile(st, t, shape.mask);
+    // m_new = max(m, max_j S_ij); the old terms are rescaled by e^(m − m_new)
+    std::copy_n(m, rows, reference);
+    for (int64_t c = 0; c < t.cols; ++c)
+      for (int64_t r = 0; r < rows; ++r) reference[r] = std::max(reference[r], st[c * kQueryTile + r]);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T new_max = reference[r];
+      reference[r] = math::softmax_reference(new_max);
+      rescale[r] = exp_nonpositive(m[r] - reference[r]);
+      m[r] = new_max;
+    }
+    // P = exp(S − m_new), in place of Sᵀ
+    std::fill_n(tile_sum, rows, T(0));
+    for (int64_t c = 0; c < t.cols; ++c)
+      for (int64_t r = 0; r < rows; ++r) {
+        T& p = st[c * kQueryTile + r];
+        p = exp_nonpositive(p - reference[r]);
+        tile_sum[r] += p;
+      }
+    // l ← l·e^(m − m_new) + rowsum(P),  acc ← acc·e^(m − m_new) + P V
+    for (int64_t r = 0; r < rows; ++r) {
+      l[r] = l[r] * rescale[r] + tile_sum[r];
+      for (int64_t c = 0; c < d; ++c) acc[r * d + c] *= rescale[r];
+    }
+    tile_product(rows, d, t.cols, Left<T>{st, kQueryTile, true}, v, shape.kv.row, acc, d, true);
+  }
+  // Z = acc / l (0 for a row that saw no key: l = 0, acc = 0),  L = m + log l
+  for (int64_t r = 0; r < rows; ++r) {
+    T* z = Z + shape.q.at(b, h, i0 + r);
+    for (int64_t c = 0; c < d; ++c) z[c] = l[r] == T(0) ? T(0) : acc[r * d + c] / l[r];
+    L[shape.lse_at(b, h, i0 + r)] = math::log_sum_exp<double>(m[r], l[r]);
+  }
+}
+
+// --- backward ------------------------------------------------------------------------
+
+// Per-thread scratch of the backward: one query tile's transposed Q and dZ, its
+// dQ accumulator, D, and its stripe of P and dP tiles across every key tile.
+template <class T> struct BackwardScratch {
+  std::vector<T> qt, dzt, dq, D, lse_hi, lse_lo, P, dP;
+  BackwardScratch(int64_t d, int64_t Tk)
+      : qt(d * kQueryTile), dzt(d * kQueryTile), dq(kQueryTile * d), D(kQueryTile), lse_hi(kQueryTile),
+        lse_lo(kQueryTile), P(key_tiles(Tk) * kKeyTile * kQueryTile), dP(key_tiles(Tk) * kKeyTile * kQueryTile) {}
+  static int64_t key_tiles(int64_t Tk) { return (Tk + kKeyTile - 1) / kKeyTile; }
+};
+
+// dK and dV of kv head kvh of batch entry b, and dQ of the query heads that
+// read it. Per query tile i of each of those heads, over its visible key tiles j:
+//   pass 1:  S = scale·Q_i K_jᵀ,  P = exp(S − L_i),  dP = dZ_i V_jᵀ,  D_i = rowsum(P ∘ dP)
+//   pass 2:  dS = P ∘ (dP − D_i),  dV_j += Pᵀ dZ_i,  dK_j += scale·dSᵀ Q_i,  dQ_i += scale·dS K_j
+// D is summed from the same rounded P and dP that dS subtracts it from, as the
+// dense softmax backward does (docs/backprop.md: why not rowsum(dZ ∘ Z) here).
+template <class T>
+void flash_backward_group(const Operands<T>& in, const double* L, const T* dZ, int64_t b, int64_t kvh,
+                          BackwardScratch<T>& s, T* dQ, T* dK, T* dV) {
+  const AttentionShape& shape = in.shape;
+  const int64_t d = shape.d, g = shape.group(), q_row = shape.q.row, kv_row = shape.kv.row;
+  const T scale = static_cast<T>(shape.scale);
+  for (int64_t j = 0; j < shape.Tk; ++j) {
+    std::fill_n(dK + shape.kv.at(b, kvh, j), d, T(0));
+    std::fill_n(dV + shape.kv.at(b, kvh, j), d, T(0));
+  }
+  for (int64_t h = kvh * g; h < (kvh + 1) * g; ++h)
+    for (int64_t i0 = 0; i0 < shape.Tq; i0 += kQueryTile) {
+      const int64_t rows = std::min(kQueryTile, shape.Tq - i0), at = shape.q.at(b, h, i0);
+      const T *q = in.Q + at, *dz = dZ + at;
+      transpose_rows(q, q_row, rows, d, s.qt.data());
+      transpose_rows(dz, q_row, rows, d, s.dzt.data());
+      T *D = s.D.data(), *lse_hi = s.lse_hi.data(), *lse_lo = s.lse_lo.data();
+      std::fill_n(D, rows, T(0));
+      for (int64_t r = 0; r < rows; ++r) split(L[shape.lse_at(b, h, i0 + r)], lse_hi[r], lse_lo[r]);
+      const auto tile_at = [&](int64_t j0) {
+        const int64_t j1 = std::min(j0 + kKeyTile, shape.Tk);
+        return TilePair{i0, rows, j0, j1 - j0, shape.mask.tile(i0, i0 + rows, j0, j1)};
+      };
+      // pass 1: P, dP and D
+      for (int64_t j0 = 0; j0 < shape.Tk; j0 += kKeyTile) {
+        const TilePair t = tile_at(j0);
+        if (t.visibility == TileVisibility::None) continue;
+        T *p = s.P.data() + j0 * kQueryTile, *dp = s.dP.data() + j0 * kQueryTile;
+        const T *k = in.K + shape.kv.at(b, kvh, j0), *v = in.V + shape.kv.at(b, kvh, j0);
+        // S = scale·Q Kᵀ, P = exp(S − L)   (L = +inf on a row that sees no key: P = 0)
+        tile_product(t.cols, rows, d, Left<T>{k, kv_row}, s.qt.data(), kQueryTile, p, kQueryTile, false);
+        if (t.visibility == TileVisibility::Partial) mask_tile(p, t, shape.mask);
+        for (int64_t c = 0; c < t.cols; ++c)
+          for (int64_t r = 0; r < rows; ++r)
+            p[c * kQueryTile + r] = exp_nonpositive(scale * p[c * kQueryTile + r] - lse_hi[r] - lse_lo[r]);
+        // Z = P V  →  dP = dZ Vᵀ
+        tile_product(t.cols, rows, d, Left<T>{v, kv_row}, s.dzt.data(), kQueryTile, dp, kQueryTile, false);
+        for (int64_t c = 0; c < t.cols; ++c)
+          for (int64_t r = 0; r < rows; ++r) D[r] += p[c * kQueryTile + r] * dp[c * kQueryTile + r];
+      }
+      // pass 2: dS and the three products
+      std::fill_n(s.dq.data(), rows * d, T(0));
+      for (int64_t j0 = 0; j0 < shape.Tk; j0 += kKeyTile) {
+        const TilePair t = tile_at(j0);
+        if (t.visibility == TileVisibility::None) continue;
+        T *p = s.P.data() + j0 * kQueryTile, *ds = s.dP.data() + j0 * kQueryTile;
+        const int64_t kv_at = shape.kv.at(b, kvh, j0);
+        // Z = P V  →  dV += Pᵀ dZ
+        tile_product(t.cols, d, rows, Left<T>{p, kQueryTile}, dz, q_row, dV + kv_at, kv_row, true);
+        // P = softmax(S + M)  →  dS = P ∘ (dP − D), in place of dP
+        for (int64_t c = 0; c < t.cols; ++c)
+          for (int64_t r = 0; r < rows; ++r) ds[c * kQueryTile + r] = p[c * kQueryTile + r] * (ds[c * kQueryTile + r] - D[r]);
+        // S = scale·Q Kᵀ  →  dK += dSᵀ Q,  dQ += dS K   (both times scale, applied when stored)
+        tile_product(t.cols, d, rows, Left<T>{ds, kQueryTile}, q, q_row, dK + kv_at, kv_row, true);
+        tile_product(rows, d, t.cols, Left<T>{ds, kQueryTile, true}, in.K + kv_at, kv_row, s.dq.data(), d, true);
+      }
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < d; ++c) dQ[at + r * q_row + c] = scale * s.dq[r * d + c];
+    }
+  for (int64_t j = 0; j < shape.Tk; ++j)
+    for (int64_t c = 0; c < d; ++c) dK[shape.kv.at(b, kvh, j) + c] *= scale;
+}
+
+}  // namespace
+
+void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Tensor& L) {
+  visit_floating(S.dtype(), "attention_softmax", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t Tq = S.size(-2), Tk = S.size(-1);
+    const T* s = S.data<T>();
+    T* a = A.data<T>();
+    double* l = L.data<double>();
+    for_rows(L.numel(), Tk, [&](int64_t r) { l[r] = masked_softmax_row(s + r * Tk, a + r * Tk, Tk, mask, r % Tq); });
+  });
+}
+
+void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const AttentionShape& shape, Tensor& Z,
+                     Tensor& L) {
+  visit_floating(Q.dtype(), "flash_attention", [&](auto zero) {
+    using T = decltype(zero);
+    const Operands<T> in{Q.data<T>(), K.data<T>(), V.data<T>(), shape};
+    T* z = Z.data<T>();
+    double* l = L.data<double>();
+    const int64_t tiles = (shape.Tq + kQueryTile - 1) / kQueryTile, tasks = shape.B * shape.Hq * tiles;
+#pragma omp parallel if (worth_threads(shape, tasks))
+    {
+      ForwardScratch<T> scratch(shape.d);
+#pragma omp for schedule(dynamic)
+      for (int64_t task = 0; task < tasks; ++task) {
+        const int64_t bh = task / tiles, i0 = task % tiles * kQueryTile;
+        flash_forward_tile(in, bh / shape.Hq, bh % shape.Hq, i0, scratch, z, l);
+      }
+    }
+  });
+}
+
+void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& L, const Tensor& dZ,
+                              const AttentionShape& shape, Tensor& dQ, Tensor& dK, Tensor& dV) {
+  visit_floating(Q.dtype(), "flash_attention_backward", [&](auto zero) {
+    using T = decltype(zero);
+    const Operands<T> in{Q.data<T>(), K.data<T>(), V.data<T>(), shape};
+    const int64_t tasks = shape.B * shape.Hkv;
+#pragma omp parallel if (worth_threads(shape, tasks))
+    {
+      BackwardScratch<T> scratch(shape.d, shape.Tk);
+#pragma omp for schedule(dynamic)
+      for (int64_t task = 0; task < tasks; ++task)
+        flash_backward_group(in, L.data<double>(), dZ.data<T>(), task / shape.Hkv, task % shape.Hkv, scratch,
+                             dQ.data<T>(), dK.data<T>(), dV.data<T>());
+    }
+  });
+}
+
+}  // namespace ag::cpu

@@ -1,0 +1,421 @@
+// Attention kernels on the GPU: the dense implementation's masked softmax and
+// FlashAttention's forward and backward. Reference: core/cpu/attention.cpp (the
+// same formulas; tests/test_attention_op.cpp runs every case on both devices).
+// The mask, the tile classification and the guarded softmax formulas come from
+// core/attention_math.h, shared with the CPU.
+//
+// Flash thread mapping. Tiles are `tile` queries by `tile` keys, held in shared
+// memory with K, V (and Q, dZ) tiles; `tile` is the largest of 32, 16, 8 whose
+// buffers fit in 48 KB (so it depends on d and the dtype).
+//   forward:        one block per (b, query head h, query tile); each owns its
+//                   rows of Z and L. Threads split the S tile's entries, then
+//                   one warp per row does the online-softmax update, then the
+//                   threads split the accumulator's entries.
+//   backward, dK dV: one block per (b, kv head, key tile), looping over the
+//                   query tiles of every query head that reads the kv head.
+//   backward, dQ:   one block per (b, h, query tile), looping over the key tiles.
+// Each output element is written by one block, summed in a fixed order: no
+// atomics, the same bits every run. P and dP are recomputed three times in the
+// backward (for D, for dQ, for dK and dV): the price of a deterministic dQ
+// without atomics, and of D summed from the same P and dP as dS (see the CPU).
+#include <limits>
+
+#include "cuda/cuda.h"
+#include "cuda/launch.cuh"
+
+namespace ag::cuda {
+
+namespace {
+
+using math::kInf;
+
+constexpr int kFlashThreads = 128;  // 4 warps
+constexpr size_t kSharedBudget = 48 * 1024;
+
+// --- the dense implementation's softmax -------------------------------------------------
+
+// One block per row r of S [rows, Tk] (query i = r mod Tq): A = softmax over the
+// visible keys, 0 elsewhere; L = the row's log-sum-exp. A may be S.
+template <class T>
+__global__ void attention_softmax_kernel(const T* s, T* a, double* lse, int64_t rows, int64_t Tq, int64_t Tk,
+                                         AttentionMask mask) {
+  __shared__ T scratch[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t i = r % Tq;
+    const T* x = s + r * Tk;
+    T* y = a + r * Tk;
+    T max = -kInf<T>;
+    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x)
+      if (mask.visible(i, j)) max = MaxOp{}(max, x[j]);
+    max = block_reduce(max, MaxOp{}, scratch);
+    const T reference = math::softmax_reference(max);
+    T sum = 0;
+    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) {
+      y[j] = mask.visible(i, j) ? std::exp(x[j] - reference) : T(0);
+      sum += y[j];
+    }
+    sum = block_reduce(sum, SumOp{}, scratch);
+    const T inv = sum == T(0) ? T(0) : T(1) / sum;  // a row that sees no key keeps its zeros
+    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) y[j] *= inv;
+    if (threadIdx.x == 0) lse[r] = math::log_sum_exp<double>(max, sum);
+  }
+}
+
+// --- flash: shared pieces ---------------------------------------------------------------
+
+template <class Op, class T> __device__ T warp_reduce(T v, Op op) {
+  for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// dst[r][e] = src(row0 + r)[e] for r < rows (zeros after, up to `tile`), src
+// row t at at(t) in global memory: a tile of Q, K, V or dZ into shared memory.
+template <class T, class At>
+__device__ void load_tile(const T* src, At at, int64_t row0, int64_t rows, int tile, int64_t d, T* dst) {
+  for (int64_t idx = threadIdx.x; idx < tile * d; idx += blockDim.x) {
+    const int64_t r = idx / d, e = idx % d;
+    dst[idx] = r < rows ? src[at(row0 + r) + e] : T(0);
+  }
+}
+
+template <class T> __device__ T dot(const T* a, const T* b, int64_t d) {
+  T acc = 0;
+  for (int64_t e = 0; e < d; ++e) acc += a[e] * b[e];
+  return acc;
+}
+
+// L = hi + lo in T (lo = 0 for float64), so that S − L is formed as (S − hi) − lo
+// with one rounding where it matters (core/cpu/attention.cpp, `split`).
+template <class T> __device__ void split(double L, T& hi, T& lo) {
+  hi = static_cast<T>(L);
+  lo = isinf(L) ? T(0) : static_cast<T>(L - static_cast<double>(hi));
+}
+
+// The backward's tile of one (query tile, key tile) pair: for query row r and
+// key column c,  P = exp(scale·q·k − L),  dP = dZ·v,  both 0 where the key is
+// hidden or outside the problem. q, dz: `tile` rows of d; k, v likewise.
+template <class T>
+__device__ void probability_tile(const T* q, const T* dz, const T* k, const T* v, const T* lse_hi, const T* lse_lo,
+                                 int64_t i0, int64_t rows, int64_t j0, int64_t cols, int tile, int64_t d, T scale,
+                                 const AttentionMask& mask, TileVisibility visibility, T* p, T* dp) {
+  for (int idx = threadIdx.x; idx < tile * tile; idx += blockDim.x) {
+    const int r = idx / tile, c = idx % tile;
+    const bool shown = r < rows && c < cols && (visibility == TileVisibility::All || mask.visible(i0 + r, j0 + c));
+    p[idx] = shown ? std::exp(scale * dot(q + r * d, k + c * d, d) - lse_hi[r] - lse_lo[r]) : T(0);  // L = +inf: 0
+    dp[idx] = shown ? dot(dz + r * d, v + c * d, d) : T(0);
+  }
+}
+
+// dS = P ∘ (dP − D), in place of dP.
+template <class T> __device__ void score_gradient_tile(const T* p, const T* D, int tile, T* dp) {
+  for (int idx = threadIdx.x; idx < tile * tile; idx += blockDim.x) dp[idx] = p[idx] * (dp[idx] - D[idx / tile]);
+}
+
+// L of one query tile's rows (from lse_at on), split, into shared memory.
+template <class T> __device__ void load_lse(const double* L, int64_t lse_at, int64_t rows, T* lse_hi, T* lse_lo) {
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) split(L[lse_at + r], lse_hi[r], lse_lo[r]);
+}
+
+// The largest tile of 32, 16, 8 whose `floats(tile)` elements of T fit in the budget.
+template <class T, class Floats> int choose_tile(const char* kernel, int64_t d, Floats floats) {
+  for (int tile : {32, 16, 8})
+    if (floats(tile) * sizeof(T) <= kSharedBudget) return tile;
+  throw Error(std::string(kernel) + ": head width d = " + std::to_string(d) +
+              " needs more shared memory than this kernel uses (48 KB)");
+}
+
+__host__ __device__ int64_t tiles_of(int64_t n, int tile) { return (n + tile - 1) / tile; }
+unsigned grid_for(int64_t tasks) { return static_cast<unsigned>(std::min<int64_t>(tasks, kMaxBlocks)); }
+
+// The block's dynamic shared memory, handed out in order.
+template <class T> struct SharedBuffers {
+  T* next;
+  __device__ SharedBuffers() {
+    extern __shared__ __align__(16) unsigned char shared[];
+    next = reinterpret_cast<T*>(shared);
+  }
+  __device__ T* take(int64_t count) {
+    T* buffer = next;
+    next += count;
+    return buffer;
+  }
+};
+
+// Query tile `task` of the grid of (batch b, query head h, query tile) tasks:
+// rows [i0, i0 + rows) of head h, which reads kv head kvh.
+struct QueryTile {
+  int64_t b, h, kvh, i0, rows;
+};
+__device__ inline QueryTile query_tile(const AttentionShape& shape, int64_t task, int tile) {
+  const int64_t q_tiles = tiles_of(shape.Tq, tile), bh = task / q_tiles, h = bh % shape.Hq;
+  const int64_t i0 = task % q_tiles * tile;
+  return {bh / shape.Hq, h, h / shape.group(), i0, min(static_cast<int64_t>(tile), shape.Tq - i0)};
+}
+
+// For each key tile [j0, j0 + cols) that query tile q sees at least in part, in
+// order: its K and V rows loaded into sK and sV (previous tile consumed first),
+// then body(j0, cols, visibility) by the whole block.
+template <class T, class Body>
+__device__ void for_each_visible_key_tile(const AttentionShape& shape, const QueryTile& q, int tile, const T* K,
+                                          const T* V, T* sK, T* sV, Body&& body) {
+  const auto kv_at = [&](int64_t t) { return shape.kv.at(q.b, q.kvh, t); };
+  for (int64_t j0 = 0; j0 < shape.Tk; j0 += tile) {
+    const int64_t cols = min(static_cast<int64_t>(tile), shape.Tk - j0);
+    const TileVisibility visibility = shape.mask.tile(q.i0, q.i0 + q.rows, j0, j0 + cols);
+    if (visibility == TileVisibility::None) continue;
+    __syncthreads();
+    load_tile(K, kv_at, j0, cols, tile, shape.d, sK);
+    load_tile(V, kv_at, j0, cols, tile, shape.d, sV);
+    __syncthreads();
+    body(j0, cols, visibility);
+  }
+}
+
+// --- flash: forward ---------------------------------------------------------------------
+
+// Shared memory: Q, K, V [tile][d], S [tile][tile], acc [tile][d],
+// and per row m, l and the rescale e^(m_old − m_new).
+int64_t forward_floats(int tile, int64_t d) { return 4 * tile * d + tile * tile + 3 * tile; }
+
+template <class T>
+__global__ void flash_forward_kernel(const T* Q, const T* K, const T* V, AttentionShape shape, int tile, T* Z,
+                                     double* L) {
+  const int64_t d = shape.d;
+  SharedBuffers<T> shared;
+  T *sQ = shared.take(tile * d), *sK = shared.take(tile * d), *sV = shared.take(tile * d);
+  T *acc = shared.take(tile * d), *sS = shared.take(tile * tile);
+  T *m = shared.take(tile), *l = shared.take(tile), *rescale = shared.take(tile);
+  const T scale = T(shape.scale);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+
+  for (int64_t task = blockIdx.x; task < shape.B * shape.Hq * tiles_of(shape.Tq, tile); task += gridDim.x) {
+    const QueryTile q = query_tile(shape, task, tile);
+    const auto q_at = [&](int64_t t) { return shape.q.at(q.b, q.h, t); };
+    __syncthreads();  // the previous task is done with the shared buffers
+    load_tile(Q, q_at, q.i0, q.rows, tile, d, sQ);
+    for (int64_t idx = threadIdx.x; idx < tile * d; idx += blockDim.x) acc[idx] = 0;
+    for (int r = threadIdx.x; r < tile; r += blockDim.x) {
+      m[r] = -kInf<T>;
+      l[r] = 0;
+    }
+    for_each_visible_key_tile(shape, q, tile, K, V, sK, sV, [&](int64_t j0, int64_t cols, TileVisibility visibility) {
+      // S = scale·Q Kᵀ, −inf where hidden
+      for (int idx = threadIdx.x; idx < tile * tile; idx += blockDim.x) {
+        const int r = idx / tile, c = idx % tile;
+        const bool shown = r < q.rows && c < cols &&
+                           (visibility == TileVisibility::All || shape.mask.visible(q.i0 + r, j0 + c));
+        sS[idx] = shown ? scale * dot(sQ + r * d, sK + c * d, d) : -kInf<T>;
+      }
+      __syncthreads();
+      // One warp per row: m_new = max(m, max_j S), P = exp(S − m_new), l ← l·e^(m − m_new) + Σ P
+      for (int r = warp; r < q.rows; r += warps) {
+        T row_max = -kInf<T>;
+        for (int c = lane; c < tile; c += 32) row_max = MaxOp{}(row_max, sS[r * tile + c]);
+        const T new_max = MaxOp{}(m[r], warp_reduce(row_max, MaxOp{}));
+        const T reference = math::softmax_reference(new_max);
+        T sum = 0;
+        for (int c = lane; c < tile; c += 32) {
+          const T p = std::exp(sS[r * tile + c] - reference);
+          sS[r * tile + c] = p;
+          sum += p;
+        }
+        sum = warp_reduce(sum, SumOp{});
+        if (lane == 0) {
+          rescale[r] = std::exp(m[r] - reference);
+          l[r] = l[r] * rescale[r] + sum;
+          m[r] = new_max;
+        }
+      }
+      __syncthreads();
+      // acc ← acc·e^(m − m_new) + P V
+      for (int64_t idx = threadIdx.x; idx < q.rows * d; idx += blockDim.x) {
+        const int64_t r = idx / d, e = idx % d;
+        T pv = 0;
+        for (int c = 0; c < cols; ++c) pv += sS[r * tile + c] * sV[c * d + e];
+        acc[idx] = acc[idx] * rescale[r] + pv;
+      }
+    });
+    __syncthreads();
+    // Z = acc / l (0 on a row that saw no key), L = m + log l
+    for (int64_t idx = threadIdx.x; idx < q.rows * d; idx += blockDim.x) {
+      const int64_t r = idx / d;
+      Z[q_at(q.i0 + r) + idx % d] = l[r] == T(0) ? T(0) : acc[idx] / l[r];
+    }
+    for (int r = threadIdx.x; r < q.rows; r += blockDim.x)
+      L[shape.lse_at(q.b, q.h, q.i0 + r)] = math::log_sum_exp<double>(m[r], l[r]);
+  }
+}
+
+// --- flash: backward --------------------------------------------------------------------
+// D = rowsum(P ∘ dP) is summed, in the query kernel, from the same P and dP that
+// dS subtracts it from (as the CPU does); the key kernel, launched after it,
+// reads D and recomputes P and dP with the same arithmetic, so the same bits.
+
+// Shared memory: Q, dZ, dQ [tile][d]; K, V [tile][d]; P, dP [tile][tile]; L (hi, lo), D [tile].
+int64_t query_floats(int tile, int64_t d) { return 5 * tile * d + 2 * tile * tile + 3 * tile; }
+
+// For one query tile, over every visible key tile:
+//   pass 1:  D = rowsum(P ∘ dP)           (written to D for the key kernel)
+//   pass 2:  dQ = scale · Σ_j dS K_j,  dS = P ∘ (dP − D)
+template <class T>
+__global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, const double* L, const T* dZ,
+                                            AttentionShape shape, int tile, T* D, T* dQ) {
+  const int64_t d = shape.d;
+  SharedBuffers<T> shared;
+  T *sQ = shared.take(tile * d), *sdZ = shared.take(tile * d), *dq = shared.take(tile * d);
+  T *sK = shared.take(tile * d), *sV = shared.take(tile * d), *P = shared.take(tile * tile);
+  T *dP = shared.take(tile * tile), *lse_hi = shared.take(tile), *lse_lo = shared.take(tile), *sD = shared.take(tile);
+  const T scale = T(shape.scale);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+
+  for (int64_t task = blockIdx.x; task < shape.B * shape.Hq * tiles_of(shape.Tq, tile); task += gridDim.x) {
+    const QueryTile q = query_tile(shape, task, tile);
+    const auto q_at = [&](int64_t t) { return shape.q.at(q.b, q.h, t); };
+    __syncthreads();
+    load_tile(Q, q_at, q.i0, q.rows, tile, d, sQ);
+    load_tile(dZ, q_at, q.i0, q.rows, tile, d, sdZ);
+    load_lse(L, shape.lse_at(q.b, q.h, q.i0), q.rows, lse_hi, lse_lo);
+    for (int64_t idx = threadIdx.x; idx < tile * d; idx += blockDim.x) dq[idx] = 0;
+    for (int r = threadIdx.x; r < tile; r += blockDim.x) sD[r] = 0;
+    for (int pass = 1; pass <= 2; ++pass)
+      for_each_visible_key_tile(shape, q, tile, K, V, sK, sV, [&](int64_t j0, int64_t cols, TileVisibility visibility) {
+        probability_tile(sQ, sdZ, sK, sV, lse_hi, lse_lo, q.i0, q.rows, j0, cols, tile, d, scale, shape.mask,
+                         visibility, P, dP);
+        __syncthreads();
+        if (pass == 1) {  // D += rowsum(P ∘ dP), one warp per row, in a fixed order
+          for (int r = warp; r < q.rows; r += warps) {
+            T partial = 0;
+            for (int c = lane; c < tile; c += 32) partial += P[r * tile + c] * dP[r * tile + c];
+            partial = warp_reduce(partial, SumOp{});
+            if (lane == 0) sD[r] += partial;
+          }
+          return;
+        }
+        score_gradient_tile(P, sD, tile, dP);
+        __syncthreads();
+        // dQ += scale·dS K
+        for (int64_t idx = threadIdx.x; idx < q.rows * d; idx += blockDim.x) {
+          const int64_t r = idx / d, e = idx % d;
+          T dsk = 0;
+          for (int c = 0; c < cols; ++c) dsk += dP[r * tile + c] * sK[c * d + e];
+          dq[idx] += scale * dsk;
+        }
+      });
+    __syncthreads();
+    for (int64_t idx = threadIdx.x; idx < q.rows * d; idx += blockDim.x) dQ[q_at(q.i0 + idx / d) + idx % d] = dq[idx];
+    for (int r = threadIdx.x; r < q.rows; r += blockDim.x) D[shape.lse_at(q.b, q.h, q.i0 + r)] = sD[r];
+  }
+}
+
+// Shared memory: K, V, dK, dV [tile][d]; Q, dZ [tile][d]; P, dP [tile][tile]; L (hi, lo), D [tile].
+int64_t key_floats(int tile, int64_t d) { return 6 * tile * d + 2 * tile * tile + 3 * tile; }
+
+// For one key tile: dV = Σ Pᵀ dZ and dK = scale · Σ dSᵀ Q over every visible
+// query tile of every query head that reads its kv head.
+template <class T>
+__global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, const double* L, const T* D,
+                                          const T* dZ, AttentionShape shape, int tile, T* dK, T* dV) {
+  const int64_t d = shape.d, g = shape.group();
+  SharedBuffers<T> shared;
+  T *sK = shared.take(tile * d), *sV = shared.take(tile * d), *dk = shared.take(tile * d);
+  T *dv = shared.take(tile * d), *sQ = shared.take(tile * d), *sdZ = shared.take(tile * d);
+  T *P = shared.take(tile * tile), *dP = shared.take(tile * tile), *lse_hi = shared.take(tile);
+  T *lse_lo = shared.take(tile), *sD = shared.take(tile);
+  const T scale = T(shape.scale);
+  const int64_t k_tiles = tiles_of(shape.Tk, tile);
+
+  for (int64_t task = blockIdx.x; task < shape.B * shape.Hkv * k_tiles; task += gridDim.x) {
+    const int64_t bkv = task / k_tiles, b = bkv / shape.Hkv, kvh = bkv % shape.Hkv;
+    const int64_t j0 = task % k_tiles * tile, cols = min(static_cast<int64_t>(tile), shape.Tk - j0);
+    const auto kv_at = [&](int64_t t) { return shape.kv.at(b, kvh, t); };
+    __syncthreads();
+    load_tile(K, kv_at, j0, cols, tile, d, sK);
+    load_tile(V, kv_at, j0, cols, tile, d, sV);
+    for (int64_t idx = threadIdx.x; idx < tile * d; idx += blockDim.x) dk[idx] = dv[idx] = 0;
+    for (int64_t h = kvh * g; h < (kvh + 1) * g; ++h)
+      for (int64_t i0 = 0; i0 < shape.Tq; i0 += tile) {
+        const int64_t rows = min(static_cast<int64_t>(tile), shape.Tq - i0);
+        const TileVisibility visibility = shape.mask.tile(i0, i0 + rows, j0, j0 + cols);
+        if (visibility == TileVisibility::None) continue;
+        __syncthreads();  // the previous query tile is consumed
+        const auto q_at = [&](int64_t t) { return shape.q.at(b, h, t); };
+        load_tile(Q, q_at, i0, rows, tile, d, sQ);
+        load_tile(dZ, q_at, i0, rows, tile, d, sdZ);
+        load_lse(L, shape.lse_at(b, h, i0), rows, lse_hi, lse_lo);
+        for (int r = threadIdx.x; r < rows; r += blockDim.x) sD[r] = D[shape.lse_at(b, h, i0 + r)];
+        __syncthreads();
+        probability_tile(sQ, sdZ, sK, sV, lse_hi, lse_lo, i0, rows, j0, cols, tile, d, scale, shape.mask, visibility,
+                         P, dP);
+        __syncthreads();
+        score_gradient_tile(P, sD, tile, dP);
+        __syncthreads();
+        // dV += Pᵀ dZ,  dK += scale·dSᵀ Q
+        for (int64_t idx = threadIdx.x; idx < cols * d; idx += blockDim.x) {
+          const int64_t c = idx / d, e = idx % d;
+          T pdz = 0, dsq = 0;
+          for (int r = 0; r < rows; ++r) {
+            pdz += P[r * tile + c] * sdZ[r * d + e];
+            dsq += dP[r * tile + c] * sQ[r * d + e];
+          }
+          dv[idx] += pdz;
+          dk[idx] += scale * dsq;
+        }
+      }
+    __syncthreads();
+    for (int64_t idx = threadIdx.x; idx < cols * d; idx += blockDim.x) {
+      const int64_t c = idx / d, e = idx % d;
+      dK[kv_at(j0 + c) + e] = dk[idx];
+      dV[kv_at(j0 + c) + e] = dv[idx];
+    }
+  }
+}
+
+// kernel<<<tasks (capped), kFlashThreads, `floats` elements of T in shared memory>>>(args...);
+// the kernels loop over their tasks grid-stride.
+template <class T, class... Params, class... Args>
+void launch_tiles(void (*kernel)(Params...), int64_t tasks, int64_t floats, Args... args) {
+  if (tasks == 0) return;
+  kernel<<<grid_for(tasks), kFlashThreads, floats * sizeof(T), current_stream()>>>(args...);
+  AG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Tensor& L) {
+  visit_floating(S.dtype(), "attention_softmax", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t Tq = S.size(-2), Tk = S.size(-1), rows = L.numel();
+    launch_rows(attention_softmax_kernel<T>, rows, Tk, ptr<const T>(S), ptr<T>(A), ptr<double>(L), rows, Tq, Tk, mask);
+  });
+}
+
+void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const AttentionShape& shape, Tensor& Z,
+                     Tensor& L) {
+  visit_floating(Q.dtype(), "flash_attention", [&](auto zero) {
+    using T = decltype(zero);
+    const int tile = choose_tile<T>("flash_attention", shape.d, [&](int t) { return forward_floats(t, shape.d); });
+    launch_tiles<T>(flash_forward_kernel<T>, shape.B * shape.Hq * tiles_of(shape.Tq, tile),
+                    forward_floats(tile, shape.d), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V), shape, tile,
+                    ptr<T>(Z), ptr<double>(L));
+  });
+}
+
+void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& L, const Tensor& dZ,
+                              const AttentionShape& shape, Tensor& dQ, Tensor& dK, Tensor& dV) {
+  visit_floating(Q.dtype(), "flash_attention_backward", [&](auto zero) {
+    using T = decltype(zero);
+    const Tensor D = Tensor::empty(L.shape(), Q.dtype(), Device::CUDA);  // rowsum(P ∘ dP) [B, Hq, Tq]
+    const int query_tile =
+        choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return query_floats(t, shape.d); });
+    launch_tiles<T>(flash_backward_query_kernel<T>, shape.B * shape.Hq * tiles_of(shape.Tq, query_tile),
+                    query_floats(query_tile, shape.d), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V),
+                    ptr<const double>(L), ptr<const T>(dZ), shape, query_tile, ptr<T>(D), ptr<T>(dQ));
+    const int key_tile =
+        choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return key_floats(t, shape.d); });
+    launch_tiles<T>(flash_backward_key_kernel<T>, shape.B * shape.Hkv * tiles_of(shape.Tk, key_tile),
+                    key_floats(key_tile, shape.d), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V),
+                    ptr<const double>(L), ptr<const T>(D), ptr<const T>(dZ), shape, key_tile, ptr<T>(dK), ptr<T>(dV));
+  });
+}
+
+}  // namespace ag::cuda
