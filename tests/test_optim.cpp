@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <numbers>
 
@@ -446,6 +447,28 @@ TEST_CASE("optim: load_state rejects state that does not fit") {
   CHECK_THROWS_AS(adamw.load_state({{"exp_avg.w", m}, {"step.w", step}}), Error);    // exp_avg_sq missing
   adamw.load_state({{"exp_avg.w", m}, {"exp_avg_sq.w", m}, {"step.w", step}});
   CHECK(adamw.state().size() == 3);
+
+  // Issue 10: values a corrupt or diverged checkpoint holds, refused before anything is written.
+  const auto with = [&](const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& saved_step) {
+    return NamedTensors{{"exp_avg.w", exp_avg}, {"exp_avg_sq.w", exp_avg_sq}, {"step.w", saved_step}};
+  };
+  const Tensor nan = Tensor::from_vector({0.0, NAN}, {2}, DType::Float64);
+  const Tensor negative = Tensor::from_vector({1.0, -1e-3}, {2}, DType::Float64);
+  CHECK_THROWS_WITH_AS(adamw.load_state(with(nan, m, step)), doctest::Contains("'exp_avg.w' holds nan (must be finite)"),
+                       Error);
+  CHECK_THROWS_WITH_AS(adamw.load_state(with(m, nan, step)), doctest::Contains("'exp_avg_sq.w' holds nan"), Error);
+  CHECK_THROWS_WITH_AS(adamw.load_state(with(m, negative, step)),
+                       "adamw: load_state: 'exp_avg_sq.w' holds -0.001 (must be finite and >= 0)", Error);
+  // A step count of INT64_MAX (or 1e300) once overflowed the float-to-int conversion of the bias correction.
+  constexpr int64_t max = std::numeric_limits<int64_t>::max();
+  CHECK_THROWS_WITH_AS(adamw.load_state(with(m, m, Tensor::from_indices({max}, {1}))),
+                       "adamw: load_state: 'step.w' is 9223372036854775807, not a step count in [1, 2^53]", Error);
+  CHECK_THROWS_WITH_AS(adamw.load_state(with(m, m, Tensor::from_indices({0}, {1}))), doctest::Contains("is 0, not a step count"),
+                       Error);
+  CHECK_THROWS_WITH_AS(adamw.load_state(with(m, m, Tensor::from_vector({1e300}, {1}, DType::Float64))),
+                       doctest::Contains("not one int64"), Error);
+  for (const NamedTensor& saved : adamw.state())  // the last good state, untouched
+    if (saved.name != "step.w") CHECK(saved.tensor.to_vector() == m.to_vector());
 }
 
 }  // namespace

@@ -21,16 +21,8 @@ namespace fs = std::filesystem;
 using ag::DType;
 using ag::Tensor;
 
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(out.good());
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using ag::test::read_file;
+using ag::test::write_file;
 
 // The 8-byte little-endian header length.
 std::string length_prefix(uint64_t n) {

@@ -41,7 +41,7 @@ std::string duration_text(double seconds) {
 EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, int64_t iter, dist::Communicator& comm) {
   NoGradGuard no_grad;
   model.eval();
-  auto mean_loss = [&](const std::vector<int64_t>& tokens, uint64_t stream) {
+  auto mean_loss = [&](const TokenIds& tokens, uint64_t stream) {
     Generator gen(c.optim.seed + stream);
     Tensor total;
     Tensor x, y;
