@@ -184,7 +184,7 @@ TEST_CASE("options: the program's messages: a misspelt option, a bad value, an e
   const std::string log_before = ag::test::read_file(tmp.file("run/log.csv"));
   const std::string unit_before = find_checkpoint(tmp.file("run"));
   const std::string model_before = ag::test::read_file(model_path(unit_before));
-  for (const std::string bad : {" --warmup-iters 3 --lr-decay-iters 2", " --n-layer 0", " --grad-clip -1", " --n-head 3"}) {
+  for (const std::string bad : {" --warmup-iters 3 --lr-decay-iters 2", " --eval-interval 0", " --grad-clip -1", " --n-head 3"}) {
     CAPTURE(bad);
     std::tie(status, output) = ag::test::run_char_lm("train --overwrite" + common + bad);
     CHECK(status == 1);
