@@ -459,6 +459,9 @@ TEST_CASE("optim: load_state rejects state that does not fit") {
   CHECK_THROWS_WITH_AS(adamw.load_state(with(m, nan, step)), doctest::Contains("'exp_avg_sq.w' holds nan"), Error);
   CHECK_THROWS_WITH_AS(adamw.load_state(with(m, negative, step)),
                        "adamw: load_state: 'exp_avg_sq.w' holds -0.001 (must be finite and >= 0)", Error);
+  // Moments stored as I32 load widened to int64: refused, not reinterpreted as numbers.
+  CHECK_THROWS_WITH_AS(adamw.load_state(with(m, Tensor::from_indices({1, 2}, {2}), step)),
+                       doctest::Contains("'exp_avg_sq.w' is [2] int64, not a floating tensor"), Error);
   // A step count of INT64_MAX (or 1e300) once overflowed the float-to-int conversion of the bias correction.
   constexpr int64_t max = std::numeric_limits<int64_t>::max();
   CHECK_THROWS_WITH_AS(adamw.load_state(with(m, m, Tensor::from_indices({max}, {1}))),
