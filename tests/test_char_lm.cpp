@@ -185,6 +185,10 @@ TEST_CASE("char_lm: missing, empty or too short data is a clear error") {
   write_file(dir + "/short.txt", "To be, or not");
   c.run.data = dir + "/short.txt";
   CHECK_THROWS_WITH_AS(train(c), doctest::Contains("fewer than block_size + 1 = 17"), Error);
+  // Long enough for one window, but not its validation split: refused before --out is touched.
+  write_file(dir + "/short.txt", std::string(100, 'a'));
+  CHECK_THROWS_WITH_AS(train(c), doctest::Contains("100 characters, and its validation split (the last 10%) 10, fewer than block_size + 1 = 17"), Error);
+  CHECK_FALSE(std::filesystem::exists(c.run.out));
   c.run.data = dir;
   CHECK_THROWS_WITH_AS(train(c), doctest::Contains(("'" + dir + "' is a directory").c_str()), Error);
 }

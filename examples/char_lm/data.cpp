@@ -231,9 +231,11 @@ Dataset make_dataset(const std::string& text, int64_t block_size) {
   // The text is valid UTF-8 by now: its characters are its bytes that do not continue one.
   const size_t n = static_cast<size_t>(
       std::count_if(text.begin(), text.end(), [](char b) { return (static_cast<unsigned char>(b) & 0xC0) != 0x80; }));
-  AG_CHECK(static_cast<int64_t>(n) >= block_size + 1,
-           "data: the text has " << n << " characters, fewer than block_size + 1 = " << block_size + 1);
   const size_t n_train = n * 9 / 10;
+  // Checked here, before --out is touched: the validation split, the smaller, must hold a window too.
+  AG_CHECK(static_cast<int64_t>(n - n_train) >= block_size + 1,
+           "data: the text has " << n << " characters, and its validation split (the last 10%) " << n - n_train
+                                 << ", fewer than block_size + 1 = " << block_size + 1);
   data.train = TokenIds(data.tokenizer.vocab_size(), n_train);
   data.val = TokenIds(data.tokenizer.vocab_size(), n - n_train);
   size_t i = 0;

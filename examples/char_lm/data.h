@@ -92,7 +92,8 @@ struct Dataset {
   TokenIds train, val;  // the first 90% of the tokens, and the rest
 };
 // Tokenizes the text in place: its ids are the only copy made (see TokenIds).
-// ag::Error if the text is shorter than block_size + 1 characters (no window fits).
+// ag::Error if the validation split (the last 10%) is shorter than block_size + 1
+// characters (no window fits).
 Dataset make_dataset(const std::string& text, int64_t block_size);
 
 // B windows of T + 1 tokens at offsets drawn from `gen`: x = tokens [0, T),
