@@ -141,6 +141,11 @@ struct AttentionSpec {
                                                    // aligned: one new query over a cache of Tk keys sees all of them)
   AttentionLayout layout = AttentionLayout::BHTD;
   AttentionImpl impl = AttentionImpl::Flash;
+  // The keys and values are the first kv_length rows of k and v along T: a KV
+  // cache allocated for more positions than it holds yet, read in place (Tk =
+  // kv_length; the rows after it are neither read nor given a gradient).
+  // Default: all of them.
+  std::optional<int64_t> kv_length = std::nullopt;
   // Issue 12's sparse patterns (window, dilation, global tokens, random blocks)
   // join here; every implementation reads them through AttentionMask.
 };

@@ -1,9 +1,15 @@
 // Multi-head causal self-attention, in the users' notation:
-//   Q = X W_Q,  K = X W_K,  V = X W_V          X [B, T, C], W_* [C, C]
+//   Q = X W_Q,  K = X W_K,  V = X W_V          X [B, T, C], W_Q, W_O [C, C], W_K, W_V [C, H_kv·d_h]
 //   heads: [B, T, C] viewed as [B, T, H, d_h], d_h = C / H (head h owns columns h·d_h … (h+1)·d_h − 1)
 //   S = Q Kᵀ / √d_h,  A = softmax(S + M),  Z = A V   (per head; M the causal mask)
 //   O = Concat(head_1..head_H) W_O                 Z [B, T, H, d_h] viewed as [B, T, C]
 // The residual (Y = X + O) is added by the Block, not here.
+//
+// Grouped-query attention: K and V have H_kv heads, a divisor of H, and query
+// head h reads kv head h / (H / H_kv) (PyTorch's repeat_interleave order);
+// H_kv = H is multi-head attention, H_kv = 1 multi-query. The op reads the
+// shared head in place; its backward sums the group's dK, dV
+// (docs/backprop.md, "Grouped-query attention and the KV cache").
 //
 // The per-head part is one op, ag::attention (core/ops.h), in the layout BTHD:
 // it reads each head's columns of Q, K, V in place and writes Z in the same
@@ -13,6 +19,7 @@
 // the output and every gradient.
 #pragma once
 #include "nn/layers.h"
+#include "nn/kv_cache.h"
 #include "nn/linear.h"
 #include "nn/module.h"
 
@@ -22,13 +29,19 @@ using ag::AttentionImpl;
 
 class MultiHeadSelfAttention : public Module {
  public:
-  // Submodules w_q, w_k, w_v, w_o: Linear(C, C) with biases. `dropout` applies
-  // to the output of w_o (residual dropout, as nanoGPT).
-  MultiHeadSelfAttention(int64_t C, int64_t H, bool causal = true, double dropout = 0.0,
+  // Submodules w_q, w_o: Linear(C, C); w_k, w_v: Linear(C, H_kv·d_h); all with
+  // biases. `dropout` applies to the output of w_o (residual dropout, as nanoGPT).
+  MultiHeadSelfAttention(int64_t C, int64_t H, int64_t H_kv, bool causal = true, double dropout = 0.0,
                          AttentionImpl impl = AttentionImpl::Dense, Generator* gen = nullptr);
 
   // X [B, T, C] -> O [B, T, C]
   Tensor forward(const Tensor& x);
+  // Generation with a cache (nn/kv_cache.h; causal modules only, no autograd):
+  // X [B, T_new, C] holds positions start … start + T_new − 1, whose K, V are
+  // written into `cache` rows there; their queries attend over the cache's
+  // rows 0 … start + T_new − 1, read in place. Equals the last T_new rows of
+  // forward() on the whole prefix.
+  Tensor forward_cached(const Tensor& x, LayerKVCache& cache, int64_t start);
 
   void set_impl(AttentionImpl impl) { impl_ = impl; }
   AttentionImpl impl() const { return impl_; }
@@ -41,7 +54,9 @@ class MultiHeadSelfAttention : public Module {
   const Tensor& attention() const { return attention_; }
 
  private:
-  int64_t H_;
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, AttentionSpec spec);
+
+  int64_t H_, H_kv_;
   bool causal_;
   AttentionImpl impl_;
   bool keep_attention_ = false;

@@ -9,6 +9,7 @@
   X(Model,   int64_t,           block_size, 64,                    1,   1 << 20,   "context length T") \
   X(Model,   int64_t,           n_layer,    4,                     1,   1024,      "transformer blocks N") \
   X(Model,   int64_t,           n_head,     4,                     1,   1024,      "attention heads H") \
+  X(Model,   int64_t,           n_kv_head,  0,                     0,   1024,      "key/value heads H_kv, a divisor of H: each serves H / H_kv query heads (1: multi-query; 0: H, multi-head)") \
   X(Model,   int64_t,           n_embd,     128,                   1,   1 << 16,   "embedding width C") \
   X(Model,   GeluApprox,        gelu,       GeluApprox::Erf,       0,   0,         "GELU: erf (exact) or tanh (GPT-2's approximation)") \
   X(Run,     double,            dropout,    0.0,                   0,   0.99,      "dropout probability (training only)") \

@@ -1,14 +1,16 @@
-"""Checks `char_lm grads` against PyTorch in float64, for both GELU variants.
+"""Checks `char_lm grads` against PyTorch in float64, for both GELU variants and
+for grouped-query attention.
 
     /usr/bin/python3 scripts/compare_grads.py --char-lm build/char_lm
-    /usr/bin/python3 scripts/compare_grads.py --write-golden   # tests/golden/grads_{erf,tanh}.safetensors
+    /usr/bin/python3 scripts/compare_grads.py --write-golden   # tests/golden/grads_{erf,tanh,gqa}.safetensors
 
-For each GELU variant (erf, tanh) it builds a small random model with
+For each variant (erf and tanh GELU; gqa: 4 query heads over 2 kv heads, query
+head h reading kv head h // 2 as torch's repeat_interleave) it builds a small random model with
 attograd's parameter names (random weights, not the GPT init, so that no
 gradient is tiny), rounds the weights to float32, and writes
 
     W.safetensors  every parameter (F32), the config in __metadata__
-                   (n_layer, n_head, n_embd, block_size, vocab_size, gelu)
+                   (n_layer, n_head, n_embd, block_size, vocab_size, gelu; n_kv_head for gqa)
     B.safetensors  idx and targets [B, T], int64 (and again as int32)
 
 then runs `char_lm grads --weights W --batch B --out G` once per batch dtype
@@ -25,7 +27,7 @@ scale 1/sqrt(d_h), MLP width 4C, head tied to the token embedding,
 loss = mean cross-entropy. T is one less than block_size, so the last row of
 pos_emb is unused (its gradient is 0).
 
---write-golden writes, instead of comparing, one file per GELU variant for
+--write-golden writes, instead of comparing, one file per variant for
 tests/test_char_lm_grads.cpp (which never imports torch):
 
     __metadata__      the model config, as W.safetensors has it (+ "source")
@@ -53,6 +55,8 @@ import torch
 import torch.nn.functional as F
 
 CONFIG = {"n_layer": 2, "n_head": 2, "n_embd": 12, "block_size": 8, "vocab_size": 11}
+# Each variant: the GELU and what it changes in CONFIG.
+VARIANTS = {"erf": ("erf", {}), "tanh": ("tanh", {}), "gqa": ("erf", {"n_head": 4, "n_kv_head": 2})}
 B, T = 3, 7
 TOLERANCE = 1e-10
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "tests" / "golden"
@@ -95,15 +99,20 @@ def read_safetensors(path):
     return tensors, metadata
 
 
-def parameter_shapes():
+def kv_heads(config):
+    return config.get("n_kv_head", config["n_head"])
+
+
+def parameter_shapes(config):
     """attograd's parameter names and shapes, in its registration order."""
-    C, V = CONFIG["n_embd"], CONFIG["vocab_size"]
-    shapes = {"tok_emb.weight": (V, C), "pos_emb.weight": (CONFIG["block_size"], C)}
-    for i in range(CONFIG["n_layer"]):
+    C, V = config["n_embd"], config["vocab_size"]
+    C_kv = kv_heads(config) * (C // config["n_head"])  # W_K, W_V: H_kv heads of d_h columns
+    shapes = {"tok_emb.weight": (V, C), "pos_emb.weight": (config["block_size"], C)}
+    for i in range(config["n_layer"]):
         p = f"blocks.{i}"
         shapes.update({f"{p}.ln1.weight": (C,), f"{p}.ln1.bias": (C,)})
-        for name in ("w_q", "w_k", "w_v", "w_o"):
-            shapes.update({f"{p}.attn.{name}.weight": (C, C), f"{p}.attn.{name}.bias": (C,)})
+        for name, width in (("w_q", C), ("w_k", C_kv), ("w_v", C_kv), ("w_o", C)):
+            shapes.update({f"{p}.attn.{name}.weight": (C, width), f"{p}.attn.{name}.bias": (width,)})
         shapes.update({f"{p}.ln2.weight": (C,), f"{p}.ln2.bias": (C,)})
         shapes.update({f"{p}.mlp.fc.weight": (C, 4 * C), f"{p}.mlp.fc.bias": (4 * C,)})
         shapes.update({f"{p}.mlp.proj.weight": (4 * C, C), f"{p}.mlp.proj.bias": (C,)})
@@ -111,10 +120,10 @@ def parameter_shapes():
     return shapes
 
 
-def random_model(rng):
+def random_model(rng, config):
     """Every parameter ~ N(0, 0.3) but LayerNorm weights ~ N(1, 0.1); rounded to float32."""
     weights = {}
-    for name, shape in parameter_shapes().items():
+    for name, shape in parameter_shapes(config).items():
         module = name.split(".")[-2]  # "ln1", "w_q", "tok_emb", ...
         is_ln_weight = module.startswith("ln") and name.endswith(".weight")
         w = rng.normal(1.0, 0.1, shape) if is_ln_weight else rng.normal(0.0, 0.3, shape)
@@ -122,15 +131,15 @@ def random_model(rng):
     return weights
 
 
-def random_batch(rng):
-    V = CONFIG["vocab_size"]
+def random_batch(rng, config):
+    V = config["vocab_size"]
     return rng.integers(0, V, (B, T), dtype=np.int64), rng.integers(0, V, (B, T), dtype=np.int64)
 
 
-def torch_loss_and_grads(weights, idx, targets, gelu):
+def torch_loss_and_grads(weights, idx, targets, gelu, config):
     """The model in torch float64 -> (loss, {name: gradient}), numpy float64."""
     p = {name: torch.tensor(w, dtype=torch.float64, requires_grad=True) for name, w in weights.items()}
-    C, H = CONFIG["n_embd"], CONFIG["n_head"]
+    C, H, H_kv = config["n_embd"], config["n_head"], kv_heads(config)
     D_H = C // H
     idx_t, targets_t = torch.from_numpy(idx), torch.from_numpy(targets)
     Bn, Tn = idx.shape
@@ -142,10 +151,14 @@ def torch_loss_and_grads(weights, idx, targets, gelu):
         return F.layer_norm(h, (C,), p[f"{prefix}.weight"], p[f"{prefix}.bias"], eps=1e-5)
 
     def attention(h, prefix):
-        def heads(t):  # [B, T, C] -> [B, H, T, d_h]
-            return t.reshape(Bn, Tn, H, D_H).transpose(1, 2)
+        def heads(t, n):  # [B, T, n·d_h] -> [B, n, T, d_h]
+            return t.reshape(Bn, Tn, n, D_H).transpose(1, 2)
 
-        q, k, v = (heads(linear(h, f"{prefix}.{name}")) for name in ("w_q", "w_k", "w_v"))
+        def repeat_kv(t):  # [B, H_kv, T, d_h] -> [B, H, T, d_h]: query head h reads kv head h // (H / H_kv)
+            return t.repeat_interleave(H // H_kv, dim=1)
+
+        q = heads(linear(h, f"{prefix}.w_q"), H)
+        k, v = (repeat_kv(heads(linear(h, f"{prefix}.{name}"), H_kv)) for name in ("w_k", "w_v"))
         s = q @ k.transpose(-2, -1) / math.sqrt(D_H)
         future = torch.triu(torch.ones(Tn, Tn, dtype=torch.bool), diagonal=1)
         a = torch.softmax(s.masked_fill(future, float("-inf")), dim=-1)
@@ -153,13 +166,13 @@ def torch_loss_and_grads(weights, idx, targets, gelu):
         return linear(z, f"{prefix}.w_o")
 
     x = p["tok_emb.weight"][idx_t] + p["pos_emb.weight"][:Tn]
-    for i in range(CONFIG["n_layer"]):
+    for i in range(config["n_layer"]):
         b = f"blocks.{i}"
         x = x + attention(layer_norm(x, f"{b}.ln1"), f"{b}.attn")
         hidden = F.gelu(linear(layer_norm(x, f"{b}.ln2"), f"{b}.mlp.fc"), approximate="none" if gelu == "erf" else "tanh")
         x = x + linear(hidden, f"{b}.mlp.proj")
     logits = layer_norm(x, "ln_f") @ p["tok_emb.weight"].t()  # tied head
-    loss = F.cross_entropy(logits.reshape(-1, CONFIG["vocab_size"]), targets_t.reshape(-1))
+    loss = F.cross_entropy(logits.reshape(-1, config["vocab_size"]), targets_t.reshape(-1))
     loss.backward()
     return loss.item(), {name: t.grad.numpy() for name, t in p.items()}
 
@@ -180,21 +193,23 @@ def gradient_error(got, grads, name):
     return relative_error(got[name], grads[name], scale)
 
 
-def model_metadata(gelu):
-    return {**{k: str(v) for k, v in CONFIG.items()}, "gelu": gelu}
+def model_metadata(gelu, config):
+    return {**{k: str(v) for k, v in config.items()}, "gelu": gelu}
 
 
-def compare(char_lm, gelu, seed):
+def compare(char_lm, variant, seed):
     """Runs char_lm grads on an int64 and an int32 batch, prints a table of
     relative errors -> the worst (error, name)."""
+    gelu, changes = VARIANTS[variant]
+    config = {**CONFIG, **changes}
     rng = np.random.default_rng(seed)
-    weights = random_model(rng)
-    idx, targets = random_batch(rng)
-    loss, grads = torch_loss_and_grads(weights, idx, targets, gelu)
+    weights = random_model(rng, config)
+    idx, targets = random_batch(rng, config)
+    loss, grads = torch_loss_and_grads(weights, idx, targets, gelu, config)
     errors = {"loss": []} | {name: [] for name in grads}  # one column per batch dtype
     with tempfile.TemporaryDirectory(prefix="compare_grads_") as tmp:
         tmp = Path(tmp)
-        write_safetensors(tmp / "W.safetensors", weights, model_metadata(gelu))
+        write_safetensors(tmp / "W.safetensors", weights, model_metadata(gelu, config))
         for batch_dtype in (np.int64, np.int32):
             batch_path = tmp / f"B_{np.dtype(batch_dtype).name}.safetensors"
             write_safetensors(batch_path, {"idx": idx.astype(batch_dtype), "targets": targets.astype(batch_dtype)})
@@ -208,7 +223,7 @@ def compare(char_lm, gelu, seed):
             errors["loss"].append(relative_error(got["loss"], loss))
             for name in grads:
                 errors[name].append(gradient_error(got, grads, name))
-    print(f"--gelu {gelu}: torch loss {loss:.17g}; relative error of attograd's")
+    print(f"{variant}: torch loss {loss:.17g}; relative error of attograd's")
     print(f"  {'':<28} {'int64 batch':>11} {'int32 batch':>11}")
     for name, row in errors.items():
         flag = "" if max(row) <= TOLERANCE else "  FAIL"
@@ -216,16 +231,19 @@ def compare(char_lm, gelu, seed):
     return max((max(row), name) for name, row in errors.items())
 
 
-def write_golden(gelu, seed):
+def write_golden(variant, seed):
+    gelu, changes = VARIANTS[variant]
+    config = {**CONFIG, **changes}
     rng = np.random.default_rng(seed)
-    weights = random_model(rng)
-    idx, targets = random_batch(rng)
-    loss, grads = torch_loss_and_grads(weights, idx, targets, gelu)
+    weights = random_model(rng, config)
+    idx, targets = random_batch(rng, config)
+    loss, grads = torch_loss_and_grads(weights, idx, targets, gelu, config)
     tensors = {f"weight/{name}": w for name, w in weights.items()}
     tensors.update({"batch/idx": idx, "batch/targets": targets, "loss": np.array(loss, dtype=np.float64)})
     tensors.update({f"grad/{name}": g.astype(np.float64) for name, g in grads.items()})
-    metadata = {**model_metadata(gelu), "source": "scripts/compare_grads.py --write-golden", "torch": torch.__version__}
-    path = GOLDEN_DIR / f"grads_{gelu}.safetensors"
+    metadata = {**model_metadata(gelu, config), "source": "scripts/compare_grads.py --write-golden",
+                "torch": torch.__version__}
+    path = GOLDEN_DIR / f"grads_{variant}.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_safetensors(path, tensors, metadata)
     print(f"wrote {path} ({path.stat().st_size} bytes, loss {loss:.17g})")
@@ -234,22 +252,22 @@ def write_golden(gelu, seed):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--char-lm", default="./build/char_lm", help="the char_lm binary (default ./build/char_lm)")
-    parser.add_argument("--write-golden", action="store_true", help="write tests/golden/grads_{erf,tanh}.safetensors")
+    parser.add_argument("--write-golden", action="store_true", help="write tests/golden/grads_{erf,tanh,gqa}.safetensors")
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args()
-    seeds = {"erf": args.seed, "tanh": args.seed + 1}
+    seeds = {"erf": args.seed, "tanh": args.seed + 1, "gqa": args.seed + 2}
     if args.write_golden:
-        for gelu, seed in seeds.items():
-            write_golden(gelu, seed)
+        for variant, seed in seeds.items():
+            write_golden(variant, seed)
         return 0
     if not Path(args.char_lm).is_file():
         parser.error(f"--char-lm {args.char_lm}: no such file (build it: cmake --build build)")
     failed = False
-    for gelu, seed in seeds.items():
-        err, name = compare(args.char_lm, gelu, seed)
+    for variant, seed in seeds.items():
+        err, name = compare(args.char_lm, variant, seed)
         ok = err <= TOLERANCE
         failed |= not ok
-        print(f"gelu {gelu}: max relative error {err:.3e} ({name}) {'OK' if ok else 'FAIL'} (tolerance {TOLERANCE:g})")
+        print(f"{variant}: max relative error {err:.3e} ({name}) {'OK' if ok else 'FAIL'} (tolerance {TOLERANCE:g})")
     return 1 if failed else 0
 
 

@@ -1,8 +1,8 @@
 // char_lm grads: ag::char_lm::compute_grads against PyTorch's float64 loss and
-// gradients, for both GELU variants. The golden files
-// tests/golden/grads_{erf,tanh}.safetensors come from
+// gradients, for both GELU variants and a grouped-query model. The golden files
+// tests/golden/grads_{erf,tanh,gqa}.safetensors come from
 // `/usr/bin/python3 scripts/compare_grads.py --write-golden` and hold
-//   __metadata__         the model config (n_layer, n_head, n_embd, block_size, vocab_size, gelu)
+//   __metadata__         the model config (n_layer, n_head, n_embd, block_size, vocab_size, gelu; gqa: n_kv_head)
 //   weight/<name>        every parameter, F32
 //   batch/idx, targets   [B, T] I64 (T < block_size: the last pos_emb row gets no gradient)
 //   loss, grad/<name>    torch's float64 loss [] and gradients
@@ -152,6 +152,15 @@ TEST_CASE("char_lm grads: loss and every gradient match PyTorch float64, erf and
     const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out);
     check_matches_torch(golden, out, loss);
   }
+}
+
+TEST_CASE("char_lm grads: a grouped-query model (4 query heads over 2 kv heads) matches PyTorch float64") {
+  const SafetensorsFile golden = load_golden("gqa");
+  REQUIRE(golden.metadata.at("n_kv_head") == "2");
+  ag::test::TempDir tmp("char_lm_grads_gqa");
+  const std::string out = tmp.file("G.safetensors");
+  const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out);
+  check_matches_torch(golden, out, loss);
 }
 
 TEST_CASE("char_lm grads: an int32 batch gives the same loss and gradients") {

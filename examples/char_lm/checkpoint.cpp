@@ -43,7 +43,13 @@ void check_sizes_against_tensors(const SafetensorsFile& file, const nn::GPTConfi
   };
   expect("tok_emb.weight", {c.vocab_size, c.n_embd});
   expect("pos_emb.weight", {c.block_size, c.n_embd});
-  for (int64_t i = 0; i < c.n_layer; ++i) expect("blocks." + std::to_string(i) + ".mlp.fc.weight", {c.n_embd, 4 * c.n_embd});
+  const int64_t kv_width = c.kv_heads() * (c.n_embd / c.n_head);  // H_kv·d_h
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string block = "blocks." + std::to_string(i);
+    expect(block + ".mlp.fc.weight", {c.n_embd, 4 * c.n_embd});
+    expect(block + ".attn.w_k.weight", {c.n_embd, kv_width});
+    expect(block + ".attn.w_v.weight", {c.n_embd, kv_width});
+  }
 }
 }  // namespace
 

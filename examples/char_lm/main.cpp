@@ -4,9 +4,12 @@
 //   char_lm sample --ckpt DIR [--prompt TEXT] [--tokens N] ...    generate from a checkpoint
 //   char_lm grads  --weights W --batch B --out G                  one float64 forward/backward,
 //                                                                 gradients to a safetensors file
+//   char_lm convert --ckpt IN --n-kv-head G --out OUT             multi-head to grouped-query attention
+//                                                                 (then train --resume --out OUT)
 // Each command takes --help. Every option comes from a table (core/options.h):
 // the model's (nn/gpt_options.h), the training step's (optim/train_options.h)
 // and each command's own (examples/char_lm/*_options.h).
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -14,6 +17,7 @@
 #include "cuda/context.h"
 #include "dist/communicator.h"
 #include "examples/char_lm/checkpoint.h"
+#include "examples/char_lm/convert.h"
 #include "examples/char_lm/grads.h"
 #include "examples/char_lm/sample.h"
 #include "examples/char_lm/train.h"
@@ -47,7 +51,12 @@ int run_sample(const SampleOptions& o, const nn::GPTConfig& settings) {
   LoadedModel loaded = load_model(model_path(unit), DType::Float32, settings);
   loaded.model->to(o.device);
   AG_CHECK(loaded.tokenizer.vocab_size() > 0, "sample: the checkpoint has no tokenizer characters");
-  std::printf("%s\n", generate(*loaded.model, loaded.tokenizer, o.prompt, o).c_str());
+  const auto start = std::chrono::steady_clock::now();
+  const std::string text = generate(*loaded.model, loaded.tokenizer, o.prompt, o);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%s\n", text.c_str());
+  std::fprintf(stderr, "%lld tokens in %.3f s: %.1f tokens/s (%s)\n", static_cast<long long>(o.tokens), seconds,
+               static_cast<double>(o.tokens) / seconds, o.no_kv_cache ? "recomputing the context" : "KV cache");
   return 0;
 }
 
@@ -57,6 +66,15 @@ int run_grads(const GradsOptions& o, const nn::GPTConfig& settings) {
   require_device(o.device);
   const double loss = compute_grads(o.weights, o.batch, o.out, o.device, settings);
   std::printf("loss %.17g; gradients written to %s\n", loss, o.out.c_str());
+  return 0;
+}
+
+int run_convert(const ConvertOptions& o) {
+  const ConvertResult r = convert_kv_heads(o);
+  std::printf("iteration %lld: val loss %.4f with the source's kv heads, %.4f with %lld (mean-pooled); "
+              "continue with: char_lm train --resume --out %s --max-iters N\n",
+              static_cast<long long>(r.iter), r.val_loss_before, r.val_loss_after, static_cast<long long>(o.n_kv_head),
+              o.out.c_str());
   return 0;
 }
 }  // namespace
@@ -84,14 +102,20 @@ int main(int argc, char** argv) {
       "grads", "float64 loss and gradients of a model on a batch, for comparison with other frameworks"));
   grads_command.bind(grads_options).bind(grads_settings, {OptionKind::Setting}).bind(process);
 
+  ConvertOptions convert_options;
+  cli::Command convert_command(app.add_subcommand(
+      "convert", "a checkpoint to fewer key/value heads (grouped-query attention), mean-pooling each group's W_K, W_V"));
+  convert_command.bind(convert_options).bind(process);
+
   if (const int code = cli::parse(app, argc, argv); code >= 0) return code;
   try {
-    for (cli::Command* command : {&train_command, &sample_command, &grads_command}) {
+    for (cli::Command* command : {&train_command, &sample_command, &grads_command, &convert_command}) {
       if (!command->app()->parsed()) continue;
       command->apply();
       process.apply();
       if (command == &train_command) return run_train(*command, train_config);
       if (command == &sample_command) return run_sample(sample_options, sample_settings);
+      if (command == &convert_command) return run_convert(convert_options);
       return run_grads(grads_options, grads_settings);
     }
     return 2;

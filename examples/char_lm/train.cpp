@@ -33,31 +33,6 @@ std::string duration_text(double seconds) {
   return buffer;
 }
 
-// Mean loss over eval_iters batches of each split. The batches come from a
-// generator of their own, the same at every evaluation: evaluating never moves
-// the training stream (so a resumed run draws the same batches) and every
-// evaluation scores the same windows. Each process scores its shard of every
-// batch; the shards are equal, so the mean of their means is the batches' mean.
-EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, int64_t iter, dist::Communicator& comm) {
-  NoGradGuard no_grad;
-  model.eval();
-  auto mean_loss = [&](const TokenIds& tokens, uint64_t stream) {
-    Generator gen(c.optim.seed + stream);
-    Tensor total;
-    Tensor x, y;
-    for (int64_t i = 0; i < c.run.eval_iters; ++i) {
-      get_batch(tokens, c.optim.batch_size, c.model.block_size, gen, x, y);
-      const Tensor loss = model.loss(optim::shard(x, comm).to(c.run.device), optim::shard(y, comm).to(c.run.device));
-      total = total.defined() ? add(total, loss) : loss;
-    }
-    comm.all_reduce_sum(total);
-    return total.item() / static_cast<double>(c.run.eval_iters * comm.size());  // one wait for the device
-  };
-  EvalRecord record{iter, mean_loss(data.train, 2), mean_loss(data.val, 3)};
-  model.train();
-  return record;
-}
-
 // Checks every option and their relations, before anything is written.
 void check_options(const TrainConfig& c, const dist::Communicator& comm) {
   c.model.check();
@@ -123,6 +98,31 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 }  // namespace
+
+// The batches come from a generator of their own, the same at every
+// evaluation: evaluating never moves the training stream (so a resumed run
+// draws the same batches) and every evaluation scores the same windows. Each
+// process scores its shard of every batch; the shards are equal, so the mean of
+// their means is the batches' mean.
+EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, int64_t iter, dist::Communicator& comm) {
+  NoGradGuard no_grad;
+  model.eval();
+  auto mean_loss = [&](const TokenIds& tokens, uint64_t stream) {
+    Generator gen(c.optim.seed + stream);
+    Tensor total;
+    Tensor x, y;
+    for (int64_t i = 0; i < c.run.eval_iters; ++i) {
+      get_batch(tokens, c.optim.batch_size, c.model.block_size, gen, x, y);
+      const Tensor loss = model.loss(optim::shard(x, comm).to(c.run.device), optim::shard(y, comm).to(c.run.device));
+      total = total.defined() ? add(total, loss) : loss;
+    }
+    comm.all_reduce_sum(total);
+    return total.item() / static_cast<double>(c.run.eval_iters * comm.size());  // one wait for the device
+  };
+  EvalRecord record{iter, mean_loss(data.train, 2), mean_loss(data.val, 3)};
+  model.train();
+  return record;
+}
 
 TrainResult train(TrainConfig c) {
   // Data-parallel when an MPI launcher started several processes (optim/data_parallel.h).
