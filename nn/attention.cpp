@@ -27,9 +27,14 @@ Tensor MultiHeadSelfAttention::attend(const Tensor& q, const Tensor& k, const Te
   AttentionInternals internals;
   const Tensor Z = ag::attention(q, k, v, spec, keep_attention_ ? &internals : nullptr);  // [B, Tq, H, d_h]
   attention_ = internals.probabilities;  // undefined unless kept: never a stale A from an earlier forward
-  // Concat(head_1..head_H) is Z viewed as [B, T, C].
+  // A pruned model's constant gates follow the model to its dtype and device once (a copy per forward
+  // would upload them every time); gates that require grad are made there by their owner.
+  if (head_gates_.defined() && (head_gates_.dtype() != Z.dtype() || head_gates_.device() != Z.device()))
+    head_gates_ = head_gates_.detach().to(Z.dtype()).to(Z.device());
+  // Concat(g_1·head_1 .. g_H·head_H) is the gated Z viewed as [B, T, C].
+  const Tensor gated = head_gates_.defined() ? Z * head_gates_.reshape({1, 1, H_, 1}) : Z;
   const int64_t B = q.size(0), Tq = q.size(1), C = q.size(2) * q.size(3);
-  return dropout_->forward(w_o_->forward(Z.reshape({B, Tq, C})));  // O [B, Tq, C]
+  return dropout_->forward(w_o_->forward(gated.reshape({B, Tq, C})));  // O [B, Tq, C]
 }
 
 Tensor MultiHeadSelfAttention::forward(const Tensor& x) {
@@ -55,6 +60,12 @@ Tensor MultiHeadSelfAttention::forward_cached(const Tensor& x, LayerKVCache& cac
   cache.write(w_k_->forward(x), w_v_->forward(x), start);
   // Query i sits at position start + i: bottom-right aligned (q_offset = Tk − Tq) over Tk = start + T_new keys.
   return attend(w_q_->forward(x).reshape({B, T_new, H_, d_h}), cache.k, cache.v, {.kv_length = start + T_new});
+}
+
+void MultiHeadSelfAttention::set_head_gates(const Tensor& gates) {
+  AG_CHECK(!gates.defined() || gates.shape() == Shape{H_},
+           "MultiHeadSelfAttention: head gates " << describe(gates) << " are not [H = " << H_ << "]");
+  head_gates_ = gates;
 }
 
 }  // namespace ag::nn

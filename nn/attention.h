@@ -53,6 +53,15 @@ class MultiHeadSelfAttention : public Module {
   void set_keep_attention(bool keep) { keep_attention_ = keep; }
   const Tensor& attention() const { return attention_; }
 
+  // Head gates (Michel et al. 2019): g [H] scales each query head's Z before
+  // W_O, in forward and forward_cached, so a head with g_h = 0 adds nothing to O
+  // and its columns of W_Q get no gradient, nor W_K's and W_V's when it has its
+  // own kv head (H_kv = H; a shared kv head still gets its group's others').
+  // Undefined (the default): every head on, and no multiply. A gate that
+  // requires grad gets ∂L/∂g_h, the head's importance.
+  void set_head_gates(const Tensor& gates);
+  const Tensor& head_gates() const { return head_gates_; }
+
  private:
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, AttentionSpec spec);
 
@@ -61,6 +70,7 @@ class MultiHeadSelfAttention : public Module {
   AttentionImpl impl_;
   bool keep_attention_ = false;
   Tensor attention_;
+  Tensor head_gates_;  // [H], or undefined
   std::shared_ptr<Linear> w_q_, w_k_, w_v_, w_o_;
   std::shared_ptr<Dropout> dropout_;
 };

@@ -29,6 +29,39 @@ void GPTConfig::check() const {
                                              << " (each head gets C / H dims)");
   AG_CHECK(n_head % kv_heads() == 0, "--n-head " << n_head << " is not a multiple of --n-kv-head " << n_kv_head
                                                  << " (each kv head serves n_head / n_kv_head query heads)");
+  head_gates();  // throws on a malformed head_mask
+}
+
+std::vector<std::vector<double>> GPTConfig::head_gates() const {
+  std::vector<std::vector<double>> gates(n_layer, std::vector<double>(n_head, 1.0));
+  if (head_mask.empty()) return gates;
+  const std::string shape = std::to_string(n_layer) + " groups of " + std::to_string(n_head) + " 0s and 1s split by '/'";
+  AG_CHECK(static_cast<int64_t>(head_mask.size()) == n_layer * (n_head + 1) - 1,
+           "head_mask '" << head_mask << "' is not " << shape);
+  for (int64_t layer = 0; layer < n_layer; ++layer) {
+    for (int64_t h = 0; h < n_head; ++h) {
+      const char c = head_mask[layer * (n_head + 1) + h];
+      AG_CHECK(c == '0' || c == '1', "head_mask '" << head_mask << "' is not " << shape);
+      gates[layer][h] = c == '1' ? 1.0 : 0.0;
+    }
+    AG_CHECK(layer + 1 == n_layer || head_mask[layer * (n_head + 1) + n_head] == '/',
+             "head_mask '" << head_mask << "' is not " << shape);
+  }
+  return gates;
+}
+
+std::string head_mask_text(const std::vector<std::vector<double>>& gates) {
+  std::string text;
+  bool all_on = true;
+  for (const std::vector<double>& layer : gates) {
+    if (!text.empty()) text += '/';
+    for (const double g : layer) {
+      AG_CHECK(g == 0.0 || g == 1.0, "head_mask: gate " << g << " is neither 0 nor 1");
+      text += g == 1.0 ? '1' : '0';
+      all_on = all_on && g == 1.0;
+    }
+  }
+  return all_on ? "" : text;
 }
 
 GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
@@ -43,6 +76,16 @@ GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
         std::make_shared<Block>(C, config.n_head, config.kv_heads(), config.dropout, config.gelu, config.attn_impl, &gen)));
   ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(C));
   init_weights(gen);
+  set_head_mask(config.head_mask);
+}
+
+void GPT::set_head_mask(const std::string& head_mask) {
+  GPTConfig config = config_;
+  config.head_mask = head_mask;
+  const std::vector<std::vector<double>> gates = config.head_gates();
+  config_ = config;
+  for (int64_t i = 0; i < config_.n_layer; ++i)  // constant gates: a pruned model's heads stay off
+    blocks_[i]->attn().set_head_gates(head_mask.empty() ? Tensor() : Tensor::from_vector(gates[i], {config_.n_head}));
 }
 
 // By name, as nanoGPT's _init_weights, drawing in named_parameters() order.
@@ -68,20 +111,26 @@ void GPT::init_weights(Generator& gen) {
 Tensor GPT::forward(const Tensor& idx) {
   AG_CHECK(idx.dim() == 2 && idx.dtype() == DType::Int64,
            "GPT: idx " << describe(idx) << " is not int64 [B, T]");
-  const int64_t T = idx.size(1);
+  return forward_embedded(tok_emb_->forward(idx));
+}
+
+Tensor GPT::forward_embedded(const Tensor& E) {
+  AG_CHECK(E.dim() == 3 && E.size(2) == config_.n_embd,
+           "GPT: token embeddings " << describe(E) << " are not [B, T, C = " << config_.n_embd << "]");
+  const int64_t T = E.size(1);
   AG_CHECK(T >= 1 && T <= config_.block_size,
            "GPT: sequence length T = " << T << " is outside [1, block_size = " << config_.block_size << "]");
-  Tensor x = embed(idx, 0);
+  Tensor x = embed(E, 0);
   for (const std::shared_ptr<Block>& block : blocks_) x = block->forward(x);
   return head(x);
 }
 
-Tensor GPT::embed(const Tensor& idx, int64_t start) {
+Tensor GPT::embed(const Tensor& E, int64_t start) {
   // Positions 0..block_size−1, uploaded once per device: a fresh upload each forward would make the host wait for the device.
-  if (!positions_.defined() || positions_.device() != idx.device())
-    positions_ = Tensor::arange(config_.block_size, DType::Int64, idx.device());
-  const Tensor pos = positions_.view(start, {idx.size(1)});
-  return dropout_->forward(tok_emb_->forward(idx) + pos_emb_->forward(pos));  // [B, T, C] + [T, C]
+  if (!positions_.defined() || positions_.device() != E.device())
+    positions_ = Tensor::arange(config_.block_size, DType::Int64, E.device());
+  const Tensor pos = positions_.view(start, {E.size(1)});
+  return dropout_->forward(E + pos_emb_->forward(pos));  // [B, T, C] + [T, C]
 }
 
 Tensor GPT::head(const Tensor& x) {
@@ -100,7 +149,7 @@ Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) {
   AG_CHECK(T_new >= 1 && start + T_new <= config_.block_size,
            "GPT: positions " << start << " … " << start + T_new - 1 << " reach past block_size = "
                              << config_.block_size << " (learned positions end there)");
-  Tensor x = embed(idx, start);  // each token's embedding at its true position
+  Tensor x = embed(tok_emb_->forward(idx), start);  // each token's embedding at its true position
   for (int64_t i = 0; i < config_.n_layer; ++i) x = blocks_[i]->forward_cached(x, cache.layer(i), start);
   cache.advance(T_new);
   return head(x);

@@ -36,11 +36,15 @@ class Block : public Module {
 // The model's options, from the table in nn/gpt_options.h.
 struct GPTConfig {
   AG_DECLARE_OPTIONS(AG_GPT_OPTIONS)
-  // Throws unless the options fit together (ranges, C a multiple of H, H a multiple of H_kv).
+  // Throws unless the options fit together (ranges, C a multiple of H, H a multiple of H_kv, head_mask's shape).
   void check() const;
   // H_kv: n_kv_head, where 0 (the default, and what a checkpoint without the key gets) means n_head.
   int64_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
+  // head_mask as gates: [n_layer][n_head] of 0 and 1 (all 1 when head_mask is empty).
+  std::vector<std::vector<double>> head_gates() const;
 };
+// The head_mask text of gates of 0 and 1 ("1111/1011"; empty if every gate is 1).
+std::string head_mask_text(const std::vector<std::vector<double>>& gates);
 
 // The floating-point operations of one training step (forward and backward) on
 // a batch of B sequences of length T: 2·M·N·K for every matrix product, which is
@@ -64,6 +68,11 @@ class GPT : public Module {
 
   // idx int64 [B, T] with T <= block_size -> logits [B, T, V]
   Tensor forward(const Tensor& idx);
+  // The same from the token embeddings E = tok_emb[idx] [B, T, C] (positions are
+  // added here): forward(idx) = forward_embedded(token_embeddings(idx)). What
+  // integrated gradients differentiates with respect to.
+  Tensor forward_embedded(const Tensor& E);
+  Tensor token_embeddings(const Tensor& idx) const { return tok_emb_->forward(idx); }
   // Generation (under NoGradGuard): idx int64 [B, T_new] holds positions
   // cache.length() … cache.length() + T_new − 1 (at most block_size in all)
   // -> logits [B, T_new, V], equal to the last T_new rows of forward() on the
@@ -78,13 +87,15 @@ class GPT : public Module {
               int64_t ignore_index = -100);
 
   void set_attention_impl(AttentionImpl impl);
+  // Switches heads off (config().head_mask, saved with the model); "" turns every head on.
+  void set_head_mask(const std::string& head_mask);
   const GPTConfig& config() const { return config_; }
   Block& block(int64_t i) { return *blocks_.at(i); }
 
  private:
   void init_weights(Generator& gen);
-  // x [B, T, C] after the embeddings of idx [B, T] at positions start … start + T − 1.
-  Tensor embed(const Tensor& idx, int64_t start);
+  // x [B, T, C] from the token embeddings E [B, T, C] at positions start … start + T − 1.
+  Tensor embed(const Tensor& E, int64_t start);
   // logits [B, T, V] from the last block's output x [B, T, C].
   Tensor head(const Tensor& x);
 

@@ -13,4 +13,5 @@
   X(Model,   int64_t,           n_embd,     128,                   1,   1 << 16,   "embedding width C") \
   X(Model,   GeluApprox,        gelu,       GeluApprox::Erf,       0,   0,         "GELU: erf (exact) or tanh (GPT-2's approximation)") \
   X(Run,     double,            dropout,    0.0,                   0,   0.99,      "dropout probability (training only)") \
-  X(Setting, nn::AttentionImpl, attn_impl,  nn::AttentionImpl::Dense, 0, 0,        "attention implementation (same function, other speed)")
+  X(Setting, nn::AttentionImpl, attn_impl,  nn::AttentionImpl::Dense, 0, 0,        "attention implementation (same function, other speed)") \
+  X(Model,   std::string,       head_mask,  "",                    0,   0,         "heads switched off (char_lm heads --prune): per layer one 0/1 per head, layers split by '/', e.g. 1111/1011; empty: all on")

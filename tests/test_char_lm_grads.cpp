@@ -142,15 +142,20 @@ void check_matches_torch(const SafetensorsFile& golden, const std::string& out_p
 
 }  // namespace
 
-TEST_CASE("char_lm grads: loss and every gradient match PyTorch float64, erf and tanh GELU") {
+TEST_CASE("char_lm grads: loss and every gradient match PyTorch float64, erf and tanh GELU, every attention impl") {
   for (const std::string gelu : {"erf", "tanh"}) {
-    INFO("gelu " << gelu);
-    const SafetensorsFile golden = load_golden(gelu);
-    REQUIRE(golden.metadata.at("gelu") == gelu);
-    ag::test::TempDir tmp("char_lm_grads_" + std::string(gelu));
-    const std::string out = tmp.file("G.safetensors");
-    const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out);
-    check_matches_torch(golden, out, loss);
+    for (const nn::AttentionImpl impl : {nn::AttentionImpl::Composed, nn::AttentionImpl::Dense, nn::AttentionImpl::Flash}) {
+      INFO("gelu " << gelu << ", attention " << name_of(impl));
+      const SafetensorsFile golden = load_golden(gelu);
+      REQUIRE(golden.metadata.at("gelu") == gelu);
+      ag::test::TempDir tmp("char_lm_grads_" + std::string(gelu));
+      const std::string out = tmp.file("G.safetensors");
+      nn::GPTConfig settings;
+      settings.attn_impl = impl;
+      const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out,
+                                                 Device::CPU, settings);
+      check_matches_torch(golden, out, loss);
+    }
   }
 }
 

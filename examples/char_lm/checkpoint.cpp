@@ -59,6 +59,7 @@ std::string train_state_path(const std::string& dir) { return dir + "/train_stat
 void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& tokenizer, int64_t iter) {
   Metadata metadata;
   write_options(model.config(), metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake);
+  if (model.config().head_mask.empty()) metadata.erase("head_mask");  // every head on: files as before pruning existed
   metadata.merge(tokenizer.to_metadata());
   if (iter >= 0) metadata["iter"] = std::to_string(iter);
   std::vector<NamedTensor> tensors;

@@ -6,11 +6,15 @@
 //                                                                 gradients to a safetensors file
 //   char_lm convert --ckpt IN --n-kv-head G --out OUT             multi-head to grouped-query attention
 //                                                                 (then train --resume --out OUT)
+//   char_lm attention | explain | heads | report --ckpt DIR ...   look inside a trained model
+//                                                                 (examples/char_lm/inspect.h)
 // Each command takes --help. Every option comes from a table (core/options.h):
 // the model's (nn/gpt_options.h), the training step's (optim/train_options.h)
 // and each command's own (examples/char_lm/*_options.h).
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "core/error.h"
@@ -19,6 +23,7 @@
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/convert.h"
 #include "examples/char_lm/grads.h"
+#include "examples/char_lm/inspect.h"
 #include "examples/char_lm/sample.h"
 #include "examples/char_lm/train.h"
 #include "examples/common/command_line.h"
@@ -58,6 +63,20 @@ int run_sample(const SampleOptions& o, const nn::GPTConfig& settings) {
   std::fprintf(stderr, "%lld tokens in %.3f s: %.1f tokens/s (%s)\n", static_cast<long long>(o.tokens), seconds,
                static_cast<double>(o.tokens) / seconds, o.no_kv_cache ? "recomputing the context" : "KV cache");
   return 0;
+}
+
+// A command that looks inside a model (examples/char_lm/inspect.h): its command
+// line, bound to `options`, and what runs it.
+struct InspectCommand {
+  std::unique_ptr<cli::Command> command;
+  std::function<int()> run;
+};
+template <class Options>
+InspectCommand inspect_command(CLI::App& app, const char* name, const char* help, Options& options,
+                               int (*run)(const Options&), cli::ProcessOptions& process) {
+  auto command = std::make_unique<cli::Command>(app.add_subcommand(name, help));
+  command->bind(options).bind(process);
+  return {std::move(command), [&options, run] { return run(options); }};
 }
 
 int run_grads(const GradsOptions& o, const nn::GPTConfig& settings) {
@@ -107,8 +126,28 @@ int main(int argc, char** argv) {
       "convert", "a checkpoint to fewer key/value heads (grouped-query attention), mean-pooling each group's W_K, W_V"));
   convert_command.bind(convert_options).bind(process);
 
+  AttentionOptions attention_options;
+  ExplainOptions explain_options;
+  HeadsOptions heads_options;
+  ReportOptions report_options;
+  const InspectCommand inspect_commands[] = {
+      inspect_command(app, "attention", "attention maps of a prompt: one SVG per layer (a heatmap of A per head) and the rollout",
+                      attention_options, run_attention, process),
+      inspect_command(app, "explain", "integrated gradients: each prompt character's share of the predicted next character's logit",
+                      explain_options, run_explain, process),
+      inspect_command(app, "heads", "head importance (mean |dL/dg_h| on validation batches); --prune K writes a model without the K least important",
+                      heads_options, run_heads, process),
+      inspect_command(app, "report", "one self-contained HTML page: config, loss curves, a sample, attention maps, rollout, attributions, heads",
+                      report_options, run_report, process)};
+
   if (const int code = cli::parse(app, argc, argv); code >= 0) return code;
   try {
+    for (const InspectCommand& inspect : inspect_commands) {
+      if (!inspect.command->app()->parsed()) continue;
+      inspect.command->apply();
+      process.apply();
+      return inspect.run();
+    }
     for (cli::Command* command : {&train_command, &sample_command, &grads_command, &convert_command}) {
       if (!command->app()->parsed()) continue;
       command->apply();

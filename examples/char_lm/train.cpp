@@ -13,6 +13,7 @@
 #include "dist/communicator.h"
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/data.h"
+#include "examples/char_lm/inspect.h"
 #include "examples/char_lm/sample.h"
 #include "optim/adam.h"
 #include "optim/data_parallel.h"
@@ -76,7 +77,7 @@ void clear_run(const std::string& dir) {
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (name.rfind("ckpt-", 0) == 0 || name == "best" || name == "model.safetensors" ||
-        name == "train_state.safetensors" || name == "log.csv")
+        name == "train_state.safetensors" || name == "log.csv" || name == "loss.svg")
       fs::remove_all(e.path());
   }
 }
@@ -241,6 +242,7 @@ TrainResult train(TrainConfig c) {
       const EvalRecord e = evaluate(*model, data, c, iter, comm);
       result.evals.push_back(e);
       if (root) log << iter << ",train," << e.train_loss << ",,\n" << iter << ",val," << e.val_loss << ",,\n" << std::flush;
+      if (root) write_loss_chart(log_path, out + "/loss.svg");
       if (!c.quiet) std::printf("eval iter %5lld: train loss %.4f, val loss %.4f\n", static_cast<long long>(iter), e.train_loss, e.val_loss);
       step.check_finite();  // a diverged run never saves
       if (root) checkpoint(iter, e.val_loss);
