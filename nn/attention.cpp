@@ -20,7 +20,7 @@ Tensor MultiHeadSelfAttention::forward(const Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), d_h = C / H_;
   // [B, T, C] viewed as [B, T, H, d_h]: head h reads columns h·d_h … (h+1)·d_h − 1 in place.
   const auto heads = [&](const Tensor& t) { return t.reshape({B, T, H_, d_h}); };
-  AttentionSpec spec{.causal = causal_, .layout = AttentionLayout::BTHD, .impl = impl_};
+  AttentionSpec spec{.causal = causal_, .layout = AttentionLayout::BTHD, .impl = impl_, .pattern = pattern_};
   if (keep_attention_ && impl_ == AttentionImpl::Flash) spec.impl = AttentionImpl::Dense;  // flash has no A
   AttentionInternals internals;
   const Tensor Z = ag::attention(heads(w_q_->forward(x)), heads(w_k_->forward(x)), heads(w_v_->forward(x)), spec,

@@ -31,6 +31,10 @@ class MultiHeadSelfAttention : public Module {
   Tensor forward(const Tensor& x);
 
   void set_impl(AttentionImpl impl) { impl_ = impl; }
+  // Which earlier keys each query sees (window, dilation, global, random blocks):
+  // part of the function the model computes. Default: all of them.
+  void set_pattern(const SparsePattern& pattern) { pattern_ = pattern; }
+  const SparsePattern& pattern() const { return pattern_; }
   AttentionImpl impl() const { return impl_; }
 
   // With keep_attention on, each forward stores A [B, H, T, T] (detached) for
@@ -44,6 +48,7 @@ class MultiHeadSelfAttention : public Module {
   int64_t H_;
   bool causal_;
   AttentionImpl impl_;
+  SparsePattern pattern_;
   bool keep_attention_ = false;
   Tensor attention_;
   std::shared_ptr<Linear> w_q_, w_k_, w_v_, w_o_;

@@ -22,6 +22,12 @@ void GPTConfig::check() const {
   check_option_ranges(*this);
   AG_CHECK(n_embd % n_head == 0, "--n-embd " << n_embd << " is not a multiple of --n-head " << n_head
                                              << " (each head gets C / H dims)");
+  check_sparse_pattern(attention_pattern(*this, 0), "--attn-window, --attn-dilation, --attn-global, --attn-random-blocks");
+}
+
+SparsePattern attention_pattern(const GPTConfig& config, int64_t layer) {
+  return {.window = config.attn_window, .dilation = config.attn_dilation, .global = config.attn_global,
+          .random_blocks = config.attn_random_blocks, .seed = static_cast<uint64_t>(config.attn_seed), .layer = layer};
 }
 
 GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
@@ -34,6 +40,7 @@ GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
     blocks_.push_back(register_module(
         "blocks." + std::to_string(i),
         std::make_shared<Block>(C, config.n_head, config.dropout, config.gelu, config.attn_impl, &gen)));
+  for (int64_t i = 0; i < config.n_layer; ++i) blocks_[i]->attn().set_pattern(attention_pattern(config, i));
   ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(C));
   init_weights(gen);
 }

@@ -38,6 +38,10 @@ struct GPTConfig {
   void check() const;
 };
 
+// Layer `layer`'s sparse attention pattern, from the attn_* options (the random
+// blocks are drawn per layer and head).
+SparsePattern attention_pattern(const GPTConfig& config, int64_t layer);
+
 // The floating-point operations of one training step (forward and backward) on
 // a batch of B sequences of length T: 2·M·N·K for every matrix product, which is
 // all but ~1 % of the work (layer norms, softmax, GELU and the optimizer are
