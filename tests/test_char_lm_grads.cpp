@@ -1,6 +1,6 @@
 // char_lm grads: ag::char_lm::compute_grads against PyTorch's float64 loss and
-// gradients, for both GELU variants. The golden files
-// tests/golden/grads_{erf,tanh}.safetensors come from
+// gradients, for both GELU variants and a sparse attention pattern. The golden
+// files tests/golden/grads_{erf,tanh,sparse}.safetensors come from
 // `/usr/bin/python3 scripts/compare_grads.py --write-golden` and hold
 //   __metadata__         the model config (n_layer, n_head, n_embd, block_size, vocab_size, gelu)
 //   weight/<name>        every parameter, F32
@@ -150,6 +150,22 @@ TEST_CASE("char_lm grads: loss and every gradient match PyTorch float64, erf and
     ag::test::TempDir tmp("char_lm_grads_" + std::string(gelu));
     const std::string out = tmp.file("G.safetensors");
     const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out);
+    check_matches_torch(golden, out, loss);
+  }
+}
+
+TEST_CASE("char_lm grads: a sparse pattern in the weights' metadata matches PyTorch, every implementation") {
+  // grads_sparse: window 4, dilation 2, 3 global keys, 1 random block, attn_seed 5, T = 47 (see the script)
+  const SafetensorsFile golden = load_golden("sparse");
+  REQUIRE(golden.metadata.at("attn_random_blocks") == "1");
+  for (const AttentionImpl impl : {AttentionImpl::Composed, AttentionImpl::Dense, AttentionImpl::Flash}) {
+    INFO("attn_impl " << name_of(impl));
+    ag::test::TempDir tmp("char_lm_grads_sparse");
+    const std::string out = tmp.file("G.safetensors");
+    nn::GPTConfig settings;
+    settings.attn_impl = impl;
+    const double loss =
+        char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out, Device::CPU, settings);
     check_matches_torch(golden, out, loss);
   }
 }

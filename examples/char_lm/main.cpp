@@ -4,6 +4,7 @@
 //   char_lm sample --ckpt DIR [--prompt TEXT] [--tokens N] ...    generate from a checkpoint
 //   char_lm grads  --weights W --batch B --out G                  one float64 forward/backward,
 //                                                                 gradients to a safetensors file
+//   char_lm mask   --block-size 32 --attn-window 8 [...]          print a sparse pattern's mask
 // Each command takes --help. Every option comes from a table (core/options.h):
 // the model's (nn/gpt_options.h), the training step's (optim/train_options.h)
 // and each command's own (examples/char_lm/*_options.h).
@@ -15,6 +16,7 @@
 #include "dist/communicator.h"
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/grads.h"
+#include "examples/char_lm/mask.h"
 #include "examples/char_lm/sample.h"
 #include "examples/char_lm/train.h"
 #include "examples/common/command_line.h"
@@ -84,14 +86,21 @@ int main(int argc, char** argv) {
       "grads", "float64 loss and gradients of a model on a batch, for comparison with other frameworks"));
   grads_command.bind(grads_options).bind(grads_settings, {OptionKind::Setting}).bind(process);
 
+  MaskOptions mask_options;
+  nn::GPTConfig mask_config;
+  mask_config.vocab_size = 1;  // the mask does not depend on it
+  cli::Command mask_command(app.add_subcommand("mask", "print the attention mask of a sparse pattern (--attn-window ...)"));
+  mask_command.bind(mask_options).bind(mask_config, {OptionKind::Model});
+
   if (const int code = cli::parse(app, argc, argv); code >= 0) return code;
   try {
-    for (cli::Command* command : {&train_command, &sample_command, &grads_command}) {
+    for (cli::Command* command : {&train_command, &sample_command, &grads_command, &mask_command}) {
       if (!command->app()->parsed()) continue;
       command->apply();
       process.apply();
       if (command == &train_command) return run_train(*command, train_config);
       if (command == &sample_command) return run_sample(sample_options, sample_settings);
+      if (command == &mask_command) return std::printf("%s", mask_picture(mask_config, mask_options).c_str()) < 0;
       return run_grads(grads_options, grads_settings);
     }
     return 2;
