@@ -1,8 +1,9 @@
 // The geometry and scalar formulas of attention, written once for the CPU loops
 // (core/cpu/attention.cpp) and the CUDA kernels (cuda/attention.cu): which key a
-// query sees, how a (query tile, key tile) pair is classified for the flash
-// loops, where each head's rows sit in memory, and the online softmax's two
-// guarded formulas. The derivations are in docs/backprop.md, "FlashAttention".
+// query sees (causal, and the sparse patterns), how a (query tile, key tile)
+// pair is classified for the flash loops, where each head's rows sit in memory,
+// and the online softmax's two guarded formulas. The derivations are in
+// docs/backprop.md, "FlashAttention" and "Sparse attention".
 #pragma once
 #include <cmath>
 #include <cstdint>

@@ -1,7 +1,8 @@
 // Multi-head causal self-attention, in the users' notation:
 //   Q = X W_Q,  K = X W_K,  V = X W_V          X [B, T, C], W_* [C, C]
 //   heads: [B, T, C] viewed as [B, T, H, d_h], d_h = C / H (head h owns columns h·d_h … (h+1)·d_h − 1)
-//   S = Q Kᵀ / √d_h,  A = softmax(S + M),  Z = A V   (per head; M the causal mask)
+//   S = Q Kᵀ / √d_h,  A = softmax(S + M),  Z = A V   (per head; M the causal mask,
+//                                                    or a sparse pattern: set_pattern)
 //   O = Concat(head_1..head_H) W_O                 Z [B, T, H, d_h] viewed as [B, T, C]
 // The residual (Y = X + O) is added by the Block, not here.
 //
