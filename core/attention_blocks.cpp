@@ -7,6 +7,24 @@
 
 namespace ag {
 
+namespace {
+
+// Keys [first, last] of [j0, j1) with first and last the smallest and largest
+// key that some query of [i0, i1) sees, classified again.
+KeyTile narrowed(const AttentionMask& mask, int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  int64_t first = j1, last = j0 - 1;
+  for (int64_t i = i0; i < i1; ++i) {
+    const AttentionMask::Row row = mask.row(h, i);
+    for (int64_t j = j0; j < first; ++j)
+      if (row.visible(j)) first = j;
+    for (int64_t j = j1 - 1; j > last; --j)
+      if (row.visible(j)) last = j;
+  }
+  return {first, last + 1 - first, mask.tile(h, i0, i1, first, last + 1)};
+}
+
+}  // namespace
+
 AttentionBlockMap::AttentionBlockMap(const AttentionShape& shape, int64_t query_tile, int64_t key_tile)
     : query_tile_(query_tile),
       heads_(shape.mask.pattern.per_head() ? shape.Hq : 1),
@@ -17,8 +35,10 @@ AttentionBlockMap::AttentionBlockMap(const AttentionShape& shape, int64_t query_
     for (int64_t i0 = 0; i0 < shape.Tq; i0 += query_tile) {
       const int64_t i1 = std::min(i0 + query_tile, shape.Tq);
       for (int64_t j0 = 0; j0 < shape.Tk; j0 += key_tile) {
-        const TileVisibility visibility = shape.mask.tile(h, i0, i1, j0, std::min(j0 + key_tile, shape.Tk));
-        if (visibility != TileVisibility::None) tiles_.push_back({j0, visibility});
+        const int64_t j1 = std::min(j0 + key_tile, shape.Tk);
+        const TileVisibility visibility = shape.mask.tile(h, i0, i1, j0, j1);
+        if (visibility == TileVisibility::All) tiles_.push_back({j0, j1 - j0, visibility});
+        if (visibility == TileVisibility::Partial) tiles_.push_back(narrowed(shape.mask, h, i0, i1, j0, j1));
       }
       begin_.push_back(static_cast<int64_t>(tiles_.size()));
     }

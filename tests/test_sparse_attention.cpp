@@ -5,6 +5,7 @@
 // float32 (flash's error budget) and gradcheck. The "cuda:" cases run the same
 // bodies on the GPU against the CPU.
 #include <set>
+#include <tuple>
 
 #include "core/attention_blocks.h"
 #include "tests/helpers.h"
@@ -222,21 +223,33 @@ TEST_CASE("sparse attention: tile classification and the block map match brute f
         for (int64_t h = 0; h < Hq; ++h)
           for (int64_t i0 = 0; i0 < Tq; i0 += query_tile) {
             const int64_t i1 = std::min(i0 + query_tile, Tq);
-            std::vector<std::pair<int64_t, TileVisibility>> expected;
-            for (int64_t j0 = 0; j0 < Tk; j0 += key_tile) {
-              const int64_t j1 = std::min(j0 + key_tile, Tk);
+            std::vector<std::tuple<int64_t, int64_t, TileVisibility>> expected;  // j0, cols, visibility
+            const auto brute_force = [&](int64_t j0, int64_t j1) {
               int64_t shown = 0;
               for (int64_t i = i0; i < i1; ++i)
                 for (int64_t j = j0; j < j1; ++j) shown += shape.mask.visible(h, i, j);
-              const TileVisibility brute = shown == 0                        ? TileVisibility::None
-                                           : shown == (i1 - i0) * (j1 - j0) ? TileVisibility::All
-                                                                             : TileVisibility::Partial;
+              return shown == 0 ? TileVisibility::None
+                                : shown == (i1 - i0) * (j1 - j0) ? TileVisibility::All : TileVisibility::Partial;
+            };
+            for (int64_t j0 = 0; j0 < Tk; j0 += key_tile) {
+              const int64_t j1 = std::min(j0 + key_tile, Tk);
+              const TileVisibility brute = brute_force(j0, j1);
               if (shape.mask.tile(h, i0, i1, j0, j1) != brute)
                 FAIL_CHECK("tile h " << h << " queries " << i0 << ".." << i1 << " keys " << j0 << ".." << j1);
-              if (brute != TileVisibility::None) expected.emplace_back(j0, brute);
+              if (brute == TileVisibility::All) expected.emplace_back(j0, j1 - j0, brute);
+              if (brute != TileVisibility::Partial) continue;
+              // listed from its first to its last visible key, classified again
+              int64_t first = j1, last = j0;
+              for (int64_t i = i0; i < i1; ++i)
+                for (int64_t j = j0; j < j1; ++j)
+                  if (shape.mask.visible(h, i, j)) {
+                    first = std::min(first, j);
+                    last = std::max(last, j);
+                  }
+              expected.emplace_back(first, last + 1 - first, brute_force(first, last + 1));
             }
-            std::vector<std::pair<int64_t, TileVisibility>> listed;
-            for (const KeyTile& key : map.key_tiles(h, i0)) listed.emplace_back(key.j0, key.visibility);
+            std::vector<std::tuple<int64_t, int64_t, TileVisibility>> listed;
+            for (const KeyTile& key : map.key_tiles(h, i0)) listed.emplace_back(key.j0, key.cols, key.visibility);
             CHECK(listed == expected);
           }
       }

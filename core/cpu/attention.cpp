@@ -143,8 +143,8 @@ struct TilePair {
   TileVisibility visibility;
 };
 // The pair of query tile [i0, i0 + rows) and a key tile of the block map.
-inline TilePair pair_of(int64_t i0, int64_t rows, const KeyTile& key, int64_t Tk) {
-  return {i0, rows, key.j0, std::min(kKeyTile, Tk - key.j0), key.visibility};
+inline TilePair pair_of(int64_t i0, int64_t rows, const KeyTile& key) {
+  return {i0, rows, key.j0, key.cols, key.visibility};
 }
 
 // Sᵀ[c][r] = −inf where query i0 + r of head h may not see key j0 + c (Partial tiles only).
@@ -198,7 +198,7 @@ void flash_forward_tile(const Operands<T>& in, int64_t b, int64_t h, int64_t i0,
   std::fill_n(acc, rows * d, T(0));
 
   for (const KeyTile& key : in.blocks.key_tiles(h, i0)) {
-    const TilePair t = pair_of(i0, rows, key, shape.Tk);
+    const TilePair t = pair_of(i0, rows, key);
     const T* k = in.K + shape.kv.at(b, kvh, t.j0);
     const T* v = in.V + shape.kv.at(b, kvh, t.j0);
     // S = scale·Q Kᵀ, stored as Sᵀ [cols][rows], −inf where hidden
@@ -279,7 +279,7 @@ void flash_backward_group(const Operands<T>& in, const double* L, const T* dZ, i
       const std::span<const KeyTile> key_tiles = in.blocks.key_tiles(h, i0);
       // pass 1: P, dP and D; the n-th visible key tile's P and dP go to the n-th slot of the stripe
       for (size_t n = 0; n < key_tiles.size(); ++n) {
-        const TilePair t = pair_of(i0, rows, key_tiles[n], shape.Tk);
+        const TilePair t = pair_of(i0, rows, key_tiles[n]);
         T *p = s.P.data() + n * kKeyTile * kQueryTile, *dp = s.dP.data() + n * kKeyTile * kQueryTile;
         const T *k = in.K + shape.kv.at(b, kvh, t.j0), *v = in.V + shape.kv.at(b, kvh, t.j0);
         // S = scale·Q Kᵀ, P = exp(S − L)   (L = +inf on a row that sees no key: P = 0)
@@ -296,7 +296,7 @@ void flash_backward_group(const Operands<T>& in, const double* L, const T* dZ, i
       // pass 2: dS and the three products
       std::fill_n(s.dq.data(), rows * d, T(0));
       for (size_t n = 0; n < key_tiles.size(); ++n) {
-        const TilePair t = pair_of(i0, rows, key_tiles[n], shape.Tk);
+        const TilePair t = pair_of(i0, rows, key_tiles[n]);
         T *p = s.P.data() + n * kKeyTile * kQueryTile, *ds = s.dP.data() + n * kKeyTile * kQueryTile;
         const int64_t kv_at = shape.kv.at(b, kvh, t.j0);
         // Z = P V  →  dV += Pᵀ dZ
