@@ -51,6 +51,7 @@ struct RandomBlocks {
 
   AG_HOST_DEVICE RandomBlocks(const SparsePattern& pattern, int64_t head, int64_t query_block) {
     const int64_t n = query_block, R = pattern.random_blocks;
+    if (!pattern.per_head()) return;  // no random blocks (without a window they would add nothing)
     if (n <= R) {
       for (int64_t b = 0; b < n; ++b) block[count++] = b;
       return;
@@ -131,9 +132,8 @@ struct AttentionMask {
   };
 
   AG_HOST_DEVICE Row row(int64_t h, int64_t i) const {
-    const int64_t p = i + q_offset;
-    const bool draws = causal && pattern.random_blocks > 0 && pattern.limited() && p >= 0;
-    return {pattern, causal ? p : kAllKeys, RandomBlocks(draws ? pattern : SparsePattern{}, h, draws ? p / kSparseBlock : 0)};
+    const int64_t p = causal ? i + q_offset : kAllKeys;
+    return {pattern, p, RandomBlocks(pattern, h, p / kSparseBlock)};  // p < 0 sees no key: no blocks below it
   }
   AG_HOST_DEVICE bool visible(int64_t h, int64_t i, int64_t j) const { return row(h, i).visible(j); }
 
