@@ -25,26 +25,8 @@ template <class T> AG_HOST_DEVICE inline T gelu_erf_grad(T x) {
   const T cdf = T(0.5) * (T(1) + std::erf(x * T(kSqrt1_2)));
   return cdf + x * T(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
 }
-// Φ(x) and φ(x) for float32 on the CPU, with no erf: Abramowitz & Stegun 7.1.26,
-//   1 − erf(z) ≈ t(a1 + t(a2 + t(a3 + t(a4 + t a5)))) e^{−z²},  t = 1/(1 + p z),  z = |x|/√2 ≥ 0,
-// |error| ≤ 1.5e-7 (2.4e-7 measured in float32 over [−12, 12], against 6e-8 for a
-// float32 erf: about 2 ulp of Φ near 1). It is the approximation PyTorch's
-// CPU GELU uses for float32. Its e^{−z²} = e^{−x²/2} is also φ's, so GELU's
-// derivative costs one exp and no erf; with no erf call in the loop the
-// compiler keeps the whole computation in vector registers (GELU forward and
-// backward ~1.4x faster). Φ(x < 0) = tail/2 directly, so the far negative tail
-// keeps its relative accuracy. Float64 and CUDA use erf (gelu_erf above).
-struct NormalCdfPdf {
-  float cdf, pdf;
-};
-inline NormalCdfPdf normal_cdf_pdf_float(float x) {
-  const float z = std::fabs(x) * static_cast<float>(kSqrt1_2);
-  const float t = 1.f / (1.f + 0.3275911f * z);
-  const float e = std::exp(-z * z);
-  const float poly = 0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f)));
-  const float tail = t * poly * e;  // 1 − erf(z)
-  return {x >= 0.f ? 1.f - 0.5f * tail : 0.5f * tail, e * static_cast<float>(kInvSqrt2Pi)};
-}
+// Float32 on the CPU computes Φ and φ without erf: normal_cdf_pdf_float in
+// core/cpu/vector_math.h.
 
 template <class T> AG_HOST_DEVICE inline T gelu_tanh(T x) {
   const T u = T(kSqrt2_Pi) * (x + T(kGeluTanhCoeff) * x * x * x);

@@ -144,6 +144,11 @@ struct AttentionSpec {
   // Window, dilation, global tokens and random blocks (core/attention_math.h); needs
   // `causal`. Every implementation reads it through AttentionMask.
   SparsePattern pattern = {};
+  // The keys and values are the first kv_length rows of k and v along T: a KV
+  // cache allocated for more positions than it holds yet, read in place (Tk =
+  // kv_length; the rows after it are neither read nor given a gradient).
+  // Default: all of them.
+  std::optional<int64_t> kv_length = std::nullopt;
 };
 
 // Results of attention() besides Z, detached, for inspection and tests.

@@ -1,10 +1,16 @@
 // Multi-head causal self-attention, in the users' notation:
-//   Q = X W_Q,  K = X W_K,  V = X W_V          X [B, T, C], W_* [C, C]
+//   Q = X W_Q,  K = X W_K,  V = X W_V          X [B, T, C], W_Q, W_O [C, C], W_K, W_V [C, H_kv·d_h]
 //   heads: [B, T, C] viewed as [B, T, H, d_h], d_h = C / H (head h owns columns h·d_h … (h+1)·d_h − 1)
 //   S = Q Kᵀ / √d_h,  A = softmax(S + M),  Z = A V   (per head; M the causal mask,
 //                                                    or a sparse pattern: set_pattern)
 //   O = Concat(head_1..head_H) W_O                 Z [B, T, H, d_h] viewed as [B, T, C]
 // The residual (Y = X + O) is added by the Block, not here.
+//
+// Grouped-query attention: K and V have H_kv heads, a divisor of H, and query
+// head h reads kv head h / (H / H_kv) (PyTorch's repeat_interleave order);
+// H_kv = H is multi-head attention, H_kv = 1 multi-query. The op reads the
+// shared head in place; its backward sums the group's dK, dV
+// (docs/backprop.md, "Grouped-query attention and the KV cache").
 //
 // The per-head part is one op, ag::attention (core/ops.h), in the layout BTHD:
 // it reads each head's columns of Q, K, V in place and writes Z in the same
@@ -14,6 +20,7 @@
 // the output and every gradient.
 #pragma once
 #include "nn/layers.h"
+#include "nn/kv_cache.h"
 #include "nn/linear.h"
 #include "nn/module.h"
 
@@ -23,13 +30,19 @@ using ag::AttentionImpl;
 
 class MultiHeadSelfAttention : public Module {
  public:
-  // Submodules w_q, w_k, w_v, w_o: Linear(C, C) with biases. `dropout` applies
-  // to the output of w_o (residual dropout, as nanoGPT).
-  MultiHeadSelfAttention(int64_t C, int64_t H, bool causal = true, double dropout = 0.0,
+  // Submodules w_q, w_o: Linear(C, C); w_k, w_v: Linear(C, H_kv·d_h); all with
+  // biases. `dropout` applies to the output of w_o (residual dropout, as nanoGPT).
+  MultiHeadSelfAttention(int64_t C, int64_t H, int64_t H_kv, bool causal = true, double dropout = 0.0,
                          AttentionImpl impl = AttentionImpl::Dense, Generator* gen = nullptr);
 
   // X [B, T, C] -> O [B, T, C]
   Tensor forward(const Tensor& x);
+  // Generation with a cache (nn/kv_cache.h; causal modules only, no autograd):
+  // X [B, T_new, C] holds positions start … start + T_new − 1, whose K, V are
+  // written into `cache` rows there; their queries attend over the cache's
+  // rows 0 … start + T_new − 1, read in place. Equals the last T_new rows of
+  // forward() on the whole prefix.
+  Tensor forward_cached(const Tensor& x, LayerKVCache& cache, int64_t start);
 
   void set_impl(AttentionImpl impl) { impl_ = impl; }
   // Which earlier keys each query sees (window, dilation, global, random blocks):
@@ -45,13 +58,25 @@ class MultiHeadSelfAttention : public Module {
   void set_keep_attention(bool keep) { keep_attention_ = keep; }
   const Tensor& attention() const { return attention_; }
 
+  // Head gates (Michel et al. 2019): g [H] scales each query head's Z before
+  // W_O, in forward and forward_cached, so a head with g_h = 0 adds nothing to O
+  // and its columns of W_Q get no gradient, nor W_K's and W_V's when it has its
+  // own kv head (H_kv = H; a shared kv head still gets its group's others').
+  // Undefined (the default): every head on, and no multiply. A gate that
+  // requires grad gets ∂L/∂g_h, the head's importance.
+  void set_head_gates(const Tensor& gates);
+  const Tensor& head_gates() const { return head_gates_; }
+
  private:
-  int64_t H_;
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, AttentionSpec spec);
+
+  int64_t H_, H_kv_;
   bool causal_;
   AttentionImpl impl_;
   SparsePattern pattern_;
   bool keep_attention_ = false;
   Tensor attention_;
+  Tensor head_gates_;  // [H], or undefined
   std::shared_ptr<Linear> w_q_, w_k_, w_v_, w_o_;
   std::shared_ptr<Dropout> dropout_;
 };

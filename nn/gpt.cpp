@@ -5,10 +5,10 @@
 
 namespace ag::nn {
 
-Block::Block(int64_t C, int64_t H, double dropout, GeluApprox gelu, AttentionImpl impl, Generator* gen)
+Block::Block(int64_t C, int64_t H, int64_t H_kv, double dropout, GeluApprox gelu, AttentionImpl impl, Generator* gen)
     : ln1_(register_module("ln1", std::make_shared<LayerNorm>(C))),
       attn_(register_module("attn",
-                            std::make_shared<MultiHeadSelfAttention>(C, H, true, dropout, impl, gen))),
+                            std::make_shared<MultiHeadSelfAttention>(C, H, H_kv, true, dropout, impl, gen))),
       ln2_(register_module("ln2", std::make_shared<LayerNorm>(C))),
       mlp_(register_module("mlp", std::make_shared<MLP>(C, gelu, dropout, gen))) {}
 
@@ -18,16 +18,56 @@ Tensor Block::forward(const Tensor& x) {
   return y + mlp_->forward(normed);
 }
 
+Tensor Block::forward_cached(const Tensor& x, LayerKVCache& cache, int64_t start) {
+  const auto [y, normed] = ln2_->forward_residual(x, attn_->forward_cached(ln1_->forward(x), cache, start));
+  return y + mlp_->forward(normed);
+}
+
 void GPTConfig::check() const {
   check_option_ranges(*this);
   AG_CHECK(n_embd % n_head == 0, "--n-embd " << n_embd << " is not a multiple of --n-head " << n_head
                                              << " (each head gets C / H dims)");
+  AG_CHECK(n_head % kv_heads() == 0, "--n-head " << n_head << " is not a multiple of --n-kv-head " << n_kv_head
+                                                 << " (each kv head serves n_head / n_kv_head query heads)");
+  head_gates();  // throws on a malformed head_mask
   check_sparse_pattern(attention_pattern(*this, 0), "--attn-window, --attn-dilation, --attn-global, --attn-random-blocks");
 }
 
 SparsePattern attention_pattern(const GPTConfig& config, int64_t layer) {
   return {.window = config.attn_window, .dilation = config.attn_dilation, .global = config.attn_global,
           .random_blocks = config.attn_random_blocks, .seed = static_cast<uint64_t>(config.attn_seed), .layer = layer};
+}
+
+std::vector<std::vector<double>> GPTConfig::head_gates() const {
+  std::vector<std::vector<double>> gates(n_layer, std::vector<double>(n_head, 1.0));
+  if (head_mask.empty()) return gates;
+  const std::string shape = std::to_string(n_layer) + " groups of " + std::to_string(n_head) + " 0s and 1s split by '/'";
+  AG_CHECK(static_cast<int64_t>(head_mask.size()) == n_layer * (n_head + 1) - 1,
+           "head_mask '" << head_mask << "' is not " << shape);
+  for (int64_t layer = 0; layer < n_layer; ++layer) {
+    for (int64_t h = 0; h < n_head; ++h) {
+      const char c = head_mask[layer * (n_head + 1) + h];
+      AG_CHECK(c == '0' || c == '1', "head_mask '" << head_mask << "' is not " << shape);
+      gates[layer][h] = c == '1' ? 1.0 : 0.0;
+    }
+    AG_CHECK(layer + 1 == n_layer || head_mask[layer * (n_head + 1) + n_head] == '/',
+             "head_mask '" << head_mask << "' is not " << shape);
+  }
+  return gates;
+}
+
+std::string head_mask_text(const std::vector<std::vector<double>>& gates) {
+  std::string text;
+  bool all_on = true;
+  for (const std::vector<double>& layer : gates) {
+    if (!text.empty()) text += '/';
+    for (const double g : layer) {
+      AG_CHECK(g == 0.0 || g == 1.0, "head_mask: gate " << g << " is neither 0 nor 1");
+      text += g == 1.0 ? '1' : '0';
+      all_on = all_on && g == 1.0;
+    }
+  }
+  return all_on ? "" : text;
 }
 
 GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
@@ -39,10 +79,20 @@ GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
   for (int64_t i = 0; i < config.n_layer; ++i)
     blocks_.push_back(register_module(
         "blocks." + std::to_string(i),
-        std::make_shared<Block>(C, config.n_head, config.dropout, config.gelu, config.attn_impl, &gen)));
+        std::make_shared<Block>(C, config.n_head, config.kv_heads(), config.dropout, config.gelu, config.attn_impl, &gen)));
   for (int64_t i = 0; i < config.n_layer; ++i) blocks_[i]->attn().set_pattern(attention_pattern(config, i));
   ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(C));
   init_weights(gen);
+  set_head_mask(config.head_mask);
+}
+
+void GPT::set_head_mask(const std::string& head_mask) {
+  GPTConfig config = config_;
+  config.head_mask = head_mask;
+  const std::vector<std::vector<double>> gates = config.head_gates();
+  config_ = config;
+  for (int64_t i = 0; i < config_.n_layer; ++i)  // constant gates: a pruned model's heads stay off
+    blocks_[i]->attn().set_head_gates(head_mask.empty() ? Tensor() : Tensor::from_vector(gates[i], {config_.n_head}));
 }
 
 // By name, as nanoGPT's _init_weights, drawing in named_parameters() order.
@@ -68,19 +118,54 @@ void GPT::init_weights(Generator& gen) {
 Tensor GPT::forward(const Tensor& idx) {
   AG_CHECK(idx.dim() == 2 && idx.dtype() == DType::Int64,
            "GPT: idx " << describe(idx) << " is not int64 [B, T]");
-  const int64_t B = idx.size(0), T = idx.size(1), C = config_.n_embd, V = config_.vocab_size;
+  return forward_embedded(tok_emb_->forward(idx));
+}
+
+Tensor GPT::forward_embedded(const Tensor& E) {
+  AG_CHECK(E.dim() == 3 && E.size(2) == config_.n_embd,
+           "GPT: token embeddings " << describe(E) << " are not [B, T, C = " << config_.n_embd << "]");
+  const int64_t T = E.size(1);
   AG_CHECK(T >= 1 && T <= config_.block_size,
            "GPT: sequence length T = " << T << " is outside [1, block_size = " << config_.block_size << "]");
-  // Positions 0..T−1, uploaded once per device: a fresh upload each forward would make the host wait for the device.
-  if (!positions_.defined() || positions_.device() != idx.device())
-    positions_ = Tensor::arange(config_.block_size, DType::Int64, idx.device());
-  const Tensor pos = positions_.view(0, {T});
-  Tensor x = dropout_->forward(tok_emb_->forward(idx) + pos_emb_->forward(pos));  // [B, T, C] + [T, C]
+  Tensor x = embed(E, 0);
   for (const std::shared_ptr<Block>& block : blocks_) x = block->forward(x);
-  x = ln_f_->forward(x).reshape({B * T, C});
+  return head(x);
+}
+
+Tensor GPT::embed(const Tensor& E, int64_t start) {
+  // Positions 0..block_size−1, uploaded once per device: a fresh upload each forward would make the host wait for the device.
+  if (!positions_.defined() || positions_.device() != E.device())
+    positions_ = Tensor::arange(config_.block_size, DType::Int64, E.device());
+  const Tensor pos = positions_.view(start, {E.size(1)});
+  return dropout_->forward(E + pos_emb_->forward(pos));  // [B, T, C] + [T, C]
+}
+
+Tensor GPT::head(const Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = config_.n_embd, V = config_.vocab_size;
   // The head is tied: logits = h · W_embᵀ with W_emb = tok_emb.weight [V, C]. One
   // parameter, so its gradient sums the lookup's and the head's contributions.
-  return matmul(x, transpose(tok_emb_->weight(), 0, 1)).reshape({B, T, V});
+  return matmul(ln_f_->forward(x).reshape({B * T, C}), transpose(tok_emb_->weight(), 0, 1)).reshape({B, T, V});
+}
+
+Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) {
+  AG_CHECK(idx.dim() == 2 && idx.dtype() == DType::Int64 && idx.size(0) == cache.batch(),
+           "GPT: idx " << describe(idx) << " is not int64 [" << cache.batch() << ", T] (the cache's batch)");
+  AG_CHECK(cache.num_layers() == config_.n_layer, "GPT: a cache for " << cache.num_layers() << " layers, the model has "
+                                                                       << config_.n_layer);
+  const int64_t start = cache.length(), T_new = idx.size(1);
+  AG_CHECK(T_new >= 1 && start + T_new <= config_.block_size,
+           "GPT: positions " << start << " … " << start + T_new - 1 << " reach past block_size = "
+                             << config_.block_size << " (learned positions end there)");
+  Tensor x = embed(tok_emb_->forward(idx), start);  // each token's embedding at its true position
+  for (int64_t i = 0; i < config_.n_layer; ++i) x = blocks_[i]->forward_cached(x, cache.layer(i), start);
+  cache.advance(T_new);
+  return head(x);
+}
+
+KVCache GPT::make_kv_cache(int64_t B) const {
+  const Tensor& w = tok_emb_->weight();
+  return KVCache(config_.n_layer, B, config_.block_size, config_.kv_heads(), config_.n_embd / config_.n_head,
+                 w.dtype(), w.device());
 }
 
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, int64_t ignore_index) {
@@ -92,7 +177,8 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, 
 
 int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T) {
   const int64_t C = config.n_embd, BT = B * T;
-  const int64_t projections = 4 * 2 * BT * C * C;
+  const int64_t C_kv = config.kv_heads() * (C / config.n_head);
+  const int64_t projections = 2 * 2 * BT * C * C + 2 * 2 * BT * C * C_kv;
   const int64_t attention = 2 * 2 * B * T * T * C;
   const int64_t mlp = 2 * 2 * BT * C * 4 * C;
   const int64_t head = 2 * BT * C * config.vocab_size;

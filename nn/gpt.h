@@ -17,10 +17,12 @@ namespace ag::nn {
 // Pre-LN transformer block: Y = X + O with O = attn(ln1(X)), then Y + mlp(ln2(Y)).
 class Block : public Module {
  public:
-  Block(int64_t C, int64_t H, double dropout = 0.0, GeluApprox gelu = GeluApprox::Erf,
+  Block(int64_t C, int64_t H, int64_t H_kv, double dropout = 0.0, GeluApprox gelu = GeluApprox::Erf,
         AttentionImpl impl = AttentionImpl::Dense, Generator* gen = nullptr);
   // x [B, T, C] -> [B, T, C]
   Tensor forward(const Tensor& x);
+  // The same for positions start … start + T − 1, attending through `cache` (MultiHeadSelfAttention::forward_cached).
+  Tensor forward_cached(const Tensor& x, LayerKVCache& cache, int64_t start);
 
   MultiHeadSelfAttention& attn() { return *attn_; }
 
@@ -34,9 +36,15 @@ class Block : public Module {
 // The model's options, from the table in nn/gpt_options.h.
 struct GPTConfig {
   AG_DECLARE_OPTIONS(AG_GPT_OPTIONS)
-  // Throws unless the options fit together (ranges, and C a multiple of H).
+  // Throws unless the options fit together (ranges, C a multiple of H, H a multiple of H_kv, head_mask's shape).
   void check() const;
+  // H_kv: n_kv_head, where 0 (the default, and what a checkpoint without the key gets) means n_head.
+  int64_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
+  // head_mask as gates: [n_layer][n_head] of 0 and 1 (all 1 when head_mask is empty).
+  std::vector<std::vector<double>> head_gates() const;
 };
+// The head_mask text of gates of 0 and 1 ("1111/1011"; empty if every gate is 1).
+std::string head_mask_text(const std::vector<std::vector<double>>& gates);
 
 // Layer `layer`'s sparse attention pattern, from the attn_* options (the random
 // blocks are drawn per layer and head).
@@ -46,7 +54,8 @@ SparsePattern attention_pattern(const GPTConfig& config, int64_t layer);
 // a batch of B sequences of length T: 2·M·N·K for every matrix product, which is
 // all but ~1 % of the work (layer norms, softmax, GELU and the optimizer are
 // O(B·T·C) each and left out). Per block, with C = n_embd:
-//   forward: W_Q, W_K, W_V, W_O  4 · 2·BT·C·C;  S = QKᵀ and Z = AV  2 · 2·B·T·T·C
+//   forward: W_Q, W_O  2 · 2·BT·C·C;  W_K, W_V  2 · 2·BT·C·C_kv  (C_kv = H_kv·d_h);
+//            S = QKᵀ and Z = AV  2 · 2·B·T·T·C
 //            (every head, all T×T entries: the causal mask skips no arithmetic);
 //            mlp.fc and mlp.proj  2 · 2·BT·C·4C
 //   plus the tied head  2·BT·C·V.
@@ -63,17 +72,36 @@ class GPT : public Module {
 
   // idx int64 [B, T] with T <= block_size -> logits [B, T, V]
   Tensor forward(const Tensor& idx);
+  // The same from the token embeddings E = tok_emb[idx] [B, T, C] (positions are
+  // added here): forward(idx) = forward_embedded(token_embeddings(idx)). What
+  // integrated gradients differentiates with respect to.
+  Tensor forward_embedded(const Tensor& E);
+  Tensor token_embeddings(const Tensor& idx) const { return tok_emb_->forward(idx); }
+  // Generation (under NoGradGuard): idx int64 [B, T_new] holds positions
+  // cache.length() … cache.length() + T_new − 1 (at most block_size in all)
+  // -> logits [B, T_new, V], equal to the last T_new rows of forward() on the
+  // whole prefix; the cache then holds those positions too. A prefill is one
+  // call with the prompt, a decode step one call with T_new = 1.
+  Tensor forward_cached(const Tensor& idx, KVCache& cache);
+  // An empty cache for B sequences of up to block_size positions, in the parameters' dtype and device.
+  KVCache make_kv_cache(int64_t B) const;
   // idx, targets int64 [B, T] -> cross-entropy of the next-token logits, [],
   // averaged or summed over the targets that are not ignore_index.
   Tensor loss(const Tensor& idx, const Tensor& targets, Reduction reduction = Reduction::Mean,
               int64_t ignore_index = -100);
 
   void set_attention_impl(AttentionImpl impl);
+  // Switches heads off (config().head_mask, saved with the model); "" turns every head on.
+  void set_head_mask(const std::string& head_mask);
   const GPTConfig& config() const { return config_; }
   Block& block(int64_t i) { return *blocks_.at(i); }
 
  private:
   void init_weights(Generator& gen);
+  // x [B, T, C] from the token embeddings E [B, T, C] at positions start … start + T − 1.
+  Tensor embed(const Tensor& E, int64_t start);
+  // logits [B, T, V] from the last block's output x [B, T, C].
+  Tensor head(const Tensor& x);
 
   GPTConfig config_;
   Tensor positions_;  // int64 [block_size]: 0, 1, ..., on the device of the last input

@@ -9,6 +9,7 @@
   X(Model,   int64_t,           block_size, 64,                    1,   1 << 20,   "context length T") \
   X(Model,   int64_t,           n_layer,    4,                     1,   1024,      "transformer blocks N") \
   X(Model,   int64_t,           n_head,     4,                     1,   1024,      "attention heads H") \
+  X(Model,   int64_t,           n_kv_head,  0,                     0,   1024,      "key/value heads H_kv, a divisor of H: each serves H / H_kv query heads (1: multi-query; 0: H, multi-head)") \
   X(Model,   int64_t,           n_embd,     128,                   1,   1 << 16,   "embedding width C") \
   X(Model,   GeluApprox,        gelu,       GeluApprox::Erf,       0,   0,         "GELU: erf (exact) or tanh (GPT-2's approximation)") \
   X(Run,     double,            dropout,    0.0,                   0,   0.99,      "dropout probability (training only)") \
@@ -17,4 +18,5 @@
   X(Model,   int64_t,           attn_dilation, 1,                  1,   1 << 20,   "sparse attention: the window takes every δ-th key (needs --attn-window)") \
   X(Model,   int64_t,           attn_global, 0,                    0,   1 << 20,   "sparse attention: the first G positions are seen by every query (needs --attn-window)") \
   X(Model,   int64_t,           attn_random_blocks, 0,             0,   16,        "sparse attention: each block of 16 queries also sees R random earlier blocks of 16 keys (needs --attn-window)") \
-  X(Model,   int64_t,           attn_seed,  0,                     0,   int64_t{1} << 62, "seed of the attention's random draws (sparse random blocks, FAVOR+ features)")
+  X(Model,   int64_t,           attn_seed,  0,                     0,   int64_t{1} << 62, "seed of the attention's random draws (sparse random blocks, FAVOR+ features)") \
+  X(Model,   std::string,       head_mask,  "",                    0,   0,         "heads switched off (char_lm heads --prune): per layer one 0/1 per head, layers split by '/', e.g. 1111/1011; empty: all on")

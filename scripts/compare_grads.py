@@ -1,16 +1,18 @@
-"""Checks `char_lm grads` against PyTorch in float64, for both GELU variants
-and for a sparse attention pattern.
+"""Checks `char_lm grads` against PyTorch in float64, for both GELU variants,
+a sparse attention pattern and grouped-query attention.
 
     /usr/bin/python3 scripts/compare_grads.py --char-lm build/char_lm
-    /usr/bin/python3 scripts/compare_grads.py --write-golden   # tests/golden/grads_{erf,tanh,sparse}.safetensors
+    /usr/bin/python3 scripts/compare_grads.py --write-golden   # tests/golden/grads_{erf,tanh,sparse,gqa}.safetensors
 
-For each variant (GELU erf, GELU tanh, and "sparse": erf with the pattern
-SPARSE below, over a longer context so that every part of it matters) it builds a small random model with
+For each variant (GELU erf, GELU tanh, "sparse": erf with the pattern
+SPARSE below, over a longer context so that every part of it matters, and
+"gqa": 4 query heads over 2 kv heads, query head h reading kv head h // 2 as
+torch's repeat_interleave) it builds a small random model with
 attograd's parameter names (random weights, not the GPT init, so that no
 gradient is tiny), rounds the weights to float32, and writes
 
     W.safetensors  every parameter (F32), the config in __metadata__
-                   (n_layer, n_head, n_embd, block_size, vocab_size, gelu)
+                   (n_layer, n_head, n_embd, block_size, vocab_size, gelu; n_kv_head for gqa)
     B.safetensors  idx and targets [B, T], int64 (and again as int32)
 
 then runs `char_lm grads --weights W --batch B --out G` once per batch dtype
@@ -33,7 +35,7 @@ included: SplitMix64 keyed by (attn_seed, layer, head, query block) and
 Floyd's draw of R distinct earlier blocks of 16. The comparison runs
 `char_lm grads` once per --attn-impl (composed, dense, flash).
 
---write-golden writes, instead of comparing, one file per GELU variant for
+--write-golden writes, instead of comparing, one file per variant for
 tests/test_char_lm_grads.cpp (which never imports torch):
 
     __metadata__      the model config, as W.safetensors has it (+ "source")
@@ -68,6 +70,7 @@ VARIANTS = {  # name: (gelu, config, B, T)
     "erf": ("erf", BASE_CONFIG, 3, 7),
     "tanh": ("tanh", BASE_CONFIG, 3, 7),
     "sparse": ("erf", {**BASE_CONFIG, "block_size": 48, **SPARSE}, 2, 47),
+    "gqa": ("erf", {**BASE_CONFIG, "n_head": 4, "n_kv_head": 2}, 3, 7),
 }
 SPARSE_BLOCK = 16
 CONFIG = BASE_CONFIG  # the variant being run (main sets it)
@@ -113,15 +116,20 @@ def read_safetensors(path):
     return tensors, metadata
 
 
-def parameter_shapes():
+def kv_heads(config):
+    return config.get("n_kv_head", config["n_head"])
+
+
+def parameter_shapes(config):
     """attograd's parameter names and shapes, in its registration order."""
-    C, V = CONFIG["n_embd"], CONFIG["vocab_size"]
-    shapes = {"tok_emb.weight": (V, C), "pos_emb.weight": (CONFIG["block_size"], C)}
-    for i in range(CONFIG["n_layer"]):
+    C, V = config["n_embd"], config["vocab_size"]
+    C_kv = kv_heads(config) * (C // config["n_head"])  # W_K, W_V: H_kv heads of d_h columns
+    shapes = {"tok_emb.weight": (V, C), "pos_emb.weight": (config["block_size"], C)}
+    for i in range(config["n_layer"]):
         p = f"blocks.{i}"
         shapes.update({f"{p}.ln1.weight": (C,), f"{p}.ln1.bias": (C,)})
-        for name in ("w_q", "w_k", "w_v", "w_o"):
-            shapes.update({f"{p}.attn.{name}.weight": (C, C), f"{p}.attn.{name}.bias": (C,)})
+        for name, width in (("w_q", C), ("w_k", C_kv), ("w_v", C_kv), ("w_o", C)):
+            shapes.update({f"{p}.attn.{name}.weight": (C, width), f"{p}.attn.{name}.bias": (width,)})
         shapes.update({f"{p}.ln2.weight": (C,), f"{p}.ln2.bias": (C,)})
         shapes.update({f"{p}.mlp.fc.weight": (C, 4 * C), f"{p}.mlp.fc.bias": (4 * C,)})
         shapes.update({f"{p}.mlp.proj.weight": (4 * C, C), f"{p}.mlp.proj.bias": (C,)})
@@ -129,10 +137,10 @@ def parameter_shapes():
     return shapes
 
 
-def random_model(rng):
+def random_model(rng, config):
     """Every parameter ~ N(0, 0.3) but LayerNorm weights ~ N(1, 0.1); rounded to float32."""
     weights = {}
-    for name, shape in parameter_shapes().items():
+    for name, shape in parameter_shapes(config).items():
         module = name.split(".")[-2]  # "ln1", "w_q", "tok_emb", ...
         is_ln_weight = module.startswith("ln") and name.endswith(".weight")
         w = rng.normal(1.0, 0.1, shape) if is_ln_weight else rng.normal(0.0, 0.3, shape)
@@ -140,8 +148,8 @@ def random_model(rng):
     return weights
 
 
-def random_batch(rng):
-    V = CONFIG["vocab_size"]
+def random_batch(rng, config):
+    V = config["vocab_size"]
     return rng.integers(0, V, (B, T), dtype=np.int64), rng.integers(0, V, (B, T), dtype=np.int64)
 
 
@@ -184,7 +192,7 @@ def hidden_keys(Tn, layer, head):
 def torch_loss_and_grads(weights, idx, targets, gelu):
     """The model in torch float64 -> (loss, {name: gradient}), numpy float64."""
     p = {name: torch.tensor(w, dtype=torch.float64, requires_grad=True) for name, w in weights.items()}
-    C, H = CONFIG["n_embd"], CONFIG["n_head"]
+    C, H, H_kv = CONFIG["n_embd"], CONFIG["n_head"], kv_heads(CONFIG)
     D_H = C // H
     idx_t, targets_t = torch.from_numpy(idx), torch.from_numpy(targets)
     Bn, Tn = idx.shape
@@ -196,10 +204,14 @@ def torch_loss_and_grads(weights, idx, targets, gelu):
         return F.layer_norm(h, (C,), p[f"{prefix}.weight"], p[f"{prefix}.bias"], eps=1e-5)
 
     def attention(h, prefix, layer):
-        def heads(t):  # [B, T, C] -> [B, H, T, d_h]
-            return t.reshape(Bn, Tn, H, D_H).transpose(1, 2)
+        def heads(t, n):  # [B, T, n·d_h] -> [B, n, T, d_h]
+            return t.reshape(Bn, Tn, n, D_H).transpose(1, 2)
 
-        q, k, v = (heads(linear(h, f"{prefix}.{name}")) for name in ("w_q", "w_k", "w_v"))
+        def repeat_kv(t):  # [B, H_kv, T, d_h] -> [B, H, T, d_h]: query head h reads kv head h // (H / H_kv)
+            return t.repeat_interleave(H // H_kv, dim=1)
+
+        q = heads(linear(h, f"{prefix}.w_q"), H)
+        k, v = (repeat_kv(heads(linear(h, f"{prefix}.{name}"), H_kv)) for name in ("w_k", "w_v"))
         s = q @ k.transpose(-2, -1) / math.sqrt(D_H)
         hidden = torch.stack([hidden_keys(Tn, layer, head) for head in range(H)])  # [H, T, T]
         a = torch.softmax(s.masked_fill(hidden, float("-inf")), dim=-1)
@@ -253,8 +265,8 @@ def compare(char_lm, variant, seed):
     runs = ([("int64 batch", np.int64, "dense"), ("int32 batch", np.int32, "dense")] if variant != "sparse" else
             [(impl, np.int64, impl) for impl in ("composed", "dense", "flash")])
     rng = np.random.default_rng(seed)
-    weights = random_model(rng)
-    idx, targets = random_batch(rng)
+    weights = random_model(rng, CONFIG)
+    idx, targets = random_batch(rng, CONFIG)
     loss, grads = torch_loss_and_grads(weights, idx, targets, gelu)
     errors = {"loss": []} | {name: [] for name in grads}  # one column per run
     with tempfile.TemporaryDirectory(prefix="compare_grads_") as tmp:
@@ -284,8 +296,8 @@ def compare(char_lm, variant, seed):
 def write_golden(variant, seed):
     gelu = use_variant(variant)
     rng = np.random.default_rng(seed)
-    weights = random_model(rng)
-    idx, targets = random_batch(rng)
+    weights = random_model(rng, CONFIG)
+    idx, targets = random_batch(rng, CONFIG)
     loss, grads = torch_loss_and_grads(weights, idx, targets, gelu)
     tensors = {f"weight/{name}": w for name, w in weights.items()}
     tensors.update({"batch/idx": idx, "batch/targets": targets, "loss": np.array(loss, dtype=np.float64)})
@@ -301,10 +313,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--char-lm", default="./build/char_lm", help="the char_lm binary (default ./build/char_lm)")
     parser.add_argument("--write-golden", action="store_true",
-                        help="write tests/golden/grads_{erf,tanh,sparse}.safetensors")
+                        help="write tests/golden/grads_{erf,tanh,sparse,gqa}.safetensors")
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args()
-    seeds = {"erf": args.seed, "tanh": args.seed + 1, "sparse": args.seed + 2}
+    seeds = {"erf": args.seed, "tanh": args.seed + 1, "sparse": args.seed + 2, "gqa": args.seed + 2}
     if args.write_golden:
         for variant, seed in seeds.items():
             write_golden(variant, seed)

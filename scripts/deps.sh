@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs, with apt-get, whatever attograd's build needs and this machine lacks
 # (Debian 12, as root). Sourced by scripts/train.sh and scripts/test.sh.
+# Arguments name further packages a script needs (scripts/test.sh: chromium).
 set -euo pipefail
-packages=(build-essential cmake libopenblas-openmp-dev doctest-dev nlohmann-json3-dev libcli11-dev)
+packages=(build-essential cmake libopenblas-openmp-dev doctest-dev nlohmann-json3-dev libcli11-dev "$@")
 # Data-parallel training under mpirun (dist/mpi.cpp); without it programs run as one process.
 packages+=(libopenmpi-dev openmpi-bin)
 missing=()

@@ -4,7 +4,8 @@
 #   2. run the whole test suite (the cuda: cases run instead of skipping),
 #   3. time 200 iterations of `char_lm train --device cuda` and of the PyTorch
 #      reference (bench/torch_char_lm.py, same model and loop, fp32, TF32 off) at
-#      the default config and at nanoGPT's GPU config for shakespeare_char,
+#      the default config and at nanoGPT's GPU config for shakespeare_char, then
+#      sample 200 tokens from the latter with and without the KV cache (tokens/s),
 #   4. train 20 iterations on one MPI process with --device cuda (NCCL collectives)
 #      and compare its losses with one process alone,
 #   5. with FULL=1, train the GPU config to 5000 iterations (val loss target <= 1.50).
@@ -79,6 +80,15 @@ for entry in "${configs[@]}"; do
     if (a == "" || t == "") { printf "%-12s %12s %12s %12s %12s %8s\n", n, a, "-", t, "-", "-"; exit }
     printf "%-12s %12.2f %12.0f %12.2f %12.0f %8.3f\n", n, a, 1000 * k / a, t, 1000 * k / t, a / t }'
 done
+
+echo "== sampling 200 tokens on the GPU from the nanogpt-gpu run, with and without the KV cache (greedy: same text)"
+for flag in "" --no-kv-cache; do
+  ./build-gpu/char_lm sample --device cuda --ckpt "$log_dir/run-nanogpt-gpu" --tokens 200 --top-k 1 $flag \
+    >"$log_dir/sample$flag.txt" 2>"$log_dir/sample$flag.log"
+  tail -1 "$log_dir/sample$flag.log"
+done
+cmp -s "$log_dir/sample.txt" "$log_dir/sample--no-kv-cache.txt" && echo "KV cache: the same text" ||
+  echo "KV cache: FAILED, the greedy texts differ"
 
 echo "== NCCL: 20 iterations on one MPI process (--device cuda) against one process alone"
 mpiexec=$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' build-gpu/CMakeCache.txt)

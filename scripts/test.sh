@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/get_data.sh >/dev/null
+bash scripts/deps.sh chromium  # tests/report_browser.sh renders char_lm's report in it
 bash scripts/build.sh
 cd build
 ctest --output-on-failure -j "$(nproc)" --timeout 600

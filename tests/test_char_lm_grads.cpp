@@ -1,8 +1,8 @@
 // char_lm grads: ag::char_lm::compute_grads against PyTorch's float64 loss and
-// gradients, for both GELU variants and a sparse attention pattern. The golden
-// files tests/golden/grads_{erf,tanh,sparse}.safetensors come from
+// gradients, for both GELU variants, a sparse attention pattern and a grouped-query
+// model. The golden files tests/golden/grads_{erf,tanh,sparse,gqa}.safetensors come from
 // `/usr/bin/python3 scripts/compare_grads.py --write-golden` and hold
-//   __metadata__         the model config (n_layer, n_head, n_embd, block_size, vocab_size, gelu)
+//   __metadata__         the model config (n_layer, n_head, n_embd, block_size, vocab_size, gelu; gqa: n_kv_head)
 //   weight/<name>        every parameter, F32
 //   batch/idx, targets   [B, T] I64 (T < block_size: the last pos_emb row gets no gradient)
 //   loss, grad/<name>    torch's float64 loss [] and gradients
@@ -142,15 +142,20 @@ void check_matches_torch(const SafetensorsFile& golden, const std::string& out_p
 
 }  // namespace
 
-TEST_CASE("char_lm grads: loss and every gradient match PyTorch float64, erf and tanh GELU") {
+TEST_CASE("char_lm grads: loss and every gradient match PyTorch float64, erf and tanh GELU, every attention impl") {
   for (const std::string gelu : {"erf", "tanh"}) {
-    INFO("gelu " << gelu);
-    const SafetensorsFile golden = load_golden(gelu);
-    REQUIRE(golden.metadata.at("gelu") == gelu);
-    ag::test::TempDir tmp("char_lm_grads_" + std::string(gelu));
-    const std::string out = tmp.file("G.safetensors");
-    const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out);
-    check_matches_torch(golden, out, loss);
+    for (const nn::AttentionImpl impl : {nn::AttentionImpl::Composed, nn::AttentionImpl::Dense, nn::AttentionImpl::Flash}) {
+      INFO("gelu " << gelu << ", attention " << name_of(impl));
+      const SafetensorsFile golden = load_golden(gelu);
+      REQUIRE(golden.metadata.at("gelu") == gelu);
+      ag::test::TempDir tmp("char_lm_grads_" + std::string(gelu));
+      const std::string out = tmp.file("G.safetensors");
+      nn::GPTConfig settings;
+      settings.attn_impl = impl;
+      const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out,
+                                                 Device::CPU, settings);
+      check_matches_torch(golden, out, loss);
+    }
   }
 }
 
@@ -168,6 +173,15 @@ TEST_CASE("char_lm grads: a sparse pattern in the weights' metadata matches PyTo
         char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out, Device::CPU, settings);
     check_matches_torch(golden, out, loss);
   }
+}
+
+TEST_CASE("char_lm grads: a grouped-query model (4 query heads over 2 kv heads) matches PyTorch float64") {
+  const SafetensorsFile golden = load_golden("gqa");
+  REQUIRE(golden.metadata.at("n_kv_head") == "2");
+  ag::test::TempDir tmp("char_lm_grads_gqa");
+  const std::string out = tmp.file("G.safetensors");
+  const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out);
+  check_matches_torch(golden, out, loss);
 }
 
 TEST_CASE("char_lm grads: an int32 batch gives the same loss and gradients") {

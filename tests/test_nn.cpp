@@ -113,7 +113,7 @@ TEST_CASE("nn: Dropout is the identity in eval mode, and train/eval reach every 
 }
 
 TEST_CASE("nn: hierarchical names of a Block, in registration order") {
-  Block block(8, 2);
+  Block block(8, 2, 2);
   CHECK(names_of(block) ==
         std::vector<std::string>{"ln1.weight",        "ln1.bias",        "attn.w_q.weight", "attn.w_q.bias",
                                  "attn.w_k.weight",   "attn.w_k.bias",   "attn.w_v.weight", "attn.w_v.bias",

@@ -305,7 +305,7 @@ TEST_CASE("ops: strided copies walk every row, split over threads and at any ran
 
 TEST_CASE("ops: float32 exact GELU and its derivative stay within 4e-7 of float64's erf") {
   // The CPU's float32 GELU takes Φ from Abramowitz & Stegun 7.1.26
-  // (core/elementwise_math.h): the bound over [-12, 12], through gelu and bias_gelu.
+  // (core/cpu/vector_math.h): the bound over [-12, 12], through gelu and bias_gelu.
   std::vector<double> grid;
   for (double v = -12.0; v <= 12.0; v += 1.0 / 512) grid.push_back(v);
   const Shape shape{static_cast<int64_t>(grid.size())};

@@ -2,6 +2,7 @@
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/loops.h"
+#include "core/cpu/vector_math.h"
 
 namespace ag::cpu {
 
@@ -9,9 +10,12 @@ namespace {
 // One row of C: mean, then the variance around it (two passes: one pass
 // E[x²] − E[x]² cancels catastrophically when |mean| >> std), rstd =
 // 1/√(var + eps), y = (x − mean)·rstd·w + b. The sums are vector reductions
-// (omp simd): a fixed order for a given build, whatever the thread count.
+// (omp simd): a fixed order for a given build and CPU, whatever the thread
+// count. The float rows are compiled for AVX-512 too (AG_VECTOR_CLONES,
+// core/cpu/vector_math.h, which explains the always_inline).
 template <class T>
-void normalize_row(const T* x, const T* w, const T* b, T eps, int64_t C, T* y, T& mean, T& rstd) {
+[[gnu::always_inline]] inline void normalize_row(const T* x, const T* w, const T* b, T eps, int64_t C, T* y, T& mean,
+                                                 T& rstd) {
   T m = 0;
 #pragma omp simd reduction(+ : m)
   for (int64_t c = 0; c < C; ++c) m += x[c];
@@ -24,6 +28,56 @@ void normalize_row(const T* x, const T* w, const T* b, T eps, int64_t C, T* y, T
   for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * s * w[c] + b[c];
   mean = m;
   rstd = s;
+}
+AG_VECTOR_CLONES void normalize_row(const float* x, const float* w, const float* b, float eps, int64_t C, float* y,
+                                    float& mean, float& rstd) {
+  normalize_row<float>(x, w, b, eps, C, y, mean, rstd);
+}
+
+// One row of dX = rstd · (g − mean(g) − x̂ ∘ mean(g ∘ x̂)), g = dY ∘ weight
+// (layer_norm_backward below).
+template <class T>
+[[gnu::always_inline]] inline void normalize_row_backward(const T* x, const T* dY, const T* w, T mean, T rstd,
+                                                          int64_t C, T* dX) {
+  T mean_g = 0, mean_gx = 0;
+#pragma omp simd reduction(+ : mean_g, mean_gx)
+  for (int64_t c = 0; c < C; ++c) {
+    const T g = dY[c] * w[c];
+    mean_g += g;
+    mean_gx += g * (x[c] - mean) * rstd;
+  }
+  mean_g /= static_cast<T>(C);
+  mean_gx /= static_cast<T>(C);
+#pragma omp simd
+  for (int64_t c = 0; c < C; ++c) dX[c] = rstd * (dY[c] * w[c] - mean_g - (x[c] - mean) * rstd * mean_gx);
+}
+AG_VECTOR_CLONES void normalize_row_backward(const float* x, const float* dY, const float* w, float mean, float rstd,
+                                             int64_t C, float* dX) {
+  normalize_row_backward<float>(x, dY, w, mean, rstd, C, dX);
+}
+
+// Columns [first, last) of dWeight = Σ_rows dY ∘ x̂ and dBias = Σ_rows dY, added
+// into weight_sums and bias_sums in double, rows in order (sum_column_blocks).
+template <class T> struct LayerNormRows {
+  const T *x, *dY, *mean, *rstd;
+  int64_t N, C;
+};
+template <class T>
+[[gnu::always_inline]] inline void layer_norm_param_grads(const LayerNormRows<T>& in, int64_t first, int64_t last,
+                                                          double* weight_sums, double* bias_sums) {
+  for (int64_t r = 0; r < in.N; ++r) {
+    const T *x = in.x + r * in.C, *dY = in.dY + r * in.C;
+    const T m = in.mean[r], s = in.rstd[r];
+#pragma omp simd
+    for (int64_t c = first; c < last; ++c) {
+      weight_sums[c - first] += static_cast<double>(dY[c] * (x[c] - m) * s);
+      bias_sums[c - first] += static_cast<double>(dY[c]);
+    }
+  }
+}
+AG_VECTOR_CLONES void layer_norm_param_grads(const LayerNormRows<float>& in, int64_t first, int64_t last,
+                                             double* weight_sums, double* bias_sums) {
+  layer_norm_param_grads<float>(in, first, last, weight_sums, bias_sums);
 }
 
 // Rows [N, C] of x, each normalized by normalize_row; with a residual, the row
@@ -68,7 +122,7 @@ void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weigh
 // With x̂ = (x − mean)·rstd and g = dY ∘ weight (the gradient at x̂):
 //   dX = rstd · (g − mean(g) − x̂ ∘ mean(g ∘ x̂))   per row,
 //   dWeight = Σ_rows dY ∘ x̂,   dBias = Σ_rows dY.
-// dX rows run in parallel; the column sums are sum_columns' (core/cpu/loops.h),
+// dX rows run in parallel; the column sums are sum_column_blocks' (core/cpu/loops.h),
 // so the result does not depend on the thread count.
 void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                          const Tensor& dY, Tensor& dX, Tensor& dWeight, Tensor& dBias) {
@@ -78,25 +132,13 @@ void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& me
     const T *px = x.data<T>(), *w = weight.data<T>(), *pm = mean.data<T>(), *pr = rstd.data<T>(),
             *pg = dY.data<T>();
     T *pdx = dX.data<T>(), *dw = dWeight.data<T>(), *db = dBias.data<T>();
-#pragma omp parallel for schedule(static) if (N * C > kParallelGrain)
-    for (int64_t r = 0; r < N; ++r) {
-      const T *xr = px + r * C, *gr = pg + r * C;
-      const T m = pm[r], s = pr[r];
-      T mean_g = 0, mean_gx = 0;
-#pragma omp simd reduction(+ : mean_g, mean_gx)
-      for (int64_t c = 0; c < C; ++c) {
-        const T g = gr[c] * w[c];
-        mean_g += g;
-        mean_gx += g * (xr[c] - m) * s;
-      }
-      mean_g /= static_cast<T>(C);
-      mean_gx /= static_cast<T>(C);
-      T* dxr = pdx + r * C;
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) dxr[c] = s * (gr[c] * w[c] - mean_g - (xr[c] - m) * s * mean_gx);
-    }
-    sum_columns(N, C, dw, [=](int64_t r, int64_t c) { return pg[r * C + c] * (px[r * C + c] - pm[r]) * pr[r]; });
-    sum_columns(N, C, db, [=](int64_t r, int64_t c) { return pg[r * C + c]; });
+    for_rows(N, C, [&](int64_t r) { normalize_row_backward(px + r * C, pg + r * C, w, pm[r], pr[r], C, pdx + r * C); });
+    const LayerNormRows<T> rows{px, pg, pm, pr, N, C};
+    sum_column_blocks(N, C, dw, [&](int64_t first, int64_t last, double* weight_sums) {
+      double bias_sums[kColumnBlock] = {};
+      layer_norm_param_grads(rows, first, last, weight_sums, bias_sums);
+      for (int64_t c = first; c < last; ++c) db[c] = static_cast<T>(bias_sums[c - first]);
+    });
   });
 }
 

@@ -22,6 +22,15 @@ template <class Body> void for_rows(int64_t rows, int64_t cols, Body&& body) {
   for (int64_t r = 0; r < rows; ++r) body(r);
 }
 
+// Calls body(begin, count) over [0, n) in chunks of kChunk elements, in
+// parallel when n is large: for flat loops whose body is a function compiled
+// for several ISAs (AG_VECTOR_CLONES), called once per chunk.
+constexpr int64_t kChunk = 1 << 14;
+template <class Body> void for_chunks(int64_t n, Body&& body) {
+#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+  for (int64_t begin = 0; begin < n; begin += kChunk) body(begin, std::min(kChunk, n - begin));
+}
+
 // Walks the rows (all dims but the last) of `shape` for K operands laid out by
 // `strides` (in elements, 0 on broadcast dims), calling
 //   body(base, inner, inner_stride)
@@ -90,18 +99,29 @@ void for_each_row(const Shape& shape, const std::array<std::vector<int64_t>, K>&
 // its rows kColumnBlock elements (a few whole cache lines) at a time.
 constexpr int64_t kColumnBlock = 64;
 
-template <class T, class Value> void sum_columns(int64_t N, int64_t C, T* out, Value&& value) {
+// sum_column_blocks hands over a whole block: block(first, last, sums) adds
+// rows 0..N−1 of columns [first, last) into sums[0 .. last − first) (zeroed),
+// rows in order. It serves a fused backward whose loop is a plain function over
+// raw pointers (AG_VECTOR_CLONES, core/cpu/vector_math.h), which sum_columns'
+// lambda, called per element, would keep to the baseline ISA.
+template <class T, class Block> void sum_column_blocks(int64_t N, int64_t C, T* out, Block&& block) {
   const int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static) if (blocks > 1 && N * C > kParallelGrain)
-  for (int64_t block = 0; block < blocks; ++block) {
-    const int64_t first = block * kColumnBlock, last = std::min(C, first + kColumnBlock);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t first = b * kColumnBlock, last = std::min(C, first + kColumnBlock);
     double sums[kColumnBlock] = {};
+    block(first, last, sums);
+    for (int64_t c = first; c < last; ++c) out[c] = static_cast<T>(sums[c - first]);
+  }
+}
+
+template <class T, class Value> void sum_columns(int64_t N, int64_t C, T* out, Value&& value) {
+  sum_column_blocks(N, C, out, [&](int64_t first, int64_t last, double* sums) {
     for (int64_t r = 0; r < N; ++r) {
 #pragma omp simd
       for (int64_t c = first; c < last; ++c) sums[c - first] += static_cast<double>(value(r, c));
     }
-    for (int64_t c = first; c < last; ++c) out[c] = static_cast<T>(sums[c - first]);
-  }
+  });
 }
 
 }  // namespace ag::cpu

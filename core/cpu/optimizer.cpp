@@ -4,12 +4,26 @@
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/loops.h"
+#include "core/cpu/vector_math.h"
 #include "core/optimizer_math.h"
 
 namespace ag::cpu {
 
 namespace {
 bool skipped(const double* skip_unless_finite) { return skip_unless_finite && !std::isfinite(*skip_unless_finite); }
+
+// AdamW over n elements; the float version is compiled for AVX-512 too
+// (AG_VECTOR_CLONES, core/cpu/vector_math.h, which explains the always_inline).
+template <class T>
+[[gnu::always_inline]] inline void adam_range(const math::AdamUpdate<T>& update, T* __restrict p,
+                                              const T* __restrict g, T* __restrict m, T* __restrict v, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) update.apply(p[i], g[i], m[i], v[i]);
+}
+AG_VECTOR_CLONES void adam_range(const math::AdamUpdate<float>& update, float* __restrict p,
+                                 const float* __restrict g, float* __restrict m, float* __restrict v, int64_t n) {
+  adam_range<float>(update, p, g, m, v, n);
+}
 }  // namespace
 
 void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const kernel::AdamHyper& hyper) {
@@ -21,9 +35,9 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const ke
     T* __restrict pm = m.data<T>();
     T* __restrict pv = v.data<T>();
     const math::AdamUpdate<T> update(p, g, pm, pv, hyper);
-    const int64_t n = param.numel();
-#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) update.apply(p[i], g[i], pm[i], pv[i]);
+    for_chunks(param.numel(), [&](int64_t begin, int64_t n) {
+      adam_range(update, p + begin, g + begin, pm + begin, pv + begin, n);
+    });
   });
 }
 

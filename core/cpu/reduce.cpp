@@ -2,6 +2,7 @@
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/loops.h"
+#include "core/cpu/vector_math.h"
 
 namespace ag::cpu {
 
@@ -14,10 +15,26 @@ bool sums_leading_dims(const Shape& x, const Shape& out) {
   const size_t kept = out.size() - first;
   return kept <= x.size() && std::equal(out.begin() + first, out.end(), x.end() - kept);
 }
+
+// Columns [first, last) of x [N, C] added into sums[c − first], rows in order
+// (sum_column_blocks); the float version is compiled for AVX-512 too
+// (AG_VECTOR_CLONES, core/cpu/vector_math.h, which explains the always_inline).
+template <class T>
+[[gnu::always_inline]] inline void add_column_block(const T* x, int64_t N, int64_t C, int64_t first, int64_t last,
+                                                    double* sums) {
+  for (int64_t r = 0; r < N; ++r) {
+#pragma omp simd
+    for (int64_t c = first; c < last; ++c) sums[c - first] += static_cast<double>(x[r * C + c]);
+  }
+}
+AG_VECTOR_CLONES void add_column_block(const float* x, int64_t N, int64_t C, int64_t first, int64_t last,
+                                       double* sums) {
+  add_column_block<float>(x, N, C, first, last, sums);
+}
 }  // namespace
 
 // Sums are kept in double so float32 reductions over long rows stay accurate.
-// Over leading dims: sum_columns (core/cpu/loops.h), in parallel. Otherwise:
+// Over leading dims: sum_column_blocks (core/cpu/loops.h), in parallel. Otherwise:
 // x row by row, each element added into the out element it broadcasts from
 // (out read with stride 0 on the reduced dims); serial, since rows may share outputs.
 void sum_to_shape(const Tensor& x, Tensor& out) {
@@ -28,7 +45,9 @@ void sum_to_shape(const Tensor& x, Tensor& out) {
     const int64_t n_out = out.numel();
     if (n_out > 0 && sums_leading_dims(x.shape(), out.shape())) {
       const int64_t C = n_out, N = x.numel() / C;
-      sum_columns(N, C, po, [px, C](int64_t r, int64_t c) { return px[r * C + c]; });
+      sum_column_blocks(N, C, po, [&](int64_t first, int64_t last, double* sums) {
+        add_column_block(px, N, C, first, last, sums);
+      });
       return;
     }
     std::vector<double> acc(n_out, 0.0);

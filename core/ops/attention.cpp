@@ -41,7 +41,8 @@ AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& 
            shapes() << ": expected " << expected);
   const int64_t t_dim = bthd ? 1 : 2, h_dim = bthd ? 2 : 1;
   const int64_t B = q.size(0), Hq = q.size(h_dim), Tq = q.size(t_dim), d = q.size(3);
-  const int64_t Hkv = k.size(h_dim), Tk = k.size(t_dim);
+  const int64_t Hkv = k.size(h_dim), kv_rows = k.size(t_dim), Tk = spec.kv_length.value_or(kv_rows);
+  AG_CHECK(Tk >= 0 && Tk <= kv_rows, shapes() << ": kv_length " << Tk << " is outside [0, " << kv_rows << "]");
   AG_CHECK(Hkv > 0 && Hq % Hkv == 0,
            shapes() << ": " << Hq << " query heads are not a multiple of " << Hkv << " kv heads");
   check_sparse_pattern(spec.pattern, shapes());
@@ -53,7 +54,7 @@ AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& 
   };
   return {.B = B, .Hq = Hq, .Hkv = Hkv, .Tq = Tq, .Tk = Tk, .d = d, .scale = scale,
           .mask = {.causal = spec.causal, .q_offset = spec.q_offset.value_or(Tk - Tq), .pattern = spec.pattern},
-          .q = strides(Hq, Tq), .kv = strides(Hkv, Tk)};
+          .q = strides(Hq, Tq), .kv = strides(Hkv, kv_rows)};
 }
 
 // --- composed ------------------------------------------------------------------------
@@ -71,13 +72,24 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Attenti
   const auto repeat_kv = [&](const Tensor& t) {
     return group == 1 ? t : expand(t.reshape({B, Hkv, 1, Tk, d}), {B, Hkv, group, Tk, d}).reshape({B, Hq, Tk, d});
   };
-  const Tensor Q = heads_first(q), K = repeat_kv(heads_first(k)), V = repeat_kv(heads_first(v));
+  // The first Tk rows of a longer cache (a copy; dense and flash read them in place).
+  const auto used_rows = [&](const Tensor& t) {
+    const int64_t t_dim = spec.layout == AttentionLayout::BTHD ? 1 : 2;
+    return t.size(t_dim) == Tk ? t : slice(t, t_dim, 0, Tk);
+  };
+  const Tensor Q = heads_first(q), K = repeat_kv(heads_first(used_rows(k))), V = repeat_kv(heads_first(used_rows(v)));
   Tensor S = matmul(Q, transpose(K, 2, 3)) * scale;                          // [B, Hq, Tq, Tk]
   // M [Tq, Tk] broadcasts over batch and heads; random blocks differ by head: M [Hq, Tq, Tk]
   if (mask.causal) S = S + attention_mask(mask, Tq, Tk, S.dtype(), S.device(), mask.pattern.per_head() ? Hq : 1);
   const Tensor A = softmax(S);
   if (internals) internals->probabilities = A.detach();
   return heads_first(matmul(A, V));  // Z
+}
+
+// dK or dV for K or V: zero in the rows after Tk (a cache's unused rows), which no kernel writes.
+Tensor kv_gradient(const Tensor& kv, const AttentionShape& shape) {
+  const bool whole = kv.numel() == shape.B * shape.Hkv * shape.Tk * shape.d;
+  return whole ? detail::empty_like(kv) : Tensor::zeros(kv.shape(), kv.dtype(), kv.device());
 }
 
 // --- dense ---------------------------------------------------------------------------
@@ -152,7 +164,7 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                 [Q = q.detach(), K = k.detach(), V = v.detach(), A, shape, scores_at](const Tensor& dZ) -> Gradients {
                   const auto [B, Hq, Hkv, Tq, Tk, d, scale, mask, q_at, kv_at] = shape;
                   // Z = AV
-                  Tensor dV = detail::empty_like(V);
+                  Tensor dV = kv_gradient(V, shape);
                   head_product(shape, {A, scores_at, false, true}, {dZ, q_at}, dV, {dV, kv_at, true}, Tk, d, Tq,
                                1.0);  // dV = Aᵀ dZ
                   Tensor dS = detail::empty_like(A);
@@ -161,7 +173,7 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                   // A = softmax(S + M)
                   kernel::softmax_backward(A, dS, dS);  // dS = A ∘ (dA − rowsum(dA ∘ A)), in place of dA
                   // S = scale·QKᵀ
-                  Tensor dQ = detail::empty_like(Q), dK = detail::empty_like(K);
+                  Tensor dQ = detail::empty_like(Q), dK = kv_gradient(K, shape);
                   head_product(shape, {dS, scores_at}, {K, kv_at, true}, dQ, {dQ, q_at}, Tq, d, Tk,
                                scale);  // dQ = scale·dS K
                   head_product(shape, {dS, scores_at, false, true}, {Q, q_at}, dK, {dK, kv_at, true}, Tk, d, Tq,
@@ -182,7 +194,7 @@ Tensor flash(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
   // Saves L (for P = exp(S − L)) besides the inputs: O(T), never O(T²).
   return record("attention", {q, k, v}, Z,
                 [Q = q.detach(), K = k.detach(), V = v.detach(), L, shape](const Tensor& dZ) -> Gradients {
-                  Tensor dQ = detail::empty_like(Q), dK = detail::empty_like(K), dV = detail::empty_like(V);
+                  Tensor dQ = detail::empty_like(Q), dK = kv_gradient(K, shape), dV = kv_gradient(V, shape);
                   kernel::flash_attention_backward(Q, K, V, L, dZ, shape, dQ, dK, dV);
                   return {dQ, dK, dV};
                 });

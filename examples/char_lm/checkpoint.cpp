@@ -43,7 +43,13 @@ void check_sizes_against_tensors(const SafetensorsFile& file, const nn::GPTConfi
   };
   expect("tok_emb.weight", {c.vocab_size, c.n_embd});
   expect("pos_emb.weight", {c.block_size, c.n_embd});
-  for (int64_t i = 0; i < c.n_layer; ++i) expect("blocks." + std::to_string(i) + ".mlp.fc.weight", {c.n_embd, 4 * c.n_embd});
+  const int64_t kv_width = c.kv_heads() * (c.n_embd / c.n_head);  // H_kv·d_h
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string block = "blocks." + std::to_string(i);
+    expect(block + ".mlp.fc.weight", {c.n_embd, 4 * c.n_embd});
+    expect(block + ".attn.w_k.weight", {c.n_embd, kv_width});
+    expect(block + ".attn.w_v.weight", {c.n_embd, kv_width});
+  }
 }
 }  // namespace
 
@@ -53,6 +59,7 @@ std::string train_state_path(const std::string& dir) { return dir + "/train_stat
 void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& tokenizer, int64_t iter) {
   Metadata metadata;
   write_options(model.config(), metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake);
+  if (model.config().head_mask.empty()) metadata.erase("head_mask");  // every head on: files as before pruning existed
   metadata.merge(tokenizer.to_metadata());
   if (iter >= 0) metadata["iter"] = std::to_string(iter);
   std::vector<NamedTensor> tensors;

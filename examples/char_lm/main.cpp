@@ -5,17 +5,26 @@
 //   char_lm grads  --weights W --batch B --out G                  one float64 forward/backward,
 //                                                                 gradients to a safetensors file
 //   char_lm mask   --block-size 32 --attn-window 8 [...]          print a sparse pattern's mask
+//   char_lm convert --ckpt IN --n-kv-head G --out OUT             multi-head to grouped-query attention
+//                                                                 (then train --resume --out OUT)
+//   char_lm attention | explain | heads | report --ckpt DIR ...   look inside a trained model
+//                                                                 (examples/char_lm/inspect.h)
 // Each command takes --help. Every option comes from a table (core/options.h):
 // the model's (nn/gpt_options.h), the training step's (optim/train_options.h)
 // and each command's own (examples/char_lm/*_options.h).
+#include <chrono>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "core/error.h"
 #include "cuda/context.h"
 #include "dist/communicator.h"
 #include "examples/char_lm/checkpoint.h"
+#include "examples/char_lm/convert.h"
 #include "examples/char_lm/grads.h"
+#include "examples/char_lm/inspect.h"
 #include "examples/char_lm/mask.h"
 #include "examples/char_lm/sample.h"
 #include "examples/char_lm/train.h"
@@ -49,8 +58,27 @@ int run_sample(const SampleOptions& o, const nn::GPTConfig& settings) {
   LoadedModel loaded = load_model(model_path(unit), DType::Float32, settings);
   loaded.model->to(o.device);
   AG_CHECK(loaded.tokenizer.vocab_size() > 0, "sample: the checkpoint has no tokenizer characters");
-  std::printf("%s\n", generate(*loaded.model, loaded.tokenizer, o.prompt, o).c_str());
+  const auto start = std::chrono::steady_clock::now();
+  const std::string text = generate(*loaded.model, loaded.tokenizer, o.prompt, o);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%s\n", text.c_str());
+  std::fprintf(stderr, "%lld tokens in %.3f s: %.1f tokens/s (%s)\n", static_cast<long long>(o.tokens), seconds,
+               static_cast<double>(o.tokens) / seconds, o.no_kv_cache ? "recomputing the context" : "KV cache");
   return 0;
+}
+
+// A command that looks inside a model (examples/char_lm/inspect.h): its command
+// line, bound to `options`, and what runs it.
+struct InspectCommand {
+  std::unique_ptr<cli::Command> command;
+  std::function<int()> run;
+};
+template <class Options>
+InspectCommand inspect_command(CLI::App& app, const char* name, const char* help, Options& options,
+                               int (*run)(const Options&), cli::ProcessOptions& process) {
+  auto command = std::make_unique<cli::Command>(app.add_subcommand(name, help));
+  command->bind(options).bind(process);
+  return {std::move(command), [&options, run] { return run(options); }};
 }
 
 int run_grads(const GradsOptions& o, const nn::GPTConfig& settings) {
@@ -59,6 +87,15 @@ int run_grads(const GradsOptions& o, const nn::GPTConfig& settings) {
   require_device(o.device);
   const double loss = compute_grads(o.weights, o.batch, o.out, o.device, settings);
   std::printf("loss %.17g; gradients written to %s\n", loss, o.out.c_str());
+  return 0;
+}
+
+int run_convert(const ConvertOptions& o) {
+  const ConvertResult r = convert_kv_heads(o);
+  std::printf("iteration %lld: val loss %.4f with the source's kv heads, %.4f with %lld (mean-pooled); "
+              "continue with: char_lm train --resume --out %s --max-iters N\n",
+              static_cast<long long>(r.iter), r.val_loss_before, r.val_loss_after, static_cast<long long>(o.n_kv_head),
+              o.out.c_str());
   return 0;
 }
 }  // namespace
@@ -86,20 +123,46 @@ int main(int argc, char** argv) {
       "grads", "float64 loss and gradients of a model on a batch, for comparison with other frameworks"));
   grads_command.bind(grads_options).bind(grads_settings, {OptionKind::Setting}).bind(process);
 
+  ConvertOptions convert_options;
+  cli::Command convert_command(app.add_subcommand(
+      "convert", "a checkpoint to fewer key/value heads (grouped-query attention), mean-pooling each group's W_K, W_V"));
+  convert_command.bind(convert_options).bind(process);
+
   MaskOptions mask_options;
   nn::GPTConfig mask_config;
   mask_config.vocab_size = 1;  // the mask does not depend on it
   cli::Command mask_command(app.add_subcommand("mask", "print the attention mask of a sparse pattern (--attn-window ...)"));
   mask_command.bind(mask_options).bind(mask_config, {OptionKind::Model});
 
+  AttentionOptions attention_options;
+  ExplainOptions explain_options;
+  HeadsOptions heads_options;
+  ReportOptions report_options;
+  const InspectCommand inspect_commands[] = {
+      inspect_command(app, "attention", "attention maps of a prompt: one SVG per layer (a heatmap of A per head) and the rollout",
+                      attention_options, run_attention, process),
+      inspect_command(app, "explain", "integrated gradients: each prompt character's share of the predicted next character's logit",
+                      explain_options, run_explain, process),
+      inspect_command(app, "heads", "head importance (mean |dL/dg_h| on validation batches); --prune K writes a model without the K least important",
+                      heads_options, run_heads, process),
+      inspect_command(app, "report", "one self-contained HTML page: config, loss curves, a sample, attention maps, rollout, attributions, heads",
+                      report_options, run_report, process)};
+
   if (const int code = cli::parse(app, argc, argv); code >= 0) return code;
   try {
-    for (cli::Command* command : {&train_command, &sample_command, &grads_command, &mask_command}) {
+    for (const InspectCommand& inspect : inspect_commands) {
+      if (!inspect.command->app()->parsed()) continue;
+      inspect.command->apply();
+      process.apply();
+      return inspect.run();
+    }
+    for (cli::Command* command : {&train_command, &sample_command, &grads_command, &convert_command, &mask_command}) {
       if (!command->app()->parsed()) continue;
       command->apply();
       process.apply();
       if (command == &train_command) return run_train(*command, train_config);
       if (command == &sample_command) return run_sample(sample_options, sample_settings);
+      if (command == &convert_command) return run_convert(convert_options);
       if (command == &mask_command) return std::printf("%s", mask_picture(mask_config, mask_options).c_str()) < 0;
       return run_grads(grads_options, grads_settings);
     }

@@ -8,13 +8,43 @@
 
 namespace ag::char_lm {
 
-std::string generate(nn::GPT& model, const Tokenizer& tokenizer, const std::string& prompt,
+namespace {
+// The last row of logits [1, T, V], on the host in float64.
+std::vector<double> last_row(const Tensor& logits) {
+  const int64_t T = logits.size(1), V = logits.size(2);
+  return slice(logits.reshape({T, V}), 0, T - 1, T).to(DType::Float64).to_vector();
+}
+
+Tensor as_batch(std::vector<int64_t>::const_iterator begin, std::vector<int64_t>::const_iterator end,
+                const nn::GPT& model) {
+  const std::vector<int64_t> tokens(begin, end);
+  return Tensor::from_indices(tokens, {1, static_cast<int64_t>(tokens.size())}).to(model.parameters()[0].device());
+}
+}  // namespace
+
+std::vector<double> RecomputeLogits::next(const std::vector<int64_t>& ids) {
+  const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), model_.config().block_size);
+  return last_row(model_.forward(as_batch(ids.end() - T, ids.end(), model_)));
+}
+
+std::vector<double> CachedLogits::next(const std::vector<int64_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size()), block = model_.config().block_size;
+  AG_CHECK(n > window_start_ + cache_.length(), "CachedLogits: no new token since the last call");
+  if (n - window_start_ > block) {  // the window would pass block_size: refill (see sample.h)
+    const int64_t keep = cache_.length() == 0 ? block : std::max<int64_t>(1, block / 2);
+    window_start_ = n - keep;
+    cache_.clear();
+  }
+  const auto unseen = ids.begin() + window_start_ + cache_.length();
+  return last_row(model_.forward_cached(as_batch(unseen, ids.end(), model_), cache_));
+}
+
+std::string generate(NextTokenLogits& logits, const Tokenizer& tokenizer, const std::string& prompt,
                      const SampleOptions& options) {
   AG_CHECK(options.temperature > 0, "sample: temperature " << options.temperature << " must be positive");
   NoGradGuard no_grad;
-  model.eval();
   Generator gen(options.seed);
-  const int64_t V = tokenizer.vocab_size(), block = model.config().block_size;
+  const int64_t V = tokenizer.vocab_size();
   // Without a prompt, start at the beginning of a line (or from the first
   // character of the vocabulary, for a text without newlines); that start is
   // not part of the returned text.
@@ -28,11 +58,8 @@ std::string generate(nn::GPT& model, const Tokenizer& tokenizer, const std::stri
   }
   const size_t start_length = prompt.empty() ? 1 : 0;
   for (int64_t n = 0; n < options.tokens; ++n) {
-    const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), block);
-    const std::vector<int64_t> context(ids.end() - T, ids.end());
-    const Tensor logits = model.forward(Tensor::from_indices(context, {1, T}).to(model.parameters()[0].device()));
-    const Tensor last = slice(logits.reshape({T, V}), 0, T - 1, T).to(DType::Float64);  // [1, V]
-    std::vector<double> scaled = (last * (1.0 / options.temperature)).to_vector();
+    std::vector<double> scaled = logits.next(ids);
+    for (double& s : scaled) s /= options.temperature;
     if (options.top_k > 0 && options.top_k < V) {
       std::vector<double> sorted = scaled;
       std::nth_element(sorted.begin(), sorted.begin() + (options.top_k - 1), sorted.end(), std::greater<>());
@@ -54,6 +81,17 @@ std::string generate(nn::GPT& model, const Tokenizer& tokenizer, const std::stri
     ids.push_back(next);
   }
   return tokenizer.decode({ids.begin() + static_cast<std::ptrdiff_t>(start_length), ids.end()});
+}
+
+std::string generate(nn::GPT& model, const Tokenizer& tokenizer, const std::string& prompt,
+                     const SampleOptions& options) {
+  model.eval();
+  if (options.no_kv_cache) {
+    RecomputeLogits recompute(model);
+    return generate(recompute, tokenizer, prompt, options);
+  }
+  CachedLogits cached(model);
+  return generate(cached, tokenizer, prompt, options);
 }
 
 }  // namespace ag::char_lm

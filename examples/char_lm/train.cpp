@@ -13,6 +13,7 @@
 #include "dist/communicator.h"
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/data.h"
+#include "examples/char_lm/inspect.h"
 #include "examples/char_lm/sample.h"
 #include "optim/adam.h"
 #include "optim/data_parallel.h"
@@ -31,31 +32,6 @@ std::string duration_text(double seconds) {
   const int s = static_cast<int>(seconds);
   std::snprintf(buffer, sizeof buffer, "%dm%02ds", s / 60, s % 60);
   return buffer;
-}
-
-// Mean loss over eval_iters batches of each split. The batches come from a
-// generator of their own, the same at every evaluation: evaluating never moves
-// the training stream (so a resumed run draws the same batches) and every
-// evaluation scores the same windows. Each process scores its shard of every
-// batch; the shards are equal, so the mean of their means is the batches' mean.
-EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, int64_t iter, dist::Communicator& comm) {
-  NoGradGuard no_grad;
-  model.eval();
-  auto mean_loss = [&](const std::vector<int64_t>& tokens, uint64_t stream) {
-    Generator gen(c.optim.seed + stream);
-    Tensor total;
-    Tensor x, y;
-    for (int64_t i = 0; i < c.run.eval_iters; ++i) {
-      get_batch(tokens, c.optim.batch_size, c.model.block_size, gen, x, y);
-      const Tensor loss = model.loss(optim::shard(x, comm).to(c.run.device), optim::shard(y, comm).to(c.run.device));
-      total = total.defined() ? add(total, loss) : loss;
-    }
-    comm.all_reduce_sum(total);
-    return total.item() / static_cast<double>(c.run.eval_iters * comm.size());  // one wait for the device
-  };
-  EvalRecord record{iter, mean_loss(data.train, 2), mean_loss(data.val, 3)};
-  model.train();
-  return record;
 }
 
 // Checks every option and their relations, before anything is written.
@@ -101,7 +77,7 @@ void clear_run(const std::string& dir) {
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (name.rfind("ckpt-", 0) == 0 || name == "best" || name == "model.safetensors" ||
-        name == "train_state.safetensors" || name == "log.csv")
+        name == "train_state.safetensors" || name == "log.csv" || name == "loss.svg")
       fs::remove_all(e.path());
   }
 }
@@ -123,6 +99,31 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 }  // namespace
+
+// The batches come from a generator of their own, the same at every
+// evaluation: evaluating never moves the training stream (so a resumed run
+// draws the same batches) and every evaluation scores the same windows. Each
+// process scores its shard of every batch; the shards are equal, so the mean of
+// their means is the batches' mean.
+EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, int64_t iter, dist::Communicator& comm) {
+  NoGradGuard no_grad;
+  model.eval();
+  auto mean_loss = [&](const std::vector<int64_t>& tokens, uint64_t stream) {
+    Generator gen(c.optim.seed + stream);
+    Tensor total;
+    Tensor x, y;
+    for (int64_t i = 0; i < c.run.eval_iters; ++i) {
+      get_batch(tokens, c.optim.batch_size, c.model.block_size, gen, x, y);
+      const Tensor loss = model.loss(optim::shard(x, comm).to(c.run.device), optim::shard(y, comm).to(c.run.device));
+      total = total.defined() ? add(total, loss) : loss;
+    }
+    comm.all_reduce_sum(total);
+    return total.item() / static_cast<double>(c.run.eval_iters * comm.size());  // one wait for the device
+  };
+  EvalRecord record{iter, mean_loss(data.train, 2), mean_loss(data.val, 3)};
+  model.train();
+  return record;
+}
 
 TrainResult train(TrainConfig c) {
   // Data-parallel when an MPI launcher started several processes (optim/data_parallel.h).
@@ -241,6 +242,7 @@ TrainResult train(TrainConfig c) {
       const EvalRecord e = evaluate(*model, data, c, iter, comm);
       result.evals.push_back(e);
       if (root) log << iter << ",train," << e.train_loss << ",,\n" << iter << ",val," << e.val_loss << ",,\n" << std::flush;
+      if (root) write_loss_chart(log_path, out + "/loss.svg");
       if (!c.quiet) std::printf("eval iter %5lld: train loss %.4f, val loss %.4f\n", static_cast<long long>(iter), e.train_loss, e.val_loss);
       step.check_finite();  // a diverged run never saves
       if (root) checkpoint(iter, e.val_loss);

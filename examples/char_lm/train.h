@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "core/options.h"
+#include "dist/communicator.h"
+#include "examples/char_lm/data.h"
 #include "examples/char_lm/run_options.h"
 #include "nn/gpt.h"
 #include "optim/train_step.h"
@@ -54,5 +56,9 @@ struct TrainResult {
 };
 
 TrainResult train(TrainConfig config);
+
+// Mean loss of `model` over c.run.eval_iters batches of each split, as train()
+// evaluates (char_lm convert reports a converted model's loss this way).
+EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, int64_t iter, dist::Communicator& comm);
 
 }  // namespace ag::char_lm

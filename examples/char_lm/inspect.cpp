@@ -1,0 +1,335 @@
+#include "examples/char_lm/inspect.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "examples/char_lm/checkpoint.h"
+#include "examples/char_lm/data.h"
+#include "examples/char_lm/sample.h"
+#include "examples/interp/analysis.h"
+#include "examples/interp/svg.h"
+
+namespace ag::char_lm {
+
+namespace {
+namespace fs = std::filesystem;
+
+struct Inspected {
+  std::string unit;  // the checkpoint directory read
+  LoadedModel loaded;
+};
+
+Inspected load(const std::string& ckpt) {
+  Inspected in;
+  in.unit = find_checkpoint(ckpt);
+  in.loaded = load_model(model_path(in.unit));
+  AG_CHECK(in.loaded.tokenizer.vocab_size() > 0, "'" << in.unit << "' has no tokenizer characters");
+  return in;
+}
+
+std::vector<int64_t> encode_prompt(const Inspected& in, const std::string& prompt) {
+  AG_CHECK(!prompt.empty(), "--prompt is empty");
+  std::vector<int64_t> ids;
+  try {
+    ids = in.loaded.tokenizer.encode(prompt);
+  } catch (const Error& e) {
+    throw Error(std::string("the prompt: ") + e.what());
+  }
+  const int64_t block = in.loaded.model->config().block_size;
+  AG_CHECK(static_cast<int64_t>(ids.size()) <= block,
+           "the prompt has " << ids.size() << " characters, more than the model's block_size " << block);
+  return ids;
+}
+
+std::vector<std::string> characters(const Inspected& in, const std::vector<int64_t>& ids) {
+  std::vector<std::string> chars;
+  for (const int64_t id : ids) chars.push_back(in.loaded.tokenizer.decode({id}));
+  return chars;
+}
+
+// A file replaced in one rename, so a browser reloading it never reads half of one.
+void write_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    AG_CHECK(out, "cannot write '" << tmp << "'");
+    out << text;
+    AG_CHECK(out.flush(), "writing '" << tmp << "' failed");
+  }
+  fs::rename(tmp, path);
+}
+
+std::string fixed(double v, const char* format = "%.4f") {
+  char text[32];
+  std::snprintf(text, sizeof text, format, v);
+  return text;
+}
+
+// The model's attention: a causal mask hides key j > i from query i.
+bool causal_visible(int64_t i, int64_t j) { return j <= i; }
+
+// A pruned head still computes its A (its gate drops it after), so it is drawn, and labelled pruned.
+std::vector<std::string> layer_svgs(const std::vector<Tensor>& maps, const std::vector<std::string>& labels,
+                                    const std::vector<std::vector<double>>& gates) {
+  std::vector<std::string> svgs;
+  for (size_t l = 0; l < maps.size(); ++l) {
+    const int64_t H = maps[l].size(0), T = maps[l].size(1);
+    const std::vector<double> a = maps[l].to_vector();
+    std::vector<interp::Heatmap> panels;
+    for (int64_t h = 0; h < H; ++h)
+      panels.push_back({"head " + std::to_string(h) + (gates[l][h] == 0.0 ? " (pruned: gate 0)" : ""),
+                        {a.begin() + h * T * T, a.begin() + (h + 1) * T * T}});
+    svgs.push_back(interp::heatmap_grid_svg(
+        "layer " + std::to_string(l) + ": A = softmax(S + M) of each head (row: query, column: key; hatched: masked)",
+        panels, labels, causal_visible, 2, "layer" + std::to_string(l)));
+  }
+  return svgs;
+}
+
+// Rollout spreads each row over many positions, so its colours are scaled to the
+// largest weight below the first row (whose one visible cell is always 1).
+std::string rollout_svg(const Tensor& rollout, const std::vector<std::string>& labels) {
+  const std::vector<double> r = rollout.to_vector();
+  const size_t T = labels.size();
+  const double largest = T > 1 ? *std::max_element(r.begin() + T, r.end()) : 1.0;
+  return interp::heatmap_grid_svg("attention rollout through all layers: ½(mean of heads' A) + ½I, multiplied",
+                                  {{"rollout (dark blue: " + fixed(largest, "%.3f") + " and above)", r, largest}},
+                                  labels, causal_visible, 1, "rollout");
+}
+
+template <class Options> std::vector<interp::TokenBatch> validation_batches(const Options& o, const Inspected& in) {
+  const Dataset data = make_dataset(read_text(resolve_data_path(o.data)), in.loaded.model->config().block_size);
+  AG_CHECK(data.tokenizer.chars() == in.loaded.tokenizer.chars(),
+           "--data: the text's characters are not the model's (is it the text the model was trained on?)");
+  Generator gen(o.seed);
+  std::vector<interp::TokenBatch> batches(o.eval_iters);
+  for (interp::TokenBatch& b : batches)
+    get_batch(data.val, o.batch_size, in.loaded.model->config().block_size, gen, b.x, b.y);
+  return batches;
+}
+
+std::string explain_line(const interp::Attribution& a) {
+  char line[256];
+  const double D = a.f_input - a.f_baseline;
+  std::snprintf(line, sizeof line,
+                "completeness: attributions sum %.6f, F(x) − F(baseline) %.6f, residual |S − D| %.3g (%.3f %% of |D|)",
+                a.sum, D, a.residual(), 100.0 * a.residual() / std::fabs(D));
+  return line;
+}
+
+interp::Attribution explain(const Inspected& in, const std::vector<int64_t>& ids, int64_t position, int64_t steps) {
+  const int64_t T = static_cast<int64_t>(ids.size());
+  AG_CHECK(position >= -1 && position < T, "--position " << position << " is outside the prompt's [0, " << T << ")");
+  return interp::integrated_gradients(*in.loaded.model, ids, position < 0 ? T - 1 : position, steps);
+}
+
+std::string html_escape(const std::string& text) { return interp::escape_xml(text); }
+}  // namespace
+
+int run_attention(const AttentionOptions& o) {
+  Inspected in = load(o.ckpt);
+  const std::vector<int64_t> ids = encode_prompt(in, o.prompt);
+  const std::vector<Tensor> maps = interp::attention_maps(*in.loaded.model, ids);
+  const std::vector<std::string> labels = characters(in, ids);
+  fs::create_directories(o.out);
+  const std::vector<std::string> svgs = layer_svgs(maps, labels, in.loaded.model->config().head_gates());
+  for (size_t l = 0; l < svgs.size(); ++l) {
+    const std::string path = o.out + "/layer-" + std::to_string(l) + ".svg";
+    write_file(path, svgs[l]);
+    std::printf("%s\n", path.c_str());
+  }
+  write_file(o.out + "/rollout.svg", rollout_svg(interp::attention_rollout(maps, in.loaded.model->config().head_gates()), labels));
+  std::printf("%s/rollout.svg\n", o.out.c_str());
+  return 0;
+}
+
+int run_explain(const ExplainOptions& o) {
+  const Inspected in = load(o.ckpt);
+  const std::vector<int64_t> ids = encode_prompt(in, o.prompt);
+  const interp::Attribution a = explain(in, ids, o.position, o.steps);
+  const std::vector<std::string> chars = characters(in, ids);
+  std::printf("the prediction at position %lld (after '%s'): '%s', logit %.4f; integrated gradients, %lld steps\n",
+              static_cast<long long>(a.position), interp::visible_char(chars[a.position]).c_str(),
+              interp::visible_char(in.loaded.tokenizer.decode({a.target})).c_str(), a.f_input,
+              static_cast<long long>(o.steps));
+  std::printf("position  attribution  char\n");
+  for (size_t t = 0; t < a.per_position.size(); ++t)
+    std::printf("%8zu  %+11.6f  %s\n", t, a.per_position[t], interp::visible_char(chars[t]).c_str());
+  std::printf("%s\n", explain_line(a).c_str());
+  return 0;
+}
+
+namespace {
+struct HeadsTable {
+  std::vector<std::vector<double>> importance, gates;
+};
+
+HeadsTable measure_heads(Inspected& in, const std::vector<interp::TokenBatch>& batches) {
+  return {interp::head_importance(*in.loaded.model, batches), in.loaded.model->config().head_gates()};
+}
+
+void print_heads(const HeadsTable& table) {
+  std::printf("layer  head  importance  gate\n");
+  for (size_t l = 0; l < table.importance.size(); ++l)
+    for (size_t h = 0; h < table.importance[l].size(); ++h)
+      std::printf("%5zu  %4zu  %10.6f  %4.0f\n", l, h, table.importance[l][h], table.gates[l][h]);
+}
+}  // namespace
+
+int run_heads(const HeadsOptions& o) {
+  Inspected in = load(o.ckpt);
+  AG_CHECK(o.prune == 0 || !o.out.empty(), "heads: --prune needs --out (where to write the pruned model)");
+  const std::vector<interp::TokenBatch> batches = validation_batches(o, in);
+  const HeadsTable table = measure_heads(in, batches);
+  std::printf("head importance: mean |dL/dg_h| over %lld validation batches of %lld x %lld characters\n",
+              static_cast<long long>(o.eval_iters), static_cast<long long>(o.batch_size),
+              static_cast<long long>(in.loaded.model->config().block_size));
+  print_heads(table);
+  if (o.prune == 0) return 0;
+  nn::GPT& model = *in.loaded.model;
+  const double before = interp::mean_loss(model, batches);
+  model.set_head_mask(nn::head_mask_text(interp::prune_least_important(table.importance, table.gates, o.prune)));
+  const double after = interp::mean_loss(model, batches);
+  fs::create_directories(o.out);
+  save_model(model_path(o.out), model, in.loaded.tokenizer, in.loaded.iter);
+  std::printf("pruned the %lld least important heads: head_mask %s\n", static_cast<long long>(o.prune),
+              model.config().head_mask.c_str());
+  std::printf("val loss before %.4f, after %.4f (same %lld batches); model written to %s\n", before, after,
+              static_cast<long long>(o.eval_iters), model_path(o.out).c_str());
+  return 0;
+}
+
+std::string loss_chart_svg(const std::string& log_csv_path) {
+  std::ifstream in(log_csv_path);
+  AG_CHECK(in, "cannot read '" << log_csv_path << "'");
+  interp::Series batch{"batch loss", "#c8c8c8", {}, {}}, train{"train loss", "#1f77b4", {}, {}, true},
+      val{"val loss", "#ff7f0e", {}, {}, true}, lr{"learning rate", "#2ca02c", {}, {}};
+  std::string line;
+  std::getline(in, line);  // iter,kind,loss,lr,ms_per_iter
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string iter, kind, loss, rate;
+    if (!std::getline(fields, iter, ',') || !std::getline(fields, kind, ',') || !std::getline(fields, loss, ',')) continue;
+    std::getline(fields, rate, ',');
+    const double x = std::stod(iter), y = std::stod(loss);
+    interp::Series* series = kind == "train" ? &train : kind == "val" ? &val : kind == "batch" ? &batch : nullptr;
+    if (!series) continue;
+    series->x.push_back(x);
+    series->y.push_back(y);
+    if (kind == "batch" && !rate.empty()) {
+      lr.x.push_back(x);
+      lr.y.push_back(std::stod(rate));
+    }
+  }
+  return interp::line_chart_svg({.title = "loss (" + log_csv_path + ")",
+                                 .x_label = "iteration",
+                                 .left_label = "cross-entropy (nats per character)",
+                                 .right_label = "learning rate",
+                                 .left = {batch, train, val},
+                                 .right = {lr}});
+}
+
+void write_loss_chart(const std::string& log_csv_path, const std::string& svg_path) {
+  write_file(svg_path, loss_chart_svg(log_csv_path));
+}
+
+int run_report(const ReportOptions& o) {
+  Inspected in = load(o.ckpt);
+  const std::vector<int64_t> ids = encode_prompt(in, o.prompt);
+  const std::vector<std::string> chars = characters(in, ids);
+  nn::GPT& model = *in.loaded.model;
+
+  std::string html =
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>attograd report: " + html_escape(in.unit) +
+      "</title>\n<style>body{font-family:sans-serif;margin:24px;max-width:1300px}"
+      "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}"
+      "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}.attr{font-family:monospace;font-size:16px}"
+      "section{margin-bottom:32px}section svg{max-width:100%;height:auto}.options code{display:inline-block;background:#f0f0f0;margin:2px;padding:1px 6px}"
+      "</style></head><body>\n<h1>What the model learned</h1>\n<p>Checkpoint <code>" +
+      html_escape(in.unit) + "</code>; prompt <code>" + html_escape(o.prompt) + "</code>.</p>\n";
+
+  Metadata model_options, training_options;
+  write_options(model.config(), model_options, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake);
+  if (in.loaded.iter >= 0) model_options["iter"] = std::to_string(in.loaded.iter);
+  if (fs::exists(train_state_path(in.unit)))
+    for (const auto& [key, value] : load_safetensors(train_state_path(in.unit)).metadata) {
+      std::string snake = key;
+      std::replace(snake.begin(), snake.end(), '-', '_');
+      if (!model_options.count(snake)) training_options[key] = value;  // the model's own are listed once
+    }
+  const auto option_list = [](const Metadata& options) {
+    std::string list = "<p class=\"options\">";
+    for (const auto& [key, value] : options)
+      list += "<code>" + html_escape(key) + " = " + html_escape(value.empty() ? "\"\"" : value) + "</code> ";
+    return list + "</p>\n";
+  };
+  html += "<section id=\"config\"><h2>Configuration</h2>\n<h3>The model (its checkpoint's metadata)</h3>\n" +
+          option_list(model_options) + "<h3>The training run</h3>\n" +
+          (training_options.empty() ? "<p>No train_state.safetensors beside the model.</p>\n" : option_list(training_options)) +
+          "</section>\n";
+
+  html += "<section id=\"loss\"><h2>Loss curves</h2>\n";
+  const std::string unit_log = in.unit + "/log.csv", run_log = fs::path(in.unit).parent_path().string() + "/log.csv";
+  const std::string log = fs::exists(unit_log) ? unit_log : run_log;
+  html += fs::exists(log) ? loss_chart_svg(log) : "<p>No log.csv beside this checkpoint.</p>\n";
+  html += "</section>\n";
+
+  SampleOptions sample;
+  sample.tokens = o.tokens;
+  html += "<section id=\"sample\"><h2>A sample</h2>\n<p>" + std::to_string(o.tokens) +
+          " characters after the prompt, temperature " + fixed(sample.temperature, "%.2g") + ", top-k " +
+          std::to_string(sample.top_k) + ", seed " + std::to_string(sample.seed) + ".</p>\n<pre>" +
+          html_escape(generate(model, in.loaded.tokenizer, o.prompt, sample)) + "</pre></section>\n";
+
+  const std::vector<Tensor> maps = interp::attention_maps(model, ids);
+  html += "<section id=\"attention\"><h2>Attention maps</h2>\n<p>Each head's A for the prompt: row i is the "
+          "query at position i, column j the key at position j; dark blue is weight 1, white 0, hatched grey "
+          "the masked future.</p>\n";
+  for (const std::string& svg : layer_svgs(maps, chars, model.config().head_gates())) html += "<div>" + svg + "</div>\n";
+  html += "</section>\n";
+
+  html += "<section id=\"rollout\"><h2>Attention rollout</h2>\n<p>Which earlier characters each position draws on "
+          "through all the layers (Abnar &amp; Zuidema 2020); each row sums to 1.</p>\n" +
+          rollout_svg(interp::attention_rollout(maps, model.config().head_gates()), chars) + "</section>\n";
+
+  const interp::Attribution a = explain(in, ids, -1, o.steps);
+  double largest = 1e-300;
+  for (const double v : a.per_position) largest = std::max(largest, std::fabs(v));
+  html += "<section id=\"attributions\"><h2>Integrated gradients</h2>\n<p>The logit of the predicted next character "
+          "<code>" + html_escape(interp::visible_char(in.loaded.tokenizer.decode({a.target}))) +
+          "</code> after the prompt, attributed to each character's token embedding (baseline: zero embeddings, "
+          "positions kept; " + std::to_string(o.steps) + " trapezoid steps). Red raises it, blue lowers it; hover "
+          "for the value.</p>\n<p class=\"attr\">";
+  for (size_t t = 0; t < chars.size(); ++t) {
+    const double v = a.per_position[t], alpha = std::fabs(v) / largest;
+    const std::string colour = v >= 0 ? "214,39,40" : "31,119,180";
+    html += "<span style=\"background:rgba(" + colour + "," + fixed(alpha, "%.3f") + ")\" title=\"" +
+            fixed(v, "%+.4f") + "\">" + html_escape(interp::visible_char(chars[t])) + "</span>" +
+            (chars[t] == "\n" ? "<br>" : "");
+  }
+  html += "</p>\n<p>" + html_escape(explain_line(a)) + "</p></section>\n";
+
+  const HeadsTable table = measure_heads(in, validation_batches(o, in));
+  html += "<section id=\"heads\"><h2>Head importance</h2>\n<p>Mean |∂L/∂g_h| over " + std::to_string(o.eval_iters) +
+          " validation batches (Michel et al. 2019); gate 0: pruned.</p>\n<table><tr><th>layer</th>";
+  for (size_t h = 0; h < table.importance.at(0).size(); ++h) html += "<th>head " + std::to_string(h) + "</th>";
+  html += "</tr>\n";
+  for (size_t l = 0; l < table.importance.size(); ++l) {
+    html += "<tr><td>" + std::to_string(l) + "</td>";
+    for (size_t h = 0; h < table.importance[l].size(); ++h)
+      html += "<td>" + fixed(table.importance[l][h]) + (table.gates[l][h] == 0.0 ? " (pruned)" : "") + "</td>";
+    html += "</tr>\n";
+  }
+  html += "</table></section>\n</body></html>\n";
+  write_file(o.out, html);
+  std::printf("%s\n", o.out.c_str());
+  return 0;
+}
+
+}  // namespace ag::char_lm

@@ -1,0 +1,44 @@
+// char_lm's commands that look inside a trained model (examples/interp/ does
+// the measuring and the drawing; this file picks the data and the words):
+//
+//   char_lm attention --ckpt DIR --prompt TEXT --out DIR2   layer-N.svg per layer, rollout.svg
+//   char_lm explain   --ckpt DIR --prompt TEXT [--position t] [--steps 64]
+//   char_lm heads     --ckpt DIR [--prune K --out DIR2]
+//   char_lm report    --ckpt DIR --prompt TEXT [--out report.html]
+//
+// They run on the CPU. And `char_lm train` keeps RUN/loss.svg (loss_chart_svg)
+// up to date at every evaluation.
+#pragma once
+#include <string>
+
+#include "core/options.h"
+#include "examples/char_lm/inspect_options.h"
+
+namespace ag::char_lm {
+
+struct AttentionOptions {
+  AG_DECLARE_OPTIONS(AG_CHAR_LM_ATTENTION_OPTIONS)
+};
+struct ExplainOptions {
+  AG_DECLARE_OPTIONS(AG_CHAR_LM_EXPLAIN_OPTIONS)
+};
+struct HeadsOptions {
+  AG_DECLARE_OPTIONS(AG_CHAR_LM_HEADS_OPTIONS)
+};
+struct ReportOptions {
+  AG_DECLARE_OPTIONS(AG_CHAR_LM_REPORT_OPTIONS)
+};
+
+// Each command prints what it did to stdout and returns the process's exit code.
+int run_attention(const AttentionOptions& options);
+int run_explain(const ExplainOptions& options);
+int run_heads(const HeadsOptions& options);
+int run_report(const ReportOptions& options);
+
+// The training and validation loss of a run's log.csv against the iteration,
+// the batch loss faintly behind them, the learning rate on a second axis.
+std::string loss_chart_svg(const std::string& log_csv_path);
+// The same, written to svg_path (replaced in one rename: a browser reloading it never sees half a file).
+void write_loss_chart(const std::string& log_csv_path, const std::string& svg_path);
+
+}  // namespace ag::char_lm

@@ -1,0 +1,162 @@
+#include "examples/interp/analysis.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <tuple>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+
+namespace ag::interp {
+
+namespace {
+Device device_of(nn::GPT& model) { return model.parameters().at(0).device(); }
+DType dtype_of(nn::GPT& model) { return model.parameters().at(0).dtype(); }
+}  // namespace
+
+std::vector<Tensor> attention_maps(nn::GPT& model, const std::vector<int64_t>& ids) {
+  const int64_t T = static_cast<int64_t>(ids.size()), N = model.config().n_layer;
+  NoGradGuard no_grad;
+  model.eval();
+  for (int64_t l = 0; l < N; ++l) model.block(l).attn().set_keep_attention(true);
+  model.forward(Tensor::from_indices(ids, {1, T}).to(device_of(model)));
+  std::vector<Tensor> maps;
+  for (int64_t l = 0; l < N; ++l) {
+    nn::MultiHeadSelfAttention& attn = model.block(l).attn();
+    const Tensor& A = attn.attention();  // [1, H, T, T]
+    maps.push_back(A.to(Device::CPU).to(DType::Float64).reshape({A.size(1), T, T}).clone());
+    attn.set_keep_attention(false);
+  }
+  return maps;
+}
+
+Tensor attention_rollout(const std::vector<Tensor>& maps, const std::vector<std::vector<double>>& gates) {
+  AG_CHECK(!maps.empty(), "attention_rollout: no layers");
+  const int64_t T = maps[0].size(1);
+  std::vector<double> R(T * T, 0.0);  // starts as I: each position is itself
+  for (int64_t i = 0; i < T; ++i) R[i * T + i] = 1.0;
+  AG_CHECK(gates.empty() || gates.size() == maps.size(), "attention_rollout: gates for " << gates.size()
+                                                                                        << " layers, maps of " << maps.size());
+  for (size_t l = 0; l < maps.size(); ++l) {
+    const Tensor& A = maps[l];
+    AG_CHECK(A.dim() == 3 && A.size(1) == T && A.size(2) == T, "attention_rollout: a map is " << describe(A)
+                                                                                               << ", not [H, T, T]");
+    const int64_t H = A.size(0);
+    const std::vector<double> a = A.to_vector();
+    const std::vector<double> on = gates.empty() ? std::vector<double>(H, 1.0) : gates[l];
+    const double heads_on = std::accumulate(on.begin(), on.end(), 0.0);
+    std::vector<double> mixed(T * T);  // Ã = ½ mean_h A + ½ I (a layer with every head off: Ã = I)
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < T; ++j) {
+        double mean = 0;
+        for (int64_t h = 0; h < H; ++h) mean += on[h] * a[(h * T + i) * T + j];
+        mixed[i * T + j] = heads_on > 0 ? 0.5 * mean / heads_on + (i == j ? 0.5 : 0.0) : (i == j ? 1.0 : 0.0);
+      }
+    std::vector<double> next(T * T, 0.0);  // R ← Ã R: this layer reads the positions as the layers below left them
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t k = 0; k < T; ++k)
+        for (int64_t j = 0; j < T; ++j) next[i * T + j] += mixed[i * T + k] * R[k * T + j];
+    R = std::move(next);
+  }
+  return Tensor::from_vector(R, {T, T}, DType::Float64);
+}
+
+double Attribution::residual() const { return std::fabs(sum - (f_input - f_baseline)); }
+
+Attribution integrated_gradients(const nn::GPT& model, const std::vector<int64_t>& ids, int64_t position,
+                                 int64_t steps) {
+  const int64_t T = static_cast<int64_t>(ids.size()), C = model.config().n_embd, V = model.config().vocab_size;
+  AG_CHECK(position >= 0 && position < T, "integrated_gradients: position " << position << " is outside [0, " << T << ")");
+  AG_CHECK(steps >= 1, "integrated_gradients: steps " << steps << " < 1");
+  Generator unused(0);  // the weights are copied in
+  nn::GPT copy(model.config(), unused);
+  copy.to(DType::Float64);
+  std::vector<NamedTensor> weights;
+  for (const NamedTensor& p : model.state()) weights.push_back({p.name, p.tensor.to(Device::CPU).to(DType::Float64)});
+  copy.load_state(weights);
+  copy.eval();
+
+  // The path x' + α (x − x') = α E for α_k = k / steps, k = 0 … steps: one batch of steps + 1 sequences.
+  const std::vector<double> E = copy.token_embeddings(Tensor::from_indices(ids, {1, T})).to_vector();  // [T, C]
+  const int64_t S = steps + 1;
+  std::vector<double> path(S * T * C);
+  for (int64_t k = 0; k < S; ++k)
+    for (int64_t i = 0; i < T * C; ++i) path[k * T * C + i] = static_cast<double>(k) / steps * E[i];
+  Tensor X = Tensor::from_vector(path, {S, T, C}, DType::Float64);
+  X.requires_grad_();
+  const Tensor logits = copy.forward_embedded(X).reshape({S, T * V});  // [S, T·V]
+
+  Attribution a;
+  a.position = position;
+  const std::vector<double> at_input = slice(logits, 0, S - 1, S).to_vector();  // α = 1: the model's own logits
+  a.target = std::max_element(at_input.begin() + position * V, at_input.begin() + (position + 1) * V) -
+             (at_input.begin() + position * V);
+  const Tensor F = slice(logits, 1, position * V + a.target, position * V + a.target + 1);  // [S, 1]
+  sum(F).backward();  // row k's gradient is ∂F(α_k E)/∂(α_k E): the rows do not mix
+  const std::vector<double> f = F.to_vector(), grad = X.grad().to_vector();
+  a.f_baseline = f.front();
+  a.f_input = f.back();
+  // IG_{t,c} = E_{t,c} · ∫₀¹ ∂F/∂x_{t,c}(α E) dα ≈ E_{t,c} · Σ_k w_k g_k, trapezoid weights w = 1/steps, halved at the ends.
+  a.per_position.assign(T, 0.0);
+  for (int64_t k = 0; k < S; ++k) {
+    const double w = (k == 0 || k == steps ? 0.5 : 1.0) / static_cast<double>(steps);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c) a.per_position[t] += w * E[t * C + c] * grad[(k * T + t) * C + c];
+  }
+  a.sum = std::accumulate(a.per_position.begin(), a.per_position.end(), 0.0);
+  return a;
+}
+
+double mean_loss(nn::GPT& model, const std::vector<TokenBatch>& batches) {
+  AG_CHECK(!batches.empty(), "mean_loss: no batches");
+  NoGradGuard no_grad;
+  model.eval();
+  double total = 0;
+  for (const TokenBatch& b : batches)
+    total += model.loss(b.x.to(device_of(model)), b.y.to(device_of(model))).item();
+  return total / static_cast<double>(batches.size());
+}
+
+std::vector<std::vector<double>> head_importance(nn::GPT& model, const std::vector<TokenBatch>& batches) {
+  AG_CHECK(!batches.empty(), "head_importance: no batches");
+  const int64_t N = model.config().n_layer, H = model.config().n_head;
+  const std::vector<std::vector<double>> on = model.config().head_gates();
+  std::vector<Tensor> kept(N), gates(N);
+  for (int64_t l = 0; l < N; ++l) {
+    kept[l] = model.block(l).attn().head_gates();
+    gates[l] = Tensor::from_vector(on[l], {H}, dtype_of(model)).to(device_of(model));
+    gates[l].requires_grad_();
+    model.block(l).attn().set_head_gates(gates[l]);
+  }
+  model.eval();
+  std::vector<std::vector<double>> importance(N, std::vector<double>(H, 0.0));
+  for (const TokenBatch& b : batches) {
+    for (Tensor& g : gates) g.zero_grad();
+    model.loss(b.x.to(device_of(model)), b.y.to(device_of(model))).backward();
+    for (int64_t l = 0; l < N; ++l) {
+      const std::vector<double> dg = gates[l].grad().to_vector();  // ∂L/∂g_h
+      for (int64_t h = 0; h < H; ++h) importance[l][h] += std::fabs(dg[h]) / static_cast<double>(batches.size());
+    }
+  }
+  model.zero_grad();
+  for (int64_t l = 0; l < N; ++l) model.block(l).attn().set_head_gates(kept[l]);
+  return importance;
+}
+
+std::vector<std::vector<double>> prune_least_important(const std::vector<std::vector<double>>& importance,
+                                                       const std::vector<std::vector<double>>& gates, int64_t K) {
+  std::vector<std::tuple<double, size_t, size_t>> candidates;  // (importance, layer, head) of the heads that are on
+  for (size_t l = 0; l < gates.size(); ++l)
+    for (size_t h = 0; h < gates[l].size(); ++h)
+      if (gates[l][h] != 0.0) candidates.emplace_back(importance.at(l).at(h), l, h);
+  AG_CHECK(K >= 0 && K <= static_cast<int64_t>(candidates.size()),
+           "prune: K = " << K << " but " << candidates.size() << " heads are on");
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+  std::vector<std::vector<double>> pruned = gates;
+  for (int64_t k = 0; k < K; ++k) pruned[std::get<1>(candidates[k])][std::get<2>(candidates[k])] = 0.0;
+  return pruned;
+}
+
+}  // namespace ag::interp

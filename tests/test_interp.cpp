@@ -1,0 +1,366 @@
+// Looking inside a model (examples/interp/, char_lm's attention | explain | heads
+// | report): the pictures parse and hold what they claim, rollout rows sum to
+// 1, integrated gradients are complete, a gate of 0 removes a head in the
+// output and in the gradients, head importance is ∂L/∂g_h, a pruned model
+// loads and samples.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "examples/char_lm/checkpoint.h"
+#include "examples/char_lm/inspect.h"
+#include "examples/interp/analysis.h"
+#include "examples/interp/svg.h"
+#include "tests/char_lm_helpers.h"
+#include "tests/helpers.h"
+
+using namespace ag;
+
+namespace {
+
+// A GPT of float64 random weights: no training needed where only the algebra is tested.
+std::unique_ptr<nn::GPT> random_gpt(int64_t n_layer = 2, int64_t n_head = 2) {
+  nn::GPTConfig c;
+  c.vocab_size = 11;
+  c.block_size = 8;
+  c.n_layer = n_layer;
+  c.n_head = n_head;
+  c.n_embd = 8;
+  Generator gen(7);
+  auto model = std::make_unique<nn::GPT>(c, gen);
+  model->to(DType::Float64);
+  model->eval();
+  return model;
+}
+
+interp::TokenBatch random_batch(int64_t B, int64_t T, int64_t V, uint64_t seed) {
+  Generator gen(seed);
+  std::vector<int64_t> x(B * T), y(B * T);
+  for (int64_t i = 0; i < B * T; ++i) {
+    x[i] = static_cast<int64_t>(gen.integer(V));
+    y[i] = static_cast<int64_t>(gen.integer(V));
+  }
+  return {Tensor::from_indices(x, {B, T}), Tensor::from_indices(y, {B, T})};
+}
+
+Tensor parameter(nn::GPT& model, const std::string& name) {
+  for (const NamedTensor& p : model.named_parameters())
+    if (p.name == name) return p.tensor;
+  FAIL("no parameter " << name);
+  return {};
+}
+
+// A char_lm run trained here, once per process, on made-up English (2 layers of
+// 2 heads): its loss falls from ln V ≈ 3.3 to about 1.4 nats.
+struct TrainedRun {
+  test::TempDir dir{"interp_run"};
+  char_lm::TrainResult result;
+  TrainedRun() {
+    char_lm::TrainConfig c = test::tiny_run(dir.file("run"));
+    c.model.n_layer = 2;
+    c.model.dropout = 0.0;
+    c.optim.batch_size = 16;
+    c.run.max_iters = 400;
+    c.optim.lr_decay_iters = 400;
+    c.run.eval_interval = 100;
+    c.run.eval_iters = 4;
+    result = char_lm::train(c);
+  }
+  std::string run() const { return dir.file("run"); }
+};
+const TrainedRun& trained_run() {
+  static const TrainedRun run;
+  return run;
+}
+
+// The XML elements (by tag, and rect by class) of an SVG file, counted by
+// Python's XML parser: a file that is not well-formed XML fails to parse.
+std::map<std::string, int> count_svg_elements(const std::string& path) {
+  const auto [status, output] = test::run_command(
+      "python3 -c \"import sys, xml.etree.ElementTree as ET, collections\n"
+      "c = collections.Counter()\n"
+      "for e in ET.parse(sys.argv[1]).iter():\n"
+      "    tag = e.tag.split('}')[-1]\n"
+      "    c[tag] += 1\n"
+      "    if tag == 'rect' and e.get('class'): c['rect.' + e.get('class')] += 1\n"
+      "print(' '.join(f'{k}={v}' for k, v in c.items()))\" '" + path + "'");
+  INFO(output);
+  REQUIRE(status == 0);
+  std::map<std::string, int> counts;
+  std::istringstream words(output);
+  std::string word;
+  while (words >> word) counts[word.substr(0, word.find('='))] = std::stoi(word.substr(word.find('=') + 1));
+  return counts;
+}
+
+}  // namespace
+
+TEST_CASE("interp: the tiny run used below is genuinely trained") {
+  const TrainedRun& run = trained_run();
+  REQUIRE(run.result.evals.size() >= 2);
+  INFO("val loss " << run.result.evals.front().val_loss << " -> " << run.result.evals.back().val_loss);
+  CHECK(run.result.evals.front().val_loss > 3.0);
+  CHECK(run.result.evals.back().val_loss < 1.6);
+}
+
+TEST_CASE("interp: char_lm attention writes one SVG per layer, well-formed, with a cell per (head, query, key)") {
+  const TrainedRun& run = trained_run();
+  test::TempDir out("interp_attention");
+  const std::string too_long = "the king and my lord";  // 20 characters, block_size 16
+  const auto [status, output] =
+      test::run_char_lm("attention --ckpt '" + run.run() + "' --prompt 'the king and my' --out '" + out.path() + "'");
+  INFO(output);
+  REQUIRE(status == 0);
+  const int T = 15, H = 2;  // "the king and my"
+  for (const std::string file : {"layer-0.svg", "layer-1.svg"}) {
+    std::map<std::string, int> counts = count_svg_elements(out.file(file));
+    CHECK(counts["rect.cell"] == H * T * (T + 1) / 2);  // query i sees keys 0..i
+    CHECK(counts["rect.masked"] == H * T * (T - 1) / 2);
+    CHECK(counts["pattern"] == 1);
+  }
+  std::map<std::string, int> rollout = count_svg_elements(out.file("rollout.svg"));
+  CHECK(rollout["rect.cell"] == T * (T + 1) / 2);
+  CHECK(!std::filesystem::exists(out.file("layer-2.svg")));
+  // A prompt longer than the context is refused, not cut silently.
+  CHECK(test::run_char_lm("attention --ckpt '" + run.run() + "' --prompt '" + too_long + "' --out '" + out.path() + "'")
+            .first != 0);
+}
+
+TEST_CASE("interp: train keeps loss.svg, a chart of the log's train and val losses and the learning rate") {
+  const TrainedRun& run = trained_run();
+  std::map<std::string, int> counts = count_svg_elements(run.run() + "/loss.svg");
+  CHECK(counts["polyline"] == 4);  // batch, train and val loss; learning rate
+  CHECK(counts["circle"] == 2 * static_cast<int>(run.result.evals.size()));  // a marker per evaluation and split
+}
+
+TEST_CASE("interp: heatmap_grid_svg escapes labels and marks masked cells apart from zero weights") {
+  const std::string svg = interp::heatmap_grid_svg(
+      "<&>", {{"h", {0.0, 0.0, 1.0, 0.0}}}, {"<", "&"}, [](int64_t i, int64_t j) { return j <= i; }, 1, "x");
+  CHECK(svg.find("&lt;&amp;&gt;") != std::string::npos);
+  CHECK(svg.find("<rect class=\"masked\"") != std::string::npos);
+  CHECK(svg.find("fill=\"rgb(255,255,255)\"") != std::string::npos);  // the visible 0 (row 1, column 1) is white
+  CHECK(svg.find("fill=\"url(#masked-x)\"") != std::string::npos);
+}
+
+TEST_CASE("interp: attention rollout rows sum to 1 and compose the layers as ½A + ½I") {
+  auto model = random_gpt(3, 2);
+  const std::vector<int64_t> ids = {1, 4, 2, 9, 3, 0, 7};
+  const std::vector<Tensor> maps = interp::attention_maps(*model, ids);
+  REQUIRE(maps.size() == 3);
+  const Tensor R = interp::attention_rollout(maps);
+  const int64_t T = 7;
+  const std::vector<double> r = R.to_vector();
+  for (int64_t i = 0; i < T; ++i) {
+    double row = 0;
+    for (int64_t j = 0; j < T; ++j) {
+      row += r[i * T + j];
+      if (j > i) CHECK(r[i * T + j] == 0.0);  // nothing flows from the future
+    }
+    CHECK(row == doctest::Approx(1.0).epsilon(1e-12));
+  }
+  // One layer: exactly ½ mean_h A + ½ I.
+  const Tensor one = interp::attention_rollout({maps[0]});
+  const Tensor expected = mean(maps[0], 0) * 0.5 + Tensor::from_vector([&] {
+    std::vector<double> eye(T * T, 0.0);
+    for (int64_t i = 0; i < T; ++i) eye[i * T + i] = 0.5;
+    return eye;
+  }(), {T, T}, DType::Float64);
+  CHECK_CLOSE(one, expected, 1e-15);
+  // A pruned model's rollout averages the heads that are on: gates {1, 0} read head 0 alone.
+  const Tensor head0 = slice(maps[0], 0, 0, 1);
+  CHECK_CLOSE(interp::attention_rollout({maps[0]}, {{1, 0}}), interp::attention_rollout({head0}), 1e-15);
+}
+
+TEST_CASE("interp: a head with gate 0 adds nothing to the output, and its W_Q, W_K, W_V get zero gradient") {
+  for (const AttentionImpl impl : {AttentionImpl::Composed, AttentionImpl::Dense, AttentionImpl::Flash}) {
+    INFO("attention implementation " << name_of(impl));
+    auto model = random_gpt(1, 2);
+    model->set_attention_impl(impl);
+    const interp::TokenBatch batch = random_batch(2, 6, 11, 3);
+    const int64_t C = 8, d_h = 4;  // head 1 owns columns 4..7
+    model->set_head_mask("10");
+    const Tensor before = model->forward(batch.x).detach().clone();
+    // Changing head 1's query, key and value weights changes nothing while its gate is 0.
+    for (const char* name : {"blocks.0.attn.w_q.weight", "blocks.0.attn.w_k.weight", "blocks.0.attn.w_v.weight"}) {
+      Tensor w = parameter(*model, name);
+      double* data = w.data<double>();
+      for (int64_t r = 0; r < C; ++r)
+        for (int64_t c = d_h; c < 2 * d_h; ++c) data[r * C + c] += 0.3 * static_cast<double>(r - c);
+    }
+    const Tensor after = model->forward(batch.x);
+    CHECK(test::relative_error(after, before) == 0.0);
+    model->set_head_mask("");
+    CHECK(test::relative_error(model->forward(batch.x), before) > 1e-3);  // with the gate on, the change shows
+
+    model->set_head_mask("10");
+    model->zero_grad();
+    model->loss(batch.x, batch.y).backward();
+    for (const char* name : {"w_q", "w_k", "w_v"}) {
+      const std::vector<double> dW = parameter(*model, std::string("blocks.0.attn.") + name + ".weight").grad().to_vector();
+      const std::vector<double> db = parameter(*model, std::string("blocks.0.attn.") + name + ".bias").grad().to_vector();
+      double head0 = 0, head1 = 0;
+      for (int64_t r = 0; r < C; ++r)
+        for (int64_t c = 0; c < C; ++c) (c < d_h ? head0 : head1) += std::fabs(dW[r * C + c]);
+      for (int64_t c = d_h; c < C; ++c) head1 += std::fabs(db[c]);
+      INFO(name);
+      CHECK(head1 == 0.0);
+      CHECK(head0 > 0.0);
+    }
+  }
+}
+
+TEST_CASE("interp: gated attention passes float64 gradcheck in the input, the gates and every weight") {
+  Generator gen(11);
+  nn::MultiHeadSelfAttention attn(8, 2, 2, true, 0.0, AttentionImpl::Dense, &gen);
+  Tensor gates = Tensor::from_vector({0.7, -1.3}, {2}, DType::Float64);
+  gates.requires_grad_();
+  attn.set_head_gates(gates);
+  std::vector<Tensor> inputs = {test::random({2, 5, 8}, 21)};
+  attn.to(DType::Float64);
+  inputs.push_back(gates);
+  for (const NamedTensor& p : attn.named_parameters())
+    if (!p.name.ends_with("w_k.bias")) inputs.push_back(p.tensor);  // its gradient is 0 (tests/helpers.h says why)
+  CHECK_GRADCHECK([&](const std::vector<Tensor>& in) { return attn.forward(in[0]); }, inputs);
+}
+
+TEST_CASE("interp: head importance is |∂L/∂g_h|, as central differences of the loss in g_h give it") {
+  // The trained model in float64: its gates matter (|∂L/∂g_h| ~ 1e-2), so the differences are far above rounding.
+  const TrainedRun& run = trained_run();
+  char_lm::LoadedModel loaded =
+      char_lm::load_model(char_lm::model_path(char_lm::find_checkpoint(run.run())), DType::Float64);
+  nn::GPT& model = *loaded.model;
+  const interp::TokenBatch batch = random_batch(3, 16, model.config().vocab_size, 5);
+  const std::vector<std::vector<double>> importance = interp::head_importance(model, {batch});
+  const double eps = 1e-5;
+  for (int64_t l = 0; l < 2; ++l)
+    for (int64_t h = 0; h < 2; ++h) {
+      const auto loss_at = [&](double g) {
+        std::vector<double> gates = {1.0, 1.0};
+        gates[h] = g;
+        model.block(l).attn().set_head_gates(Tensor::from_vector(gates, {2}, DType::Float64));
+        const double L = interp::mean_loss(model, {batch});
+        model.block(l).attn().set_head_gates(Tensor());
+        return L;
+      };
+      const double fd = (loss_at(1 + eps) - loss_at(1 - eps)) / (2 * eps);
+      INFO("layer " << l << " head " << h << ": backward " << importance[l][h] << ", differences " << fd);
+      CHECK(importance[l][h] == doctest::Approx(std::fabs(fd)).epsilon(1e-6));
+      CHECK(importance[l][h] > 1e-3);
+    }
+  // The model's own gates are back: undefined, every head on.
+  CHECK(!model.block(0).attn().head_gates().defined());
+}
+
+TEST_CASE("interp: head_mask text and gates convert both ways, and a malformed mask is refused") {
+  nn::GPTConfig c;
+  c.n_layer = 2;
+  c.n_head = 3;
+  c.head_mask = "101/011";
+  CHECK(c.head_gates() == std::vector<std::vector<double>>{{1, 0, 1}, {0, 1, 1}});
+  CHECK(nn::head_mask_text(c.head_gates()) == "101/011");
+  CHECK(nn::head_mask_text({{1, 1}, {1, 1}}).empty());
+  for (const char* bad : {"101", "101/0111", "101/0a1", "101,011", "1010111"}) {
+    c.head_mask = bad;
+    CHECK_THROWS_AS(c.check(), Error);
+  }
+  CHECK(interp::prune_least_important({{0.3, 0.1}, {0.2, 0.4}}, {{1, 1}, {1, 1}}, 2) ==
+        std::vector<std::vector<double>>{{1, 0}, {0, 1}});
+  CHECK(interp::prune_least_important({{0.3, 0.1}, {0.2, 0.4}}, {{1, 0}, {1, 1}}, 1) ==
+        std::vector<std::vector<double>>{{1, 0}, {0, 1}});  // a head already off is not counted again
+}
+
+TEST_CASE("interp: forward_embedded equals forward on the looked-up embeddings and passes gradcheck in them") {
+  auto model = random_gpt(2, 2);
+  const std::vector<int64_t> ids = {3, 1, 4, 1, 5};
+  const Tensor idx = Tensor::from_indices(ids, {1, 5});
+  CHECK(test::relative_error(model->forward_embedded(model->token_embeddings(idx)), model->forward(idx)) == 0.0);
+  Tensor E = model->token_embeddings(idx).detach().clone();
+  E.requires_grad_();
+  // A few logits, so that the check covers several rows of the output.
+  CHECK_GRADCHECK([&](const std::vector<Tensor>& in) { return slice(model->forward_embedded(in[0]), 2, 0, 3); },
+                  std::vector<Tensor>{E});
+}
+
+TEST_CASE("interp: integrated gradients are complete on the trained model (residual < 1 % of |D| at 64 steps)") {
+  const TrainedRun& run = trained_run();
+  const char_lm::LoadedModel loaded = char_lm::load_model(char_lm::model_path(char_lm::find_checkpoint(run.run())));
+  const std::vector<int64_t> ids = loaded.tokenizer.encode("the king and my");
+  for (const int64_t position : {14, 7}) {
+    const interp::Attribution a = interp::integrated_gradients(*loaded.model, ids, position, 64);
+    const double D = a.f_input - a.f_baseline;
+    INFO("position " << position << ": S " << a.sum << ", D " << D << ", residual " << a.residual());
+    CHECK(a.residual() < 0.01 * std::fabs(D));
+    CHECK(std::fabs(D) > 1.0);  // a real difference to explain
+    for (size_t t = position + 1; t < ids.size(); ++t) CHECK(a.per_position[t] == 0.0);  // the future plays no part
+    // The target is the model's own prediction there.
+    const Tensor logits = loaded.model->forward(Tensor::from_indices(ids, {1, 15}));
+    CHECK(a.f_input == doctest::Approx(logits.to_vector()[position * loaded.model->config().vocab_size + a.target])
+                           .epsilon(1e-5));
+  }
+}
+
+TEST_CASE("interp: char_lm explain prints each character's attribution and the completeness line") {
+  const TrainedRun& run = trained_run();
+  const auto [status, output] = test::run_char_lm("explain --ckpt '" + run.run() + "' --prompt 'the king and my'");
+  INFO(output);
+  REQUIRE(status == 0);
+  CHECK(output.find("completeness: attributions sum ") != std::string::npos);
+  CHECK(output.find("F(x) − F(baseline)") != std::string::npos);
+  CHECK(output.find("\n      14  ") != std::string::npos);  // a line per position, the last 14
+  CHECK(output.find("\n      15  ") == std::string::npos);
+}
+
+TEST_CASE("interp: char_lm heads --prune K writes a model with K heads off that loads and samples") {
+  const TrainedRun& run = trained_run();
+  test::TempDir out("interp_pruned");
+  const auto [status, output] = test::run_char_lm("heads --ckpt '" + run.run() + "' --data '" +
+                                                  test::generated_text_file() + "' --eval-iters 2 --batch-size 4 " +
+                                                  "--prune 1 --out '" + out.path() + "'");
+  INFO(output);
+  REQUIRE(status == 0);
+  CHECK(output.find("val loss before ") != std::string::npos);
+  const char_lm::LoadedModel pruned = char_lm::load_model(char_lm::model_path(out.path()));
+  const std::string mask = pruned.model->config().head_mask;
+  CHECK(std::count(mask.begin(), mask.end(), '0') == 1);
+  CHECK(std::count(mask.begin(), mask.end(), '1') == 3);
+  CHECK(output.find("head_mask " + mask) != std::string::npos);
+  const auto [sample_status, sample] = test::run_char_lm("sample --ckpt '" + out.path() + "' --tokens 40 --prompt the");
+  INFO(sample);
+  CHECK(sample_status == 0);
+  CHECK(sample.size() >= 40);
+  // An unpruned model's file has no head_mask key, as before pruning existed.
+  const SafetensorsFile original = load_safetensors(char_lm::model_path(char_lm::find_checkpoint(run.run())));
+  CHECK(original.metadata.count("head_mask") == 0);
+}
+
+TEST_CASE("cuda: training with a head switched off, and head importance, match the CPU") {
+  if (!test::cuda_or_skip()) return;
+  test::TempDir dir("interp_cuda");
+  char_lm::TrainConfig c = test::tiny_run(dir.file("cpu"));
+  c.model.dropout = 0;
+  c.model.head_mask = "10";  // the gates go to the device with the model
+  const char_lm::TrainResult cpu = char_lm::train(c);
+  c.run.out = dir.file("cuda");
+  c.run.device = Device::CUDA;
+  const char_lm::TrainResult gpu = char_lm::train(c);
+  REQUIRE(gpu.batch_losses.size() == cpu.batch_losses.size());
+  for (size_t i = 0; i < cpu.batch_losses.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::abs(gpu.batch_losses[i] - cpu.batch_losses[i]) < 5e-5);
+  }
+
+  char_lm::LoadedModel loaded = char_lm::load_model(char_lm::model_path(char_lm::find_checkpoint(dir.file("cpu"))));
+  const interp::TokenBatch batch = random_batch(2, 16, loaded.model->config().vocab_size, 9);
+  const std::vector<std::vector<double>> on_cpu = interp::head_importance(*loaded.model, {batch});
+  loaded.model->to(Device::CUDA);
+  const std::vector<std::vector<double>> on_cuda = interp::head_importance(*loaded.model, {batch});
+  for (size_t h = 0; h < 2; ++h) {
+    CAPTURE(h);
+    CHECK(on_cuda[0][h] == doctest::Approx(on_cpu[0][h]).epsilon(1e-4));
+  }
+}
