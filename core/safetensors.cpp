@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -57,12 +59,6 @@ const char* file_dtype_name(DType t) {
     case DType::Int64: return "I64";
   }
   return "?";
-}
-
-// a * b, or nothing if the product exceeds `limit`.
-std::optional<uint64_t> checked_mul(uint64_t a, uint64_t b, uint64_t limit) {
-  if (a != 0 && b > limit / a) return std::nullopt;
-  return a * b;
 }
 
 // --- writing ---------------------------------------------------------------------------------
@@ -127,6 +123,7 @@ struct Entry {
   Shape shape;
   const FileDType* file_dtype;
   uint64_t begin, end;  // relative to the first data byte
+  TensorRequirements requirements;
 };
 
 void read_exact(std::ifstream& in, void* dst, uint64_t nbytes, uint64_t pos,
@@ -137,6 +134,55 @@ void read_exact(std::ifstream& in, void* dst, uint64_t nbytes, uint64_t pos,
   // changed under us or the disk did.
   AG_CHECK(in && static_cast<uint64_t>(in.gcount()) == nbytes,
            where << "truncated: could not read " << nbytes << " bytes at byte " << pos);
+}
+
+// nlohmann's parser is iterative, but dump(), copies and comparisons of the
+// parsed value recurse: a header nested 10^6 deep overflowed the stack. So the
+// nesting is checked on the raw text, before parsing. A valid header nests 3
+// deep (the header, a tensor's entry, its shape); the margin keeps the precise
+// messages for slightly wrong entries such as "shape": [[2]].
+constexpr int kMaxNesting = 8;
+
+void check_nesting(const std::string& where, const std::string& text) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      AG_CHECK(++depth <= kMaxNesting, where << "header nests arrays and objects deeper than " << kMaxNesting
+                                             << " levels (a safetensors header nests 3): not a safetensors file");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
+// Parses the header, refusing a key given twice in one object: nlohmann keeps
+// the last one silently, so two tensors could share a name, or a field be
+// given twice with the first value ignored.
+Json parse_header(const std::string& where, const std::string& text) {
+  check_nesting(where, text);
+  std::vector<std::set<std::string>> keys_of_open_objects;
+  const Json::parser_callback_t refuse_duplicate_keys = [&](int, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) keys_of_open_objects.emplace_back();
+    if (event == Json::parse_event_t::object_end) keys_of_open_objects.pop_back();
+    if (event == Json::parse_event_t::key)
+      AG_CHECK(keys_of_open_objects.back().insert(parsed.get<std::string>()).second,
+               where << "key " << parsed.dump() << " appears twice in one JSON object of the header");
+    return true;
+  };
+  const Json header = Json::parse(text, refuse_duplicate_keys, /*allow_exceptions=*/false);
+  AG_CHECK(!header.is_discarded(), where << "not a safetensors file (header is not valid JSON)");
+  AG_CHECK(header.is_object(), where << "not a safetensors file (header is not a JSON object)");
+  return header;
 }
 
 Metadata parse_metadata(const std::string& where, const Json& j) {
@@ -150,13 +196,13 @@ Metadata parse_metadata(const std::string& where, const Json& j) {
   return metadata;
 }
 
-Entry parse_entry(const std::string& where, const std::string& name, const Json& j,
-                  uint64_t data_size) {
+Entry parse_entry(const std::string& where, const std::string& name, const Json& j, uint64_t data_size,
+                  const RequirementsOf& requirements_of) {
   const std::string at = where + "tensor \"" + name + "\": ";
   AG_CHECK(j.is_object(), at << "entry is not a JSON object");
   for (const char* key : {"dtype", "shape", "data_offsets"})
     AG_CHECK(j.contains(key), at << "missing \"" << key << "\"");
-  Entry e{name, {}, nullptr, 0, 0};
+  Entry e{name, {}, nullptr, 0, 0, requirements_of ? requirements_of(name) : TensorRequirements{}};
 
   const Json& dtype = j.at("dtype");
   AG_CHECK(dtype.is_string(), at << "\"dtype\" is not a string");
@@ -164,6 +210,10 @@ Entry parse_entry(const std::string& where, const std::string& name, const Json&
     if (dtype.get<std::string>() == d.name) e.file_dtype = &d;
   AG_CHECK(e.file_dtype, at << "unsupported dtype " << dtype.dump()
                             << " (attograd reads F32, F64, I64 and I32)");
+  const std::optional<DType> required = e.requirements.dtype;
+  AG_CHECK(!required || *required == e.file_dtype->dtype,
+           at << "dtype " << e.file_dtype->name << " (loads as " << e.file_dtype->dtype
+              << ") where the tensor must be " << *required);
 
   const Json& shape = j.at("shape");
   AG_CHECK(shape.is_array(), at << "\"shape\" is not an array of integers");
@@ -183,12 +233,15 @@ Entry parse_entry(const std::string& where, const std::string& name, const Json&
   e.end = offsets[1].get<uint64_t>();
   AG_CHECK(e.begin <= e.end, at << "mis-shaped: data_offsets " << offsets.dump() << " end before they begin");
 
-  // numel in the same order ag::numel multiplies, bounded by int64 so that it
-  // cannot overflow there; a shape this large could never match the offsets.
-  std::optional<uint64_t> needed = 1;
-  for (int64_t d : e.shape)
-    if (needed) needed = checked_mul(*needed, uint64_t(d), std::numeric_limits<int64_t>::max());
-  if (needed) needed = checked_mul(*needed, e.file_dtype->size, std::numeric_limits<int64_t>::max());
+  // The shape must be one a tensor can have once loaded (byte_size fits in
+  // int64 at the loaded dtype's width, at least the file's), and its bytes in
+  // the file must be what the offsets span.
+  std::optional<uint64_t> needed;
+  try {
+    byte_size(e.shape, dtype_size(e.file_dtype->dtype));
+    needed = uint64_t(numel(e.shape)) * e.file_dtype->size;
+  } catch (const Error&) {  // needed stays empty: the shape is too large for any file
+  }
   AG_CHECK(needed && *needed == e.end - e.begin,
            at << "mis-shaped: shape " << shape.dump() << " of " << e.file_dtype->name << " needs "
               << (needed ? std::to_string(*needed) : std::string("over 2^63")) << " bytes but data_offsets "
@@ -198,16 +251,50 @@ Entry parse_entry(const std::string& where, const std::string& name, const Json&
   return e;
 }
 
+// The format requires the tensors' bytes to tile the data region exactly: in
+// the order of their offsets each begins where the previous one ends, the
+// first at 0 and the last at the end of the file. A file that breaks this is
+// not what its header says (a header length off by one shifts every tensor by
+// a byte; offsets may point into another tensor's bytes), and reading it
+// anyway would give wrong values silently. `sorted` is in offset order.
+void check_tiling(const std::string& where, const std::vector<Entry>& sorted, uint64_t data_size) {
+  uint64_t covered = 0;  // bytes [0, covered) belong to the tensors checked so far
+  const Entry* previous = nullptr;
+  for (const Entry& e : sorted) {
+    const std::string at = where + "tensor \"" + e.name + "\": ";
+    AG_CHECK(e.begin >= covered, at << "data_offsets [" << e.begin << "," << e.end << "] overlap those of tensor \""
+                                    << previous->name << "\" [" << previous->begin << "," << previous->end << "]");
+    AG_CHECK(e.begin == covered, at << "data_offsets [" << e.begin << "," << e.end << "] leave a hole: bytes ["
+                                    << covered << "," << e.begin << ") belong to no tensor");
+    covered = e.end;
+    previous = &e;
+  }
+  AG_CHECK(covered == data_size, where << "trailing bytes: the tensors end at byte " << covered << " of a "
+                                       << data_size << "-byte data region, and the rest belongs to no tensor"
+                                       << " (a header length or offsets that are off?)");
+}
+
+void check_finite(const std::string& at, const Tensor& t) {
+  visit_floating(t.dtype(), "load_safetensors", [&](auto zero) {
+    using T = decltype(zero);
+    const T* values = t.data<T>();
+    for (int64_t i = 0; i < t.numel(); ++i)
+      AG_CHECK(std::isfinite(values[i]), at << "element " << i << " is " << values[i] << ", and the tensor must be finite");
+  });
+}
+
 Tensor read_tensor(std::ifstream& in, const Entry& e, uint64_t data_start, const std::string& where) {
+  const std::string at = where + "tensor \"" + e.name + "\": ";
   Tensor t = Tensor::empty(e.shape, e.file_dtype->dtype);
   const uint64_t pos = data_start + e.begin, nbytes = e.end - e.begin;
   if (e.file_dtype->size == dtype_size(t.dtype())) {
-    read_exact(in, t.raw_data(), nbytes, pos, where);
+    read_exact(in, t.raw_data(), nbytes, pos, at);
   } else {  // I32, the one on-disk dtype that is widened
     std::vector<int32_t> narrow(t.numel());
-    read_exact(in, narrow.data(), nbytes, pos, where);
+    read_exact(in, narrow.data(), nbytes, pos, at);
     std::copy(narrow.begin(), narrow.end(), t.data<int64_t>());
   }
+  if (e.requirements.finite && is_floating(t.dtype())) check_finite(at, t);
   return t;
 }
 
@@ -235,7 +322,7 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   }
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
+SafetensorsFile load_safetensors(const std::string& path, const RequirementsOf& requirements_of) {
   const std::string where = "load_safetensors: " + path + ": ";
   std::error_code ec;
   const uint64_t file_size = std::filesystem::file_size(path, ec);  // also rejects directories
@@ -253,26 +340,26 @@ SafetensorsFile load_safetensors(const std::string& path) {
                                               << file_size - 8 << " bytes after it: truncated or not a safetensors file");
   std::string text(header_len, '\0');
   read_exact(in, text.data(), header_len, 8, where);
-  const Json header = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  AG_CHECK(!header.is_discarded(), where << "not a safetensors file (header is not valid JSON)");
-  AG_CHECK(header.is_object(), where << "not a safetensors file (header is not a JSON object)");
+  const Json header = parse_header(where, text);
 
   SafetensorsFile file;
   file.path = path;
-  const uint64_t data_start = 8 + header_len;
+  const uint64_t data_start = 8 + header_len, data_size = file_size - data_start;
   std::vector<Entry> entries;
   for (const auto& item : header.items()) {
     if (item.key() == kMetadataKey)
       file.metadata = parse_metadata(where, item.value());
     else
-      entries.push_back(parse_entry(where, item.key(), item.value(), file_size - data_start));
+      entries.push_back(parse_entry(where, item.key(), item.value(), data_size, requirements_of));
   }
   // File order is the order save_safetensors was given, whatever order other
-  // writers put the header's keys in.
+  // writers put the header's keys in. An empty tensor sorts before a tensor
+  // starting at its offset, so the tiling check sees them in a valid order;
+  // stable, so empty tensors at one offset keep the header's order.
   std::stable_sort(entries.begin(), entries.end(),
-                   [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
-  for (const Entry& e : entries)
-    file.tensors.push_back({e.name, read_tensor(in, e, data_start, where + "tensor \"" + e.name + "\": ")});
+                   [](const Entry& a, const Entry& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  check_tiling(where, entries, data_size);
+  for (const Entry& e : entries) file.tensors.push_back({e.name, read_tensor(in, e, data_start, where)});
   return file;
 }
 

@@ -13,7 +13,9 @@
 // attograd writes F32, F64 and I64. It reads those and I32, which it widens to
 // Int64: token-id files written by other tools often store int32.
 #pragma once
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,9 +43,23 @@ struct SafetensorsFile {
   bool contains(const std::string& name) const;
 };
 
-// Reads the whole file. Any malformed file (missing, truncated, bad header,
-// unsupported dtype, offsets that disagree with the shape) gives an ag::Error
-// that names the file and the problem, never a crash or a huge allocation.
-SafetensorsFile load_safetensors(const std::string& path);
+// What a caller demands of one tensor beyond a well-formed file: a checkpoint
+// knows its parameters are float32 and finite, the file format does not.
+struct TensorRequirements {
+  std::optional<DType> dtype;  // the dtype it must load as (I32 on disk loads as Int64)
+  bool finite = false;         // no NaN or ±Inf among its elements
+};
+// The requirements of the tensor called `name`; {} demands nothing.
+using RequirementsOf = std::function<TensorRequirements(const std::string& name)>;
+
+// Reads the whole file, treating it as untrusted. A file that is not exactly a
+// safetensors file gives an ag::Error naming the file and the problem, never a
+// crash or an allocation larger than the file: missing or truncated; a header
+// over 100 MB, nested deeper than a header is, not JSON, or with a key twice;
+// an unknown dtype; offsets that disagree with the shape or do not tile the data
+// region exactly (sorted, contiguous, no overlap, no hole, no trailing byte).
+// `requirements` adds the caller's demands, checked for every tensor: a wrong
+// dtype before anything is read, non-finite values as they are read.
+SafetensorsFile load_safetensors(const std::string& path, const RequirementsOf& requirements = {});
 
 }  // namespace ag

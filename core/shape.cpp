@@ -1,13 +1,37 @@
 #include "core/shape.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace ag {
 
+namespace {
+// factor × the shape's non-zero dims. Leaving out zero dims makes every partial
+// product of a valid shape fit in int64 too (strides, row counts, a tensor's
+// bytes), even when a zero dim makes the element count 0.
+int64_t product_of_nonzero_dims(const char* op, const Shape& shape, int64_t factor) {
+  int64_t product = factor;
+  for (int64_t d : shape) {
+    AG_CHECK(d >= 0, op << ": negative dim in shape " << to_string(shape));
+    AG_CHECK(d == 0 || !__builtin_mul_overflow(product, d, &product),
+             op << ": shape " << to_string(shape) << (factor == 1 ? "" : " of " + std::to_string(factor) + "-byte elements")
+                << " is too large: its size overflows int64");
+  }
+  return product;
+}
+
+bool has_zero_dim(const Shape& shape) { return std::find(shape.begin(), shape.end(), 0) != shape.end(); }
+}  // namespace
+
 int64_t numel(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+  const int64_t product = product_of_nonzero_dims("numel", shape, 1);
+  return has_zero_dim(shape) ? 0 : product;
+}
+
+int64_t byte_size(const Shape& shape, size_t element_size) {
+  const int64_t product = product_of_nonzero_dims("byte_size", shape, static_cast<int64_t>(element_size));
+  return has_zero_dim(shape) ? 0 : product;
 }
 
 std::string to_string(const Shape& shape) {

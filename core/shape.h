@@ -1,5 +1,6 @@
 // Shapes, numpy-style broadcasting, and the strides of a row-major layout.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -9,7 +10,12 @@ namespace ag {
 
 using Shape = std::vector<int64_t>;
 
+// The number of elements, and of bytes for elements of `element_size` bytes.
+// attograd counts elements and bytes in int64, so a shape whose size overflows
+// it (or with a negative dim) is an ag::Error here, not a wrapped-around
+// allocation later. Every tensor's shape passed byte_size when it was created.
 int64_t numel(const Shape& shape);
+int64_t byte_size(const Shape& shape, size_t element_size);
 std::string to_string(const Shape& shape);  // "[3,4]"
 
 // Row-major strides, in elements.

@@ -47,7 +47,7 @@ Storage::~Storage() {
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) AG_CHECK(d >= 0, "empty: negative dim in shape " << to_string(shape));
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(ag::numel(shape) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<Storage>(byte_size(shape, dtype_size(dtype)), device);
   impl->shape = shape;
   impl->dtype = dtype;
   return Tensor(std::move(impl));
@@ -177,7 +177,7 @@ Tensor Tensor::detach() const {
 }
 
 Tensor Tensor::view(int64_t offset, const Shape& shape) const {
-  AG_CHECK(offset >= 0 && offset + ag::numel(shape) <= numel(),
+  AG_CHECK(offset >= 0 && offset <= numel() && ag::numel(shape) <= numel() - offset,
            "view: " << to_string(shape) << " at offset " << offset << " does not fit in " << describe(*this));
   Tensor out = detach();
   out.impl()->offset += offset;
@@ -198,7 +198,8 @@ Tensor Tensor::reshape(const Shape& requested) const {
     } else {
       AG_CHECK(shape[i] >= 0, "reshape: " << to_string(this->shape()) << " to " << to_string(requested)
                                           << ": negative dim " << shape[i]);
-      known *= shape[i];
+      AG_CHECK(!__builtin_mul_overflow(known, shape[i], &known),
+               "reshape: " << to_string(this->shape()) << " to " << to_string(requested) << ": size overflows int64");
     }
   }
   if (infer_at >= 0) {

@@ -8,11 +8,12 @@
 
 namespace ag::cuda {
 
-namespace {
-[[noreturn]] void built_without_cuda(const char* what) {
-  throw Error(std::string("cuda::") + what +
-              ": attograd was built without CUDA (nvcc was not found at configure time)");
+std::string describe_device() {
+  return "no CUDA device found: attograd was built without CUDA (nvcc was not found at configure time)";
 }
+
+namespace {
+[[noreturn]] void built_without_cuda(const char* what) { throw Error(std::string("cuda::") + what + ": " + describe_device()); }
 bool tf32_allowed = false;
 }  // namespace
 
@@ -21,9 +22,6 @@ bool tf32_allowed = false;
 
 // --- context ---------------------------------------------------------------------------
 bool available() { return false; }
-std::string describe_device() {
-  return "no CUDA device found: attograd was built without CUDA (nvcc was not found at configure time)";
-}
 void* allocate(size_t) AG_WITHOUT_CUDA
 void deallocate(void*, size_t) {}
 MemoryStats memory_stats() { return {}; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs, with apt-get, whatever attograd's build needs and this machine lacks
 # (Debian 12, as root). Sourced by scripts/train.sh and scripts/test.sh.
-# Arguments name further packages a script needs (scripts/test.sh: chromium).
+# Arguments name further packages a script needs (scripts/test.sh: chromium; scripts/build_sanitize.sh: clang).
 set -euo pipefail
 packages=(build-essential cmake libopenblas-openmp-dev doctest-dev nlohmann-json3-dev libcli11-dev "$@")
 # Data-parallel training under mpirun (dist/mpi.cpp); without it programs run as one process.

@@ -7,5 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/get_data.sh >/dev/null
 bash scripts/deps.sh chromium  # tests/report_browser.sh renders char_lm's report in it
 bash scripts/build.sh
-cd build
-ctest --output-on-failure -j "$(nproc)" --timeout 600
+(cd build && ctest --output-on-failure -j "$(nproc)" --timeout 600)
+
+# The unit tests under ASan and UBSan, the loader's fuzzer for 60 s, and the
+# checkpoint mutation campaign's quick subset (issue 10).
+bash scripts/sanitize.sh

@@ -60,10 +60,6 @@ inline const Lexicon accented = {{"Café", "crème", "brûlée", "naïve", "faç
                                  " ",
                                  ".\n"};
 
-inline void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-
 // 4000 words of made-up English, written once per process, for the tests that
 // need some text, not tiny Shakespeare in particular.
 inline const std::string& generated_text_file() {

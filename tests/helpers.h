@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,6 +42,17 @@ struct TempDir {
   std::string file(const std::string& name) const { return (dir / name).string(); }
   std::string path() const { return dir.string(); }
 };
+
+// A whole file's bytes, and a file made of `bytes`.
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+inline void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(out.good());
+}
 
 // A float64 tensor of N(0, 1) numbers (uniform in [low, high) if low < high),
 // requiring grad, from its own seed so tests do not depend on each other.

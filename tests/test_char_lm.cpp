@@ -28,11 +28,7 @@ std::string fresh_dir(const std::string& name) {
   return dir;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
+using ag::test::read_file;
 using ag::test::tiny_run;
 }  // namespace
 
@@ -193,6 +189,20 @@ TEST_CASE("char_lm: each kind of corrupt checkpoint is a clear error naming the 
     CHECK_THROWS_WITH_AS(train(resume), doctest::Contains(message.c_str()),
                          Error);
   }
+  SUBCASE("metadata that would make a huge model, refused before it is built") {
+    // Issue 10: n_embd "16384" in a 63 KB file once spent 29 s and 6.3 GB, then bad_alloc.
+    SafetensorsFile file = load_safetensors(model_path(find_checkpoint(dir)));
+    file.metadata["n_embd"] = "16384";
+    save_safetensors(bad, file.tensors, file.metadata);
+    CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("bad.safetensors': 'tok_emb.weight' is ["), Error);
+    file.metadata["n_embd"] = "32";
+    file.metadata["n_layer"] = "100000";
+    save_safetensors(bad, file.tensors, file.metadata);
+    CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("bad.safetensors"), Error);
+    file.metadata["n_layer"] = "9223372036854775807";
+    save_safetensors(bad, file.tensors, file.metadata);
+    CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("bad.safetensors"), Error);
+  }
   SUBCASE("missing config") {
     SafetensorsFile file = load_safetensors(model_path(find_checkpoint(dir)));
     file.metadata.erase("n_head");
@@ -220,6 +230,10 @@ TEST_CASE("char_lm: missing, empty or too short data is a clear error") {
   write_file(dir + "/short.txt", "To be, or not");
   c.run.data = dir + "/short.txt";
   CHECK_THROWS_WITH_AS(train(c), doctest::Contains("fewer than block_size + 1 = 17"), Error);
+  // Long enough for one window, but not its validation split: refused before --out is touched.
+  write_file(dir + "/short.txt", std::string(100, 'a'));
+  CHECK_THROWS_WITH_AS(train(c), doctest::Contains("100 characters, and its validation split (the last 10%) 10, fewer than block_size + 1 = 17"), Error);
+  CHECK_FALSE(std::filesystem::exists(c.run.out));
   c.run.data = dir;
   CHECK_THROWS_WITH_AS(train(c), doctest::Contains(("'" + dir + "' is a directory").c_str()), Error);
 }
@@ -314,8 +328,15 @@ TEST_CASE("char_lm: a resumed run's log keeps one row per iteration") {
   std::ifstream in(dir + "/log.csv");
   std::string line;
   int batch_rows = 0;
-  while (std::getline(in, line)) batch_rows += line.find(",batch,") != std::string::npos;
+  std::vector<std::string> evaluations;  // "iter,kind" of the train and val rows
+  while (std::getline(in, line)) {
+    batch_rows += line.find(",batch,") != std::string::npos;
+    if (line.find(",train,") != std::string::npos || line.find(",val,") != std::string::npos)
+      evaluations.push_back(line.substr(0, line.find(',', line.find(',') + 1)));
+  }
   CHECK(batch_rows == 12);
+  // Issue 10: the evaluation of the iteration the resume starts from (10) was lost.
+  CHECK(evaluations == std::vector<std::string>{"0,train", "0,val", "10,train", "10,val", "12,train", "12,val"});
 }
 
 TEST_CASE("char_lm: a diverging run stops with a clear error and never overwrites a good checkpoint with NaN") {
@@ -324,10 +345,22 @@ TEST_CASE("char_lm: a diverging run stops with a clear error and never overwrite
   c.optim.lr = 1e3;
   c.optim.warmup_iters = 0;
   c.run.eval_interval = 5;
-  CHECK_THROWS_WITH_AS(train(c), doctest::Contains("training diverged at iteration"), Error);
+  std::string diverged;
+  try {
+    train(c);
+  } catch (const Error& e) {
+    diverged = e.what();
+  }
+  CHECK(diverged.find("training diverged at iteration") != std::string::npos);
   // The checkpoint is the last good one, finite, and loads.
-  const LoadedModel loaded = load_model(model_path(find_checkpoint(c.run.out)));
+  const std::string last_good = find_checkpoint(c.run.out);
+  const LoadedModel loaded = load_model(model_path(last_good));
   for (const Tensor& p : loaded.model->parameters()) CHECK(all_finite(p));
+  // The run is still resumable: from that unit it trains again, and diverges where it did.
+  TrainConfig resume = c;
+  resume.run.resume = true;
+  CHECK_THROWS_WITH_AS(train(resume), diverged.c_str(), Error);
+  CHECK(find_checkpoint(c.run.out) == last_good);
 }
 
 TEST_CASE("char_lm: killed at every step of every checkpoint write, the run resumes and ends as if never killed") {
@@ -353,11 +386,44 @@ TEST_CASE("char_lm: killed at every step of every checkpoint write, the run resu
     REQUIRE(killed == 86);
     // Before the first unit is complete there is no run yet: start it again; else resume it.
     const bool has_run = holds_run(dir);
-    const auto [status, log] = ag::test::run_char_lm(std::string("train ") + (has_run ? "--resume" : "") + " --out " + dir + options);
-    INFO(log);
-    REQUIRE(status == 0);
+    const auto resumed = ag::test::run_char_lm(std::string("train ") + (has_run ? "--resume" : "") + " --out " + dir + options);
+    INFO(resumed.second);
+    REQUIRE(resumed.first == 0);
     CHECK(final_val_loss(dir) == expected);
     for (const auto& e : std::filesystem::directory_iterator(dir))  // the killed writer's temporaries are gone
       CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
   }
+}
+
+TEST_CASE("char_lm: a full disk during a checkpoint write fails clearly, keeps the earlier units, and the run resumes") {
+  // A file-size limit (ulimit -f, with SIGXFSZ ignored) makes every write past
+  // it fail as on a full disk: here the model file of the unit at iteration 4
+  // (about 20 KB), past a 12 KB limit that loss.svg (about 4 KB) stays under.
+  const std::string options = " --data " + ag::test::generated_text_file() +
+                              " --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 2 --dropout 0.1"
+                              " --eval-interval 2 --eval-iters 1 --warmup-iters 1 --lr-decay-iters 4"
+                              " --sample-tokens 0 --threads 1";
+  const auto final_val_loss = [](const std::string& dir) {
+    std::ifstream in(find_checkpoint(dir) + "/manifest.json");
+    return nlohmann::json::parse(in).at("val_loss").get<double>();
+  };
+  const std::string straight = fresh_dir("full_disk_straight");
+  REQUIRE(ag::test::run_char_lm("train --max-iters 4 --out " + straight + options).first == 0);
+
+  const std::string dir = fresh_dir("full_disk");
+  REQUIRE(ag::test::run_char_lm("train --max-iters 2 --out " + dir + options).first == 0);
+  const std::string before = find_checkpoint(dir);
+  const std::pair<int, std::string> full = ag::test::run_command(
+      "trap '' XFSZ; ulimit -f 12; " + std::string(ATTOGRAD_CHAR_LM) + " train --resume --max-iters 4 --out " + dir + options);
+  INFO(full.second);
+  CHECK(full.first == 1);
+  CHECK(full.second.find("model.safetensors") != std::string::npos);  // the message names the file it could not write
+  CHECK(find_checkpoint(dir) == before);                                // the earlier unit, intact
+
+  const std::pair<int, std::string> resumed = ag::test::run_char_lm("train --resume --max-iters 4 --out " + dir + options);
+  INFO(resumed.second);
+  REQUIRE(resumed.first == 0);
+  CHECK(final_val_loss(dir) == final_val_loss(straight));
+  for (const auto& e : std::filesystem::directory_iterator(dir))  // the failed write's temporaries are gone
+    CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
 }

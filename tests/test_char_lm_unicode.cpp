@@ -1,7 +1,12 @@
 // char_lm on any UTF-8 text: the tokenizer's code points, their round trip
 // through the checkpoint, training, sampling and resuming on Chinese, accented
-// Latin and emoji, the errors for text that is not UTF-8, and where the text is
-// looked for.
+// Latin and emoji, the errors for text that is not UTF-8, where the text is
+// looked for, and the memory a large text takes.
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -153,4 +158,79 @@ TEST_CASE("char_lm text: the text is --data, else $ATTOGRAD_DATA, else data/, el
 
   if (saved) setenv("ATTOGRAD_DATA", saved_value.c_str(), 1);
   else unsetenv("ATTOGRAD_DATA");
+}
+
+TEST_CASE("char_lm text: token ids take the narrowest integer that holds the vocabulary, and tile the text") {
+  struct Case {
+    std::string text;
+    size_t bytes_per_id;
+  };
+  std::u32string cjk, supplementary;  // 300 and 70,000 distinct characters
+  for (char32_t c = 0x4E00; c < 0x4E00 + 300; ++c) cjk += c;
+  for (char32_t c = 0x10000; c < 0x10000 + 70000; ++c) supplementary += c;
+  const Case cases[] = {{ag::test::generated_text(ag::test::accented, 300), 1},
+                        {encode_utf8(cjk + cjk), 2},
+                        {encode_utf8(supplementary), 4}};
+  for (const Case& c : cases) {
+    CAPTURE(c.bytes_per_id);
+    const Dataset data = make_dataset(c.text, 8);
+    CHECK(data.train.bytes_per_id() == c.bytes_per_id);
+    CHECK(data.val.bytes_per_id() == c.bytes_per_id);
+    // The first 90% of the characters, then the rest: the same ids encode() gives.
+    const std::vector<int64_t> ids = data.tokenizer.encode(c.text);
+    REQUIRE(data.train.size() == ids.size() * 9 / 10);
+    REQUIRE(data.train.size() + data.val.size() == ids.size());
+    std::vector<int64_t> stored(ids.size());
+    data.train.copy_to(0, data.train.size(), stored.data());
+    data.val.copy_to(0, data.val.size(), stored.data() + data.train.size());
+    CHECK(stored == ids);
+    CHECK(data.val[data.val.size() - 1] == ids.back());
+  }
+}
+
+namespace {
+// The peak resident memory, in bytes, of char_lm run with `args` (no shell:
+// wait4 reports the child's own peak).
+int64_t char_lm_peak_rss(const std::vector<std::string>& args) {
+  std::vector<char*> argv = {const_cast<char*>(ATTOGRAD_CHAR_LM)};
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    dup2(null, STDOUT_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  rusage usage{};
+  REQUIRE(wait4(pid, &status, 0, &usage) == pid);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
+}
+}  // namespace
+
+TEST_CASE("char_lm text: a large text takes about two bytes of memory per byte: itself and one-byte ids") {
+  // Issue 10: a 2 GB text needed ~18x its size (the text copied through a
+  // stream, its characters as char32_t, three copies of int64 ids). Now the
+  // text is read once and its ids are one byte each (a vocabulary of <= 256).
+  TempDir tmp("large_text");
+  const std::string sentences = ag::test::generated_text(ag::test::english, 4000);
+  std::string text;
+  const size_t size = size_t{32} << 20;
+  while (text.size() < size) text += sentences;
+  write_file(tmp.file("large.txt"), text);
+  write_file(tmp.file("small.txt"), sentences);
+  const auto peak = [&](const std::string& name) {
+    return char_lm_peak_rss({"train", "--data", tmp.file(name + ".txt"), "--out", tmp.file(name), "--max-iters",
+                             "0", "--eval-iters", "1", "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size",
+                             "8", "--batch-size", "2", "--sample-tokens", "0", "--threads", "1"});
+  };
+  const int64_t small = peak("small");
+  const int64_t large = peak("large");
+  const double bytes_per_byte = static_cast<double>(large - small) / static_cast<double>(text.size());
+  INFO("peak RSS " << small << " B on " << sentences.size() << " B of text, " << large << " B on " << text.size()
+                   << " B: " << bytes_per_byte << " bytes per byte of text");
+  CHECK(bytes_per_byte < 3.0);
 }

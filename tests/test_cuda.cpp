@@ -81,8 +81,8 @@ TEST_CASE("cuda: add, sub, mul, div with broadcasting") {
       {{3, 7}, {3, 7}},       {{3, 7}, {7}},           {{1}, {3, 7}},  {{3, 1, 7}, {65, 1}},
       {{2, 3, 1}, {1, 1, 7}}, {{}, {7}},               {{64, 1000}, {1000}}, {{2, 1, 3, 1, 5}, {4, 1, 6, 1}}};
   for (const auto& [sa, sb] : shapes) {
-    CAPTURE(to_string(sa));
-    CAPTURE(to_string(sb));
+    const std::string operand_shapes = to_string(sa) + " and " + to_string(sb);
+    CAPTURE(operand_shapes);
     const Inputs in = {input(sa, 1), input(sb, 2)};
     check_cuda_matches_cpu([](const Inputs& x) { return add(x[0], x[1]); }, in);
     check_cuda_matches_cpu([](const Inputs& x) { return sub(x[0], x[1]); }, in);
@@ -169,8 +169,8 @@ TEST_CASE("cuda: matmul 2-D, batched, and broadcast batch dims") {
       {{2, 1, 3, 7}, {4, 7, 1}}, {{3, 7}, {2, 7, 5}}, {{65, 3}, {3, 1}},   {{0, 3}, {3, 4}},
       {{2, 0}, {0, 3}}};
   for (const auto& [sa, sb] : shapes) {
-    CAPTURE(to_string(sa));
-    CAPTURE(to_string(sb));
+    const std::string operand_shapes = to_string(sa) + " and " + to_string(sb);
+    CAPTURE(operand_shapes);
     check_cuda_matches_cpu([](const Inputs& x) { return matmul(x[0], x[1]); }, {input(sa, 40), input(sb, 41)});
   }
   // K = 4096 terms per output, and a batch above cuBLAS's 65535 grid limit (chunked).

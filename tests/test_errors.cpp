@@ -1,4 +1,6 @@
 // Bad input raises ag::Error naming the op and the shapes.
+#include <limits>
+
 #include "tests/helpers.h"
 
 using namespace ag;
@@ -71,4 +73,31 @@ TEST_CASE("errors: the fused ops name themselves and the shapes") {
                        doctest::Contains("add_layer_norm: x [3,4] and residual [2,4] differ in shape"), Error);
   CHECK_THROWS_WITH_AS(add_layer_norm(x, x, Tensor::ones({3}), Tensor::zeros({4})),
                        doctest::Contains("add_layer_norm: x [3,4], weight [3], bias [4]"), Error);
+}
+
+TEST_CASE("errors: sizes that overflow int64 are errors, never wrapped around") {
+  constexpr int64_t max = std::numeric_limits<int64_t>::max();
+  constexpr int64_t big = int64_t(1) << 62;
+  CHECK(numel({max}) == max);
+  CHECK(numel({0, max}) == 0);
+  CHECK(numel({}) == 1);
+  CHECK(byte_size({2, 3}, 8) == 48);
+  CHECK_THROWS_WITH_AS(numel({max, 2}), "numel: shape [9223372036854775807,2] is too large: its size overflows int64",
+                       Error);
+  CHECK_THROWS_WITH_AS(numel({3, -1}), "numel: negative dim in shape [3,-1]", Error);
+  // A zero dim makes no elements, but the other dims' product must still fit:
+  // strides and row counts are computed from it.
+  CHECK_THROWS_WITH_AS(numel({big, big, 0}), doctest::Contains("overflows int64"), Error);
+  CHECK_THROWS_WITH_AS(byte_size({big}, 4), doctest::Contains("of 4-byte elements is too large"), Error);
+  CHECK(byte_size({big - 1}, 2) == 2 * (big - 1));
+
+  // Creating, reshaping and viewing tensors of such sizes: ag::Error, not UB or bad_alloc.
+  CHECK_THROWS_WITH_AS(Tensor::empty({max}), doctest::Contains("overflows int64"), Error);
+  CHECK_THROWS_WITH_AS(Tensor::zeros({big, big}, DType::Float64), doctest::Contains("overflows int64"), Error);
+  CHECK_THROWS_WITH_AS(add(Tensor::zeros({1 << 20, 1}), Tensor::zeros({1, big})), doctest::Contains("overflows int64"),
+                       Error);
+  const Tensor x = Tensor::zeros({4});
+  CHECK_THROWS_WITH_AS(x.reshape({big, big, -1}), doctest::Contains("reshape: [4] to"), Error);
+  CHECK_THROWS_WITH_AS(x.view(max, {2}), doctest::Contains("does not fit"), Error);
+  CHECK_THROWS_WITH_AS(x.view(2, {max}), doctest::Contains("does not fit"), Error);
 }

@@ -33,8 +33,8 @@ TEST_CASE("ops: add, sub, mul, div with broadcasting") {
   const std::vector<std::pair<Shape, Shape>> shapes = {
       {{3, 7}, {3, 7}}, {{3, 7}, {7}}, {{1}, {3, 7}}, {{3, 1, 7}, {65, 1}}, {{2, 3, 1}, {1, 1, 7}}, {{}, {7}}};
   for (const auto& [sa, sb] : shapes) {
-    CAPTURE(to_string(sa));
-    CAPTURE(to_string(sb));
+    const std::string operand_shapes = to_string(sa) + " and " + to_string(sb);
+    CAPTURE(operand_shapes);
     const Inputs in = {random(sa, 1), random(sb, 2)};
     check_op([](const Inputs& x) { return add(x[0], x[1]); }, in);
     check_op([](const Inputs& x) { return sub(x[0], x[1]); }, in);
@@ -106,8 +106,8 @@ TEST_CASE("ops: matmul 2-D, batched, and broadcast batch dims") {
       {{3, 7}, {7, 5}},       {{1, 65}, {65, 3}},     {{2, 3, 7}, {7, 5}},   {{2, 3, 7}, {2, 7, 5}},
       {{2, 1, 3, 7}, {4, 7, 1}}, {{3, 7}, {2, 7, 5}}, {{65, 3}, {3, 1}}};
   for (const auto& [sa, sb] : shapes) {
-    CAPTURE(to_string(sa));
-    CAPTURE(to_string(sb));
+    const std::string operand_shapes = to_string(sa) + " and " + to_string(sb);
+    CAPTURE(operand_shapes);
     check_op([](const Inputs& x) { return matmul(x[0], x[1]); }, {random(sa, 40), random(sb, 41)});
   }
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <numbers>
 
@@ -230,7 +231,8 @@ TEST_CASE("optim: large tensors (the OpenMP path) step like one element") {
   }
   for (const auto& [many, single] : {std::pair{big, one}, std::pair{big_s, one_s}}) {
     const std::vector<double> values = many.to_vector();
-    CHECK(std::all_of(values.begin(), values.end(), [&](double v) { return v == single.item(); }));
+    const double expected = single.item();
+    CHECK(std::all_of(values.begin(), values.end(), [&](double v) { return v == expected; }));
   }
 }
 
@@ -445,6 +447,31 @@ TEST_CASE("optim: load_state rejects state that does not fit") {
   CHECK_THROWS_AS(adamw.load_state({{"exp_avg.w", m}, {"step.w", step}}), Error);    // exp_avg_sq missing
   adamw.load_state({{"exp_avg.w", m}, {"exp_avg_sq.w", m}, {"step.w", step}});
   CHECK(adamw.state().size() == 3);
+
+  // Issue 10: values a corrupt or diverged checkpoint holds, refused before anything is written.
+  const auto with = [&](const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& saved_step) {
+    return NamedTensors{{"exp_avg.w", exp_avg}, {"exp_avg_sq.w", exp_avg_sq}, {"step.w", saved_step}};
+  };
+  const Tensor nan = Tensor::from_vector({0.0, NAN}, {2}, DType::Float64);
+  const Tensor negative = Tensor::from_vector({1.0, -1e-3}, {2}, DType::Float64);
+  CHECK_THROWS_WITH_AS(adamw.load_state(with(nan, m, step)), doctest::Contains("'exp_avg.w' holds nan (must be finite)"),
+                       Error);
+  CHECK_THROWS_WITH_AS(adamw.load_state(with(m, nan, step)), doctest::Contains("'exp_avg_sq.w' holds nan"), Error);
+  CHECK_THROWS_WITH_AS(adamw.load_state(with(m, negative, step)),
+                       "adamw: load_state: 'exp_avg_sq.w' holds -0.001 (must be finite and >= 0)", Error);
+  // Moments stored as I32 load widened to int64: refused, not reinterpreted as numbers.
+  CHECK_THROWS_WITH_AS(adamw.load_state(with(m, Tensor::from_indices({1, 2}, {2}), step)),
+                       doctest::Contains("'exp_avg_sq.w' is [2] int64, not a floating tensor"), Error);
+  // A step count of INT64_MAX (or 1e300) once overflowed the float-to-int conversion of the bias correction.
+  constexpr int64_t max = std::numeric_limits<int64_t>::max();
+  CHECK_THROWS_WITH_AS(adamw.load_state(with(m, m, Tensor::from_indices({max}, {1}))),
+                       "adamw: load_state: 'step.w' is 9223372036854775807, not a step count in [1, 2^53]", Error);
+  CHECK_THROWS_WITH_AS(adamw.load_state(with(m, m, Tensor::from_indices({0}, {1}))), doctest::Contains("is 0, not a step count"),
+                       Error);
+  CHECK_THROWS_WITH_AS(adamw.load_state(with(m, m, Tensor::from_vector({1e300}, {1}, DType::Float64))),
+                       doctest::Contains("not one int64"), Error);
+  for (const NamedTensor& saved : adamw.state())  // the last good state, untouched
+    if (saved.name != "step.w") CHECK(saved.tensor.to_vector() == m.to_vector());
 }
 
 }  // namespace

@@ -67,6 +67,16 @@ TEST_CASE("options: values are checked against the table's ranges, in the user's
   CHECK_THROWS_WITH_AS(parse_train(config, {"--lr", "nan"}), doctest::Contains("--lr must be ≥ 0, got nan"), Error);
   CHECK_THROWS_WITH_AS(parse_train(config, {"--gelu", "relu"}), "--gelu: 'relu' is not one of erf|tanh", Error);
   CHECK_THROWS_WITH_AS(parse_train(config, {"--n-layer", "-3"}), doctest::Contains("--n-layer must be in [1, 1024]"), Error);
+  // Issue 10's late or silent ones: each is now refused as it is parsed.
+  CHECK_THROWS_WITH_AS(parse_train(config, {"--n-layer", "0"}), doctest::Contains("--n-layer must be in [1, 1024]"), Error);
+  CHECK_THROWS_WITH_AS(parse_train(config, {"--min-lr", "-1"}), doctest::Contains("--min-lr must be ≥ 0, got -1"), Error);
+  CHECK_THROWS_WITH_AS(parse_train(config, {"--n-embd", "1000000000000000000"}),
+                       doctest::Contains("--n-embd must be in [1, 65536]"), Error);
+  CHECK_THROWS_WITH_AS(parse_train(config, {"--n-embd", "-1000000000000000000"}),
+                       doctest::Contains("--n-embd must be in [1, 65536]"), Error);
+  CHECK_THROWS_WITH_AS(parse_train(config, {"--n-embd", "-1e18"}), "--n-embd: '-1e18' is not an integer", Error);
+  CHECK_THROWS_WITH_AS(parse_train(config, {"--batch-size", "99999999999999999999"}), doctest::Contains("--batch-size"), Error);
+  CHECK_THROWS_WITH_AS(parse_train(config, {"--threads", "-1"}), doctest::Contains("--threads"), Error);
   // Relations between options are checked with the config.
   TrainConfig related;
   related.optim.warmup_iters = 2000;
@@ -169,6 +179,19 @@ TEST_CASE("options: the program's messages: a misspelt option, a bad value, an e
   std::tie(status, output) = ag::test::run_char_lm("train" + common);
   CHECK(status == 1);
   CHECK(output.find("holds a run already; pass --resume to continue it, --overwrite to replace it") != std::string::npos);
+  // Issue 10: a bad option, or a bad relation of two, with --overwrite once reset the run's log and model
+  // before the check. Now the run is left exactly as it was.
+  const std::string log_before = ag::test::read_file(tmp.file("run/log.csv"));
+  const std::string unit_before = find_checkpoint(tmp.file("run"));
+  const std::string model_before = ag::test::read_file(model_path(unit_before));
+  for (const std::string bad : {" --warmup-iters 3 --lr-decay-iters 2", " --eval-interval 0", " --grad-clip -1", " --n-head 3"}) {
+    CAPTURE(bad);
+    std::tie(status, output) = ag::test::run_char_lm("train --overwrite" + common + bad);
+    CHECK(status == 1);
+    CHECK(ag::test::read_file(tmp.file("run/log.csv")) == log_before);
+    CHECK(find_checkpoint(tmp.file("run")) == unit_before);
+    CHECK(ag::test::read_file(model_path(unit_before)) == model_before);
+  }
   std::tie(status, output) = ag::test::run_char_lm("train --resume --out " + tmp.file("run") + " --max-iters 3 --threads 1");
   CHECK(status == 0);
   CHECK(output.find("resuming from iteration 2") != std::string::npos);

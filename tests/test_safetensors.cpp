@@ -21,16 +21,8 @@ namespace fs = std::filesystem;
 using ag::DType;
 using ag::Tensor;
 
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(out.good());
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using ag::test::read_file;
+using ag::test::write_file;
 
 // The 8-byte little-endian header length.
 std::string length_prefix(uint64_t n) {
@@ -278,10 +270,168 @@ TEST_CASE("safetensors: corrupt files give an ag::Error naming the file and the 
     write_safetensors_by_hand(path, R"({"__metadata__":["a"]})", "");
     check_load_error(path, "not a JSON object");
   }
-  SUBCASE("deeply nested JSON does not overflow the stack") {
-    const int depth = 100'000;
-    write_safetensors_by_hand(path, R"({"w":)" + std::string(depth, '[') + std::string(depth, ']') + "}", data);
-    check_load_error(path, "not a JSON object");
+}
+
+TEST_CASE("safetensors: deep nesting is refused before parsing, never a stack overflow") {
+  ag::test::TempDir tmp("safetensors_nesting");
+  const std::string path = tmp.file("deep.safetensors");
+  const std::string data = bytes_of(std::vector<float>{1, 2});
+  auto nested = [](int depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  // A 2 MB header nested 10^6 deep: in "shape" its message used to dump() it,
+  // which recursed once per level and overflowed the stack.
+  const int depth = 1'000'000;
+  write_safetensors_by_hand(path, R"({"w":{"dtype":"F32","shape":)" + nested(depth) + R"(,"data_offsets":[0,8]}})", data);
+  check_load_error(path, "deeper than 8 levels");
+  write_safetensors_by_hand(path, R"({"w":)" + nested(depth) + "}", data);
+  check_load_error(path, "deeper than 8 levels");
+  write_safetensors_by_hand(path, R"({"__metadata__":{"k":)" + std::string(depth, '{') + "}", data);
+  check_load_error(path, "deeper than 8 levels");
+
+  // At the limit the JSON is parsed and the entry gets its own message.
+  write_safetensors_by_hand(path, R"({"w":{"dtype":"F32","shape":)" + nested(6) + R"(,"data_offsets":[0,8]}})", data);
+  check_load_error(path, R"("shape" is not an array of integers)");
+  write_safetensors_by_hand(path, R"({"w":{"dtype":"F32","shape":)" + nested(7) + R"(,"data_offsets":[0,8]}})", data);
+  check_load_error(path, "deeper than 8 levels");
+  // Brackets inside strings, escaped quotes included, are text, not nesting.
+  const std::string brackets = std::string(20, '[') + R"(\"{{{{{{{{{{)";
+  write_safetensors_by_hand(path, R"({"__metadata__":{"k":")" + brackets + R"("},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data);
+  CHECK(ag::load_safetensors(path).metadata.at("k") == std::string(20, '[') + "\"{{{{{{{{{{");
+}
+
+TEST_CASE("safetensors: a key given twice in one JSON object is an error") {
+  ag::test::TempDir tmp("safetensors_duplicates");
+  const std::string path = tmp.file("twice.safetensors");
+  const std::string data = bytes_of(std::vector<float>{1, 2, 3, 4});
+  const std::string a = R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
+  const std::string b = R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]})";
+  const std::string a_again = R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]})";
+  write_safetensors_by_hand(path, "{" + a + "," + b + "}", data);
+  CHECK(ag::load_safetensors(path).tensors.size() == 2);
+  // Two tensors named "a": nlohmann would keep the last and drop the first.
+  write_safetensors_by_hand(path, "{" + a + "," + a_again + "}", data);
+  check_load_error(path, R"(key "a" appears twice)");
+  // A field twice in one entry.
+  write_safetensors_by_hand(path, R"({"a":{"dtype":"I32","dtype":"F32","shape":[4],"data_offsets":[0,16]}})", data);
+  check_load_error(path, R"(key "dtype" appears twice)");
+  // Metadata keys, and __metadata__ itself.
+  write_safetensors_by_hand(path, R"({"__metadata__":{"n":"1","n":"2"},)" + a + "," + b + "}", data);
+  check_load_error(path, R"(key "n" appears twice)");
+  write_safetensors_by_hand(path, R"({"__metadata__":{"n":"1"},)" + a + R"(,"__metadata__":{"m":"2"},)" + b + "}", data);
+  check_load_error(path, R"(key "__metadata__" appears twice)");
+  // The same key in different objects is fine.
+  write_safetensors_by_hand(path, R"({"__metadata__":{"a":"x"},)" + a + "," + b + "}", data);
+  CHECK(ag::load_safetensors(path).metadata.at("a") == "x");
+}
+
+TEST_CASE("safetensors: the tensors' bytes must tile the data region exactly") {
+  ag::test::TempDir tmp("safetensors_tiling");
+  const std::string path = tmp.file("tiles.safetensors");
+  const std::string data = bytes_of(std::vector<float>{1, 2, 3, 4});  // 16 bytes
+  auto entry = [](const std::string& name, const std::string& shape, int begin, int end) {
+    return "\"" + name + R"(":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":[)" + std::to_string(begin) +
+           "," + std::to_string(end) + "]}";
+  };
+  auto write_header = [&](const std::string& entries, const std::string& bytes) {
+    write_safetensors_by_hand(path, "{" + entries + "}", bytes);
+  };
+
+  SUBCASE("contiguous tensors, empty ones anywhere, load") {
+    write_header(entry("b", "[2]", 8, 16) + "," + entry("e0", "[0]", 0, 0) + "," + entry("a", "[2]", 0, 8) + "," +
+                     entry("e8", "[0,3]", 8, 8) + "," + entry("e16", "[0]", 16, 16),
+                 data);
+    const ag::SafetensorsFile file = ag::load_safetensors(path);
+    std::vector<std::string> names;
+    for (const ag::NamedTensor& t : file.tensors) names.push_back(t.name);
+    CHECK(names == std::vector<std::string>{"e0", "a", "e8", "b", "e16"});
+    CHECK(file.at("b").to_vector() == std::vector<double>{3, 4});
+  }
+  SUBCASE("two tensors on the same bytes") {
+    write_header(entry("a", "[2]", 0, 8) + "," + entry("b", "[2]", 0, 8), data.substr(0, 8));
+    check_load_error(path, R"(overlap those of tensor "a" [0,8])");
+  }
+  SUBCASE("overlapping offsets") {
+    write_header(entry("a", "[3]", 0, 12) + "," + entry("b", "[1]", 8, 12) + "," + entry("c", "[1]", 12, 16), data);
+    check_load_error(path, "overlap");
+    write_header(entry("a", "[4]", 0, 16) + "," + entry("inside", "[0]", 4, 4), data);
+    check_load_error(path, R"(tensor "inside": data_offsets [4,4] overlap)");
+  }
+  SUBCASE("a hole, at the start or between tensors") {
+    write_header(entry("a", "[1]", 0, 4) + "," + entry("b", "[2]", 8, 16), data);
+    check_load_error(path, "bytes [4,8) belong to no tensor");
+    write_header(entry("a", "[3]", 4, 16), data);
+    check_load_error(path, "bytes [0,4) belong to no tensor");
+  }
+  SUBCASE("trailing bytes after the last tensor") {
+    write_header(entry("a", "[3]", 0, 12), data);
+    check_load_error(path, "trailing bytes: the tensors end at byte 12 of a 16-byte data region");
+    write_header("", data);
+    check_load_error(path, "trailing bytes: the tensors end at byte 0 of a 16-byte data region");
+  }
+  SUBCASE("a header length off by one either way") {
+    // A padded header: one byte less still parses, and would shift every
+    // tensor by a byte without the tiling check.
+    const std::string header = R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}   )";
+    write_file(path, length_prefix(header.size() - 1) + header + data);
+    check_load_error(path, "end at byte 16 of a 17-byte data region");
+    write_file(path, length_prefix(header.size() + 1) + header + data);
+    check_load_error(path, "truncated");
+    // One more, with the first data byte a space: valid JSON, one byte short.
+    const std::string spaced = bytes_of(std::vector<uint32_t>{0x20202020u, 0, 0, 0});
+    write_file(path, length_prefix(header.size() + 1) + header + spaced);
+    check_load_error(path, "truncated");
+  }
+}
+
+TEST_CASE("safetensors: unknown dtypes are errors") {
+  ag::test::TempDir tmp("safetensors_dtypes");
+  const std::string path = tmp.file("dtype.safetensors");
+  for (const std::string dtype : {"F16", "BF16", "BOOL", "U8", "I8", "F8_E4M3", "f32", "F32 ", ""}) {
+    CAPTURE(dtype);
+    write_safetensors_by_hand(path, R"({"w":{"dtype":")" + dtype + R"(","shape":[2],"data_offsets":[0,8]}})",
+                              bytes_of(std::vector<float>{1, 2}));
+    check_load_error(path, "unsupported dtype");
+  }
+}
+
+TEST_CASE("safetensors: callers can demand a dtype and finite values per tensor") {
+  ag::test::TempDir tmp("safetensors_requirements");
+  const std::string path = tmp.file("req.safetensors");
+  using F = std::numeric_limits<float>;
+  // Float32 and finite for the weights, Int64 for the step; "free" unchecked.
+  const ag::RequirementsOf checkpoint = [](const std::string& name) -> ag::TensorRequirements {
+    if (name == "step") return {.dtype = DType::Int64};
+    if (name == "free") return {};
+    return {.dtype = DType::Float32, .finite = true};
+  };
+  const Tensor free = Tensor::from_vector({F::quiet_NaN()}, {1}, DType::Float64);
+  ag::save_safetensors(path, {{"w", Tensor::ones({2})}, {"step", Tensor::from_indices({3}, {1})}, {"free", free}});
+  CHECK(ag::load_safetensors(path, checkpoint).at("step").to_indices() == std::vector<int64_t>{3});
+
+  SUBCASE("a dtype other than the one demanded, before reading") {
+    ag::save_safetensors(path, {{"w", Tensor::ones({2}, DType::Float64)}});
+    check_error([&] { ag::load_safetensors(path, checkpoint); }, path, R"(tensor "w": dtype F64 (loads as float64) where the tensor must be float32)");
+    ag::save_safetensors(path, {{"step", Tensor::ones({1})}});
+    check_error([&] { ag::load_safetensors(path, checkpoint); }, path, "where the tensor must be int64");
+    // Moments stored as I32 would be widened to int64 and reinterpreted.
+    write_safetensors_by_hand(path, R"({"w":{"dtype":"I32","shape":[2],"data_offsets":[0,8]}})",
+                              bytes_of(std::vector<int32_t>{1, 2}));
+    check_error([&] { ag::load_safetensors(path, checkpoint); }, path, "dtype I32 (loads as int64) where the tensor must be float32");
+    // ...while I32 is the int64 it widens to.
+    write_safetensors_by_hand(path, R"({"step":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}})",
+                              bytes_of(std::vector<int32_t>{7}));
+    CHECK(ag::load_safetensors(path, checkpoint).at("step").to_indices() == std::vector<int64_t>{7});
+  }
+  SUBCASE("NaN and infinities where finite values are demanded") {
+    for (DType dtype : {DType::Float32, DType::Float64})
+      for (double bad : {double(F::quiet_NaN()), double(F::infinity()), -double(F::infinity())}) {
+        CAPTURE(dtype);
+        CAPTURE(bad);
+        const Tensor w = Tensor::from_vector({0, 1, bad, 3}, {2, 2}, dtype);
+        ag::save_safetensors(path, {{"w", w}});
+        check_error([&] { ag::load_safetensors(path, [](const std::string&) { return ag::TensorRequirements{.dtype = std::nullopt, .finite = true}; }); },
+                    path, R"(tensor "w": element 2 is )");
+        CHECK(ag::load_safetensors(path).at("w").numel() == 4);  // not demanded: loads as is
+      }
   }
 }
 

@@ -34,17 +34,17 @@ std::unique_ptr<nn::GPT> tiny_gpt(Device device = Device::CPU, int64_t n_layer =
   return model;
 }
 
-std::vector<int64_t> token_stream(int64_t n) {
+char_lm::TokenIds token_stream(size_t n) {
   Generator gen(4);
-  std::vector<int64_t> tokens(n);
-  for (int64_t& t : tokens) t = static_cast<int64_t>(gen.integer(kVocab));
+  char_lm::TokenIds tokens(kVocab, n);
+  for (size_t i = 0; i < n; ++i) tokens.set(i, static_cast<int64_t>(gen.integer(kVocab)));
   return tokens;
 }
 
 // micro_batches of batch_size windows each, drawn in order from one generator:
 // 4 × 3 draws the same 12 windows as 1 × 12.
 std::vector<optim::Batch> draw(int64_t micro_batches, int64_t batch_size) {
-  const std::vector<int64_t> tokens = token_stream(500);
+  const char_lm::TokenIds tokens = token_stream(500);
   Generator gen(5);
   std::vector<optim::Batch> out(micro_batches);
   for (optim::Batch& b : out) char_lm::get_batch(tokens, batch_size, kBlock, gen, b.x, b.y);

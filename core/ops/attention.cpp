@@ -68,8 +68,9 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Attenti
     return spec.layout == AttentionLayout::BTHD ? permute(t, {0, 2, 1, 3}) : t;
   };
   // Each kv head serves `group` query heads: [B, Hkv, Tk, d] → [B, Hkv, group, Tk, d] → [B, Hq, Tk, d].
-  // expand copies; its backward sums the group's gradients into the kv head.
-  const auto repeat_kv = [&](const Tensor& t) {
+  // expand copies; its backward sums the group's gradients into the kv head. (The sizes are captured
+  // by copy: a lambda may not capture structured bindings before C++20, which clang 14 lacks.)
+  const auto repeat_kv = [group, B = B, Hq = Hq, Hkv = Hkv, Tk = Tk, d = d](const Tensor& t) {
     return group == 1 ? t : expand(t.reshape({B, Hkv, 1, Tk, d}), {B, Hkv, group, Tk, d}).reshape({B, Hq, Tk, d});
   };
   // The first Tk rows of a longer cache (a copy; dense and flash read them in place).

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -27,18 +27,20 @@ std::string read_text(const std::string& path) {
   AG_CHECK(!std::filesystem::is_directory(path),
            "data: '" << path << "' is a directory; pass the text file itself (--data " << path
                      << "/tinyshakespeare.txt, say)");
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   AG_CHECK(in, "data: cannot open '" << path << "' (pass --data PATH, set ATTOGRAD_DATA, or run scripts/get_data.sh)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  AG_CHECK(!text.str().empty(), "data: '" << path << "' is empty");
+  // Read straight into a string of the file's size: the text is held once.
+  std::string text(static_cast<size_t>(in.tellg()), '\0');
+  in.seekg(0);
+  AG_CHECK(in.read(text.data(), static_cast<std::streamsize>(text.size())), "data: cannot read '" << path << "'");
+  AG_CHECK(!text.empty(), "data: '" << path << "' is empty");
   try {
-    decode_utf8(text.str());
+    for (size_t offset = 0; offset < text.size();) next_code_point(text, offset);
   } catch (const Error& e) {
     throw Error("data: '" + path + "' is not UTF-8 text: " + e.what() +
                 " (convert it first, e.g. iconv -f latin1 -t utf-8 for Latin-1)");
   }
-  return text.str();
+  return text;
 }
 
 namespace {
@@ -66,39 +68,41 @@ std::string describe_character(char32_t c) {
 }
 }  // namespace
 
+char32_t next_code_point(std::string_view bytes, size_t& offset) {
+  const size_t i = offset;
+  const unsigned char lead = static_cast<unsigned char>(bytes[i]);
+  if (lead < 0x80) {
+    ++offset;
+    return lead;
+  }
+  // The lead byte's high bits give the length; its low bits the top of the code point.
+  if ((lead & 0xC0) == 0x80) invalid_utf8(i, "byte " + hex_byte(lead) + " continues a character that never started");
+  if (lead >= 0xF8) invalid_utf8(i, "byte " + hex_byte(lead) + " never occurs in UTF-8");
+  const size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+  const char32_t shortest = length == 2 ? 0x80 : length == 3 ? 0x800 : 0x10000;  // the least needing `length` bytes
+  if (i + length > bytes.size())
+    invalid_utf8(i, "byte " + hex_byte(lead) + " starts a " + std::to_string(length) +
+                        "-byte character, but the text ends after " + std::to_string(bytes.size() - i));
+  char32_t c = lead & (0x7F >> length);
+  for (size_t k = 1; k < length; ++k) {
+    const unsigned char next = static_cast<unsigned char>(bytes[i + k]);
+    if ((next & 0xC0) != 0x80)
+      invalid_utf8(i + k, "byte " + hex_byte(next) + " should continue the " + std::to_string(length) +
+                              "-byte character that byte " + hex_byte(lead) + " at offset " + std::to_string(i) +
+                              " starts");
+    c = (c << 6) | (next & 0x3F);
+  }
+  if (c < shortest) invalid_utf8(i, "an overlong encoding of " + code_point_name(c));
+  if (c >= 0xD800 && c <= 0xDFFF) invalid_utf8(i, "a UTF-16 surrogate, " + code_point_name(c));
+  if (c > 0x10FFFF) invalid_utf8(i, code_point_name(c) + " is beyond U+10FFFF");
+  offset += length;
+  return c;
+}
+
 std::u32string decode_utf8(std::string_view bytes) {
   std::u32string characters;
   characters.reserve(bytes.size());
-  for (size_t i = 0; i < bytes.size();) {
-    const unsigned char lead = static_cast<unsigned char>(bytes[i]);
-    if (lead < 0x80) {
-      characters += static_cast<char32_t>(lead);
-      ++i;
-      continue;
-    }
-    // The lead byte's high bits give the length; its low bits the top of the code point.
-    if ((lead & 0xC0) == 0x80) invalid_utf8(i, "byte " + hex_byte(lead) + " continues a character that never started");
-    if (lead >= 0xF8) invalid_utf8(i, "byte " + hex_byte(lead) + " never occurs in UTF-8");
-    const size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
-    const char32_t shortest = length == 2 ? 0x80 : length == 3 ? 0x800 : 0x10000;  // the least needing `length` bytes
-    if (i + length > bytes.size())
-      invalid_utf8(i, "byte " + hex_byte(lead) + " starts a " + std::to_string(length) +
-                          "-byte character, but the text ends after " + std::to_string(bytes.size() - i));
-    char32_t c = lead & (0x7F >> length);
-    for (size_t k = 1; k < length; ++k) {
-      const unsigned char next = static_cast<unsigned char>(bytes[i + k]);
-      if ((next & 0xC0) != 0x80)
-        invalid_utf8(i + k, "byte " + hex_byte(next) + " should continue the " + std::to_string(length) +
-                                "-byte character that byte " + hex_byte(lead) + " at offset " + std::to_string(i) +
-                                " starts");
-      c = (c << 6) | (next & 0x3F);
-    }
-    if (c < shortest) invalid_utf8(i, "an overlong encoding of " + code_point_name(c));
-    if (c >= 0xD800 && c <= 0xDFFF) invalid_utf8(i, "a UTF-16 surrogate, " + code_point_name(c));
-    if (c > 0x10FFFF) invalid_utf8(i, code_point_name(c) + " is beyond U+10FFFF");
-    characters += c;
-    i += length;
-  }
+  for (size_t offset = 0; offset < bytes.size();) characters += next_code_point(bytes, offset);
   return characters;
 }
 
@@ -139,9 +143,11 @@ Tokenizer::Tokenizer(std::u32string characters) : characters_(std::move(characte
 }
 
 Tokenizer Tokenizer::from_text(const std::string& text) {
-  std::u32string characters = decode_utf8(text);
-  std::sort(characters.begin(), characters.end());
-  characters.erase(std::unique(characters.begin(), characters.end()), characters.end());
+  std::vector<bool> seen(0x110000);  // one bit per code point: 136 KB, whatever the text's size
+  for (size_t offset = 0; offset < text.size();) seen[next_code_point(text, offset)] = true;
+  std::u32string characters;
+  for (char32_t c = 0; c < seen.size(); ++c)
+    if (seen[c]) characters += c;
   return Tokenizer(std::move(characters));
 }
 
@@ -193,26 +199,62 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
   return encode_utf8(characters);
 }
 
+TokenIds::TokenIds(int64_t vocab_size, size_t count) {
+  if (vocab_size <= 1 << 8) ids_ = std::vector<uint8_t>(count);
+  else if (vocab_size <= 1 << 16) ids_ = std::vector<uint16_t>(count);
+  else ids_ = std::vector<uint32_t>(count);  // code points stop at U+10FFFF
+}
+
+size_t TokenIds::size() const {
+  return std::visit([](const auto& ids) { return ids.size(); }, ids_);
+}
+
+size_t TokenIds::bytes_per_id() const {
+  return std::visit([](const auto& ids) { return sizeof(ids[0]); }, ids_);
+}
+
+int64_t TokenIds::operator[](size_t i) const {
+  return std::visit([i](const auto& ids) { return static_cast<int64_t>(ids[i]); }, ids_);
+}
+
+void TokenIds::set(size_t i, int64_t id) {
+  std::visit([&](auto& ids) { ids[i] = static_cast<std::decay_t<decltype(ids[0])>>(id); }, ids_);
+}
+
+void TokenIds::copy_to(size_t start, size_t count, int64_t* out) const {
+  std::visit([&](const auto& ids) { std::copy_n(ids.begin() + static_cast<std::ptrdiff_t>(start), count, out); }, ids_);
+}
+
 Dataset make_dataset(const std::string& text, int64_t block_size) {
   Dataset data;
   data.tokenizer = Tokenizer::from_text(text);
-  const std::vector<int64_t> ids = data.tokenizer.encode(text);
-  AG_CHECK(static_cast<int64_t>(ids.size()) >= block_size + 1,
-           "data: the text has " << ids.size() << " characters, fewer than block_size + 1 = " << block_size + 1);
-  const size_t n_train = ids.size() * 9 / 10;
-  data.train.assign(ids.begin(), ids.begin() + n_train);
-  data.val.assign(ids.begin() + n_train, ids.end());
+  // The text is valid UTF-8 by now: its characters are its bytes that do not continue one.
+  const size_t n = static_cast<size_t>(
+      std::count_if(text.begin(), text.end(), [](char b) { return (static_cast<unsigned char>(b) & 0xC0) != 0x80; }));
+  const size_t n_train = n * 9 / 10;
+  // Checked here, before --out is touched: the validation split, the smaller, must hold a window too.
+  AG_CHECK(static_cast<int64_t>(n - n_train) >= block_size + 1,
+           "data: the text has " << n << " characters, and its validation split (the last 10%) " << n - n_train
+                                 << ", fewer than block_size + 1 = " << block_size + 1);
+  data.train = TokenIds(data.tokenizer.vocab_size(), n_train);
+  data.val = TokenIds(data.tokenizer.vocab_size(), n - n_train);
+  size_t i = 0;
+  for (size_t offset = 0; offset < text.size(); ++i) {
+    const int64_t id = *data.tokenizer.id(next_code_point(text, offset));
+    if (i < n_train) data.train.set(i, id);
+    else data.val.set(i - n_train, id);
+  }
   return data;
 }
 
-void get_batch(const std::vector<int64_t>& tokens, int64_t B, int64_t T, Generator& gen, Tensor& x, Tensor& y) {
+void get_batch(const TokenIds& tokens, int64_t B, int64_t T, Generator& gen, Tensor& x, Tensor& y) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   AG_CHECK(n >= T + 1, "data: a split of " << n << " tokens is shorter than block_size + 1 = " << T + 1);
   std::vector<int64_t> xs(B * T), ys(B * T);
   for (int64_t b = 0; b < B; ++b) {
     const int64_t start = static_cast<int64_t>(gen.integer(n - T));  // windows [start, start + T]
-    std::copy_n(tokens.begin() + start, T, xs.begin() + b * T);
-    std::copy_n(tokens.begin() + start + 1, T, ys.begin() + b * T);
+    tokens.copy_to(start, T, xs.data() + b * T);
+    tokens.copy_to(start + 1, T, ys.data() + b * T);
   }
   x = Tensor::from_indices(xs, {B, T});
   y = Tensor::from_indices(ys, {B, T});

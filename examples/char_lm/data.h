@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "core/safetensors.h"
@@ -24,6 +25,9 @@ std::string read_text(const std::string& path);
 // UTF-8 (RFC 3629) to code points and back. Decoding rejects what is not
 // UTF-8 (stray continuation bytes, truncated or overlong sequences, UTF-16
 // surrogates, values above U+10FFFF) with an ag::Error naming the byte offset.
+// next_code_point decodes the character at bytes[offset] and moves offset past
+// it: a loop over it reads a text of gigabytes without a copy of its characters.
+char32_t next_code_point(std::string_view bytes, size_t& offset);
 std::u32string decode_utf8(std::string_view bytes);
 std::string encode_utf8(std::u32string_view characters);
 
@@ -63,15 +67,37 @@ class Tokenizer {
   std::unordered_map<char32_t, int64_t> id_of_;
 };
 
+// A sequence of token ids, each held in the narrowest unsigned integer that
+// holds every id of a vocabulary of `vocab_size`: one byte each for up to 256
+// characters (tiny Shakespeare has 65), two for up to 65,536, else four. So the
+// ids of a 2 GB ASCII text take 2 GB, where int64 ids took 16.
+class TokenIds {
+ public:
+  TokenIds() = default;
+  TokenIds(int64_t vocab_size, size_t count);  // `count` ids, all 0
+
+  size_t size() const;
+  size_t bytes_per_id() const;
+  int64_t operator[](size_t i) const;
+  void set(size_t i, int64_t id);  // id in [0, vocab_size)
+  // ids [start, start + count) into out[0, count)
+  void copy_to(size_t start, size_t count, int64_t* out) const;
+
+ private:
+  std::variant<std::vector<uint8_t>, std::vector<uint16_t>, std::vector<uint32_t>> ids_;
+};
+
 struct Dataset {
   Tokenizer tokenizer;
-  std::vector<int64_t> train, val;  // the first 90% of the tokens, and the rest
+  TokenIds train, val;  // the first 90% of the tokens, and the rest
 };
-// ag::Error if the text is shorter than block_size + 1 characters (no window fits).
+// Tokenizes the text in place: its ids are the only copy made (see TokenIds).
+// ag::Error if the validation split (the last 10%) is shorter than block_size + 1
+// characters (no window fits).
 Dataset make_dataset(const std::string& text, int64_t block_size);
 
 // B windows of T + 1 tokens at offsets drawn from `gen`: x = tokens [0, T),
 // y = tokens [1, T + 1), both int64 [B, T].
-void get_batch(const std::vector<int64_t>& tokens, int64_t B, int64_t T, Generator& gen, Tensor& x, Tensor& y);
+void get_batch(const TokenIds& tokens, int64_t B, int64_t T, Generator& gen, Tensor& x, Tensor& y);
 
 }  // namespace ag::char_lm

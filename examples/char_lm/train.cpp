@@ -108,7 +108,7 @@ double median(std::vector<double> values) {
 EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, int64_t iter, dist::Communicator& comm) {
   NoGradGuard no_grad;
   model.eval();
-  auto mean_loss = [&](const std::vector<int64_t>& tokens, uint64_t stream) {
+  auto mean_loss = [&](const TokenIds& tokens, uint64_t stream) {
     Generator gen(c.optim.seed + stream);
     Tensor total;
     Tensor x, y;

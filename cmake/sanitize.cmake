@@ -1,0 +1,26 @@
+# Sanitizer and fuzzing builds (scripts/sanitize.sh and scripts/fuzz.sh drive them).
+#
+#   -DATTOGRAD_SANITIZE=address,undefined   every target built with these sanitizers;
+#                                           a finding stops the program (no recovery)
+#   -DATTOGRAD_FUZZ=ON                      also the libFuzzer targets in fuzz/ (clang only)
+#
+# Both turn CUDA off: the sanitizers do not see into CUDA kernels, and ASan's
+# shadow memory and the CUDA runtime's address-space reservations collide.
+set(ATTOGRAD_SANITIZE "" CACHE STRING "Sanitizers for every target, e.g. address,undefined (turns CUDA off)")
+option(ATTOGRAD_FUZZ "Build the libFuzzer targets in fuzz/ (clang; turns CUDA off)" OFF)
+
+if(ATTOGRAD_FUZZ AND NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  message(FATAL_ERROR "ATTOGRAD_FUZZ needs clang's libFuzzer: configure with CXX=clang++ (apt-get install clang libclang-rt-14-dev)")
+endif()
+
+if(ATTOGRAD_SANITIZE)
+  # -fno-sanitize-recover: UBSan otherwise reports and carries on, and a test
+  # that passes despite undefined behaviour would hide it. Frame pointers and
+  # line tables make the reports' stacks readable.
+  add_compile_options(-fsanitize=${ATTOGRAD_SANITIZE} -fno-sanitize-recover=all -fno-omit-frame-pointer -g)
+  # clang warns for each `omp simd` loop it cannot vectorise (a speed matter,
+  # already seen in the plain clang build); here it would only bury findings.
+  add_compile_options($<$<CXX_COMPILER_ID:Clang>:-Wno-pass-failed>)
+  add_link_options(-fsanitize=${ATTOGRAD_SANITIZE})
+  message(STATUS "attograd: sanitizers ${ATTOGRAD_SANITIZE}")
+endif()
