@@ -74,7 +74,7 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Attenti
     return group == 1 ? t : expand(t.reshape({B, Hkv, 1, Tk, d}), {B, Hkv, group, Tk, d}).reshape({B, Hq, Tk, d});
   };
   // The first Tk rows of a longer cache (a copy; dense and flash read them in place).
-  const auto used_rows = [&](const Tensor& t) {
+  const auto used_rows = [&spec, Tk = Tk](const Tensor& t) {
     const int64_t t_dim = spec.layout == AttentionLayout::BTHD ? 1 : 2;
     return t.size(t_dim) == Tk ? t : slice(t, t_dim, 0, Tk);
   };
