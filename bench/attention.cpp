@@ -1,16 +1,19 @@
 // bench_attention: the attention op (core/ops.h) on the CPU in float32, every
 // implementation, forward and forward+backward: wall time, GFLOP/s and peak
 // extra memory, for B·H = 8 (B = 1, H = 8), d in {32, 64}, T in {64, 256, 1024,
-// 4096, 16384}, causal and not. The machine's sgemm rate, measured at start
+// 4096, 16384}, each mask of --masks: none, causal, or a sparse pattern written
+// w<W>[d<δ>][g<G>][r<R>] (window W, dilation δ, G global keys, R random blocks;
+// e.g. w64, w64g16r2). The machine's sgemm rate, measured at start
 // with the same threads, is printed beside them. Output: a Markdown table
 // (bench/attention_torch.py prints PyTorch's rows in the same format).
 //
 //   OPENBLAS_CORETYPE=SKYLAKEX ./build/bench_attention --threads 2
 //
 // GFLOP/s counts the products' multiply-adds as docs/backprop.md does: forward
-// 4·Tq·Tk·d per head (causal: the visible pairs only), backward 2.5× that.
-// linear-elu1 and linear-favor time linear_attention (FAVOR+ with m = 64
-// features) beside them: O(T·r·d), so its GFLOP/s by that count is not shown.
+// 4·Tq·Tk·d per head (masked: the visible pairs only), backward 2.5× that; the
+// density column is the visible pairs over T². linear-elu1 and linear-favor time
+// linear_attention (FAVOR+ with m = 64 features, masks none or causal) beside
+// them: O(T·r·d), so its GFLOP/s by that count is not shown.
 // Each case runs in a process of its own (this program with --case); a case
 // whose estimated memory exceeds --memory-limit-gb is listed as skipped.
 #include <CLI/CLI.hpp>
@@ -34,14 +37,39 @@ constexpr int64_t kBatch = 1, kHeads = 8;
 struct Case {
   std::string impl;
   int64_t T, d;
-  bool causal;
+  std::string mask;  // none, causal, or w<W>[d<δ>][g<G>][r<R>]
 };
 
-// Multiply-adds ×2 of one forward: 4·d per visible (query, key) pair and head.
-double forward_flops(const Case& c) {
-  const double pairs = c.causal ? c.T * (c.T + 1) / 2.0 : static_cast<double>(c.T) * c.T;
-  return 4.0 * kBatch * kHeads * c.d * pairs;
+// The attention spec of a --masks entry.
+AttentionSpec spec_of(const Case& c) {
+  AttentionSpec spec{.causal = c.mask != "none"};  // the implementation is set where it runs
+  if (c.mask == "none" || c.mask == "causal") return spec;
+  std::istringstream in(c.mask);
+  const std::string expected = "--masks " + c.mask + ": expected none, causal or w<W>[d<dilation>][g<G>][r<R>]";
+  for (char part; in >> part;) {
+    int64_t value;
+    AG_CHECK(in >> value, expected);
+    if (part == 'w') spec.pattern.window = value;
+    else if (part == 'd') spec.pattern.dilation = value;
+    else if (part == 'g') spec.pattern.global = value;
+    else if (part == 'r') spec.pattern.random_blocks = value;
+    else throw Error(expected);
+  }
+  return spec;
 }
+
+// The (query, key) pairs the mask shows, summed over the heads (random blocks differ by head).
+double visible_pairs(const Case& c) {
+  const AttentionSpec spec = spec_of(c);
+  const AttentionMask mask{.causal = spec.causal, .q_offset = 0, .pattern = spec.pattern};
+  double pairs = 0;
+  for (int64_t h = 0; h < kHeads; ++h)
+    for (int64_t i = 0; i < c.T; ++i) pairs += static_cast<double>(mask.row(h, i).count(0, c.T));
+  return pairs;
+}
+
+// Multiply-adds ×2 of one forward: 4·d per visible (query, key) pair and head.
+double forward_flops(const Case& c) { return 4.0 * kBatch * c.d * visible_pairs(c); }
 
 double estimated_gb(const Case& c) {
   return bench::attention_matrices(c.impl) * kBatch * kHeads * static_cast<double>(c.T) * c.T * 4 / 1e9;
@@ -61,12 +89,14 @@ void run_case(const Case& c, bench::Clock clock, double budget_s) {
   std::function<Tensor()> forward;
   if (is_linear(c)) {
     const FeatureMap map = enum_from_name<FeatureMap>(c.impl.substr(7), "--impls");
-    const LinearAttentionSpec spec{.causal = c.causal, .feature_map = map,
+    if (c.mask != "none" && c.mask != "causal") throw Error("--masks " + c.mask + ": linear attention takes none or causal");
+    const LinearAttentionSpec spec{.causal = c.mask == "causal", .feature_map = map,
                                    .omega = map == FeatureMap::Favor ? favor_projection(64, c.d, 0).to(DType::Float32)
                                                                      : Tensor()};
     forward = [&q, &k, &v, spec] { return linear_attention(q, k, v, spec); };
   } else {
-    const AttentionSpec spec{.causal = c.causal, .impl = enum_from_name<AttentionImpl>(c.impl, "--impls")};
+    AttentionSpec spec = spec_of(c);
+    spec.impl = enum_from_name<AttentionImpl>(c.impl, "--impls");
     forward = [&q, &k, &v, spec] { return attention(q, k, v, spec); };
   }
   const auto forward_backward = [&] {
@@ -113,6 +143,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Time and memory of the attention op, every implementation (see the top of bench/attention.cpp)"};
   int threads = 2;
   std::string impls = "composed,dense,flash", lengths = "64,256,1024,4096,16384", widths = "32,64";
+  std::string masks = "none,causal";
   double memory_limit_gb = 4, budget_s = 2;
   std::string clock = "wall";
   std::vector<std::string> one_case;
@@ -120,30 +151,32 @@ int main(int argc, char** argv) {
   app.add_option("--impls", impls, "implementations, comma-separated");
   app.add_option("--T", lengths, "sequence lengths, comma-separated");
   app.add_option("--d", widths, "head widths, comma-separated");
+  app.add_option("--masks", masks, "masks, comma-separated: none, causal, w<W>[d<dilation>][g<G>][r<R>]");
   app.add_option("--memory-limit-gb", memory_limit_gb, "skip cases estimated to need more");
   app.add_option("--budget-s", budget_s, "seconds of repeats per timing (at least one run, at most 10)");
   app.add_option("--clock", clock, "wall, or cpu: the process's CPU time (for one thread on a busy machine)")
       ->check(CLI::IsMember({"wall", "cpu"}));
-  app.add_option("--case", one_case, "internal: run one case (impl T d causal) and print its numbers")->expected(4);
+  app.add_option("--case", one_case, "internal: run one case (impl T d mask) and print its numbers")->expected(4);
   CLI11_PARSE(app, argc, argv);
   const bench::Clock timing = clock == "cpu" ? bench::Clock::Cpu : bench::Clock::Wall;
   set_num_threads(threads);
   bench::return_freed_memory_to_the_system();
 
   if (!one_case.empty()) {
-    run_case({one_case[0], std::stoll(one_case[1]), std::stoll(one_case[2]), one_case[3] == "1"}, timing, budget_s);
+    run_case({one_case[0], std::stoll(one_case[1]), std::stoll(one_case[2]), one_case[3]}, timing, budget_s);
     return 0;
   }
   std::printf("sgemm 2048³ on %d threads: %.0f GFLOP/s (%s time)\n\n", threads, sgemm_gflops(2048, timing),
               clock.c_str());
-  std::printf("| d | T | mask | impl | fwd ms | fwd GFLOP/s | fwd+bwd ms | fwd+bwd GFLOP/s | peak extra MB fwd / fwd+bwd |\n");
-  std::printf("|---|---|---|---|---:|---:|---:|---:|---:|\n");
+  std::printf("| d | T | mask | density | impl | fwd ms | fwd GFLOP/s | fwd+bwd ms | fwd+bwd GFLOP/s | peak extra MB fwd / fwd+bwd |\n");
+  std::printf("|---|---|---|---:|---|---:|---:|---:|---:|---:|\n");
   for (const std::string& d : split_list(widths))
     for (const std::string& T : split_list(lengths))
-      for (bool causal : {false, true})
+      for (const std::string& mask : split_list(masks))
         for (const std::string& impl : split_list(impls)) {
-          const Case c{impl, std::stoll(T), std::stoll(d), causal};
-          std::printf("| %s | %s | %s | %s | ", d.c_str(), T.c_str(), causal ? "causal" : "none", impl.c_str());
+          const Case c{impl, std::stoll(T), std::stoll(d), mask};
+          const double flops = forward_flops(c), density = flops / (4.0 * kBatch * kHeads * c.d * c.T * c.T);
+          std::printf("| %s | %s | %s | %.4f | %s | ", d.c_str(), T.c_str(), mask.c_str(), density, impl.c_str());
           if (estimated_gb(c) > memory_limit_gb) {
             std::printf("skipped: needs about %.0f GB | | | | |\n", estimated_gb(c));
             std::fflush(stdout);
@@ -152,14 +185,13 @@ int main(int argc, char** argv) {
           std::ostringstream command;
           command << "/proc/" << getpid() << "/exe --threads " << threads << " --budget-s " << budget_s << " --clock "
                   << clock << " --case "
-                  << impl << ' ' << T << ' ' << d << ' ' << causal;
+                  << impl << ' ' << T << ' ' << d << ' ' << mask;
           double forward_ms, total_ms, forward_mb, total_mb;
           if (std::sscanf(bench::run_and_capture(command.str()).c_str(), "%lf %lf %lf %lf", &forward_ms, &total_ms,
                           &forward_mb, &total_mb) != 4) {
             std::printf("failed | | | | |\n");
             continue;
           }
-          const double flops = forward_flops(c);
           if (is_linear(c)) {
             std::printf("%.2f | — | %.2f | — | %.1f / %.1f |\n", forward_ms, total_ms, forward_mb, total_mb);
             std::fflush(stdout);

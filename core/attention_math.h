@@ -1,8 +1,9 @@
 // The geometry and scalar formulas of attention, written once for the CPU loops
 // (core/cpu/attention.cpp) and the CUDA kernels (cuda/attention.cu): which key a
-// query sees, how a (query tile, key tile) pair is classified for the flash
-// loops, where each head's rows sit in memory, and the online softmax's two
-// guarded formulas. The derivations are in docs/backprop.md, "FlashAttention".
+// query sees (causal, and the sparse patterns), how a (query tile, key tile)
+// pair is classified for the flash loops, where each head's rows sit in memory,
+// and the online softmax's two guarded formulas. The derivations are in
+// docs/backprop.md, "FlashAttention" and "Sparse attention".
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -12,27 +13,163 @@
 
 namespace ag {
 
+// --- sparse patterns (docs/backprop.md, "Sparse attention") ----------------------------
+// A causal model may restrict each query to some of its earlier keys. With p
+// the query's key position, key j ≤ p is visible if any of these holds:
+//   window W, dilation δ:  p − j < W·δ and (p − j) mod δ = 0   (W = 0: every j ≤ p)
+//   global G:              j < G
+//   random R:              j's block of kSparseBlock keys is one of the R blocks
+//                          drawn for p's block among the blocks below it (BigBird)
+// A query always sees itself (p − j = 0 is in every window). Blocks are counted
+// in key positions, so a query decoded one at a time over a cache sees what it
+// saw in training.
+
+inline constexpr int64_t kSparseBlock = 16;       // keys per random block, and queries per query block
+inline constexpr int64_t kMaxRandomBlocks = 16;  // R's upper bound: the draws live in a fixed array
+
+struct SparsePattern {
+  int64_t window = 0;         // W; 0 = no limit (full causal: global and random add nothing)
+  int64_t dilation = 1;       // δ ≥ 1
+  int64_t global = 0;         // G
+  int64_t random_blocks = 0;  // R ≤ kMaxRandomBlocks
+  uint64_t seed = 0;          // the model's attn_seed
+  int64_t layer = 0;          // the draws depend on (seed, layer, head)
+
+  AG_HOST_DEVICE bool limited() const { return window > 0; }
+  AG_HOST_DEVICE bool per_head() const { return limited() && random_blocks > 0; }  // the draws differ by head
+};
+
+// The key blocks that query block `query_block` of head h sees at random: R
+// distinct blocks of [0, query_block), all of them when there are no more than
+// R, by Floyd's algorithm (a uniform R-subset from R draws). Number t of the
+// draw comes from the counter-based generator (core/random.h), keyed by
+// (seed, layer, head, query block): the same blocks on every device, in the
+// forward and the backward, and after a reload.
+struct RandomBlocks {
+  int64_t count = 0;
+  int64_t block[kMaxRandomBlocks] = {};
+
+  AG_HOST_DEVICE RandomBlocks(const SparsePattern& pattern, int64_t head, int64_t query_block) {
+    const int64_t n = query_block, R = pattern.random_blocks;
+    if (!pattern.per_head()) return;  // no random blocks (without a window they would add nothing)
+    if (n <= R) {
+      for (int64_t b = 0; b < n; ++b) block[count++] = b;
+      return;
+    }
+    const uint64_t stream = random_bits(
+        random_bits(random_bits(pattern.seed, static_cast<uint64_t>(pattern.layer)), static_cast<uint64_t>(head)),
+        static_cast<uint64_t>(query_block));
+    for (int64_t t = n - R; t < n; ++t) {
+      const int64_t x = static_cast<int64_t>(random_bits(stream, static_cast<uint64_t>(t)) % static_cast<uint64_t>(t + 1));
+      block[count++] = contains(x) ? t : x;
+    }
+  }
+  AG_HOST_DEVICE bool contains(int64_t b) const {
+    for (int64_t k = 0; k < count; ++k)
+      if (block[k] == b) return true;
+    return false;
+  }
+};
+
 // How many of a (query tile, key tile) pair's entries are visible: the flash
 // loops skip None, mask element by element only in Partial, and run All plain.
 enum class TileVisibility { None, Partial, All };
 
 // Which keys each query sees. Query i (0 ≤ i < Tq) sits at key position
-// i + q_offset; with `causal` it sees the keys j ≤ i + q_offset, without it
-// every key. Issue 12's sparse patterns (window, dilation, global tokens,
-// random blocks) extend `visible` and `tile` here, so every implementation and
-// both devices read one definition.
+// p = i + q_offset; with `causal` it sees the keys j ≤ p allowed by `pattern`,
+// without it every key (a pattern needs `causal`). Every implementation and
+// both devices read this one definition; h is the query head.
 struct AttentionMask {
   bool causal = false;
   int64_t q_offset = 0;
+  SparsePattern pattern;
 
-  AG_HOST_DEVICE bool visible(int64_t i, int64_t j) const { return !causal || j <= i + q_offset; }
+  // One query's row of the mask, with its random blocks drawn once.
+  struct Row {
+    const SparsePattern& pattern;
+    int64_t p;  // the query's key position
+    RandomBlocks random;
 
-  // Queries [i0, i1) against keys [j0, j1), both non-empty.
-  AG_HOST_DEVICE TileVisibility tile(int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+    AG_HOST_DEVICE bool visible(int64_t j) const {
+      if (j > p) return false;
+      if (!pattern.limited() || in_window(j) || j < pattern.global) return true;
+      return j / kSparseBlock < p / kSparseBlock && random.contains(j / kSparseBlock);
+    }
+    AG_HOST_DEVICE bool in_window(int64_t j) const {
+      const int64_t distance = p - j;
+      return distance >= 0 && distance < pattern.window * pattern.dilation && distance % pattern.dilation == 0;
+    }
+    // #{j ∈ [a, b) : in_window(j)}: the distances p − j form [p − b + 1, p − a], cut to
+    // [0, W·δ); count the multiples of δ there.
+    AG_HOST_DEVICE int64_t window_count(int64_t a, int64_t b) const {
+      const int64_t lo = p - b + 1 < 0 ? 0 : p - b + 1;
+      const int64_t span = pattern.window * pattern.dilation;
+      const int64_t hi = p - a < span - 1 ? p - a : span - 1;
+      if (hi < lo) return 0;
+      const int64_t d = pattern.dilation;
+      return hi / d - (lo + d - 1) / d + 1;
+    }
+    // #{j ∈ [j0, j1) : visible(j)}: the window's multiples of δ, plus the global
+    // prefix and the random blocks (disjoint intervals once the blocks are cut
+    // at G), less the window's keys inside those intervals.
+    AG_HOST_DEVICE int64_t count(int64_t j0, int64_t j1) const {
+      const int64_t end = j1 < p + 1 ? j1 : p + 1;
+      if (end <= j0) return 0;
+      if (!pattern.limited()) return end - j0;
+      int64_t visible_count = window_count(j0, end);
+      const auto add_interval = [&](int64_t a, int64_t b) {
+        a = a > j0 ? a : j0;
+        b = b < end ? b : end;
+        if (a < b) visible_count += (b - a) - window_count(a, b);
+      };
+      add_interval(0, pattern.global);
+      for (int64_t k = 0; k < random.count; ++k) {
+        const int64_t start = random.block[k] * kSparseBlock;
+        add_interval(start > pattern.global ? start : pattern.global, start + kSparseBlock);
+      }
+      return visible_count;
+    }
+  };
+
+  AG_HOST_DEVICE Row row(int64_t h, int64_t i) const {
+    const int64_t p = causal ? i + q_offset : kAllKeys;
+    return {pattern, p, RandomBlocks(pattern, h, p / kSparseBlock)};  // p < 0 sees no key: no blocks below it
+  }
+  AG_HOST_DEVICE bool visible(int64_t h, int64_t i, int64_t j) const { return row(h, i).visible(j); }
+
+  // Queries [i0, i1) of head h against keys [j0, j1), both non-empty; exact:
+  // None iff no entry is visible, All iff every entry is.
+  AG_HOST_DEVICE TileVisibility tile(int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
     if (!causal) return TileVisibility::All;
     if (j0 > i1 - 1 + q_offset) return TileVisibility::None;  // even the last query sees none of them
-    if (j1 - 1 <= i0 + q_offset) return TileVisibility::All;  // even the first query sees all of them
-    return TileVisibility::Partial;
+    if (!pattern.limited()) {
+      if (j1 - 1 <= i0 + q_offset) return TileVisibility::All;  // even the first query sees all of them
+      return TileVisibility::Partial;
+    }
+    if (!may_see(h, i0, i1, j0, j1)) return TileVisibility::None;
+    int64_t shown = 0;
+    for (int64_t i = i0; i < i1; ++i) shown += row(h, i).count(j0, j1);
+    if (shown == 0) return TileVisibility::None;
+    return shown == (i1 - i0) * (j1 - j0) ? TileVisibility::All : TileVisibility::Partial;
+  }
+
+ private:
+  static constexpr int64_t kAllKeys = int64_t{1} << 62;  // without `causal` a query sits after every key
+
+  // A cheap test before counting row by row: false only if no query of the
+  // tile can see a key of it through the window, the global keys or a random
+  // block drawn for one of the tile's query blocks.
+  AG_HOST_DEVICE bool may_see(int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+    const int64_t nearest = i0 + q_offset - (j1 - 1);  // the smallest distance p − j in the tile
+    if (nearest < pattern.window * pattern.dilation || j0 < pattern.global) return true;
+    if (pattern.random_blocks == 0) return false;
+    const int64_t first = (i0 + q_offset) / kSparseBlock, last = (i1 - 1 + q_offset) / kSparseBlock;
+    for (int64_t query_block = first; query_block <= last; ++query_block) {
+      const RandomBlocks random(pattern, h, query_block);
+      for (int64_t k = 0; k < random.count; ++k)
+        if (random.block[k] * kSparseBlock < j1 && (random.block[k] + 1) * kSparseBlock > j0) return true;
+    }
+    return false;
   }
 };
 

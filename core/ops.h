@@ -142,13 +142,14 @@ struct AttentionSpec {
                                                    // aligned: one new query over a cache of Tk keys sees all of them)
   AttentionLayout layout = AttentionLayout::BHTD;
   AttentionImpl impl = AttentionImpl::Flash;
+  // Window, dilation, global tokens and random blocks (core/attention_math.h); needs
+  // `causal`. Every implementation reads it through AttentionMask.
+  SparsePattern pattern = {};
   // The keys and values are the first kv_length rows of k and v along T: a KV
   // cache allocated for more positions than it holds yet, read in place (Tk =
   // kv_length; the rows after it are neither read nor given a gradient).
   // Default: all of them.
   std::optional<int64_t> kv_length = std::nullopt;
-  // Issue 12's sparse patterns (window, dilation, global tokens, random blocks)
-  // join here; every implementation reads them through AttentionMask.
 };
 
 // Results of attention() besides Z, detached, for inspection and tests.
@@ -160,9 +161,13 @@ struct AttentionInternals {
 // Z, in q's layout. `internals`, if given, receives A and/or L as noted above.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec = {},
                  AttentionInternals* internals = nullptr);
-// M [Tq, Tk]: 0 where mask.visible(i, j), −∞ elsewhere (what composed adds to S).
+// M [Tq, Tk]: 0 where mask.visible(h, i, j), −∞ elsewhere (what composed adds to S),
+// for head h = 0; with heads > 1, M [heads, Tq, Tk], one matrix per query head.
 Tensor attention_mask(const AttentionMask& mask, int64_t Tq, int64_t Tk, DType dtype = DType::Float32,
-                      Device device = Device::CPU);
+                      Device device = Device::CPU, int64_t heads = 1);
+// Throws unless the pattern's numbers are in range and fit together (a window
+// for global and random keys to add to); `where` names the caller.
+void check_sparse_pattern(const SparsePattern& pattern, const std::string& where);
 // The causal M [T, T]: 0 on and below the diagonal, −∞ above (position i sees j <= i).
 Tensor causal_mask(int64_t T, DType dtype = DType::Float32, Device device = Device::CPU);
 

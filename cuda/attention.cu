@@ -34,24 +34,24 @@ constexpr size_t kSharedBudget = 48 * 1024;
 
 // --- the dense implementation's softmax -------------------------------------------------
 
-// One block per row r of S [rows, Tk] (query i = r mod Tq): A = softmax over the
-// visible keys, 0 elsewhere; L = the row's log-sum-exp. A may be S.
+// One block per row r of S [B, Hq, Tq, Tk] (head r / Tq mod Hq, query r mod Tq):
+// A = softmax over the visible keys, 0 elsewhere; L = the row's log-sum-exp. A may be S.
 template <class T>
-__global__ void attention_softmax_kernel(const T* s, T* a, double* lse, int64_t rows, int64_t Tq, int64_t Tk,
-                                         AttentionMask mask) {
+__global__ void attention_softmax_kernel(const T* s, T* a, double* lse, int64_t rows, int64_t Hq, int64_t Tq,
+                                         int64_t Tk, AttentionMask mask) {
   __shared__ T scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t i = r % Tq;
+    const AttentionMask::Row row = mask.row(r / Tq % Hq, r % Tq);
     const T* x = s + r * Tk;
     T* y = a + r * Tk;
     T max = -kInf<T>;
     for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x)
-      if (mask.visible(i, j)) max = MaxOp{}(max, x[j]);
+      if (row.visible(j)) max = MaxOp{}(max, x[j]);
     max = block_reduce(max, MaxOp{}, scratch);
     const T reference = math::softmax_reference(max);
     T sum = 0;
     for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) {
-      y[j] = mask.visible(i, j) ? std::exp(x[j] - reference) : T(0);
+      y[j] = row.visible(j) ? std::exp(x[j] - reference) : T(0);
       sum += y[j];
     }
     sum = block_reduce(sum, SumOp{}, scratch);
@@ -93,14 +93,15 @@ template <class T> __device__ void split(double L, T& hi, T& lo) {
 
 // The backward's tile of one (query tile, key tile) pair: for query row r and
 // key column c,  P = exp(scale·q·k − L),  dP = dZ·v,  both 0 where the key is
-// hidden or outside the problem. q, dz: `tile` rows of d; k, v likewise.
+// hidden or outside the problem. q, dz: `tile` rows of d of query head h; k, v likewise.
 template <class T>
 __device__ void probability_tile(const T* q, const T* dz, const T* k, const T* v, const T* lse_hi, const T* lse_lo,
-                                 int64_t i0, int64_t rows, int64_t j0, int64_t cols, int tile, int64_t d, T scale,
-                                 const AttentionMask& mask, TileVisibility visibility, T* p, T* dp) {
+                                 int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols, int tile, int64_t d,
+                                 T scale, const AttentionMask& mask, TileVisibility visibility, T* p, T* dp) {
   for (int idx = threadIdx.x; idx < tile * tile; idx += blockDim.x) {
     const int r = idx / tile, c = idx % tile;
-    const bool shown = r < rows && c < cols && (visibility == TileVisibility::All || mask.visible(i0 + r, j0 + c));
+    const bool shown =
+        r < rows && c < cols && (visibility == TileVisibility::All || mask.visible(h, i0 + r, j0 + c));
     p[idx] = shown ? std::exp(scale * dot(q + r * d, k + c * d, d) - lse_hi[r] - lse_lo[r]) : T(0);  // L = +inf: 0
     dp[idx] = shown ? dot(dz + r * d, v + c * d, d) : T(0);
   }
@@ -153,7 +154,8 @@ __device__ inline QueryTile query_tile(const AttentionShape& shape, int64_t task
 }
 
 // For each key tile [j0, j0 + cols) that query tile q sees at least in part, in
-// order: its K and V rows loaded into sK and sV (previous tile consumed first),
+// order (classified on the fly by AttentionMask::tile, the function the CPU's
+// cached block map is built from): its K and V rows loaded into sK and sV (previous tile consumed first),
 // then body(j0, cols, visibility) by the whole block.
 template <class T, class Body>
 __device__ void for_each_visible_key_tile(const AttentionShape& shape, const QueryTile& q, int tile, const T* K,
@@ -161,7 +163,7 @@ __device__ void for_each_visible_key_tile(const AttentionShape& shape, const Que
   const auto kv_at = [&](int64_t t) { return shape.kv.at(q.b, q.kvh, t); };
   for (int64_t j0 = 0; j0 < shape.Tk; j0 += tile) {
     const int64_t cols = min(static_cast<int64_t>(tile), shape.Tk - j0);
-    const TileVisibility visibility = shape.mask.tile(q.i0, q.i0 + q.rows, j0, j0 + cols);
+    const TileVisibility visibility = shape.mask.tile(q.h, q.i0, q.i0 + q.rows, j0, j0 + cols);
     if (visibility == TileVisibility::None) continue;
     __syncthreads();
     load_tile(K, kv_at, j0, cols, tile, shape.d, sK);
@@ -203,7 +205,7 @@ __global__ void flash_forward_kernel(const T* Q, const T* K, const T* V, Attenti
       for (int idx = threadIdx.x; idx < tile * tile; idx += blockDim.x) {
         const int r = idx / tile, c = idx % tile;
         const bool shown = r < q.rows && c < cols &&
-                           (visibility == TileVisibility::All || shape.mask.visible(q.i0 + r, j0 + c));
+                           (visibility == TileVisibility::All || shape.mask.visible(q.h, q.i0 + r, j0 + c));
         sS[idx] = shown ? scale * dot(sQ + r * d, sK + c * d, d) : -kInf<T>;
       }
       __syncthreads();
@@ -279,7 +281,7 @@ __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, 
     for (int r = threadIdx.x; r < tile; r += blockDim.x) sD[r] = 0;
     for (int pass = 1; pass <= 2; ++pass)
       for_each_visible_key_tile(shape, q, tile, K, V, sK, sV, [&](int64_t j0, int64_t cols, TileVisibility visibility) {
-        probability_tile(sQ, sdZ, sK, sV, lse_hi, lse_lo, q.i0, q.rows, j0, cols, tile, d, scale, shape.mask,
+        probability_tile(sQ, sdZ, sK, sV, lse_hi, lse_lo, q.h, q.i0, q.rows, j0, cols, tile, d, scale, shape.mask,
                          visibility, P, dP);
         __syncthreads();
         if (pass == 1) {  // D += rowsum(P ∘ dP), one warp per row, in a fixed order
@@ -335,7 +337,7 @@ __global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, co
     for (int64_t h = kvh * g; h < (kvh + 1) * g; ++h)
       for (int64_t i0 = 0; i0 < shape.Tq; i0 += tile) {
         const int64_t rows = min(static_cast<int64_t>(tile), shape.Tq - i0);
-        const TileVisibility visibility = shape.mask.tile(i0, i0 + rows, j0, j0 + cols);
+        const TileVisibility visibility = shape.mask.tile(h, i0, i0 + rows, j0, j0 + cols);
         if (visibility == TileVisibility::None) continue;
         __syncthreads();  // the previous query tile is consumed
         const auto q_at = [&](int64_t t) { return shape.q.at(b, h, t); };
@@ -344,8 +346,8 @@ __global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, co
         load_lse(L, shape.lse_at(b, h, i0), rows, lse_hi, lse_lo);
         for (int r = threadIdx.x; r < rows; r += blockDim.x) sD[r] = D[shape.lse_at(b, h, i0 + r)];
         __syncthreads();
-        probability_tile(sQ, sdZ, sK, sV, lse_hi, lse_lo, i0, rows, j0, cols, tile, d, scale, shape.mask, visibility,
-                         P, dP);
+        probability_tile(sQ, sdZ, sK, sV, lse_hi, lse_lo, h, i0, rows, j0, cols, tile, d, scale, shape.mask,
+                         visibility, P, dP);
         __syncthreads();
         score_gradient_tile(P, sD, tile, dP);
         __syncthreads();
@@ -384,8 +386,9 @@ void launch_tiles(void (*kernel)(Params...), int64_t tasks, int64_t floats, Args
 void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Tensor& L) {
   visit_floating(S.dtype(), "attention_softmax", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t Tq = S.size(-2), Tk = S.size(-1), rows = L.numel();
-    launch_rows(attention_softmax_kernel<T>, rows, Tk, ptr<const T>(S), ptr<T>(A), ptr<double>(L), rows, Tq, Tk, mask);
+    const int64_t Hq = S.size(1), Tq = S.size(2), Tk = S.size(3), rows = L.numel();
+    launch_rows(attention_softmax_kernel<T>, rows, Tk, ptr<const T>(S), ptr<T>(A), ptr<double>(L), rows, Hq, Tq, Tk,
+                mask);
   });
 }
 

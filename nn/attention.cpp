@@ -62,6 +62,7 @@ Tensor MultiHeadSelfAttention::attend(const Tensor& q, const Tensor& k, const Te
   spec.causal = causal_;
   spec.layout = AttentionLayout::BTHD;
   spec.impl = impl_;
+  spec.pattern = pattern_;  // key positions: a decoded query with q_offset sees what it saw in training
   if (keep_attention_ && impl_ == AttentionImpl::Flash) spec.impl = AttentionImpl::Dense;  // flash has no A
   AttentionInternals internals;
   const Tensor Z = ag::attention(q, k, v, spec, keep_attention_ ? &internals : nullptr);  // [B, Tq, H, d_h]

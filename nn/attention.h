@@ -1,7 +1,8 @@
 // Multi-head causal self-attention, in the users' notation:
 //   Q = X W_Q,  K = X W_K,  V = X W_V          X [B, T, C], W_Q, W_O [C, C], W_K, W_V [C, H_kv·d_h]
 //   heads: [B, T, C] viewed as [B, T, H, d_h], d_h = C / H (head h owns columns h·d_h … (h+1)·d_h − 1)
-//   S = Q Kᵀ / √d_h,  A = softmax(S + M),  Z = A V   (per head; M the causal mask)
+//   S = Q Kᵀ / √d_h,  A = softmax(S + M),  Z = A V   (per head; M the causal mask,
+//                                                    or a sparse pattern: set_pattern)
 //   O = Concat(head_1..head_H) W_O                 Z [B, T, H, d_h] viewed as [B, T, C]
 // The residual (Y = X + O) is added by the Block, not here.
 //
@@ -61,6 +62,10 @@ class MultiHeadSelfAttention : public Module {
   const Tensor& favor_features() const { return omega_; }  // ω [m, d_h] float64 (favor only)
 
   void set_impl(AttentionImpl impl) { impl_ = impl; }
+  // Which earlier keys each query sees (window, dilation, global, random blocks):
+  // part of the function the model computes. Default: all of them.
+  void set_pattern(const SparsePattern& pattern) { pattern_ = pattern; }
+  const SparsePattern& pattern() const { return pattern_; }
   AttentionImpl impl() const { return impl_; }
 
   // With keep_attention on, each forward stores A [B, H, T, T] (detached) for
@@ -86,6 +91,7 @@ class MultiHeadSelfAttention : public Module {
   int64_t H_, H_kv_;
   bool causal_;
   AttentionImpl impl_;
+  SparsePattern pattern_;
   bool keep_attention_ = false;
   Tensor attention_;
   Tensor head_gates_;  // [H], or undefined

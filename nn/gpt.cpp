@@ -30,6 +30,14 @@ void GPTConfig::check() const {
   AG_CHECK(n_head % kv_heads() == 0, "--n-head " << n_head << " is not a multiple of --n-kv-head " << n_kv_head
                                                  << " (each kv head serves n_head / n_kv_head query heads)");
   head_gates();  // throws on a malformed head_mask
+  check_sparse_pattern(attention_pattern(*this, 0), "--attn-window, --attn-dilation, --attn-global, --attn-random-blocks");
+  AG_CHECK(attention == AttentionFunction::Softmax || !attention_pattern(*this, 0).limited(),
+           "--attention linear sums over every earlier key: it takes no sparse pattern (--attn-window ...)");
+}
+
+SparsePattern attention_pattern(const GPTConfig& config, int64_t layer) {
+  return {.window = config.attn_window, .dilation = config.attn_dilation, .global = config.attn_global,
+          .random_blocks = config.attn_random_blocks, .seed = static_cast<uint64_t>(config.attn_seed), .layer = layer};
 }
 
 std::vector<std::vector<double>> GPTConfig::head_gates() const {
@@ -74,6 +82,7 @@ GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
     blocks_.push_back(register_module(
         "blocks." + std::to_string(i),
         std::make_shared<Block>(C, config.n_head, config.kv_heads(), config.dropout, config.gelu, config.attn_impl, &gen)));
+  for (int64_t i = 0; i < config.n_layer; ++i) blocks_[i]->attn().set_pattern(attention_pattern(config, i));
   if (config.attention == AttentionFunction::Linear)
     for (int64_t i = 0; i < config.n_layer; ++i)  // each layer its own FAVOR+ features: stream i
       blocks_[i]->attn().use_linear_attention({.feature_map = config.feature_map,

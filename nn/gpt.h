@@ -46,6 +46,10 @@ struct GPTConfig {
 // The head_mask text of gates of 0 and 1 ("1111/1011"; empty if every gate is 1).
 std::string head_mask_text(const std::vector<std::vector<double>>& gates);
 
+// Layer `layer`'s sparse attention pattern, from the attn_* options (the random
+// blocks are drawn per layer and head).
+SparsePattern attention_pattern(const GPTConfig& config, int64_t layer);
+
 // The floating-point operations of one training step (forward and backward) on
 // a batch of B sequences of length T: 2·M·N·K for every matrix product, which is
 // all but ~1 % of the work (layer norms, softmax, GELU and the optimizer are

@@ -14,8 +14,12 @@
   X(Model,   GeluApprox,        gelu,       GeluApprox::Erf,       0,   0,         "GELU: erf (exact) or tanh (GPT-2's approximation)") \
   X(Run,     double,            dropout,    0.0,                   0,   0.99,      "dropout probability (training only)") \
   X(Setting, nn::AttentionImpl, attn_impl,  nn::AttentionImpl::Dense, 0, 0,        "attention implementation (same function, other speed)") \
-  X(Model,   std::string,       head_mask,  "",                    0,   0,         "heads switched off (char_lm heads --prune): per layer one 0/1 per head, layers split by '/', e.g. 1111/1011; empty: all on") \
+  X(Model,   int64_t,           attn_window, 0,                    0,   1 << 20,   "sparse attention: each query sees the last W keys (0: all earlier keys)") \
+  X(Model,   int64_t,           attn_dilation, 1,                  1,   1 << 20,   "sparse attention: the window takes every δ-th key (needs --attn-window)") \
+  X(Model,   int64_t,           attn_global, 0,                    0,   1 << 20,   "sparse attention: the first G positions are seen by every query (needs --attn-window)") \
+  X(Model,   int64_t,           attn_random_blocks, 0,             0,   16,        "sparse attention: each block of 16 queries also sees R random earlier blocks of 16 keys (needs --attn-window)") \
   X(Model,   int64_t,           attn_seed,  0,                     0,   int64_t{1} << 62, "seed of the attention's random draws (sparse random blocks, FAVOR+ features)") \
+  X(Model,   std::string,       head_mask,  "",                    0,   0,         "heads switched off (char_lm heads --prune): per layer one 0/1 per head, layers split by '/', e.g. 1111/1011; empty: all on") \
   X(Model,   AttentionFunction, attention,  AttentionFunction::Softmax, 0, 0,       "attention function: softmax, or linear (a kernel feature map, O(T) time)") \
   X(Model,   FeatureMap,        feature_map, FeatureMap::Elu1,     0,   0,         "linear attention's feature map: elu1 (elu(x) + 1) or favor (FAVOR+ random features)") \
   X(Model,   int64_t,           n_features, 64,                    1,   1 << 16,   "FAVOR+ random features m per head (--feature-map favor)")

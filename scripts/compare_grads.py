@@ -1,13 +1,15 @@
 """Checks `char_lm grads` against PyTorch in float64, for both GELU variants,
-for grouped-query attention and for a linear-attention model (elu1 feature map).
+a sparse attention pattern, grouped-query attention and a linear-attention model (elu1).
 
     /usr/bin/python3 scripts/compare_grads.py --char-lm build/char_lm
-    /usr/bin/python3 scripts/compare_grads.py --write-golden   # tests/golden/grads_{erf,tanh,gqa,linear_elu1}.safetensors
+    /usr/bin/python3 scripts/compare_grads.py --write-golden   # tests/golden/grads_{erf,tanh,sparse,gqa,linear_elu1}.safetensors
 
-For each variant (erf and tanh GELU; gqa: 4 query heads over 2 kv heads, query
-head h reading kv head h // 2 as torch's repeat_interleave; linear_elu1: erf
-GELU and causal linear attention, o_i = Σ_{j≤i} (φ(q_i)·φ(k_j)) v_j /
-(Σ_{j≤i} φ(q_i)·φ(k_j) + 1e-6) with φ(x) = elu(x) + 1 and no 1/√d_h) it builds a small random model with
+For each variant (GELU erf, GELU tanh, "sparse": erf with the pattern
+SPARSE below, over a longer context so that every part of it matters,
+"gqa": 4 query heads over 2 kv heads, query head h reading kv head h // 2 as
+torch's repeat_interleave, and "linear_elu1": erf GELU and causal linear attention,
+o_i = Σ_{j≤i} (φ(q_i)·φ(k_j)) v_j / (Σ_{j≤i} φ(q_i)·φ(k_j) + 1e-6) with
+φ(x) = elu(x) + 1 and no 1/√d_h) it builds a small random model with
 attograd's parameter names (random weights, not the GPT init, so that no
 gradient is tiny), rounds the weights to float32, and writes
 
@@ -28,6 +30,12 @@ stored [in, out] with y = x @ W + b, LayerNorm eps 1e-5, causal attention with
 scale 1/sqrt(d_h), MLP width 4C, head tied to the token embedding,
 loss = mean cross-entropy. T is one less than block_size, so the last row of
 pos_emb is unused (its gradient is 0).
+
+The sparse variant's mask is written here again from the definition
+(core/attention_math.h, docs/backprop.md "Sparse attention"), random blocks
+included: SplitMix64 keyed by (attn_seed, layer, head, query block) and
+Floyd's draw of R distinct earlier blocks of 16. The comparison runs
+`char_lm grads` once per --attn-impl (composed, dense, flash).
 
 --write-golden writes, instead of comparing, one file per variant for
 tests/test_char_lm_grads.cpp (which never imports torch):
@@ -56,14 +64,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-CONFIG = {"n_layer": 2, "n_head": 2, "n_embd": 12, "block_size": 8, "vocab_size": 11}
-# Each variant: the GELU and what it changes in CONFIG.
-VARIANTS = {
-    "erf": ("erf", {}),
-    "tanh": ("tanh", {}),
-    "gqa": ("erf", {"n_head": 4, "n_kv_head": 2}),
-    "linear_elu1": ("erf", {"attention": "linear", "feature_map": "elu1"}),
+BASE_CONFIG = {"n_layer": 2, "n_head": 2, "n_embd": 12, "block_size": 8, "vocab_size": 11}
+# Window 4 with dilation 2, 3 global keys, 1 random block of 16 per block of 16
+# queries: at T = 47 the random blocks reach past the window and the globals.
+SPARSE = {"attn_window": 4, "attn_dilation": 2, "attn_global": 3, "attn_random_blocks": 1, "attn_seed": 5}
+VARIANTS = {  # name: (gelu, config, B, T)
+    "erf": ("erf", BASE_CONFIG, 3, 7),
+    "tanh": ("tanh", BASE_CONFIG, 3, 7),
+    "sparse": ("erf", {**BASE_CONFIG, "block_size": 48, **SPARSE}, 2, 47),
+    "gqa": ("erf", {**BASE_CONFIG, "n_head": 4, "n_kv_head": 2}, 3, 7),
+    "linear_elu1": ("erf", {**BASE_CONFIG, "attention": "linear", "feature_map": "elu1"}, 3, 7),
 }
+SPARSE_BLOCK = 16
+CONFIG = BASE_CONFIG  # the variant being run (main sets it)
 B, T = 3, 7
 TOLERANCE = 1e-10
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "tests" / "golden"
@@ -143,12 +156,40 @@ def random_batch(rng, config):
     return rng.integers(0, V, (B, T), dtype=np.int64), rng.integers(0, V, (B, T), dtype=np.int64)
 
 
-def softmax_attention(q, k, v):
-    """Causal softmax attention per head, q, k, v [B, H, T, d_h], scale 1/sqrt(d_h)."""
-    Tn, d_h = q.shape[-2], q.shape[-1]
-    s = q @ k.transpose(-2, -1) / math.sqrt(d_h)
-    future = torch.triu(torch.ones(Tn, Tn, dtype=torch.bool), diagonal=1)
-    return torch.softmax(s.masked_fill(future, float("-inf")), dim=-1) @ v
+MASK64 = (1 << 64) - 1
+
+
+def random_bits(seed, counter):
+    """SplitMix64's finaliser over (seed, counter), as core/random.h."""
+    z = (seed + (counter + 1) * 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def random_blocks(layer, head, query_block):
+    """The R distinct key blocks below query_block drawn for (attn_seed, layer, head)."""
+    R = CONFIG.get("attn_random_blocks", 0)
+    if query_block <= R:
+        return set(range(query_block))
+    stream = random_bits(random_bits(random_bits(CONFIG["attn_seed"], layer), head), query_block)
+    chosen = []
+    for t in range(query_block - R, query_block):
+        x = random_bits(stream, t) % (t + 1)
+        chosen.append(t if x in chosen else x)
+    return set(chosen)
+
+
+def hidden_keys(Tn, layer, head):
+    """[T, T] bool, True where query i may not see key j."""
+    W, dilation, G = CONFIG.get("attn_window", 0), CONFIG.get("attn_dilation", 1), CONFIG.get("attn_global", 0)
+    hidden = torch.ones(Tn, Tn, dtype=torch.bool)
+    for i in range(Tn):
+        drawn = random_blocks(layer, head, i // SPARSE_BLOCK)
+        for j in range(i + 1):
+            window = W == 0 or (i - j < W * dilation and (i - j) % dilation == 0)
+            hidden[i, j] = not (window or j < G or j // SPARSE_BLOCK in drawn)
+    return hidden
 
 
 def linear_elu1_attention(q, k, v):
@@ -159,10 +200,10 @@ def linear_elu1_attention(q, k, v):
     return (a @ v) / (a.sum(-1, keepdim=True) + 1e-6)
 
 
-def torch_loss_and_grads(weights, idx, targets, gelu, config):
+def torch_loss_and_grads(weights, idx, targets, gelu):
     """The model in torch float64 -> (loss, {name: gradient}), numpy float64."""
     p = {name: torch.tensor(w, dtype=torch.float64, requires_grad=True) for name, w in weights.items()}
-    C, H, H_kv = config["n_embd"], config["n_head"], kv_heads(config)
+    C, H, H_kv = CONFIG["n_embd"], CONFIG["n_head"], kv_heads(CONFIG)
     D_H = C // H
     idx_t, targets_t = torch.from_numpy(idx), torch.from_numpy(targets)
     Bn, Tn = idx.shape
@@ -173,7 +214,7 @@ def torch_loss_and_grads(weights, idx, targets, gelu, config):
     def layer_norm(h, prefix):
         return F.layer_norm(h, (C,), p[f"{prefix}.weight"], p[f"{prefix}.bias"], eps=1e-5)
 
-    def attention(h, prefix):
+    def attention(h, prefix, layer):
         def heads(t, n):  # [B, T, n·d_h] -> [B, n, T, d_h]
             return t.reshape(Bn, Tn, n, D_H).transpose(1, 2)
 
@@ -182,18 +223,23 @@ def torch_loss_and_grads(weights, idx, targets, gelu, config):
 
         q = heads(linear(h, f"{prefix}.w_q"), H)
         k, v = (repeat_kv(heads(linear(h, f"{prefix}.{name}"), H_kv)) for name in ("w_k", "w_v"))
-        attend = linear_elu1_attention if config.get("attention") == "linear" else softmax_attention
-        z = attend(q, k, v).transpose(1, 2).reshape(Bn, Tn, C)
+        if CONFIG.get("attention") == "linear":
+            z = linear_elu1_attention(q, k, v).transpose(1, 2).reshape(Bn, Tn, C)
+        else:
+            s = q @ k.transpose(-2, -1) / math.sqrt(D_H)
+            hidden = torch.stack([hidden_keys(Tn, layer, head) for head in range(H)])  # [H, T, T]
+            a = torch.softmax(s.masked_fill(hidden, float("-inf")), dim=-1)
+            z = (a @ v).transpose(1, 2).reshape(Bn, Tn, C)
         return linear(z, f"{prefix}.w_o")
 
     x = p["tok_emb.weight"][idx_t] + p["pos_emb.weight"][:Tn]
-    for i in range(config["n_layer"]):
+    for i in range(CONFIG["n_layer"]):
         b = f"blocks.{i}"
-        x = x + attention(layer_norm(x, f"{b}.ln1"), f"{b}.attn")
+        x = x + attention(layer_norm(x, f"{b}.ln1"), f"{b}.attn", i)
         hidden = F.gelu(linear(layer_norm(x, f"{b}.ln2"), f"{b}.mlp.fc"), approximate="none" if gelu == "erf" else "tanh")
         x = x + linear(hidden, f"{b}.mlp.proj")
     logits = layer_norm(x, "ln_f") @ p["tok_emb.weight"].t()  # tied head
-    loss = F.cross_entropy(logits.reshape(-1, config["vocab_size"]), targets_t.reshape(-1))
+    loss = F.cross_entropy(logits.reshape(-1, CONFIG["vocab_size"]), targets_t.reshape(-1))
     loss.backward()
     return loss.item(), {name: t.grad.numpy() for name, t in p.items()}
 
@@ -216,56 +262,63 @@ def gradient_error(got, grads, name, config):
     return relative_error(got[name], grads[name], scale)
 
 
-def model_metadata(gelu, config):
-    return {**{k: str(v) for k, v in config.items()}, "gelu": gelu}
+def use_variant(name):
+    """Sets CONFIG, B and T for the variant -> its GELU."""
+    global CONFIG, B, T
+    gelu, CONFIG, B, T = VARIANTS[name]
+    return gelu
+
+
+def model_metadata(gelu):
+    return {**{k: str(v) for k, v in CONFIG.items()}, "gelu": gelu}
 
 
 def compare(char_lm, variant, seed):
-    """Runs char_lm grads on an int64 and an int32 batch, prints a table of
-    relative errors -> the worst (error, name)."""
-    gelu, changes = VARIANTS[variant]
-    config = {**CONFIG, **changes}
+    """Runs char_lm grads on an int64 and an int32 batch (the sparse variant:
+    an int64 batch with each --attn-impl), prints a table of relative errors
+    -> the worst (error, name)."""
+    gelu = use_variant(variant)
+    runs = ([("int64 batch", np.int64, "dense"), ("int32 batch", np.int32, "dense")] if variant != "sparse" else
+            [(impl, np.int64, impl) for impl in ("composed", "dense", "flash")])
     rng = np.random.default_rng(seed)
-    weights = random_model(rng, config)
-    idx, targets = random_batch(rng, config)
-    loss, grads = torch_loss_and_grads(weights, idx, targets, gelu, config)
-    errors = {"loss": []} | {name: [] for name in grads}  # one column per batch dtype
+    weights = random_model(rng, CONFIG)
+    idx, targets = random_batch(rng, CONFIG)
+    loss, grads = torch_loss_and_grads(weights, idx, targets, gelu)
+    errors = {"loss": []} | {name: [] for name in grads}  # one column per run
     with tempfile.TemporaryDirectory(prefix="compare_grads_") as tmp:
         tmp = Path(tmp)
-        write_safetensors(tmp / "W.safetensors", weights, model_metadata(gelu, config))
-        for batch_dtype in (np.int64, np.int32):
+        write_safetensors(tmp / "W.safetensors", weights, model_metadata(gelu))
+        for _, batch_dtype, impl in runs:
             batch_path = tmp / f"B_{np.dtype(batch_dtype).name}.safetensors"
             write_safetensors(batch_path, {"idx": idx.astype(batch_dtype), "targets": targets.astype(batch_dtype)})
             out = tmp / "G.safetensors"
             subprocess.run([str(char_lm), "grads", "--weights", str(tmp / "W.safetensors"), "--batch", str(batch_path),
-                            "--out", str(out)], check=True, stdout=subprocess.DEVNULL)
+                            "--attn-impl", impl, "--out", str(out)], check=True, stdout=subprocess.DEVNULL)
             got, _ = read_safetensors(out)
             missing = sorted(set(grads) - set(got))
             if missing:
                 raise SystemExit(f"char_lm grads wrote no gradient for {missing}")
             errors["loss"].append(relative_error(got["loss"], loss))
             for name in grads:
-                errors[name].append(gradient_error(got, grads, name, config))
+                errors[name].append(gradient_error(got, grads, name, CONFIG))
     print(f"{variant}: torch loss {loss:.17g}; relative error of attograd's")
-    print(f"  {'':<28} {'int64 batch':>11} {'int32 batch':>11}")
+    print(f"  {'':<28}" + "".join(f" {label:>11}" for label, _, _ in runs))
     for name, row in errors.items():
         flag = "" if max(row) <= TOLERANCE else "  FAIL"
-        print(f"  {name:<28} {row[0]:>11.3e} {row[1]:>11.3e}{flag}")
+        print(f"  {name:<28}" + "".join(f" {e:>11.3e}" for e in row) + flag)
     return max((max(row), name) for name, row in errors.items())
 
 
 def write_golden(variant, seed):
-    gelu, changes = VARIANTS[variant]
-    config = {**CONFIG, **changes}
+    gelu = use_variant(variant)
     rng = np.random.default_rng(seed)
-    weights = random_model(rng, config)
-    idx, targets = random_batch(rng, config)
-    loss, grads = torch_loss_and_grads(weights, idx, targets, gelu, config)
+    weights = random_model(rng, CONFIG)
+    idx, targets = random_batch(rng, CONFIG)
+    loss, grads = torch_loss_and_grads(weights, idx, targets, gelu)
     tensors = {f"weight/{name}": w for name, w in weights.items()}
     tensors.update({"batch/idx": idx, "batch/targets": targets, "loss": np.array(loss, dtype=np.float64)})
     tensors.update({f"grad/{name}": g.astype(np.float64) for name, g in grads.items()})
-    metadata = {**model_metadata(gelu, config), "source": "scripts/compare_grads.py --write-golden",
-                "torch": torch.__version__}
+    metadata = {**model_metadata(gelu), "source": "scripts/compare_grads.py --write-golden", "torch": torch.__version__}
     path = GOLDEN_DIR / f"grads_{variant}.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_safetensors(path, tensors, metadata)
@@ -275,10 +328,13 @@ def write_golden(variant, seed):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--char-lm", default="./build/char_lm", help="the char_lm binary (default ./build/char_lm)")
-    parser.add_argument("--write-golden", action="store_true", help="write tests/golden/grads_{erf,tanh,gqa,linear_elu1}.safetensors")
+    parser.add_argument("--write-golden", action="store_true",
+                        help="write tests/golden/grads_{erf,tanh,sparse,gqa,linear_elu1}.safetensors")
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args()
-    seeds = {"erf": args.seed, "tanh": args.seed + 1, "gqa": args.seed + 2, "linear_elu1": args.seed + 2}  # the seeds the golden files were written with
+    # the seeds the golden files were written with
+    seeds = {"erf": args.seed, "tanh": args.seed + 1, "sparse": args.seed + 2, "gqa": args.seed + 2,
+             "linear_elu1": args.seed + 2}
     if args.write_golden:
         for variant, seed in seeds.items():
             write_golden(variant, seed)

@@ -92,6 +92,51 @@ TEST_CASE("char_lm: checkpoints round-trip the model and its tokenizer") {
   CHECK(file.metadata.at("gelu") == "erf");
 }
 
+TEST_CASE("char_lm: a sparse pattern is saved with the model and reloaded with the same random blocks") {
+  const std::string dir = fresh_dir("sparse_roundtrip");
+  TrainConfig c = tiny_run(dir);
+  c.model.n_layer = 2;
+  c.model.block_size = 48;  // three blocks of 16 queries: the random draws matter from the third on
+  c.model.attn_window = 4;
+  c.model.attn_dilation = 2;
+  c.model.attn_global = 1;
+  c.model.attn_random_blocks = 1;
+  c.model.attn_seed = 9;
+  c.model.dropout = 0;
+  c.run.max_iters = 2;
+  train(c);
+  const SafetensorsFile file = load_safetensors(model_path(find_checkpoint(dir)));
+  CHECK(file.metadata.at("attn_window") == "4");
+  CHECK(file.metadata.at("attn_dilation") == "2");
+  CHECK(file.metadata.at("attn_global") == "1");
+  CHECK(file.metadata.at("attn_random_blocks") == "1");
+  CHECK(file.metadata.at("attn_seed") == "9");
+  const LoadedModel loaded = load_model(model_path(find_checkpoint(dir)));
+  for (int64_t layer = 0; layer < 2; ++layer) {
+    const SparsePattern& p = loaded.model->block(layer).attn().pattern();
+    CHECK(p.window == 4);
+    CHECK(p.random_blocks == 1);
+    CHECK(p.seed == 9);
+    CHECK(p.layer == layer);
+  }
+  // The reloaded model computes the pattern's function: the same loss as the
+  // weights under a model built from the file's options, another without them.
+  Generator gen(1);
+  std::vector<int64_t> ids(2 * 47);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i * 7) % loaded.model->config().vocab_size;
+  const Tensor idx = Tensor::from_indices(ids, {2, 47});
+  const double loss = loaded.model->loss(idx, idx).item();
+  nn::GPTConfig full = loaded.model->config();
+  full.attn_window = full.attn_global = full.attn_random_blocks = 0;
+  full.attn_dilation = 1;
+  nn::GPT dense(full, gen);
+  dense.load_state(loaded.model->named_parameters());
+  CHECK(dense.loss(idx, idx).item() != loss);
+  nn::GPT again(loaded.model->config(), gen);
+  again.load_state(loaded.model->named_parameters());
+  CHECK(again.loss(idx, idx).item() == loss);
+}
+
 TEST_CASE("char_lm: each kind of corrupt checkpoint is a clear error naming the file") {
   const std::string dir = fresh_dir("corrupt");
   TrainConfig c = tiny_run(dir);

@@ -1,6 +1,6 @@
 // char_lm grads: ag::char_lm::compute_grads against PyTorch's float64 loss and
-// gradients, for both GELU variants, a grouped-query model and a linear-attention model.
-// The golden files tests/golden/grads_{erf,tanh,gqa,linear_elu1}.safetensors come from
+// gradients, for both GELU variants, a sparse attention pattern, a grouped-query model and a
+// linear-attention model. The golden files tests/golden/grads_{erf,tanh,sparse,gqa,linear_elu1}.safetensors come from
 // `/usr/bin/python3 scripts/compare_grads.py --write-golden` and hold
 //   __metadata__         the model config (n_layer, n_head, n_embd, block_size, vocab_size, gelu; gqa: n_kv_head)
 //   weight/<name>        every parameter, F32
@@ -170,6 +170,18 @@ TEST_CASE("char_lm grads: a linear-attention (elu1) model matches PyTorch float6
   REQUIRE(golden.metadata.at("attention") == "linear");
   REQUIRE(golden.metadata.at("feature_map") == "elu1");
   check_variant(golden, "linear_elu1");
+}
+
+TEST_CASE("char_lm grads: a sparse pattern in the weights' metadata matches PyTorch, every implementation") {
+  // grads_sparse: window 4, dilation 2, 3 global keys, 1 random block, attn_seed 5, T = 47 (see the script)
+  const SafetensorsFile golden = load_golden("sparse");
+  REQUIRE(golden.metadata.at("attn_random_blocks") == "1");
+  for (const nn::AttentionImpl impl : {nn::AttentionImpl::Composed, nn::AttentionImpl::Dense, nn::AttentionImpl::Flash}) {
+    INFO("attn_impl " << name_of(impl));
+    nn::GPTConfig settings;
+    settings.attn_impl = impl;
+    check_variant(golden, "sparse", settings);
+  }
 }
 
 TEST_CASE("char_lm grads: a grouped-query model (4 query heads over 2 kv heads) matches PyTorch float64") {

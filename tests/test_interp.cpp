@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "core/autograd.h"
 #include "core/ops.h"
@@ -81,7 +82,9 @@ const TrainedRun& trained_run() {
 // The XML elements (by tag, and rect by class) of an SVG file, counted by
 // Python's XML parser: a file that is not well-formed XML fails to parse.
 std::map<std::string, int> count_svg_elements(const std::string& path) {
-  const auto [status, output] = test::run_command(
+  int status = 0;
+  std::string output;
+  std::tie(status, output) = test::run_command(
       "python3 -c \"import sys, xml.etree.ElementTree as ET, collections\n"
       "c = collections.Counter()\n"
       "for e in ET.parse(sys.argv[1]).iter():\n"
@@ -112,7 +115,9 @@ TEST_CASE("interp: char_lm attention writes one SVG per layer, well-formed, with
   const TrainedRun& run = trained_run();
   test::TempDir out("interp_attention");
   const std::string too_long = "the king and my lord";  // 20 characters, block_size 16
-  const auto [status, output] =
+  int status = 0;
+  std::string output;
+  std::tie(status, output) =
       test::run_char_lm("attention --ckpt '" + run.run() + "' --prompt 'the king and my' --out '" + out.path() + "'");
   INFO(output);
   REQUIRE(status == 0);
@@ -306,7 +311,9 @@ TEST_CASE("interp: integrated gradients are complete on the trained model (resid
 
 TEST_CASE("interp: char_lm explain prints each character's attribution and the completeness line") {
   const TrainedRun& run = trained_run();
-  const auto [status, output] = test::run_char_lm("explain --ckpt '" + run.run() + "' --prompt 'the king and my'");
+  int status = 0;
+  std::string output;
+  std::tie(status, output) = test::run_char_lm("explain --ckpt '" + run.run() + "' --prompt 'the king and my'");
   INFO(output);
   REQUIRE(status == 0);
   CHECK(output.find("completeness: attributions sum ") != std::string::npos);
@@ -318,7 +325,9 @@ TEST_CASE("interp: char_lm explain prints each character's attribution and the c
 TEST_CASE("interp: char_lm heads --prune K writes a model with K heads off that loads and samples") {
   const TrainedRun& run = trained_run();
   test::TempDir out("interp_pruned");
-  const auto [status, output] = test::run_char_lm("heads --ckpt '" + run.run() + "' --data '" +
+  int status = 0;
+  std::string output;
+  std::tie(status, output) = test::run_char_lm("heads --ckpt '" + run.run() + "' --data '" +
                                                   test::generated_text_file() + "' --eval-iters 2 --batch-size 4 " +
                                                   "--prune 1 --out '" + out.path() + "'");
   INFO(output);
@@ -329,7 +338,9 @@ TEST_CASE("interp: char_lm heads --prune K writes a model with K heads off that 
   CHECK(std::count(mask.begin(), mask.end(), '0') == 1);
   CHECK(std::count(mask.begin(), mask.end(), '1') == 3);
   CHECK(output.find("head_mask " + mask) != std::string::npos);
-  const auto [sample_status, sample] = test::run_char_lm("sample --ckpt '" + out.path() + "' --tokens 40 --prompt the");
+  int sample_status = 0;
+  std::string sample;
+  std::tie(sample_status, sample) = test::run_char_lm("sample --ckpt '" + out.path() + "' --tokens 40 --prompt the");
   INFO(sample);
   CHECK(sample_status == 0);
   CHECK(sample.size() >= 40);

@@ -140,9 +140,9 @@ TEST_CASE("options: a metadata key this build does not know is an error naming i
   TrainConfig c = tiny(tmp.file("run"));
   train(c);
   SafetensorsFile model = load_safetensors(model_path(find_checkpoint(c.run.out)));
-  model.metadata["attn_window"] = "64";  // a newer model's option: loading it here would compute another function
+  model.metadata["n_experts"] = "8";  // a newer model's option: loading it here would compute another function
   save_safetensors(tmp.file("newer.safetensors"), model.tensors, model.metadata);
-  CHECK_THROWS_WITH_AS(load_model(tmp.file("newer.safetensors")), doctest::Contains("'attn_window'"), Error);
+  CHECK_THROWS_WITH_AS(load_model(tmp.file("newer.safetensors")), doctest::Contains("'n_experts'"), Error);
 
   // A run directory from before checkpoint units (its files at the top, no manifest to check them).
   const std::string legacy = tmp.file("legacy");

@@ -3,8 +3,9 @@
 // "FlashAttention"; the mask and the tile classification: core/attention_math.h.
 //
 // FlashAttention never forms S or A. Queries go in tiles of kQueryTile rows
-// (Br), keys in tiles of kKeyTile (Bc); a tile pair that the mask hides
-// entirely is skipped, one it shows entirely is computed without a mask.
+// (Br), keys in tiles of kKeyTile (Bc); each query tile visits only the key
+// tiles its block map lists (core/attention_blocks.h: the pairs the mask hides
+// entirely are not there), and masks element by element only the Partial ones.
 //
 // Thread mapping. Forward: one task per (batch b, query head h, query tile),
 // OpenMP over all of them; each owns its rows of Z and L. Backward: one task
@@ -25,6 +26,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/attention_blocks.h"
 #include "core/cpu/cpu.h"
 #include "core/cpu/loops.h"
 #include "core/cpu/vector_math.h"
@@ -56,9 +58,9 @@ bool worth_threads(const AttentionShape& s, int64_t tasks) {
 // float version is compiled for AVX-512 too (AG_VECTOR_CLONES), into which this
 // body must be inlined to get that ISA.
 template <class T>
-[[gnu::always_inline]] inline double masked_softmax_row_of(const T* s, T* a, int64_t Tk, const AttentionMask& mask,
-                                                           int64_t i) {
-  for (int64_t j = 0; j < Tk; ++j) a[j] = mask.visible(i, j) ? s[j] : -kInf<T>;
+[[gnu::always_inline]] inline double masked_softmax_row_of(const T* s, T* a, int64_t Tk,
+                                                           const AttentionMask::Row& mask) {
+  for (int64_t j = 0; j < Tk; ++j) a[j] = mask.visible(j) ? s[j] : -kInf<T>;
   const T max = math::max_of(a, Tk);
   const T reference = math::softmax_reference(max);
 #pragma omp simd
@@ -72,12 +74,11 @@ template <class T>
   for (int64_t j = 0; j < Tk; ++j) a[j] *= inv;
   return math::log_sum_exp<double>(max, sum);
 }
-AG_VECTOR_CLONES double masked_softmax_row(const float* s, float* a, int64_t Tk, const AttentionMask& mask,
-                                           int64_t i) {
-  return masked_softmax_row_of(s, a, Tk, mask, i);
+AG_VECTOR_CLONES double masked_softmax_row(const float* s, float* a, int64_t Tk, const AttentionMask::Row& mask) {
+  return masked_softmax_row_of(s, a, Tk, mask);
 }
-double masked_softmax_row(const double* s, double* a, int64_t Tk, const AttentionMask& mask, int64_t i) {
-  return masked_softmax_row_of(s, a, Tk, mask, i);
+double masked_softmax_row(const double* s, double* a, int64_t Tk, const AttentionMask::Row& mask) {
+  return masked_softmax_row_of(s, a, Tk, mask);
 }
 
 // --- tile products ------------------------------------------------------------------------
@@ -125,12 +126,18 @@ struct TilePair {
   int64_t i0, rows, j0, cols;
   TileVisibility visibility;
 };
+// The pair of query tile [i0, i0 + rows) and a key tile of the block map.
+inline TilePair pair_of(int64_t i0, int64_t rows, const KeyTile& key) {
+  return {i0, rows, key.j0, key.cols, key.visibility};
+}
 
-// Sᵀ[c][r] = −inf where query i0 + r may not see key j0 + c (Partial tiles only).
-template <class T> void mask_tile(T* st, const TilePair& t, const AttentionMask& mask) {
-  for (int64_t c = 0; c < t.cols; ++c)
-    for (int64_t r = 0; r < t.rows; ++r)
-      if (!mask.visible(t.i0 + r, t.j0 + c)) st[c * kQueryTile + r] = -kInf<T>;
+// Sᵀ[c][r] = −inf where query i0 + r of head h may not see key j0 + c (Partial tiles only).
+template <class T> void mask_tile(T* st, const TilePair& t, const AttentionMask& mask, int64_t h) {
+  for (int64_t r = 0; r < t.rows; ++r) {
+    const AttentionMask::Row row = mask.row(h, t.i0 + r);
+    for (int64_t c = 0; c < t.cols; ++c)
+      if (!row.visible(t.j0 + c)) st[c * kQueryTile + r] = -kInf<T>;
+  }
 }
 
 // dst[c][r] = src[r·row_stride + c]: a tile of rows × d, transposed.
@@ -139,10 +146,11 @@ template <class T> void transpose_rows(const T* src, int64_t row_stride, int64_t
     for (int64_t c = 0; c < d; ++c) dst[c * kQueryTile + r] = src[r * row_stride + c];
 }
 
-// The inputs every task reads, typed.
+// The inputs every task reads, typed, and the key tiles each query tile visits.
 template <class T> struct Operands {
   const T *Q, *K, *V;
   const AttentionShape& shape;
+  const AttentionBlockMap& blocks;
 };
 
 // --- forward -------------------------------------------------------------------------
@@ -173,17 +181,15 @@ template <class T>
   std::fill_n(l, rows, T(0));
   std::fill_n(acc, rows * d, T(0));
 
-  for (int64_t j0 = 0; j0 < shape.Tk; j0 += kKeyTile) {
-    const int64_t j1 = std::min(j0 + kKeyTile, shape.Tk);
-    const TilePair t{i0, rows, j0, j1 - j0, shape.mask.tile(i0, i0 + rows, j0, j1)};
-    if (t.visibility == TileVisibility::None) continue;
-    const T* k = in.K + shape.kv.at(b, kvh, j0);
-    const T* v = in.V + shape.kv.at(b, kvh, j0);
+  for (const KeyTile& key : in.blocks.key_tiles(h, i0)) {
+    const TilePair t = pair_of(i0, rows, key);
+    const T* k = in.K + shape.kv.at(b, kvh, t.j0);
+    const T* v = in.V + shape.kv.at(b, kvh, t.j0);
     // S = scale·Q Kᵀ, stored as Sᵀ [cols][rows], −inf where hidden
     tile_product(t.cols, rows, d, Left<T>{k, shape.kv.row}, s.qt.data(), kQueryTile, st, kQueryTile, false);
     for (int64_t c = 0; c < t.cols; ++c)
       for (int64_t r = 0; r < rows; ++r) st[c * kQueryTile + r] *= scale;
-    if (t.visibility == TileVisibility::Partial) mask_tile(st, t, shape.mask);
+    if (t.visibility == TileVisibility::Partial) mask_tile(st, t, shape.mask, h);
     // m_new = max(m, max_j S_ij); the old terms are rescaled by e^(m − m_new)
     std::copy_n(m, rows, reference);
     for (int64_t c = 0; c < t.cols; ++c)
@@ -255,19 +261,15 @@ template <class T>
       T *D = s.D.data(), *lse_hi = s.lse_hi.data(), *lse_lo = s.lse_lo.data();
       std::fill_n(D, rows, T(0));
       for (int64_t r = 0; r < rows; ++r) split(L[shape.lse_at(b, h, i0 + r)], lse_hi[r], lse_lo[r]);
-      const auto tile_at = [&](int64_t j0) {
-        const int64_t j1 = std::min(j0 + kKeyTile, shape.Tk);
-        return TilePair{i0, rows, j0, j1 - j0, shape.mask.tile(i0, i0 + rows, j0, j1)};
-      };
-      // pass 1: P, dP and D
-      for (int64_t j0 = 0; j0 < shape.Tk; j0 += kKeyTile) {
-        const TilePair t = tile_at(j0);
-        if (t.visibility == TileVisibility::None) continue;
-        T *p = s.P.data() + j0 * kQueryTile, *dp = s.dP.data() + j0 * kQueryTile;
-        const T *k = in.K + shape.kv.at(b, kvh, j0), *v = in.V + shape.kv.at(b, kvh, j0);
+      const std::span<const KeyTile> key_tiles = in.blocks.key_tiles(h, i0);
+      // pass 1: P, dP and D; the n-th visible key tile's P and dP go to the n-th slot of the stripe
+      for (size_t n = 0; n < key_tiles.size(); ++n) {
+        const TilePair t = pair_of(i0, rows, key_tiles[n]);
+        T *p = s.P.data() + n * kKeyTile * kQueryTile, *dp = s.dP.data() + n * kKeyTile * kQueryTile;
+        const T *k = in.K + shape.kv.at(b, kvh, t.j0), *v = in.V + shape.kv.at(b, kvh, t.j0);
         // S = scale·Q Kᵀ, P = exp(S − L)   (L = +inf on a row that sees no key: P = 0)
         tile_product(t.cols, rows, d, Left<T>{k, kv_row}, s.qt.data(), kQueryTile, p, kQueryTile, false);
-        if (t.visibility == TileVisibility::Partial) mask_tile(p, t, shape.mask);
+        if (t.visibility == TileVisibility::Partial) mask_tile(p, t, shape.mask, h);
         for (int64_t c = 0; c < t.cols; ++c)
           for (int64_t r = 0; r < rows; ++r)
             p[c * kQueryTile + r] = exp_nonpositive(scale * p[c * kQueryTile + r] - lse_hi[r] - lse_lo[r]);
@@ -278,11 +280,10 @@ template <class T>
       }
       // pass 2: dS and the three products
       std::fill_n(s.dq.data(), rows * d, T(0));
-      for (int64_t j0 = 0; j0 < shape.Tk; j0 += kKeyTile) {
-        const TilePair t = tile_at(j0);
-        if (t.visibility == TileVisibility::None) continue;
-        T *p = s.P.data() + j0 * kQueryTile, *ds = s.dP.data() + j0 * kQueryTile;
-        const int64_t kv_at = shape.kv.at(b, kvh, j0);
+      for (size_t n = 0; n < key_tiles.size(); ++n) {
+        const TilePair t = pair_of(i0, rows, key_tiles[n]);
+        T *p = s.P.data() + n * kKeyTile * kQueryTile, *ds = s.dP.data() + n * kKeyTile * kQueryTile;
+        const int64_t kv_at = shape.kv.at(b, kvh, t.j0);
         // Z = P V  →  dV += Pᵀ dZ
         tile_product(t.cols, d, rows, Left<T>{p, kQueryTile}, dz, q_row, dV + kv_at, kv_row, true);
         // P = softmax(S + M)  →  dS = P ∘ (dP − D), in place of dP
@@ -318,11 +319,13 @@ AG_VECTOR_CLONES void flash_backward_group(const Operands<float>& in, const doub
 void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Tensor& L) {
   visit_floating(S.dtype(), "attention_softmax", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t Tq = S.size(-2), Tk = S.size(-1);
+    const int64_t Hq = S.size(1), Tq = S.size(2), Tk = S.size(3);
     const T* s = S.data<T>();
     T* a = A.data<T>();
     double* l = L.data<double>();
-    for_rows(L.numel(), Tk, [&](int64_t r) { l[r] = masked_softmax_row(s + r * Tk, a + r * Tk, Tk, mask, r % Tq); });
+    for_rows(L.numel(), Tk, [&](int64_t r) {  // row r of S [B, Hq, Tq, Tk]: head r / Tq mod Hq, query r mod Tq
+      l[r] = masked_softmax_row(s + r * Tk, a + r * Tk, Tk, mask.row(r / Tq % Hq, r % Tq));
+    });
   });
 }
 
@@ -330,7 +333,8 @@ void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const At
                      Tensor& L) {
   visit_floating(Q.dtype(), "flash_attention", [&](auto zero) {
     using T = decltype(zero);
-    const Operands<T> in{Q.data<T>(), K.data<T>(), V.data<T>(), shape};
+    const auto blocks = attention_block_map(shape, kQueryTile, kKeyTile);
+    const Operands<T> in{Q.data<T>(), K.data<T>(), V.data<T>(), shape, *blocks};
     T* z = Z.data<T>();
     double* l = L.data<double>();
     const int64_t tiles = (shape.Tq + kQueryTile - 1) / kQueryTile, tasks = shape.B * shape.Hq * tiles;
@@ -350,7 +354,8 @@ void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V,
                               const AttentionShape& shape, Tensor& dQ, Tensor& dK, Tensor& dV) {
   visit_floating(Q.dtype(), "flash_attention_backward", [&](auto zero) {
     using T = decltype(zero);
-    const Operands<T> in{Q.data<T>(), K.data<T>(), V.data<T>(), shape};
+    const auto blocks = attention_block_map(shape, kQueryTile, kKeyTile);
+    const Operands<T> in{Q.data<T>(), K.data<T>(), V.data<T>(), shape, *blocks};
     const int64_t tasks = shape.B * shape.Hkv;
 #pragma omp parallel if (worth_threads(shape, tasks))
     {

@@ -45,13 +45,15 @@ AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& 
   AG_CHECK(Tk >= 0 && Tk <= kv_rows, shapes() << ": kv_length " << Tk << " is outside [0, " << kv_rows << "]");
   AG_CHECK(Hkv > 0 && Hq % Hkv == 0,
            shapes() << ": " << Hq << " query heads are not a multiple of " << Hkv << " kv heads");
+  check_sparse_pattern(spec.pattern, shapes());
+  AG_CHECK(spec.causal || !spec.pattern.limited(), shapes() << ": a sparse pattern needs causal attention");
   const double scale = spec.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
   AG_CHECK(scale > 0 && std::isfinite(scale), shapes() << ": scale " << scale << " is not a positive number");
   const auto strides = [&](int64_t H, int64_t T) {
     return bthd ? HeadStrides{T * H * d, d, H * d} : HeadStrides{H * T * d, T * d, d};
   };
   return {.B = B, .Hq = Hq, .Hkv = Hkv, .Tq = Tq, .Tk = Tk, .d = d, .scale = scale,
-          .mask = {.causal = spec.causal, .q_offset = spec.q_offset.value_or(Tk - Tq)},
+          .mask = {.causal = spec.causal, .q_offset = spec.q_offset.value_or(Tk - Tq), .pattern = spec.pattern},
           .q = strides(Hq, Tq), .kv = strides(Hkv, kv_rows)};
 }
 
@@ -72,13 +74,14 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Attenti
     return group == 1 ? t : expand(t.reshape({B, Hkv, 1, Tk, d}), {B, Hkv, group, Tk, d}).reshape({B, Hq, Tk, d});
   };
   // The first Tk rows of a longer cache (a copy; dense and flash read them in place).
-  const auto used_rows = [&](const Tensor& t) {
+  const auto used_rows = [&spec, Tk = Tk](const Tensor& t) {
     const int64_t t_dim = spec.layout == AttentionLayout::BTHD ? 1 : 2;
     return t.size(t_dim) == Tk ? t : slice(t, t_dim, 0, Tk);
   };
   const Tensor Q = heads_first(q), K = repeat_kv(heads_first(used_rows(k))), V = repeat_kv(heads_first(used_rows(v)));
   Tensor S = matmul(Q, transpose(K, 2, 3)) * scale;                          // [B, Hq, Tq, Tk]
-  if (mask.causal) S = S + attention_mask(mask, Tq, Tk, S.dtype(), S.device());  // M [Tq, Tk] broadcasts
+  // M [Tq, Tk] broadcasts over batch and heads; random blocks differ by head: M [Hq, Tq, Tk]
+  if (mask.causal) S = S + attention_mask(mask, Tq, Tk, S.dtype(), S.device(), mask.pattern.per_head() ? Hq : 1);
   const Tensor A = softmax(S);
   if (internals) internals->probabilities = A.detach();
   return heads_first(matmul(A, V));  // Z
@@ -212,15 +215,30 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   throw Error("attention: unknown implementation");
 }
 
-Tensor attention_mask(const AttentionMask& mask, int64_t Tq, int64_t Tk, DType dtype, Device device) {
-  std::vector<double> m(Tq * Tk);
-  for (int64_t i = 0; i < Tq; ++i)
-    for (int64_t j = 0; j < Tk; ++j) m[i * Tk + j] = mask.visible(i, j) ? 0.0 : -std::numeric_limits<double>::infinity();
-  return Tensor::from_vector(m, {Tq, Tk}, dtype).to(device);
+Tensor attention_mask(const AttentionMask& mask, int64_t Tq, int64_t Tk, DType dtype, Device device, int64_t heads) {
+  std::vector<double> m(heads * Tq * Tk);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < Tq; ++i) {
+      const AttentionMask::Row row = mask.row(h, i);
+      for (int64_t j = 0; j < Tk; ++j)
+        m[(h * Tq + i) * Tk + j] = row.visible(j) ? 0.0 : -std::numeric_limits<double>::infinity();
+    }
+  return Tensor::from_vector(m, heads == 1 ? Shape{Tq, Tk} : Shape{heads, Tq, Tk}, dtype).to(device);
+}
+
+void check_sparse_pattern(const SparsePattern& pattern, const std::string& where) {
+  AG_CHECK(pattern.window >= 0 && pattern.dilation >= 1 && pattern.global >= 0 && pattern.random_blocks >= 0 &&
+               pattern.random_blocks <= kMaxRandomBlocks,
+           where << ": sparse pattern window " << pattern.window << ", dilation " << pattern.dilation << ", global "
+                 << pattern.global << ", random blocks " << pattern.random_blocks
+                 << " (window, global, random >= 0; dilation >= 1; random <= " << kMaxRandomBlocks << ")");
+  AG_CHECK(pattern.limited() || (pattern.dilation == 1 && pattern.global == 0 && pattern.random_blocks == 0),
+           where << ": dilation, global tokens and random blocks restrict or extend a window; without one "
+                    "(window 0) every earlier key is visible already");
 }
 
 Tensor causal_mask(int64_t T, DType dtype, Device device) {
-  return attention_mask({.causal = true, .q_offset = 0}, T, T, dtype, device);
+  return attention_mask({.causal = true, .q_offset = 0, .pattern = {}}, T, T, dtype, device);
 }
 
 }  // namespace ag

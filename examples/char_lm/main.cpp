@@ -4,6 +4,7 @@
 //   char_lm sample --ckpt DIR [--prompt TEXT] [--tokens N] ...    generate from a checkpoint
 //   char_lm grads  --weights W --batch B --out G                  one float64 forward/backward,
 //                                                                 gradients to a safetensors file
+//   char_lm mask   --block-size 32 --attn-window 8 [...]          print a sparse pattern's mask
 //   char_lm convert --ckpt IN --n-kv-head G --out OUT             multi-head to grouped-query attention
 //                                                                 (then train --resume --out OUT)
 //   char_lm attention | explain | heads | report --ckpt DIR ...   look inside a trained model
@@ -24,6 +25,7 @@
 #include "examples/char_lm/convert.h"
 #include "examples/char_lm/grads.h"
 #include "examples/char_lm/inspect.h"
+#include "examples/char_lm/mask.h"
 #include "examples/char_lm/sample.h"
 #include "examples/char_lm/train.h"
 #include "examples/common/command_line.h"
@@ -129,6 +131,12 @@ int main(int argc, char** argv) {
       "convert", "a checkpoint to fewer key/value heads (grouped-query attention), mean-pooling each group's W_K, W_V"));
   convert_command.bind(convert_options).bind(process);
 
+  MaskOptions mask_options;
+  nn::GPTConfig mask_config;
+  mask_config.vocab_size = 1;  // the mask does not depend on it
+  cli::Command mask_command(app.add_subcommand("mask", "print the attention mask of a sparse pattern (--attn-window ...)"));
+  mask_command.bind(mask_options).bind(mask_config, {OptionKind::Model});
+
   AttentionOptions attention_options;
   ExplainOptions explain_options;
   HeadsOptions heads_options;
@@ -151,13 +159,14 @@ int main(int argc, char** argv) {
       process.apply();
       return inspect.run();
     }
-    for (cli::Command* command : {&train_command, &sample_command, &grads_command, &convert_command}) {
+    for (cli::Command* command : {&train_command, &sample_command, &grads_command, &convert_command, &mask_command}) {
       if (!command->app()->parsed()) continue;
       command->apply();
       process.apply();
       if (command == &train_command) return run_train(*command, train_config);
       if (command == &sample_command) return run_sample(sample_options, sample_settings);
       if (command == &convert_command) return run_convert(convert_options);
+      if (command == &mask_command) return std::printf("%s", mask_picture(mask_config, mask_options).c_str()) < 0;
       return run_grads(grads_options, grads_settings);
     }
     return 2;

@@ -1,0 +1,308 @@
+// Sparse attention (core/attention_math.h, core/attention_blocks.h): the
+// patterns against the definition written out again here, the tile
+// classification and the block map against brute force, the random draws, and
+// every implementation against attention with the explicit mask M, in float64,
+// float32 (flash's error budget) and gradcheck. The "cuda:" cases run the same
+// bodies on the GPU against the CPU.
+#include <set>
+#include <tuple>
+
+#include "core/attention_blocks.h"
+#include "tests/helpers.h"
+
+using namespace ag;
+using ag::test::random;
+
+namespace {
+using Inputs = std::vector<Tensor>;
+
+constexpr AttentionImpl kImpls[] = {AttentionImpl::Composed, AttentionImpl::Dense, AttentionImpl::Flash};
+
+// Each pattern alone and the unions, at sizes where each part matters for T ≈ 100.
+std::vector<SparsePattern> patterns() {
+  return {
+      {.window = 1},
+      {.window = 8},
+      {.window = 5, .dilation = 3},
+      {.window = 4, .global = 3},
+      {.window = 6, .random_blocks = 2, .seed = 7, .layer = 1},
+      {.window = 3, .dilation = 2, .global = 20, .random_blocks = 1, .seed = 3},
+      {.window = 7, .global = 2, .random_blocks = 3, .seed = 11, .layer = 2},
+  };
+}
+
+std::string describe(const SparsePattern& p) {
+  return "window " + std::to_string(p.window) + " dilation " + std::to_string(p.dilation) + " global " +
+         std::to_string(p.global) + " random " + std::to_string(p.random_blocks) + " seed " + std::to_string(p.seed) +
+         " layer " + std::to_string(p.layer);
+}
+
+// The definition, written independently of AttentionMask: key j is
+// visible to the query at key position p if j ≤ p and any part allows it.
+bool defined_visible(const SparsePattern& pattern, int64_t h, int64_t p, int64_t j) {
+  if (j > p) return false;
+  if (pattern.window == 0) return true;
+  const int64_t distance = p - j;
+  const bool window = distance < pattern.window * pattern.dilation && distance % pattern.dilation == 0;
+  const int64_t query_block = p / kSparseBlock, key_block = j / kSparseBlock;
+  const bool random = key_block < query_block && RandomBlocks(pattern, h, query_block).contains(key_block);
+  return window || j < pattern.global || random;
+}
+
+// M [Hq, Tq, Tk] from defined_visible: 0 where visible, −∞ elsewhere.
+Tensor defined_mask(const SparsePattern& pattern, int64_t Hq, int64_t Tq, int64_t Tk, int64_t q_offset) {
+  std::vector<double> m(Hq * Tq * Tk);
+  for (int64_t h = 0; h < Hq; ++h)
+    for (int64_t i = 0; i < Tq; ++i)
+      for (int64_t j = 0; j < Tk; ++j)
+        m[(h * Tq + i) * Tk + j] =
+            defined_visible(pattern, h, i + q_offset, j) ? 0.0 : -std::numeric_limits<double>::infinity();
+  return Tensor::from_vector(m, {Hq, Tq, Tk}, DType::Float64);
+}
+
+struct Problem {
+  int64_t B, Hq, Hkv, Tq, Tk, d;
+  SparsePattern pattern;
+  AttentionSpec spec(AttentionImpl impl) const { return {.causal = true, .impl = impl, .pattern = pattern}; }
+  Inputs inputs(uint64_t seed) const {
+    return {random({B, Hq, Tq, d}, seed), random({B, Hkv, Tk, d}, seed + 1), random({B, Hkv, Tk, d}, seed + 2)};
+  }
+};
+
+// Z and the gradients, on the CPU in float64.
+struct Result {
+  Tensor Z, dQ, dK, dV;
+};
+
+Result run(const Inputs& in, const AttentionSpec& spec, Device device, DType dtype, const Tensor& upstream) {
+  Inputs x;
+  for (const Tensor& t : in) x.push_back(t.detach().to(dtype).to(device).clone().requires_grad_());
+  const Tensor Z = attention(x[0], x[1], x[2], spec);
+  Z.backward(upstream.to(dtype).to(device));
+  const auto host = [](const Tensor& t) { return t.to(Device::CPU).to(DType::Float64); };
+  return {host(Z), host(x[0].grad()), host(x[1].grad()), host(x[2].grad())};
+}
+
+// softmax(scale·QKᵀ + M) V with the test's own M, K and V repeated over each group, by ops.
+Result explicit_mask_reference(const Problem& p, const Inputs& in, const Tensor& upstream) {
+  Inputs x;
+  for (const Tensor& t : in) x.push_back(t.detach().clone().requires_grad_());
+  const int64_t group = p.Hq / p.Hkv;
+  const auto repeat = [&](const Tensor& t) {
+    return expand(t.reshape({p.B, p.Hkv, 1, p.Tk, p.d}), {p.B, p.Hkv, group, p.Tk, p.d}).reshape({p.B, p.Hq, p.Tk, p.d});
+  };
+  const Tensor S = matmul(x[0], transpose(repeat(x[1]), 2, 3)) * (1.0 / std::sqrt(static_cast<double>(p.d)));
+  const Tensor Z = matmul(softmax(S + defined_mask(p.pattern, p.Hq, p.Tq, p.Tk, p.Tk - p.Tq)), repeat(x[2]));
+  Z.backward(upstream);
+  return {Z.detach(), x[0].grad(), x[1].grad(), x[2].grad()};
+}
+
+std::vector<Problem> problems() {
+  std::vector<Problem> all;
+  for (const SparsePattern& pattern : patterns()) {
+    all.push_back({2, 4, 2, 100, 100, 8, pattern});
+    all.push_back({1, 2, 1, 37, 150, 4, pattern});  // fewer queries than keys: q_offset = Tk − Tq
+    all.push_back({1, 2, 2, 200, 200, 16, pattern});
+  }
+  return all;
+}
+
+// Every implementation equals attention with the explicit mask, Z and every gradient ≤ 1e-12.
+void check_patterns_equal_explicit_mask(Device device) {
+  for (const Problem& p : problems()) {
+    CAPTURE(describe(p.pattern));
+    CAPTURE(p.Tq);
+    CAPTURE(p.Tk);
+    const Inputs in = p.inputs(500);
+    const Tensor upstream = random({p.B, p.Hq, p.Tq, p.d}, 503, DType::Float64, false);
+    const Result reference = explicit_mask_reference(p, in, upstream);
+    for (AttentionImpl impl : kImpls) {
+      CAPTURE(name_of(impl));
+      const Result r = run(in, p.spec(impl), device, DType::Float64, upstream);
+      CHECK_CLOSE(r.Z, reference.Z, 1e-12);
+      CHECK_CLOSE(r.dQ, reference.dQ, 1e-12);
+      CHECK_CLOSE(r.dK, reference.dK, 1e-12);
+      CHECK_CLOSE(r.dV, reference.dV, 1e-12);
+    }
+  }
+}
+
+double max_abs_error(const Tensor& a, const Tensor& b) {
+  const std::vector<double> va = a.to_vector(), vb = b.to_vector();
+  double worst = 0;
+  for (size_t i = 0; i < va.size(); ++i) worst = std::max(worst, std::abs(va[i] - vb[i]));
+  return worst;
+}
+
+// FlashAttention's recipe with a pattern: flash in float32 within twice dense float32's error against float64.
+void check_flash_error_budget(Device device) {
+  for (const SparsePattern& pattern : patterns())
+    for (int64_t T : {63, 65, 300}) {
+      const Problem p{2, 8, 4, T, T, 32, pattern};
+      CAPTURE(describe(pattern));
+      CAPTURE(T);
+      const Inputs in = p.inputs(600 + T);
+      const Tensor upstream = random({p.B, p.Hq, T, p.d}, 601, DType::Float64, false);
+      const Result exact = run(in, p.spec(AttentionImpl::Dense), Device::CPU, DType::Float64, upstream);
+      const Result dense = run(in, p.spec(AttentionImpl::Dense), device, DType::Float32, upstream);
+      const Result flash = run(in, p.spec(AttentionImpl::Flash), device, DType::Float32, upstream);
+      CHECK(max_abs_error(flash.Z, exact.Z) <= 2 * max_abs_error(dense.Z, exact.Z));
+      CHECK(max_abs_error(flash.dQ, exact.dQ) <= 2 * max_abs_error(dense.dQ, exact.dQ));
+      CHECK(max_abs_error(flash.dK, exact.dK) <= 2 * max_abs_error(dense.dK, exact.dK));
+      CHECK(max_abs_error(flash.dV, exact.dV) <= 2 * max_abs_error(dense.dV, exact.dV));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("sparse attention: AttentionMask::visible is the issue's definition") {
+  for (const SparsePattern& pattern : patterns())
+    for (int64_t q_offset : {0, 5, -3}) {
+      const AttentionMask mask{.causal = true, .q_offset = q_offset, .pattern = pattern};
+      for (int64_t h = 0; h < 3; ++h)
+        for (int64_t i = 0; i < 90; ++i)
+          for (int64_t j = 0; j < 100; ++j) {
+            const bool expected = i + q_offset >= 0 && defined_visible(pattern, h, i + q_offset, j);
+            if (mask.visible(h, i, j) != expected) FAIL_CHECK(describe(pattern) << " h " << h << " i " << i << " j " << j);
+          }
+    }
+}
+
+TEST_CASE("sparse attention: each query sees itself, and the window W·δ back") {
+  const AttentionMask mask{.causal = true, .q_offset = 0, .pattern = {.window = 4, .dilation = 3}};
+  for (int64_t i = 0; i < 50; ++i) {
+    std::vector<int64_t> seen;
+    for (int64_t j = 0; j < 50; ++j)
+      if (mask.visible(0, i, j)) seen.push_back(j);
+    std::vector<int64_t> expected;
+    for (int64_t k = 3; k >= 0; --k)
+      if (i - 3 * k >= 0) expected.push_back(i - 3 * k);
+    CHECK(seen == expected);
+  }
+}
+
+TEST_CASE("sparse attention: random blocks are R distinct earlier blocks, fixed by (seed, layer, head)") {
+  const SparsePattern pattern{.window = 4, .random_blocks = 3, .seed = 42, .layer = 1};
+  std::set<int64_t> drawn_anywhere;
+  for (int64_t query_block = 0; query_block < 40; ++query_block) {
+    const RandomBlocks a(pattern, 2, query_block), b(pattern, 2, query_block);
+    CHECK(a.count == std::min<int64_t>(query_block, 3));
+    const std::set<int64_t> distinct(a.block, a.block + a.count);
+    CHECK(static_cast<int64_t>(distinct.size()) == a.count);
+    for (int64_t k = 0; k < a.count; ++k) {
+      CHECK(a.block[k] >= 0);
+      CHECK(a.block[k] < query_block);
+      CHECK(a.block[k] == b.block[k]);  // the same draw every time it is made
+      if (query_block == 39) drawn_anywhere.insert(a.block[k]);
+    }
+  }
+  // Another head, layer or seed draws other blocks (for block 39, out of C(39, 3) = 9139 subsets).
+  const auto blocks_of = [](const SparsePattern& p, int64_t h) {
+    const RandomBlocks r(p, h, 39);
+    return std::set<int64_t>(r.block, r.block + r.count);
+  };
+  SparsePattern other_layer = pattern, other_seed = pattern;
+  other_layer.layer = 2;
+  other_seed.seed = 43;
+  CHECK(blocks_of(pattern, 2) == drawn_anywhere);
+  CHECK(blocks_of(pattern, 3) != drawn_anywhere);
+  CHECK(blocks_of(other_layer, 2) != drawn_anywhere);
+  CHECK(blocks_of(other_seed, 2) != drawn_anywhere);
+}
+
+TEST_CASE("sparse attention: tile classification and the block map match brute force") {
+  for (const SparsePattern& pattern : patterns())
+    for (const auto& [Tq, Tk] : {std::pair<int64_t, int64_t>{100, 100}, {37, 150}, {130, 64}})
+      for (const auto& [query_tile, key_tile] : {std::pair<int64_t, int64_t>{64, 128}, {16, 16}, {7, 5}, {32, 32}}) {
+        CAPTURE(describe(pattern));
+        const int64_t Hq = 3;
+        const AttentionShape shape{.B = 1, .Hq = Hq, .Hkv = 1, .Tq = Tq, .Tk = Tk, .d = 4, .scale = 1.0,
+                                   .mask = {.causal = true, .q_offset = Tk - Tq, .pattern = pattern},
+                                   .q = {}, .kv = {}};
+        const AttentionBlockMap map(shape, query_tile, key_tile);
+        for (int64_t h = 0; h < Hq; ++h)
+          for (int64_t i0 = 0; i0 < Tq; i0 += query_tile) {
+            const int64_t i1 = std::min(i0 + query_tile, Tq);
+            std::vector<std::tuple<int64_t, int64_t, TileVisibility>> expected;  // j0, cols, visibility
+            const auto brute_force = [&](int64_t j0, int64_t j1) {
+              int64_t shown = 0;
+              for (int64_t i = i0; i < i1; ++i)
+                for (int64_t j = j0; j < j1; ++j) shown += shape.mask.visible(h, i, j);
+              return shown == 0 ? TileVisibility::None
+                                : shown == (i1 - i0) * (j1 - j0) ? TileVisibility::All : TileVisibility::Partial;
+            };
+            for (int64_t j0 = 0; j0 < Tk; j0 += key_tile) {
+              const int64_t j1 = std::min(j0 + key_tile, Tk);
+              const TileVisibility brute = brute_force(j0, j1);
+              if (shape.mask.tile(h, i0, i1, j0, j1) != brute)
+                FAIL_CHECK("tile h " << h << " queries " << i0 << ".." << i1 << " keys " << j0 << ".." << j1);
+              if (brute == TileVisibility::All) expected.emplace_back(j0, j1 - j0, brute);
+              if (brute != TileVisibility::Partial) continue;
+              // listed from its first to its last visible key, classified again
+              int64_t first = j1, last = j0;
+              for (int64_t i = i0; i < i1; ++i)
+                for (int64_t j = j0; j < j1; ++j)
+                  if (shape.mask.visible(h, i, j)) {
+                    first = std::min(first, j);
+                    last = std::max(last, j);
+                  }
+              expected.emplace_back(first, last + 1 - first, brute_force(first, last + 1));
+            }
+            std::vector<std::tuple<int64_t, int64_t, TileVisibility>> listed;
+            for (const KeyTile& key : map.key_tiles(h, i0)) listed.emplace_back(key.j0, key.cols, key.visibility);
+            CHECK(listed == expected);
+          }
+      }
+}
+
+TEST_CASE("sparse attention: the block map is cached, and built per head only with random blocks") {
+  const auto shape_with = [](const SparsePattern& pattern) {
+    return AttentionShape{.B = 1, .Hq = 4, .Hkv = 4, .Tq = 256, .Tk = 256, .d = 4, .scale = 1.0,
+                          .mask = {.causal = true, .q_offset = 0, .pattern = pattern}, .q = {}, .kv = {}};
+  };
+  const AttentionShape window = shape_with({.window = 32}), random_blocks = shape_with({.window = 32, .random_blocks = 2});
+  CHECK(attention_block_map(window, 64, 128) == attention_block_map(window, 64, 128));
+  CHECK(attention_block_map(window, 64, 128) != attention_block_map(random_blocks, 64, 128));
+  // Window 32 over 64 × 128 tiles: query tile 0 sees key tile 0; tile 1 (queries 64..127) too; tile 2 sees 0 and 1.
+  const auto map = attention_block_map(window, 64, 128);
+  CHECK(map->key_tiles(3, 0).size() == 1);
+  CHECK(map->key_tiles(0, 128).size() == 2);
+  CHECK(map->visible_tiles() == 1 + 1 + 2 + 1);  // one head stored: the window does not depend on it
+  CHECK(attention_block_map(random_blocks, 64, 128)->visible_tiles() >= 4 * 5);
+}
+
+TEST_CASE("sparse attention: every implementation equals attention with the explicit mask, float64") {
+  check_patterns_equal_explicit_mask(Device::CPU);
+}
+
+TEST_CASE("sparse attention: flash's float32 error is within twice dense's with each pattern") {
+  check_flash_error_budget(Device::CPU);
+}
+
+TEST_CASE("sparse attention: gradcheck of dense and flash with each pattern at tiny sizes") {
+  for (const SparsePattern& pattern : patterns())
+    for (AttentionImpl impl : {AttentionImpl::Dense, AttentionImpl::Flash}) {
+      CAPTURE(describe(pattern));
+      CAPTURE(name_of(impl));
+      const Problem p{1, 2, 1, 40, 40, 3, pattern};  // 40 > two random blocks of 16
+      const AttentionSpec spec = p.spec(impl);
+      CHECK_GRADCHECK([spec](const Inputs& x) { return attention(x[0], x[1], x[2], spec); }, p.inputs(700));
+    }
+}
+
+TEST_CASE("sparse attention: patterns need causal attention and a window") {
+  const Tensor x = Tensor::zeros({1, 1, 4, 2});
+  CHECK_THROWS_WITH_AS(attention(x, x, x, {.pattern = {.window = 2}}),
+                       doctest::Contains("a sparse pattern needs causal attention"), Error);
+  CHECK_THROWS_WITH_AS(attention(x, x, x, {.causal = true, .pattern = {.global = 2}}),
+                       doctest::Contains("without one (window 0) every earlier key is visible already"), Error);
+  CHECK_THROWS_WITH_AS(attention(x, x, x, {.causal = true, .pattern = {.window = 2, .random_blocks = 17}}),
+                       doctest::Contains("random <= 16"), Error);
+}
+
+TEST_CASE("cuda: sparse attention, every implementation equals the explicit mask") {
+  if (ag::test::cuda_or_skip()) check_patterns_equal_explicit_mask(Device::CUDA);
+}
+TEST_CASE("cuda: sparse attention, flash's float32 error within twice dense's") {
+  if (ag::test::cuda_or_skip()) check_flash_error_budget(Device::CUDA);
+}
