@@ -75,9 +75,9 @@ inline double relative_error(const Tensor& a, const Tensor& b) {
       if (std::isnan(va[i]) != std::isnan(vb[i])) return INFINITY;
       continue;  // NaN in both: the same answer (log_softmax of a masked row)
     }
+    if (std::isfinite(vb[i])) scale = std::max(scale, std::abs(vb[i]));  // over every element, equal or not
     if (va[i] == vb[i]) continue;  // also equal infinities
     diff = std::max(diff, std::abs(va[i] - vb[i]));
-    scale = std::max(scale, std::abs(vb[i]));
   }
   return scale == 0 ? diff : diff / scale;
 }
