@@ -1,12 +1,12 @@
 // Every CUDA runtime and cuBLAS call goes through AG_CUDA_CHECK / AG_CUBLAS_CHECK,
 // which turn a failure into ag::Error naming the call, file:line and the error.
 #pragma once
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <string>
 
 #include "core/error.h"
+#include "cuda/cublas.h"
 
 namespace ag::cuda {
 
@@ -30,5 +30,5 @@ namespace ag::cuda {
     const cublasStatus_t ag_status_ = (call);                                        \
     if (ag_status_ != CUBLAS_STATUS_SUCCESS)                                         \
       ::ag::cuda::throw_cuda_error(#call, __FILE__, __LINE__,                        \
-                                   cublasGetStatusString(ag_status_));               \
+                                   ::ag::cuda::cublas().status_string(ag_status_));               \
   } while (0)

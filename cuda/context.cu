@@ -9,6 +9,7 @@
 
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "cuda/cublas.h"
 
 namespace ag::cuda {
 
@@ -89,9 +90,9 @@ Context& context() {
   static Context* instance = [] {
     auto* c = new Context;
     AG_CUDA_CHECK(cudaStreamCreate(&c->stream));
-    AG_CUBLAS_CHECK(cublasCreate(&c->blas));
-    AG_CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));
-    AG_CUBLAS_CHECK(cublasSetMathMode(c->blas, math_mode()));
+    AG_CUBLAS_CHECK(cublas().create(&c->blas));
+    AG_CUBLAS_CHECK(cublas().set_stream(c->blas, c->stream));
+    AG_CUBLAS_CHECK(cublas().set_math_mode(c->blas, math_mode()));
     return c;
   }();
   return *instance;
@@ -104,7 +105,7 @@ void* cublas_handle() { return context().blas; }
 void set_allow_tf32(bool allow) {
   tf32_allowed = allow;
   // Without a device the flag is only stored; the handle takes it when created.
-  if (available()) AG_CUBLAS_CHECK(cublasSetMathMode(context().blas, math_mode()));
+  if (available()) AG_CUBLAS_CHECK(cublas().set_math_mode(context().blas, math_mode()));
 }
 bool allow_tf32() { return tf32_allowed; }
 

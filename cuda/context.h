@@ -65,6 +65,9 @@ void defer_index_error(PendingIndexCheck check);
 void* stream();
 // The process's cuBLAS handle (a cublasHandle_t), bound to stream(), created on first use.
 void* cublas_handle();
+// Whether this process has opened the cuBLAS library: only the first use of a
+// device does (cuda/cublas.h says why), so a CPU-only run never holds its ~200 MB.
+bool cublas_loaded();
 
 // TF32 tensor cores for float32 GEMMs: about 8x the FFMA rate on Hopper but a
 // 10-bit mantissa in the products (relative error ~1e-3 instead of ~1e-7).

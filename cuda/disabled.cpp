@@ -33,6 +33,7 @@ void synchronize() AG_WITHOUT_CUDA
 void wait_for_queue() AG_WITHOUT_CUDA
 void* stream() AG_WITHOUT_CUDA
 void* cublas_handle() AG_WITHOUT_CUDA
+bool cublas_loaded() { return false; }
 void set_allow_tf32(bool allow) { tf32_allowed = allow; }
 bool allow_tf32() { return tf32_allowed; }
 

@@ -14,6 +14,7 @@
 #include <climits>
 #include <type_traits>
 
+#include "cuda/cublas.h"
 #include "cuda/cuda.h"
 #include "cuda/launch.cuh"
 
@@ -35,10 +36,10 @@ void strided_batched(cublasHandle_t handle, cublasOperation_t op_b, cublasOperat
                      const T* alpha, const T* b, int ldb, long long stride_b, const T* a, int lda,
                      long long stride_a, const T* beta, T* c, int ldc, long long stride_c, int batch) {
   if constexpr (std::is_same_v<T, float>)
-    AG_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, op_b, op_a, n, m, k, alpha, b, ldb, stride_b, a, lda,
+    AG_CUBLAS_CHECK(cublas().sgemm_strided_batched(handle, op_b, op_a, n, m, k, alpha, b, ldb, stride_b, a, lda,
                                               stride_a, beta, c, ldc, stride_c, batch));
   else
-    AG_CUBLAS_CHECK(cublasDgemmStridedBatched(handle, op_b, op_a, n, m, k, alpha, b, ldb, stride_b, a, lda,
+    AG_CUBLAS_CHECK(cublas().dgemm_strided_batched(handle, op_b, op_a, n, m, k, alpha, b, ldb, stride_b, a, lda,
                                               stride_a, beta, c, ldc, stride_c, batch));
 }
 // C_b = beta·C_b, the whole product when K = 0: cuBLAS has been seen to leave C

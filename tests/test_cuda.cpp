@@ -6,6 +6,7 @@
 // device each case prints [SKIP], which CTest reports as Skipped.
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 
 #include "core/dispatch.h"
@@ -74,6 +75,28 @@ void check_cuda_matches_cpu(const GradcheckFn& f, const Inputs& inputs, double r
   }
 }
 }  // namespace
+
+TEST_CASE("a process that uses no device never maps cuBLAS") {
+  const auto maps_cublas = [] {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line))
+      if (line.find("libcublas") != std::string::npos) return true;
+    return false;
+  };
+  // CPU work, and the question whether a device exists, open nothing.
+  const Tensor a = ag::test::random({8, 8}, 1, DType::Float32);
+  CHECK(matmul(a, a).shape() == Shape{8, 8});
+  const bool device = cuda::available();
+  // Earlier cases of this run may have used a device; then cuBLAS is open and mapped.
+  CHECK(maps_cublas() == cuda::cublas_loaded());
+  if (!device) CHECK_FALSE(maps_cublas());
+  if (device && ag::test::cuda_or_skip()) {
+    (void)matmul(a.to(Device::CUDA), a.to(Device::CUDA)).to(Device::CPU);
+    CHECK(cuda::cublas_loaded());
+    CHECK(maps_cublas());
+  }
+}
 
 TEST_CASE("cuda: add, sub, mul, div with broadcasting") {
   if (!ag::test::cuda_or_skip()) return;

@@ -1,0 +1,63 @@
+// cuda/cublas.h: why cuBLAS is opened, not linked.
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <string>
+
+#include "core/error.h"
+#include "cuda/context.h"
+#include "cuda/cublas.h"
+
+namespace ag::cuda {
+
+namespace {
+std::atomic<bool> opened{false};
+
+// The soname of the major version this build was compiled against.
+const std::string kLibraryName = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+
+template <class Function> void resolve(void* library, const char* symbol, Function& slot) {
+  void* address = dlsym(library, symbol);
+  AG_CHECK(address != nullptr, kLibraryName << " has no " << symbol << ": " << dlerror());
+  slot = reinterpret_cast<Function>(address);
+}
+
+// The loader's search (RUNPATH, LD_LIBRARY_PATH, ld.so.cache), then the folder
+// libcudart was loaded from: the toolkit keeps the two side by side.
+void* open_cublas() {
+  // RTLD_LOCAL: its symbols stay out of the global namespace (nothing else links them).
+  if (void* library = dlopen(kLibraryName.c_str(), RTLD_NOW | RTLD_LOCAL)) return library;
+  const std::string search_error = dlerror();
+  Dl_info cudart{};
+  if (dladdr(reinterpret_cast<void*>(&cudaGetDeviceCount), &cudart) != 0 && cudart.dli_fname != nullptr) {
+    const std::string path = cudart.dli_fname;
+    const std::string beside = path.substr(0, path.rfind('/') + 1) + kLibraryName;
+    if (void* library = dlopen(beside.c_str(), RTLD_NOW | RTLD_LOCAL)) return library;
+  }
+  throw Error("cannot open cuBLAS (" + kLibraryName + "), which CUDA tensors need: " + search_error);
+}
+
+CublasLibrary open_library() {
+  void* library = open_cublas();
+  CublasLibrary table{};
+  // The exported names: cublas_v2.h maps cublasCreate and cublasSetStream to their _v2 symbols.
+  resolve(library, "cublasCreate_v2", table.create);
+  resolve(library, "cublasSetStream_v2", table.set_stream);
+  resolve(library, "cublasSetMathMode", table.set_math_mode);
+  resolve(library, "cublasSgemmStridedBatched", table.sgemm_strided_batched);
+  resolve(library, "cublasDgemmStridedBatched", table.dgemm_strided_batched);
+  resolve(library, "cublasGetStatusString", table.status_string);
+  opened = true;
+  return table;
+}
+}  // namespace
+
+const CublasLibrary& cublas() {
+  static const CublasLibrary table = open_library();  // never closed: the handle lives to exit
+  return table;
+}
+
+bool cublas_loaded() { return opened; }
+
+}  // namespace ag::cuda

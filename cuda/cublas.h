@@ -1,0 +1,26 @@
+// cuBLAS, opened with dlopen on first use instead of linked. Linking it makes
+// the dynamic loader map and relocate libcublasLt (540 MB) in every process at
+// start-up: about 200 MB resident before main(), a CPU-only run included (a
+// `char_lm train` at block size 4096 peaked at 297 MB with flash attention, of
+// which 206 MB were cuBLAS). Opened on demand, only a process that uses a CUDA
+// device pays for it. The table holds the few entry points attograd calls, typed
+// from cublas_v2.h's own declarations so a signature change fails to compile.
+#pragma once
+#include <cublas_v2.h>
+
+namespace ag::cuda {
+
+struct CublasLibrary {
+  decltype(&cublasCreate_v2) create;
+  decltype(&cublasSetStream_v2) set_stream;
+  decltype(&cublasSetMathMode) set_math_mode;
+  decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
+  decltype(&cublasDgemmStridedBatched) dgemm_strided_batched;
+  decltype(&cublasGetStatusString) status_string;
+};
+
+// Opens libcublas.so.<the major version built against> on the first call; throws
+// ag::Error naming the library and dlerror()'s reason when it can't be opened.
+const CublasLibrary& cublas();
+
+}  // namespace ag::cuda
