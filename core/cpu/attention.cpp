@@ -52,33 +52,77 @@ bool worth_threads(const AttentionShape& s, int64_t tasks) {
 
 // --- the dense implementation's softmax ---------------------------------------------
 
-// A = softmax over the visible keys of one row of S, 0 elsewhere; returns L.
-// The mask is applied first (A = S, −inf where hidden), so that the loops after
-// it have no condition in them and vectorise (exp_nonpositive(−inf) = 0). The
-// float version is compiled for AVX-512 too (AG_VECTOR_CLONES), into which this
-// body must be inlined to get that ISA.
+// A = softmax over the visible keys of each row of S, 0 elsewhere, and L, for
+// kRowGroup consecutive rows (fewer at the end) of S [B, Hq, Tq, Tk]. The mask is
+// applied first (A = S, −inf where hidden), so that the loops after it have no
+// condition in them and vectorise (exp_nonpositive(−inf) = 0). Keys after the
+// query's position p are never visible: that part of a row is set to 0 and
+// costs no exp. The float version is compiled for AVX-512 too
+// (AG_VECTOR_CLONES), into which this body must be inlined to get that ISA.
+//
+// Each row's sum is added in key order, not in vector lanes: flash's tests hold
+// its float32 error to this plain sum's (tests/test_attention_op.cpp). One
+// row's in-order sum is a chain of dependent adds that ran at the adder's
+// latency (a third of the kernel's time at T = 64); the group's rows are
+// summed side by side, kRowGroup independent chains, each in the same order.
+constexpr int64_t kRowGroup = 8;
 template <class T>
-[[gnu::always_inline]] inline double masked_softmax_row_of(const T* s, T* a, int64_t Tk,
-                                                           const AttentionMask::Row& mask) {
-  for (int64_t j = 0; j < Tk; ++j) a[j] = mask.visible(j) ? s[j] : -kInf<T>;
-  const T max = math::max_of(a, Tk);
-  const T reference = math::softmax_reference(max);
+[[gnu::always_inline]] inline void masked_softmax_rows_of(const T* s, T* a, int64_t Tk, const AttentionMask& mask,
+                                                          int64_t Hq, int64_t Tq, int64_t first_row, int64_t rows,
+                                                          double* L) {
+  T max[kRowGroup], sum[kRowGroup] = {};
+  for (int64_t k = 0; k < rows; ++k) {
+    const int64_t r = first_row + k;
+    const T* sr = s + r * Tk;
+    T* ar = a + r * Tk;
+    const AttentionMask::Row row = mask.row(r / Tq % Hq, r % Tq);
+    const int64_t end = row.p < 0 ? 0 : std::min(Tk, row.p + 1);  // keys j ≤ p
+    if (row.pattern.limited())
+      for (int64_t j = 0; j < end; ++j) ar[j] = row.visible(j) ? sr[j] : -kInf<T>;
+    else
+      for (int64_t j = 0; j < end; ++j) ar[j] = sr[j];  // S and A may be one buffer
+    std::fill(ar + end, ar + Tk, T(0));
+    max[k] = math::max_of(ar, end);
+    const T reference = math::softmax_reference(max[k]);
 #pragma omp simd
-  for (int64_t j = 0; j < Tk; ++j) a[j] = exp_nonpositive(a[j] - reference);
-  // Added in order, not in vector lanes: flash's tests hold its float32 error
-  // to this plain sum's (tests/test_attention_op.cpp).
-  T sum = 0;
-  for (int64_t j = 0; j < Tk; ++j) sum += a[j];
-  const T inv = sum == T(0) ? T(0) : T(1) / sum;  // a row that sees no key keeps its zeros
+    for (int64_t j = 0; j < end; ++j) ar[j] = exp_nonpositive(ar[j] - reference);
+  }
+  T* group = a + first_row * Tk;
+  if (rows == kRowGroup) {
+    // Named accumulators: as an array indexed in the inner loop, GCC interchanged
+    // the two loops (legal: each sum keeps its order) and the chains were serial again.
+    T s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+    for (int64_t j = 0; j < Tk; ++j) {
+      const T* column = group + j;
+      s0 += column[0 * Tk];
+      s1 += column[1 * Tk];
+      s2 += column[2 * Tk];
+      s3 += column[3 * Tk];
+      s4 += column[4 * Tk];
+      s5 += column[5 * Tk];
+      s6 += column[6 * Tk];
+      s7 += column[7 * Tk];
+    }
+    sum[0] = s0, sum[1] = s1, sum[2] = s2, sum[3] = s3, sum[4] = s4, sum[5] = s5, sum[6] = s6, sum[7] = s7;
+  } else {
+    for (int64_t k = 0; k < rows; ++k)
+      for (int64_t j = 0; j < Tk; ++j) sum[k] += group[k * Tk + j];
+  }
+  for (int64_t k = 0; k < rows; ++k) {
+    const T inv = sum[k] == T(0) ? T(0) : T(1) / sum[k];  // a row that sees no key keeps its zeros
+    T* ar = group + k * Tk;
 #pragma omp simd
-  for (int64_t j = 0; j < Tk; ++j) a[j] *= inv;
-  return math::log_sum_exp<double>(max, sum);
+    for (int64_t j = 0; j < Tk; ++j) ar[j] *= inv;
+    L[first_row + k] = math::log_sum_exp<double>(max[k], sum[k]);
+  }
 }
-AG_VECTOR_CLONES double masked_softmax_row(const float* s, float* a, int64_t Tk, const AttentionMask::Row& mask) {
-  return masked_softmax_row_of(s, a, Tk, mask);
+AG_VECTOR_CLONES void masked_softmax_rows(const float* s, float* a, int64_t Tk, const AttentionMask& mask, int64_t Hq,
+                                          int64_t Tq, int64_t first_row, int64_t rows, double* L) {
+  masked_softmax_rows_of(s, a, Tk, mask, Hq, Tq, first_row, rows, L);
 }
-double masked_softmax_row(const double* s, double* a, int64_t Tk, const AttentionMask::Row& mask) {
-  return masked_softmax_row_of(s, a, Tk, mask);
+void masked_softmax_rows(const double* s, double* a, int64_t Tk, const AttentionMask& mask, int64_t Hq, int64_t Tq,
+                         int64_t first_row, int64_t rows, double* L) {
+  masked_softmax_rows_of(s, a, Tk, mask, Hq, Tq, first_row, rows, L);
 }
 
 // --- tile products ------------------------------------------------------------------------
@@ -323,8 +367,10 @@ void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Te
     const T* s = S.data<T>();
     T* a = A.data<T>();
     double* l = L.data<double>();
-    for_rows(L.numel(), Tk, [&](int64_t r) {  // row r of S [B, Hq, Tq, Tk]: head r / Tq mod Hq, query r mod Tq
-      l[r] = masked_softmax_row(s + r * Tk, a + r * Tk, Tk, mask.row(r / Tq % Hq, r % Tq));
+    const int64_t rows = L.numel(), groups = (rows + kRowGroup - 1) / kRowGroup;
+    for_rows(groups, kRowGroup * Tk, [&](int64_t g) {
+      const int64_t first = g * kRowGroup;
+      masked_softmax_rows(s, a, Tk, mask, Hq, Tq, first, std::min(kRowGroup, rows - first), l);
     });
   });
 }
