@@ -65,16 +65,16 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   else cuda::binary(op, a, b, out);
 }
 
-void bias_activation(UnaryOp op, const Tensor& x, const Tensor& bias, Tensor& y) {
+void bias_activation(UnaryOp op, const Tensor& x, const Tensor& bias, Tensor& y, Tensor* derivative) {
   const profiler::KernelCall call("elementwise", "bias_activation", {&x, &bias, &y});
-  if (call.on_cpu()) cpu::bias_activation(op, x, bias, y);
-  else cuda::bias_activation(op, x, bias, y);
+  AG_CHECK(!derivative || derivative->device() == x.device(), "bias_activation: derivative on another device");
+  if (call.on_cpu()) cpu::bias_activation(op, x, bias, y, derivative);
+  else cuda::bias_activation(op, x, bias, y, derivative);
 }
-void bias_activation_backward(UnaryOp op, const Tensor& x, const Tensor& bias, const Tensor& dY, Tensor& dX,
-                              Tensor& dBias) {
-  const profiler::KernelCall call("elementwise", "bias_activation_backward", {&x, &bias, &dY, &dX, &dBias});
-  if (call.on_cpu()) cpu::bias_activation_backward(op, x, bias, dY, dX, dBias);
-  else cuda::bias_activation_backward(op, x, bias, dY, dX, dBias);
+void bias_activation_backward(const Tensor& derivative, const Tensor& dY, Tensor& dX, Tensor& dBias) {
+  const profiler::KernelCall call("elementwise", "bias_activation_backward", {&derivative, &dY, &dX, &dBias});
+  if (call.on_cpu()) cpu::bias_activation_backward(derivative, dY, dX, dBias);
+  else cuda::bias_activation_backward(derivative, dY, dX, dBias);
 }
 
 void sum_to_shape(const Tensor& x, Tensor& out) {

@@ -47,8 +47,8 @@ void unary_backward(UnaryOp, const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_C
 void affine(const Tensor&, double, double, Tensor&) AG_WITHOUT_CUDA
 void pow_scalar(const Tensor&, double, Tensor&) AG_WITHOUT_CUDA
 void binary(BinaryOp, const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
-void bias_activation(UnaryOp, const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
-void bias_activation_backward(UnaryOp, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&) AG_WITHOUT_CUDA
+void bias_activation(UnaryOp, const Tensor&, const Tensor&, Tensor&, Tensor*) AG_WITHOUT_CUDA
+void bias_activation_backward(const Tensor&, const Tensor&, Tensor&, Tensor&) AG_WITHOUT_CUDA
 
 void sum_to_shape(const Tensor&, Tensor&) AG_WITHOUT_CUDA
 void max_dim(const Tensor&, const ReduceDims&, Tensor&, Tensor&) AG_WITHOUT_CUDA

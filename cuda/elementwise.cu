@@ -60,17 +60,13 @@ template <class T> struct UnaryBackward {
 template <class T> struct BiasActivation {
   UnaryOp op;
   const T *x, *bias;
-  T* y;
+  T *y, *derivative;  // derivative: nullptr when not wanted
   int64_t C;
-  __device__ void operator()(int64_t i) const { y[i] = activation(op, x[i] + bias[i % C]); }
-};
-
-template <class T> struct BiasActivationBackward {
-  UnaryOp op;
-  const T *x, *bias, *dY;
-  T* dX;
-  int64_t C;
-  __device__ void operator()(int64_t i) const { dX[i] = dY[i] * activation_grad(op, x[i] + bias[i % C]); }
+  __device__ void operator()(int64_t i) const {
+    const T u = x[i] + bias[i % C];
+    y[i] = activation(op, u);
+    if (derivative) derivative[i] = activation_grad(op, u);
+  }
 };
 
 template <class T> struct Affine {
@@ -135,25 +131,23 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dY, Tensor& dX) {
   });
 }
 
-void bias_activation(UnaryOp op, const Tensor& x, const Tensor& bias, Tensor& y) {
+void bias_activation(UnaryOp op, const Tensor& x, const Tensor& bias, Tensor& y, Tensor* derivative) {
   visit_floating(x.dtype(), "bias_activation", [&](auto zero) {
     using T = decltype(zero);
     check_activation("bias_activation", op);
-    for_each_index(x.numel(), BiasActivation<T>{op, ptr<const T>(x), ptr<const T>(bias), ptr<T>(y), bias.numel()});
+    for_each_index(x.numel(), BiasActivation<T>{op, ptr<const T>(x), ptr<const T>(bias), ptr<T>(y),
+                                                derivative ? ptr<T>(*derivative) : nullptr, bias.numel()});
   });
 }
 
-// Two kernels here (the CPU does one sweep): dX elementwise, then dBias as
-// sum_to_shape's deterministic column sums of dX.
-void bias_activation_backward(UnaryOp op, const Tensor& x, const Tensor& bias, const Tensor& dY, Tensor& dX,
-                              Tensor& dBias) {
-  visit_floating(x.dtype(), "bias_activation_backward", [&](auto zero) {
+// Two kernels here (the CPU does one sweep): dX = dY ∘ derivative, then dBias
+// as sum_to_shape's deterministic column sums of dX.
+void bias_activation_backward(const Tensor& derivative, const Tensor& dY, Tensor& dX, Tensor& dBias) {
+  visit_floating(dX.dtype(), "bias_activation_backward", [&](auto zero) {
     using T = decltype(zero);
-    check_activation("bias_activation_backward", op);
-    for_each_index(x.numel(), BiasActivationBackward<T>{op, ptr<const T>(x), ptr<const T>(bias), ptr<const T>(dY),
-                                                         ptr<T>(dX), bias.numel()});
-    sum_to_shape(dX, dBias);
+    for_each_index(dX.numel(), BinarySameShape<T>{BinaryOp::Mul, ptr<const T>(dY), ptr<const T>(derivative), ptr<T>(dX)});
   });
+  sum_to_shape(dX, dBias);
 }
 
 void affine(const Tensor& x, double scale, double shift, Tensor& y) {

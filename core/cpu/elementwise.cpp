@@ -105,83 +105,90 @@ namespace {
 // it (core/cpu/vector_math.h): GELU forward and backward were 2.4 and 4.9 ms
 // of a 31 ms default training step at one thread as libmvec calls in 4-wide
 // loops. The other activations and float64 take the generic loops below.
-//   y = x·Φ(x),  y' = Φ(x) + x·φ(x),  x = pre-activation + bias
-// One row: y[c] = GELU(x[c] + bias[c]), c < C.
-AG_VECTOR_CLONES void bias_gelu_erf_row(const float* x, const float* bias, float* y, int64_t C) {
+//   y = u·Φ(u),  y' = Φ(u) + u·φ(u),  u = pre-activation + bias
+// One row: y[c] = GELU(u[c]), and y'(u[c]) into derivative[c] if it is given.
+AG_VECTOR_CLONES void bias_gelu_erf_row(const float* x, const float* bias, float* y, float* derivative, int64_t C) {
+  if (!derivative) {
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) {
+      const float u = x[c] + bias[c];
+      y[c] = u * math::normal_cdf_pdf_float(u).cdf;
+    }
+    return;
+  }
 #pragma omp simd
   for (int64_t c = 0; c < C; ++c) {
-    const float v = x[c] + bias[c];
-    y[c] = v * math::normal_cdf_pdf_float(v).cdf;
+    const float u = x[c] + bias[c];
+    const math::NormalCdfPdf n = math::normal_cdf_pdf_float(u);
+    y[c] = u * n.cdf;
+    derivative[c] = n.cdf + u * n.pdf;
   }
 }
-// Columns [first, last) of all N rows of [N, C]: dX = dY ∘ GELU'(X + bias), and
-// each column's dX added into sums[c − first] in double, rows in order (as
+// Columns [first, last) of all N rows of [N, C]: dX = dY ∘ derivative, and each
+// column's dX added into sums[c − first] in double, rows in order (as
 // sum_columns does).
-struct BiasGeluGrad {
-  const float *x, *bias, *dY;
-  float* dX;
+template <class T> struct ScaledColumns {
+  const T *derivative, *dY;
+  T* dX;
   int64_t N, C;
 };
-AG_VECTOR_CLONES void bias_gelu_erf_backward_columns(const BiasGeluGrad& g, int64_t first, int64_t last,
-                                                     double* sums) {
+template <class T>
+[[gnu::always_inline]] inline void scale_and_sum_columns(const ScaledColumns<T>& g, int64_t first, int64_t last,
+                                                         double* sums) {
   for (int64_t r = 0; r < g.N; ++r) {
     const int64_t row = r * g.C;
 #pragma omp simd
     for (int64_t c = first; c < last; ++c) {
-      const float v = g.x[row + c] + g.bias[c];
-      const math::NormalCdfPdf n = math::normal_cdf_pdf_float(v);
-      const float d = g.dY[row + c] * (n.cdf + v * n.pdf);
+      const T d = g.dY[row + c] * g.derivative[row + c];
       g.dX[row + c] = d;
       sums[c - first] += static_cast<double>(d);
     }
   }
 }
+AG_VECTOR_CLONES void scale_and_sum_columns(const ScaledColumns<float>& g, int64_t first, int64_t last, double* sums) {
+  scale_and_sum_columns<float>(g, first, last, sums);
+}
+void scale_and_sum_columns(const ScaledColumns<double>& g, int64_t first, int64_t last, double* sums) {
+  scale_and_sum_columns<double>(g, first, last, sums);
+}
 
 }  // namespace
 
-void bias_activation(UnaryOp op, const Tensor& x, const Tensor& bias, Tensor& y) {
+void bias_activation(UnaryOp op, const Tensor& x, const Tensor& bias, Tensor& y, Tensor* derivative) {
   const int64_t C = bias.numel(), N = x.numel() / std::max<int64_t>(C, 1);
   if (op == UnaryOp::GeluErf && x.dtype() == DType::Float32) {
     const float *px = x.data<float>(), *b = bias.data<float>();
     float* py = y.data<float>();
-    return for_rows(N, C, [&](int64_t r) { bias_gelu_erf_row(px + r * C, b, py + r * C, C); });
+    float* pd = derivative ? derivative->data<float>() : nullptr;
+    return for_rows(N, C, [&](int64_t r) { bias_gelu_erf_row(px + r * C, b, py + r * C, pd ? pd + r * C : nullptr, C); });
   }
   visit_floating(x.dtype(), "bias_activation", [&](auto zero) {
     using T = decltype(zero);
     const T *px = x.data<T>(), *b = bias.data<T>();
     T* py = y.data<T>();
-    with_activation<T>(op, "bias_activation", [&](auto f, auto) {
+    T* pd = derivative ? derivative->data<T>() : nullptr;
+    with_activation<T>(op, "bias_activation", [&](auto f, auto f_grad) {
 #pragma omp parallel for schedule(static) if (N * C > kParallelGrain)
       for (int64_t r = 0; r < N; ++r) {
         const T* xr = px + r * C;
         T* yr = py + r * C;
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) yr[c] = f(xr[c] + b[c]);
+        if (pd)
+          for (int64_t c = 0; c < C; ++c) pd[r * C + c] = f_grad(xr[c] + b[c]);
       }
     });
   });
 }
 
 // dX, and its column sums as it goes (sum_columns: a block of columns at a time).
-void bias_activation_backward(UnaryOp op, const Tensor& x, const Tensor& bias, const Tensor& dY, Tensor& dX,
-                              Tensor& dBias) {
-  const int64_t C = bias.numel(), N = x.numel() / std::max<int64_t>(C, 1);
-  if (op == UnaryOp::GeluErf && x.dtype() == DType::Float32) {
-    const BiasGeluGrad g{x.data<float>(), bias.data<float>(), dY.data<float>(), dX.data<float>(), N, C};
-    return sum_column_blocks(N, C, dBias.data<float>(), [&](int64_t first, int64_t last, double* sums) {
-      bias_gelu_erf_backward_columns(g, first, last, sums);
-    });
-  }
-  visit_floating(x.dtype(), "bias_activation_backward", [&](auto zero) {
+void bias_activation_backward(const Tensor& derivative, const Tensor& dY, Tensor& dX, Tensor& dBias) {
+  const int64_t C = dBias.numel(), N = dX.numel() / std::max<int64_t>(C, 1);
+  visit_floating(dX.dtype(), "bias_activation_backward", [&](auto zero) {
     using T = decltype(zero);
-    const T *px = x.data<T>(), *b = bias.data<T>(), *pg = dY.data<T>();
-    T *pdx = dX.data<T>(), *db = dBias.data<T>();
-    with_activation<T>(op, "bias_activation_backward", [&](auto, auto f_grad) {
-      sum_columns(N, C, db, [=](int64_t r, int64_t c) {
-        const T d = pg[r * C + c] * f_grad(px[r * C + c] + b[c]);
-        pdx[r * C + c] = d;
-        return d;
-      });
+    const ScaledColumns<T> g{derivative.data<T>(), dY.data<T>(), dX.data<T>(), N, C};
+    sum_column_blocks(N, C, dBias.data<T>(), [&](int64_t first, int64_t last, double* sums) {
+      scale_and_sum_columns(g, first, last, sums);
     });
   });
 }
