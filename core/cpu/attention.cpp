@@ -66,6 +66,7 @@ bool worth_threads(const AttentionShape& s, int64_t tasks) {
 // latency (a third of the kernel's time at T = 64); the group's rows are
 // summed side by side, kRowGroup independent chains, each in the same order.
 constexpr int64_t kRowGroup = 8;
+constexpr int64_t kVectorFloats = 16;  // an AVX-512 register
 template <class T>
 [[gnu::always_inline]] inline void masked_softmax_rows_of(const T* s, T* a, int64_t Tk, const AttentionMask& mask,
                                                           int64_t Hq, int64_t Tq, int64_t first_row, int64_t rows,
@@ -77,33 +78,24 @@ template <class T>
     T* ar = a + r * Tk;
     const AttentionMask::Row row = mask.row(r / Tq % Hq, r % Tq);
     const int64_t end = row.p < 0 ? 0 : std::min(Tk, row.p + 1);  // keys j ≤ p
+    // The loops below run to a whole number of vectors (the hidden keys up to
+    // it are −inf, whose exp is 0), not through a scalar tail on every row.
+    const int64_t padded = std::min(Tk, (end + kVectorFloats - 1) / kVectorFloats * kVectorFloats);
     if (row.pattern.limited())
       for (int64_t j = 0; j < end; ++j) ar[j] = row.visible(j) ? sr[j] : -kInf<T>;
     else
       for (int64_t j = 0; j < end; ++j) ar[j] = sr[j];  // S and A may be one buffer
-    std::fill(ar + end, ar + Tk, T(0));
-    max[k] = math::max_of(ar, end);
+    std::fill(ar + end, ar + padded, -kInf<T>);
+    std::fill(ar + padded, ar + Tk, T(0));
+    max[k] = math::max_of(ar, padded);
     const T reference = math::softmax_reference(max[k]);
 #pragma omp simd
-    for (int64_t j = 0; j < end; ++j) ar[j] = exp_nonpositive(ar[j] - reference);
+    for (int64_t j = 0; j < padded; ++j) ar[j] = exp_nonpositive(ar[j] - reference);
   }
   T* group = a + first_row * Tk;
   if (rows == kRowGroup) {
-    // Named accumulators: as an array indexed in the inner loop, GCC interchanged
-    // the two loops (legal: each sum keeps its order) and the chains were serial again.
-    T s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
-    for (int64_t j = 0; j < Tk; ++j) {
-      const T* column = group + j;
-      s0 += column[0 * Tk];
-      s1 += column[1 * Tk];
-      s2 += column[2 * Tk];
-      s3 += column[3 * Tk];
-      s4 += column[4 * Tk];
-      s5 += column[5 * Tk];
-      s6 += column[6 * Tk];
-      s7 += column[7 * Tk];
-    }
-    sum[0] = s0, sum[1] = s1, sum[2] = s2, sum[3] = s3, sum[4] = s4, sum[5] = s5, sum[6] = s6, sum[7] = s7;
+    for (int64_t j = 0; j < Tk; ++j)
+      for (int64_t k = 0; k < kRowGroup; ++k) sum[k] += group[k * Tk + j];
   } else {
     for (int64_t k = 0; k < rows; ++k)
       for (int64_t j = 0; j < Tk; ++j) sum[k] += group[k * Tk + j];
