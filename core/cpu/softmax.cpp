@@ -6,6 +6,7 @@
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/loops.h"
+#include "core/cpu/vector_math.h"
 
 namespace ag::cpu {
 
@@ -31,14 +32,33 @@ template <class T> void softmax_row(const T* x, T* y, int64_t n) {
   for (int64_t j = 0; j < n; ++j) y[j] *= inv;
 }
 
-// log-sum-exp of a row; −inf for a fully masked row.
-template <class T> T logsumexp_row(const T* x, int64_t n) {
-  T max = -std::numeric_limits<T>::infinity();
-  for (int64_t j = 0; j < n; ++j) max = std::max(max, x[j]);
+// log-sum-exp of a row; −inf for a fully masked row. Vectorised: the max and
+// the sum in vector lanes, exp as exp_nonpositive (core/cpu/vector_math.h) in
+// float; float is compiled for AVX-512 too (AG_VECTOR_CLONES). With a libm
+// expf per element and one in-order chain of adds, cross-entropy over the
+// default model's 65 logits cost 3 ns per logit.
+template <class T> [[gnu::always_inline]] inline T logsumexp_row_of(const T* x, int64_t n) {
+  const T max = math::max_of(x, n);
   if (max == -std::numeric_limits<T>::infinity()) return max;
   T sum = 0;
-  for (int64_t j = 0; j < n; ++j) sum += std::exp(x[j] - max);
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j) sum += math::exp_nonpositive(x[j] - max);
   return max + std::log(sum);
+}
+AG_VECTOR_CLONES float logsumexp_row(const float* x, int64_t n) { return logsumexp_row_of(x, n); }
+double logsumexp_row(const double* x, int64_t n) { return logsumexp_row_of(x, n); }
+
+// out[j] = scale · exp(x[j] − shift) over a row, shift ≥ every x[j] (a log-sum-exp).
+template <class T>
+[[gnu::always_inline]] inline void scaled_exp_row_of(const T* x, T shift, T scale, T* out, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) out[j] = scale * math::exp_nonpositive(x[j] - shift);
+}
+AG_VECTOR_CLONES void scaled_exp_row(const float* x, float shift, float scale, float* out, int64_t n) {
+  scaled_exp_row_of(x, shift, scale, out, n);
+}
+void scaled_exp_row(const double* x, double shift, double scale, double* out, int64_t n) {
+  scaled_exp_row_of(x, shift, scale, out, n);
 }
 }  // namespace
 
@@ -59,12 +79,27 @@ void softmax_backward(const Tensor& y, const Tensor& dY, Tensor& dX) {
     const int64_t C = row_length(y), N = y.numel() / std::max<int64_t>(C, 1);
     const T *py = y.data<T>(), *pg = dY.data<T>();
     T* pd = dX.data<T>();
-    for_rows(N, C, [&](int64_t r) {
-      const T *yr = py + r * C, *gr = pg + r * C;
-      T* dr = pd + r * C;
-      T dot = 0;
-      for (int64_t j = 0; j < C; ++j) dot += gr[j] * yr[j];
-      for (int64_t j = 0; j < C; ++j) dr[j] = yr[j] * (gr[j] - dot);
+    // Each row's dot product is added in order, one dependent chain that ran
+    // at the adder's latency (dense attention's rows are 64 long); eight rows go
+    // side by side, their chains interleaved, each in the same order.
+    constexpr int64_t kRows = 8;
+    const int64_t groups = (N + kRows - 1) / kRows;
+    for_rows(groups, kRows * C, [&](int64_t g) {
+      const int64_t first = g * kRows, rows = std::min(kRows, N - first);
+      const T *y0 = py + first * C, *g0 = pg + first * C;
+      T dot[kRows] = {};
+      if (rows == kRows) {
+        for (int64_t j = 0; j < C; ++j)
+          for (int64_t k = 0; k < kRows; ++k) dot[k] += g0[k * C + j] * y0[k * C + j];
+      } else {
+        for (int64_t k = 0; k < rows; ++k)
+          for (int64_t j = 0; j < C; ++j) dot[k] += g0[k * C + j] * y0[k * C + j];
+      }
+      for (int64_t k = 0; k < rows; ++k) {
+        const T *yr = y0 + k * C, *gr = g0 + k * C;
+        T* dr = pd + (first + k) * C;
+        for (int64_t j = 0; j < C; ++j) dr[j] = yr[j] * (gr[j] - dot[k]);
+      }
     });
   });
 }
@@ -139,7 +174,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
         std::fill_n(dr, V, T(0));
         return;
       }
-      for (int64_t j = 0; j < V; ++j) dr[j] = s * std::exp(px[r * V + j] - ps[r]);
+      scaled_exp_row(px + r * V, ps[r], s, dr, V);  // s · softmax, from the forward's log-sum-exp
       dr[pt[r]] -= s;
     });
   });
