@@ -97,13 +97,17 @@ Tensor kv_gradient(const Tensor& kv, const AttentionShape& shape) {
 // --- dense ---------------------------------------------------------------------------
 
 // One operand of dense's products: the per-head matrices of a tensor, matrix
-// (b, h) at `at.at(b, h, 0)` with rows `at.row` apart; indexed by the query
-// head h, or by its kv head h / group.
+// (b, h) at `at.at(b − first_batch, h, 0)` with rows `at.row` apart; indexed by
+// the query head h, or by its kv head h / group. A tensor that holds one chunk
+// of the batch (a scratch) starts at the chunk's first entry.
 struct HeadOperand {
   const Tensor& t;
   HeadStrides at;
   bool by_kv_head = false;
   bool transposed = false;
+  int64_t first_batch = 0;
+
+  int64_t offset(int64_t b, int64_t h) const { return at.at(b - first_batch, h, 0); }
 };
 
 // The batch entries [first, first + count): dense runs its kernels on a few at a time.
@@ -134,16 +138,14 @@ void head_product(const AttentionShape& shape, BatchRange batches, const HeadOpe
     s.b_batch_stride = y.at.head;
     s.c_batch_stride = c.at.head;
     for (int64_t b = batches.first; b < batches.first + (fold_batch ? 1 : batches.count); ++b) {
-      s.a_offset = x.at.at(b, 0, 0);
-      s.b_offset = y.at.at(b, 0, 0);
-      s.c_offset = c.at.at(b, 0, 0);
+      s.a_offset = x.offset(b, 0);
+      s.b_offset = y.offset(b, 0);
+      s.c_offset = c.offset(b, 0);
       kernel::gemm(s, x.t, y.t, c_tensor);
     }
     return;
   }
-  const auto offset = [&](const HeadOperand& o, int64_t b, int64_t h) {
-    return o.at.at(b, o.by_kv_head ? h / group : h, 0);
-  };
+  const auto offset = [&](const HeadOperand& o, int64_t b, int64_t h) { return o.offset(b, o.by_kv_head ? h / group : h); };
   const bool sum_group = c.by_kv_head && !x.by_kv_head;
   for (int64_t b = batches.first; b < batches.first + batches.count; ++b)
     for (int64_t h = 0; h < shape.Hq; ++h) {
@@ -196,20 +198,21 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                 [Q = q.detach(), K = k.detach(), V = v.detach(), A, shape, scores_at, chunk_of](const Tensor& dZ) -> Gradients {
                   const auto [B, Hq, Hkv, Tq, Tk, d, scale, mask, q_at, kv_at] = shape;
                   Tensor dV = kv_gradient(V, shape), dQ = detail::empty_like(Q), dK = kv_gradient(K, shape);
-                  Tensor dS = detail::empty_like(A);
+                  // dA, then dS in its place: one chunk's worth, reused by every chunk (it stays in cache).
+                  Tensor dS;
                   for_batch_chunks(shape, dtype_size(Q.dtype()), [&](BatchRange r) {
+                    if (!dS.defined()) dS = detail::empty_as({r.count, Hq, Tq, Tk}, A);
+                    Tensor dS_r = r.count == dS.size(0) ? dS : chunk_of(dS, {0, r.count});
+                    const HeadOperand dS_at{dS, scores_at, false, false, r.first}, dS_transposed{dS, scores_at, false, true, r.first};
                     // Z = AV
-                    head_product(shape, r, {dZ, q_at}, {V, kv_at, true, true}, dS, {dS, scores_at}, Tq, Tk, d,
-                                 1.0);  // dA = dZ Vᵀ
+                    head_product(shape, r, {dZ, q_at}, {V, kv_at, true, true}, dS, dS_at, Tq, Tk, d, 1.0);  // dA = dZ Vᵀ
                     // A = softmax(S + M). It reads A's chunk in order, so Aᵀ's strided reads below find it in cache.
-                    Tensor dS_r = chunk_of(dS, r);
                     kernel::softmax_backward(chunk_of(A, r), dS_r, dS_r);  // dS = A ∘ (dA − rowsum(dA ∘ A)), in place of dA
                     head_product(shape, r, {A, scores_at, false, true}, {dZ, q_at}, dV, {dV, kv_at, true}, Tk, d,
                                  Tq, 1.0);  // dV = Aᵀ dZ
                     // S = scale·QKᵀ
-                    head_product(shape, r, {dS, scores_at}, {K, kv_at, true}, dQ, {dQ, q_at}, Tq, d, Tk,
-                                 scale);  // dQ = scale·dS K
-                    head_product(shape, r, {dS, scores_at, false, true}, {Q, q_at}, dK, {dK, kv_at, true}, Tk, d, Tq,
+                    head_product(shape, r, dS_at, {K, kv_at, true}, dQ, {dQ, q_at}, Tq, d, Tk, scale);  // dQ = scale·dS K
+                    head_product(shape, r, dS_transposed, {Q, q_at}, dK, {dK, kv_at, true}, Tk, d, Tq,
                                  scale);  // dK = scale·dSᵀ Q
                   });
                   return {dQ, dK, dV};
