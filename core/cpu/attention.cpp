@@ -169,6 +169,14 @@ inline TilePair pair_of(int64_t i0, int64_t rows, const KeyTile& key) {
 
 // Sᵀ[c][r] = −inf where query i0 + r of head h may not see key j0 + c (Partial tiles only).
 template <class T> void mask_tile(T* st, const TilePair& t, const AttentionMask& mask, int64_t h) {
+  if (!mask.pattern.limited()) {
+    // Causal only: query i sees key j iff i ≥ j − q_offset, so key j0 + c is hidden
+    // from a prefix of the tile's rows, r < j0 + c − q_offset − i0 (one fill per
+    // column instead of a visible() test per element).
+    for (int64_t c = 0; c < t.cols; ++c)
+      std::fill_n(st + c * kQueryTile, std::clamp<int64_t>(t.j0 + c - mask.q_offset - t.i0, 0, t.rows), -kInf<T>);
+    return;
+  }
   for (int64_t r = 0; r < t.rows; ++r) {
     const AttentionMask::Row row = mask.row(h, t.i0 + r);
     for (int64_t c = 0; c < t.cols; ++c)
@@ -306,9 +314,13 @@ template <class T>
         // S = scale·Q Kᵀ, P = exp(S − L)   (L = +inf on a row that sees no key: P = 0)
         tile_product(t.cols, rows, d, Left<T>{k, kv_row}, s.qt.data(), kQueryTile, p, kQueryTile, false);
         if (t.visibility == TileVisibility::Partial) mask_tile(p, t, shape.mask, h);
+        // S is scaled and stored first, as the forward does: the rounded scale·S, not an
+        // FMA's unrounded scale·S − L (with it a one-key row got P = 1 − ε: dS ≠ 0).
+        for (int64_t c = 0; c < t.cols; ++c)
+          for (int64_t r = 0; r < rows; ++r) p[c * kQueryTile + r] *= scale;
         for (int64_t c = 0; c < t.cols; ++c)
           for (int64_t r = 0; r < rows; ++r)
-            p[c * kQueryTile + r] = exp_nonpositive(scale * p[c * kQueryTile + r] - lse_hi[r] - lse_lo[r]);
+            p[c * kQueryTile + r] = exp_nonpositive(p[c * kQueryTile + r] - lse_hi[r] - lse_lo[r]);
         // Z = P V  →  dP = dZ Vᵀ
         tile_product(t.cols, rows, d, Left<T>{v, kv_row}, s.dzt.data(), kQueryTile, dp, kQueryTile, false);
         for (int64_t c = 0; c < t.cols; ++c)
