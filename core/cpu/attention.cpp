@@ -62,9 +62,10 @@ bool worth_threads(const AttentionShape& s, int64_t tasks) {
 //
 // Each row's sum is added in key order, not in vector lanes: flash's tests hold
 // its float32 error to this plain sum's (tests/test_attention_op.cpp). One
-// row's in-order sum is a chain of dependent adds that ran at the adder's
-// latency (a third of the kernel's time at T = 64); the group's rows are
-// summed side by side, kRowGroup independent chains, each in the same order.
+// row's in-order sum is a chain of dependent adds at the adder's latency; the
+// group's rows are summed side by side, kRowGroup independent chains, each in
+// the same order. (Row by row, with exp over the hidden keys too, the kernel
+// took 336 µs per layer of the default model at one thread; this way, 126.)
 constexpr int64_t kRowGroup = 8;
 constexpr int64_t kVectorFloats = 16;  // an AVX-512 register
 template <class T>

@@ -159,11 +159,12 @@ void head_product(const AttentionShape& shape, BatchRange batches, const HeadOpe
 
 // Dense runs its products and softmax a few batch entries at a time, so that a
 // chunk's scores (S, then A; dA, then dS) and its rows of Q, K, V and dZ are
-// still in the core's L2 cache when the next kernel reads them. Over the whole
-// batch at once, the default model's step read them back from L3: its attention
-// GEMMs ran 1.8x slower in the step than alone, 1.2x at two batch entries.
-// Chunks hold at least kMinChunk batch entries, so that a chunk's softmax is
-// still work enough for the threads (core/cpu/loops.h: kParallelGrain).
+// still in the core's L2 cache when the next kernel reads them, and the
+// backward's dS needs one chunk's memory. In the default model's step at one
+// thread the attention GEMMs ran 1.27–1.44x slower than alone over the whole
+// batch at once, 1.17–1.34x by chunks. Chunks hold at least kMinChunk batch
+// entries, so that a chunk's softmax is still work enough for the threads
+// (core/cpu/loops.h: kParallelGrain).
 constexpr int64_t kChunkBytes = 512 << 10;
 constexpr int64_t kMinChunk = 4;
 
