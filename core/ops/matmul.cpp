@@ -32,6 +32,21 @@ Tensor product(const Operand& x, const Operand& y, int64_t batch, int64_t M, int
   return out;
 }
 
+// dW = Xᵀ dY [K, N] for a weight W [K, N] that every one of X's `rows` rows
+// multiplies. Added straight into W's flat gradient buffer when it has one
+// (accumulation_target: a GEMM with beta = 1, no gradient tensor, no separate
+// add) and then undefined is returned; otherwise dW is returned.
+Tensor weight_gradient(const Tensor& weight, const Tensor& X, const Tensor& dY, int64_t rows, int64_t K, int64_t N) {
+  if (Tensor dW = accumulation_target(weight); dW.defined()) {
+    kernel::GemmShape accumulate{1, K, N, rows};  // dW += Xᵀ dY
+    accumulate.trans_a = true;
+    accumulate.beta = 1.0;
+    kernel::gemm(accumulate, X, dY, dW);
+    return Tensor();
+  }
+  return product({X, true, false}, {dY, false, false}, 1, K, N, rows, weight.shape());
+}
+
 Shape batch_dims(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
 
 Shape concat_shape(Shape head, std::initializer_list<int64_t> tail) {
@@ -58,10 +73,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     out_shape.back() = N;
     Tensor out = product({a, false, false}, {b, false, false}, 1, rows, N, K, out_shape);
     return record("matmul", {a, b}, out,
-                  [A = a.detach(), B = b.detach(), rows, K, N, need_a, need_b](const Tensor& dC) -> Gradients {
+                  [A = a.detach(), B = b.detach(), b, rows, K, N, need_a, need_b](const Tensor& dC) -> Gradients {
                     Gradients grads(2);
                     if (need_a) grads[0] = product({dC, false, false}, {B, true, false}, 1, rows, K, N, A.shape());
-                    if (need_b) grads[1] = product({A, true, false}, {dC, false, false}, 1, K, N, rows, B.shape());
+                    if (need_b) grads[1] = weight_gradient(b, A, dC, rows, K, N);
                     return grads;
                   });
   }
@@ -131,14 +146,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                  need_b = has_bias && bias.requires_grad()](const Tensor& dY) -> Gradients {
                   Gradients grads(has_bias ? 3 : 2);
                   if (need_x) grads[0] = product({dY, false, false}, {W, true, false}, 1, rows, in, out, X.shape());
-                  if (Tensor dW = accumulation_target(weight); need_w && dW.defined()) {
-                    kernel::GemmShape accumulate{1, in, out, rows};  // dW += Xᵀ dY
-                    accumulate.trans_a = true;
-                    accumulate.beta = 1.0;
-                    kernel::gemm(accumulate, X, dY, dW);
-                  } else if (need_w) {
-                    grads[1] = product({X, true, false}, {dY, false, false}, 1, in, out, rows, W.shape());
-                  }
+                  if (need_w) grads[1] = weight_gradient(weight, X, dY, rows, in, out);
                   if (need_b) {
                     grads[2] = detail::empty_as({out}, dY);
                     kernel::sum_to_shape(dY, grads[2]);
