@@ -73,11 +73,14 @@ template <class T>
                                                           int64_t Hq, int64_t Tq, int64_t first_row, int64_t rows,
                                                           double* L) {
   T max[kRowGroup], sum[kRowGroup] = {};
-  for (int64_t k = 0; k < rows; ++k) {
+  // Row r of S [B, Hq, Tq, Tk] is query r mod Tq of head r / Tq mod Hq: divided once, then counted.
+  int64_t query = first_row % Tq, head = first_row / Tq % Hq;
+  for (int64_t k = 0; k < rows; ++k, ++query) {
+    if (query == Tq) query = 0, head = (head + 1) % Hq;
     const int64_t r = first_row + k;
     const T* sr = s + r * Tk;
     T* ar = a + r * Tk;
-    const AttentionMask::Row row = mask.row(r / Tq % Hq, r % Tq);
+    const AttentionMask::Row row = mask.row(head, query);
     const int64_t end = row.p < 0 ? 0 : std::min(Tk, row.p + 1);  // keys j ≤ p
     // The loops below run to a whole number of vectors (the hidden keys up to
     // it are −inf, whose exp is 0), not through a scalar tail on every row.
