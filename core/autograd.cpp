@@ -25,6 +25,18 @@ void accumulate(std::shared_ptr<TensorImpl>& dst, const Tensor& src) {
   kernel::binary(kernel::BinaryOp::Add, sum, src, sum);
 }
 
+// A second gradient for an interior node's output, added to the one pending:
+// in place when nothing else holds the pending tensor or its memory, else into
+// a new tensor (a closure may return one tensor for two inputs, as add's does,
+// or a saved tensor itself). In place, the sum needs no new memory and writes
+// memory that is in cache (the residual stream's gradients, every block).
+void add_to_pending(Tensor& pending, const Tensor& gradient) {
+  if (pending.shared_impl().use_count() == 1 && pending.impl()->storage.use_count() == 1)
+    kernel::binary(kernel::BinaryOp::Add, pending, gradient, pending);
+  else
+    pending = add(pending, gradient);
+}
+
 // Nodes reachable from root, each after every node that consumes its output.
 // Owning pointers: freeing a node's inputs during the walk may drop the last
 // other reference to a node not yet visited.
@@ -156,7 +168,7 @@ void Tensor::backward(const Tensor& upstream, bool retain_graph) const {
         accumulate(input.impl()->grad, grads[i]);
       } else {
         auto [it, inserted] = pending.try_emplace(input.grad_fn().get(), grads[i]);
-        if (!inserted) it->second = add(it->second, grads[i]);
+        if (!inserted) add_to_pending(it->second, grads[i]);
       }
     }
     if (!retain_graph) {
