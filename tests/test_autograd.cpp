@@ -23,6 +23,23 @@ TEST_CASE("autograd: a diamond graph sums both paths, each node run once") {
   CHECK(a.grad().to_vector()[1] == doctest::Approx(-8 + 12));
 }
 
+TEST_CASE("autograd: a gradient shared by two paths is summed into a new tensor, never in place") {
+  // add's backward hands its one upstream tensor to both inputs. Here both are
+  // interior nodes (u = 3x, v = 5x) that also get a second gradient each (from
+  // w = u·v), so each pending sum must leave the shared tensor alone:
+  // s = u + v + u·v  ⇒  ds/du = 1 + v,  ds/dv = 1 + u,  ds/dx = 3(1 + 5x) + 5(1 + 3x) = 8 + 30x.
+  Tensor x = Tensor::from_vector({0.5, -2}, {2}, DType::Float64).requires_grad_();
+  const Tensor u = x * 3.0, v = x * 5.0;
+  sum((u + v) + u * v).backward();
+  CHECK(x.grad().to_vector()[0] == doctest::Approx(8 + 30 * 0.5));
+  CHECK(x.grad().to_vector()[1] == doctest::Approx(8 - 60));
+  // The same graph with the product first: the pending sums then start from the product's gradients.
+  Tensor y = Tensor::from_vector({0.5, -2}, {2}, DType::Float64).requires_grad_();
+  const Tensor p = y * 3.0, q = y * 5.0;
+  sum(p * q + (p + q)).backward();
+  CHECK(y.grad().to_vector() == x.grad().to_vector());
+}
+
 TEST_CASE("autograd: explicit upstream gradient for a non-scalar output") {
   Tensor x = Tensor::from_vector({1, 2}, {2}, DType::Float64).requires_grad_();
   (x * x).backward(Tensor::from_vector({10, 100}, {2}, DType::Float64));
