@@ -176,7 +176,11 @@ template <class Body> void for_batch_chunks(const AttentionShape& s, int64_t ele
 
 Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape,
              AttentionInternals* internals) {
-  const auto [B, Hq, Hkv, Tq, Tk, d, scale, mask, q_at, kv_at] = shape;
+  // Named copies, not a structured binding: clang 14 lets no lambda capture one.
+  const int64_t B = shape.B, Hq = shape.Hq, Tq = shape.Tq, Tk = shape.Tk, d = shape.d;
+  const double scale = shape.scale;
+  const AttentionMask& mask = shape.mask;
+  const HeadStrides q_at = shape.q, kv_at = shape.kv;
   const HeadStrides scores_at{Hq * Tq * Tk, Tq * Tk, Tk};  // S, A, dA, dS [B, Hq, Tq, Tk]
   // A chunk's rows of a [B, Hq, Tq, Tk] or [B, Hq, Tq] tensor (contiguous).
   const auto chunk_of = [](const Tensor& t, BatchRange r) {
@@ -197,7 +201,9 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
 
   return record("attention", {q, k, v}, Z,
                 [Q = q.detach(), K = k.detach(), V = v.detach(), A, shape, scores_at, chunk_of](const Tensor& dZ) -> Gradients {
-                  const auto [B, Hq, Hkv, Tq, Tk, d, scale, mask, q_at, kv_at] = shape;
+                  const int64_t Hq = shape.Hq, Tq = shape.Tq, Tk = shape.Tk, d = shape.d;
+                  const double scale = shape.scale;
+                  const HeadStrides q_at = shape.q, kv_at = shape.kv;
                   Tensor dV = kv_gradient(V, shape), dQ = detail::empty_like(Q), dK = kv_gradient(K, shape);
                   // dA, then dS in its place: one chunk's worth, reused by every chunk (it stays in cache).
                   Tensor dS;
