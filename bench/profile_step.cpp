@@ -197,14 +197,7 @@ int main(int argc, char** argv) {
   process.threads = 1;
   cli::Command command(&app);
   command.bind(profile).bind(config).bind(train_options).bind(process);
-  if (const int code = cli::parse(app, argc, argv); code >= 0) return code;
-  try {
-    command.apply();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "profile_step: %s\n", e.what());
-    return 2;
-  }
-  process.apply();
+  if (const int code = cli::parse_and_apply(app, argc, argv, command, process); code >= 0) return code;
   config.vocab_size = profile.vocab;
   const int threads = num_threads(), steps = static_cast<int>(profile.steps), warmup = static_cast<int>(profile.warmup),
             floor_reps = static_cast<int>(profile.floor_reps);

@@ -120,14 +120,7 @@ int main(int argc, char** argv) {
   process.threads = 1;
   cli::Command command(&app);
   command.bind(options).bind(process);
-  if (const int code = cli::parse(app, argc, argv); code >= 0) return code;
-  try {
-    command.apply();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "attention_walkthrough: %s\n", e.what());
-    return 2;
-  }
-  process.apply();
+  if (const int code = cli::parse_and_apply(app, argc, argv, command, process); code >= 0) return code;
   const uint64_t seed = options.seed;
   const bool tiny = options.tiny, digits_given = command.given("digits");
   digits = static_cast<int>(options.digits);

@@ -51,14 +51,7 @@ int main(int argc, char** argv) {
   process.threads = 1;  // 400 points: more threads only wait for each other
   cli::Command command(&app);
   command.bind(options).bind(process);
-  if (const int code = cli::parse(app, argc, argv); code >= 0) return code;
-  try {
-    command.apply();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "autograd_tour: %s\n", e.what());
-    return 2;
-  }
-  process.apply();
+  if (const int code = cli::parse_and_apply(app, argc, argv, command, process); code >= 0) return code;
   const int64_t steps = options.steps;
 
   Tensor points, labels;

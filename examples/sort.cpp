@@ -26,10 +26,8 @@ int main(int argc, char** argv) {
   process.threads = 1;
   cli::Command command(&app);
   command.bind(config.model).bind(config.optim).bind(config.run).bind(process);
-  if (const int code = cli::parse(app, argc, argv); code >= 0) return code;
+  if (const int code = cli::parse_and_apply(app, argc, argv, command, process); code >= 0) return code;
   try {
-    command.apply();
-    process.apply();
     if (!command.given("lr_decay_iters")) config.optim.lr_decay_iters = config.run.max_iters;  // decay over the whole run
     const sort_task::TrainResult r = sort_task::train(config);
     std::printf("held-out exact-sequence accuracy: %.2f%% of %lld sequences\n", 100 * r.accuracy,

@@ -113,4 +113,16 @@ int parse(CLI::App& app, int argc, char** argv) {
   return -1;
 }
 
+int parse_and_apply(CLI::App& app, int argc, char** argv, Command& command, const ProcessOptions& process) {
+  if (const int code = parse(app, argc, argv); code >= 0) return code;
+  try {
+    command.apply();
+    process.apply();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", app.get_name().c_str(), e.what());
+    return 2;
+  }
+  return -1;
+}
+
 }  // namespace ag::cli

@@ -103,4 +103,10 @@ class Command {
 // --help, 2 after a usage error, whose message it printed).
 int parse(CLI::App& app, int argc, char** argv);
 
+// A program of one command: parse (above), then apply the command's options and
+// the process options. Returns -1 to go on, else the exit code: 0 after --help,
+// 2 after a usage error or an invalid option, whose message it printed as
+// "<program>: message".
+int parse_and_apply(CLI::App& app, int argc, char** argv, Command& command, const ProcessOptions& process);
+
 }  // namespace ag::cli
