@@ -12,6 +12,7 @@ namespace ag {
 namespace {
 thread_local bool grad_mode = true;
 thread_local bool anomaly = false;
+thread_local bool retained = false;  // during backward: its retain_graph
 
 // dst += src in place, where dst may be undefined (then it takes a copy of src:
 // src may alias a tensor the caller still uses). In place, so a gradient pinned
@@ -81,6 +82,7 @@ Node::~Node() {
 }
 
 bool grad_enabled() { return grad_mode; }
+bool graph_retained() { return retained; }
 
 bool anomaly_mode() { return anomaly; }
 AnomalyModeGuard::AnomalyModeGuard() : previous_(anomaly) { anomaly = true; }
@@ -146,6 +148,11 @@ void Tensor::backward(const Tensor& upstream, bool retain_graph) const {
     return;
   }
   check_not_released(*grad_fn());
+  struct RetainedFlag {  // graph_retained() for the closures, restored on any exit
+    bool previous = retained;
+    explicit RetainedFlag(bool value) { retained = value; }
+    ~RetainedFlag() { retained = previous; }
+  } retained_flag(retain_graph);
   std::unordered_map<Node*, Tensor> pending{{grad_fn().get(), upstream}};
   for (const std::shared_ptr<Node>& node : topological_order(grad_fn())) {
     check_not_released(*node);

@@ -39,6 +39,13 @@ struct Node {
 // Whether ops record nodes. Off inside NoGradGuard and during backward.
 bool grad_enabled();
 
+// Inside a backward closure: whether this backward keeps the graph
+// (retain_graph), so that the closure may run again. When it does not, the
+// closure runs once and may write its gradients into the memory of tensors
+// it saved (nothing else holds them), instead of new memory that would have to
+// be fetched into cache before it is written.
+bool graph_retained();
+
 class NoGradGuard {
  public:
   NoGradGuard();

@@ -235,6 +235,25 @@ TEST_CASE("ops: bias_gelu equals gelu(x + bias), both approximations") {
   }
 }
 
+TEST_CASE("ops: bias_gelu's backward runs twice through a retained graph with the same result") {
+  // Without retain_graph the closure writes dX into the f'(U) it saved (it runs once);
+  // with it, f'(U) must survive for the next backward.
+  Tensor x = random({5, 7}, 112), b = random({7}, 113);
+  const Tensor loss = sum(bias_gelu(x, b) * bias_gelu(x, b));
+  loss.backward(true);
+  const std::vector<double> dx = x.grad().to_vector(), db = b.grad().to_vector();
+  x.zero_grad();
+  b.zero_grad();
+  loss.backward(true);
+  CHECK(x.grad().to_vector() == dx);
+  CHECK(b.grad().to_vector() == db);
+  x.zero_grad();
+  b.zero_grad();
+  loss.backward();  // the last one may reuse the saved memory
+  CHECK(x.grad().to_vector() == dx);
+  CHECK(b.grad().to_vector() == db);
+}
+
 TEST_CASE("ops: add_layer_norm gives x + residual and its layer norm, both differentiable") {
   for (const Shape& shape : {Shape{1, 3}, Shape{3, 7}, Shape{2, 3, 65}}) {
     CAPTURE(to_string(shape));

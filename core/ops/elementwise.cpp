@@ -170,7 +170,9 @@ Tensor bias_gelu(const Tensor& x, const Tensor& bias, GeluApprox approx) {
   Tensor derivative = detail::empty_like(x);
   kernel::bias_activation(kind, x, bias, y, &derivative);
   return record("bias_gelu", {x, bias}, y, [derivative, bias_shape = bias.shape()](const Tensor& dY) -> Gradients {
-    Tensor dX = detail::empty_like(derivative), db = detail::empty_as(bias_shape, derivative);
+    // dX in f'(U)'s own memory when this closure runs only once (each element read, then written).
+    Tensor dX = graph_retained() ? detail::empty_like(derivative) : derivative;
+    Tensor db = detail::empty_as(bias_shape, derivative);
     kernel::bias_activation_backward(derivative, dY, dX, db);
     return {dX, db};
   });
