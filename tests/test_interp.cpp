@@ -143,9 +143,37 @@ TEST_CASE("interp: train keeps loss.svg, a chart of the log's train and val loss
   CHECK(counts["circle"] == 2 * static_cast<int>(run.result.evals.size()));  // a marker per evaluation and split
 }
 
+TEST_CASE("interp: a sparse model's attention SVGs hatch what its pattern hides, not only the future") {
+  // Window 3 and 1 global key: query i sees keys max(0, i − 2)..i and key 0, so
+  // over T = 15 queries a head sees 1 + 2 + 3 + 12·4 = 54 of its 225 cells.
+  test::TempDir dir("interp_sparse");
+  char_lm::TrainConfig c = test::tiny_run(dir.file("run"));
+  c.model.n_layer = 2;
+  c.model.attn_window = 3;
+  c.model.attn_global = 1;
+  c.run.max_iters = 2;
+  c.run.eval_interval = 2;
+  c.run.eval_iters = 1;
+  char_lm::train(c);
+  int status = 0;
+  std::string output;
+  std::tie(status, output) = test::run_char_lm("attention --ckpt '" + dir.file("run") + "' --prompt 'the king and my' --out '" +
+                                                dir.file("maps") + "'");
+  INFO(output);
+  REQUIRE(status == 0);
+  const int T = 15, H = static_cast<int>(c.model.n_head), visible = 54;
+  for (const std::string file : {"layer-0.svg", "layer-1.svg"}) {
+    std::map<std::string, int> counts = count_svg_elements(dir.file("maps/" + file));
+    CHECK(counts["rect.cell"] == H * visible);
+    CHECK(counts["rect.masked"] == H * (T * T - visible));
+  }
+  // Rollout composes the layers: every earlier position can reach a query.
+  CHECK(count_svg_elements(dir.file("maps/rollout.svg"))["rect.cell"] == T * (T + 1) / 2);
+}
+
 TEST_CASE("interp: heatmap_grid_svg escapes labels and marks masked cells apart from zero weights") {
   const std::string svg = interp::heatmap_grid_svg(
-      "<&>", {{"h", {0.0, 0.0, 1.0, 0.0}}}, {"<", "&"}, [](int64_t i, int64_t j) { return j <= i; }, 1, "x");
+      "<&>", {{"h", {0.0, 0.0, 1.0, 0.0}}}, {"<", "&"}, [](size_t, int64_t i, int64_t j) { return j <= i; }, 1, "x");
   CHECK(svg.find("&lt;&amp;&gt;") != std::string::npos);
   CHECK(svg.find("<rect class=\"masked\"") != std::string::npos);
   CHECK(svg.find("fill=\"rgb(255,255,255)\"") != std::string::npos);  // the visible 0 (row 1, column 1) is white

@@ -71,14 +71,19 @@ std::string fixed(double v, const char* format = "%.4f") {
   return text;
 }
 
-// The model's attention: a causal mask hides key j > i from query i.
-bool causal_visible(int64_t i, int64_t j) { return j <= i; }
+// What flows through the layers: a causal mask hides key j > i from query i
+// (a sparse pattern hides more in each layer, but rollout composes them).
+bool causal_visible(size_t, int64_t i, int64_t j) { return j <= i; }
 
-// A pruned head still computes its A (its gate drops it after), so it is drawn, and labelled pruned.
+// Each layer hatches what its own mask hides: the causal mask and, in a sparse
+// model, the layer's pattern (per head, with random blocks). A pruned head still
+// computes its A (its gate drops it after), so it is drawn, and labelled pruned.
 std::vector<std::string> layer_svgs(const std::vector<Tensor>& maps, const std::vector<std::string>& labels,
-                                    const std::vector<std::vector<double>>& gates) {
+                                    const nn::GPTConfig& config) {
+  const std::vector<std::vector<double>> gates = config.head_gates();
   std::vector<std::string> svgs;
   for (size_t l = 0; l < maps.size(); ++l) {
+    const AttentionMask mask{.causal = true, .q_offset = 0, .pattern = nn::attention_pattern(config, static_cast<int64_t>(l))};
     const int64_t H = maps[l].size(0), T = maps[l].size(1);
     const std::vector<double> a = maps[l].to_vector();
     std::vector<interp::Heatmap> panels;
@@ -87,7 +92,8 @@ std::vector<std::string> layer_svgs(const std::vector<Tensor>& maps, const std::
                         {a.begin() + h * T * T, a.begin() + (h + 1) * T * T}});
     svgs.push_back(interp::heatmap_grid_svg(
         "layer " + std::to_string(l) + ": A = softmax(S + M) of each head (row: query, column: key; hatched: masked)",
-        panels, labels, causal_visible, 2, "layer" + std::to_string(l)));
+        panels, labels, [&mask](size_t head, int64_t i, int64_t j) { return mask.visible(static_cast<int64_t>(head), i, j); },
+        2, "layer" + std::to_string(l)));
   }
   return svgs;
 }
@@ -138,7 +144,7 @@ int run_attention(const AttentionOptions& o) {
   const std::vector<Tensor> maps = interp::attention_maps(*in.loaded.model, ids);
   const std::vector<std::string> labels = characters(in, ids);
   fs::create_directories(o.out);
-  const std::vector<std::string> svgs = layer_svgs(maps, labels, in.loaded.model->config().head_gates());
+  const std::vector<std::string> svgs = layer_svgs(maps, labels, in.loaded.model->config());
   for (size_t l = 0; l < svgs.size(); ++l) {
     const std::string path = o.out + "/layer-" + std::to_string(l) + ".svg";
     write_file(path, svgs[l]);
@@ -290,8 +296,8 @@ int run_report(const ReportOptions& o) {
   const std::vector<Tensor> maps = interp::attention_maps(model, ids);
   html += "<section id=\"attention\"><h2>Attention maps</h2>\n<p>Each head's A for the prompt: row i is the "
           "query at position i, column j the key at position j; dark blue is weight 1, white 0, hatched grey "
-          "the masked future.</p>\n";
-  for (const std::string& svg : layer_svgs(maps, chars, model.config().head_gates())) html += "<div>" + svg + "</div>\n";
+          "what the mask hides (the future, and in a sparse model what its pattern leaves out).</p>\n";
+  for (const std::string& svg : layer_svgs(maps, chars, model.config())) html += "<div>" + svg + "</div>\n";
   html += "</section>\n";
 
   html += "<section id=\"rollout\"><h2>Attention rollout</h2>\n<p>Which earlier characters each position draws on "

@@ -84,7 +84,7 @@ std::string visible_char(const std::string& utf8_char) {
 
 std::string heatmap_grid_svg(const std::string& title, const std::vector<Heatmap>& panels,
                              const std::vector<std::string>& labels,
-                             const std::function<bool(int64_t, int64_t)>& visible, int64_t columns,
+                             const std::function<bool(size_t, int64_t, int64_t)>& visible, int64_t columns,
                              const std::string& id) {
   const int64_t T = static_cast<int64_t>(labels.size());
   AG_CHECK(!panels.empty() && columns >= 1, "heatmap_grid_svg: no panels, or no columns");
@@ -115,7 +115,7 @@ std::string heatmap_grid_svg(const std::string& title, const std::vector<Heatmap
     }
     for (int64_t i = 0; i < T; ++i)
       for (int64_t j = 0; j < T; ++j) {
-        const bool shown = visible(i, j);
+        const bool shown = visible(p, i, j);
         svg += "<rect class=\"" + std::string(shown ? "cell" : "masked") + "\" x=\"" + num(grid_left + j * cell) +
                "\" y=\"" + num(grid_top + i * cell) + "\" width=\"" + num(cell) + "\" height=\"" + num(cell) +
                "\" fill=\"" + (shown ? weight_colour(panels[p].values[i * T + j] / panels[p].full_scale) : "url(#" + hatch + ")") + "\"/>\n";

@@ -24,13 +24,14 @@ struct Heatmap {
 };
 
 // Panels side by side (`columns` per row of the grid), rows and columns
-// labelled with `labels` (T of them). A cell (i, j) with visible(i, j) false is
-// masked, drawn hatched grey (class "masked"): never mistaken for a weight of 0,
+// labelled with `labels` (T of them). A cell (i, j) of panel p with
+// visible(p, i, j) false is masked (each head may have a mask of its own: sparse
+// random blocks), drawn hatched grey (class "masked"): never mistaken for a weight of 0,
 // which is white. Visible cells (class "cell") go from white (0) to dark blue
 // (the panel's full_scale), linearly. `id` names the SVG's hatch pattern, so several SVGs fit in one page.
 std::string heatmap_grid_svg(const std::string& title, const std::vector<Heatmap>& panels,
                              const std::vector<std::string>& labels,
-                             const std::function<bool(int64_t i, int64_t j)>& visible, int64_t columns,
+                             const std::function<bool(size_t panel, int64_t i, int64_t j)>& visible, int64_t columns,
                              const std::string& id);
 
 struct Series {
