@@ -199,6 +199,11 @@ struct LinearAttentionSpec {
 Tensor attention_features(const Tensor& x, FeatureMap map, const Tensor& omega = {});
 // q, k, v [B, H, T, d] -> Z [B, H, T, d], the formula above.
 Tensor linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, const LinearAttentionSpec& spec = {});
+// The attention weights linear attention implies, A [B, H, T, T] with Z = A V:
+//   A_ij = φ(q_i)·φ(k_j) / (Σ_{j' visible} φ(q_i)·φ(k_j') + ε)  for j visible from i, else 0.
+// It forms the T×T matrix that linear attention avoids: for inspection (the
+// attention maps), not for training. Built from ops, so it is differentiable.
+Tensor linear_attention_weights(const Tensor& q, const Tensor& k, const LinearAttentionSpec& spec = {});
 // FAVOR+'s ω [m, d], float64 on the CPU: blocks of d orthogonal directions
 // (Gram-Schmidt of Gaussian rows), each row scaled by the norm of an
 // independent Gaussian d-vector, so each row is marginally N(0, I_d). A pure

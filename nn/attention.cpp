@@ -38,7 +38,6 @@ LinearAttentionSpec MultiHeadSelfAttention::linear_spec(const Tensor& like) {
 // Q, K, V as for softmax, then linear_attention per head (or, with `state`,
 // linear_attention_step position by position), then the gates and W_O as for softmax.
 Tensor MultiHeadSelfAttention::linear_forward(const Tensor& x, LinearAttentionState* state) {
-  AG_CHECK(!keep_attention_, "MultiHeadSelfAttention: linear attention forms no attention matrix to keep");
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), d_h = C / H_;
   // linear_attention reads [B, H, T, d_h]: the heads first (a copy each way)
   const auto heads_first = [&](const Tensor& t) { return permute(t.reshape({B, T, H_, d_h}), {0, 2, 1, 3}); };
@@ -54,6 +53,8 @@ Tensor MultiHeadSelfAttention::linear_forward(const Tensor& x, LinearAttentionSt
   } else {
     Z = linear_attention(q, k, v, spec);
   }
+  // Linear attention forms no A; kept, it is the one its output implies (Z = A V), formed for inspection.
+  attention_ = keep_attention_ && !state ? linear_attention_weights(q, k, spec).detach() : Tensor();
   return output(permute(Z, {0, 2, 1, 3}));
 }
 

@@ -71,7 +71,8 @@ class MultiHeadSelfAttention : public Module {
   // With keep_attention on, each forward stores A [B, H, T, T] (detached) for
   // attention() to return, so every head's pattern can be inspected. Flash never
   // forms A, so a Flash module computes those forwards with Dense (the same
-  // function; only the memory differs).
+  // function; only the memory differs); linear attention stores the weights its
+  // output implies (linear_attention_weights: Z = A V).
   void set_keep_attention(bool keep) { keep_attention_ = keep; }
   const Tensor& attention() const { return attention_; }
 

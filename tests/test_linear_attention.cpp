@@ -73,6 +73,27 @@ TEST_CASE("linear attention: equals the masked quadratic form (float64, ≤ 1e-1
     }
 }
 
+TEST_CASE("linear attention: the weights it implies reproduce its output (A V = Z, float64, ≤ 1e-12)") {
+  for (const Case& c : kCases)
+    for (int64_t T : {1, 5, 70}) {
+      CAPTURE(std::string(name_of(c.map)));
+      CAPTURE(c.causal);
+      CAPTURE(T);
+      const Tensor q = random({2, 3, T, 4}, 4), k = random({2, 3, T, 4}, 5), v = random({2, 3, T, 4}, 6);
+      const LinearAttentionSpec spec = spec_for(c, 4);
+      const Tensor A = linear_attention_weights(q, k, spec);
+      REQUIRE(A.shape() == Shape{2, 3, T, T});
+      CHECK_CLOSE(matmul(A, v), linear_attention(q, k, v, spec), 1e-12);
+      const std::vector<double> a = A.to_vector();
+      for (int64_t row = 0; row < 2 * 3 * T; ++row)
+        for (int64_t j = 0; j < T; ++j) {
+          const double w = a[row * T + j];
+          if (c.causal && j > row % T) CHECK(w == 0.0);  // the future gets no weight
+          else CHECK(w > 0.0);                            // φ(q)·φ(k) > 0 for both maps
+        }
+    }
+}
+
 TEST_CASE("linear attention: chunked equals unchunked, output and gradients (T = 1, 63, 64, 65, 200)") {
   for (const Case& c : kCases) {
     if (!c.causal) continue;  // one φ(K)ᵀV: no chunks
@@ -260,6 +281,14 @@ TEST_CASE("linear attention: char_lm trains a linear model; greedy text is the s
     greedy.tokens = 60;  // past block_size: the state restarts from the last half block, and generation goes on
     greedy.no_kv_cache = false;
     CHECK(char_lm::generate(*loaded.model, loaded.tokenizer, "", greedy).size() >= 60);
+    // The attention maps draw the weights the model's output implies (linear_attention_weights).
+    int status = 0;
+    std::string output;
+    std::tie(status, output) =
+        ag::test::run_char_lm("attention --ckpt '" + dir.path() + "' --prompt 'the king' --out '" + dir.file("maps") + "'");
+    INFO(output);
+    CHECK(status == 0);
+    CHECK(std::filesystem::exists(dir.file("maps/layer-0.svg")));
   }
 }
 

@@ -102,6 +102,17 @@ Tensor linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
                             attention_features(k, spec.feature_map, spec.omega), v, spec);
 }
 
+Tensor linear_attention_weights(const Tensor& q, const Tensor& k, const LinearAttentionSpec& spec) {
+  AG_CHECK(q.dim() == 4 && q.shape() == k.shape() && q.size(3) > 0,
+           "linear_attention_weights: q " << to_string(q.shape()) << ", k " << to_string(k.shape())
+                                          << ": expected q, k [B, H, T, d] of one shape");
+  Tensor scores = matmul(attention_features(q, spec.feature_map, spec.omega),
+                         transpose(attention_features(k, spec.feature_map, spec.omega), 2, 3));  // φ(q_i)·φ(k_j)
+  if (spec.causal)  // e^M: 1 where j ≤ i, 0 above (e^−∞ = 0)
+    scores = scores * exp(causal_mask(q.size(2), scores.dtype(), scores.device()));
+  return scores / (sum(scores, 3, true) + math::kLinearAttentionEps);
+}
+
 Tensor linear_attention_step(const Tensor& q, const Tensor& k, const Tensor& v, const LinearAttentionSpec& spec,
                              LinearAttentionState& state) {
   AG_CHECK(spec.causal, "linear_attention_step: only causal attention runs as a recurrence");
