@@ -168,10 +168,14 @@ void head_product(const AttentionShape& shape, BatchRange batches, const HeadOpe
 constexpr int64_t kChunkBytes = 512 << 10;
 constexpr int64_t kMinChunk = 4;
 
-template <class Body> void for_batch_chunks(const AttentionShape& s, int64_t element_size, Body&& body) {
+// Batch entries per chunk (at most B).
+int64_t batch_chunk(const AttentionShape& s, int64_t element_size) {
   const int64_t scores = 2 * s.Hq * s.Tq * s.Tk, rows = 2 * (s.Hq * s.Tq + 2 * s.Hkv * s.Tk) * s.d;
-  const int64_t count = std::max(kMinChunk, kChunkBytes / ((scores + rows) * element_size));
-  for (int64_t first = 0; first < s.B; first += count) body(BatchRange{first, std::min(count, s.B - first)});
+  return std::min(s.B, std::max(kMinChunk, kChunkBytes / ((scores + rows) * element_size)));
+}
+
+template <class Body> void for_batch_chunks(int64_t B, int64_t chunk, Body&& body) {
+  for (int64_t first = 0; first < B; first += chunk) body(BatchRange{first, std::min(chunk, B - first)});
 }
 
 Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape,
@@ -191,7 +195,7 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
   Tensor A = detail::empty_as({B, Hq, Tq, Tk}, q);
   Tensor L = Tensor::empty({B, Hq, Tq}, DType::Float64, q.device());
   Tensor Z = detail::empty_like(q);
-  for_batch_chunks(shape, dtype_size(q.dtype()), [&](BatchRange r) {
+  for_batch_chunks(B, batch_chunk(shape, dtype_size(q.dtype())), [&](BatchRange r) {
     head_product(shape, r, {q, q_at}, {k, kv_at, true, true}, A, {A, scores_at}, Tq, Tk, d, scale);  // S = scale·QKᵀ
     Tensor A_r = chunk_of(A, r), L_r = chunk_of(L, r);
     kernel::attention_softmax(A_r, mask, A_r, L_r);  // A = softmax(S + M), in place of S
@@ -206,10 +210,10 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                   const HeadStrides q_at = shape.q, kv_at = shape.kv;
                   Tensor dV = kv_gradient(V, shape), dQ = detail::empty_like(Q), dK = kv_gradient(K, shape);
                   // dA, then dS in its place: one chunk's worth, reused by every chunk (it stays in cache).
-                  Tensor dS;
-                  for_batch_chunks(shape, dtype_size(Q.dtype()), [&](BatchRange r) {
-                    if (!dS.defined()) dS = detail::empty_as({r.count, Hq, Tq, Tk}, A);
-                    Tensor dS_r = r.count == dS.size(0) ? dS : chunk_of(dS, {0, r.count});
+                  const int64_t chunk = batch_chunk(shape, dtype_size(Q.dtype()));
+                  Tensor dS = detail::empty_as({chunk, Hq, Tq, Tk}, A);
+                  for_batch_chunks(shape.B, chunk, [&](BatchRange r) {
+                    Tensor dS_r = chunk_of(dS, {0, r.count});
                     const HeadOperand dS_at{dS, scores_at, false, false, r.first}, dS_transposed{dS, scores_at, false, true, r.first};
                     // Z = AV
                     head_product(shape, r, {dZ, q_at}, {V, kv_at, true, true}, dS, dS_at, Tq, Tk, d, 1.0);  // dA = dZ Vᵀ
