@@ -12,6 +12,10 @@ option(ATTOGRAD_FUZZ "Build the libFuzzer targets in fuzz/ (clang; turns CUDA of
 if(ATTOGRAD_FUZZ AND NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
   message(FATAL_ERROR "ATTOGRAD_FUZZ needs clang's libFuzzer: configure with CXX=clang++ (apt-get install clang libclang-rt-14-dev)")
 endif()
+# The loader is compiled with coverage hooks, which the sanitizers' runtime provides.
+if(ATTOGRAD_FUZZ AND NOT ATTOGRAD_SANITIZE)
+  message(FATAL_ERROR "ATTOGRAD_FUZZ needs ATTOGRAD_SANITIZE too, e.g. -DATTOGRAD_SANITIZE=address,undefined (scripts/build_sanitize.sh)")
+endif()
 
 if(ATTOGRAD_SANITIZE)
   # -fno-sanitize-recover: UBSan otherwise reports and carries on, and a test

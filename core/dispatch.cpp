@@ -66,8 +66,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 void bias_activation(UnaryOp op, const Tensor& x, const Tensor& bias, Tensor& y, Tensor* derivative) {
-  const profiler::KernelCall call("elementwise", "bias_activation", {&x, &bias, &y});
-  AG_CHECK(!derivative || derivative->device() == x.device(), "bias_activation: derivative on another device");
+  const profiler::KernelCall call("elementwise", "bias_activation", {&x, &bias, &y, derivative});
   if (call.on_cpu()) cpu::bias_activation(op, x, bias, y, derivative);
   else cuda::bias_activation(op, x, bias, y, derivative);
 }
@@ -159,15 +158,14 @@ void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V,
   else cuda::flash_attention_backward(Q, K, V, L, dZ, shape, dQ, dK, dV);
 }
 
-// omega is undefined for elu1, so it stays out of the device check; the op checks it.
 void attention_features(const Tensor& X, const Tensor& omega, FeatureMap map, Tensor& Phi) {
-  const profiler::KernelCall call("linear_attention", "attention_features", {&X, &Phi});
+  const profiler::KernelCall call("linear_attention", "attention_features", {&X, &omega, &Phi});
   if (call.on_cpu()) cpu::attention_features(X, omega, map, Phi);
   else cuda::attention_features(X, omega, map, Phi);
 }
 void attention_features_backward(const Tensor& X, const Tensor& omega, FeatureMap map, const Tensor& Phi,
                                  const Tensor& dPhi, Tensor& dX) {
-  const profiler::KernelCall call("linear_attention", "attention_features_backward", {&X, &Phi, &dPhi, &dX});
+  const profiler::KernelCall call("linear_attention", "attention_features_backward", {&X, &omega, &Phi, &dPhi, &dX});
   if (call.on_cpu()) cpu::attention_features_backward(X, omega, map, Phi, dPhi, dX);
   else cuda::attention_features_backward(X, omega, map, Phi, dPhi, dX);
 }

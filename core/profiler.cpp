@@ -117,17 +117,23 @@ std::string summary(const std::vector<KernelRecord>& records) {
          table(totals(records, [](const KernelRecord& r) { return std::string(r.family); }), "family", 1);
 }
 
+namespace {
+// An optional argument: a null pointer, or an undefined tensor (FAVOR+'s ω under elu1).
+bool present(const Tensor* t) { return t != nullptr && t->defined(); }
+}  // namespace
+
 KernelCall::KernelCall(const char* family, const char* kernel, std::initializer_list<const Tensor*> tensors,
                        const kernel::GemmShape* gemm)
     : device_((*tensors.begin())->device()) {
   for (const Tensor* t : tensors)
-    AG_CHECK(t->device() == device_, kernel << ": tensors on different devices (" << device_name(device_) << " and "
-                                            << device_name(t->device()) << ")");
+    AG_CHECK(!present(t) || t->device() == device_, kernel << ": tensors on different devices (" << device_name(device_)
+                                                            << " and " << device_name(t->device()) << ")");
   if (!recording()) return;
   record_ = std::make_unique<KernelRecord>();
   record_->kernel = kernel;
   record_->family = family;
-  for (const Tensor* t : tensors) record_->shapes.push_back(t->shape());
+  for (const Tensor* t : tensors)
+    if (present(t)) record_->shapes.push_back(t->shape());
   record_->dtype = (*tensors.begin())->dtype();
   record_->device = device_;
   record_->grad_mode = grad_enabled();

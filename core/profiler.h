@@ -67,7 +67,8 @@ std::string summary(const std::vector<KernelRecord>& records);
 class KernelCall {
  public:
   // Checks that every tensor is on one device (an error naming `kernel`
-  // otherwise) and, when recording, starts the clock.
+  // otherwise) and, when recording, starts the clock. The first tensor must be
+  // defined; a later one may be null or undefined (an optional argument), and is skipped.
   KernelCall(const char* family, const char* kernel, std::initializer_list<const Tensor*> tensors,
              const kernel::GemmShape* gemm = nullptr);
   ~KernelCall();

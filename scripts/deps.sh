@@ -3,7 +3,8 @@
 # (Debian 12, as root). Sourced by scripts/train.sh and scripts/test.sh.
 # Arguments name further packages a script needs (scripts/test.sh: chromium; scripts/build_sanitize.sh: clang).
 set -euo pipefail
-packages=(build-essential cmake libopenblas-openmp-dev doctest-dev nlohmann-json3-dev libcli11-dev "$@")
+# python3: tests parse the SVGs and HTML they write with Python's XML parser.
+packages=(build-essential cmake libopenblas-openmp-dev doctest-dev nlohmann-json3-dev libcli11-dev python3 "$@")
 # Data-parallel training under mpirun (dist/mpi.cpp); without it programs run as one process.
 packages+=(libopenmpi-dev openmpi-bin)
 missing=()

@@ -87,8 +87,13 @@ for flag in "" --no-kv-cache; do
     >"$log_dir/sample$flag.txt" 2>"$log_dir/sample$flag.log"
   tail -1 "$log_dir/sample$flag.log"
 done
-cmp -s "$log_dir/sample.txt" "$log_dir/sample--no-kv-cache.txt" && echo "KV cache: the same text" ||
-  echo "KV cache: FAILED, the greedy texts differ"
+# An empty text (a sample that failed) is a failure, not "the same".
+if [ -s "$log_dir/sample.txt" ] && [ -s "$log_dir/sample--no-kv-cache.txt" ] &&
+   cmp -s "$log_dir/sample.txt" "$log_dir/sample--no-kv-cache.txt"; then
+  echo "KV cache: the same text"
+else
+  echo "KV cache: FAILED, a sample failed or the greedy texts differ (see $log_dir/sample*.log)"
+fi
 
 echo "== NCCL: 20 iterations on one MPI process (--device cuda) against one process alone"
 mpiexec=$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' build-gpu/CMakeCache.txt)

@@ -65,7 +65,7 @@ bool worth_threads(const AttentionShape& s, int64_t tasks) {
 // row's in-order sum is a chain of dependent adds at the adder's latency; the
 // group's rows are summed side by side, kRowGroup independent chains, each in
 // the same order. (Row by row, with exp over the hidden keys too, the kernel
-// took 336 µs per layer of the default model at one thread; this way, 126.)
+// took 336 µs per layer of the default model at one thread; this way, 120.)
 constexpr int64_t kRowGroup = 8;
 constexpr int64_t kVectorFloats = 16;  // an AVX-512 register
 template <class T>

@@ -126,7 +126,7 @@ AG_VECTOR_CLONES void bias_gelu_erf_row(const float* x, const float* bias, float
 }
 // Columns [first, last) of all N rows of [N, C]: dX = dY ∘ derivative, and each
 // column's dX added into sums[c − first] in double, rows in order (as
-// sum_columns does).
+// sum_column_blocks asks).
 template <class T> struct ScaledColumns {
   const T *derivative, *dY;
   T* dX;
@@ -181,7 +181,7 @@ void bias_activation(UnaryOp op, const Tensor& x, const Tensor& bias, Tensor& y,
   });
 }
 
-// dX, and its column sums as it goes (sum_columns: a block of columns at a time).
+// dX, and its column sums as it goes (sum_column_blocks: a block of columns at a time).
 void bias_activation_backward(const Tensor& derivative, const Tensor& dY, Tensor& dX, Tensor& dBias) {
   const int64_t C = dBias.numel(), N = dX.numel() / std::max<int64_t>(C, 1);
   visit_floating(dX.dtype(), "bias_activation_backward", [&](auto zero) {

@@ -90,20 +90,18 @@ void for_each_row(const Shape& shape, const std::array<std::vector<int64_t>, K>&
   }
 }
 
-// out[c] = Σ_r value(r, c) for every column c of an [N, C] walk: the bias
-// gradients. value may also store what it computes (a fused backward writes dX
-// while summing it). No reduction crosses threads: the columns are cut into
-// blocks of kColumnBlock, each block adds its rows in order, in double, and
-// blocks run in parallel when the work is large, so each sum is the same bits
-// for any thread count. A block's running sums fit in registers, and it reads
-// its rows kColumnBlock elements (a few whole cache lines) at a time.
+// out[c] = Σ_r of column c of an [N, C] walk, for every c: the bias gradients.
+// block(first, last, sums) adds rows 0..N−1 of columns [first, last) into
+// sums[0 .. last − first) (zeroed), rows in order, in double; it may also store
+// what it sums (a fused backward writes dX as it goes), and is best a plain
+// function over raw pointers, so that AG_VECTOR_CLONES (core/cpu/vector_math.h)
+// can give it AVX-512. No reduction crosses threads: the columns are cut into
+// blocks of kColumnBlock and blocks run in parallel when the work is large, so
+// each sum is the same bits for any thread count. A block's running sums fit in
+// registers, and it reads its rows kColumnBlock elements (a few whole cache
+// lines) at a time.
 constexpr int64_t kColumnBlock = 64;
 
-// sum_column_blocks hands over a whole block: block(first, last, sums) adds
-// rows 0..N−1 of columns [first, last) into sums[0 .. last − first) (zeroed),
-// rows in order. It serves a fused backward whose loop is a plain function over
-// raw pointers (AG_VECTOR_CLONES, core/cpu/vector_math.h), which sum_columns'
-// lambda, called per element, would keep to the baseline ISA.
 template <class T, class Block> void sum_column_blocks(int64_t N, int64_t C, T* out, Block&& block) {
   const int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static) if (blocks > 1 && N * C > kParallelGrain)
@@ -113,15 +111,6 @@ template <class T, class Block> void sum_column_blocks(int64_t N, int64_t C, T* 
     block(first, last, sums);
     for (int64_t c = first; c < last; ++c) out[c] = static_cast<T>(sums[c - first]);
   }
-}
-
-template <class T, class Value> void sum_columns(int64_t N, int64_t C, T* out, Value&& value) {
-  sum_column_blocks(N, C, out, [&](int64_t first, int64_t last, double* sums) {
-    for (int64_t r = 0; r < N; ++r) {
-#pragma omp simd
-      for (int64_t c = first; c < last; ++c) sums[c - first] += static_cast<double>(value(r, c));
-    }
-  });
 }
 
 }  // namespace ag::cpu

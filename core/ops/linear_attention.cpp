@@ -38,10 +38,10 @@ Tensor normalized_product(const Tensor& phi_q, const Tensor& phi_k, const Tensor
   const int64_t B = v.size(0), H = v.size(1), T = v.size(2), d = v.size(3), r = phi_q.size(3), N = B * H;
   const PrefixDirection forward = spec.causal ? PrefixDirection::Causal : PrefixDirection::All;
   const PrefixDirection reverse = spec.causal ? PrefixDirection::Anticausal : PrefixDirection::All;
+  const Tensor Pq = phi_q.detach().reshape({N, T, r}), Pk = phi_k.detach().reshape({N, T, r});
   Tensor Z, den, v_ones;
   {
     NoGradGuard no_grad;  // the pieces below are this op's forward, not ops of the graph
-    const Tensor Pq = phi_q.detach().reshape({N, T, r}), Pk = phi_k.detach().reshape({N, T, r});
     v_ones = append_column(v.detach().reshape({N, T, d}), Tensor::ones({N, T, 1}, v.dtype(), v.device()));
     // [num_i, den_i − ε] = Σ_j a_ij v'_j
     const Tensor U = prefix_product(Pq, Pk, v_ones, forward, spec.chunk);
@@ -49,7 +49,7 @@ Tensor normalized_product(const Tensor& phi_q, const Tensor& phi_k, const Tensor
     Z = (slice(U, 2, 0, d) / den).reshape({B, H, T, d});      // o_i = num_i / den_i
   }
   return record("linear_attention", {phi_q, phi_k, v}, Z,
-                [Pq = phi_q.detach().reshape({N, T, r}), Pk = phi_k.detach().reshape({N, T, r}), v_ones, den,
+                [Pq, Pk, v_ones, den,
                  Z = Z.detach().reshape({N, T, d}), shape = v.shape(), phi_shape = phi_q.shape(), forward, reverse,
                  chunk = spec.chunk](const Tensor& dZ) -> Gradients {
                   // o_i = num_i / den_i  →  g_i = do_i / den_i,  and ∂L/∂den_i = −g_i·o_i
