@@ -189,7 +189,13 @@ int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T) {
   const int64_t C = config.n_embd, BT = B * T;
   const int64_t C_kv = config.kv_heads() * (C / config.n_head);
   const int64_t projections = 2 * 2 * BT * C * C + 2 * 2 * BT * C * C_kv;
-  const int64_t attention = 2 * 2 * B * T * T * C;
+  int64_t attention = 2 * 2 * B * T * T * C;
+  if (config.attention == AttentionFunction::Linear) {
+    const int64_t H = config.n_head, d_h = C / H;
+    const bool favor = config.feature_map == FeatureMap::Favor;
+    const int64_t r = favor ? config.n_features : d_h;
+    attention = B * H * (2 * 2 * T * r * (d_h + 1) + (favor ? 2 * 2 * T * r * d_h : 0));
+  }
   const int64_t mlp = 2 * 2 * BT * C * 4 * C;
   const int64_t head = 2 * BT * C * config.vocab_size;
   const int64_t forward = config.n_layer * (projections + attention + mlp) + head;

@@ -57,6 +57,9 @@ SparsePattern attention_pattern(const GPTConfig& config, int64_t layer);
 //   forward: W_Q, W_O  2 · 2·BT·C·C;  W_K, W_V  2 · 2·BT·C·C_kv  (C_kv = H_kv·d_h);
 //            S = QKᵀ and Z = AV  2 · 2·B·T·T·C
 //            (every head, all T×T entries: the causal mask skips no arithmetic);
+//            linear attention instead, per head with r features: the state
+//            Σ φ(k_j)[v_j, 1]ᵀ and its readout φ(q_i)ᵀ·state  2 · 2·B·T·r·(d_h + 1),
+//            and FAVOR+'s projections of q and k on its r = m features  2 · 2·B·T·r·d_h;
 //            mlp.fc and mlp.proj  2 · 2·BT·C·4C
 //   plus the tied head  2·BT·C·V.
 // Backward is twice the forward: each product C = AB gives dA = dC·Bᵀ and

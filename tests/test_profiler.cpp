@@ -71,3 +71,24 @@ TEST_CASE("profiler: the GEMMs of a GPT training step do exactly training_step_f
   for (const profiler::KernelRecord& r : records) flops += r.gemm_flops();
   CHECK(flops == static_cast<double>(nn::training_step_flops(config, B, T)));
 }
+
+TEST_CASE("profiler: a linear-attention GPT's step counts its GEMMs plus the prefix products, no T×T term") {
+  // Its GEMMs are the projections, the MLP and the head; the prefix products
+  // (elu1: r = d_h) run in their own kernels, 2 · 2·B·T·r·(d_h + 1) per head and
+  // layer forward, 3x with the backward.
+  nn::GPTConfig config{.vocab_size = 13, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
+  config.attention = AttentionFunction::Linear;
+  Generator init(5);
+  nn::GPT model(config, init);
+  const int64_t B = 3, T = 8, d_h = 8;
+  std::vector<int64_t> x(B * T), y(B * T);
+  Generator gen(6);
+  for (int64_t& t : x) t = static_cast<int64_t>(gen.integer(13));
+  for (int64_t& t : y) t = static_cast<int64_t>(gen.integer(13));
+  profiler::start();
+  model.loss(Tensor::from_indices(x, {B, T}), Tensor::from_indices(y, {B, T})).backward();
+  double gemm_flops = 0;
+  for (const profiler::KernelRecord& r : profiler::stop()) gemm_flops += r.gemm_flops();
+  const double prefix_products = 3.0 * config.n_layer * B * config.n_head * (2 * 2 * T * d_h * (d_h + 1));
+  CHECK(gemm_flops + prefix_products == static_cast<double>(nn::training_step_flops(config, B, T)));
+}

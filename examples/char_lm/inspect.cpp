@@ -90,8 +90,11 @@ std::vector<std::string> layer_svgs(const std::vector<Tensor>& maps, const std::
     for (int64_t h = 0; h < H; ++h)
       panels.push_back({"head " + std::to_string(h) + (gates[l][h] == 0.0 ? " (pruned: gate 0)" : ""),
                         {a.begin() + h * T * T, a.begin() + (h + 1) * T * T}});
+    const std::string what = config.attention == AttentionFunction::Linear
+                                 ? "the weights linear attention implies, φ(q)·φ(k) / Σ"
+                                 : "A = softmax(S + M)";
     svgs.push_back(interp::heatmap_grid_svg(
-        "layer " + std::to_string(l) + ": A = softmax(S + M) of each head (row: query, column: key; hatched: masked)",
+        "layer " + std::to_string(l) + ": " + what + " of each head (row: query, column: key; hatched: masked)",
         panels, labels, [&mask](size_t head, int64_t i, int64_t j) { return mask.visible(static_cast<int64_t>(head), i, j); },
         2, "layer" + std::to_string(l)));
   }
@@ -135,7 +138,6 @@ interp::Attribution explain(const Inspected& in, const std::vector<int64_t>& ids
   return interp::integrated_gradients(*in.loaded.model, ids, position < 0 ? T - 1 : position, steps);
 }
 
-std::string html_escape(const std::string& text) { return interp::escape_xml(text); }
 }  // namespace
 
 int run_attention(const AttentionOptions& o) {
@@ -252,13 +254,13 @@ int run_report(const ReportOptions& o) {
   nn::GPT& model = *in.loaded.model;
 
   std::string html =
-      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>attograd report: " + html_escape(in.unit) +
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>attograd report: " + interp::escape_xml(in.unit) +
       "</title>\n<style>body{font-family:sans-serif;margin:24px;max-width:1300px}"
       "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}"
       "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}.attr{font-family:monospace;font-size:16px}"
       "section{margin-bottom:32px}section svg{max-width:100%;height:auto}.options code{display:inline-block;background:#f0f0f0;margin:2px;padding:1px 6px}"
       "</style></head><body>\n<h1>What the model learned</h1>\n<p>Checkpoint <code>" +
-      html_escape(in.unit) + "</code>; prompt <code>" + html_escape(o.prompt) + "</code>.</p>\n";
+      interp::escape_xml(in.unit) + "</code>; prompt <code>" + interp::escape_xml(o.prompt) + "</code>.</p>\n";
 
   Metadata model_options, training_options;
   write_options(model.config(), model_options, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake);
@@ -272,7 +274,7 @@ int run_report(const ReportOptions& o) {
   const auto option_list = [](const Metadata& options) {
     std::string list = "<p class=\"options\">";
     for (const auto& [key, value] : options)
-      list += "<code>" + html_escape(key) + " = " + html_escape(value.empty() ? "\"\"" : value) + "</code> ";
+      list += "<code>" + interp::escape_xml(key) + " = " + interp::escape_xml(value.empty() ? "\"\"" : value) + "</code> ";
     return list + "</p>\n";
   };
   html += "<section id=\"config\"><h2>Configuration</h2>\n<h3>The model (its checkpoint's metadata)</h3>\n" +
@@ -291,10 +293,10 @@ int run_report(const ReportOptions& o) {
   html += "<section id=\"sample\"><h2>A sample</h2>\n<p>" + std::to_string(o.tokens) +
           " characters after the prompt, temperature " + fixed(sample.temperature, "%.2g") + ", top-k " +
           std::to_string(sample.top_k) + ", seed " + std::to_string(sample.seed) + ".</p>\n<pre>" +
-          html_escape(generate(model, in.loaded.tokenizer, o.prompt, sample)) + "</pre></section>\n";
+          interp::escape_xml(generate(model, in.loaded.tokenizer, o.prompt, sample)) + "</pre></section>\n";
 
   const std::vector<Tensor> maps = interp::attention_maps(model, ids);
-  html += "<section id=\"attention\"><h2>Attention maps</h2>\n<p>Each head's A for the prompt: row i is the "
+  html += "<section id=\"attention\"><h2>Attention maps</h2>\n<p>Each head's A for the prompt (a linear-attention model's: the weights its output implies): row i is the "
           "query at position i, column j the key at position j; dark blue is weight 1, white 0, hatched grey "
           "what the mask hides (the future, and in a sparse model what its pattern leaves out).</p>\n";
   for (const std::string& svg : layer_svgs(maps, chars, model.config())) html += "<div>" + svg + "</div>\n";
@@ -308,7 +310,7 @@ int run_report(const ReportOptions& o) {
   double largest = 1e-300;
   for (const double v : a.per_position) largest = std::max(largest, std::fabs(v));
   html += "<section id=\"attributions\"><h2>Integrated gradients</h2>\n<p>The logit of the predicted next character "
-          "<code>" + html_escape(interp::visible_char(in.loaded.tokenizer.decode({a.target}))) +
+          "<code>" + interp::escape_xml(interp::visible_char(in.loaded.tokenizer.decode({a.target}))) +
           "</code> after the prompt, attributed to each character's token embedding (baseline: zero embeddings, "
           "positions kept; " + std::to_string(o.steps) + " trapezoid steps). Red raises it, blue lowers it; hover "
           "for the value.</p>\n<p class=\"attr\">";
@@ -316,10 +318,10 @@ int run_report(const ReportOptions& o) {
     const double v = a.per_position[t], alpha = std::fabs(v) / largest;
     const std::string colour = v >= 0 ? "214,39,40" : "31,119,180";
     html += "<span style=\"background:rgba(" + colour + "," + fixed(alpha, "%.3f") + ")\" title=\"" +
-            fixed(v, "%+.4f") + "\">" + html_escape(interp::visible_char(chars[t])) + "</span>" +
+            fixed(v, "%+.4f") + "\">" + interp::escape_xml(interp::visible_char(chars[t])) + "</span>" +
             (chars[t] == "\n" ? "<br>" : "");
   }
-  html += "</p>\n<p>" + html_escape(explain_line(a)) + "</p></section>\n";
+  html += "</p>\n<p>" + interp::escape_xml(explain_line(a)) + "</p></section>\n";
 
   const HeadsTable table = measure_heads(in, validation_batches(o, in));
   html += "<section id=\"heads\"><h2>Head importance</h2>\n<p>Mean |∂L/∂g_h| over " + std::to_string(o.eval_iters) +

@@ -1,6 +1,7 @@
 // What a trained GPT does, measured with its own forward and backward:
 //   attention_maps      A of every layer and head for one sequence (the dense
-//                       implementation keeps it);
+//                       implementation keeps it; a linear-attention layer, the
+//                       weights its output implies);
 //   attention_rollout   Abnar & Zuidema (2020): which earlier positions each
 //                       position draws on through all the layers;
 //   integrated_gradients Sundararajan et al. (2017): each input position's share
