@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <map>
+#include <sstream>
 #include <fstream>
 #include <string>
 #include <type_traits>
@@ -114,6 +116,28 @@ inline std::string train_arguments(const char_lm::TrainConfig& c) {
 // exit status and output (stdout and stderr together).
 inline std::pair<int, std::string> run_char_lm(const std::string& args, const std::string& env = "") {
   return run_command(env + std::string(ATTOGRAD_CHAR_LM) + " " + args);
+}
+
+// The XML elements (by tag, and rect by class) of an SVG file, counted by
+// Python's XML parser: a file that is not well-formed XML fails to parse.
+inline std::map<std::string, int> count_svg_elements(const std::string& path) {
+  int status = 0;
+  std::string output;
+  std::tie(status, output) = run_command(
+      "python3 -c \"import sys, xml.etree.ElementTree as ET, collections\n"
+      "c = collections.Counter()\n"
+      "for e in ET.parse(sys.argv[1]).iter():\n"
+      "    tag = e.tag.split('}')[-1]\n"
+      "    c[tag] += 1\n"
+      "    if tag == 'rect' and e.get('class'): c['rect.' + e.get('class')] += 1\n"
+      "print(' '.join(f'{k}={v}' for k, v in c.items()))\" '" + path + "'");
+  INFO(output);
+  REQUIRE(status == 0);
+  std::map<std::string, int> counts;
+  std::istringstream words(output);
+  std::string word;
+  while (words >> word) counts[word.substr(0, word.find('='))] = std::stoi(word.substr(word.find('=') + 1));
+  return counts;
 }
 
 }  // namespace ag::test

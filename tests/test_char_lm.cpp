@@ -135,6 +135,12 @@ TEST_CASE("char_lm: a sparse pattern is saved with the model and reloaded with t
   nn::GPT again(loaded.model->config(), gen);
   again.load_state(loaded.model->named_parameters());
   CHECK(again.loss(idx, idx).item() == loss);
+  // The random blocks are part of the function: another seed draws others (T = 47 has query blocks past R).
+  nn::GPTConfig reseeded = loaded.model->config();
+  reseeded.attn_seed += 1;
+  nn::GPT other_blocks(reseeded, gen);
+  other_blocks.load_state(loaded.model->named_parameters());
+  CHECK(other_blocks.loss(idx, idx).item() != loss);
 }
 
 TEST_CASE("char_lm: each kind of corrupt checkpoint is a clear error naming the file") {

@@ -79,27 +79,6 @@ const TrainedRun& trained_run() {
   return run;
 }
 
-// The XML elements (by tag, and rect by class) of an SVG file, counted by
-// Python's XML parser: a file that is not well-formed XML fails to parse.
-std::map<std::string, int> count_svg_elements(const std::string& path) {
-  int status = 0;
-  std::string output;
-  std::tie(status, output) = test::run_command(
-      "python3 -c \"import sys, xml.etree.ElementTree as ET, collections\n"
-      "c = collections.Counter()\n"
-      "for e in ET.parse(sys.argv[1]).iter():\n"
-      "    tag = e.tag.split('}')[-1]\n"
-      "    c[tag] += 1\n"
-      "    if tag == 'rect' and e.get('class'): c['rect.' + e.get('class')] += 1\n"
-      "print(' '.join(f'{k}={v}' for k, v in c.items()))\" '" + path + "'");
-  INFO(output);
-  REQUIRE(status == 0);
-  std::map<std::string, int> counts;
-  std::istringstream words(output);
-  std::string word;
-  while (words >> word) counts[word.substr(0, word.find('='))] = std::stoi(word.substr(word.find('=') + 1));
-  return counts;
-}
 
 }  // namespace
 
@@ -123,12 +102,12 @@ TEST_CASE("interp: char_lm attention writes one SVG per layer, well-formed, with
   REQUIRE(status == 0);
   const int T = 15, H = 2;  // "the king and my"
   for (const std::string file : {"layer-0.svg", "layer-1.svg"}) {
-    std::map<std::string, int> counts = count_svg_elements(out.file(file));
+    std::map<std::string, int> counts = test::count_svg_elements(out.file(file));
     CHECK(counts["rect.cell"] == H * T * (T + 1) / 2);  // query i sees keys 0..i
     CHECK(counts["rect.masked"] == H * T * (T - 1) / 2);
     CHECK(counts["pattern"] == 1);
   }
-  std::map<std::string, int> rollout = count_svg_elements(out.file("rollout.svg"));
+  std::map<std::string, int> rollout = test::count_svg_elements(out.file("rollout.svg"));
   CHECK(rollout["rect.cell"] == T * (T + 1) / 2);
   CHECK(!std::filesystem::exists(out.file("layer-2.svg")));
   // A prompt longer than the context is refused, not cut silently.
@@ -138,7 +117,7 @@ TEST_CASE("interp: char_lm attention writes one SVG per layer, well-formed, with
 
 TEST_CASE("interp: train keeps loss.svg, a chart of the log's train and val losses and the learning rate") {
   const TrainedRun& run = trained_run();
-  std::map<std::string, int> counts = count_svg_elements(run.run() + "/loss.svg");
+  std::map<std::string, int> counts = test::count_svg_elements(run.run() + "/loss.svg");
   CHECK(counts["polyline"] == 4);  // batch, train and val loss; learning rate
   CHECK(counts["circle"] == 2 * static_cast<int>(run.result.evals.size()));  // a marker per evaluation and split
 }
@@ -163,12 +142,12 @@ TEST_CASE("interp: a sparse model's attention SVGs hatch what its pattern hides,
   REQUIRE(status == 0);
   const int T = 15, H = static_cast<int>(c.model.n_head), visible = 54;
   for (const std::string file : {"layer-0.svg", "layer-1.svg"}) {
-    std::map<std::string, int> counts = count_svg_elements(dir.file("maps/" + file));
+    std::map<std::string, int> counts = test::count_svg_elements(dir.file("maps/" + file));
     CHECK(counts["rect.cell"] == H * visible);
     CHECK(counts["rect.masked"] == H * (T * T - visible));
   }
   // Rollout composes the layers: every earlier position can reach a query.
-  CHECK(count_svg_elements(dir.file("maps/rollout.svg"))["rect.cell"] == T * (T + 1) / 2);
+  CHECK(test::count_svg_elements(dir.file("maps/rollout.svg"))["rect.cell"] == T * (T + 1) / 2);
 }
 
 TEST_CASE("interp: heatmap_grid_svg escapes labels and marks masked cells apart from zero weights") {

@@ -287,8 +287,11 @@ TEST_CASE("linear attention: char_lm trains a linear model; greedy text is the s
     std::tie(status, output) =
         ag::test::run_char_lm("attention --ckpt '" + dir.path() + "' --prompt 'the king' --out '" + dir.file("maps") + "'");
     INFO(output);
-    CHECK(status == 0);
-    CHECK(std::filesystem::exists(dir.file("maps/layer-0.svg")));
+    REQUIRE(status == 0);
+    const int T = 8, H = static_cast<int>(c.model.n_head);  // "the king"
+    std::map<std::string, int> counts = ag::test::count_svg_elements(dir.file("maps/layer-0.svg"));
+    CHECK(counts["rect.cell"] == H * T * (T + 1) / 2);
+    CHECK(counts["rect.masked"] == H * T * (T - 1) / 2);
   }
 }
 
