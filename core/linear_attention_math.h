@@ -66,6 +66,25 @@ template <class T> AG_HOST_DEVICE inline T favor_feature(T projection, T half_no
 template <class T> AG_HOST_DEVICE inline T favor_input_scale(int64_t d) {
   return static_cast<T>(1.0 / std::sqrt(std::sqrt(static_cast<double>(d))));
 }
+// 1/√m, the features' common factor.
+template <class T> AG_HOST_DEVICE inline T favor_output_scale(int64_t m) { return T(1) / std::sqrt(static_cast<T>(m)); }
+// |x'|²/2 of one row x [d], x' = s·x.
+template <class T> AG_HOST_DEVICE inline T favor_half_norm_sq(const T* x, int64_t d, T s) {
+  T sum = 0;
+  for (int64_t c = 0; c < d; ++c) sum += s * x[c] * s * x[c];
+  return sum / 2;
+}
+// ω_f·x' for one feature's row of ω [d].
+template <class T> AG_HOST_DEVICE inline T favor_omega_dot(const T* omega_row, const T* x, int64_t d, T s) {
+  T dot = 0;
+  for (int64_t c = 0; c < d; ++c) dot += omega_row[c] * s * x[c];
+  return dot;
+}
+// ∂L/∂x_c from weighted_omega = Σ_f w_f ω_fc and weight_sum = Σ_f w_f, w_f = dφ_f φ_f:
+// ∂φ_f/∂x' = φ_f (ω_f − x') and x' = s·x, so dx_c = s·(Σ_f w_f ω_fc − Σ_f w_f · s·x_c).
+template <class T> AG_HOST_DEVICE inline T favor_input_gradient(T weighted_omega, T weight_sum, T x, T s) {
+  return s * (weighted_omega - weight_sum * s * x);
+}
 
 }  // namespace math
 }  // namespace ag

@@ -33,12 +33,8 @@ template <class T> struct Features {
       return;
     }
     const T s = math::favor_input_scale<T>(d);
-    T half_norm_sq = 0, projection = 0;
-    for (int64_t c = 0; c < d; ++c) {
-      half_norm_sq += s * xr[c] * s * xr[c];
-      projection += omega[f * d + c] * s * xr[c];
-    }
-    phi[i] = math::favor_feature(projection, half_norm_sq / 2, T(1) / sqrt(static_cast<T>(r)));
+    phi[i] = math::favor_feature(math::favor_omega_dot(omega + f * d, xr, d, s), math::favor_half_norm_sq(xr, d, s),
+                                 math::favor_output_scale<T>(r));
   }
 };
 
@@ -64,7 +60,7 @@ template <class T> struct FeaturesBackward {
       weight_sum += w;
       acc += w * omega[f * d + c];
     }
-    dx[i] = s * (acc - weight_sum * s * x[i]);
+    dx[i] = math::favor_input_gradient(acc, weight_sum, x[i], s);
   }
 };
 

@@ -23,15 +23,10 @@ template <class T> void features_row(const T* x, const T* omega, FeatureMap map,
     for (int64_t c = 0; c < d; ++c) phi[c] = math::elu1(x[c]);
     return;
   }
-  const T s = math::favor_input_scale<T>(d), inv_sqrt_m = T(1) / std::sqrt(static_cast<T>(r));
-  T half_norm_sq = 0;
-  for (int64_t c = 0; c < d; ++c) half_norm_sq += s * x[c] * s * x[c];
-  half_norm_sq /= 2;
-  for (int64_t f = 0; f < r; ++f) {
-    T projection = 0;
-    for (int64_t c = 0; c < d; ++c) projection += omega[f * d + c] * s * x[c];
-    phi[f] = math::favor_feature(projection, half_norm_sq, inv_sqrt_m);
-  }
+  const T s = math::favor_input_scale<T>(d), inv_sqrt_m = math::favor_output_scale<T>(r);
+  const T half_norm_sq = math::favor_half_norm_sq(x, d, s);
+  for (int64_t f = 0; f < r; ++f)
+    phi[f] = math::favor_feature(math::favor_omega_dot(omega + f * d, x, d, s), half_norm_sq, inv_sqrt_m);
 }
 
 // dx [d] from dphi [r]. FAVOR+: ∂φ_r/∂x' = φ_r (ω_r − x'), and x' = s·x.
@@ -50,7 +45,7 @@ void features_backward_row(const T* x, const T* omega, FeatureMap map, const T* 
     weight_sum += w;
     for (int64_t c = 0; c < d; ++c) dx[c] += w * omega[f * d + c];
   }
-  for (int64_t c = 0; c < d; ++c) dx[c] = s * (dx[c] - weight_sum * s * x[c]);
+  for (int64_t c = 0; c < d; ++c) dx[c] = math::favor_input_gradient(dx[c], weight_sum, x[c], s);
 }
 
 // Per-thread scratch of the prefix product: the running state [r, e], one
