@@ -52,24 +52,29 @@ TEST_CASE("profiler: records nothing until started, then every kernel call with 
   for (const profiler::KernelRecord& r : backward) CHECK_FALSE(r.grad_mode);
 }
 
+namespace {
+// The FLOPs of the GEMMs one forward and backward of a GPT with `config` runs, as the profiler records them.
+double step_gemm_flops(const nn::GPTConfig& config, int64_t B, int64_t T) {
+  Generator init(5);
+  nn::GPT model(config, init);
+  std::vector<int64_t> x(B * T), y(B * T);
+  Generator gen(6);
+  for (int64_t& t : x) t = static_cast<int64_t>(gen.integer(config.vocab_size));
+  for (int64_t& t : y) t = static_cast<int64_t>(gen.integer(config.vocab_size));
+  profiler::start();
+  model.loss(Tensor::from_indices(x, {B, T}), Tensor::from_indices(y, {B, T})).backward();
+  double flops = 0;
+  for (const profiler::KernelRecord& r : profiler::stop()) flops += r.gemm_flops();
+  return flops;
+}
+}  // namespace
+
 TEST_CASE("profiler: the GEMMs of a GPT training step do exactly training_step_flops") {
   // training_step_flops counts every product of the model by hand; the
   // profiler sees the GEMMs the code really runs. If an op starts doing its
   // products another way (or skipping masked ones), this says so.
   const nn::GPTConfig config{.vocab_size = 13, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
-  Generator init(5);
-  nn::GPT model(config, init);
-  const int64_t B = 3, T = 8;
-  std::vector<int64_t> x(B * T), y(B * T);
-  Generator gen(6);
-  for (int64_t& t : x) t = static_cast<int64_t>(gen.integer(13));
-  for (int64_t& t : y) t = static_cast<int64_t>(gen.integer(13));
-  profiler::start();
-  model.loss(Tensor::from_indices(x, {B, T}), Tensor::from_indices(y, {B, T})).backward();
-  const std::vector<profiler::KernelRecord> records = profiler::stop();
-  double flops = 0;
-  for (const profiler::KernelRecord& r : records) flops += r.gemm_flops();
-  CHECK(flops == static_cast<double>(nn::training_step_flops(config, B, T)));
+  CHECK(step_gemm_flops(config, 3, 8) == static_cast<double>(nn::training_step_flops(config, 3, 8)));
 }
 
 TEST_CASE("profiler: a linear-attention GPT's step counts its GEMMs plus the prefix products, no T×T term") {
@@ -78,17 +83,8 @@ TEST_CASE("profiler: a linear-attention GPT's step counts its GEMMs plus the pre
   // layer forward, 3x with the backward.
   nn::GPTConfig config{.vocab_size = 13, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
   config.attention = AttentionFunction::Linear;
-  Generator init(5);
-  nn::GPT model(config, init);
   const int64_t B = 3, T = 8, d_h = 8;
-  std::vector<int64_t> x(B * T), y(B * T);
-  Generator gen(6);
-  for (int64_t& t : x) t = static_cast<int64_t>(gen.integer(13));
-  for (int64_t& t : y) t = static_cast<int64_t>(gen.integer(13));
-  profiler::start();
-  model.loss(Tensor::from_indices(x, {B, T}), Tensor::from_indices(y, {B, T})).backward();
-  double gemm_flops = 0;
-  for (const profiler::KernelRecord& r : profiler::stop()) gemm_flops += r.gemm_flops();
+  const double gemm_flops = step_gemm_flops(config, B, T);
   const double prefix_products = 3.0 * config.n_layer * B * config.n_head * (2 * 2 * T * d_h * (d_h + 1));
   CHECK(gemm_flops + prefix_products == static_cast<double>(nn::training_step_flops(config, B, T)));
 }
