@@ -87,8 +87,8 @@ template <class T>
     const int64_t padded = std::min(Tk, (end + kVectorFloats - 1) / kVectorFloats * kVectorFloats);
     if (row.pattern.limited())
       for (int64_t j = 0; j < end; ++j) ar[j] = row.visible(j) ? sr[j] : -kInf<T>;
-    else
-      for (int64_t j = 0; j < end; ++j) ar[j] = sr[j];  // S and A may be one buffer
+    else if (ar != sr)
+      for (int64_t j = 0; j < end; ++j) ar[j] = sr[j];
     std::fill(ar + end, ar + padded, -kInf<T>);
     std::fill(ar + padded, ar + Tk, T(0));
     max[k] = math::max_of(ar, padded);

@@ -135,7 +135,8 @@ void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& me
     for_rows(N, C, [&](int64_t r) { normalize_row_backward(px + r * C, pg + r * C, w, pm[r], pr[r], C, pdx + r * C); });
     const LayerNormRows<T> rows{px, pg, pm, pr, N, C};
     sum_column_blocks(N, C, dw, [&](int64_t first, int64_t last, double* weight_sums) {
-      double bias_sums[kColumnBlock] = {};
+      double bias_sums[kColumnBlock];
+      std::fill_n(bias_sums, last - first, 0.0);
       layer_norm_param_grads(rows, first, last, weight_sums, bias_sums);
       for (int64_t c = first; c < last; ++c) db[c] = static_cast<T>(bias_sums[c - first]);
     });

@@ -96,18 +96,26 @@ void for_each_row(const Shape& shape, const std::array<std::vector<int64_t>, K>&
 // what it sums (a fused backward writes dX as it goes), and is best a plain
 // function over raw pointers, so that AG_VECTOR_CLONES (core/cpu/vector_math.h)
 // can give it AVX-512. No reduction crosses threads: the columns are cut into
-// blocks of kColumnBlock and blocks run in parallel when the work is large, so
-// each sum is the same bits for any thread count. A block's running sums fit in
-// registers, and it reads its rows kColumnBlock elements (a few whole cache
-// lines) at a time.
-constexpr int64_t kColumnBlock = 64;
+// one block per thread (at most kColumnBlock wide) and blocks run in parallel
+// when the work is large, so each sum is the same bits for any thread count.
+// A block walks its rows in memory order, its running sums in L1: blocks of 64
+// columns, each reading 256 bytes of every 2 KB row of the default model's
+// [768, 512] MLP gradient, left the prefetchers nothing to follow, and the GELU
+// backward ran at 170 µs instead of 62 (one thread, inside a training step).
+constexpr int64_t kColumnBlock = 1024;  // its sums: 8 KB of the stack
+constexpr int64_t kBlockAlignment = 16;  // columns: one AVX-512 register of floats
 
 template <class T, class Block> void sum_column_blocks(int64_t N, int64_t C, T* out, Block&& block) {
-  const int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;
+  const int64_t team = N * C > kParallelGrain ? omp_get_max_threads() : 1;
+  const int64_t per_thread = (C + team - 1) / team;
+  const int64_t width =
+      std::min(kColumnBlock, std::max<int64_t>(1, (per_thread + kBlockAlignment - 1) / kBlockAlignment * kBlockAlignment));
+  const int64_t blocks = (C + width - 1) / width;
 #pragma omp parallel for schedule(static) if (blocks > 1 && N * C > kParallelGrain)
   for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t first = b * kColumnBlock, last = std::min(C, first + kColumnBlock);
-    double sums[kColumnBlock] = {};
+    const int64_t first = b * width, last = std::min(C, first + width);
+    double sums[kColumnBlock];
+    std::fill_n(sums, last - first, 0.0);
     block(first, last, sums);
     for (int64_t c = first; c < last; ++c) out[c] = static_cast<T>(sums[c - first]);
   }
