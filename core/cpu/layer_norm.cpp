@@ -80,6 +80,15 @@ AG_VECTOR_CLONES void layer_norm_param_grads(const LayerNormRows<float>& in, int
   layer_norm_param_grads<float>(in, first, last, weight_sums, bias_sums);
 }
 
+// sum = x + residual over a row; the float version is compiled for AVX-512 too.
+template <class T> [[gnu::always_inline]] inline void add_row(const T* x, const T* residual, T* sum, int64_t C) {
+#pragma omp simd
+  for (int64_t c = 0; c < C; ++c) sum[c] = x[c] + residual[c];
+}
+AG_VECTOR_CLONES void add_row(const float* x, const float* residual, float* sum, int64_t C) {
+  add_row<float>(x, residual, sum, C);
+}
+
 // Rows [N, C] of x, each normalized by normalize_row; with a residual, the row
 // is first sum = x + residual (written out: the residual stream goes on), and
 // sum is normalized while it is still in cache.
@@ -94,11 +103,8 @@ void layer_norm_rows(const Tensor& x, const Tensor* residual, const Tensor& weig
   for (int64_t r = 0; r < N; ++r) {
     const T* xr = px + r * C;
     if (pres) {
-      const T* rr = pres + r * C;
-      T* sr = psum + r * C;
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) sr[c] = xr[c] + rr[c];
-      xr = sr;
+      add_row(xr, pres + r * C, psum + r * C, C);
+      xr = psum + r * C;
     }
     normalize_row(xr, w, b, static_cast<T>(eps), C, py + r * C, pm[r], pr[r]);
   }

@@ -72,34 +72,49 @@ void softmax(const Tensor& x, Tensor& y) {
   });
 }
 
-// dX = y ∘ (dY − Σ_j dY_j y_j): the O(C) vector–Jacobian product of softmax.
+namespace {
+// dX = y ∘ (dY − Σ_j dY_j y_j): the O(C) vector–Jacobian product of softmax, for
+// `rows` rows of C from y, dY, dX. Each row's dot product is added in order, one
+// dependent chain that ran at the adder's latency (dense attention's rows are 64
+// long); kRowGroup rows go side by side, their chains interleaved, each in the
+// same order. The float version is compiled for AVX-512 too (AG_VECTOR_CLONES,
+// core/cpu/vector_math.h, which explains the always_inline).
+constexpr int64_t kRowGroup = 8;
+template <class T>
+[[gnu::always_inline]] inline void softmax_backward_rows_of(const T* y, const T* g, T* d, int64_t C, int64_t rows) {
+  T dot[kRowGroup] = {};
+  if (rows == kRowGroup) {
+    for (int64_t j = 0; j < C; ++j)
+      for (int64_t k = 0; k < kRowGroup; ++k) dot[k] += g[k * C + j] * y[k * C + j];
+  } else {
+    for (int64_t k = 0; k < rows; ++k)
+      for (int64_t j = 0; j < C; ++j) dot[k] += g[k * C + j] * y[k * C + j];
+  }
+  for (int64_t k = 0; k < rows; ++k) {
+    const T *yr = y + k * C, *gr = g + k * C;
+    T* dr = d + k * C;
+#pragma omp simd
+    for (int64_t j = 0; j < C; ++j) dr[j] = yr[j] * (gr[j] - dot[k]);
+  }
+}
+AG_VECTOR_CLONES void softmax_backward_rows(const float* y, const float* g, float* d, int64_t C, int64_t rows) {
+  softmax_backward_rows_of(y, g, d, C, rows);
+}
+void softmax_backward_rows(const double* y, const double* g, double* d, int64_t C, int64_t rows) {
+  softmax_backward_rows_of(y, g, d, C, rows);
+}
+}  // namespace
+
 void softmax_backward(const Tensor& y, const Tensor& dY, Tensor& dX) {
   visit_floating(y.dtype(), "softmax_backward", [&](auto zero) {
     using T = decltype(zero);
     const int64_t C = row_length(y), N = y.numel() / std::max<int64_t>(C, 1);
     const T *py = y.data<T>(), *pg = dY.data<T>();
     T* pd = dX.data<T>();
-    // Each row's dot product is added in order, one dependent chain that ran
-    // at the adder's latency (dense attention's rows are 64 long); eight rows go
-    // side by side, their chains interleaved, each in the same order.
-    constexpr int64_t kRows = 8;
-    const int64_t groups = (N + kRows - 1) / kRows;
-    for_rows(groups, kRows * C, [&](int64_t g) {
-      const int64_t first = g * kRows, rows = std::min(kRows, N - first);
-      const T *y0 = py + first * C, *g0 = pg + first * C;
-      T dot[kRows] = {};
-      if (rows == kRows) {
-        for (int64_t j = 0; j < C; ++j)
-          for (int64_t k = 0; k < kRows; ++k) dot[k] += g0[k * C + j] * y0[k * C + j];
-      } else {
-        for (int64_t k = 0; k < rows; ++k)
-          for (int64_t j = 0; j < C; ++j) dot[k] += g0[k * C + j] * y0[k * C + j];
-      }
-      for (int64_t k = 0; k < rows; ++k) {
-        const T *yr = y0 + k * C, *gr = g0 + k * C;
-        T* dr = pd + (first + k) * C;
-        for (int64_t j = 0; j < C; ++j) dr[j] = yr[j] * (gr[j] - dot[k]);
-      }
+    const int64_t groups = (N + kRowGroup - 1) / kRowGroup;
+    for_rows(groups, kRowGroup * C, [&](int64_t group) {
+      const int64_t first = group * kRowGroup;
+      softmax_backward_rows(py + first * C, pg + first * C, pd + first * C, C, std::min(kRowGroup, N - first));
     });
   });
 }
