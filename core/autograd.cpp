@@ -13,6 +13,8 @@ namespace {
 thread_local bool grad_mode = true;
 thread_local bool anomaly = false;
 thread_local bool retained = false;  // during backward: its retain_graph
+// During backward: its gradients pending for interior nodes (accumulation_target reads them).
+thread_local std::unordered_map<Node*, Tensor>* running_pending = nullptr;
 
 // dst += src in place, where dst may be undefined (then it takes a copy of src:
 // src may alias a tensor the caller still uses). In place, so a gradient pinned
@@ -26,13 +28,19 @@ void accumulate(std::shared_ptr<TensorImpl>& dst, const Tensor& src) {
   kernel::binary(kernel::BinaryOp::Add, sum, src, sum);
 }
 
+// A pending gradient may be added to in place when nothing else holds it or its
+// memory: a closure may return one tensor for two inputs, as add's does, or a
+// saved tensor itself.
+bool sole_owner(const Tensor& pending) {
+  return pending.shared_impl().use_count() == 1 && pending.impl()->storage.use_count() == 1;
+}
+
 // A second gradient for an interior node's output, added to the one pending:
-// in place when nothing else holds the pending tensor or its memory, else into
-// a new tensor (a closure may return one tensor for two inputs, as add's does,
-// or a saved tensor itself). In place, the sum needs no new memory and writes
-// memory that is in cache (the residual stream's gradients, every block).
+// in place when it may be (sole_owner), else into a new tensor. In place, the
+// sum needs no new memory and writes memory that is in cache (the residual
+// stream's gradients, every block).
 void add_to_pending(Tensor& pending, const Tensor& gradient) {
-  if (pending.shared_impl().use_count() == 1 && pending.impl()->storage.use_count() == 1)
+  if (sole_owner(pending))
     kernel::binary(kernel::BinaryOp::Add, pending, gradient, pending);
   else
     pending = add(pending, gradient);
@@ -67,6 +75,7 @@ void check_not_released(const Node& node) {
 }  // namespace
 
 Node::~Node() {
+  backward = nullptr;  // a closure may hold an input too: let `inputs` hold its last reference
   std::vector<Tensor> pending = std::move(inputs);
   while (!pending.empty()) {
     Tensor t = std::move(pending.back());
@@ -99,8 +108,12 @@ NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
 NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
 
 Tensor accumulation_target(const Tensor& input) {
-  if (!input.requires_grad() || !input.is_leaf() || !input.impl()->grad_pinned) return Tensor();
-  return input.grad();
+  if (!input.requires_grad()) return Tensor();
+  if (input.is_leaf()) return input.impl()->grad_pinned ? input.grad() : Tensor();
+  if (!running_pending) return Tensor();
+  const auto found = running_pending->find(input.grad_fn().get());
+  if (found == running_pending->end() || !sole_owner(found->second)) return Tensor();
+  return found->second;
 }
 
 bool any_requires_grad(const std::vector<Tensor>& inputs) {
@@ -154,6 +167,11 @@ void Tensor::backward(const Tensor& upstream, bool retain_graph) const {
     ~RetainedFlag() { retained = previous; }
   } retained_flag(retain_graph);
   std::unordered_map<Node*, Tensor> pending{{grad_fn().get(), upstream}};
+  struct RunningPending {  // accumulation_target's view of `pending`, restored on any exit
+    std::unordered_map<Node*, Tensor>* previous = running_pending;
+    explicit RunningPending(std::unordered_map<Node*, Tensor>* now) { running_pending = now; }
+    ~RunningPending() { running_pending = previous; }
+  } running(&pending);
   for (const std::shared_ptr<Node>& node : topological_order(grad_fn())) {
     check_not_released(*node);
     auto found = pending.find(node.get());

@@ -78,12 +78,16 @@ class AnomalyModeGuard {
 bool all_finite(const Tensor& t);
 
 // For a backward closure: the gradient buffer `input` accumulates into, when
-// the closure may add its gradient for `input` there itself — `input` is a
-// leaf whose gradient is pinned to a flat buffer (optim/flat_parameters.h) —
-// and otherwise an undefined tensor. A closure that adds into it returns an
-// undefined gradient for that input (nothing is left to accumulate). Lets a
-// product write dW = Xᵀ dY straight into the buffer (GEMM with beta = 1): no
-// gradient tensor, no zeroing pass, no separate addition.
+// the closure may add its gradient for `input` there itself, and otherwise an
+// undefined tensor. That is a leaf's gradient pinned to a flat buffer
+// (optim/flat_parameters.h), or the gradient already pending for an interior
+// node's output when nothing else holds it (a tensor read by several ops gets
+// one gradient from each: the first is pending when the next arrives). A
+// closure that adds into it returns an undefined gradient for that input
+// (nothing is left to accumulate). Lets a product write dW = Xᵀ dY straight
+// into the flat buffer, or dX = dY Wᵀ onto the attention input's pending
+// gradient (GEMM with beta = 1): no gradient tensor, no zeroing pass, no
+// separate addition.
 Tensor accumulation_target(const Tensor& input);
 
 // True when recording is on and some input requires a gradient.

@@ -1,7 +1,9 @@
 // The engine: accumulation, topological order, no-grad, freeing, and its errors.
+#include "core/profiler.h"
 #include "tests/helpers.h"
 
 using namespace ag;
+using ag::test::random;
 
 TEST_CASE("autograd: gradients accumulate into .grad until zeroed") {
   Tensor x = Tensor::from_vector({1, 2, 3}, {3}, DType::Float64).requires_grad_();
@@ -38,6 +40,31 @@ TEST_CASE("autograd: a gradient shared by two paths is summed into a new tensor,
   const Tensor p = y * 3.0, q = y * 5.0;
   sum(p * q + (p + q)).backward();
   CHECK(y.grad().to_vector() == x.grad().to_vector());
+}
+
+TEST_CASE("autograd: products reading one tensor add their input gradients onto the one pending, in place") {
+  // h = 2x is read by three products, as the attention's input is by W_Q, W_K and
+  // W_V. The first product's dH is pending when the next two run backward, and
+  // they add theirs onto it (a GEMM with beta 1): backward adds no [4, 5] tensors.
+  Tensor x = random({4, 5}, 150), w1 = random({5, 3}, 151), w2 = random({5, 3}, 152), w3 = random({5, 3}, 153);
+  const Tensor b1 = random({3}, 154), b2 = random({3}, 155), c = random({4, 3}, 156, DType::Float64, false);
+  const auto loss = [&](const std::vector<Tensor>& in) {
+    const Tensor h = in[0] * 2.0;
+    return sum(linear(h, in[1], b1) * c) + sum(linear(h, in[2], b2) * c) + sum(matmul(h, in[3]) * c);
+  };
+  const GradcheckResult check = gradcheck(loss, {x, w1, w2, w3});
+  CHECK_MESSAGE(check.passed, check.summary());
+
+  const Tensor l = loss({x, w1, w2, w3});
+  profiler::start();
+  l.backward();
+  int adds = 0, accumulating_products = 0;
+  for (const profiler::KernelRecord& r : profiler::stop()) {
+    adds += std::string(r.kernel) == "binary" && r.shapes[0] == Shape{4, 5};
+    accumulating_products += r.is_gemm && r.gemm.beta == 1.0 && r.gemm.M == 4 && r.gemm.N == 5;
+  }
+  CHECK(adds == 0);
+  CHECK(accumulating_products == 2);
 }
 
 TEST_CASE("autograd: explicit upstream gradient for a non-scalar output") {

@@ -47,6 +47,21 @@ Tensor weight_gradient(const Tensor& weight, const Tensor& X, const Tensor& dY, 
   return product({X, true, false}, {dY, false, false}, 1, K, N, rows, weight.shape());
 }
 
+// dX = dY Wᵀ [rows, K] for an input x [..., K] times a weight W [K, N]. Added
+// onto the gradient already pending for x when there is one it may add to (x
+// read by several products, as the attention's input is by W_Q, W_K and W_V:
+// accumulation_target, a GEMM with beta = 1) and then undefined is returned.
+Tensor input_gradient(const Tensor& x, const Tensor& W, const Tensor& dY, int64_t rows, int64_t K, int64_t N) {
+  if (Tensor dX = accumulation_target(x); dX.defined()) {
+    kernel::GemmShape accumulate{1, rows, K, N};  // dX += dY Wᵀ
+    accumulate.trans_b = true;
+    accumulate.beta = 1.0;
+    kernel::gemm(accumulate, dY, W, dX);
+    return Tensor();
+  }
+  return product({dY, false, false}, {W, true, false}, 1, rows, K, N, x.shape());
+}
+
 Shape batch_dims(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
 
 Shape concat_shape(Shape head, std::initializer_list<int64_t> tail) {
@@ -73,9 +88,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     out_shape.back() = N;
     Tensor out = product({a, false, false}, {b, false, false}, 1, rows, N, K, out_shape);
     return record("matmul", {a, b}, out,
-                  [A = a.detach(), B = b.detach(), b, rows, K, N, need_a, need_b](const Tensor& dC) -> Gradients {
+                  [A = a.detach(), B = b.detach(), a, b, rows, K, N, need_a, need_b](const Tensor& dC) -> Gradients {
                     Gradients grads(2);
-                    if (need_a) grads[0] = product({dC, false, false}, {B, true, false}, 1, rows, K, N, A.shape());
+                    if (need_a) grads[0] = input_gradient(a, B, dC, rows, K, N);
                     if (need_b) grads[1] = weight_gradient(b, A, dC, rows, K, N);
                     return grads;
                   });
@@ -114,7 +129,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 // The bias is folded into the GEMM: Y's rows start as copies of b and the
 // product is added to them (beta = 1), so the GEMM skips its zeroing pass and
 // no separate add runs. Likewise in backward, dW is added straight into W's
-// flat gradient buffer when it has one (accumulation_target).
+// flat gradient buffer when it has one, and dX onto x's pending gradient
+// (accumulation_target).
 // Backward (docs/backprop.md, "Linear layer"):
 //   Y = X W:   dX = dY Wᵀ,   dW = Xᵀ dY     (one GEMM each over all N rows)
 //   Y += b:    db = Σ_rows dY               (b was broadcast over the rows)
@@ -141,11 +157,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   std::vector<Tensor> inputs = {x, weight};
   if (has_bias) inputs.push_back(bias);
   return record("linear", std::move(inputs), y,
-                [X = x.detach(), W = weight.detach(), weight, has_bias, rows, in, out, need_x = x.requires_grad(),
+                [x, X = x.detach(), W = weight.detach(), weight, has_bias, rows, in, out, need_x = x.requires_grad(),
                  need_w = weight.requires_grad(),
                  need_b = has_bias && bias.requires_grad()](const Tensor& dY) -> Gradients {
                   Gradients grads(has_bias ? 3 : 2);
-                  if (need_x) grads[0] = product({dY, false, false}, {W, true, false}, 1, rows, in, out, X.shape());
+                  if (need_x) grads[0] = input_gradient(x, W, dY, rows, in, out);
                   if (need_w) grads[1] = weight_gradient(weight, X, dY, rows, in, out);
                   if (need_b) {
                     grads[2] = detail::empty_as({out}, dY);
