@@ -145,6 +145,11 @@ void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Te
   if (call.on_cpu()) cpu::attention_softmax(S, mask, A, L);
   else cuda::attention_softmax(S, mask, A, L);
 }
+void attention_softmax_backward(const Tensor& A, const Tensor& dA, Tensor& dS) {
+  const profiler::KernelCall call("attention", "attention_softmax_backward", {&A, &dA, &dS});
+  if (call.on_cpu()) cpu::attention_softmax_backward(A, dA, dS);
+  else cuda::attention_softmax_backward(A, dA, dS);
+}
 void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const AttentionShape& shape,
                      Tensor& Z, Tensor& L) {
   const profiler::KernelCall call("attention", "flash_attention", {&Q, &K, &V, &Z, &L});

@@ -34,32 +34,48 @@ constexpr size_t kSharedBudget = 48 * 1024;
 
 // --- the dense implementation's softmax -------------------------------------------------
 
-// One block per row r of S [B, Hq, Tq, Tk] (head r / Tq mod Hq, query r mod Tq):
-// A = softmax over the visible keys, 0 elsewhere; L = the row's log-sum-exp. A may be S.
-template <class T>
-__global__ void attention_softmax_kernel(const T* s, T* a, double* lse, int64_t rows, int64_t Hq, int64_t Tq,
-                                         int64_t Tk, AttentionMask mask) {
-  __shared__ T scratch[32];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const AttentionMask::Row row = mask.row(r / Tq % Hq, r % Tq);
-    const T* x = s + r * Tk;
-    T* y = a + r * Tk;
+// One thread per query column c = (b·Hq + h)·Tq + i of Sᵀ [B, Hq, Tk, Tq]
+// (core/kernels.inc): A = softmax over the visible keys, 0 elsewhere; L = the
+// column's log-sum-exp. Adjacent threads read adjacent queries of a key's row.
+// A may be S.
+template <class T> struct MaskedSoftmaxColumns {
+  const T* s;
+  T* a;
+  double* lse;
+  int64_t Hq, Tq, Tk;
+  AttentionMask mask;
+  __device__ void operator()(int64_t c) const {
+    const int64_t matrix = c / Tq, i = c % Tq;
+    const AttentionMask::Row row = mask.row(matrix % Hq, i);
+    const T* x = s + matrix * Tk * Tq + i;
+    T* y = a + matrix * Tk * Tq + i;
     T max = -kInf<T>;
-    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x)
-      if (row.visible(j)) max = MaxOp{}(max, x[j]);
-    max = block_reduce(max, MaxOp{}, scratch);
+    for (int64_t j = 0; j < Tk; ++j)
+      if (row.visible(j)) max = MaxOp{}(max, x[j * Tq]);
     const T reference = math::softmax_reference(max);
     T sum = 0;
-    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) {
-      y[j] = row.visible(j) ? std::exp(x[j] - reference) : T(0);
-      sum += y[j];
+    for (int64_t j = 0; j < Tk; ++j) {
+      y[j * Tq] = row.visible(j) ? std::exp(x[j * Tq] - reference) : T(0);
+      sum += y[j * Tq];
     }
-    sum = block_reduce(sum, SumOp{}, scratch);
-    const T inv = sum == T(0) ? T(0) : T(1) / sum;  // a row that sees no key keeps its zeros
-    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) y[j] *= inv;
-    if (threadIdx.x == 0) lse[r] = math::log_sum_exp<double>(max, sum);
+    const T inv = sum == T(0) ? T(0) : T(1) / sum;  // a query that sees no key keeps its zeros
+    for (int64_t j = 0; j < Tk; ++j) y[j * Tq] *= inv;
+    lse[c] = math::log_sum_exp<double>(max, sum);
   }
-}
+};
+
+// One thread per query column of [B, Hq, Tk, Tq]: dSᵀ = Aᵀ ∘ (dAᵀ − colsum(dAᵀ ∘ Aᵀ)); dS may be dA.
+template <class T> struct SoftmaxBackwardColumns {
+  const T *a, *da;
+  T* ds;
+  int64_t Tq, Tk;
+  __device__ void operator()(int64_t c) const {
+    const int64_t at = c / Tq * Tk * Tq + c % Tq;
+    T dot = 0;
+    for (int64_t j = 0; j < Tk; ++j) dot += da[at + j * Tq] * a[at + j * Tq];
+    for (int64_t j = 0; j < Tk; ++j) ds[at + j * Tq] = a[at + j * Tq] * (da[at + j * Tq] - dot);
+  }
+};
 
 // --- flash: shared pieces ---------------------------------------------------------------
 
@@ -386,9 +402,16 @@ void launch_tiles(void (*kernel)(Params...), int64_t tasks, int64_t floats, Args
 void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Tensor& L) {
   visit_floating(S.dtype(), "attention_softmax", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t Hq = S.size(1), Tq = S.size(2), Tk = S.size(3), rows = L.numel();
-    launch_rows(attention_softmax_kernel<T>, rows, Tk, ptr<const T>(S), ptr<T>(A), ptr<double>(L), rows, Hq, Tq, Tk,
-                mask);
+    const int64_t Hq = S.size(1), Tk = S.size(2), Tq = S.size(3);
+    for_each_index(L.numel(), MaskedSoftmaxColumns<T>{ptr<const T>(S), ptr<T>(A), ptr<double>(L), Hq, Tq, Tk, mask});
+  });
+}
+
+void attention_softmax_backward(const Tensor& A, const Tensor& dA, Tensor& dS) {
+  visit_floating(A.dtype(), "attention_softmax_backward", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t Tk = A.size(2), Tq = A.size(3);
+    for_each_index(A.numel() / Tk, SoftmaxBackwardColumns<T>{ptr<const T>(A), ptr<const T>(dA), ptr<T>(dS), Tq, Tk});
   });
 }
 

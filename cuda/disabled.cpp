@@ -64,6 +64,7 @@ void cross_entropy(const Tensor&, const Tensor&, int64_t, Tensor&, Tensor&, Tens
 void cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, int64_t, const Tensor&, Tensor&) AG_WITHOUT_CUDA
 
 void attention_softmax(const Tensor&, const AttentionMask&, Tensor&, Tensor&) AG_WITHOUT_CUDA
+void attention_softmax_backward(const Tensor&, const Tensor&, Tensor&) AG_WITHOUT_CUDA
 void flash_attention(const Tensor&, const Tensor&, const Tensor&, const AttentionShape&, Tensor&, Tensor&) AG_WITHOUT_CUDA
 void flash_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                               const AttentionShape&, Tensor&, Tensor&, Tensor&) AG_WITHOUT_CUDA

@@ -50,75 +50,139 @@ bool worth_threads(const AttentionShape& s, int64_t tasks) {
   return tasks > 1 && s.B * s.Hq * s.Tq * s.Tk * s.d > kParallelWork;
 }
 
-// --- the dense implementation's softmax ---------------------------------------------
+// --- the dense implementation's softmax -------------------------------------------------
 
-// A = softmax over the visible keys of each row of S, 0 elsewhere, and L, for
-// kRowGroup consecutive rows (fewer at the end) of S [B, Hq, Tq, Tk]. The mask is
-// applied first (A = S, −inf where hidden), so that the loops after it have no
-// condition in them and vectorise (exp_nonpositive(−inf) = 0). Keys after the
-// query's position p are never visible: that part of a row is set to 0 and
-// costs no exp. The float version is compiled for AVX-512 too
-// (AG_VECTOR_CLONES), into which this body must be inlined to get that ISA.
-//
-// Each row's sum is added in key order, not in vector lanes: flash's tests hold
-// its float32 error to this plain sum's (tests/test_attention_op.cpp). One
-// row's in-order sum is a chain of dependent adds at the adder's latency; the
-// group's rows are summed side by side, kRowGroup independent chains, each in
-// the same order. (Row by row, with exp over the hidden keys too, the kernel
-// took 336 µs per layer of the default model at one thread; this way, 120.)
-constexpr int64_t kRowGroup = 8;
-constexpr int64_t kVectorFloats = 16;  // an AVX-512 register
+// Dense stores its scores transposed, Sᵀ [B, Hq, Tk, Tq] (core/ops/attention.cpp):
+// key j's row holds its score with every query, so a query's softmax runs down a
+// column, and kQueryLanes adjacent queries go side by side, one per vector lane.
+// Every pass is then a vector operation across queries, and each query's sum is
+// added in key order, the order flash's tests hold their float32 error to
+// (tests/test_attention_op.cpp). Row by row, the sums were chains of scalar adds
+// and a row's 64 scores four vectors with a max across lanes: 120 µs per layer of
+// the default model at one thread, against 42 this way. The float versions are
+// compiled for AVX-512 too (AG_VECTOR_CLONES), into which these bodies must be
+// inlined to get that ISA.
+constexpr int64_t kQueryLanes = 16;  // an AVX-512 register of floats
+
+// Queries [i0, i0 + lanes) of head h, lanes ≤ kQueryLanes, in one [Tk, Tq]
+// matrix of Sᵀ (s) and Aᵀ (a, possibly s): A = softmax over each query's visible
+// keys, 0 elsewhere, and L [lanes]. The mask is applied first (−inf where
+// hidden) so that the passes after it have no condition in them
+// (exp_nonpositive(−inf) = 0); keys after the last query's position are hidden
+// from every lane and cost nothing but their zeros.
 template <class T>
-[[gnu::always_inline]] inline void masked_softmax_rows_of(const T* s, T* a, int64_t Tk, const AttentionMask& mask,
-                                                          int64_t Hq, int64_t Tq, int64_t first_row, int64_t rows,
-                                                          double* L) {
-  T max[kRowGroup], sum[kRowGroup] = {};
-  // Row r of S [B, Hq, Tq, Tk] is query r mod Tq of head r / Tq mod Hq: divided once, then counted.
-  int64_t query = first_row % Tq, head = first_row / Tq % Hq;
-  for (int64_t k = 0; k < rows; ++k, ++query) {
-    if (query == Tq) query = 0, head = (head + 1) % Hq;
-    const int64_t r = first_row + k;
-    const T* sr = s + r * Tk;
-    T* ar = a + r * Tk;
-    const AttentionMask::Row row = mask.row(head, query);
-    const int64_t end = row.p < 0 ? 0 : std::min(Tk, row.p + 1);  // keys j ≤ p
-    // The loops below run to a whole number of vectors (the hidden keys up to
-    // it are −inf, whose exp is 0), not through a scalar tail on every row.
-    const int64_t padded = std::min(Tk, (end + kVectorFloats - 1) / kVectorFloats * kVectorFloats);
-    if (row.pattern.limited())
-      for (int64_t j = 0; j < end; ++j) ar[j] = row.visible(j) ? sr[j] : -kInf<T>;
-    else if (ar != sr)
-      for (int64_t j = 0; j < end; ++j) ar[j] = sr[j];
-    std::fill(ar + end, ar + padded, -kInf<T>);
-    std::fill(ar + padded, ar + Tk, T(0));
-    max[k] = math::max_of(ar, padded);
-    const T reference = math::softmax_reference(max[k]);
-#pragma omp simd
-    for (int64_t j = 0; j < padded; ++j) ar[j] = exp_nonpositive(ar[j] - reference);
-  }
-  T* group = a + first_row * Tk;
-  if (rows == kRowGroup) {
-    for (int64_t j = 0; j < Tk; ++j)
-      for (int64_t k = 0; k < kRowGroup; ++k) sum[k] += group[k * Tk + j];
+[[gnu::always_inline]] inline void masked_softmax_columns_of(const T* s, T* a, int64_t Tk, int64_t Tq,
+                                                             const AttentionMask& mask, int64_t h, int64_t i0,
+                                                             int64_t lanes, double* L) {
+  const int64_t first_p = mask.row(h, i0).p, last_p = mask.row(h, i0 + lanes - 1).p;
+  const int64_t end = last_p < 0 ? 0 : std::min(Tk, last_p + 1);  // keys j ≤ p for some lane
+  T max[kQueryLanes], sum[kQueryLanes], reference[kQueryLanes];
+  for (int64_t l = 0; l < kQueryLanes; ++l) max[l] = -kInf<T>, sum[l] = T(0);
+  if (mask.pattern.limited()) {
+    for (int64_t l = 0; l < lanes; ++l) {
+      const AttentionMask::Row row = mask.row(h, i0 + l);
+      for (int64_t j = 0; j < end; ++j) {
+        const T x = row.visible(j) ? s[j * Tq + l] : -kInf<T>;
+        a[j * Tq + l] = x;
+        max[l] = max[l] < x ? x : max[l];
+      }
+    }
   } else {
-    for (int64_t k = 0; k < rows; ++k)
-      for (int64_t j = 0; j < Tk; ++j) sum[k] += group[k * Tk + j];
-  }
-  for (int64_t k = 0; k < rows; ++k) {
-    const T inv = sum[k] == T(0) ? T(0) : T(1) / sum[k];  // a row that sees no key keeps its zeros
-    T* ar = group + k * Tk;
+    T running[kQueryLanes];  // a local of the loop alone, so that it stays in a register
+    std::copy_n(max, kQueryLanes, running);
+    for (int64_t j = 0; j < end; ++j) {  // lane l sits at key position first_p + l (causal) or sees every key
+      const T* sj = s + j * Tq;
+      T* aj = a + j * Tq;
 #pragma omp simd
-    for (int64_t j = 0; j < Tk; ++j) ar[j] *= inv;
-    L[first_row + k] = math::log_sum_exp<double>(max[k], sum[k]);
+      for (int64_t l = 0; l < lanes; ++l) {
+        const T x = j <= first_p + l ? sj[l] : -kInf<T>;
+        aj[l] = x;
+        running[l] = running[l] < x ? x : running[l];
+      }
+    }
+    std::copy_n(running, kQueryLanes, max);
+  }
+  for (int64_t l = 0; l < kQueryLanes; ++l) reference[l] = math::softmax_reference(max[l]);
+  T running[kQueryLanes] = {};
+  for (int64_t j = 0; j < end; ++j) {
+    T* aj = a + j * Tq;
+#pragma omp simd
+    for (int64_t l = 0; l < lanes; ++l) {
+      const T e = exp_nonpositive(aj[l] - reference[l]);
+      aj[l] = e;
+      running[l] += e;
+    }
+  }
+  std::copy_n(running, kQueryLanes, sum);
+  T inv[kQueryLanes];
+  for (int64_t l = 0; l < kQueryLanes; ++l) inv[l] = sum[l] == T(0) ? T(0) : T(1) / sum[l];  // no key: zeros
+  for (int64_t j = 0; j < Tk; ++j) {
+    T* aj = a + j * Tq;
+    if (j < end) {
+#pragma omp simd
+      for (int64_t l = 0; l < lanes; ++l) aj[l] *= inv[l];
+    } else {
+      std::fill_n(aj, lanes, T(0));
+    }
+  }
+  for (int64_t l = 0; l < lanes; ++l) L[l] = math::log_sum_exp<double>(max[l], sum[l]);
+}
+// A full block of lanes is its own call, so that its loops have a constant trip count.
+template <class T>
+[[gnu::always_inline]] inline void masked_softmax_block(const T* s, T* a, int64_t Tk, int64_t Tq,
+                                                        const AttentionMask& mask, int64_t h, int64_t i0, int64_t lanes,
+                                                        double* L) {
+  if (lanes == kQueryLanes) masked_softmax_columns_of(s, a, Tk, Tq, mask, h, i0, kQueryLanes, L);
+  else masked_softmax_columns_of(s, a, Tk, Tq, mask, h, i0, lanes, L);
+}
+AG_VECTOR_CLONES void masked_softmax_columns(const float* s, float* a, int64_t Tk, int64_t Tq, const AttentionMask& mask,
+                                             int64_t h, int64_t i0, int64_t lanes, double* L) {
+  masked_softmax_block(s, a, Tk, Tq, mask, h, i0, lanes, L);
+}
+void masked_softmax_columns(const double* s, double* a, int64_t Tk, int64_t Tq, const AttentionMask& mask, int64_t h,
+                            int64_t i0, int64_t lanes, double* L) {
+  masked_softmax_block(s, a, Tk, Tq, mask, h, i0, lanes, L);
+}
+
+// dSᵀ = Aᵀ ∘ (dAᵀ − colsum(dAᵀ ∘ Aᵀ)) for queries [0, lanes) of one [Tk, Tq]
+// matrix (pointers at its first lane): softmax's vector–Jacobian product, each
+// query's dot product added in key order. dS may be dA (in place).
+template <class T>
+[[gnu::always_inline]] inline void softmax_backward_columns_of(const T* a, const T* da, T* ds, int64_t Tk, int64_t Tq,
+                                                               int64_t lanes) {
+  T dot[kQueryLanes] = {};
+  for (int64_t j = 0; j < Tk; ++j) {
+#pragma omp simd
+    for (int64_t l = 0; l < lanes; ++l) dot[l] += da[j * Tq + l] * a[j * Tq + l];
+  }
+  for (int64_t j = 0; j < Tk; ++j) {
+#pragma omp simd
+    for (int64_t l = 0; l < lanes; ++l) ds[j * Tq + l] = a[j * Tq + l] * (da[j * Tq + l] - dot[l]);
   }
 }
-AG_VECTOR_CLONES void masked_softmax_rows(const float* s, float* a, int64_t Tk, const AttentionMask& mask, int64_t Hq,
-                                          int64_t Tq, int64_t first_row, int64_t rows, double* L) {
-  masked_softmax_rows_of(s, a, Tk, mask, Hq, Tq, first_row, rows, L);
+template <class T>
+[[gnu::always_inline]] inline void softmax_backward_block(const T* a, const T* da, T* ds, int64_t Tk, int64_t Tq,
+                                                          int64_t lanes) {
+  if (lanes == kQueryLanes) softmax_backward_columns_of(a, da, ds, Tk, Tq, kQueryLanes);
+  else softmax_backward_columns_of(a, da, ds, Tk, Tq, lanes);
 }
-void masked_softmax_rows(const double* s, double* a, int64_t Tk, const AttentionMask& mask, int64_t Hq, int64_t Tq,
-                         int64_t first_row, int64_t rows, double* L) {
-  masked_softmax_rows_of(s, a, Tk, mask, Hq, Tq, first_row, rows, L);
+AG_VECTOR_CLONES void softmax_backward_columns(const float* a, const float* da, float* ds, int64_t Tk, int64_t Tq,
+                                               int64_t lanes) {
+  softmax_backward_block(a, da, ds, Tk, Tq, lanes);
+}
+void softmax_backward_columns(const double* a, const double* da, double* ds, int64_t Tk, int64_t Tq, int64_t lanes) {
+  softmax_backward_block(a, da, ds, Tk, Tq, lanes);
+}
+
+// Calls block(matrix, i0, lanes) for every block of kQueryLanes queries (fewer
+// at the end) of every [Tk, Tq] matrix of a [B, Hq, Tk, Tq] tensor, in parallel
+// when the work is large; each block owns its columns.
+template <class Block> void for_query_blocks(int64_t matrices, int64_t Tk, int64_t Tq, Block&& block) {
+  const int64_t per_matrix = (Tq + kQueryLanes - 1) / kQueryLanes;
+  for_rows(matrices * per_matrix, Tk * kQueryLanes, [&](int64_t task) {
+    const int64_t matrix = task / per_matrix, i0 = task % per_matrix * kQueryLanes;
+    block(matrix, i0, std::min(kQueryLanes, Tq - i0));
+  });
 }
 
 // --- tile products ------------------------------------------------------------------------
@@ -371,14 +435,26 @@ AG_VECTOR_CLONES void flash_backward_group(const Operands<float>& in, const doub
 void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Tensor& L) {
   visit_floating(S.dtype(), "attention_softmax", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t Hq = S.size(1), Tq = S.size(2), Tk = S.size(3);
+    const int64_t Hq = S.size(1), Tk = S.size(2), Tq = S.size(3);
     const T* s = S.data<T>();
     T* a = A.data<T>();
     double* l = L.data<double>();
-    const int64_t rows = L.numel(), groups = (rows + kRowGroup - 1) / kRowGroup;
-    for_rows(groups, kRowGroup * Tk, [&](int64_t g) {
-      const int64_t first = g * kRowGroup;
-      masked_softmax_rows(s, a, Tk, mask, Hq, Tq, first, std::min(kRowGroup, rows - first), l);
+    for_query_blocks(S.numel() / (Tk * Tq), Tk, Tq, [&](int64_t matrix, int64_t i0, int64_t lanes) {
+      const int64_t at = matrix * Tk * Tq + i0;
+      masked_softmax_columns(s + at, a + at, Tk, Tq, mask, matrix % Hq, i0, lanes, l + matrix * Tq + i0);
+    });
+  });
+}
+
+void attention_softmax_backward(const Tensor& A, const Tensor& dA, Tensor& dS) {
+  visit_floating(A.dtype(), "attention_softmax_backward", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t Tk = A.size(2), Tq = A.size(3);
+    const T *a = A.data<T>(), *da = dA.data<T>();
+    T* ds = dS.data<T>();
+    for_query_blocks(A.numel() / (Tk * Tq), Tk, Tq, [&](int64_t matrix, int64_t i0, int64_t lanes) {
+      const int64_t at = matrix * Tk * Tq + i0;
+      softmax_backward_columns(a + at, da + at, ds + at, Tk, Tq, lanes);
     });
   });
 }

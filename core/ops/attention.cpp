@@ -178,6 +178,10 @@ template <class Body> void for_batch_chunks(int64_t B, int64_t chunk, Body&& bod
   for (int64_t first = 0; first < B; first += chunk) body(BatchRange{first, std::min(chunk, B - first)});
 }
 
+// Dense keeps its scores transposed, Sᵀ [B, Hq, Tk, Tq] (key j's row holds its
+// score with every query; core/kernels.inc): the softmax then runs down columns,
+// vectorised across queries (core/cpu/attention.cpp), and each product reads
+// Aᵀ or A through the GEMM's transpose flag, at no cost.
 Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape,
              AttentionInternals* internals) {
   // Named copies, not a structured binding: clang 14 lets no lambda capture one.
@@ -185,23 +189,23 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
   const double scale = shape.scale;
   const AttentionMask& mask = shape.mask;
   const HeadStrides q_at = shape.q, kv_at = shape.kv;
-  const HeadStrides scores_at{Hq * Tq * Tk, Tq * Tk, Tk};  // S, A, dA, dS [B, Hq, Tq, Tk]
-  // A chunk's rows of a [B, Hq, Tq, Tk] or [B, Hq, Tq] tensor (contiguous).
+  const HeadStrides scores_at{Hq * Tk * Tq, Tk * Tq, Tq};  // Sᵀ, Aᵀ, dAᵀ, dSᵀ [B, Hq, Tk, Tq]
+  // A chunk's rows of a [B, Hq, Tk, Tq] or [B, Hq, Tq] tensor (contiguous).
   const auto chunk_of = [](const Tensor& t, BatchRange r) {
     Shape shape = t.shape();
     shape[0] = r.count;
     return t.view(r.first * (t.numel() / t.size(0)), shape);
   };
-  Tensor A = detail::empty_as({B, Hq, Tq, Tk}, q);
+  Tensor A = detail::empty_as({B, Hq, Tk, Tq}, q);  // Aᵀ
   Tensor L = Tensor::empty({B, Hq, Tq}, DType::Float64, q.device());
   Tensor Z = detail::empty_like(q);
   for_batch_chunks(B, batch_chunk(shape, dtype_size(q.dtype())), [&](BatchRange r) {
-    head_product(shape, r, {q, q_at}, {k, kv_at, true, true}, A, {A, scores_at}, Tq, Tk, d, scale);  // S = scale·QKᵀ
+    head_product(shape, r, {k, kv_at, true}, {q, q_at, false, true}, A, {A, scores_at}, Tk, Tq, d, scale);  // Sᵀ = scale·KQᵀ
     Tensor A_r = chunk_of(A, r), L_r = chunk_of(L, r);
-    kernel::attention_softmax(A_r, mask, A_r, L_r);  // A = softmax(S + M), in place of S
-    head_product(shape, r, {A, scores_at}, {v, kv_at, true}, Z, {Z, q_at}, Tq, d, Tk, 1.0);  // Z = AV
+    kernel::attention_softmax(A_r, mask, A_r, L_r);  // A = softmax(S + M), in place of Sᵀ
+    head_product(shape, r, {A, scores_at, false, true}, {v, kv_at, true}, Z, {Z, q_at}, Tq, d, Tk, 1.0);  // Z = AV
   });
-  if (internals) *internals = {A.detach(), L};
+  if (internals) *internals = {permute(A.detach(), {0, 1, 3, 2}), L};  // A [B, Hq, Tq, Tk] for the user
 
   return record("attention", {q, k, v}, Z,
                 [Q = q.detach(), K = k.detach(), V = v.detach(), A, shape, scores_at, chunk_of](const Tensor& dZ) -> Gradients {
@@ -209,22 +213,20 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                   const double scale = shape.scale;
                   const HeadStrides q_at = shape.q, kv_at = shape.kv;
                   Tensor dV = kv_gradient(V, shape), dQ = detail::empty_like(Q), dK = kv_gradient(K, shape);
-                  // dA, then dS in its place: one chunk's worth, reused by every chunk (it stays in cache).
+                  // dAᵀ, then dSᵀ in its place: one chunk's worth, reused by every chunk (it stays in cache).
                   const int64_t chunk = batch_chunk(shape, dtype_size(Q.dtype()));
-                  Tensor dS = detail::empty_as({chunk, Hq, Tq, Tk}, A);
+                  Tensor dS = detail::empty_as({chunk, Hq, Tk, Tq}, A);
                   for_batch_chunks(shape.B, chunk, [&](BatchRange r) {
                     Tensor dS_r = chunk_of(dS, {0, r.count});
                     const HeadOperand dS_at{dS, scores_at, false, false, r.first}, dS_transposed{dS, scores_at, false, true, r.first};
                     // Z = AV
-                    head_product(shape, r, {dZ, q_at}, {V, kv_at, true, true}, dS, dS_at, Tq, Tk, d, 1.0);  // dA = dZ Vᵀ
-                    // A = softmax(S + M). It reads A's chunk in order, so Aᵀ's strided reads below find it in cache.
-                    kernel::softmax_backward(chunk_of(A, r), dS_r, dS_r);  // dS = A ∘ (dA − rowsum(dA ∘ A)), in place of dA
-                    head_product(shape, r, {A, scores_at, false, true}, {dZ, q_at}, dV, {dV, kv_at, true}, Tk, d,
-                                 Tq, 1.0);  // dV = Aᵀ dZ
-                    // S = scale·QKᵀ
-                    head_product(shape, r, dS_at, {K, kv_at, true}, dQ, {dQ, q_at}, Tq, d, Tk, scale);  // dQ = scale·dS K
-                    head_product(shape, r, dS_transposed, {Q, q_at}, dK, {dK, kv_at, true}, Tk, d, Tq,
-                                 scale);  // dK = scale·dSᵀ Q
+                    head_product(shape, r, {V, kv_at, true}, {dZ, q_at, false, true}, dS, dS_at, Tk, Tq, d, 1.0);  // dAᵀ = V dZᵀ
+                    // A = softmax(S + M). It reads Aᵀ's chunk in order, so the product below finds it in cache.
+                    kernel::attention_softmax_backward(chunk_of(A, r), dS_r, dS_r);  // dS = A ∘ (dA − rowsum(dA ∘ A)), in place of dAᵀ
+                    head_product(shape, r, {A, scores_at}, {dZ, q_at}, dV, {dV, kv_at, true}, Tk, d, Tq, 1.0);  // dV = Aᵀ dZ
+                    // Sᵀ = scale·KQᵀ
+                    head_product(shape, r, dS_transposed, {K, kv_at, true}, dQ, {dQ, q_at}, Tq, d, Tk, scale);  // dQ = scale·dS K
+                    head_product(shape, r, dS_at, {Q, q_at}, dK, {dK, kv_at, true}, Tk, d, Tq, scale);  // dK = scale·dSᵀ Q
                   });
                   return {dQ, dK, dV};
                 });
