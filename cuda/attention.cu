@@ -36,8 +36,8 @@ constexpr size_t kSharedBudget = 48 * 1024;
 
 // One thread per query column c = (b·Hq + h)·Tq + i of Sᵀ [B, Hq, Tk, Tq]
 // (core/kernels.inc): A = softmax over the visible keys, 0 elsewhere; L = the
-// column's log-sum-exp. Adjacent threads read adjacent queries of a key's row.
-// A may be S.
+// column's log-sum-exp (unless lse is null). Adjacent threads read adjacent
+// queries of a key's row. A may be S.
 template <class T> struct MaskedSoftmaxColumns {
   const T* s;
   T* a;
@@ -60,7 +60,7 @@ template <class T> struct MaskedSoftmaxColumns {
     }
     const T inv = sum == T(0) ? T(0) : T(1) / sum;  // a query that sees no key keeps its zeros
     for (int64_t j = 0; j < Tk; ++j) y[j * Tq] *= inv;
-    lse[c] = math::log_sum_exp<double>(max, sum);
+    if (lse) lse[c] = math::log_sum_exp<double>(max, sum);
   }
 };
 
@@ -403,7 +403,8 @@ void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Te
   visit_floating(S.dtype(), "attention_softmax", [&](auto zero) {
     using T = decltype(zero);
     const int64_t Hq = S.size(1), Tk = S.size(2), Tq = S.size(3);
-    for_each_index(L.numel(), MaskedSoftmaxColumns<T>{ptr<const T>(S), ptr<T>(A), ptr<double>(L), Hq, Tq, Tk, mask});
+    for_each_index(S.numel() / Tk, MaskedSoftmaxColumns<T>{ptr<const T>(S), ptr<T>(A),
+                                                          L.defined() ? ptr<double>(L) : nullptr, Hq, Tq, Tk, mask});
   });
 }
 

@@ -66,7 +66,7 @@ constexpr int64_t kQueryLanes = 16;  // an AVX-512 register of floats
 
 // Queries [i0, i0 + lanes) of head h, lanes ≤ kQueryLanes, in one [Tk, Tq]
 // matrix of Sᵀ (s) and Aᵀ (a, possibly s): A = softmax over each query's visible
-// keys, 0 elsewhere, and L [lanes]. The mask is applied first (−inf where
+// keys, 0 elsewhere, and L [lanes] unless L is null. The mask is applied first (−inf where
 // hidden) so that the passes after it have no condition in them
 // (exp_nonpositive(−inf) = 0); keys after the last query's position are hidden
 // from every lane and cost nothing but their zeros.
@@ -125,7 +125,8 @@ template <class T>
       std::fill_n(aj, lanes, T(0));
     }
   }
-  for (int64_t l = 0; l < lanes; ++l) L[l] = math::log_sum_exp<double>(max[l], sum[l]);
+  if (L)
+    for (int64_t l = 0; l < lanes; ++l) L[l] = math::log_sum_exp<double>(max[l], sum[l]);
 }
 // A full block of lanes is its own call, so that its loops have a constant trip count.
 template <class T>
@@ -443,10 +444,10 @@ void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Te
     const int64_t Hq = S.size(1), Tk = S.size(2), Tq = S.size(3);
     const T* s = S.data<T>();
     T* a = A.data<T>();
-    double* l = L.data<double>();
+    double* l = L.defined() ? L.data<double>() : nullptr;
     for_query_blocks(S.numel() / (Tk * Tq), Tk, Tq, kQueryLanes, [&](int64_t matrix, int64_t i0, int64_t lanes) {
       const int64_t at = matrix * Tk * Tq + i0;
-      masked_softmax_columns(s + at, a + at, Tk, Tq, mask, matrix % Hq, i0, lanes, l + matrix * Tq + i0);
+      masked_softmax_columns(s + at, a + at, Tk, Tq, mask, matrix % Hq, i0, lanes, l ? l + matrix * Tq + i0 : nullptr);
     });
   });
 }

@@ -197,11 +197,12 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
     return t.view(r.first * (t.numel() / t.size(0)), shape);
   };
   Tensor A = detail::empty_as({B, Hq, Tk, Tq}, q);  // Aᵀ
-  Tensor L = Tensor::empty({B, Hq, Tq}, DType::Float64, q.device());
+  // L only for the caller: the backward needs A alone.
+  Tensor L = internals ? Tensor::empty({B, Hq, Tq}, DType::Float64, q.device()) : Tensor();
   Tensor Z = detail::empty_like(q);
   for_batch_chunks(B, batch_chunk(shape, dtype_size(q.dtype())), [&](BatchRange r) {
     head_product(shape, r, {k, kv_at, true}, {q, q_at, false, true}, A, {A, scores_at}, Tk, Tq, d, scale);  // Sᵀ = scale·KQᵀ
-    Tensor A_r = chunk_of(A, r), L_r = chunk_of(L, r);
+    Tensor A_r = chunk_of(A, r), L_r = L.defined() ? chunk_of(L, r) : Tensor();
     kernel::attention_softmax(A_r, mask, A_r, L_r);  // A = softmax(S + M), in place of Sᵀ
     head_product(shape, r, {A, scores_at, false, true}, {v, kv_at, true}, Z, {Z, q_at}, Tq, d, Tk, 1.0);  // Z = AV
   });
