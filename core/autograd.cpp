@@ -116,6 +116,30 @@ Tensor accumulation_target(const Tensor& input) {
   return found->second;
 }
 
+namespace {
+// An input as the graph keeps it. The backward closures capture the data they
+// need themselves, so an input that is not a leaf awaiting its gradient is kept
+// as an edge: its node, shape and dtype, and none of its memory (an output
+// that only feeds this op, as the MLP's pre-activation does, is freed as soon
+// as the forward has read it, not after the backward).
+const std::shared_ptr<Storage>& no_memory(Device device) {
+  static std::shared_ptr<Storage> cpu = std::make_shared<Storage>(0, Device::CPU);
+  if (device == Device::CPU) return cpu;
+  static std::shared_ptr<Storage> cuda = std::make_shared<Storage>(0, Device::CUDA);
+  return cuda;
+}
+Tensor graph_edge(const Tensor& t) {
+  if (!t.defined() || t.is_leaf()) return t;
+  auto edge = std::make_shared<TensorImpl>();
+  edge->storage = no_memory(t.device());
+  edge->shape = t.shape();
+  edge->dtype = t.dtype();
+  edge->requires_grad = t.requires_grad();
+  edge->grad_fn = t.grad_fn();
+  return Tensor(std::move(edge));
+}
+}  // namespace
+
 bool any_requires_grad(const std::vector<Tensor>& inputs) {
   if (!grad_mode) return false;
   for (const Tensor& t : inputs)
@@ -134,6 +158,7 @@ Tensor record(const char* op, std::vector<Tensor> inputs, Tensor out, BackwardFn
   }
   auto node = std::make_shared<Node>();
   node->op = op;
+  for (Tensor& t : inputs) t = graph_edge(t);
   node->inputs = std::move(inputs);
   node->backward = std::move(backward);
   out.impl()->grad_fn = std::move(node);

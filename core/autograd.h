@@ -24,7 +24,9 @@ using BackwardFn = std::function<Gradients(const Tensor& dOut)>;
 
 struct Node {
   std::string op;             // for error messages: "matmul", "softmax", ...
-  std::vector<Tensor> inputs; // the tensors the op read, in the closure's order
+  std::vector<Tensor> inputs; // the tensors the op read, in the closure's order: leaves
+                              // themselves, the others as edges without their memory
+                              // (record: the closure keeps what it needs)
   BackwardFn backward;        // released (empty) once the graph is freed
   bool released() const { return !backward; }
 

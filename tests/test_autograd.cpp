@@ -67,6 +67,28 @@ TEST_CASE("autograd: products reading one tensor add their input gradients onto 
   CHECK(accumulating_products == 2);
 }
 
+TEST_CASE("autograd: the graph keeps an op's inputs as edges, not their memory") {
+  // y = 2u reads u, and its backward needs none of u's values: once the caller
+  // drops u, its memory goes, though backward still passes through u's node.
+  Tensor x = random({16, 8}, 160), w = random({8, 32}, 161);
+  Tensor u = matmul(x, w);
+  const std::weak_ptr<Storage> u_memory = u.impl()->storage;
+  const Tensor y = u * 2.0;
+  u = Tensor();
+  CHECK(u_memory.expired());
+  sum(y).backward();
+  // d sum(2 x w) / dx = 2 · (row sums of w) in every row.
+  const std::vector<double> dx = x.grad().to_vector(), wv = w.to_vector();
+  bool all_match = true;
+  for (int64_t i = 0; i < 16; ++i)
+    for (int64_t k = 0; k < 8; ++k) {
+      double row_sum = 0;
+      for (int64_t j = 0; j < 32; ++j) row_sum += wv[k * 32 + j];
+      all_match &= std::abs(dx[i * 8 + k] - 2 * row_sum) < 1e-12;
+    }
+  CHECK(all_match);
+}
+
 TEST_CASE("autograd: explicit upstream gradient for a non-scalar output") {
   Tensor x = Tensor::from_vector({1, 2}, {2}, DType::Float64).requires_grad_();
   (x * x).backward(Tensor::from_vector({10, 100}, {2}, DType::Float64));
