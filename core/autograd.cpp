@@ -122,11 +122,12 @@ namespace {
 // as an edge: its node, shape and dtype, and none of its memory (an output
 // that only feeds this op, as the MLP's pre-activation does, is freed as soon
 // as the forward has read it, not after the backward).
+// Never destroyed (as the allocators): an edge may outlive static destruction.
 const std::shared_ptr<Storage>& no_memory(Device device) {
-  static std::shared_ptr<Storage> cpu = std::make_shared<Storage>(0, Device::CPU);
-  if (device == Device::CPU) return cpu;
-  static std::shared_ptr<Storage> cuda = std::make_shared<Storage>(0, Device::CUDA);
-  return cuda;
+  static const auto* cpu = new std::shared_ptr<Storage>(std::make_shared<Storage>(0, Device::CPU));
+  if (device == Device::CPU) return *cpu;
+  static const auto* cuda = new std::shared_ptr<Storage>(std::make_shared<Storage>(0, Device::CUDA));
+  return *cuda;
 }
 Tensor graph_edge(const Tensor& t) {
   if (!t.defined() || t.is_leaf()) return t;
