@@ -75,9 +75,9 @@ void softmax(const Tensor& x, Tensor& y) {
 namespace {
 // dX = y ∘ (dY − Σ_j dY_j y_j): the O(C) vector–Jacobian product of softmax, for
 // `rows` rows of C from y, dY, dX. Each row's dot product is added in order, one
-// dependent chain that ran at the adder's latency (dense attention's rows are 64
-// long); kRowGroup rows go side by side, their chains interleaved, each in the
-// same order. The float version is compiled for AVX-512 too (AG_VECTOR_CLONES,
+// dependent chain that runs at the adder's latency (composed attention's rows
+// are T long); kRowGroup rows go side by side, their chains interleaved, each in
+// the same order. The float version is compiled for AVX-512 too (AG_VECTOR_CLONES,
 // core/cpu/vector_math.h, which explains the always_inline).
 constexpr int64_t kRowGroup = 8;
 template <class T>
