@@ -1,3 +1,6 @@
+#include <cmath>
+#include <cstring>
+
 #include "core/cpu/cpu.h"
 #include "core/cpu/loops.h"
 
@@ -30,7 +33,10 @@ void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst,
 void fill(Tensor& out, double value) {
   visit_dtype(out.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    std::fill_n(out.data<T>(), out.numel(), static_cast<T>(value));
+    // Zero (every zero_grad) is all zero bits in each dtype: libc's memset stores
+    // 64 bytes at a time where this build's own loop stores 16.
+    if (value == 0.0 && !std::signbit(value)) std::memset(out.data<T>(), 0, out.numel() * sizeof(T));
+    else std::fill_n(out.data<T>(), out.numel(), static_cast<T>(value));
   });
 }
 
