@@ -159,21 +159,26 @@ int64_t extent(int64_t batch, int64_t batch_stride, int64_t rows, int64_t cols, 
   return (batch - 1) * batch_stride + (rows - 1) * ld + cols;
 }
 
-// Median milliseconds of one call of `g` (its whole batch) done by cblas_sgemm
+// Median milliseconds of one call of `g` (its whole batch, every group) done by cblas_sgemm
 // alone, as core/cpu/matmul.cpp calls it, on warm buffers.
 double time_sgemm(const kernel::GemmShape& g, int reps) {
   const int64_t rows_a = g.trans_a ? g.K : g.M, cols_a = g.trans_a ? g.M : g.K;
   const int64_t rows_b = g.trans_b ? g.N : g.K, cols_b = g.trans_b ? g.K : g.N;
-  std::vector<float> a(extent(g.batch, g.a_batch_stride, rows_a, cols_a, g.row_stride_a()), 0.5f);
-  std::vector<float> b(extent(g.batch, g.b_batch_stride, rows_b, cols_b, g.row_stride_b()), 0.25f);
-  std::vector<float> c(extent(g.batch, g.c_batch_stride, g.M, g.N, g.row_stride_c()), 0.0f);
+  const auto span = [&](int64_t batch_stride, int64_t group_stride, int64_t rows, int64_t cols, int64_t ld) {
+    return (g.groups - 1) * group_stride + extent(g.batch, batch_stride, rows, cols, ld);
+  };
+  std::vector<float> a(span(g.a_batch_stride, g.a_group_stride, rows_a, cols_a, g.row_stride_a()), 0.5f);
+  std::vector<float> b(span(g.b_batch_stride, g.b_group_stride, rows_b, cols_b, g.row_stride_b()), 0.25f);
+  std::vector<float> c(span(g.c_batch_stride, g.c_group_stride, g.M, g.N, g.row_stride_c()), 0.0f);
   auto call = [&] {
-    for (int64_t i = 0; i < g.batch; ++i)
-      cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans,
-                  static_cast<int>(g.M), static_cast<int>(g.N), static_cast<int>(g.K), static_cast<float>(g.alpha),
-                  a.data() + i * g.a_batch_stride, static_cast<int>(g.row_stride_a()), b.data() + i * g.b_batch_stride,
-                  static_cast<int>(g.row_stride_b()), static_cast<float>(g.beta), c.data() + i * g.c_batch_stride,
-                  static_cast<int>(g.row_stride_c()));
+    for (int64_t group = 0; group < g.groups; ++group)
+      for (int64_t i = 0; i < g.batch; ++i)
+        cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans,
+                    static_cast<int>(g.M), static_cast<int>(g.N), static_cast<int>(g.K), static_cast<float>(g.alpha),
+                    a.data() + group * g.a_group_stride + i * g.a_batch_stride, static_cast<int>(g.row_stride_a()),
+                    b.data() + group * g.b_group_stride + i * g.b_batch_stride, static_cast<int>(g.row_stride_b()),
+                    static_cast<float>(g.beta), c.data() + group * g.c_group_stride + i * g.c_batch_stride,
+                    static_cast<int>(g.row_stride_c()));
   };
   call();
   std::vector<double> ms;

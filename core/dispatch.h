@@ -38,7 +38,10 @@ struct ReduceDims {
 // a_batch_stride elements (stride 0 reuses one matrix for the whole batch).
 // Rows of a stored matrix are lda (ldb, ldc) elements apart; 0 means packed
 // (the stored row length), and a larger value reads a column block of a wider
-// matrix in place, e.g. one head's d_h columns of Q [B·T, C].
+// matrix in place, e.g. one head's d_h columns of Q [B·T, C]. The batch may
+// repeat `groups` times, the g-th further on by g·a_group_stride (b_, c_): the
+// heads of each of several batch entries, when heads and entries are strided
+// differently (Q [B, T, H, d]).
 struct GemmShape {
   int64_t batch, M, N, K;
   bool trans_a = false, trans_b = false;
@@ -46,6 +49,8 @@ struct GemmShape {
   int64_t a_batch_stride = 0, b_batch_stride = 0, c_batch_stride = 0;
   double alpha = 1.0, beta = 0.0;
   int64_t lda = 0, ldb = 0, ldc = 0;
+  int64_t groups = 1;
+  int64_t a_group_stride = 0, b_group_stride = 0, c_group_stride = 0;
 
   // The leading dimensions in effect (never below 1: BLAS rejects 0 even for empty matrices).
   int64_t row_stride_a() const { return std::max<int64_t>(1, lda ? lda : (trans_a ? M : K)); }

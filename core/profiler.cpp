@@ -48,7 +48,7 @@ std::string format(const char* pattern, auto... values) {
 }  // namespace
 
 double KernelRecord::gemm_flops() const {
-  return is_gemm ? 2.0 * static_cast<double>(gemm.batch) * static_cast<double>(gemm.M) *
+  return is_gemm ? 2.0 * static_cast<double>(gemm.groups * gemm.batch) * static_cast<double>(gemm.M) *
                        static_cast<double>(gemm.N) * static_cast<double>(gemm.K)
                  : 0.0;
 }
@@ -92,7 +92,8 @@ std::string describe_gemm(const kernel::GemmShape& g) {
     return transposed ? format("[%lld,%lld]ᵀ", static_cast<long long>(cols), static_cast<long long>(rows))
                       : format("[%lld,%lld]", static_cast<long long>(rows), static_cast<long long>(cols));
   };
-  std::string s = format("%lldx ", static_cast<long long>(g.batch)) + stored(g.M, g.K, g.trans_a) + "·" +
+  std::string s = (g.groups > 1 ? format("%lldx", static_cast<long long>(g.groups)) : std::string()) +
+                  format("%lldx ", static_cast<long long>(g.batch)) + stored(g.M, g.K, g.trans_a) + "·" +
                   stored(g.K, g.N, g.trans_b);
   if (g.lda || g.ldb || g.ldc)
     s += format(" ld %lld,%lld,%lld", static_cast<long long>(g.row_stride_a()),

@@ -36,7 +36,7 @@ struct KernelRecord {
   kernel::GemmShape gemm{};   // gemm calls only (is_gemm)
   bool is_gemm = false;
 
-  double gemm_flops() const;  // 2·M·N·K·batch for a gemm, else 0
+  double gemm_flops() const;  // 2·M·N·K·batch·groups for a gemm, else 0
 };
 
 void start();                       // clears the records and starts recording
@@ -56,8 +56,9 @@ std::vector<Total> totals(const std::vector<KernelRecord>& records,
 // Rows "key  calls  ms  share  us/call" and a total; calls and ms divided by
 // `per` (the number of steps recorded, for per-step figures).
 std::string table(const std::vector<Total>& rows, const char* heading, double per);
-// "48x [64,32]·[64,32]ᵀ ld 384,384,64": batch, op(A) and op(B) as stored
-// shapes with ᵀ where BLAS transposes, the leading dims when not packed, beta when not 0.
+// "4x4x [64,32]·[64,32]ᵀ ld 128,128,64": groups (when more than one), batch,
+// op(A) and op(B) as stored shapes with ᵀ where BLAS transposes, the leading
+// dims when not packed, beta when not 0.
 std::string describe_gemm(const kernel::GemmShape& g);
 // Per kernel, then per family (everything recorded: divide by steps yourself).
 std::string summary(const std::vector<KernelRecord>& records);

@@ -57,6 +57,23 @@ template <class T> struct ScaleBatches {
 }  // namespace
 
 void gemm(const GemmShape& s, const Tensor& A, const Tensor& B, Tensor& C) {
+  if (s.groups > 1) {
+    GemmShape whole = s;  // groups that continue the batch's strides are one longer batch
+    whole.groups = 1;
+    whole.batch = s.groups * s.batch;
+    if (s.a_group_stride == s.batch * s.a_batch_stride && s.b_group_stride == s.batch * s.b_batch_stride &&
+        s.c_group_stride == s.batch * s.c_batch_stride)
+      return cuda::gemm(whole, A, B, C);
+    for (int64_t g = 0; g < s.groups; ++g) {  // else one strided batch per group
+      GemmShape group = s;
+      group.groups = 1;
+      group.a_offset += g * s.a_group_stride;
+      group.b_offset += g * s.b_group_stride;
+      group.c_offset += g * s.c_group_stride;
+      cuda::gemm(group, A, B, C);
+    }
+    return;
+  }
   if (s.batch == 0 || s.M == 0 || s.N == 0) return;
   const int M = as_int("M", s.M), N = as_int("N", s.N), K = as_int("K", s.K);
   // Leading dimensions of the stored row-major matrices, as the CPU passes them.

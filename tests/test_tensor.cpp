@@ -1,4 +1,5 @@
 #include "core/dispatch.h"
+#include "core/threads.h"
 #include "tests/helpers.h"
 
 using namespace ag;
@@ -123,8 +124,49 @@ void check_gemm_reads_column_blocks(Device device) {
 }
 }  // namespace
 
+namespace {
+// The same per head, for each batch entry of X [B, T, H·d] in one call: a batch
+// over the heads, a group per entry (heads d apart, entries T·H·d apart), into C
+// [B, H, T, T], on one thread and on two (which share the B·H products out).
+void check_gemm_groups(Device device) {
+  const int64_t B = 3, T = 5, H = 2, d = 4;
+  const Tensor x = ag::test::random({B, T, H * d}, 8, DType::Float64, false);
+  Tensor c = Tensor::zeros({B, H, T, T}, DType::Float64, device);
+  kernel::GemmShape shape{H, T, T, d};
+  shape.trans_b = true;
+  shape.a_batch_stride = shape.b_batch_stride = d;
+  shape.c_batch_stride = T * T;
+  shape.lda = shape.ldb = H * d;
+  shape.groups = B;
+  shape.a_group_stride = shape.b_group_stride = T * H * d;
+  shape.c_group_stride = H * T * T;
+  const int before = ag::num_threads();
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    ag::set_num_threads(threads);
+    kernel::gemm(shape, x.to(device), x.to(device), c);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h) {
+        const Tensor xbh = slice(slice(x, 0, b, b + 1).reshape({T, H * d}), 1, h * d, (h + 1) * d);
+        CHECK_CLOSE(slice(slice(c.to(Device::CPU), 0, b, b + 1), 1, h, h + 1).reshape({T, T}),
+                    matmul(xbh, transpose(xbh, 0, 1)), 1e-14);
+      }
+  }
+  ag::set_num_threads(before);
+}
+}  // namespace
+
 TEST_CASE("kernels: gemm reads column blocks of a wider matrix through its leading dims") {
   check_gemm_reads_column_blocks(Device::CPU);
+}
+
+TEST_CASE("kernels: gemm repeats its batch over groups (the heads of each batch entry)") {
+  check_gemm_groups(Device::CPU);
+}
+
+TEST_CASE("cuda: gemm repeats its batch over groups (the heads of each batch entry)") {
+  if (!ag::test::cuda_or_skip()) return;
+  check_gemm_groups(Device::CUDA);
 }
 
 TEST_CASE("cuda: gemm reads column blocks of a wider matrix through its leading dims") {

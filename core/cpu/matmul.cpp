@@ -25,7 +25,7 @@ constexpr int64_t kRowTile = 16;
 // passed through (no transposing copies). OpenBLAS's OpenMP build runs
 // single-threaded inside a parallel region, which the two small-product cases
 // use:
-//   - a batch of small products (attention's per-head ones), which OpenBLAS
+//   - a batch of small products (attention's per head and batch entry), which OpenBLAS
 //     would run one after another on one thread: spread over our threads;
 //   - one product up to kSplitByRows: its rows cut into one block per thread.
 // Larger products are parallelised by OpenBLAS itself. Every element of C is
@@ -46,12 +46,12 @@ void gemm(const GemmShape& s, const Tensor& A, const Tensor& B, Tensor& C) {
     const T* a = static_cast<const T*>(A.raw_data()) + s.a_offset;
     const T* b = static_cast<const T*>(B.raw_data()) + s.b_offset;
     T* c = static_cast<T*>(C.raw_data()) + s.c_offset;
-    // Rows [first_row, first_row + rows) of op(A_i)·op(B_i) into the same rows
-    // of C_i. Row r of op(A) is row r of A, or column r when A is read transposed.
-    const auto product = [&](int64_t i, int64_t first_row, int64_t rows) {
-      const T* ai = a + i * s.a_batch_stride + (s.trans_a ? first_row : first_row * lda);
-      const T* bi = b + i * s.b_batch_stride;
-      T* ci = c + i * s.c_batch_stride + first_row * ldc;
+    // Rows [first_row, first_row + rows) of op(A_gi)·op(B_gi) into the same rows
+    // of C_gi. Row r of op(A) is row r of A, or column r when A is read transposed.
+    const auto product = [&](int64_t g, int64_t i, int64_t first_row, int64_t rows) {
+      const T* ai = a + g * s.a_group_stride + i * s.a_batch_stride + (s.trans_a ? first_row : first_row * lda);
+      const T* bi = b + g * s.b_group_stride + i * s.b_batch_stride;
+      T* ci = c + g * s.c_group_stride + i * s.c_batch_stride + first_row * ldc;
       if constexpr (std::is_same_v<T, float>)
         cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(rows), N, K, static_cast<float>(s.alpha), ai, lda, bi,
                     ldb, static_cast<float>(s.beta), ci, ldc);
@@ -62,21 +62,21 @@ void gemm(const GemmShape& s, const Tensor& A, const Tensor& B, Tensor& C) {
     // off by `if` still opens a (one-thread) region, and OpenBLAS's own threads
     // inside it form a nested team, which libgomp builds from new threads at
     // every call (measured: 10x slower steps at 2 threads on a busy machine).
-    const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    if (threads > 1 && s.batch > 1 && s.M * s.N * s.K < kOpenBlasSingleThreaded) {
+    const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads(), matrices = s.groups * s.batch;
+    if (threads > 1 && matrices > 1 && s.M * s.N * s.K < kOpenBlasSingleThreaded) {
 #pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < s.batch; ++i) product(i, 0, s.M);
+      for (int64_t m = 0; m < matrices; ++m) product(m / s.batch, m % s.batch, 0, s.M);
     } else if (threads > 1 && s.M >= 2 * kRowTile * threads && s.M * s.N * s.K <= kSplitByRows) {
-      for (int64_t i = 0; i < s.batch; ++i) {
+      for (int64_t m = 0; m < matrices; ++m) {
 #pragma omp parallel
         {
           const int64_t team = omp_get_num_threads(), member = omp_get_thread_num();
           const auto row = [&](int64_t k) { return k == team ? s.M : s.M * k / team / kRowTile * kRowTile; };
-          product(i, row(member), row(member + 1) - row(member));
+          product(m / s.batch, m % s.batch, row(member), row(member + 1) - row(member));
         }
       }
     } else {
-      for (int64_t i = 0; i < s.batch; ++i) product(i, 0, s.M);
+      for (int64_t m = 0; m < matrices; ++m) product(m / s.batch, m % s.batch, 0, s.M);
     }
   });
 }

@@ -118,8 +118,8 @@ struct BatchRange {
 // For every batch entry b of `batches` and query head h:  C_h = alpha · op(X_h) op(Y_h),
 // each operand read at h or at h's kv head. When C is indexed by the kv head
 // and X, Y by the query head, the group's products are summed into C.
-// The GEMMs go one per head, or batched over the heads (and the batch entries)
-// where one stride walks every operand.
+// The GEMMs go one per head, or as one call batched over the heads, a group
+// per batch entry.
 void head_product(const AttentionShape& shape, BatchRange batches, const HeadOperand& x, const HeadOperand& y,
                   Tensor& c_tensor, const HeadOperand& c, int64_t M, int64_t N, int64_t K, double alpha) {
   const int64_t group = shape.group();
@@ -130,19 +130,20 @@ void head_product(const AttentionShape& shape, BatchRange batches, const HeadOpe
   s.ldb = y.at.row;
   s.ldc = c.at.row;
   s.alpha = alpha;
-  if (group == 1) {  // every operand is indexed the same way: batch over the heads
+  if (group == 1) {  // every operand is indexed the same way: a batch over the heads, a group per batch entry
     const int64_t H = shape.Hq;
-    const bool fold_batch = x.at.batch == H * x.at.head && y.at.batch == H * y.at.head && c.at.batch == H * c.at.head;
-    s.batch = fold_batch ? batches.count * H : H;
+    s.batch = H;
+    s.groups = batches.count;
     s.a_batch_stride = x.at.head;
     s.b_batch_stride = y.at.head;
     s.c_batch_stride = c.at.head;
-    for (int64_t b = batches.first; b < batches.first + (fold_batch ? 1 : batches.count); ++b) {
-      s.a_offset = x.offset(b, 0);
-      s.b_offset = y.offset(b, 0);
-      s.c_offset = c.offset(b, 0);
-      kernel::gemm(s, x.t, y.t, c_tensor);
-    }
+    s.a_group_stride = x.at.batch;
+    s.b_group_stride = y.at.batch;
+    s.c_group_stride = c.at.batch;
+    s.a_offset = x.offset(batches.first, 0);
+    s.b_offset = y.offset(batches.first, 0);
+    s.c_offset = c.offset(batches.first, 0);
+    kernel::gemm(s, x.t, y.t, c_tensor);
     return;
   }
   const auto offset = [&](const HeadOperand& o, int64_t b, int64_t h) { return o.offset(b, o.by_kv_head ? h / group : h); };
