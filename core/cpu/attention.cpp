@@ -54,7 +54,7 @@ bool worth_threads(const AttentionShape& s, int64_t tasks) {
 
 // Dense stores its scores transposed, Sᵀ [B, Hq, Tk, Tq] (core/ops/attention.cpp):
 // key j's row holds its score with every query, so a query's softmax runs down a
-// column, and kQueryLanes adjacent queries go side by side, one per vector lane.
+// column, and a block of adjacent queries goes side by side, one per vector lane.
 // Every pass is then a vector operation across queries, and each query's sum is
 // added in key order, the order flash's tests hold their float32 error to
 // (tests/test_attention_op.cpp). Row by row, the sums were chains of scalar adds
@@ -62,22 +62,31 @@ bool worth_threads(const AttentionShape& s, int64_t tasks) {
 // the default model at one thread, against 42 this way. The float versions are
 // compiled for AVX-512 too (AG_VECTOR_CLONES), into which these bodies must be
 // inlined to get that ISA.
-constexpr int64_t kQueryLanes = 16;  // an AVX-512 register of floats
+//
+// Blocks are narrow while a matrix's rows are short: 16 queries keep each
+// running value (max, sum) in one register, and a block stops at the last key
+// its queries see. Rows of more than kShortRow queries are a kilobyte or more
+// apart, and a narrow block's column would touch a new page for every 64 bytes
+// it reads (dense at T = 1024 ran 1.4x slower than by rows): there the blocks
+// take kWideBlock queries, 1 KB of each row, their running values in L1.
+constexpr int64_t kNarrowBlock = 16;  // an AVX-512 register of floats
+constexpr int64_t kWideBlock = 256;
+constexpr int64_t kShortRow = 256;
 
-// Queries [i0, i0 + lanes) of head h, lanes ≤ kQueryLanes, in one [Tk, Tq]
+// Queries [i0, i0 + lanes) of head h, lanes ≤ W, in one [Tk, Tq]
 // matrix of Sᵀ (s) and Aᵀ (a, possibly s): A = softmax over each query's visible
 // keys, 0 elsewhere, and L [lanes] unless L is null. The mask is applied first (−inf where
 // hidden) so that the passes after it have no condition in them
 // (exp_nonpositive(−inf) = 0); keys after the last query's position are hidden
 // from every lane and cost nothing but their zeros.
-template <class T>
+template <int64_t W, class T>
 [[gnu::always_inline]] inline void masked_softmax_columns_of(const T* s, T* a, int64_t Tk, int64_t Tq,
                                                              const AttentionMask& mask, int64_t h, int64_t i0,
                                                              int64_t lanes, double* L) {
   const int64_t first_p = mask.row(h, i0).p, last_p = mask.row(h, i0 + lanes - 1).p;
   const int64_t end = last_p < 0 ? 0 : std::min(Tk, last_p + 1);  // keys j ≤ p for some lane
-  T max[kQueryLanes], sum[kQueryLanes], reference[kQueryLanes];
-  for (int64_t l = 0; l < kQueryLanes; ++l) max[l] = -kInf<T>, sum[l] = T(0);
+  T max[W], sum[W], reference[W];
+  for (int64_t l = 0; l < W; ++l) max[l] = -kInf<T>, sum[l] = T(0);
   if (mask.pattern.limited()) {
     for (int64_t l = 0; l < lanes; ++l) {
       const AttentionMask::Row row = mask.row(h, i0 + l);
@@ -88,8 +97,8 @@ template <class T>
       }
     }
   } else {
-    T running[kQueryLanes];  // a local of the loop alone, so that it stays in a register
-    std::copy_n(max, kQueryLanes, running);
+    T running[W];  // a local of the loop alone, so that it stays in a register
+    std::copy_n(max, W, running);
     for (int64_t j = 0; j < end; ++j) {  // lane l sits at key position first_p + l (causal) or sees every key
       const T* sj = s + j * Tq;
       T* aj = a + j * Tq;
@@ -100,10 +109,10 @@ template <class T>
         running[l] = running[l] < x ? x : running[l];
       }
     }
-    std::copy_n(running, kQueryLanes, max);
+    std::copy_n(running, W, max);
   }
-  for (int64_t l = 0; l < kQueryLanes; ++l) reference[l] = math::softmax_reference(max[l]);
-  T running[kQueryLanes] = {};
+  for (int64_t l = 0; l < W; ++l) reference[l] = math::softmax_reference(max[l]);
+  T running[W] = {};
   for (int64_t j = 0; j < end; ++j) {
     T* aj = a + j * Tq;
 #pragma omp simd
@@ -113,9 +122,9 @@ template <class T>
       running[l] += e;
     }
   }
-  std::copy_n(running, kQueryLanes, sum);
-  T inv[kQueryLanes];
-  for (int64_t l = 0; l < kQueryLanes; ++l) inv[l] = sum[l] == T(0) ? T(0) : T(1) / sum[l];  // no key: zeros
+  std::copy_n(running, W, sum);
+  T inv[W];
+  for (int64_t l = 0; l < W; ++l) inv[l] = sum[l] == T(0) ? T(0) : T(1) / sum[l];  // no key: zeros
   for (int64_t j = 0; j < Tk; ++j) {
     T* aj = a + j * Tq;
     if (j < end) {
@@ -133,8 +142,13 @@ template <class T>
 [[gnu::always_inline]] inline void masked_softmax_block(const T* s, T* a, int64_t Tk, int64_t Tq,
                                                         const AttentionMask& mask, int64_t h, int64_t i0, int64_t lanes,
                                                         double* L) {
-  if (lanes == kQueryLanes) masked_softmax_columns_of(s, a, Tk, Tq, mask, h, i0, kQueryLanes, L);
-  else masked_softmax_columns_of(s, a, Tk, Tq, mask, h, i0, lanes, L);
+  if (Tq > kShortRow) {
+    if (lanes == kWideBlock) masked_softmax_columns_of<kWideBlock>(s, a, Tk, Tq, mask, h, i0, kWideBlock, L);
+    else masked_softmax_columns_of<kWideBlock>(s, a, Tk, Tq, mask, h, i0, lanes, L);
+  } else {
+    if (lanes == kNarrowBlock) masked_softmax_columns_of<kNarrowBlock>(s, a, Tk, Tq, mask, h, i0, kNarrowBlock, L);
+    else masked_softmax_columns_of<kNarrowBlock>(s, a, Tk, Tq, mask, h, i0, lanes, L);
+  }
 }
 AG_VECTOR_CLONES void masked_softmax_columns(const float* s, float* a, int64_t Tk, int64_t Tq, const AttentionMask& mask,
                                              int64_t h, int64_t i0, int64_t lanes, double* L) {
@@ -148,15 +162,15 @@ void masked_softmax_columns(const double* s, double* a, int64_t Tk, int64_t Tq, 
 // dSᵀ = Aᵀ ∘ (dAᵀ − colsum(dAᵀ ∘ Aᵀ)) for queries [0, lanes) of one [Tk, Tq]
 // matrix (pointers at its first lane): softmax's vector–Jacobian product, each
 // query's dot product added in key order. dS may be dA (in place). Its blocks
-// are kBackwardLanes wide: it reads Aᵀ saved by the forward, long out of cache,
-// and 64 queries (a whole row of the default model's T = 64) make the read one
-// sequential stream the prefetchers follow: 24 µs per chunk of the default
-// model's training step with blocks of 16 queries, 14 with 64.
-constexpr int64_t kBackwardLanes = 64;
-template <class T>
+// are never narrower than kBackwardBlock: it reads Aᵀ saved by the forward, long
+// out of cache, and 64 queries (a whole row of the default model's T = 64) make
+// the read one sequential stream the prefetchers follow: 24 µs per chunk of the
+// default model's training step with blocks of 16 queries, 14 with 64.
+constexpr int64_t kBackwardBlock = 64;
+template <int64_t W, class T>
 [[gnu::always_inline]] inline void softmax_backward_columns_of(const T* a, const T* da, T* ds, int64_t Tk, int64_t Tq,
                                                                int64_t lanes) {
-  T dot[kBackwardLanes] = {};
+  T dot[W] = {};
   for (int64_t j = 0; j < Tk; ++j) {
 #pragma omp simd
     for (int64_t l = 0; l < lanes; ++l) dot[l] += da[j * Tq + l] * a[j * Tq + l];
@@ -169,8 +183,13 @@ template <class T>
 template <class T>
 [[gnu::always_inline]] inline void softmax_backward_block(const T* a, const T* da, T* ds, int64_t Tk, int64_t Tq,
                                                           int64_t lanes) {
-  if (lanes == kBackwardLanes) softmax_backward_columns_of(a, da, ds, Tk, Tq, kBackwardLanes);
-  else softmax_backward_columns_of(a, da, ds, Tk, Tq, lanes);
+  if (Tq > kShortRow) {
+    if (lanes == kWideBlock) softmax_backward_columns_of<kWideBlock>(a, da, ds, Tk, Tq, kWideBlock);
+    else softmax_backward_columns_of<kWideBlock>(a, da, ds, Tk, Tq, lanes);
+  } else {
+    if (lanes == kBackwardBlock) softmax_backward_columns_of<kBackwardBlock>(a, da, ds, Tk, Tq, kBackwardBlock);
+    else softmax_backward_columns_of<kBackwardBlock>(a, da, ds, Tk, Tq, lanes);
+  }
 }
 AG_VECTOR_CLONES void softmax_backward_columns(const float* a, const float* da, float* ds, int64_t Tk, int64_t Tq,
                                                int64_t lanes) {
@@ -180,11 +199,12 @@ void softmax_backward_columns(const double* a, const double* da, double* ds, int
   softmax_backward_block(a, da, ds, Tk, Tq, lanes);
 }
 
-// Calls block(matrix, i0, lanes) for every block of `width` queries (fewer at
-// the end) of every [Tk, Tq] matrix of a [B, Hq, Tk, Tq] tensor, in parallel
-// when the work is large; each block owns its columns.
-template <class Block> void for_query_blocks(int64_t matrices, int64_t Tk, int64_t Tq, int64_t width, Block&& block) {
-  const int64_t per_matrix = (Tq + width - 1) / width;
+// Calls block(matrix, i0, lanes) for every block of queries (fewer at the end)
+// of every [Tk, Tq] matrix of a [B, Hq, Tk, Tq] tensor, `narrow` wide or
+// kWideBlock past kShortRow queries, in parallel when the work is large; each
+// block owns its columns.
+template <class Block> void for_query_blocks(int64_t matrices, int64_t Tk, int64_t Tq, int64_t narrow, Block&& block) {
+  const int64_t width = Tq > kShortRow ? kWideBlock : narrow, per_matrix = (Tq + width - 1) / width;
   for_rows(matrices * per_matrix, Tk * width, [&](int64_t task) {
     const int64_t matrix = task / per_matrix, i0 = task % per_matrix * width;
     block(matrix, i0, std::min(width, Tq - i0));
@@ -445,7 +465,7 @@ void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Te
     const T* s = S.data<T>();
     T* a = A.data<T>();
     double* l = L.defined() ? L.data<double>() : nullptr;
-    for_query_blocks(S.numel() / (Tk * Tq), Tk, Tq, kQueryLanes, [&](int64_t matrix, int64_t i0, int64_t lanes) {
+    for_query_blocks(S.numel() / (Tk * Tq), Tk, Tq, kNarrowBlock, [&](int64_t matrix, int64_t i0, int64_t lanes) {
       const int64_t at = matrix * Tk * Tq + i0;
       masked_softmax_columns(s + at, a + at, Tk, Tq, mask, matrix % Hq, i0, lanes, l ? l + matrix * Tq + i0 : nullptr);
     });
@@ -458,7 +478,7 @@ void attention_softmax_backward(const Tensor& A, const Tensor& dA, Tensor& dS) {
     const int64_t Tk = A.size(2), Tq = A.size(3);
     const T *a = A.data<T>(), *da = dA.data<T>();
     T* ds = dS.data<T>();
-    for_query_blocks(A.numel() / (Tk * Tq), Tk, Tq, kBackwardLanes, [&](int64_t matrix, int64_t i0, int64_t lanes) {
+    for_query_blocks(A.numel() / (Tk * Tq), Tk, Tq, kBackwardBlock, [&](int64_t matrix, int64_t i0, int64_t lanes) {
       const int64_t at = matrix * Tk * Tq + i0;
       softmax_backward_columns(a + at, da + at, ds + at, Tk, Tq, lanes);
     });
