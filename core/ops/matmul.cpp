@@ -32,34 +32,23 @@ Tensor product(const Operand& x, const Operand& y, int64_t batch, int64_t M, int
   return out;
 }
 
-// dW = Xᵀ dY [K, N] for a weight W [K, N] that every one of X's `rows` rows
-// multiplies. Added straight into W's flat gradient buffer when it has one
-// (accumulation_target: a GEMM with beta = 1, no gradient tensor, no separate
-// add) and then undefined is returned; otherwise dW is returned.
-Tensor weight_gradient(const Tensor& weight, const Tensor& X, const Tensor& dY, int64_t rows, int64_t K, int64_t N) {
-  if (Tensor dW = accumulation_target(weight); dW.defined()) {
-    kernel::GemmShape accumulate{1, K, N, rows};  // dW += Xᵀ dY
-    accumulate.trans_a = true;
+// op(x) op(y) [M, N], the gradient of `input` (shaped like it): added straight
+// into the memory that input's gradient accumulates in when there is some
+// (accumulation_target: a GEMM with beta = 1, no gradient tensor, no zeroing
+// pass, no separate add), and then undefined is returned. That is W's flat
+// gradient buffer for dW = Xᵀ dY, and for dX = dY Wᵀ the gradient already
+// pending for x when x is read by several products (the attention's input, by
+// W_Q, W_K and W_V).
+Tensor gradient_product(const Tensor& input, const Operand& x, const Operand& y, int64_t M, int64_t N, int64_t K) {
+  if (Tensor target = accumulation_target(input); target.defined()) {
+    kernel::GemmShape accumulate{1, M, N, K};  // target += op(x) op(y)
+    accumulate.trans_a = x.transposed;
+    accumulate.trans_b = y.transposed;
     accumulate.beta = 1.0;
-    kernel::gemm(accumulate, X, dY, dW);
+    kernel::gemm(accumulate, x.data, y.data, target);
     return Tensor();
   }
-  return product({X, true, false}, {dY, false, false}, 1, K, N, rows, weight.shape());
-}
-
-// dX = dY Wᵀ [rows, K] for an input x [..., K] times a weight W [K, N]. Added
-// onto the gradient already pending for x when there is one it may add to (x
-// read by several products, as the attention's input is by W_Q, W_K and W_V:
-// accumulation_target, a GEMM with beta = 1) and then undefined is returned.
-Tensor input_gradient(const Tensor& x, const Tensor& W, const Tensor& dY, int64_t rows, int64_t K, int64_t N) {
-  if (Tensor dX = accumulation_target(x); dX.defined()) {
-    kernel::GemmShape accumulate{1, rows, K, N};  // dX += dY Wᵀ
-    accumulate.trans_b = true;
-    accumulate.beta = 1.0;
-    kernel::gemm(accumulate, dY, W, dX);
-    return Tensor();
-  }
-  return product({dY, false, false}, {W, true, false}, 1, rows, K, N, x.shape());
+  return product(x, y, 1, M, N, K, input.shape());
 }
 
 Shape batch_dims(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
@@ -90,8 +79,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     return record("matmul", {a, b}, out,
                   [A = a.detach(), B = b.detach(), a, b, rows, K, N, need_a, need_b](const Tensor& dC) -> Gradients {
                     Gradients grads(2);
-                    if (need_a) grads[0] = input_gradient(a, B, dC, rows, K, N);
-                    if (need_b) grads[1] = weight_gradient(b, A, dC, rows, K, N);
+                    if (need_a) grads[0] = gradient_product(a, {dC, false, false}, {B, true, false}, rows, K, N);
+                    if (need_b) grads[1] = gradient_product(b, {A, true, false}, {dC, false, false}, K, N, rows);
                     return grads;
                   });
   }
@@ -161,8 +150,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                  need_w = weight.requires_grad(),
                  need_b = has_bias && bias.requires_grad()](const Tensor& dY) -> Gradients {
                   Gradients grads(has_bias ? 3 : 2);
-                  if (need_x) grads[0] = input_gradient(x, W, dY, rows, in, out);
-                  if (need_w) grads[1] = weight_gradient(weight, X, dY, rows, in, out);
+                  if (need_x) grads[0] = gradient_product(x, {dY, false, false}, {W, true, false}, rows, in, out);
+                  if (need_w) grads[1] = gradient_product(weight, {X, true, false}, {dY, false, false}, in, out, rows);
                   if (need_b) {
                     grads[2] = detail::empty_as({out}, dY);
                     kernel::sum_to_shape(dY, grads[2]);
