@@ -118,11 +118,12 @@ Tensor accumulation_target(const Tensor& input) {
 
 namespace {
 // An input as the graph keeps it. The backward closures capture the data they
-// need themselves, so an input that is not a leaf awaiting its gradient is kept
-// as an edge: its node, shape and dtype, and none of its memory (an output
-// that only feeds this op, as the MLP's pre-activation does, is freed as soon
-// as the forward has read it, not after the backward).
-// Never destroyed (as the allocators): an edge may outlive static destruction.
+// need themselves, so every input but a leaf (whose gradient accumulates in it)
+// is kept as an edge: its node, shape and dtype, and none of its memory (an
+// output that only feeds this op, as the MLP's pre-activation does, is freed as
+// soon as the forward has read it, not after the backward).
+// The edges' storage: never destroyed (as the allocators), since an edge may
+// outlive static destruction.
 const std::shared_ptr<Storage>& no_memory(Device device) {
   static const auto* cpu = new std::shared_ptr<Storage>(std::make_shared<Storage>(0, Device::CPU));
   if (device == Device::CPU) return *cpu;
