@@ -72,49 +72,19 @@ void softmax(const Tensor& x, Tensor& y) {
   });
 }
 
-namespace {
-// dX = y ∘ (dY − Σ_j dY_j y_j): the O(C) vector–Jacobian product of softmax, for
-// `rows` rows of C from y, dY, dX. Each row's dot product is added in order, one
-// dependent chain that runs at the adder's latency (composed attention's rows
-// are T long); kRowGroup rows go side by side, their chains interleaved, each in
-// the same order. The float version is compiled for AVX-512 too (AG_VECTOR_CLONES,
-// core/cpu/vector_math.h, which explains the always_inline).
-constexpr int64_t kRowGroup = 8;
-template <class T>
-[[gnu::always_inline]] inline void softmax_backward_rows_of(const T* y, const T* g, T* d, int64_t C, int64_t rows) {
-  T dot[kRowGroup] = {};
-  if (rows == kRowGroup) {
-    for (int64_t j = 0; j < C; ++j)
-      for (int64_t k = 0; k < kRowGroup; ++k) dot[k] += g[k * C + j] * y[k * C + j];
-  } else {
-    for (int64_t k = 0; k < rows; ++k)
-      for (int64_t j = 0; j < C; ++j) dot[k] += g[k * C + j] * y[k * C + j];
-  }
-  for (int64_t k = 0; k < rows; ++k) {
-    const T *yr = y + k * C, *gr = g + k * C;
-    T* dr = d + k * C;
-#pragma omp simd
-    for (int64_t j = 0; j < C; ++j) dr[j] = yr[j] * (gr[j] - dot[k]);
-  }
-}
-AG_VECTOR_CLONES void softmax_backward_rows(const float* y, const float* g, float* d, int64_t C, int64_t rows) {
-  softmax_backward_rows_of(y, g, d, C, rows);
-}
-void softmax_backward_rows(const double* y, const double* g, double* d, int64_t C, int64_t rows) {
-  softmax_backward_rows_of(y, g, d, C, rows);
-}
-}  // namespace
-
+// dX = y ∘ (dY − Σ_j dY_j y_j): the O(C) vector–Jacobian product of softmax.
 void softmax_backward(const Tensor& y, const Tensor& dY, Tensor& dX) {
   visit_floating(y.dtype(), "softmax_backward", [&](auto zero) {
     using T = decltype(zero);
     const int64_t C = row_length(y), N = y.numel() / std::max<int64_t>(C, 1);
     const T *py = y.data<T>(), *pg = dY.data<T>();
     T* pd = dX.data<T>();
-    const int64_t groups = (N + kRowGroup - 1) / kRowGroup;
-    for_rows(groups, kRowGroup * C, [&](int64_t group) {
-      const int64_t first = group * kRowGroup;
-      softmax_backward_rows(py + first * C, pg + first * C, pd + first * C, C, std::min(kRowGroup, N - first));
+    for_rows(N, C, [&](int64_t r) {
+      const T *yr = py + r * C, *gr = pg + r * C;
+      T* dr = pd + r * C;
+      T dot = 0;
+      for (int64_t j = 0; j < C; ++j) dot += gr[j] * yr[j];
+      for (int64_t j = 0; j < C; ++j) dr[j] = yr[j] * (gr[j] - dot);
     });
   });
 }
