@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
   command.bind(profile).bind(config).bind(train_options).bind(process);
   if (const int code = cli::parse_and_apply(app, argc, argv, command, process); code >= 0) return code;
   config.vocab_size = profile.vocab;
-  const int threads = num_threads(), steps = static_cast<int>(profile.steps), warmup = static_cast<int>(profile.warmup),
+  const int steps = static_cast<int>(profile.steps), warmup = static_cast<int>(profile.warmup),
             floor_reps = static_cast<int>(profile.floor_reps);
   const int64_t batch = train_options.batch_size;
 
@@ -237,13 +237,11 @@ int main(int argc, char** argv) {
   for (const profiler::Total& t : kernels) kernel_ms += t.ms;
 
   const double step = median(step_ms), profiled = median(profiled_ms);
-  std::printf("profile_step: B=%lld T=%lld C=%lld layers=%lld heads=%lld V=%lld, %d thread(s), %d steps, "
-              "OpenBLAS %s kernels\n",
+  std::printf("profile_step: B=%lld T=%lld C=%lld layers=%lld heads=%lld V=%lld, %d steps, %s\n",
               static_cast<long long>(batch), static_cast<long long>(config.block_size),
               static_cast<long long>(config.n_embd), static_cast<long long>(config.n_layer),
-              static_cast<long long>(config.n_head), static_cast<long long>(config.vocab_size), threads, steps,
-              blas_kernels().c_str());
-  if (const std::string advice = blas_kernel_advice(); !advice.empty()) std::printf("note: %s\n", advice.c_str());
+              static_cast<long long>(config.n_head), static_cast<long long>(config.vocab_size), steps,
+              cpu_runtime_summary().c_str());
   std::printf("step %.3f ms (profiler off; %.3f ms of CPU time, all threads); profiled %.3f ms, of which %.3f ms in "
               "kernels and %.3f ms outside them (graph, allocation, dispatch, profiler)\n"
               "(every figure: the median over the steps, per step)\n",

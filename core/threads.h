@@ -1,6 +1,25 @@
-// The CPU thread count, for our OpenMP loops and OpenBLAS alike (OpenBLAS's
-// OpenMP build keeps its own count: omp_set_num_threads alone does not reach it),
-// and which of OpenBLAS's kernel sets runs.
+// The CPU side of a process: how many threads run (our OpenMP loops and
+// OpenBLAS alike: OpenBLAS's OpenMP build keeps its own count, which
+// omp_set_num_threads alone does not reach), and which of OpenBLAS's kernel
+// sets runs.
+//
+// Both libraries read their settings from the environment once, as they load,
+// before main() and before any constructor of ours, and a setenv() then is lost
+// (libc sets environ after .preinit_array). So core/threads.cpp runs one function
+// from the executable's .preinit_array, before any shared library's initialiser,
+// which decides what is missing and, if anything is, starts the same program
+// again with it added to the environment (execve of /proc/self/exe, the same
+// arguments; ATTOGRAD_CPU_SETUP records what was added, so the second start goes
+// on):
+//   - OPENBLAS_CORETYPE, when unset, from the CPU's features
+//     (choose_blas_kernels): Debian's OpenBLAS 0.3.21 detects newer CPUs as
+//     old ones (an AVX-512 Xeon as Prescott, SSE3) and runs 4-5x slower GEMMs;
+//   - GOMP_SPINCOUNT, when neither it nor OMP_WAIT_POLICY is set: libgomp's
+//     default spins for milliseconds before an idle thread sleeps, and when
+//     another job holds a core every barrier then waits for a spinning thread's
+//     time slice to run out, where a sleeping one would have handed its core over.
+// The library is static (CMakeLists.txt) and its link interface keeps that
+// object in every program, the tests' and the installed library's users' too.
 #pragma once
 #include <string>
 
@@ -9,13 +28,39 @@ namespace ag {
 void set_num_threads(int n);
 int num_threads();
 
-// OpenBLAS's kernel set for this process ("SkylakeX", "Haswell", ...): chosen
-// when the library loads, from its CPU detection or OPENBLAS_CORETYPE.
+// The default thread count, --threads 0: the CPUs this process may run on (its
+// affinity mask: taskset, or mpirun's binding), shared among the
+// `processes_on_machine` an MPI launcher started here when they are not bound;
+// and of those, for a lone process, only the ones that are idle, measured over
+// 60 ms of /proc/stat at the call (another job's busy CPU is not free). At
+// least 1.
+int default_num_threads(int processes_on_machine);
+
+// The x86 features that decide OpenBLAS's kernel set.
+struct CpuFeatures {
+  bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false;
+  bool avx2 = false, fma = false, avx = false;
+};
+CpuFeatures this_cpu_features();
+
+// What OPENBLAS_CORETYPE should be, given the CPU's features and the variable's
+// value in the environment (null when unset).
+struct BlasKernelChoice {
+  std::string coretype;  // the value to use: the given one, or the features' ("" leaves OpenBLAS's detection)
+  bool chosen = false;   // coretype came from the features, not from the environment
+  std::string note;      // empty, or why the given value is slower than the features' choice
+};
+// AVX-512 F/BW/DQ/VL -> SKYLAKEX, AVX2 with FMA -> HASWELL, AVX -> SANDYBRIDGE,
+// else "" (OpenBLAS's own detection). A value given is kept as it is.
+BlasKernelChoice choose_blas_kernels(const CpuFeatures& cpu, const char* given_coretype);
+// The choice made for this process as it started.
+const BlasKernelChoice& blas_kernel_choice();
+
+// OpenBLAS's kernel set for this process ("SkylakeX", "Haswell", ...).
 std::string blas_kernels();
-// Empty, or one line of advice when the CPU has AVX-512 but OpenBLAS runs
-// older kernels (an inherited OPENBLAS_CORETYPE=Haswell, or a CPU newer than
-// OpenBLAS knows): OPENBLAS_CORETYPE=SKYLAKEX makes the GEMMs about 1.5x faster
-// at attograd's sizes. scripts/blas_env.sh applies the same rule.
-std::string blas_kernel_advice();
+// One line for a program's header: threads, OpenBLAS's kernel set and where it
+// came from, and the note when there is one, e.g.
+// "2 threads, OpenBLAS 0.3.21 Haswell kernels (OPENBLAS_CORETYPE=HASWELL, from the CPU's AVX2+FMA)".
+std::string cpu_runtime_summary();
 
 }  // namespace ag

@@ -1,10 +1,7 @@
 #include "examples/common/command_line.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <thread>
 
 #include "core/threads.h"
 #include "dist/communicator.h"
@@ -12,14 +9,7 @@
 namespace ag::cli {
 
 void ProcessOptions::apply() const {
-  if (threads > 0) return set_num_threads(static_cast<int>(threads));
-  // The cores this process may run on: those it is bound to (mpirun binds each
-  // process to cores of its own unless told --bind-to none; taskset), else all
-  // of the machine's, shared among the processes an MPI launcher started on it.
-  cpu_set_t allowed;
-  const int bound = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  set_num_threads(bound > 0 && bound < cores ? bound : std::max(1, cores / dist::world().local_size()));
+  set_num_threads(threads > 0 ? static_cast<int>(threads) : default_num_threads(dist::world().local_size()));
 }
 
 Command& Command::allow_config_file() {
