@@ -1,6 +1,7 @@
 #include "nn/gpt.h"
 
 #include <cmath>
+#include <sstream>
 #include <string>
 
 namespace ag::nn {
@@ -56,6 +57,40 @@ std::vector<std::vector<double>> GPTConfig::head_gates() const {
              "head_mask '" << head_mask << "' is not " << shape);
   }
   return gates;
+}
+
+bool option_applies(const GPTConfig& c, const std::string& name) {
+  const bool softmax = c.attention == AttentionFunction::Softmax, linear = !softmax;
+  const bool favor = linear && c.feature_map == FeatureMap::Favor, windowed = softmax && c.attn_window > 0;
+  if (name == "attn_impl" || name == "attn_window") return softmax;
+  if (name == "attn_dilation" || name == "attn_global" || name == "attn_random_blocks") return windowed;
+  if (name == "attn_seed") return favor || (windowed && c.attn_random_blocks > 0);
+  if (name == "feature_map") return linear;
+  if (name == "n_features") return favor;
+  return true;
+}
+
+std::string describe(const GPTConfig& c) {
+  std::ostringstream line;
+  line << c.n_layer << " layers, " << c.n_head << " heads of " << c.n_embd / c.n_head << " (" << c.kv_heads()
+       << " kv heads), width " << c.n_embd << ", context " << c.block_size << ", vocab " << c.vocab_size << "; ";
+  if (c.attention == AttentionFunction::Softmax) {
+    line << "softmax attention (" << option_to_string(c.attn_impl) << "), causal over ";
+    if (c.attn_window == 0) line << "all earlier keys";
+    else {
+      line << "a window of " << c.attn_window << " keys";
+      if (c.attn_dilation > 1) line << " (dilation " << c.attn_dilation << ")";
+      if (c.attn_global > 0) line << ", " << c.attn_global << " global";
+      if (c.attn_random_blocks > 0) line << ", " << c.attn_random_blocks << " random blocks (seed " << c.attn_seed << ")";
+    }
+  } else {
+    line << "linear attention (" << option_to_string(c.feature_map);
+    if (c.feature_map == FeatureMap::Favor) line << ", " << c.n_features << " features, seed " << c.attn_seed;
+    line << "), causal";
+  }
+  if (!c.head_mask.empty()) line << ", heads " << c.head_mask;
+  line << "; learned absolute positions; GELU " << option_to_string(c.gelu);
+  return line.str();
 }
 
 std::string head_mask_text(const std::vector<std::vector<double>>& gates) {

@@ -248,6 +248,18 @@ std::string unit_name(int64_t iter) {
   return name;
 }
 
+RunHistory run_history(const std::string& run_dir) {
+  RunHistory history;
+  for (const std::string& unit : units_of(run_dir)) {
+    std::string why;
+    if (const auto manifest = verified_manifest(unit, why))
+      history.units.push_back({unit, manifest->at("iter").get<int64_t>(), manifest->value("val_loss", 0.0)});
+  }
+  const fs::path best = fs::path(run_dir) / "best";
+  if (fs::is_symlink(best)) history.best = (fs::path(run_dir) / fs::read_symlink(best)).string();
+  return history;
+}
+
 bool holds_run(const std::string& dir) { return fs::exists(model_path(dir)) || !units_of(dir).empty(); }
 
 void remove_stale_temporaries(const std::string& run_dir) {

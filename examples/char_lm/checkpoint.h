@@ -77,6 +77,18 @@ void save_checkpoint(const std::string& run_dir, int64_t iter, double val_loss, 
 // their manifest are passed over and named in `passed_over`. Throws naming the
 // directory when there is none.
 std::string find_checkpoint(const std::string& dir, std::vector<std::string>* passed_over = nullptr);
+// A run's complete units (files matching their manifests), oldest first, and
+// the one `best` points at (empty if none).
+struct Checkpointed {
+  std::string unit;
+  int64_t iter = 0;
+  double val_loss = 0;
+};
+struct RunHistory {
+  std::vector<Checkpointed> units;
+  std::string best;
+};
+RunHistory run_history(const std::string& run_dir);
 // True if `dir` holds a run (a unit, or model.safetensors).
 bool holds_run(const std::string& dir);
 // Removes what a killed writer left in run_dir (temporary units and files).

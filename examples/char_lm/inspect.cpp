@@ -12,6 +12,7 @@
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/data.h"
 #include "examples/char_lm/sample.h"
+#include "examples/common/command_line.h"
 #include "examples/interp/analysis.h"
 #include "examples/interp/svg.h"
 
@@ -30,6 +31,7 @@ Inspected load(const std::string& ckpt) {
   in.unit = find_checkpoint(ckpt);
   in.loaded = load_model(model_path(in.unit));
   AG_CHECK(in.loaded.tokenizer.vocab_size() > 0, "'" << in.unit << "' has no tokenizer characters");
+  std::fprintf(stderr, "reading %s\n%s\n", in.unit.c_str(), cli::header(in.loaded.model->config(), Device::CPU).c_str());
   return in;
 }
 

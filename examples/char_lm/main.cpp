@@ -4,6 +4,7 @@
 //   char_lm sample --ckpt DIR [--prompt TEXT] [--tokens N] ...    generate from a checkpoint
 //   char_lm grads  --weights W --batch B --out G                  one float64 forward/backward,
 //                                                                 gradients to a safetensors file
+//   char_lm info   [--ckpt DIR]                                  a checkpoint's model, options and history
 //   char_lm mask   --block-size 32 --attn-window 8 [...]          print a sparse pattern's mask
 //   char_lm convert --ckpt IN --n-kv-head G --out OUT             multi-head to grouped-query attention
 //                                                                 (then train --resume --out OUT)
@@ -24,6 +25,7 @@
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/convert.h"
 #include "examples/char_lm/grads.h"
+#include "examples/char_lm/info.h"
 #include "examples/char_lm/inspect.h"
 #include "examples/char_lm/mask.h"
 #include "examples/char_lm/sample.h"
@@ -58,6 +60,7 @@ int run_sample(const SampleOptions& o, const nn::GPTConfig& settings) {
   LoadedModel loaded = load_model(model_path(unit), DType::Float32, settings);
   loaded.model->to(o.device);
   AG_CHECK(loaded.tokenizer.vocab_size() > 0, "sample: the checkpoint has no tokenizer characters");
+  std::fprintf(stderr, "%s\n", cli::header(loaded.model->config(), o.device).c_str());
   const auto start = std::chrono::steady_clock::now();
   const std::string text = generate(*loaded.model, loaded.tokenizer, o.prompt, o);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -137,6 +140,11 @@ int main(int argc, char** argv) {
   cli::Command mask_command(app.add_subcommand("mask", "print the attention mask of a sparse pattern (--attn-window ...)"));
   mask_command.bind(mask_options).bind(mask_config, {OptionKind::Model});
 
+  InfoOptions info_options;
+  cli::Command info_command(app.add_subcommand(
+      "info", "what a checkpoint holds: the model, the run's options, its checkpoints and best val loss"));
+  info_command.bind(info_options).bind(process);
+
   AttentionOptions attention_options;
   ExplainOptions explain_options;
   HeadsOptions heads_options;
@@ -159,7 +167,8 @@ int main(int argc, char** argv) {
       process.apply();
       return inspect.run();
     }
-    for (cli::Command* command : {&train_command, &sample_command, &grads_command, &convert_command, &mask_command}) {
+    for (cli::Command* command :
+         {&train_command, &sample_command, &grads_command, &convert_command, &mask_command, &info_command}) {
       if (!command->app()->parsed()) continue;
       command->apply();
       process.apply();
@@ -167,6 +176,7 @@ int main(int argc, char** argv) {
       if (command == &sample_command) return run_sample(sample_options, sample_settings);
       if (command == &convert_command) return run_convert(convert_options);
       if (command == &mask_command) return std::printf("%s", mask_picture(mask_config, mask_options).c_str()) < 0;
+      if (command == &info_command) return std::printf("%s", checkpoint_info(info_options).c_str()) < 0;
       return run_grads(grads_options, grads_settings);
     }
     return 2;

@@ -15,6 +15,7 @@
 #include "examples/char_lm/data.h"
 #include "examples/char_lm/inspect.h"
 #include "examples/char_lm/sample.h"
+#include "examples/common/command_line.h"
 #include "optim/adam.h"
 #include "optim/data_parallel.h"
 
@@ -219,6 +220,7 @@ TrainResult train(TrainConfig c) {
     std::printf("char_lm: %lld parameters, vocab %lld, %zu train / %zu val tokens from %s\n",
                 static_cast<long long>(model->num_parameters()), static_cast<long long>(data.tokenizer.vocab_size()),
                 data.train.size(), data.val.size(), data_path.c_str());
+    std::printf("%s\n", cli::header(model->config(), c.run.device).c_str());
     for (const std::string& unit : passed_over) std::printf("passing over the incomplete checkpoint %s\n", unit.c_str());
     if (c.run.resume) std::printf("resuming from iteration %lld (%s)\n", static_cast<long long>(start), resumed_unit.c_str());
     else std::printf("writing checkpoints and log.csv to %s/\n", out.c_str());
