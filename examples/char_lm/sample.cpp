@@ -22,20 +22,23 @@ Tensor as_batch(std::vector<int64_t>::const_iterator begin, std::vector<int64_t>
 }
 }  // namespace
 
+bool ContextWindow::advance(int64_t n) {
+  const bool restart = n - start_ > block_size_;
+  if (restart) start_ = n - (started_ ? std::max<int64_t>(1, block_size_ / 2) : block_size_);
+  started_ = true;
+  return restart;
+}
+
 std::vector<double> RecomputeLogits::next(const std::vector<int64_t>& ids) {
-  const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), model_.config().block_size);
-  return last_row(model_.forward(as_batch(ids.end() - T, ids.end(), model_)));
+  window_.advance(static_cast<int64_t>(ids.size()));
+  return last_row(model_.forward(as_batch(ids.begin() + window_.start(), ids.end(), model_)));
 }
 
 std::vector<double> CachedLogits::next(const std::vector<int64_t>& ids) {
-  const int64_t n = static_cast<int64_t>(ids.size()), block = model_.config().block_size;
-  AG_CHECK(n > window_start_ + cache_.length(), "CachedLogits: no new token since the last call");
-  if (n - window_start_ > block) {  // the window would pass block_size: refill (see sample.h)
-    const int64_t keep = cache_.length() == 0 ? block : std::max<int64_t>(1, block / 2);
-    window_start_ = n - keep;
-    cache_.clear();
-  }
-  const auto unseen = ids.begin() + window_start_ + cache_.length();
+  const int64_t n = static_cast<int64_t>(ids.size());
+  AG_CHECK(n > window_.start() + cache_.length(), "CachedLogits: no new token since the last call");
+  if (window_.advance(n)) cache_.clear();
+  const auto unseen = ids.begin() + window_.start() + cache_.length();
   return last_row(model_.forward_cached(as_batch(unseen, ids.end(), model_), cache_));
 }
 
