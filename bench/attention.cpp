@@ -7,7 +7,7 @@
 // with the same threads, is printed beside them. Output: a Markdown table
 // (bench/attention_torch.py prints PyTorch's rows in the same format).
 //
-//   OPENBLAS_CORETYPE=SKYLAKEX ./build/bench_attention --threads 2
+//   ./build/bench_attention --threads 2
 //
 // GFLOP/s counts the products' multiply-adds as docs/backprop.md does: forward
 // 4·Tq·Tk·d per head (masked: the visible pairs only), backward 2.5× that; the

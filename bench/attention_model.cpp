@@ -6,7 +6,7 @@
 // backward, clipping, AdamW).
 // (char_lm's default config: --n-layer 4 --T 64 --batch-size 12.)
 //
-//   OPENBLAS_CORETYPE=SKYLAKEX ./build/bench_attention_model --threads 2 --T 4096,16384
+//   ./build/bench_attention_model --threads 2 --T 4096,16384
 //
 // ms/iter is the median over iterations 2..N (the first allocates AdamW's
 // state), wall time and the process's CPU time (all threads: on a busy machine

@@ -4,9 +4,10 @@ exactly as bench/attention.cpp measures attograd's implementations: float32 on
 the CPU, B*H = 8, forward and forward+backward wall time (median of repeats),
 GFLOP/s counted the same way, peak extra resident memory from VmHWM reset
 through /proc/self/clear_refs, each case in a process of its own. Prints
-Markdown rows in bench_attention's format, with impl "pytorch".
+Markdown rows in bench_attention's format, with impl "pytorch". NAME: the kernel set
+attograd chose, as `./build/char_lm info` names it (PyTorch chooses none itself).
 
-    OPENBLAS_CORETYPE=SKYLAKEX OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 \\
+    OPENBLAS_CORETYPE=NAME OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 \\
         /usr/bin/python3 bench/attention_torch.py --threads 2
 """
 import argparse

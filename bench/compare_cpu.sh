@@ -14,8 +14,8 @@
 #                    median time per iteration of its run
 #   --threads LIST   thread counts to compare (default "1 2")
 #   --coretype X     OPENBLAS_CORETYPE for BOTH programs (they call the same OpenBLAS): "auto"
-#                    (default) is scripts/blas_env.sh's rule, SKYLAKEX on a CPU with AVX-512 unless
-#                    the environment already names AVX-512 kernels (README, "OpenBLAS's kernels");
+#                    (default) leaves attograd to choose the kernel set from the CPU's features
+#                    (core/threads.h) and gives PyTorch the same one (`char_lm info` names it);
 #                    "keep" leaves the environment as it is; any other value is used as given
 #
 # PyTorch runs at its best setting, not its default: with N threads it is timed
@@ -58,16 +58,17 @@ if [ -z "$data" ] || [ ! -s "$data" ]; then
   exit 1
 fi
 
-case "$coretype" in
-  auto) source scripts/blas_env.sh ;;
-  keep) ;;
-  *) export OPENBLAS_CORETYPE=$coretype ;;
-esac
-
 if [ ! -x build/char_lm ] || [ ! -x build/profile_step ]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build -j "$(nproc)" --target char_lm profile_step >/dev/null
 fi
+case "$coretype" in
+  auto)  # PyTorch loads the same OpenBLAS but chooses nothing itself: give it attograd's choice
+    chosen=$(./build/char_lm info | sed -n 's/.*OPENBLAS_CORETYPE=\([A-Za-z0-9_]*\).*/\1/p')
+    if [ -n "$chosen" ]; then export OPENBLAS_CORETYPE=$chosen; fi ;;
+  keep) ;;
+  *) export OPENBLAS_CORETYPE=$coretype ;;
+esac
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

@@ -21,7 +21,6 @@ data=$(bash scripts/get_data.sh)
 mpiexec=$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' build/CMakeCache.txt)
 [ -n "$mpiexec" ] || { echo "build/ has no MPI (apt-get install libopenmpi-dev openmpi-bin, then rebuild)"; exit 1; }
 out=$(mktemp -d)
-source scripts/blas_env.sh  # OpenBLAS's AVX-512 kernels where the CPU has them, for every run alike
 train=(./build/char_lm train --data "$data" --out "$out" --overwrite --max-iters "$iters" --eval-interval 100000
        --eval-iters 1 --sample-tokens 0 --log-interval 100000)
 

@@ -15,7 +15,6 @@ cd "$(dirname "$0")/.."
 data=${2:-$(bash scripts/get_data.sh)}
 rounds=${ROUNDS:-5}
 iters=200
-source scripts/blas_env.sh  # OpenBLAS's AVX-512 kernels on a CPU that has them
 for variant in portable native; do
   flag=OFF
   [ "$variant" = native ] && flag=ON

@@ -8,5 +8,4 @@ if [[ " $* " != *" --data "* ]]; then
   bash scripts/get_data.sh >/dev/null
 fi
 bash scripts/build.sh char_lm
-source scripts/blas_env.sh  # OpenBLAS's AVX-512 kernels on a CPU that has them
 exec ./build/char_lm train "$@"
