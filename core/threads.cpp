@@ -82,11 +82,12 @@ double idle_cpus(const std::vector<int>& cpus, std::chrono::milliseconds window)
 int default_num_threads(int processes_on_machine) {
   const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const std::vector<int> cpus = allowed_cpus();
-  const int allowed = cpus.empty() ? machine : static_cast<int>(cpus.size());
-  // Processes bound to cores of their own (mpirun's default) take theirs; unbound
-  // ones share the machine, and measuring the load would count each other.
-  if (allowed < machine || processes_on_machine > 1)
-    return std::max(1, allowed < machine ? allowed : machine / std::max(1, processes_on_machine));
+  if (cpus.empty()) return machine;
+  const int allowed = static_cast<int>(cpus.size());
+  // Processes an MPI launcher started here take the cores they are bound to
+  // (mpirun's default), or share the machine; measuring the load, they would
+  // count each other.
+  if (processes_on_machine > 1) return allowed < machine ? allowed : std::max(1, machine / processes_on_machine);
   const int idle = static_cast<int>(std::lround(idle_cpus(cpus, std::chrono::milliseconds(60))));
   return std::clamp(idle, 1, allowed);
 }

@@ -29,11 +29,11 @@ void set_num_threads(int n);
 int num_threads();
 
 // The default thread count, --threads 0: the CPUs this process may run on (its
-// affinity mask: taskset, or mpirun's binding), shared among the
-// `processes_on_machine` an MPI launcher started here when they are not bound;
-// and of those, for a lone process, only the ones that are idle, measured over
-// 60 ms of /proc/stat at the call (another job's busy CPU is not free). At
-// least 1.
+// affinity mask: taskset, or mpirun's binding) that were idle over 60 ms of
+// /proc/stat at the call (another job's busy CPU is not free). Processes an MPI
+// launcher started on this machine (`processes_on_machine` > 1) do not measure
+// (they would count each other): bound, each takes its CPUs; unbound, they share
+// the machine's. At least 1.
 int default_num_threads(int processes_on_machine);
 
 // The x86 features that decide OpenBLAS's kernel set.
