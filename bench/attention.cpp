@@ -166,8 +166,8 @@ int main(int argc, char** argv) {
     run_case({one_case[0], std::stoll(one_case[1]), std::stoll(one_case[2]), one_case[3]}, timing, budget_s);
     return 0;
   }
-  std::printf("sgemm 2048³ on %d threads: %.0f GFLOP/s (%s time)\n\n", threads, sgemm_gflops(2048, timing),
-              clock.c_str());
+  std::printf("%s\nsgemm 2048³ on %d threads: %.0f GFLOP/s (%s time)\n\n", cpu_runtime_summary().c_str(), threads,
+              sgemm_gflops(2048, timing), clock.c_str());
   std::printf("| d | T | mask | density | impl | fwd ms | fwd GFLOP/s | fwd+bwd ms | fwd+bwd GFLOP/s | peak extra MB fwd / fwd+bwd |\n");
   std::printf("|---|---|---|---:|---|---:|---:|---:|---:|---:|\n");
   for (const std::string& d : split_list(widths))

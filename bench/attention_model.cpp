@@ -103,9 +103,9 @@ int main(int argc, char** argv) {
     run_case(one_case[0], m, iters);
     return 0;
   }
-  std::printf("%lld layer(s), %lld heads, width %lld, batch %lld, %d steps, %d threads\n\n",
+  std::printf("%lld layer(s), %lld heads, width %lld, batch %lld, %d steps; %s\n\n",
               static_cast<long long>(m.layers), static_cast<long long>(m.heads), static_cast<long long>(m.width),
-              static_cast<long long>(m.batch), iters, threads);
+              static_cast<long long>(m.batch), iters, cpu_runtime_summary().c_str());
   std::printf("| T | impl | ms/iter | CPU ms/iter | peak RSS MB | above the model's setup MB |\n"
               "|---:|---|---:|---:|---:|---:|\n");
   std::stringstream all(lengths);
