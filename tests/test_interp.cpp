@@ -15,6 +15,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "examples/char_lm/checkpoint.h"
+#include "examples/char_lm/compare.h"
 #include "examples/char_lm/inspect.h"
 #include "examples/interp/analysis.h"
 #include "examples/interp/svg.h"
@@ -256,6 +257,40 @@ TEST_CASE("interp: GPTConfig::applies leaves out the options of the parts a mode
   linear.feature_map = FeatureMap::Favor;
   CHECK(linear.applies("n_features"));
   CHECK(linear.applies("attn_seed"));
+}
+
+TEST_CASE("interp: char_lm compare draws one val-loss curve per run, named by the options the runs differ in") {
+  test::TempDir dir("interp_compare");
+  char_lm::TrainConfig one = test::tiny_run(dir.file("one"));
+  one.run.max_iters = 10;
+  one.run.eval_interval = 5;
+  char_lm::TrainConfig two = one;
+  two.run.out = dir.file("two");
+  two.model.n_layer = 2;
+  two.model.attn_impl = AttentionImpl::Flash;
+  const size_t evaluations = char_lm::train(one).evals.size() + char_lm::train(two).evals.size();
+  int status = 0;
+  std::string output;
+  std::tie(status, output) = test::run_char_lm("compare '" + dir.file("one") + "' '" + dir.file("two") + "' --out '" +
+                                                dir.file("compare.svg") + "'");
+  INFO(output);
+  REQUIRE(status == 0);
+  std::map<std::string, int> counts = test::count_svg_elements(dir.file("compare.svg"));
+  CHECK(counts["polyline"] == 2);
+  CHECK(counts["circle"] == static_cast<int>(evaluations));  // a marker per evaluation
+  const std::string svg = read_text(dir.file("compare.svg"));
+  CHECK(svg.find(">attn-impl=dense, n-layer=1</text>") != std::string::npos);
+  CHECK(svg.find(">attn-impl=flash, n-layer=2</text>") != std::string::npos);
+  CHECK(svg.find("n-head") == std::string::npos);  // the options they share are left out
+  CHECK(smallest_rendered_font(svg, INFINITY) >= 11);
+
+  const std::string missing = dir.file("no-such-run");
+  std::tie(status, output) = test::run_char_lm("compare '" + dir.file("one") + "' '" + missing + "'");
+  CHECK(status != 0);
+  CHECK(output.find("'" + missing + "' does not exist") != std::string::npos);
+  std::tie(status, output) = test::run_char_lm("compare '" + dir.file("one") + "'");
+  CHECK(status != 0);
+  CHECK(output.find("at least two run directories") != std::string::npos);
 }
 
 TEST_CASE("interp: heatmap_grid_svg escapes labels and marks masked cells apart from zero weights") {
