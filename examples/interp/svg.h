@@ -1,6 +1,6 @@
 // Pictures for people, written by hand as SVG text (no plotting library): the
 // attention heatmaps and the loss curves that char_lm's report inlines and
-// `char_lm attention` / `char_lm train` write as files. Each function returns
+// `char_lm attention` / `train` / `compare` write as files. Each function returns
 // one self-contained <svg> element that a browser draws as it is.
 #pragma once
 #include <cstdint>
