@@ -36,6 +36,18 @@ void GPTConfig::check() const {
            "--attention linear sums over every earlier key: it takes no sparse pattern (--attn-window ...)");
 }
 
+bool GPTConfig::applies(std::string_view option) const {
+  // Each conditional option with the options that switch its part on, as the model's constructor reads them.
+  const bool linear = attention == AttentionFunction::Linear, favor = linear && feature_map == FeatureMap::Favor;
+  const bool sparse = !linear && attn_window > 0;
+  if (option == "attn_window") return !linear;
+  if (option == "attn_dilation" || option == "attn_global" || option == "attn_random_blocks") return sparse;
+  if (option == "attn_seed") return (sparse && attn_random_blocks > 0) || favor;
+  if (option == "feature_map") return linear;
+  if (option == "n_features") return favor;
+  return true;
+}
+
 SparsePattern attention_pattern(const GPTConfig& config, int64_t layer) {
   return {.window = config.attn_window, .dilation = config.attn_dilation, .global = config.attn_global,
           .random_blocks = config.attn_random_blocks, .seed = static_cast<uint64_t>(config.attn_seed), .layer = layer};

@@ -6,6 +6,8 @@
 //   each block:  x = x + attn(ln1(x));  x = x + mlp(ln2(x))
 //   logits = ln_f(x) · tok_embᵀ                       [B, T, V]
 #pragma once
+#include <string_view>
+
 #include "core/options.h"
 #include "nn/gpt_options.h"
 #include "nn/attention.h"
@@ -42,6 +44,11 @@ struct GPTConfig {
   int64_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
   // head_mask as gates: [n_layer][n_head] of 0 and 1 (all 1 when head_mask is empty).
   std::vector<std::vector<double>> head_gates() const;
+  // Whether the function this model computes depends on `option` (an option's
+  // name): false for the options of a part the model does not use (the feature
+  // map of a softmax model, a dense model's dilation), so that what describes
+  // the model leaves them out.
+  bool applies(std::string_view option) const;
 };
 // The head_mask text of gates of 0 and 1 ("1111/1011"; empty if every gate is 1).
 std::string head_mask_text(const std::vector<std::vector<double>>& gates);

@@ -8,12 +8,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <tuple>
 
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "examples/char_lm/checkpoint.h"
+#include "examples/char_lm/compare.h"
 #include "examples/char_lm/inspect.h"
 #include "examples/interp/analysis.h"
 #include "examples/interp/svg.h"
@@ -79,6 +81,42 @@ const TrainedRun& trained_run() {
   return run;
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE_MESSAGE(in, "cannot read " << path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The texts of an SVG's colour scale (svg.cpp's group "colour-scale"), in order.
+std::vector<std::string> colour_scale_labels(const std::string& svg) {
+  const size_t begin = svg.find("<g class=\"colour-scale\">");
+  REQUIRE_MESSAGE(begin != std::string::npos, "no colour scale in the SVG");
+  const std::string group = svg.substr(begin, svg.find("</g>", begin) - begin);
+  std::vector<std::string> labels;
+  const std::regex text("<text[^>]*>([^<]*)</text>");
+  for (auto m = std::sregex_iterator(group.begin(), group.end(), text); m != std::sregex_iterator(); ++m)
+    labels.push_back((*m)[1]);
+  return labels;
+}
+
+// The smallest text of each <svg> in `page` as a browser draws it in a column
+// `column` px wide: the report's CSS (max-width: 100%) shrinks a wider SVG by
+// column / width, and its font sizes with it.
+double smallest_rendered_font(const std::string& page, double column) {
+  double smallest = INFINITY;
+  const std::regex font("font-size=\"([0-9.]+)\""), width("<svg [^>]*width=\"([0-9.]+)\"");
+  for (size_t at = page.find("<svg "); at != std::string::npos; at = page.find("<svg ", at + 1)) {
+    const std::string svg = page.substr(at, page.find("</svg>", at) - at);
+    std::smatch w;
+    REQUIRE(std::regex_search(svg, w, width));
+    const double shrink = std::min(1.0, column / std::stod(w[1]));
+    for (auto m = std::sregex_iterator(svg.begin(), svg.end(), font); m != std::sregex_iterator(); ++m)
+      smallest = std::min(smallest, std::stod((*m)[1]) * shrink);
+  }
+  return smallest;
+}
 
 }  // namespace
 
@@ -107,6 +145,19 @@ TEST_CASE("interp: char_lm attention writes one SVG per layer, well-formed, with
     CHECK(counts["rect.masked"] == H * T * (T - 1) / 2);
     CHECK(counts["pattern"] == 1);
   }
+  // Each picture says what its colours mean, in numbers, in text at least 11 px high.
+  for (const std::string file : {"layer-0.svg", "layer-1.svg"}) {
+    const std::string svg = read_text(out.file(file));
+    CHECK(colour_scale_labels(svg) == std::vector<std::string>{"0", "0.25", "0.5", "0.75", "1", "masked"});
+    CHECK(smallest_rendered_font(svg, INFINITY) >= 11);
+  }
+  const std::string rollout_text = read_text(out.file("rollout.svg"));
+  const std::vector<std::string> rollout_scale = colour_scale_labels(rollout_text);
+  REQUIRE(rollout_scale.size() == 6);
+  CHECK(rollout_scale.front() == "0");
+  CHECK(std::stod(rollout_scale[4]) > 0.0);  // the largest weight below the first row: the rollout panel's full scale
+  CHECK(std::stod(rollout_scale[4]) < 1.0);
+  CHECK(rollout_text.find("dark blue: " + rollout_scale[4]) != std::string::npos);
   std::map<std::string, int> rollout = test::count_svg_elements(out.file("rollout.svg"));
   CHECK(rollout["rect.cell"] == T * (T + 1) / 2);
   CHECK(!std::filesystem::exists(out.file("layer-2.svg")));
@@ -150,9 +201,101 @@ TEST_CASE("interp: a sparse model's attention SVGs hatch what its pattern hides,
   CHECK(test::count_svg_elements(dir.file("maps/rollout.svg"))["rect.cell"] == T * (T + 1) / 2);
 }
 
+TEST_CASE("interp: char_lm report: colour scales with numbers, attributions as text, text >= 11 px at 1000 px, only options that apply") {
+  const TrainedRun& run = trained_run();
+  test::TempDir out("interp_report");
+  int status = 0;
+  std::string output;
+  std::tie(status, output) = test::run_char_lm("report --ckpt '" + run.run() + "' --prompt 'the king and my' --data '" +
+                                                test::generated_text_file() + "' --eval-iters 2 --batch-size 4 --steps 8 " +
+                                                "--tokens 20 --out '" + out.file("report.html") + "'");
+  INFO(output);
+  REQUIRE(status == 0);
+  const std::string html = read_text(out.file("report.html"));
+  const std::string attention = html.substr(html.find("<section id=\"attention\">"));
+  CHECK(colour_scale_labels(attention) == std::vector<std::string>{"0", "0.25", "0.5", "0.75", "1", "masked"});
+  CHECK(colour_scale_labels(html.substr(html.find("<section id=\"rollout\">"))).size() == 6);
+  // Every character's attribution is written under it (15 of them), and the ramp's ends are numbered.
+  const std::string attributions = html.substr(html.find("<section id=\"attributions\">"));
+  const std::regex value("<small>[+-][0-9]+\\.[0-9]{2}</small>");
+  CHECK(std::distance(std::sregex_iterator(attributions.begin(), attributions.end(), value), std::sregex_iterator()) == 15);
+  CHECK(std::regex_search(attributions, std::regex("<p class=\"scale\">-[0-9.]+ <span class=\"ramp\"></span> \\+[0-9.]+</p>")));
+  // The README's screenshot width, 1000 px, less the body's margins (checked here) is the column the SVGs fit.
+  REQUIRE(html.find("body{font-family:sans-serif;margin:24px;") != std::string::npos);
+  CHECK(smallest_rendered_font(html, 1000 - 2 * 24) >= 11);
+  const std::regex css_font("font-size:([0-9.]+)px");
+  for (auto m = std::sregex_iterator(html.begin(), html.end(), css_font); m != std::sregex_iterator(); ++m)
+    CHECK(std::stod((*m)[1]) >= 11);
+  // A dense softmax model: no linear-attention or sparse-pattern options, in either list.
+  const std::string config = html.substr(html.find("<section id=\"config\">"), html.find("<section id=\"loss\">") - html.find("<section id=\"config\">"));
+  CHECK(config.find("n_layer = 2") != std::string::npos);
+  CHECK(config.find("attn-impl = ") != std::string::npos);
+  for (const char* absent : {"feature_map", "feature-map", "n_features", "n-features", "attn_dilation", "attn-dilation",
+                             "attn_seed", "attn-seed", "attn_global", "attn-global"}) {
+    INFO(absent);
+    CHECK(config.find(absent) == std::string::npos);
+  }
+}
+
+TEST_CASE("interp: GPTConfig::applies leaves out the options of the parts a model does not use") {
+  nn::GPTConfig c;
+  CHECK(c.applies("n_layer"));
+  CHECK(c.applies("attn_window"));
+  for (const char* unused : {"attn_dilation", "attn_global", "attn_random_blocks", "attn_seed", "feature_map", "n_features"})
+    CHECK_MESSAGE(!c.applies(unused), unused);
+  c.attn_window = 8;
+  CHECK(c.applies("attn_dilation"));
+  CHECK(c.applies("attn_global"));
+  CHECK(!c.applies("attn_seed"));  // nothing random without random blocks
+  c.attn_random_blocks = 1;
+  CHECK(c.applies("attn_seed"));
+  nn::GPTConfig linear;
+  linear.attention = AttentionFunction::Linear;
+  CHECK(linear.applies("feature_map"));
+  CHECK(!linear.applies("n_features"));
+  CHECK(!linear.applies("attn_window"));
+  linear.feature_map = FeatureMap::Favor;
+  CHECK(linear.applies("n_features"));
+  CHECK(linear.applies("attn_seed"));
+}
+
+TEST_CASE("interp: char_lm compare draws one val-loss curve per run, named by the options the runs differ in") {
+  test::TempDir dir("interp_compare");
+  char_lm::TrainConfig one = test::tiny_run(dir.file("one"));
+  one.run.max_iters = 10;
+  one.run.eval_interval = 5;
+  char_lm::TrainConfig two = one;
+  two.run.out = dir.file("two");
+  two.model.n_layer = 2;
+  two.model.attn_impl = AttentionImpl::Flash;
+  const size_t evaluations = char_lm::train(one).evals.size() + char_lm::train(two).evals.size();
+  int status = 0;
+  std::string output;
+  std::tie(status, output) = test::run_char_lm("compare '" + dir.file("one") + "' '" + dir.file("two") + "' --out '" +
+                                                dir.file("compare.svg") + "'");
+  INFO(output);
+  REQUIRE(status == 0);
+  std::map<std::string, int> counts = test::count_svg_elements(dir.file("compare.svg"));
+  CHECK(counts["polyline"] == 2);
+  CHECK(counts["circle"] == static_cast<int>(evaluations));  // a marker per evaluation
+  const std::string svg = read_text(dir.file("compare.svg"));
+  CHECK(svg.find(">attn-impl=dense, n-layer=1</text>") != std::string::npos);
+  CHECK(svg.find(">attn-impl=flash, n-layer=2</text>") != std::string::npos);
+  CHECK(svg.find("n-head") == std::string::npos);  // the options they share are left out
+  CHECK(smallest_rendered_font(svg, INFINITY) >= 11);
+
+  const std::string missing = dir.file("no-such-run");
+  std::tie(status, output) = test::run_char_lm("compare '" + dir.file("one") + "' '" + missing + "'");
+  CHECK(status != 0);
+  CHECK(output.find("'" + missing + "' does not exist") != std::string::npos);
+  std::tie(status, output) = test::run_char_lm("compare '" + dir.file("one") + "'");
+  CHECK(status != 0);
+  CHECK(output.find("at least two run directories") != std::string::npos);
+}
+
 TEST_CASE("interp: heatmap_grid_svg escapes labels and marks masked cells apart from zero weights") {
   const std::string svg = interp::heatmap_grid_svg(
-      "<&>", {{"h", {0.0, 0.0, 1.0, 0.0}}}, {"<", "&"}, [](size_t, int64_t i, int64_t j) { return j <= i; }, 1, "x");
+      "<&>", {{"h", {0.0, 0.0, 1.0, 0.0}}}, {"<", "&"}, [](size_t, int64_t i, int64_t j) { return j <= i; }, 600, "x");
   CHECK(svg.find("&lt;&amp;&gt;") != std::string::npos);
   CHECK(svg.find("<rect class=\"masked\"") != std::string::npos);
   CHECK(svg.find("fill=\"rgb(255,255,255)\"") != std::string::npos);  // the visible 0 (row 1, column 1) is white

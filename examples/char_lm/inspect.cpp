@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -55,23 +56,15 @@ std::vector<std::string> characters(const Inspected& in, const std::vector<int64
   return chars;
 }
 
-// A file replaced in one rename, so a browser reloading it never reads half of one.
-void write_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    AG_CHECK(out, "cannot write '" << tmp << "'");
-    out << text;
-    AG_CHECK(out.flush(), "writing '" << tmp << "' failed");
-  }
-  fs::rename(tmp, path);
-}
-
 std::string fixed(double v, const char* format = "%.4f") {
   char text[32];
   std::snprintf(text, sizeof text, format, v);
   return text;
 }
+
+// The report's column at a 1000 px window (its CSS: 24 px margins): a picture no
+// wider is drawn at its own size, its text as large as svg.cpp writes it.
+constexpr double kReportColumn = 1000 - 2 * 24;
 
 // What flows through the layers: a causal mask hides key j > i from query i
 // (a sparse pattern hides more in each layer, but rollout composes them).
@@ -98,7 +91,7 @@ std::vector<std::string> layer_svgs(const std::vector<Tensor>& maps, const std::
     svgs.push_back(interp::heatmap_grid_svg(
         "layer " + std::to_string(l) + ": " + what + " of each head (row: query, column: key; hatched: masked)",
         panels, labels, [&mask](size_t head, int64_t i, int64_t j) { return mask.visible(static_cast<int64_t>(head), i, j); },
-        2, "layer" + std::to_string(l)));
+        kReportColumn, "layer" + std::to_string(l)));
   }
   return svgs;
 }
@@ -110,8 +103,8 @@ std::string rollout_svg(const Tensor& rollout, const std::vector<std::string>& l
   const size_t T = labels.size();
   const double largest = T > 1 ? *std::max_element(r.begin() + T, r.end()) : 1.0;
   return interp::heatmap_grid_svg("attention rollout through all layers: ½(mean of heads' A) + ½I, multiplied",
-                                  {{"rollout (dark blue: " + fixed(largest, "%.3f") + " and above)", r, largest}},
-                                  labels, causal_visible, 1, "rollout");
+                                  {{"rollout (dark blue: " + fixed(largest, "%.3g") + " and above)", r, largest}},
+                                  labels, causal_visible, kReportColumn, "rollout");
 }
 
 template <class Options> std::vector<interp::TokenBatch> validation_batches(const Options& o, const Inspected& in) {
@@ -151,10 +144,10 @@ int run_attention(const AttentionOptions& o) {
   const std::vector<std::string> svgs = layer_svgs(maps, labels, in.loaded.model->config());
   for (size_t l = 0; l < svgs.size(); ++l) {
     const std::string path = o.out + "/layer-" + std::to_string(l) + ".svg";
-    write_file(path, svgs[l]);
+    replace_file(path, svgs[l]);
     std::printf("%s\n", path.c_str());
   }
-  write_file(o.out + "/rollout.svg", rollout_svg(interp::attention_rollout(maps, in.loaded.model->config().head_gates()), labels));
+  replace_file(o.out + "/rollout.svg", rollout_svg(interp::attention_rollout(maps, in.loaded.model->config().head_gates()), labels));
   std::printf("%s/rollout.svg\n", o.out.c_str());
   return 0;
 }
@@ -215,11 +208,21 @@ int run_heads(const HeadsOptions& o) {
   return 0;
 }
 
-std::string loss_chart_svg(const std::string& log_csv_path) {
+void replace_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    AG_CHECK(out, "cannot write '" << tmp << "'");
+    out << text;
+    AG_CHECK(out.flush(), "writing '" << tmp << "' failed");
+  }
+  fs::rename(tmp, path);
+}
+
+LossLog read_loss_log(const std::string& log_csv_path) {
   std::ifstream in(log_csv_path);
   AG_CHECK(in, "cannot read '" << log_csv_path << "'");
-  interp::Series batch{"batch loss", "#c8c8c8", {}, {}}, train{"train loss", "#1f77b4", {}, {}, true},
-      val{"val loss", "#ff7f0e", {}, {}, true}, lr{"learning rate", "#2ca02c", {}, {}};
+  LossLog log;
   std::string line;
   std::getline(in, line);  // iter,kind,loss,lr,ms_per_iter
   while (std::getline(in, line)) {
@@ -228,25 +231,35 @@ std::string loss_chart_svg(const std::string& log_csv_path) {
     if (!std::getline(fields, iter, ',') || !std::getline(fields, kind, ',') || !std::getline(fields, loss, ',')) continue;
     std::getline(fields, rate, ',');
     const double x = std::stod(iter), y = std::stod(loss);
-    interp::Series* series = kind == "train" ? &train : kind == "val" ? &val : kind == "batch" ? &batch : nullptr;
-    if (!series) continue;
-    series->x.push_back(x);
-    series->y.push_back(y);
+    LossLog::Curve* curve = kind == "train" ? &log.train : kind == "val" ? &log.val : kind == "batch" ? &log.batch : nullptr;
+    if (!curve) continue;
+    curve->iter.push_back(x);
+    curve->value.push_back(y);
     if (kind == "batch" && !rate.empty()) {
-      lr.x.push_back(x);
-      lr.y.push_back(std::stod(rate));
+      log.lr.iter.push_back(x);
+      log.lr.value.push_back(std::stod(rate));
     }
   }
+  return log;
+}
+
+std::string loss_chart_svg(const std::string& log_csv_path) {
+  const LossLog log = read_loss_log(log_csv_path);
+  const auto series = [](const LossLog::Curve& c, const std::string& name, const std::string& colour, bool markers) {
+    return interp::Series{name, colour, c.iter, c.value, markers};
+  };
   return interp::line_chart_svg({.title = "loss (" + log_csv_path + ")",
                                  .x_label = "iteration",
-                                 .left_label = "cross-entropy (nats per character)",
+                                 .left_label = kLossAxis,
                                  .right_label = "learning rate",
-                                 .left = {batch, train, val},
-                                 .right = {lr}});
+                                 .left = {series(log.batch, "batch loss", "#c8c8c8", false),
+                                          series(log.train, "train loss", "#1f77b4", true),
+                                          series(log.val, "val loss", "#ff7f0e", true)},
+                                 .right = {series(log.lr, "learning rate", "#2ca02c", false)}});
 }
 
 void write_loss_chart(const std::string& log_csv_path, const std::string& svg_path) {
-  write_file(svg_path, loss_chart_svg(log_csv_path));
+  replace_file(svg_path, loss_chart_svg(log_csv_path));
 }
 
 int run_report(const ReportOptions& o) {
@@ -260,18 +273,28 @@ int run_report(const ReportOptions& o) {
       "</title>\n<style>body{font-family:sans-serif;margin:24px;max-width:1300px}"
       "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}"
       "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}.attr{font-family:monospace;font-size:16px}"
+      ".attr span{display:inline-block;text-align:center;line-height:1.2;margin:1px;padding:0 2px}"
+      ".attr small{display:block;font-size:11px}"
+      ".scale .ramp{display:inline-block;width:200px;height:10px;vertical-align:middle;border:1px solid #888;"
+      "background:linear-gradient(to right,rgb(31,119,180),white,rgb(214,39,40))}"
       "section{margin-bottom:32px}section svg{max-width:100%;height:auto}.options code{display:inline-block;background:#f0f0f0;margin:2px;padding:1px 6px}"
       "</style></head><body>\n<h1>What the model learned</h1>\n<p>Checkpoint <code>" +
       interp::escape_xml(in.unit) + "</code>; prompt <code>" + interp::escape_xml(o.prompt) + "</code>.</p>\n";
 
+  // The model's options that apply to it; the run's options besides the model's (listed once, or not at all).
   Metadata model_options, training_options;
-  write_options(model.config(), model_options, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake);
+  std::set<std::string> model_keys;
+  nn::GPTConfig::for_each_option(model.config(), [&](const auto& value, const OptionInfo& info) {
+    if (info.kind != OptionKind::Model && info.kind != OptionKind::Derived) return;
+    model_keys.insert(info.name);
+    if (model.config().applies(info.name)) model_options[info.name] = option_to_string(value);
+  });
   if (in.loaded.iter >= 0) model_options["iter"] = std::to_string(in.loaded.iter);
   if (fs::exists(train_state_path(in.unit)))
     for (const auto& [key, value] : load_safetensors(train_state_path(in.unit)).metadata) {
       std::string snake = key;
       std::replace(snake.begin(), snake.end(), '-', '_');
-      if (!model_options.count(snake)) training_options[key] = value;  // the model's own are listed once
+      if (!model_keys.count(snake)) training_options[key] = value;
     }
   const auto option_list = [](const Metadata& options) {
     std::string list = "<p class=\"options\">";
@@ -314,13 +337,14 @@ int run_report(const ReportOptions& o) {
   html += "<section id=\"attributions\"><h2>Integrated gradients</h2>\n<p>The logit of the predicted next character "
           "<code>" + interp::escape_xml(interp::visible_char(in.loaded.tokenizer.decode({a.target}))) +
           "</code> after the prompt, attributed to each character's token embedding (baseline: zero embeddings, "
-          "positions kept; " + std::to_string(o.steps) + " trapezoid steps). Red raises it, blue lowers it; hover "
-          "for the value.</p>\n<p class=\"attr\">";
+          "positions kept; " + std::to_string(o.steps) + " trapezoid steps). Under each character its attribution; red "
+          "raises the logit, blue lowers it:</p>\n<p class=\"scale\">" + fixed(-largest, "%+.3f") +
+          " <span class=\"ramp\"></span> " + fixed(largest, "%+.3f") + "</p>\n<p class=\"attr\">";
   for (size_t t = 0; t < chars.size(); ++t) {
     const double v = a.per_position[t], alpha = std::fabs(v) / largest;
     const std::string colour = v >= 0 ? "214,39,40" : "31,119,180";
-    html += "<span style=\"background:rgba(" + colour + "," + fixed(alpha, "%.3f") + ")\" title=\"" +
-            fixed(v, "%+.4f") + "\">" + interp::escape_xml(interp::visible_char(chars[t])) + "</span>" +
+    html += "<span style=\"background:rgba(" + colour + "," + fixed(alpha, "%.3f") + ")\">" +
+            interp::escape_xml(interp::visible_char(chars[t])) + "<small>" + fixed(v, "%+.2f") + "</small></span>" +
             (chars[t] == "\n" ? "<br>" : "");
   }
   html += "</p>\n<p>" + interp::escape_xml(explain_line(a)) + "</p></section>\n";
@@ -337,7 +361,7 @@ int run_report(const ReportOptions& o) {
     html += "</tr>\n";
   }
   html += "</table></section>\n</body></html>\n";
-  write_file(o.out, html);
+  replace_file(o.out, html);
   std::printf("%s\n", o.out.c_str());
   return 0;
 }

@@ -10,6 +10,7 @@
 //                                                                 (then train --resume --out OUT)
 //   char_lm attention | explain | heads | report --ckpt DIR ...   look inside a trained model
 //                                                                 (examples/char_lm/inspect.h)
+//   char_lm compare RUN RUN ... [--out compare.svg]               the runs' validation losses on one chart
 // Each command takes --help. Every option comes from a table (core/options.h):
 // the model's (nn/gpt_options.h), the training step's (optim/train_options.h)
 // and each command's own (examples/char_lm/*_options.h).
@@ -18,11 +19,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "cuda/context.h"
 #include "dist/communicator.h"
 #include "examples/char_lm/checkpoint.h"
+#include "examples/char_lm/compare.h"
 #include "examples/char_lm/convert.h"
 #include "examples/char_lm/grads.h"
 #include "examples/char_lm/info.h"
@@ -73,8 +76,8 @@ int run_sample(const SampleOptions& o, const nn::GPTConfig& settings) {
   return 0;
 }
 
-// A command that looks inside a model (examples/char_lm/inspect.h): its command
-// line, bound to `options`, and what runs it.
+// A command that looks inside a model or its runs (examples/char_lm/inspect.h,
+// compare.h): its command line, bound to `options`, and what runs it.
 struct InspectCommand {
   std::unique_ptr<cli::Command> command;
   std::function<int()> run;
@@ -149,6 +152,11 @@ int main(int argc, char** argv) {
   ExplainOptions explain_options;
   HeadsOptions heads_options;
   ReportOptions report_options;
+  CompareOptions compare_options;
+  InspectCommand compare_command =
+      inspect_command(app, "compare", "the validation loss of several runs on one SVG chart, each named by the options it differs in",
+                      compare_options, run_compare, process);
+  compare_command.command->app()->add_option("runs", compare_options.runs, "run directories (of char_lm train), two or more");
   const InspectCommand inspect_commands[] = {
       inspect_command(app, "attention", "attention maps of a prompt: one SVG per layer (a heatmap of A per head) and the rollout",
                       attention_options, run_attention, process),
@@ -157,7 +165,8 @@ int main(int argc, char** argv) {
       inspect_command(app, "heads", "head importance (mean |dL/dg_h| on validation batches); --prune K writes a model without the K least important",
                       heads_options, run_heads, process),
       inspect_command(app, "report", "one self-contained HTML page: config, loss curves, a sample, attention maps, rollout, attributions, heads",
-                      report_options, run_report, process)};
+                      report_options, run_report, process),
+      std::move(compare_command)};
 
   if (const int code = cli::parse(app, argc, argv); code >= 0) return code;
   try {

@@ -23,6 +23,20 @@ std::string weight_colour(double w) {
   return "rgb(" + std::to_string(channel(8)) + "," + std::to_string(channel(48)) + "," + std::to_string(channel(107)) + ")";
 }
 
+// A label's number: three significant digits, so a scale reads 0, 0.25, 0.5 or 0.107, 0.214.
+std::string short_number(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g", v);
+  return text;
+}
+
+// A line of text's width at `font_size` px, from above: 0.6 em per character is
+// a monospace font's advance and more than a sans-serif font's average.
+double text_width(const std::string& utf8, double font_size) {
+  const auto characters = std::count_if(utf8.begin(), utf8.end(), [](char c) { return (c & 0xC0) != 0x80; });
+  return 0.6 * font_size * static_cast<double>(characters);
+}
+
 std::string text_element(double x, double y, const std::string& text, const std::string& attributes = "") {
   return "<text x=\"" + num(x) + "\" y=\"" + num(y) + "\"" + (attributes.empty() ? "" : " " + attributes) + ">" +
          escape_xml(text) + "</text>\n";
@@ -84,30 +98,55 @@ std::string visible_char(const std::string& utf8_char) {
 
 std::string heatmap_grid_svg(const std::string& title, const std::vector<Heatmap>& panels,
                              const std::vector<std::string>& labels,
-                             const std::function<bool(size_t, int64_t, int64_t)>& visible, int64_t columns,
+                             const std::function<bool(size_t, int64_t, int64_t)>& visible, double max_width,
                              const std::string& id) {
   const int64_t T = static_cast<int64_t>(labels.size());
-  AG_CHECK(!panels.empty() && columns >= 1, "heatmap_grid_svg: no panels, or no columns");
-  for (const Heatmap& p : panels)
+  AG_CHECK(!panels.empty(), "heatmap_grid_svg: no panels");
+  const double full_scale = panels[0].full_scale;
+  for (const Heatmap& p : panels) {
     AG_CHECK(static_cast<int64_t>(p.values.size()) == T * T,
              "heatmap_grid_svg: panel '" << p.title << "' has " << p.values.size() << " values for T = " << T);
-  const double cell = 12, label_room = 16, gap = 24, title_room = 28, panel_title = 16;
+    AG_CHECK(p.full_scale == full_scale, "heatmap_grid_svg: panel '" << p.title << "' has full scale " << p.full_scale
+                                                                      << ", the first " << full_scale << " (one colour scale serves them all)");
+  }
+  const double font = kMinFontSize, title_font = 14, panel_title_font = 12;
+  const double cell = 12, label_room = 18, gap = 24, panel_title = 18;
+  const double scale_top = 28, scale_width = 200, scale_height = 10, title_room = 70;
   const double panel = label_room + T * cell;
+  const int64_t columns = std::max<int64_t>(1, static_cast<int64_t>((max_width - gap) / (panel + gap)));
   const int64_t rows = (static_cast<int64_t>(panels.size()) + columns - 1) / columns;
   const int64_t used_columns = std::min<int64_t>(columns, static_cast<int64_t>(panels.size()));
-  const double width = used_columns * (panel + gap) + gap, height = title_room + rows * (panel_title + panel + gap);
+  double width = std::max(used_columns * (panel + gap) + gap, 2 * gap + text_width(title, title_font));
+  for (const Heatmap& p : panels) width = std::max(width, 2 * gap + text_width(p.title, panel_title_font));
+  const double height = title_room + rows * (panel_title + panel + gap);
   std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(width) + "\" height=\"" +
                     num(height) + "\" viewBox=\"0 0 " + num(width) + " " + num(height) +
-                    "\" font-family=\"monospace\" font-size=\"10\">\n";
-  const std::string hatch = "masked-" + id;
+                    "\" font-family=\"monospace\" font-size=\"" + num(font) + "\">\n";
+  const std::string hatch = "masked-" + id, ramp = "ramp-" + id;
   svg += "<defs><pattern id=\"" + hatch + "\" width=\"4\" height=\"4\" patternUnits=\"userSpaceOnUse\">"
          "<rect width=\"4\" height=\"4\" fill=\"#d0d0d0\"/><path d=\"M0,4 L4,0\" stroke=\"#909090\" "
-         "stroke-width=\"1\"/></pattern></defs>\n";
-  svg += text_element(gap, 18, title, "font-size=\"13\" font-family=\"sans-serif\"");
+         "stroke-width=\"1\"/></pattern>\n<linearGradient id=\"" + ramp + "\"><stop offset=\"0\" stop-color=\"" +
+         weight_colour(0) + "\"/><stop offset=\"1\" stop-color=\"" + weight_colour(1) + "\"/></linearGradient></defs>\n";
+  svg += text_element(gap, 18, title, "font-size=\"" + num(title_font) + "\" font-family=\"sans-serif\"");
+  // The ramp the cells are coloured by (weight_colour is linear in RGB, as the gradient is), with its numbers.
+  svg += "<g class=\"colour-scale\">\n<rect x=\"" + num(gap) + "\" y=\"" + num(scale_top) + "\" width=\"" +
+         num(scale_width) + "\" height=\"" + num(scale_height) + "\" fill=\"url(#" + ramp + ")\" stroke=\"#888\"/>\n";
+  for (const double fraction : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+    const double x = gap + fraction * scale_width;
+    svg += "<line x1=\"" + num(x) + "\" y1=\"" + num(scale_top + scale_height) + "\" x2=\"" + num(x) + "\" y2=\"" +
+           num(scale_top + scale_height + 3) + "\" stroke=\"#444\"/>\n";
+    svg += text_element(x, scale_top + scale_height + 15, short_number(fraction * full_scale), "text-anchor=\"middle\"");
+  }
+  const double swatch = gap + scale_width + 36;
+  svg += "<rect x=\"" + num(swatch) + "\" y=\"" + num(scale_top) + "\" width=\"" + num(2 * scale_height) + "\" height=\"" +
+         num(scale_height) + "\" fill=\"url(#" + hatch + ")\" stroke=\"#888\"/>\n";
+  svg += text_element(swatch + 2 * scale_height + 6, scale_top + scale_height, "masked", "font-family=\"sans-serif\"");
+  svg += "</g>\n";
   for (size_t p = 0; p < panels.size(); ++p) {
     const double left = gap + static_cast<double>(p % columns) * (panel + gap);
     const double top = title_room + static_cast<double>(p / columns) * (panel_title + panel + gap);
-    svg += "<g class=\"panel\">\n" + text_element(left, top + 11, panels[p].title, "font-family=\"sans-serif\"");
+    svg += "<g class=\"panel\">\n" +
+           text_element(left, top + 12, panels[p].title, "font-size=\"" + num(panel_title_font) + "\" font-family=\"sans-serif\"");
     const double grid_left = left + label_room, grid_top = top + panel_title + label_room;
     for (int64_t t = 0; t < T; ++t) {  // keys along the top, queries down the side
       svg += text_element(grid_left + (t + 0.5) * cell, grid_top - 4, visible_char(labels[t]), "text-anchor=\"middle\"");
@@ -118,7 +157,7 @@ std::string heatmap_grid_svg(const std::string& title, const std::vector<Heatmap
         const bool shown = visible(p, i, j);
         svg += "<rect class=\"" + std::string(shown ? "cell" : "masked") + "\" x=\"" + num(grid_left + j * cell) +
                "\" y=\"" + num(grid_top + i * cell) + "\" width=\"" + num(cell) + "\" height=\"" + num(cell) +
-               "\" fill=\"" + (shown ? weight_colour(panels[p].values[i * T + j] / panels[p].full_scale) : "url(#" + hatch + ")") + "\"/>\n";
+               "\" fill=\"" + (shown ? weight_colour(panels[p].values[i * T + j] / full_scale) : "url(#" + hatch + ")") + "\"/>\n";
       }
     svg += "</g>\n";
   }
@@ -126,16 +165,34 @@ std::string heatmap_grid_svg(const std::string& title, const std::vector<Heatmap
 }
 
 std::string line_chart_svg(const LineChart& chart) {
-  const double width = 720, height = 380, left = 64, right = 84, top = 52, bottom = 48;
-  const double plot_w = width - left - right, plot_h = height - top - bottom;
+  const double width = 720, left = 64, right = 84, bottom = 48, plot_h = 280, legend_row = 16, title_font = 14;
+  const double plot_w = width - left - right;
   std::vector<Series> all = chart.left;
   all.insert(all.end(), chart.right.begin(), chart.right.end());
+  // The legend first: its rows decide where the plot starts.
+  struct LegendEntry {
+    double x;
+    int row;
+  };
+  std::vector<LegendEntry> legend;
+  double legend_x = left;
+  int legend_rows = 1;
+  for (const Series& s : all) {
+    const double entry = 24 + text_width(s.name, kMinFontSize);
+    if (legend_x > left && legend_x + entry > width - 16) {
+      legend_x = left;
+      ++legend_rows;
+    }
+    legend.push_back({legend_x, legend_rows - 1});
+    legend_x += entry;
+  }
+  const double top = 36 + legend_rows * legend_row, height = top + plot_h + bottom;
   const Range x_range = span(all, true), left_range = span(chart.left, false), right_range = span(chart.right, false);
   std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(width) + "\" height=\"" + num(height) +
                     "\" viewBox=\"0 0 " + num(width) + " " + num(height) +
-                    "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+                    "\" font-family=\"sans-serif\" font-size=\"" + num(kMinFontSize) + "\">\n";
   svg += "<rect x=\"0\" y=\"0\" width=\"" + num(width) + "\" height=\"" + num(height) + "\" fill=\"white\"/>\n";
-  svg += text_element(left, 18, chart.title, "font-size=\"14\"");
+  svg += text_element(left, 18, chart.title, "font-size=\"" + num(title_font) + "\"");
   svg += "<rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(plot_w) + "\" height=\"" + num(plot_h) +
          "\" fill=\"none\" stroke=\"#444\"/>\n";
   for (const double v : ticks(x_range, 5)) {
@@ -159,8 +216,9 @@ std::string line_chart_svg(const LineChart& chart) {
   if (!chart.right.empty())
     svg += text_element(width - 12, top + plot_h / 2, chart.right_label,
                         "text-anchor=\"middle\" transform=\"rotate(90 " + num(width - 12) + " " + num(top + plot_h / 2) + ")\"");
-  double legend_x = left;  // the legend sits between the title and the plot
-  const auto draw = [&](const Series& s, const Range& y_range) {
+  for (size_t k = 0; k < all.size(); ++k) {
+    const Series& s = all[k];
+    const Range& y_range = k < chart.left.size() ? left_range : right_range;
     AG_CHECK(s.x.size() == s.y.size(), "line_chart_svg: series '" << s.name << "' has " << s.x.size() << " x and "
                                                                    << s.y.size() << " y values");
     std::string points;
@@ -172,12 +230,10 @@ std::string line_chart_svg(const LineChart& chart) {
     }
     svg += "<polyline class=\"series\" fill=\"none\" stroke=\"" + s.colour + "\" stroke-width=\"1.5\" points=\"" +
            points + "\"/>\n";
-    svg += "<rect x=\"" + num(legend_x) + "\" y=\"" + num(top - 14) + "\" width=\"12\" height=\"3\" fill=\"" + s.colour + "\"/>\n";
-    svg += text_element(legend_x + 16, top - 9, s.name);
-    legend_x += 24 + 7.0 * static_cast<double>(s.name.size());
-  };
-  for (const Series& s : chart.left) draw(s, left_range);
-  for (const Series& s : chart.right) draw(s, right_range);
+    const double baseline = 43 + legend[k].row * legend_row;
+    svg += "<rect x=\"" + num(legend[k].x) + "\" y=\"" + num(baseline - 5) + "\" width=\"12\" height=\"3\" fill=\"" + s.colour + "\"/>\n";
+    svg += text_element(legend[k].x + 16, baseline, s.name);
+  }
   return svg + "</svg>\n";
 }
 

@@ -1,6 +1,6 @@
 // Pictures for people, written by hand as SVG text (no plotting library): the
 // attention heatmaps and the loss curves that char_lm's report inlines and
-// `char_lm attention` / `char_lm train` write as files. Each function returns
+// `char_lm attention` / `train` / `compare` write as files. Each function returns
 // one self-contained <svg> element that a browser draws as it is.
 #pragma once
 #include <cstdint>
@@ -15,23 +15,29 @@ std::string escape_xml(const std::string& text);
 // A character as a label: a space as ␣, a newline as ↵, a tab as ⇥ (they would be invisible).
 std::string visible_char(const std::string& utf8_char);
 
+// The smallest font size (px) of the pictures' text, drawn at their own size:
+// the report shows them unscaled when they are no wider than its column.
+inline constexpr double kMinFontSize = 11;
+
 // One T×T panel of weights in [0, 1]: values[i·T + j] is row i (the query
 // position), column j (the key position).
 struct Heatmap {
   std::string title;
   std::vector<double> values;  // [T·T], row-major
-  double full_scale = 1.0;     // the weight drawn darkest (values above it too)
+  double full_scale = 1.0;     // the weight drawn darkest (values above it too); the same for every panel of a grid
 };
 
-// Panels side by side (`columns` per row of the grid), rows and columns
-// labelled with `labels` (T of them). A cell (i, j) of panel p with
+// Panels side by side, as many to a row as fit in `max_width` (at least one),
+// rows and columns labelled with `labels` (T of them). A cell (i, j) of panel p with
 // visible(p, i, j) false is masked (each head may have a mask of its own: sparse
 // random blocks), drawn hatched grey (class "masked"): never mistaken for a weight of 0,
 // which is white. Visible cells (class "cell") go from white (0) to dark blue
-// (the panel's full_scale), linearly. `id` names the SVG's hatch pattern, so several SVGs fit in one page.
+// (full_scale), linearly; a colour scale under the title (group "colour-scale")
+// labels that ramp with its numbers and shows the hatch. Text is at least
+// kMinFontSize px. `id` names the SVG's hatch pattern and gradient, so several SVGs fit in one page.
 std::string heatmap_grid_svg(const std::string& title, const std::vector<Heatmap>& panels,
                              const std::vector<std::string>& labels,
-                             const std::function<bool(size_t panel, int64_t i, int64_t j)>& visible, int64_t columns,
+                             const std::function<bool(size_t panel, int64_t i, int64_t j)>& visible, double max_width,
                              const std::string& id);
 
 struct Series {
@@ -42,7 +48,8 @@ struct Series {
 
 // A line chart: `left` against the left axis, `right` (may be empty) against a
 // second axis on the right, sharing x. Each axis spans its data, ticked at round
-// numbers (1, 2 or 5 × 10^k apart).
+// numbers (1, 2 or 5 × 10^k apart). The legend, a swatch and the name of each
+// series, sits between the title and the plot, wrapped into as many rows as it needs.
 struct LineChart {
   std::string title, x_label, left_label, right_label;
   std::vector<Series> left, right;
