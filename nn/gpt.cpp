@@ -40,7 +40,7 @@ bool GPTConfig::applies(std::string_view option) const {
   // Each conditional option with the options that switch its part on, as the model's constructor reads them.
   const bool linear = attention == AttentionFunction::Linear, favor = linear && feature_map == FeatureMap::Favor;
   const bool sparse = !linear && attn_window > 0;
-  if (option == "attn_window") return !linear;
+  if (option == "attn_impl" || option == "attn_window") return !linear;
   if (option == "attn_dilation" || option == "attn_global" || option == "attn_random_blocks") return sparse;
   if (option == "attn_seed") return (sparse && attn_random_blocks > 0) || favor;
   if (option == "feature_map") return linear;
@@ -69,17 +69,6 @@ std::vector<std::vector<double>> GPTConfig::head_gates() const {
              "head_mask '" << head_mask << "' is not " << shape);
   }
   return gates;
-}
-
-bool option_applies(const GPTConfig& c, const std::string& name) {
-  const bool softmax = c.attention == AttentionFunction::Softmax, linear = !softmax;
-  const bool favor = linear && c.feature_map == FeatureMap::Favor, windowed = softmax && c.attn_window > 0;
-  if (name == "attn_impl" || name == "attn_window") return softmax;
-  if (name == "attn_dilation" || name == "attn_global" || name == "attn_random_blocks") return windowed;
-  if (name == "attn_seed") return favor || (windowed && c.attn_random_blocks > 0);
-  if (name == "feature_map") return linear;
-  if (name == "n_features") return favor;
-  return true;
 }
 
 std::string describe(const GPTConfig& c) {

@@ -53,13 +53,7 @@ struct GPTConfig {
 // The head_mask text of gates of 0 and 1 ("1111/1011"; empty if every gate is 1).
 std::string head_mask_text(const std::vector<std::vector<double>>& gates);
 
-// Whether the option called `name` (snake_case, from AG_GPT_OPTIONS) changes what
-// this model computes: the implementation and the sparse pattern only for
-// softmax attention (the pattern's dilation, global and random blocks only with
-// a window), the feature map only for linear attention, its feature count and
-// the attention seed only where something is drawn (FAVOR+, random blocks).
-bool option_applies(const GPTConfig& config, const std::string& name);
-// One line saying what the model computes, from the options that apply, e.g.
+// One line saying what the model computes, from the options that apply (applies()), e.g.
 // "4 layers, 4 heads of 32 (4 kv heads), width 128, context 64, vocab 65; softmax
 // attention (dense), causal over all earlier keys; learned absolute positions; GELU erf".
 std::string describe(const GPTConfig& config);

@@ -1,5 +1,5 @@
 // What char_lm says it runs: the header of train, sample and the inspect
-// commands, nn::describe and option_applies behind it, and `char_lm info`.
+// commands, nn::describe and GPTConfig::applies behind it, and `char_lm info`.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -26,10 +26,10 @@ TEST_CASE("describe: each attention function names what it computes, and only th
   CHECK(contains(d, "4 kv heads"));
   CHECK(contains(d, "positions"));
   CHECK_FALSE(contains(d, "elu1"));
-  CHECK_FALSE(nn::option_applies(dense, "feature_map"));
-  CHECK_FALSE(nn::option_applies(dense, "n_features"));
-  CHECK_FALSE(nn::option_applies(dense, "attn_global"));  // no window
-  CHECK(nn::option_applies(dense, "attn_impl"));
+  CHECK_FALSE(dense.applies("feature_map"));
+  CHECK_FALSE(dense.applies("n_features"));
+  CHECK_FALSE(dense.applies("attn_global"));  // no window
+  CHECK(dense.applies("attn_impl"));
 
   nn::GPTConfig sparse = dense;
   sparse.attn_window = 8;
@@ -41,16 +41,16 @@ TEST_CASE("describe: each attention function names what it computes, and only th
   CHECK(contains(s, "2 global"));
   CHECK(contains(s, "1 random blocks"));
   CHECK(contains(s, "2 kv heads"));
-  CHECK(nn::option_applies(sparse, "attn_seed"));
+  CHECK(sparse.applies("attn_seed"));
 
   nn::GPTConfig linear = dense;
   linear.attention = AttentionFunction::Linear;
   CHECK(contains(nn::describe(linear), "linear attention (elu1)"));
-  CHECK_FALSE(nn::option_applies(linear, "attn_impl"));
-  CHECK_FALSE(nn::option_applies(linear, "n_features"));  // elu1 draws nothing
+  CHECK_FALSE(linear.applies("attn_impl"));
+  CHECK_FALSE(linear.applies("n_features"));  // elu1 draws nothing
   linear.feature_map = FeatureMap::Favor;
   CHECK(contains(nn::describe(linear), "favor, 64 features"));
-  CHECK(nn::option_applies(linear, "n_features"));
+  CHECK(linear.applies("n_features"));
 }
 
 TEST_CASE("char_lm: train, sample and the inspect commands print the model and what runs it") {

@@ -20,7 +20,7 @@ template <class Config>
 std::string as_flags(const Config& config, std::initializer_list<OptionKind> kinds, const nn::GPTConfig& model) {
   std::string flags;
   Config::for_each_option(config, [&](const auto& value, const OptionInfo& info) {
-    if (!has_kind(kinds, info.kind) || !nn::option_applies(model, info.name)) return;
+    if (!has_kind(kinds, info.kind) || !model.applies(info.name)) return;
     std::string text = option_to_string(value);
     if (text.empty()) return;  // an empty head_mask: every head on
     if (text.find(' ') != std::string::npos) text = "'" + text + "'";
