@@ -104,14 +104,18 @@ template <class T> T option_from_string(const std::string& text, const std::stri
   }
 }
 
-// Throws unless a number lies in [info.min, info.max] (NaN never does).
+// Throws unless a number lies in [info.min, info.max] and is finite: a max of
+// kNoLimit leaves the range open, yet an lr of inf is no learning rate (and NaN
+// lies in no range). Every source of a value (command line, config file,
+// checkpoint metadata) comes through here.
 template <class T> void check_option_range(const T& value, const OptionInfo& info, const std::string& what) {
   if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
     const double v = static_cast<double>(value);
-    if (v >= info.min && v <= info.max) return;
-    std::string bound;
-    if (info.max == kNoLimit) bound = "≥ " + option_to_string(static_cast<T>(info.min));
-    else bound = "in [" + option_to_string(static_cast<T>(info.min)) + ", " + option_to_string(static_cast<T>(info.max)) + "]";
+    const bool finite = std::isfinite(v);
+    if (finite && v >= info.min && v <= info.max) return;
+    std::string bound = finite ? "" : "a finite number ";
+    if (info.max == kNoLimit) bound += "≥ " + option_to_string(static_cast<T>(info.min));
+    else bound += "in [" + option_to_string(static_cast<T>(info.min)) + ", " + option_to_string(static_cast<T>(info.max)) + "]";
     throw Error(what + " must be " + bound + ", got " + option_to_string(value));
   }
 }

@@ -64,7 +64,15 @@ TEST_CASE("options: values are checked against the table's ranges, in the user's
   CHECK_THROWS_WITH_AS(parse_train(config, {"--threads", "4294967297"}), doctest::Contains("--threads"), Error);
   CHECK_THROWS_WITH_AS(parse_train(config, {"--batch-size", "1e18"}), "--batch-size: '1e18' is not an integer", Error);
   CHECK_THROWS_WITH_AS(parse_train(config, {"--lr", "fast"}), "--lr: 'fast' is not a number", Error);
-  CHECK_THROWS_WITH_AS(parse_train(config, {"--lr", "nan"}), doctest::Contains("--lr must be ≥ 0, got nan"), Error);
+  CHECK_THROWS_WITH_AS(parse_train(config, {"--lr", "nan"}), doctest::Contains("--lr must be a finite number ≥ 0, got nan"), Error);
+  // An open range (max kNoLimit) still excludes infinity, for every floating option.
+  for (const char* flag : {"--lr", "--min-lr", "--weight-decay", "--grad-clip"})
+    for (const char* value : {"inf", "-inf", "nan"}) {
+      CAPTURE(flag);
+      CAPTURE(value);
+      CHECK_THROWS_WITH_AS(parse_train(config, {flag, value}), doctest::Contains((std::string(flag) + " must be a finite number").c_str()), Error);
+    }
+  CHECK_THROWS_WITH_AS(parse_train(config, {"--dropout", "inf"}), doctest::Contains("--dropout must be a finite number in [0, 0.99]"), Error);
   CHECK_THROWS_WITH_AS(parse_train(config, {"--gelu", "relu"}), "--gelu: 'relu' is not one of erf|tanh", Error);
   CHECK_THROWS_WITH_AS(parse_train(config, {"--n-layer", "-3"}), doctest::Contains("--n-layer must be in [1, 1024]"), Error);
   // Issue 10's late or silent ones: each is now refused as it is parsed.
