@@ -204,3 +204,49 @@ TEST_CASE("options: the program's messages: a misspelt option, a bad value, an e
   CHECK(status == 0);
   CHECK(output.find("resuming from iteration 2") != std::string::npos);
 }
+
+TEST_CASE("options: issue 22's messages: a mistyped command, an option given twice, options a command does not use") {
+  auto [status, output] = ag::test::run_char_lm("trian --max-iters 3");
+  CHECK(status == 2);
+  CHECK(output.find("unknown command 'trian' (did you mean train?)") != std::string::npos);
+  std::tie(status, output) = ag::test::run_char_lm("frobnicate");
+  CHECK(status == 2);
+  CHECK(output.find("unknown command 'frobnicate'; see --help") != std::string::npos);
+
+  // An option given twice takes the last value, as argparse does (README, "Options: one table each").
+  TrainConfig config;
+  parse_train(config, {"--lr", "0.1", "--n-layer", "2", "--lr", "0.2"});
+  CHECK(config.optim.lr == 0.2);
+  CHECK(config.model.n_layer == 2);
+
+  // mask takes the model options its mask depends on, and no others.
+  std::tie(status, output) = ag::test::run_char_lm("mask --help");
+  CHECK(status == 0);
+  CHECK(output.find("--attn-window") != std::string::npos);
+  for (const char* unused : {"--n-embd", "--dropout", "--attn-impl", "--gelu", "--feature-map"}) {
+    CAPTURE(unused);
+    CHECK(output.find(unused) == std::string::npos);
+  }
+  std::tie(status, output) = ag::test::run_char_lm("mask --block-size 4 --n-head 3 --attn-window 2");
+  CHECK(status == 0);  // n_head 3 needs no --n-embd that divides by it
+  std::tie(status, output) = ag::test::run_char_lm("mask --block-size 4 --dropout 0.5");
+  CHECK(status == 2);
+  CHECK(output.find("unknown option --dropout") != std::string::npos);
+
+  // An option that does not apply to the model is an error, before anything is written.
+  ag::test::TempDir tmp("options_issue22");
+  std::tie(status, output) = ag::test::run_char_lm("train --attention linear --attn-impl flash --data " +
+                                                    ag::test::generated_text_file() + " --out " + tmp.file("run"));
+  CHECK(status == 1);
+  CHECK(output.find("--attn-impl flash chooses how softmax attention is computed") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(tmp.file("run")));
+
+  // A config file's values pass the same range check: no infinity there either.
+  std::ofstream(tmp.file("inf.toml")) << "lr = inf\n";
+  std::tie(status, output) = ag::test::run_char_lm("train --config " + tmp.file("inf.toml") + " --out " + tmp.file("run"));
+  CHECK(status != 0);
+  CHECK(output.find("lr must be a finite number ≥ 0, got inf") != std::string::npos);
+  std::tie(status, output) = ag::test::run_char_lm("train --config " + tmp.file("absent.toml"));
+  CHECK(status != 0);
+  CHECK(output.find("--config '" + tmp.file("absent.toml") + "' does not exist") != std::string::npos);
+}
