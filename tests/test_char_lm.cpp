@@ -229,7 +229,7 @@ TEST_CASE("char_lm: missing, empty or too short data is a clear error") {
   const std::string dir = fresh_dir("data");
   TrainConfig c = tiny_run(dir + "/out");
   c.run.data = dir + "/nope.txt";
-  CHECK_THROWS_WITH_AS(train(c), doctest::Contains(("cannot open '" + dir + "/nope.txt'").c_str()), Error);
+  CHECK_THROWS_WITH_AS(train(c), doctest::Contains(("'" + dir + "/nope.txt' does not exist").c_str()), Error);
   write_file(dir + "/empty.txt", "");
   c.run.data = dir + "/empty.txt";
   CHECK_THROWS_WITH_AS(train(c), doctest::Contains("is empty"), Error);

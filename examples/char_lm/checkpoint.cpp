@@ -307,6 +307,7 @@ void save_checkpoint(const std::string& run_dir, int64_t iter, double val_loss, 
 }
 
 std::string find_checkpoint(const std::string& dir, std::vector<std::string>* passed_over) {
+  AG_CHECK(fs::exists(dir), "checkpoint: '" << dir << "' does not exist");
   AG_CHECK(fs::is_directory(dir), "checkpoint: '" << dir << "' is not a directory");
   if (fs::exists(model_path(dir))) return dir;  // a unit, or a run from before units
   std::vector<std::string> units = units_of(dir);
