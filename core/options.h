@@ -148,6 +148,12 @@ void write_options(const Config& config, Metadata& metadata, std::initializer_li
   });
 }
 
+// A metadata key in messages: "__metadata__ 'lr'", after `where` if given (a
+// caller that prefixes every error with the file passes none).
+inline std::string metadata_key_origin(const std::string& where, const std::string& key) {
+  return (where.empty() ? "" : where + ": ") + "__metadata__ '" + key + "'";
+}
+
 // Sets each option of the given kinds that `metadata` holds, range-checked;
 // adds the keys it read to `used` (so the caller can reject the rest as unknown).
 template <class Config>
@@ -158,7 +164,7 @@ void read_options(Config& config, const Metadata& metadata, std::initializer_lis
     const auto found = metadata.find(key);
     if (!has_kind(kinds, info.kind) || found == metadata.end()) return;
     using T = std::decay_t<decltype(value)>;
-    const std::string what = where + ": __metadata__ '" + key + "'";
+    const std::string what = metadata_key_origin(where, key);
     value = option_from_string<T>(found->second, what);
     check_option_range(value, info, what);
     used.insert(key);
@@ -182,7 +188,7 @@ std::string resume_options(Config& config, const Metadata& saved, const std::set
     const auto found = saved.find(info.dashed());
     if (info.kind == OptionKind::Local || info.kind == OptionKind::Derived || found == saved.end()) return;
     using T = std::decay_t<decltype(value)>;
-    const std::string what = where + ": __metadata__ '" + info.dashed() + "'";
+    const std::string what = metadata_key_origin(where, info.dashed());
     const T saved_value = option_from_string<T>(found->second, what);
     check_option_range(saved_value, info, what);
     used.insert(info.dashed());
