@@ -532,4 +532,14 @@ TEST_CASE("char_lm: --attn-impl on a linear-attention model is an error, not ign
   config.attn_impl = nn::AttentionImpl::Flash;
   CHECK_THROWS_WITH_AS(config.check(), doctest::Contains("--attn-impl flash chooses how softmax attention is computed"),
                        Error);
+  // Given to a command that loads a linear model (sample --attn-impl flash): blamed on the setting, not the file.
+  TrainConfig c = tiny_run(fresh_dir("linear_impl"));
+  c.model.attention = AttentionFunction::Linear;
+  c.run.max_iters = 1;
+  train(c);
+  const std::string path = model_path(find_checkpoint(c.run.out));
+  nn::GPTConfig settings;
+  settings.attn_impl = nn::AttentionImpl::Flash;
+  const std::string message = "checkpoint '" + path + "': --attn-impl flash chooses how softmax attention is computed";
+  CHECK_THROWS_WITH_AS(load_model(path, DType::Float32, settings), doctest::Contains(message.c_str()), Error);
 }

@@ -93,11 +93,16 @@ LoadedModel model_from(const SafetensorsFile& file, DType dtype, const nn::GPTCo
   for (const char* key : kRequiredModelKeys) AG_CHECK(file.metadata.count(key), "__metadata__ has no '" << key << "'");
   read_options(config, file.metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake, "", used);
   reject_unknown_keys(file.metadata, used, {"chars", "iter"}, "");
+  // The file's options alone first, so that a bad key is blamed on the file, and a setting that does not
+  // apply to its model (--attn-impl flash on linear attention) on the call that gave it.
+  nn::GPTConfig file_only;
+  read_options(file_only, file.metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake, "", used);
   try {
-    config.check();
+    file_only.check();
   } catch (const Error& e) {
     throw Error(std::string("__metadata__ describes no valid model: ") + e.what());
   }
+  config.check();
   check_sizes_against_tensors(file, config);
 
   LoadedModel loaded;
