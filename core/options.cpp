@@ -16,7 +16,7 @@ void reject_unknown_keys(const Metadata& metadata, const std::set<std::string>& 
                          std::initializer_list<const char*> known, const std::string& where) {
   for (const auto& [key, value] : metadata) {
     if (used.count(key) || std::find(known.begin(), known.end(), key) != known.end()) continue;
-    throw Error(where + ": __metadata__ has '" + key + "' (= '" + value +
+    throw Error((where.empty() ? "" : where + ": ") + "__metadata__ has '" + key + "' (= '" + value +
                 "'), which this build of attograd does not know: the file may come from a newer version, whose "
                 "model this one would compute wrongly");
   }

@@ -104,14 +104,18 @@ template <class T> T option_from_string(const std::string& text, const std::stri
   }
 }
 
-// Throws unless a number lies in [info.min, info.max] (NaN never does).
+// Throws unless a number lies in [info.min, info.max] and is finite: a max of
+// kNoLimit leaves the range open, yet an lr of inf is no learning rate (and NaN
+// lies in no range). Every source of a value (command line, config file,
+// checkpoint metadata) comes through here.
 template <class T> void check_option_range(const T& value, const OptionInfo& info, const std::string& what) {
   if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
     const double v = static_cast<double>(value);
-    if (v >= info.min && v <= info.max) return;
-    std::string bound;
-    if (info.max == kNoLimit) bound = "≥ " + option_to_string(static_cast<T>(info.min));
-    else bound = "in [" + option_to_string(static_cast<T>(info.min)) + ", " + option_to_string(static_cast<T>(info.max)) + "]";
+    const bool finite = std::isfinite(v);
+    if (finite && v >= info.min && v <= info.max) return;
+    std::string bound = finite ? "" : "a finite number ";
+    if (info.max == kNoLimit) bound += "≥ " + option_to_string(static_cast<T>(info.min));
+    else bound += "in [" + option_to_string(static_cast<T>(info.min)) + ", " + option_to_string(static_cast<T>(info.max)) + "]";
     throw Error(what + " must be " + bound + ", got " + option_to_string(value));
   }
 }
@@ -144,6 +148,12 @@ void write_options(const Config& config, Metadata& metadata, std::initializer_li
   });
 }
 
+// A metadata key in messages: "__metadata__ 'lr'", after `where` if given (a
+// caller that prefixes every error with the file passes none).
+inline std::string metadata_key_origin(const std::string& where, const std::string& key) {
+  return (where.empty() ? "" : where + ": ") + "__metadata__ '" + key + "'";
+}
+
 // Sets each option of the given kinds that `metadata` holds, range-checked;
 // adds the keys it read to `used` (so the caller can reject the rest as unknown).
 template <class Config>
@@ -154,7 +164,7 @@ void read_options(Config& config, const Metadata& metadata, std::initializer_lis
     const auto found = metadata.find(key);
     if (!has_kind(kinds, info.kind) || found == metadata.end()) return;
     using T = std::decay_t<decltype(value)>;
-    const std::string what = where + ": __metadata__ '" + key + "'";
+    const std::string what = metadata_key_origin(where, key);
     value = option_from_string<T>(found->second, what);
     check_option_range(value, info, what);
     used.insert(key);
@@ -178,7 +188,7 @@ std::string resume_options(Config& config, const Metadata& saved, const std::set
     const auto found = saved.find(info.dashed());
     if (info.kind == OptionKind::Local || info.kind == OptionKind::Derived || found == saved.end()) return;
     using T = std::decay_t<decltype(value)>;
-    const std::string what = where + ": __metadata__ '" + info.dashed() + "'";
+    const std::string what = metadata_key_origin(where, info.dashed());
     const T saved_value = option_from_string<T>(found->second, what);
     check_option_range(saved_value, info, what);
     used.insert(info.dashed());

@@ -325,6 +325,7 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
 SafetensorsFile load_safetensors(const std::string& path, const RequirementsOf& requirements_of) {
   const std::string where = "load_safetensors: " + path + ": ";
   std::error_code ec;
+  AG_CHECK(std::filesystem::exists(path, ec), where << "does not exist");
   const uint64_t file_size = std::filesystem::file_size(path, ec);  // also rejects directories
   AG_CHECK(!ec, where << "cannot open: " << ec.message());
   std::ifstream in(path, std::ios::binary);

@@ -34,6 +34,10 @@ void GPTConfig::check() const {
   check_sparse_pattern(attention_pattern(*this, 0), "--attn-window, --attn-dilation, --attn-global, --attn-random-blocks");
   AG_CHECK(attention == AttentionFunction::Softmax || !attention_pattern(*this, 0).limited(),
            "--attention linear sums over every earlier key: it takes no sparse pattern (--attn-window ...)");
+  // Accepting it would claim a speed-up the model never gets.
+  AG_CHECK(attention == AttentionFunction::Softmax || attn_impl == AttentionImpl::Dense,
+           "--attn-impl " << name_of(attn_impl) << " chooses how softmax attention is computed; a linear-attention "
+                          "model (--attention linear) has one implementation: leave --attn-impl out");
 }
 
 bool GPTConfig::applies(std::string_view option) const {

@@ -29,8 +29,11 @@ crash, on a mutant the format itself rules out that was accepted, and on a
 valid re-encoding that was not accepted identically. --char-lm also runs the
 mutants through char_lm, in a copy of the run whose newest unit holds the
 mutant with its manifest resealed to match (so the checkpoint code's own
-checks are tested, not the checksum), and reports what that code did; those
-outcomes are for its authors and never fail the campaign.
+checks are tested, not the checksum), and reports what that code did. It fails
+the campaign where char_lm broke its own promises (issue 22): a non-finite
+option, a file without its __metadata__, or a tensor no version writes that
+was not refused; or a refusal (but a diverged run's) that does not name the
+file and the key the mutant changed.
 """
 import argparse
 import collections
@@ -195,12 +198,15 @@ def mutants(ck, quick, rng):
     values_to_judge = {"n_embd": ["16384", "1e18", "-32"], "n_layer": ["100000", "0", "-1"], "n_head": ["0", "7"],
                    "vocab_size": ["1000000000", "9223372036854775807"], "block_size": ["9223372036854775807", "0"],
                    "iter": ["-1", "9223372036854775807"], "chars": ["not json", '"ab"'], "gelu": ["relu"],
-                   "lr": ["1e300", "nan", "-1"], "max-iters": ["-5", "1e18"], "n-layer": ["100000"], "n-embd": ["16384"]}
+                   "lr": ["1e300", "nan", "-1", "inf"], "weight-decay": ["inf"], "grad-clip": ["inf"], "min-lr": ["-inf"],
+                   "max-iters": ["-5", "1e18"], "n-layer": ["100000"], "n-embd": ["16384"]}
     for key, value in ck.metadata:
         for new in values_to_judge.get(key, []):
             yield "metadata", f"{key} = {new!r}", ck.file(ck.with_metadata(replaced(ck.metadata, key, new))), ANY
         yield "metadata", f"{key} not a string", ck.file(ck.with_metadata(replaced(ck.metadata, key, 16384))), REFUSE
     yield "metadata", "metadata not an object", ck.file(ck.with_metadata(["a"])), REFUSE
+    if ck.metadata:
+        yield "metadata", "__metadata__ removed", ck.file(Obj((k, v) for k, v in ck.header if k != "__metadata__")), ANY
 
     # Values: non-finite floats (the demands refuse), and values the checkpoint code must judge.
     offset_of = {name: get(entry, "data_offsets")[0] for name, entry in ck.tensors}
@@ -224,6 +230,9 @@ def mutants(ck, quick, rng):
     last, last_entry = max(ck.tensors, key=lambda t: get(t[1], "data_offsets")[0])
     begin = get(last_entry, "data_offsets")[0]
     yield "names", f"{last} missing", ck.file(Obj((k, v) for k, v in ck.header if k != last), data=ck.data[:begin]), ANY
+    end = len(ck.data)
+    extra = Obj([("dtype", "F32"), ("shape", [2]), ("data_offsets", [end, end + 8])])
+    yield "names", "rng.extra added", ck.file(Obj(list(ck.header) + [("rng.extra", extra)]), data=ck.data + bytes(8)), ANY
 
     # Valid re-encodings must load identically.
     yield "re-encoding", "unpadded", ck.file(pad=False), IDENTICAL
@@ -275,6 +284,28 @@ def fnv1a64(data):
     return f"{h:016x}"
 
 
+def char_lm_must_refuse(kind, what):
+    """Mutants char_lm must refuse though the format allows them (issue 22): a
+    non-finite option, a file without its options, a tensor no version writes."""
+    return (kind == "metadata" and any(what.endswith(f"= {v!r}") for v in ("inf", "-inf", "nan"))) or \
+        what in ("__metadata__ removed", "rng.extra added")
+
+
+def key_of(kind, what):
+    """The metadata key or tensor a mutant changes, which a refusal must name (None: no single one)."""
+    if kind in ("metadata", "dtype", "values", "shape", "names") and not what.startswith(("__metadata__", "metadata ")):
+        return what.split(" ")[0].split("[")[0]  # "optim.exp_avg.w[0] = nan": optim.exp_avg.w
+    return None
+
+
+def names_key(output, key):
+    """True if `output` names `key`: as a key (n_head, n-head), the option it is
+    (--n-head), or for the optimizer's optim.<state>.<parameter> the parameter."""
+    if key is None or key in output or key.replace("_", "-") in output:
+        return True
+    return key.startswith("optim.") and key.split(".", 2)[-1] in output
+
+
 def char_lm_run(build, text, run, unit, file_name, mutant_bytes, work):
     """Runs char_lm on a copy of the run whose newest unit holds the mutant: (outcome, detail).
     The unit's manifest is resealed to match, so that what is tested is the
@@ -314,7 +345,7 @@ def char_lm_run(build, text, run, unit, file_name, mutant_bytes, work):
         if r.returncode < 0 or "Sanitizer" in output or "runtime error" in output:
             return "crashed", detail
         # Clean: the message names the mutant file, or its unit when the pair disagrees.
-        return ("refused cleanly" if unit_dir in output else "refused, file not named"), detail
+        return ("refused cleanly" if unit_dir in output else "refused, file not named"), output
     finally:
         shutil.rmtree(copy, ignore_errors=True)
 
@@ -322,22 +353,30 @@ def char_lm_run(build, text, run, unit, file_name, mutant_bytes, work):
 def run_through_char_lm(build, text, run, unit, work, jobs, results):
     """Reports what char_lm's checkpoint code does with the mutants the loader's
     format checks let through (all but bit flips), and with those only the
-    demands refused (dtypes, values), which char_lm does not make yet."""
+    demands refused (dtypes, values), which char_lm does not make yet. Returns
+    the broken promises: a mutant char_lm must refuse that it did not, and a
+    refusal (but a diverged run's) that does not name the file and the key."""
     print("\nThrough char_lm (sample for model.safetensors, train --resume for train_state.safetensors):")
     outcomes = ["refused cleanly", "accepted (ran)", "refused, file not named", "crashed", "over 3 GB of memory",
                 "ran over 120 s"]
     table = collections.defaultdict(collections.Counter)
-    ran, problems = collections.defaultdict(list), []
+    ran, problems, broken = collections.defaultdict(list), [], []
     for (file_name, kind, what, _, path, _), (outcome, _) in zip(jobs, results):
         if kind.startswith("bit flip") or outcome == "refused cleanly" and kind not in ("dtype", "values"):
             continue
         with open(path, "rb") as f:
             got, detail = char_lm_run(build, text, run, unit, file_name, f.read(), work)
         table[(file_name, kind)][got] += 1
+        output, detail = detail, next((line for line in detail.splitlines() if "char_lm" in line), detail)[:300]
+        key = key_of(kind, what)
         if got == "accepted (ran)" and outcome != "accepted correctly":
             ran[(file_name, kind)].append(what)
         elif got not in ("refused cleanly", "accepted (ran)"):
             problems.append(f"{file_name}: {kind}: {what}: {got}" + (f": {detail}" if detail else ""))
+        if char_lm_must_refuse(kind, what) and got != "refused cleanly":
+            broken.append(f"{file_name}: {kind}: {what}: must be refused, got {got}")
+        elif got.startswith("refused") and "training diverged" not in output and not (got == "refused cleanly" and names_key(output, key)):
+            broken.append(f"{file_name}: {kind}: {what}: the refusal names not " + ("the file" if got != "refused cleanly" else f"'{key}'") + f": {detail}")
     print(f"{'file':24} {'mutant kind':22} " + " ".join(f"{o:>24}" for o in outcomes))
     for (file_name, kind), counts in sorted(table.items()):
         print(f"{file_name:24} {kind:22} " + " ".join(f"{counts[o]:24}" for o in outcomes))
@@ -347,6 +386,7 @@ def run_through_char_lm(build, text, run, unit, work, jobs, results):
     print("\nchar_lm did not refuse cleanly:")
     for problem in problems:
         print("  " + problem)
+    return broken
 
 
 def find_text():
@@ -423,7 +463,7 @@ def main():
                 print(f"  {kind}: {len(items)}, e.g. " + "; ".join(items[:4]))
 
         if args.char_lm:
-            run_through_char_lm(args.build, text, run, unit, work, jobs, results)
+            failures += run_through_char_lm(args.build, text, run, unit, work, jobs, results)
 
         if failures:
             print(f"\n{len(failures)} mutants broke the loader's promise:")

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -229,7 +230,7 @@ TEST_CASE("char_lm: missing, empty or too short data is a clear error") {
   const std::string dir = fresh_dir("data");
   TrainConfig c = tiny_run(dir + "/out");
   c.run.data = dir + "/nope.txt";
-  CHECK_THROWS_WITH_AS(train(c), doctest::Contains(("cannot open '" + dir + "/nope.txt'").c_str()), Error);
+  CHECK_THROWS_WITH_AS(train(c), doctest::Contains(("'" + dir + "/nope.txt' does not exist").c_str()), Error);
   write_file(dir + "/empty.txt", "");
   c.run.data = dir + "/empty.txt";
   CHECK_THROWS_WITH_AS(train(c), doctest::Contains("is empty"), Error);
@@ -392,9 +393,16 @@ TEST_CASE("char_lm: killed at every step of every checkpoint write, the run resu
     REQUIRE(killed == 86);
     // Before the first unit is complete there is no run yet: start it again; else resume it.
     const bool has_run = holds_run(dir);
+    // Killed after its last unit was complete, the run is done: the resume says so, and only tidies up.
+    const bool complete = has_run && find_checkpoint(dir) == dir + "/ckpt-00000004";
     const auto resumed = ag::test::run_char_lm(std::string("train ") + (has_run ? "--resume" : "") + " --out " + dir + options);
     INFO(resumed.second);
-    REQUIRE(resumed.first == 0);
+    if (complete) {
+      REQUIRE(resumed.first == 1);
+      CHECK(resumed.second.find("is at iteration 4 already") != std::string::npos);
+    } else {
+      REQUIRE(resumed.first == 0);
+    }
     CHECK(final_val_loss(dir) == expected);
     for (const auto& e : std::filesystem::directory_iterator(dir))  // the killed writer's temporaries are gone
       CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
@@ -432,4 +440,106 @@ TEST_CASE("char_lm: a full disk during a checkpoint write fails clearly, keeps t
   CHECK(final_val_loss(dir) == final_val_loss(straight));
   for (const auto& e : std::filesystem::directory_iterator(dir))  // the failed write's temporaries are gone
     CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+}
+
+TEST_CASE("char_lm: a bad training state is refused with the reason, naming the file and the key") {
+  // Issue 22's mutation campaign: each of these once resumed silently, or failed naming neither.
+  const std::string dir = fresh_dir("bad_state");
+  TrainConfig c = tiny_run(dir);
+  c.run.max_iters = 2;
+  c.run.eval_interval = 2;
+  train(c);
+  const std::string unit = find_checkpoint(dir);
+  // The message of resuming from a copy of the run whose training state `mutate` changed.
+  const auto resume_with = [&](const std::string& name, const std::function<void(SafetensorsFile&)>& mutate,
+                               bool names_the_state_file = true) {
+    const std::string legacy = fresh_dir("bad_state_" + name);
+    std::filesystem::copy_file(model_path(unit), model_path(legacy));
+    SafetensorsFile state = load_safetensors(train_state_path(unit));
+    mutate(state);
+    save_safetensors(train_state_path(legacy), state.tensors, state.metadata);
+    TrainConfig resume = c;
+    resume.given = std::set<std::string>{"max_iters"};
+    resume.run.out = legacy;
+    resume.run.resume = true;
+    resume.run.max_iters = 4;
+    std::string message;
+    try {
+      train(resume);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    CAPTURE(message);
+    CHECK(!message.empty());
+    if (names_the_state_file) CHECK(message.find("checkpoint '" + train_state_path(legacy) + "'") != std::string::npos);
+    return message;
+  };
+  for (const char* key : {"lr", "weight-decay", "grad-clip", "min-lr"}) {
+    CAPTURE(key);
+    const std::string message = resume_with("inf", [&](SafetensorsFile& s) { s.metadata[key] = "inf"; });
+    CHECK(message.find("__metadata__ '" + std::string(key) + "' must be a finite number") != std::string::npos);
+  }
+  std::string message = resume_with("no_metadata", [](SafetensorsFile& s) { s.metadata.clear(); });
+  CHECK(message.find("__metadata__ has no 'block-size': the run's options are missing") != std::string::npos);
+  message = resume_with("extra_tensor", [](SafetensorsFile& s) { s.tensors.push_back({"rng.extra", Tensor::zeros({1})}); });
+  CHECK(message.find("holds a tensor 'rng.extra' that no version of char_lm writes") != std::string::npos);
+  message = resume_with("iter_float", [](SafetensorsFile& s) {
+    for (NamedTensor& t : s.tensors)
+      if (t.name == "iter") t.tensor = Tensor::zeros({1}, DType::Float64);
+  });
+  CHECK(message.find("'iter' should be one int64") != std::string::npos);
+  message = resume_with("negative_iter", [](SafetensorsFile& s) {
+    for (NamedTensor& t : s.tensors)
+      if (t.name == "iter") t.tensor = Tensor::from_indices({-1}, {1});
+  });
+  CHECK(message.find("'iter' is negative") != std::string::npos);
+  message = resume_with("no_seed", [](SafetensorsFile& s) { std::erase_if(s.tensors, [](const NamedTensor& t) { return t.name == "rng.batch.seed"; }); });
+  CHECK(message.find("has no tensor 'rng.batch.seed'") != std::string::npos);
+  // The weights and the state must describe one model.
+  message = resume_with("other_model", [](SafetensorsFile& s) { s.metadata["n-embd"] = "64"; }, false);
+  CHECK(message.find("model.safetensors has n-embd = 32 but train_state.safetensors 64") != std::string::npos);
+}
+
+TEST_CASE("char_lm: a resume whose --max-iters is not past the checkpoint says so and exits non-zero") {
+  const std::string dir = fresh_dir("resume_not_past");
+  const std::string options = " --data " + ag::test::generated_text_file() +
+                              " --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 2 --eval-interval 2"
+                              " --eval-iters 1 --warmup-iters 1 --lr-decay-iters 4 --sample-tokens 0 --threads 1";
+  REQUIRE(ag::test::run_char_lm("train --max-iters 4 --out " + dir + options).first == 0);
+  for (const char* max_iters : {"2", "4"}) {
+    CAPTURE(max_iters);
+    const auto [status, output] = ag::test::run_char_lm("train --resume --out " + dir + " --max-iters " + max_iters);
+    CHECK(status == 1);
+    CHECK(output.find("is at iteration 4 already, and --max-iters " + std::string(max_iters) + " is not past it") !=
+          std::string::npos);
+    CHECK(output.find("done:") == std::string::npos);
+  }
+  CHECK(find_checkpoint(dir) == dir + "/ckpt-00000004");
+}
+
+TEST_CASE("char_lm: a checkpoint path that does not exist says so") {
+  const std::string missing = fresh_dir("missing_ckpt") + "/nope";
+  CHECK_THROWS_WITH_AS(find_checkpoint(missing), ("checkpoint: '" + missing + "' does not exist").c_str(), Error);
+  const auto [status, output] = ag::test::run_char_lm("sample --ckpt " + missing);
+  CHECK(status == 1);
+  CHECK(output.find("'" + missing + "' does not exist") != std::string::npos);
+}
+
+TEST_CASE("char_lm: --attn-impl on a linear-attention model is an error, not ignored") {
+  nn::GPTConfig config{.vocab_size = 5, .block_size = 4, .n_layer = 1, .n_head = 2, .n_embd = 4};
+  config.attention = AttentionFunction::Linear;
+  config.check();  // the default implementation is no choice the model ignores
+  config.attn_impl = nn::AttentionImpl::Flash;
+  CHECK_THROWS_WITH_AS(config.check(), doctest::Contains("--attn-impl flash chooses how softmax attention is computed"),
+                       Error);
+  // Given to a command that loads a linear model (sample --attn-impl flash): blamed on the setting, not the file.
+  TrainConfig c = tiny_run(fresh_dir("linear_impl"));
+  c.model.attention = AttentionFunction::Linear;
+  c.run.max_iters = 1;
+  train(c);
+  const std::string path = model_path(find_checkpoint(c.run.out));
+  nn::GPTConfig settings;
+  settings.attn_impl = nn::AttentionImpl::Flash;
+  const std::string message = "checkpoint '" + path + "': --attn-impl flash chooses how softmax attention is computed";
+  CHECK_THROWS_WITH_AS(load_model(path, DType::Float32, settings), doctest::Contains(message.c_str()), Error);
 }

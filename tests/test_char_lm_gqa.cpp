@@ -47,7 +47,7 @@ TEST_CASE("char_lm gqa: n_kv_head is saved, and a checkpoint without it is multi
   const std::string bad = dir + "/bad.safetensors";
   file.metadata.erase("n_kv_head");  // as an older checkpoint: then it must hold [C, C] projections
   save_safetensors(bad, file.tensors, file.metadata);
-  CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("'blocks.0.attn.w_k.weight' is [32,16] but __metadata__ says [32,32]"),
+  CHECK_THROWS_WITH_AS(load_model(bad), doctest::Contains("'blocks.0.attn.w_k.weight' is [32,16] but __metadata__ (n_embd, n_head, n_kv_head) says [32,32]"),
                        Error);
 
   const std::string mha_dir = trained_run("mha", 0);
@@ -168,4 +168,10 @@ TEST_CASE("char_lm gqa: convert mean-pools each group's W_K, W_V and train --res
   REQUIRE(!uptrained.evals.empty());
   CHECK(uptrained.evals.back().iter == 30);
   CHECK(std::isfinite(uptrained.evals.back().val_loss));
+
+  // --out holds a run now: refused, unless --overwrite, which leaves no unit of the old run to be taken as newest.
+  CHECK_THROWS_WITH_AS(convert_kv_heads({.ckpt = source, .n_kv_head = 2, .out = out}),
+                       doctest::Contains(("convert: '" + out + "' holds a run already; pass --overwrite").c_str()), Error);
+  convert_kv_heads({.ckpt = source, .n_kv_head = 2, .out = out, .overwrite = true});
+  CHECK(find_checkpoint(out) == out + "/ckpt-00000020");
 }

@@ -162,8 +162,15 @@ TEST_CASE("interp: char_lm attention writes one SVG per layer, well-formed, with
   CHECK(rollout["rect.cell"] == T * (T + 1) / 2);
   CHECK(!std::filesystem::exists(out.file("layer-2.svg")));
   // A prompt longer than the context is refused, not cut silently.
-  CHECK(test::run_char_lm("attention --ckpt '" + run.run() + "' --prompt '" + too_long + "' --out '" + out.path() + "'")
-            .first != 0);
+  std::tie(status, output) = test::run_char_lm("attention --ckpt '" + run.run() + "' --prompt '" + too_long + "' --out '" +
+                                               out.path() + "' --overwrite");
+  CHECK(status != 0);
+  CHECK(output.find("more than the model's block_size") != std::string::npos);
+  // The maps written above are not replaced without --overwrite.
+  std::tie(status, output) =
+      test::run_char_lm("attention --ckpt '" + run.run() + "' --prompt 'the king' --out '" + out.path() + "'");
+  CHECK(status == 1);
+  CHECK(output.find("attention: '" + out.path() + "' holds files already; pass --overwrite") != std::string::npos);
 }
 
 TEST_CASE("interp: train keeps loss.svg, a chart of the log's train and val losses and the learning rate") {
@@ -497,6 +504,18 @@ TEST_CASE("interp: char_lm heads --prune K writes a model with K heads off that 
   // An unpruned model's file has no head_mask key, as before pruning existed.
   const SafetensorsFile original = load_safetensors(char_lm::model_path(char_lm::find_checkpoint(run.run())));
   CHECK(original.metadata.count("head_mask") == 0);
+
+  // --out holds a model now: refused as train refuses, unless --overwrite.
+  const std::string prune = "heads --ckpt '" + run.run() + "' --data '" + test::generated_text_file() +
+                            "' --eval-iters 1 --batch-size 2 --prune 2 --out '" + out.path() + "'";
+  std::tie(status, output) = test::run_char_lm(prune);
+  CHECK(status == 1);
+  CHECK(output.find("heads --prune: '" + out.path() + "' holds a run already; pass --overwrite") != std::string::npos);
+  CHECK(char_lm::load_model(char_lm::model_path(out.path())).model->config().head_mask == mask);
+  std::tie(status, output) = test::run_char_lm(prune + " --overwrite");
+  CHECK(status == 0);
+  const std::string pruned_twice = char_lm::load_model(char_lm::model_path(out.path())).model->config().head_mask;
+  CHECK(std::count(pruned_twice.begin(), pruned_twice.end(), '0') == 2);
 }
 
 TEST_CASE("cuda: training with a head switched off, and head importance, match the CPU") {

@@ -64,7 +64,15 @@ TEST_CASE("options: values are checked against the table's ranges, in the user's
   CHECK_THROWS_WITH_AS(parse_train(config, {"--threads", "4294967297"}), doctest::Contains("--threads"), Error);
   CHECK_THROWS_WITH_AS(parse_train(config, {"--batch-size", "1e18"}), "--batch-size: '1e18' is not an integer", Error);
   CHECK_THROWS_WITH_AS(parse_train(config, {"--lr", "fast"}), "--lr: 'fast' is not a number", Error);
-  CHECK_THROWS_WITH_AS(parse_train(config, {"--lr", "nan"}), doctest::Contains("--lr must be ≥ 0, got nan"), Error);
+  CHECK_THROWS_WITH_AS(parse_train(config, {"--lr", "nan"}), doctest::Contains("--lr must be a finite number ≥ 0, got nan"), Error);
+  // An open range (max kNoLimit) still excludes infinity, for every floating option.
+  for (const char* flag : {"--lr", "--min-lr", "--weight-decay", "--grad-clip"})
+    for (const char* value : {"inf", "-inf", "nan"}) {
+      CAPTURE(flag);
+      CAPTURE(value);
+      CHECK_THROWS_WITH_AS(parse_train(config, {flag, value}), doctest::Contains((std::string(flag) + " must be a finite number").c_str()), Error);
+    }
+  CHECK_THROWS_WITH_AS(parse_train(config, {"--dropout", "inf"}), doctest::Contains("--dropout must be a finite number in [0, 0.99]"), Error);
   CHECK_THROWS_WITH_AS(parse_train(config, {"--gelu", "relu"}), "--gelu: 'relu' is not one of erf|tanh", Error);
   CHECK_THROWS_WITH_AS(parse_train(config, {"--n-layer", "-3"}), doctest::Contains("--n-layer must be in [1, 1024]"), Error);
   // Issue 10's late or silent ones: each is now refused as it is parsed.
@@ -195,4 +203,50 @@ TEST_CASE("options: the program's messages: a misspelt option, a bad value, an e
   std::tie(status, output) = ag::test::run_char_lm("train --resume --out " + tmp.file("run") + " --max-iters 3 --threads 1");
   CHECK(status == 0);
   CHECK(output.find("resuming from iteration 2") != std::string::npos);
+}
+
+TEST_CASE("options: issue 22's messages: a mistyped command, an option given twice, options a command does not use") {
+  auto [status, output] = ag::test::run_char_lm("trian --max-iters 3");
+  CHECK(status == 2);
+  CHECK(output.find("unknown command 'trian' (did you mean train?)") != std::string::npos);
+  std::tie(status, output) = ag::test::run_char_lm("frobnicate");
+  CHECK(status == 2);
+  CHECK(output.find("unknown command 'frobnicate'; see --help") != std::string::npos);
+
+  // An option given twice takes the last value, as argparse does (README, "Options: one table each").
+  TrainConfig config;
+  parse_train(config, {"--lr", "0.1", "--n-layer", "2", "--lr", "0.2"});
+  CHECK(config.optim.lr == 0.2);
+  CHECK(config.model.n_layer == 2);
+
+  // mask takes the model options its mask depends on, and no others.
+  std::tie(status, output) = ag::test::run_char_lm("mask --help");
+  CHECK(status == 0);
+  CHECK(output.find("--attn-window") != std::string::npos);
+  for (const char* unused : {"--n-embd", "--dropout", "--attn-impl", "--gelu", "--feature-map"}) {
+    CAPTURE(unused);
+    CHECK(output.find(unused) == std::string::npos);
+  }
+  std::tie(status, output) = ag::test::run_char_lm("mask --block-size 4 --n-head 3 --attn-window 2");
+  CHECK(status == 0);  // n_head 3 needs no --n-embd that divides by it
+  std::tie(status, output) = ag::test::run_char_lm("mask --block-size 4 --dropout 0.5");
+  CHECK(status == 2);
+  CHECK(output.find("unknown option --dropout") != std::string::npos);
+
+  // An option that does not apply to the model is an error, before anything is written.
+  ag::test::TempDir tmp("options_issue22");
+  std::tie(status, output) = ag::test::run_char_lm("train --attention linear --attn-impl flash --data " +
+                                                    ag::test::generated_text_file() + " --out " + tmp.file("run"));
+  CHECK(status == 1);
+  CHECK(output.find("--attn-impl flash chooses how softmax attention is computed") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(tmp.file("run")));
+
+  // A config file's values pass the same range check: no infinity there either.
+  std::ofstream(tmp.file("inf.toml")) << "lr = inf\n";
+  std::tie(status, output) = ag::test::run_char_lm("train --config " + tmp.file("inf.toml") + " --out " + tmp.file("run"));
+  CHECK(status != 0);
+  CHECK(output.find("lr must be a finite number ≥ 0, got inf") != std::string::npos);
+  std::tie(status, output) = ag::test::run_char_lm("train --config " + tmp.file("absent.toml"));
+  CHECK(status != 0);
+  CHECK(output.find("--config '" + tmp.file("absent.toml") + "' does not exist") != std::string::npos);
 }

@@ -21,13 +21,30 @@ namespace {
 Tensor u64_tensor(uint64_t v) { return Tensor::from_indices({static_cast<int64_t>(v)}, {1}); }
 
 uint64_t u64_value(const SafetensorsFile& file, const std::string& name) {
+  AG_CHECK(file.contains(name), "has no tensor '" << name << "'");
   const Tensor& t = file.at(name);
-  AG_CHECK(t.dtype() == DType::Int64 && t.numel() == 1,
-           "checkpoint '" << file.path << "': '" << name << "' should be one int64, is " << describe(t));
+  AG_CHECK(t.dtype() == DType::Int64 && t.numel() == 1, "'" << name << "' should be one int64, is " << describe(t));
   return static_cast<uint64_t>(t.to_indices()[0]);
 }
 
 std::string where(const SafetensorsFile& file) { return "checkpoint '" + file.path + "'"; }
+
+// Runs `read` on a loaded file and prefixes whatever it throws with the file's
+// name: the one place that names it, so each check below names only the key.
+template <class Read> auto naming_file(const SafetensorsFile& file, Read&& read) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const Error& e) {
+    throw Error(where(file) + ": " + e.what());
+  }
+}
+
+// The tensors of a training state besides the optimizer's (optim.*), each one int64.
+constexpr const char* kTrainStateCounters[] = {"iter", "rng.batch.seed", "rng.batch.offset", "rng.dropout.seed",
+                                               "rng.dropout.offset"};
+// Run options every training state has recorded since the first: without them
+// a resumed run would go on with defaults, another run than the one saved.
+constexpr const char* kRequiredRunKeys[] = {"block-size", "n-layer", "n-head", "n-embd", "lr", "batch-size", "seed"};
 
 // The model options every checkpoint has recorded since the first; newer ones
 // may be absent (then they take their defaults, the function older models computed).
@@ -36,19 +53,20 @@ constexpr const char* kRequiredModelKeys[] = {"vocab_size", "block_size", "n_lay
 // The parameters whose shapes the size options decide, checked against the
 // file before the model is built: a file cannot make us allocate more than it holds.
 void check_sizes_against_tensors(const SafetensorsFile& file, const nn::GPTConfig& c) {
-  const auto expect = [&](const std::string& name, const Shape& shape) {
-    AG_CHECK(file.contains(name), where(file) << ": has no tensor '" << name << "' (n_layer = " << c.n_layer << ")");
-    AG_CHECK(file.at(name).shape() == shape, where(file) << ": '" << name << "' is " << to_string(file.at(name).shape())
-                                                          << " but __metadata__ says " << to_string(shape));
+  // `keys`: the __metadata__ keys that decide the shape, so the message names them.
+  const auto expect = [&](const std::string& name, const Shape& shape, const char* keys) {
+    AG_CHECK(file.contains(name), "has no tensor '" << name << "' (n_layer = " << c.n_layer << ")");
+    AG_CHECK(file.at(name).shape() == shape, "'" << name << "' is " << to_string(file.at(name).shape()) << " but __metadata__ ("
+                                                 << keys << ") says " << to_string(shape));
   };
-  expect("tok_emb.weight", {c.vocab_size, c.n_embd});
-  expect("pos_emb.weight", {c.block_size, c.n_embd});
+  expect("tok_emb.weight", {c.vocab_size, c.n_embd}, "vocab_size, n_embd");
+  expect("pos_emb.weight", {c.block_size, c.n_embd}, "block_size, n_embd");
   const int64_t kv_width = c.kv_heads() * (c.n_embd / c.n_head);  // H_kv·d_h
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string block = "blocks." + std::to_string(i);
-    expect(block + ".mlp.fc.weight", {c.n_embd, 4 * c.n_embd});
-    expect(block + ".attn.w_k.weight", {c.n_embd, kv_width});
-    expect(block + ".attn.w_v.weight", {c.n_embd, kv_width});
+    expect(block + ".mlp.fc.weight", {c.n_embd, 4 * c.n_embd}, "n_embd");
+    expect(block + ".attn.w_k.weight", {c.n_embd, kv_width}, "n_embd, n_head, n_kv_head");
+    expect(block + ".attn.w_v.weight", {c.n_embd, kv_width}, "n_embd, n_head, n_kv_head");
   }
 }
 }  // namespace
@@ -67,49 +85,52 @@ void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& 
   save_safetensors(path, tensors, metadata);
 }
 
-LoadedModel load_model(const std::string& path, DType dtype, const nn::GPTConfig& settings) {
-  const SafetensorsFile file = load_safetensors(path);
+namespace {
+// load_model's checks and construction; its caller names the file in every error.
+LoadedModel model_from(const SafetensorsFile& file, DType dtype, const nn::GPTConfig& settings) {
   nn::GPTConfig config = settings;
   std::set<std::string> used;
-  for (const char* key : kRequiredModelKeys)
-    AG_CHECK(file.metadata.count(key), where(file) << ": __metadata__ has no '" << key << "'");
-  read_options(config, file.metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake, where(file), used);
-  reject_unknown_keys(file.metadata, used, {"chars", "iter"}, where(file));
+  for (const char* key : kRequiredModelKeys) AG_CHECK(file.metadata.count(key), "__metadata__ has no '" << key << "'");
+  read_options(config, file.metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake, "", used);
+  reject_unknown_keys(file.metadata, used, {"chars", "iter"}, "");
+  // The file's options alone first, so that a bad key is blamed on the file, and a setting that does not
+  // apply to its model (--attn-impl flash on linear attention) on the call that gave it.
+  nn::GPTConfig file_only;
+  read_options(file_only, file.metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake, "", used);
   try {
-    config.check();
+    file_only.check();
   } catch (const Error& e) {
-    throw Error(where(file) + ": " + e.what());
+    throw Error(std::string("__metadata__ describes no valid model: ") + e.what());
   }
+  config.check();
   check_sizes_against_tensors(file, config);
 
   LoadedModel loaded;
-  try {
-    loaded.tokenizer = Tokenizer::from_metadata(file.metadata);
-  } catch (const Error& e) {
-    throw Error(where(file) + ": " + e.what());
-  }
+  loaded.tokenizer = Tokenizer::from_metadata(file.metadata);
   AG_CHECK(loaded.tokenizer.vocab_size() == 0 || loaded.tokenizer.vocab_size() == config.vocab_size,
-           where(file) << ": " << loaded.tokenizer.vocab_size() << " characters for vocab_size " << config.vocab_size);
+           "__metadata__ 'chars' has " << loaded.tokenizer.vocab_size() << " characters for vocab_size " << config.vocab_size);
   if (file.metadata.count("iter")) {
-    loaded.iter = option_from_string<int64_t>(file.metadata.at("iter"), where(file) + ": __metadata__ 'iter'");
-    AG_CHECK(loaded.iter >= 0, where(file) << ": __metadata__ 'iter' is negative");
+    loaded.iter = option_from_string<int64_t>(file.metadata.at("iter"), "__metadata__ 'iter'");
+    AG_CHECK(loaded.iter >= 0, "__metadata__ 'iter' is negative");
   }
   Generator unused(0);  // the weights come from the file
   loaded.model = std::make_unique<nn::GPT>(config, unused);
   loaded.model->to(dtype);
   std::vector<NamedTensor> weights;
   for (const NamedTensor& t : file.tensors) {
-    AG_CHECK(is_floating(t.tensor.dtype()), where(file) << ": parameter '" << t.name << "' has dtype " << t.tensor.dtype());
-    AG_CHECK(all_finite(t.tensor), where(file) << ": parameter '" << t.name
-                                               << "' holds NaN or infinite values (a diverged run's weights?)");
+    AG_CHECK(is_floating(t.tensor.dtype()), "parameter '" << t.name << "' has dtype " << t.tensor.dtype());
+    AG_CHECK(all_finite(t.tensor),
+             "parameter '" << t.name << "' holds NaN or infinite values (a diverged run's weights?)");
     weights.push_back({t.name, t.tensor.to(dtype)});
   }
-  try {
-    loaded.model->load_state(weights);
-  } catch (const Error& e) {
-    throw Error(where(file) + ": " + e.what());
-  }
+  loaded.model->load_state(weights);
   return loaded;
+}
+}  // namespace
+
+LoadedModel load_model(const std::string& path, DType dtype, const nn::GPTConfig& settings) {
+  const SafetensorsFile file = load_safetensors(path);  // its own errors name the file
+  return naming_file(file, [&] { return model_from(file, dtype, settings); });
 }
 
 void save_train_state(const std::string& path, const TrainState& state, const TrainConfig& config,
@@ -127,22 +148,44 @@ void save_train_state(const std::string& path, const TrainState& state, const Tr
   save_safetensors(path, tensors, options);
 }
 
+SafetensorsFile load_train_state(const std::string& path) {
+  SafetensorsFile file = load_safetensors(path);  // its own errors name the file
+  naming_file(file, [&] {
+    for (const char* key : kRequiredRunKeys)
+      AG_CHECK(file.metadata.count(key), "__metadata__ has no '" << key << "': the run's options are missing, and "
+                                         "continuing on defaults would train another run than the one saved");
+    for (const NamedTensor& t : file.tensors)
+      AG_CHECK(t.name.starts_with("optim.") ||
+                   std::find(std::begin(kTrainStateCounters), std::end(kTrainStateCounters), t.name) != std::end(kTrainStateCounters),
+               "holds a tensor '" << t.name << "' that no version of char_lm writes in a training state");
+    for (const char* name : kTrainStateCounters) u64_value(file, name);
+    AG_CHECK(static_cast<int64_t>(u64_value(file, "iter")) >= 0, "'iter' is negative");
+  });
+  return file;
+}
+
+int64_t train_state_iter(const SafetensorsFile& file) {
+  return naming_file(file, [&] { return static_cast<int64_t>(u64_value(file, "iter")); });
+}
+
 TrainState restore_train_state(const SafetensorsFile& file, optim::Optimizer& optimizer) {
-  TrainState state;
-  state.iter = static_cast<int64_t>(u64_value(file, "iter"));
-  state.batch_seed = u64_value(file, "rng.batch.seed");
-  state.batch_offset = u64_value(file, "rng.batch.offset");
-  state.dropout_seed = u64_value(file, "rng.dropout.seed");
-  state.dropout_offset = u64_value(file, "rng.dropout.offset");
-  optim::NamedTensors optimizer_state;
-  for (const NamedTensor& t : file.tensors)
-    if (t.name.rfind("optim.", 0) == 0) optimizer_state.push_back({t.name.substr(6), t.tensor});
-  try {
-    optimizer.load_state(optimizer_state);
-  } catch (const Error& e) {
-    throw Error(where(file) + ": " + e.what());
-  }
-  return state;
+  return naming_file(file, [&] {
+    TrainState state;
+    state.iter = static_cast<int64_t>(u64_value(file, "iter"));
+    state.batch_seed = u64_value(file, "rng.batch.seed");
+    state.batch_offset = u64_value(file, "rng.batch.offset");
+    state.dropout_seed = u64_value(file, "rng.dropout.seed");
+    state.dropout_offset = u64_value(file, "rng.dropout.offset");
+    optim::NamedTensors optimizer_state;
+    for (const NamedTensor& t : file.tensors)
+      if (t.name.starts_with("optim.")) optimizer_state.push_back({t.name.substr(6), t.tensor});
+    try {
+      optimizer.load_state(optimizer_state);
+    } catch (const Error& e) {
+      throw Error(std::string("optim.* (the optimizer's state, named below without optim.): ") + e.what());
+    }
+    return state;
+  });
 }
 
 void resume_options(TrainConfig& config, const SafetensorsFile& file) {
@@ -152,10 +195,12 @@ void resume_options(TrainConfig& config, const SafetensorsFile& file) {
     std::decay_t<decltype(table)>::for_each_option(table, [&](const auto&, const OptionInfo& info) { given.insert(info.name); });
   });
   std::string conflicts;
-  TrainConfig::for_each_table(config, [&](auto& table) {
-    conflicts += ag::resume_options(table, file.metadata, given, where(file), used);
+  naming_file(file, [&] {
+    TrainConfig::for_each_table(config, [&](auto& table) {
+      conflicts += ag::resume_options(table, file.metadata, given, "", used);
+    });
+    reject_unknown_keys(file.metadata, used, {}, "");
   });
-  reject_unknown_keys(file.metadata, used, {}, where(file));
   AG_CHECK(conflicts.empty(), "train --resume: '" << config.run.out << "' holds a run with other options (only Settings "
                                                      "such as --max-iters, --data, --log-interval, and --out, --device, "
                                                      "--threads may change; leave the others out to keep the run's):"
@@ -262,6 +307,24 @@ RunHistory run_history(const std::string& run_dir) {
 
 bool holds_run(const std::string& dir) { return fs::exists(model_path(dir)) || !units_of(dir).empty(); }
 
+void check_output_directory(const std::string& command, const std::string& dir, OutputKind kind, bool overwrite,
+                            const std::string& other_choices) {
+  if (overwrite) return;
+  std::error_code error;
+  const bool taken = kind == OutputKind::Run ? holds_run(dir) : fs::exists(dir) && !fs::is_empty(dir, error);
+  AG_CHECK(!taken, command << ": '" << dir << "' holds " << (kind == OutputKind::Run ? "a run" : "files")
+                           << " already; pass " << other_choices << "--overwrite to replace it, or another --out");
+}
+
+void clear_run(const std::string& dir) {
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("ckpt-") || name == "best" || name == "model.safetensors" ||
+        name == "train_state.safetensors" || name == "log.csv" || name == "loss.svg")
+      fs::remove_all(e.path());
+  }
+}
+
 void remove_stale_temporaries(const std::string& run_dir) {
   std::error_code error;
   for (const fs::directory_entry& e : fs::directory_iterator(run_dir, error))
@@ -319,6 +382,7 @@ void save_checkpoint(const std::string& run_dir, int64_t iter, double val_loss, 
 }
 
 std::string find_checkpoint(const std::string& dir, std::vector<std::string>* passed_over) {
+  AG_CHECK(fs::exists(dir), "checkpoint: '" << dir << "' does not exist");
   AG_CHECK(fs::is_directory(dir), "checkpoint: '" << dir << "' is not a directory");
   if (fs::exists(model_path(dir))) return dir;  // a unit, or a run from before units
   std::vector<std::string> units = units_of(dir);

@@ -52,8 +52,8 @@ void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& 
 // Builds the model its metadata describes and loads its weights, converted to
 // `dtype`. The model's options come from the file; `settings` supplies the
 // others (dropout, the attention implementation: choices of a run, not
-// properties of the model). ag::Error naming the file on a missing, unknown or
-// bad key, or a parameter of the wrong shape or dtype; sizes are checked against
+// properties of the model). ag::Error naming the file and the key on a missing,
+// unknown or bad key, or a parameter of the wrong shape or dtype; sizes are checked against
 // the file's tensors before anything is allocated.
 LoadedModel load_model(const std::string& path, DType dtype = DType::Float32, const nn::GPTConfig& settings = {});
 
@@ -91,9 +91,28 @@ struct RunHistory {
 RunHistory run_history(const std::string& run_dir);
 // True if `dir` holds a run (a unit, or model.safetensors).
 bool holds_run(const std::string& dir);
+// What a command writes into its output directory.
+enum class OutputKind {
+  Run,    // a run (train, convert) or a model (heads --prune): refused over a run
+  Files,  // files of its own (attention's SVGs): refused over anything
+};
+// The one rule of every command that writes a directory: unless `overwrite`
+// (--overwrite), a directory that already holds output of its kind is refused,
+// naming `command`, so nothing is replaced silently. `other_choices` adds to
+// the advice ("--resume to continue it, ").
+void check_output_directory(const std::string& command, const std::string& dir, OutputKind kind, bool overwrite,
+                            const std::string& other_choices = "");
+// --overwrite of a run: the old run's checkpoints and log go, so none can be
+// mistaken for the new run's (a reader takes the newest unit).
+void clear_run(const std::string& dir);
 // Removes what a killed writer left in run_dir (temporary units and files).
 void remove_stale_temporaries(const std::string& run_dir);
 
+// Reads a train_state file and checks what needs no model: its run options
+// are there, every tensor is one char_lm writes, the counters are one int64
+// each. Every loading error here and below names the file and the key.
+SafetensorsFile load_train_state(const std::string& path);
+int64_t train_state_iter(const SafetensorsFile& file);  // the next iteration the saved run would run
 // Restores the optimizer from a loaded train_state file and returns the rest.
 TrainState restore_train_state(const SafetensorsFile& file, optim::Optimizer& optimizer);
 // The run's options, as a train_state file saved them: the ones a command line

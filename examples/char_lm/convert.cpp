@@ -1,6 +1,7 @@
 #include "examples/char_lm/convert.h"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "core/ops.h"
 #include "core/safetensors.h"
@@ -28,10 +29,10 @@ Tensor mean_pool_heads(const Tensor& w, int64_t H_kv, int64_t G, int64_t d_h) {
 
 ConvertResult convert_kv_heads(const ConvertOptions& o) {
   AG_CHECK(!o.out.empty(), "convert: --out is required (a new run directory)");
-  AG_CHECK(!holds_run(o.out), "convert: '" << o.out << "' holds a run already; choose another --out");
+  check_output_directory("convert", o.out, OutputKind::Run, o.overwrite);
   const std::string unit = find_checkpoint(o.ckpt);
   SafetensorsFile weights = load_safetensors(model_path(unit));
-  SafetensorsFile state = load_safetensors(train_state_path(unit));
+  SafetensorsFile state = load_train_state(train_state_path(unit));
 
   // The run's options, all from its training state (none given here).
   TrainConfig c;
@@ -63,6 +64,7 @@ ConvertResult convert_kv_heads(const ConvertOptions& o) {
   const TrainState train_state = restore_train_state(state, optimizer);
   result.val_loss_after = evaluate(model, data, c, result.iter, alone).val_loss;
   c.run.out = o.out;
+  if (o.overwrite && std::filesystem::exists(o.out)) clear_run(o.out);
   save_checkpoint(o.out, result.iter, result.val_loss_after, model, source.tokenizer, train_state, c, optimizer,
                   c.run.keep_checkpoints);
   return result;

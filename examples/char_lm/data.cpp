@@ -24,6 +24,8 @@ std::string resolve_data_path(const std::string& flag, const std::string& root) 
 }
 
 std::string read_text(const std::string& path) {
+  AG_CHECK(std::filesystem::exists(path),
+           "data: '" << path << "' does not exist (pass --data PATH, set ATTOGRAD_DATA, or run scripts/get_data.sh)");
   AG_CHECK(!std::filesystem::is_directory(path),
            "data: '" << path << "' is a directory; pass the text file itself (--data " << path
                      << "/tinyshakespeare.txt, say)");

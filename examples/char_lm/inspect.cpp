@@ -136,6 +136,7 @@ interp::Attribution explain(const Inspected& in, const std::vector<int64_t>& ids
 }  // namespace
 
 int run_attention(const AttentionOptions& o) {
+  check_output_directory("attention", o.out, OutputKind::Files, o.overwrite);
   Inspected in = load(o.ckpt);
   const std::vector<int64_t> ids = encode_prompt(in, o.prompt);
   const std::vector<Tensor> maps = interp::attention_maps(*in.loaded.model, ids);
@@ -188,6 +189,7 @@ void print_heads(const HeadsTable& table) {
 int run_heads(const HeadsOptions& o) {
   Inspected in = load(o.ckpt);
   AG_CHECK(o.prune == 0 || !o.out.empty(), "heads: --prune needs --out (where to write the pruned model)");
+  if (o.prune > 0) check_output_directory("heads --prune", o.out, OutputKind::Run, o.overwrite);
   const std::vector<interp::TokenBatch> batches = validation_batches(o, in);
   const HeadsTable table = measure_heads(in, batches);
   std::printf("head importance: mean |dL/dg_h| over %lld validation batches of %lld x %lld characters\n",
@@ -200,6 +202,7 @@ int run_heads(const HeadsOptions& o) {
   model.set_head_mask(nn::head_mask_text(interp::prune_least_important(table.importance, table.gates, o.prune)));
   const double after = interp::mean_loss(model, batches);
   fs::create_directories(o.out);
+  if (o.overwrite) clear_run(o.out);
   save_model(model_path(o.out), model, in.loaded.tokenizer, in.loaded.iter);
   std::printf("pruned the %lld least important heads: head_mask %s\n", static_cast<long long>(o.prune),
               model.config().head_mask.c_str());

@@ -20,7 +20,8 @@
 #define AG_CHAR_LM_ATTENTION_OPTIONS(X) \
   AG_CHAR_LM_INSPECT_CKPT(X) \
   AG_CHAR_LM_INSPECT_PROMPT(X) \
-  X(Local, std::string, out,        "attention",                                 0,   0,       "directory for layer-N.svg (one per layer) and rollout.svg")
+  X(Local, std::string, out,        "attention",                                 0,   0,       "directory for layer-N.svg (one per layer) and rollout.svg") \
+  X(Local, bool,        overwrite,  false,                                       0,   0,       "write --out even if it holds files (they may be replaced)")
 
 #define AG_CHAR_LM_EXPLAIN_OPTIONS(X) \
   AG_CHAR_LM_INSPECT_CKPT(X) \
@@ -32,7 +33,8 @@
   AG_CHAR_LM_INSPECT_CKPT(X) \
   AG_CHAR_LM_INSPECT_VAL(X) \
   X(Local, int64_t,     prune,      0,                                           0,   1 << 20, "switch off the K least important heads and write the model to --out") \
-  X(Local, std::string, out,        "",                                          0,   0,       "where --prune writes the pruned model (a checkpoint directory)")
+  X(Local, std::string, out,        "",                                          0,   0,       "where --prune writes the pruned model (a checkpoint directory)") \
+  X(Local, bool,        overwrite,  false,                                       0,   0,       "write --out even if it holds a run (which is lost)")
 
 #define AG_CHAR_LM_REPORT_OPTIONS(X) \
   AG_CHAR_LM_INSPECT_CKPT(X) \

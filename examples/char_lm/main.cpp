@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
   nn::GPTConfig mask_config;
   mask_config.vocab_size = 1;  // the mask does not depend on it
   cli::Command mask_command(app.add_subcommand("mask", "print the attention mask of a sparse pattern (--attn-window ...)"));
-  mask_command.bind(mask_options).bind(mask_config, {OptionKind::Model});
+  mask_command.bind(mask_options).bind_only(mask_config, kMaskModelOptions);
 
   InfoOptions info_options;
   cli::Command info_command(app.add_subcommand(

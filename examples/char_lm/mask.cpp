@@ -4,7 +4,8 @@
 
 namespace ag::char_lm {
 
-std::string mask_picture(const nn::GPTConfig& config, const MaskOptions& options) {
+std::string mask_picture(nn::GPTConfig config, const MaskOptions& options) {
+  config.n_embd = config.n_head;  // the mask does not depend on the width, but check() wants a multiple of n_head
   config.check();
   AG_CHECK(options.layer < config.n_layer && options.head < config.n_head,
            "mask: --layer " << options.layer << " --head " << options.head << " outside the model's " << config.n_layer

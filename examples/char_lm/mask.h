@@ -12,10 +12,16 @@ struct MaskOptions {
   AG_DECLARE_OPTIONS(AG_CHAR_LM_MASK_OPTIONS)
 };
 
+// The model options a mask depends on; char_lm mask takes these and no others.
+inline constexpr const char* kMaskModelOptions[] = {"block_size",  "n_layer",       "n_head",
+                                                    "attn_window", "attn_dilation", "attn_global",
+                                                    "attn_random_blocks", "attn_seed"};
+
 // The attention mask of one layer and head of a model with `config`'s
 // attn_* options, over its block_size positions, as text: one line per query
 // i, one character per key j ('#' visible, '.' hidden), then how many entries
-// are visible against full causal attention's T(T+1)/2.
-std::string mask_picture(const nn::GPTConfig& config, const MaskOptions& options);
+// are visible against full causal attention's T(T+1)/2. Options besides
+// kMaskModelOptions are ignored.
+std::string mask_picture(nn::GPTConfig config, const MaskOptions& options);
 
 }  // namespace ag::char_lm

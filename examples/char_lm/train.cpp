@@ -55,7 +55,7 @@ Metadata run_description(const TrainConfig& c, const std::string& text, const st
   description.erase("data");
   description.erase("out");
   description["text fingerprint"] = std::to_string(dist::fingerprint(text));
-  if (saved_state) description["checkpoint iteration"] = std::to_string(saved_state->at("iter").to_indices()[0]);
+  if (saved_state) description["checkpoint iteration"] = std::to_string(train_state_iter(*saved_state));
   return description;
 }
 
@@ -70,17 +70,6 @@ void truncate_log(const std::string& path, int64_t start) {
     if (kept.empty() || iter < start || (iter == start && evaluation)) kept += line + "\n";
   }
   std::ofstream(path, std::ios::trunc) << kept;
-}
-
-// --overwrite: the old run's checkpoints and log go, so none can be mistaken for the new run's.
-void clear_run(const std::string& dir) {
-  namespace fs = std::filesystem;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("ckpt-", 0) == 0 || name == "best" || name == "model.safetensors" ||
-        name == "train_state.safetensors" || name == "log.csv" || name == "loss.svg")
-      fs::remove_all(e.path());
-  }
 }
 
 // Reads the losses the steps left on the device, at once (one wait, not one
@@ -139,7 +128,7 @@ TrainResult train(TrainConfig c) {
   std::vector<std::string> passed_over;
   if (c.run.resume) {
     resumed_unit = find_checkpoint(out, &passed_over);
-    saved_state = load_safetensors(train_state_path(resumed_unit));
+    saved_state = load_train_state(train_state_path(resumed_unit));
     resume_options(c, *saved_state);
   }
   const std::string data_path = resolve_data_path(c.run.data);
@@ -148,9 +137,7 @@ TrainResult train(TrainConfig c) {
   c.model.vocab_size = data.tokenizer.vocab_size();
   c.run.data = data_path;  // remembered with the run, so --resume finds the text without --data
   check_options(c, comm);
-  AG_CHECK(c.run.resume || c.run.overwrite || !holds_run(out),
-           "train: '" << out << "' holds a run already; pass --resume to continue it, --overwrite to replace it, "
-                         "or another --out");
+  if (!c.run.resume) check_output_directory("train", out, OutputKind::Run, c.run.overwrite, "--resume to continue it, ");
 
   if (root) {
     std::error_code error;
@@ -158,6 +145,16 @@ TrainResult train(TrainConfig c) {
     AG_CHECK(!error, "train: cannot create the output directory '" << out << "': " << error.message());
     remove_stale_temporaries(out);
     if (!c.run.resume && c.run.overwrite) clear_run(out);
+  }
+  // Checked after the temporaries are gone: a run killed while writing its last unit is complete, and this
+  // is the call that tidies it.
+  if (c.run.resume) {
+    const int64_t saved_iter = train_state_iter(*saved_state);
+    AG_CHECK(c.run.max_iters > saved_iter,
+             "train --resume: the run's checkpoint '" << resumed_unit << "' is at iteration " << saved_iter
+                                                       << " already, and --max-iters " << c.run.max_iters
+                                                       << " is not past it: nothing to train (give a larger --max-iters "
+                                                          "to continue it)");
   }
   // The first collectives: every process checks it trains the same run, then binds its GPU.
   dist::check_same_on_every_process(comm, run_description(c, text, saved_state), "train");
@@ -171,6 +168,14 @@ TrainResult train(TrainConfig c) {
     AG_CHECK(loaded.tokenizer.chars() == data.tokenizer.chars(),
              "train --resume: the checkpoint's vocabulary differs from that of '" << data_path << "'");
     model_iter = loaded.iter;
+    // The training state's model options decide the step's shapes and FLOPs; the weights', the function.
+    Metadata from_weights, from_state;
+    write_options(loaded.model->config(), from_weights, {OptionKind::Model}, KeyStyle::Dashed);
+    write_options(c.model, from_state, {OptionKind::Model}, KeyStyle::Dashed);
+    for (const auto& [key, value] : from_weights)
+      AG_CHECK(from_state.at(key) == value, "train --resume: '" << resumed_unit << "': model.safetensors has " << key
+                                                                << " = " << value << " but train_state.safetensors "
+                                                                << from_state.at(key) << "; cannot continue that run");
     model = std::move(loaded.model);
   } else {
     Generator init(c.optim.seed);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 
 #include "core/threads.h"
 #include "cuda/context.h"
@@ -20,11 +22,13 @@ std::string header(const nn::GPTConfig& model, Device device) {
 
 Command& Command::allow_config_file() {
   app_->add_option("--config", config_file_,
-                   "read options from a TOML file (key = value per line, e.g. n-layer = 6); the command line's win");
+                   "read options from a TOML file (key = value per line, e.g. n-layer = 6); the command line's win")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   return *this;
 }
 
 void Command::apply_config_file(const std::string& path) {
+  AG_CHECK(std::filesystem::exists(path), "--config '" << path << "' does not exist");
   std::vector<CLI::ConfigItem> items;
   try {
     items = CLI::ConfigTOML().from_file(path);
@@ -71,25 +75,44 @@ size_t distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+// " (did you mean X?)" for the candidate nearest `name`, if it is near enough to be a typo of it.
+std::string suggestion(const std::string& name, const std::vector<std::string>& candidates) {
+  std::string nearest;
+  size_t best = SIZE_MAX;
+  for (const std::string& candidate : candidates) {
+    const size_t d = distance(name, candidate);
+    if (d < best) best = d, nearest = candidate;
+  }
+  return best <= std::max<size_t>(2, name.size() / 3) ? " (did you mean " + nearest + "?)" : "";
+}
+
 // The first argument `app` did not take, as an error with the nearest option name.
 std::string unknown_argument(const CLI::App& app, const std::string& arg) {
   if (arg.rfind("-", 0) != 0) return "unexpected argument '" + arg + "' (see --help)";
   const std::string name = arg.substr(0, arg.find('='));
-  std::string nearest;
-  size_t best = SIZE_MAX;
-  for (const CLI::Option* option : app.get_options()) {
-    for (const std::string& long_name : option->get_lnames()) {
-      const size_t d = distance(name, "--" + long_name);
-      if (d < best) best = d, nearest = "--" + long_name;
-    }
-  }
-  std::string message = "unknown option " + name;
-  if (best <= std::max<size_t>(2, name.size() / 3)) message += " (did you mean " + nearest + "?)";
-  return message + "; see --help";
+  std::vector<std::string> options;
+  for (const CLI::Option* option : app.get_options())
+    for (const std::string& long_name : option->get_lnames()) options.push_back("--" + long_name);
+  return "unknown option " + name + suggestion(name, options) + "; see --help";
+}
+
+// The first argument, when the program takes subcommands and it names none of
+// them: CLI11 itself would only say "A subcommand is required".
+std::optional<std::string> unknown_command(const CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> commands;
+  for (const CLI::App* sub : app.get_subcommands({})) commands.push_back(sub->get_name());
+  if (commands.empty() || argc < 2 || argv[1][0] == '-') return std::nullopt;
+  const std::string name = argv[1];
+  if (std::find(commands.begin(), commands.end(), name) != commands.end()) return std::nullopt;
+  return "unknown command '" + name + "'" + suggestion(name, commands) + "; see --help";
 }
 }  // namespace
 
 int parse(CLI::App& app, int argc, char** argv) {
+  if (const std::optional<std::string> error = unknown_command(app, argc, argv)) {
+    std::fprintf(stderr, "%s: %s\n", app.get_name().c_str(), error->c_str());
+    return 2;
+  }
   app.allow_extras();
   for (CLI::App* sub : app.get_subcommands({})) sub->allow_extras();
   try {

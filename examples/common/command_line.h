@@ -42,6 +42,15 @@ class Command {
     });
     return *this;
   }
+  // Binds only the options of `config` called `names` (snake_case): for a
+  // command that uses a few of them, whose --help should list no others.
+  template <class Config, class Names> Command& bind_only(Config& config, const Names& names) {
+    Config::for_each_option(config, [&](auto& value, const OptionInfo& info) {
+      for (const char* name : names)
+        if (std::string(name) == info.name) bind_one(value, info);
+    });
+    return *this;
+  }
   // Adds --config FILE: options from a TOML file (key = value, keys the option
   // names with - or _), applied before the command line's, which win.
   Command& allow_config_file();
@@ -83,7 +92,10 @@ class Command {
       binding.command_line_text = [] { return std::string("true"); };
     } else {
       std::string& text = texts_.emplace_back();
-      app_->add_option(info.flag(), text, help)->type_name(type_name<T>())->default_str(option_to_string(value));
+      app_->add_option(info.flag(), text, help)
+          ->type_name(type_name<T>())
+          ->default_str(option_to_string(value))
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // as argparse, and as over a --config file
       binding.on_command_line = [this, flag = info.flag()] { return app_->count(flag) > 0; };
       binding.command_line_text = [&text] { return text; };
     }
@@ -100,7 +112,8 @@ class Command {
 };
 
 // Parses argv with CLI11. An unknown option becomes "unknown option --x (did
-// you mean --y?)". Returns -1 to go on, else the exit code to return (0 after
+// you mean --y?)", an unknown subcommand "unknown command 'x' (did you mean
+// y?)"; an option given twice takes the last value. Returns -1 to go on, else the exit code to return (0 after
 // --help, 2 after a usage error, whose message it printed).
 int parse(CLI::App& app, int argc, char** argv);
 
