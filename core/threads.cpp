@@ -172,7 +172,12 @@ BlasKernelChoice choose_blas_kernels(const CpuFeatures& cpu, const char* given_c
 
 namespace {
 
-constinit BlasKernelChoice start_choice;  // set before any constructor runs
+// Set from .preinit_array, before any constructor runs: built on first use (a
+// global's constructor would run later and reset it), never destroyed.
+BlasKernelChoice& start_choice() {
+  static BlasKernelChoice* const choice = new BlasKernelChoice;
+  return *choice;
+}
 
 // What attograd set, in the environment it starts again with: a process that
 // finds it knows its settings came from attograd, not from its user.
@@ -196,23 +201,24 @@ const char* find_variable(char** envp, const char* name) {
 // the process starts itself again (execve of /proc/self/exe, same arguments)
 // with the variables added; that one finds ATTOGRAD_CPU_SETUP and goes on.
 void choose_at_process_start(int, char** argv, char** envp) {
+  BlasKernelChoice& choice = start_choice();
   const char* given = find_variable(envp, "OPENBLAS_CORETYPE");
   if (const char* setup = find_variable(envp, kSetupVariable)) {
     const std::string ours = std::string("OPENBLAS_CORETYPE=") + (given ? given : "");
-    start_choice = choose_blas_kernels(this_cpu_features(), given);
-    if (given && std::strstr(setup, ours.c_str())) start_choice.chosen = true;
-    if (const char* note = find_variable(envp, kNoteVariable)) start_choice.note = note;
+    choice = choose_blas_kernels(this_cpu_features(), given);
+    if (given && std::strstr(setup, ours.c_str())) choice.chosen = true;
+    if (const char* note = find_variable(envp, kNoteVariable)) choice.note = note;
     return;
   }
-  start_choice = choose_blas_kernels(this_cpu_features(), given);
+  choice = choose_blas_kernels(this_cpu_features(), given);
   const bool bound_spin = !find_variable(envp, "GOMP_SPINCOUNT") && !find_variable(envp, "OMP_WAIT_POLICY");
-  const bool replace_coretype = start_choice.coretype != (given ? given : "");
+  const bool replace_coretype = choice.coretype != (given ? given : "");
   if (!replace_coretype && !bound_spin) return;
 
   std::vector<std::string> added;
   std::string setup;
-  if (replace_coretype && !start_choice.coretype.empty()) {
-    added.push_back("OPENBLAS_CORETYPE=" + start_choice.coretype);
+  if (replace_coretype && !choice.coretype.empty()) {
+    added.push_back("OPENBLAS_CORETYPE=" + choice.coretype);
     setup = added.back();
   }
   if (bound_spin) {
@@ -220,7 +226,7 @@ void choose_at_process_start(int, char** argv, char** envp) {
     setup += (setup.empty() ? "" : " ") + added.back();
   }
   added.push_back(std::string(kSetupVariable) + "=" + setup);
-  if (!start_choice.note.empty()) added.push_back(std::string(kNoteVariable) + "=" + start_choice.note);
+  if (!choice.note.empty()) added.push_back(std::string(kNoteVariable) + "=" + choice.note);
   std::vector<char*> environment;
   for (char** entry = envp; *entry; ++entry)
     if (!replace_coretype || std::strncmp(*entry, "OPENBLAS_CORETYPE=", 18) != 0) environment.push_back(*entry);
@@ -228,13 +234,12 @@ void choose_at_process_start(int, char** argv, char** envp) {
   environment.push_back(nullptr);
   execve("/proc/self/exe", argv, environment.data());
   // Still here (no /proc, say): OpenBLAS and libgomp run as the environment says.
-  start_choice = {given ? given : "", false,
-                  "could not start again with " + setup + ": " + std::strerror(errno)};
+  choice = {given ? given : "", false, "could not start again with " + setup + ": " + std::strerror(errno)};
 }
 
 }  // namespace
 
-const BlasKernelChoice& blas_kernel_choice() { return start_choice; }
+const BlasKernelChoice& blas_kernel_choice() { return start_choice(); }
 
 std::string blas_kernels() { return openblas_get_corename(); }
 
