@@ -27,7 +27,7 @@ Run read_run(const std::string& dir) {
   AG_CHECK(fs::is_regular_file(log), "compare: '" << dir << "' has no log.csv (is it a directory of char_lm train?)");
   const std::string state = train_state_path(find_checkpoint(dir));
   AG_CHECK(fs::is_regular_file(state), "compare: '" << dir << "' has no " << state << " (its options)");
-  return {dir, load_safetensors(state).metadata, read_loss_log(log)};
+  return {dir, load_train_state(state).metadata, read_loss_log(log)};
 }
 
 // Each run's options that are not the same in every run, as "key=value, ...";
