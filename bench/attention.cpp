@@ -12,7 +12,7 @@
 // GFLOP/s counts the products' multiply-adds as docs/backprop.md does: forward
 // 4·Tq·Tk·d per head (masked: the visible pairs only), backward 2.5× that; the
 // density column is the visible pairs over T². linear-elu1 and linear-favor time
-// linear_attention (FAVOR+ with m = 64 features, masks none or causal) beside
+// linear attention (FAVOR+ with m = 64 features, masks none or causal) beside
 // them: O(T·r·d), so its GFLOP/s by that count is not shown.
 // Each case runs in a process of its own (this program with --case); a case
 // whose estimated memory exceeds --memory-limit-gb is listed as skipped.
@@ -90,10 +90,10 @@ void run_case(const Case& c, bench::Clock clock, double budget_s) {
   if (is_linear(c)) {
     const FeatureMap map = enum_from_name<FeatureMap>(c.impl.substr(7), "--impls");
     if (c.mask != "none" && c.mask != "causal") throw Error("--masks " + c.mask + ": linear attention takes none or causal");
-    const LinearAttentionSpec spec{.causal = c.mask == "causal", .feature_map = map,
-                                   .omega = map == FeatureMap::Favor ? favor_projection(64, c.d, 0).to(DType::Float32)
-                                                                     : Tensor()};
-    forward = [&q, &k, &v, spec] { return linear_attention(q, k, v, spec); };
+    const AttentionSpec spec{.function = AttentionFunction::Linear, .causal = c.mask == "causal", .feature_map = map,
+                             .omega = map == FeatureMap::Favor ? favor_projection(64, c.d, 0).to(DType::Float32)
+                                                               : Tensor()};
+    forward = [&q, &k, &v, spec] { return attention(q, k, v, spec); };
   } else {
     AttentionSpec spec = spec_of(c);
     spec.impl = enum_from_name<AttentionImpl>(c.impl, "--impls");

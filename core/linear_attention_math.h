@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "core/attention_math.h"  // HeadStrides
 #include "core/enum_names.h"
 #include "core/random.h"  // AG_HOST_DEVICE
 
@@ -29,18 +30,31 @@ enum class PrefixDirection {
   All,         // every j: non-causal attention, one φ(K)ᵀV
 };
 
-// The one product of linear attention, as the kernels see it. For each of N
-// problems (batch entry × head) and each position i < T:
-//   Out_i = Σ_{j visible from i} (A_i · B_j) C_j       A, B [N, T, r],  C, Out [N, T, e]
-// computed in chunks of `chunk` positions: inside a chunk the masked quadratic
+// The one product of linear attention, as the kernels see it. For each batch
+// entry b, head h of Out and position i < T:
+//   Out[b,h]_i = Σ_{h' read by h} Σ_{j visible from i} (A[b,h]_i · B[b,h']_j) C[b,h']_j
+// A (rows of r) and Out (rows of e) have out_heads heads; B (r) and C (e) have
+// in_heads. Every operand is read in place through its HeadStrides, in either
+// layout. When in_heads divides out_heads, head h reads in-head h / (out_heads /
+// in_heads): a query head reading its kv head (the forward, dφ(Q)). When
+// out_heads divides in_heads, head h sums the in-heads h·g … h·g + g − 1: a kv
+// head's gradient over the query heads that read it (dφ(K), dV).
+// Computed in chunks of `chunk` positions: inside a chunk the masked quadratic
 // form, across chunks a running state Σ_j B_jᵀ C_j [r, e]. The result does not
 // depend on `chunk` but for rounding (the tests check it).
 struct PrefixProduct {
   PrefixDirection direction = PrefixDirection::Causal;
   int64_t chunk = 64;
+  int64_t batch = 0, T = 0, r = 0, e = 0, out_heads = 1, in_heads = 1;
+  HeadStrides a{}, b{}, c{}, out{};
 
   AG_HOST_DEVICE bool visible(int64_t i, int64_t j) const {
     return direction == PrefixDirection::All || (direction == PrefixDirection::Causal ? j <= i : j >= i);
+  }
+  // The in-heads Out's head h sums: heads_summed() of them from first_in_head(h) on.
+  AG_HOST_DEVICE int64_t heads_summed() const { return in_heads > out_heads ? in_heads / out_heads : 1; }
+  AG_HOST_DEVICE int64_t first_in_head(int64_t h) const {
+    return in_heads > out_heads ? h * (in_heads / out_heads) : h / (out_heads / in_heads);
   }
 };
 

@@ -108,23 +108,47 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 // identity when !training or p == 0. Draws from `gen` (the default if null).
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullptr);
 
-// --- attention (core/ops/attention.cpp) ---------------------------------------------------
-// Scaled dot-product attention, per batch entry b and query head h:
-//   S = scale · Q Kᵀ,   A = softmax(S + M),   Z = A V
-// with q [B, Hq, Tq, d] and k, v [B, Hkv, Tk, d] (layout BHTD), or q [B, Tq, Hq, d]
+// --- attention (core/ops/attention.cpp, core/ops/linear_attention.cpp) -------------------
+// The one attention contract: every attention function a model can compute
+// goes through attention(q, k, v, spec), with the same layouts, grouped kv
+// heads, causal flag, KV-cache decode and inspection. Per batch entry b and
+// query head h, over the keys j that query i may see:
+//
+//   softmax: S = scale · Q Kᵀ,  A = softmax(S + M),  Z = A V
+//            M is 0 where query i may see key j and −∞ elsewhere (AttentionMask:
+//            causal, sparse patterns); a query that sees no key gets Z = 0 and
+//            zero gradients, never NaN. The row log-sum-exp ℓ = log Σ_j exp(S_ij + M_ij)
+//            is what the flash backward saves. How it is computed: AttentionImpl.
+//   linear:  softmax(QKᵀ)V ≈ φ(Q)(φ(K)ᵀV) with a feature map φ and no scale:
+//            z_i = Σ_j (φ(q_i)·φ(k_j)) v_j / (Σ_j φ(q_i)·φ(k_j) + ε); φ(K)ᵀV is
+//            r×d whatever T is, so time is O(T·r·d) and the decode state O(r·d).
+//
+// q [B, Hq, Tq, d] and k, v [B, Hkv, Tk, d] (layout BHTD), or q [B, Tq, Hq, d]
 // and k, v [B, Tk, Hkv, d] (layout BTHD: a projection X·W_Q [B, T, C] reshaped
 // to [B, T, H, d_h], read in place). Hq must be a multiple of Hkv: query head h
 // reads kv head h / (Hq / Hkv) without a copy (grouped-query attention; Hkv = 1
-// is multi-query). Z comes back in q's layout. M is 0 where query i may see key
-// j and −∞ elsewhere (AttentionMask); a query that sees no key gets Z = 0 and
-// zero gradients, never NaN. The row log-sum-exp L = log Σ_j exp(S_ij + M_ij)
-// is what the flash backward saves. Backward: docs/backprop.md, "Attention".
+// is multi-query). Z comes back in q's layout. Backward: docs/backprop.md,
+// "Attention" and "Linear attention".
+//
+// A new attention function is one more AttentionFunction (and its name), its
+// row in kAttentionFunctions (core/ops/attention.cpp: its traits, its forward,
+// its FLOP count), the fields it reads below and the file that computes it:
+// the module, the model, the cache and the programs reach it through this
+// contract alone.
 
-// How attention is computed; every implementation computes the same function.
+// The function a model's attention computes (a model property, saved in its
+// checkpoint); AttentionImpl only chooses how softmax attention is computed.
+enum class AttentionFunction { Softmax, Linear };
+template <> struct EnumNames<AttentionFunction> {
+  static constexpr std::pair<AttentionFunction, const char*> values[] = {{AttentionFunction::Softmax, "softmax"},
+                                                                          {AttentionFunction::Linear, "linear"}};
+};
+
+// How softmax attention is computed; every implementation computes the same function.
 enum class AttentionImpl {
   Composed,  // from the ops above (matmul, +M, softmax, matmul): the readable reference
   Dense,     // three kernels that form S and A [B, Hq, Tq, Tk] and save A; A can be inspected
-  Flash,     // FlashAttention: tiles and the online softmax, saves only L; memory O(T·d)
+  Flash,     // FlashAttention: tiles and the online softmax, saves only ℓ; memory O(T·d)
 };
 template <> struct EnumNames<AttentionImpl> {
   static constexpr std::pair<AttentionImpl, const char*> values[] = {
@@ -135,12 +159,30 @@ enum class AttentionLayout {
   BTHD,  // [B, T, H, d]
 };
 
+// One attention layer's generation state, carried from one decoded position
+// to the next. Softmax attention keeps every position's keys and values; linear
+// attention one running sum whose size does not grow with the positions. The
+// op allocates what its function needs on the first call, in k's dtype and
+// device, and appends each call's positions (attention() with spec.cache).
+struct LayerKVCache {
+  int64_t capacity = 0;  // positions it may hold (T_max)
+  int64_t length = 0;    // positions held: 0 … length − 1
+  Tensor k = {}, v = {};  // softmax: K, V [B, T_max, Hkv, d] (BTHD), rows 0 … length − 1 written
+  Tensor state = {};      // linear: Σ_j φ(k_j) [v_j, 1]ᵀ [B, Hkv, r, d + 1] (S and z = Σ_j φ(k_j) side by side)
+
+  int64_t bytes() const;  // what it holds now
+};
+
 struct AttentionSpec {
+  AttentionFunction function = AttentionFunction::Softmax;
   bool causal = false;
+  // --- softmax only ---
   std::optional<double> scale = std::nullopt;      // default 1/√d; must be > 0
   std::optional<int64_t> q_offset = std::nullopt;  // query i sits at key position i + q_offset; default Tk − Tq (bottom-right
                                                    // aligned: one new query over a cache of Tk keys sees all of them)
+  // --- every function ---
   AttentionLayout layout = AttentionLayout::BHTD;
+  // --- softmax only ---
   AttentionImpl impl = AttentionImpl::Flash;
   // Window, dilation, global tokens and random blocks (core/attention_math.h); needs
   // `causal`. Every implementation reads it through AttentionMask.
@@ -150,15 +192,47 @@ struct AttentionSpec {
   // kv_length; the rows after it are neither read nor given a gradient).
   // Default: all of them.
   std::optional<int64_t> kv_length = std::nullopt;
+  // --- linear only ---
+  FeatureMap feature_map = FeatureMap::Elu1;
+  Tensor omega = {};   // favor: the random features ω [m, d] as rows (favor_projection), in q's dtype and device
+  int64_t chunk = 64;  // positions per chunk of the causal sums (any value gives the same result but for rounding)
+  // --- decode (every causal function) ---
+  // Generation: k and v hold the new positions' keys and values only, and q
+  // their queries (Tq = Tk). The op appends them to the cache, then each query
+  // attends over every position the cache holds, itself included. Under
+  // NoGradGuard only.
+  LayerKVCache* cache = nullptr;
 };
+
+// What the rest of the project needs to know of each attention function, so that
+// nothing outside the contract branches on it.
+struct AttentionFunctionTraits {
+  bool reads_impl;         // AttentionSpec::impl chooses how it is computed
+  bool reads_pattern;      // it takes a sparse pattern
+  bool reads_feature_map;  // feature_map and omega
+  const char* weights;     // what AttentionInternals::probabilities holds for it
+  const char* cache_holds; // what its LayerKVCache holds
+};
+const AttentionFunctionTraits& attention_function_traits(AttentionFunction function);
+
+// The floating-point operations of one forward over B sequences of T positions,
+// per layer with H query heads of width d (r features for linear attention:
+// favor's m, elu1's d): 2·M·N·K per matrix product (docs/performance.md counts
+// the training step with it).
+int64_t attention_forward_flops(AttentionFunction function, FeatureMap map, int64_t features, int64_t B, int64_t H,
+                                int64_t T, int64_t d);
 
 // Results of attention() besides Z, detached, for inspection and tests.
 struct AttentionInternals {
-  Tensor probabilities;  // A [B, Hq, Tq, Tk]: composed and dense (flash never forms A)
-  Tensor log_sum_exp;    // L [B, Hq, Tq], float64, +inf on a row that sees no key: dense and flash
+  // A [B, Hq, Tq, Tk] with Z = A V: softmax's probabilities (composed and dense;
+  // flash never forms A), or the weights linear attention's output implies,
+  //   A_ij = φ(q_i)·φ(k_j) / (Σ_{j' visible} φ(q_i)·φ(k_j') + ε),
+  // formed for inspection only (the T×T matrix linear attention avoids).
+  Tensor probabilities;
+  Tensor log_sum_exp;  // ℓ [B, Hq, Tq], float64, +inf on a row that sees no key: softmax's dense and flash
 };
 
-// Z, in q's layout. `internals`, if given, receives A and/or L as noted above.
+// Z, in q's layout. `internals`, if given, receives A and/or ℓ as noted above.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec = {},
                  AttentionInternals* internals = nullptr);
 // M [Tq, Tk]: 0 where mask.visible(h, i, j), −∞ elsewhere (what composed adds to S),
@@ -171,56 +245,14 @@ void check_sparse_pattern(const SparsePattern& pattern, const std::string& where
 // The causal M [T, T]: 0 on and below the diagonal, −∞ above (position i sees j <= i).
 Tensor causal_mask(int64_t T, DType dtype = DType::Float32, Device device = Device::CPU);
 
-
-// --- linear attention (core/ops/linear_attention.cpp) ---------------------------------------
-// Softmax replaced by a kernel, softmax(QKᵀ)V ≈ φ(Q)(φ(K)ᵀV): per batch entry and
-// head, with no 1/√d scale,
-//   o_i = Σ_{j≤i} (φ(q_i)·φ(k_j)) v_j / (Σ_{j≤i} φ(q_i)·φ(k_j) + 1e-6)
-// (every j when not causal). φ(K)ᵀV is r×d whatever T is, so time is
-// O(T·r·d) and the state of the causal sums O(r·d). Backward:
-// docs/backprop.md, "Linear attention".
-
-// The function a model's attention computes (a model property, saved in its
-// checkpoint); AttentionImpl only chooses how softmax attention is computed.
-enum class AttentionFunction { Softmax, Linear };
-template <> struct EnumNames<AttentionFunction> {
-  static constexpr std::pair<AttentionFunction, const char*> values[] = {{AttentionFunction::Softmax, "softmax"},
-                                                                          {AttentionFunction::Linear, "linear"}};
-};
-
-struct LinearAttentionSpec {
-  bool causal = false;
-  FeatureMap feature_map = FeatureMap::Elu1;
-  Tensor omega;        // favor: the random features ω [m, d] as rows (favor_projection), in q's dtype and device
-  int64_t chunk = 64;  // positions per chunk of the causal sums (any value gives the same result but for rounding)
-};
-
-// φ(x) row by row over the last dim: x [..., d] -> [..., r] (r = d for elu1, m for favor).
+// Linear attention's feature map φ row by row over the last dim: x [..., d] ->
+// [..., r] (r = d for elu1, m for favor). Backward: docs/backprop.md, "Linear attention".
 Tensor attention_features(const Tensor& x, FeatureMap map, const Tensor& omega = {});
-// q, k, v [B, H, T, d] -> Z [B, H, T, d], the formula above.
-Tensor linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, const LinearAttentionSpec& spec = {});
-// The attention weights linear attention implies, A [B, H, T, T] with Z = A V:
-//   A_ij = φ(q_i)·φ(k_j) / (Σ_{j' visible} φ(q_i)·φ(k_j') + ε)  for j visible from i, else 0.
-// It forms the T×T matrix that linear attention avoids: for inspection (the
-// attention maps), not for training. Built from ops, so it is differentiable.
-Tensor linear_attention_weights(const Tensor& q, const Tensor& k, const LinearAttentionSpec& spec = {});
 // FAVOR+'s ω [m, d], float64 on the CPU: blocks of d orthogonal directions
 // (Gram-Schmidt of Gaussian rows), each row scaled by the norm of an
 // independent Gaussian d-vector, so each row is marginally N(0, I_d). A pure
 // function of (seed, stream): stream s draws counters from s·2⁴⁰ on (a layer
 // passes its index), so every run and every device gets the same features.
 Tensor favor_projection(int64_t m, int64_t d, uint64_t seed, uint64_t stream = 0);
-
-// Causal linear attention as a recurrence, for generation: after positions
-// 0..t−1 the state holds S = Σ_j φ(k_j) v_jᵀ [B, H, r, d] and z = Σ_j φ(k_j)
-// [B, H, 1, r], whatever t is. Both start undefined (no position yet).
-struct LinearAttentionState {
-  Tensor S, z;
-};
-// One new position: q, k, v [B, H, 1, d] -> its Z [B, H, 1, d], the same as the
-// last row of the causal linear_attention over every position so far; adds the
-// position to `state`. Built from ops (so it runs on every device).
-Tensor linear_attention_step(const Tensor& q, const Tensor& k, const Tensor& v, const LinearAttentionSpec& spec,
-                             LinearAttentionState& state);
 
 }  // namespace ag

@@ -3,7 +3,7 @@
 // core/linear_attention_math.h.
 //
 // The product runs as the recurrence its chunked CPU form computes in blocks:
-// one thread block per problem (batch entry × head), each thread owning
+// one thread block per problem (batch entry × head of Out), each thread owning
 // columns c of the running state Σ_j B_jᵀ C_j [r, e] (in global scratch) and
 // of Out. Position by position it adds B_iᵀ C_i[c] to its columns, then reads
 // Out_i[c] = A_i · state[:, c]: no thread reads what another writes, so no
@@ -64,29 +64,34 @@ template <class T> struct FeaturesBackward {
   }
 };
 
+// Block n is head n % out_heads of batch entry n / out_heads; thread c owns column c.
 template <class T>
-__global__ void prefix_product_kernel(const T* A, const T* B, const T* C, T* Out, T* state, int64_t N, int64_t T_,
-                                      int64_t r, int64_t e, PrefixDirection direction) {
-  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
-    const T *a = A + n * T_ * r, *b = B + n * T_ * r, *cv = C + n * T_ * e;
-    T *out = Out + n * T_ * e, *st = state + n * r * e;
+__global__ void prefix_product_kernel(const T* A, const T* B, const T* C, T* Out, T* state, PrefixProduct how) {
+  const int64_t problems = how.batch * how.out_heads, r = how.r, e = how.e, summed = how.heads_summed();
+  for (int64_t n = blockIdx.x; n < problems; n += gridDim.x) {
+    const int64_t b = n / how.out_heads, h = n % how.out_heads, first = how.first_in_head(h);
+    T* st = state + n * r * e;
     for (int64_t c = threadIdx.x; c < e; c += blockDim.x) {
       for (int64_t p = 0; p < r; ++p) st[p * e + c] = T(0);
       const auto add = [&](int64_t j) {
-        for (int64_t p = 0; p < r; ++p) st[p * e + c] += b[j * r + p] * cv[j * e + c];
+        for (int64_t g = 0; g < summed; ++g) {
+          const T *bj = B + how.b.at(b, first + g, j), *cj = C + how.c.at(b, first + g, j);
+          for (int64_t p = 0; p < r; ++p) st[p * e + c] += bj[p] * cj[c];
+        }
       };
       const auto read = [&](int64_t i) {
+        const T* ai = A + how.a.at(b, h, i);
         T acc = 0;
-        for (int64_t p = 0; p < r; ++p) acc += a[i * r + p] * st[p * e + c];
-        out[i * e + c] = acc;
+        for (int64_t p = 0; p < r; ++p) acc += ai[p] * st[p * e + c];
+        Out[how.out.at(b, h, i) + c] = acc;
       };
-      if (direction == PrefixDirection::All) {
-        for (int64_t j = 0; j < T_; ++j) add(j);
-        for (int64_t i = 0; i < T_; ++i) read(i);
+      if (how.direction == PrefixDirection::All) {
+        for (int64_t j = 0; j < how.T; ++j) add(j);
+        for (int64_t i = 0; i < how.T; ++i) read(i);
         continue;
       }
-      for (int64_t step = 0; step < T_; ++step) {
-        const int64_t i = direction == PrefixDirection::Causal ? step : T_ - 1 - step;
+      for (int64_t step = 0; step < how.T; ++step) {
+        const int64_t i = how.direction == PrefixDirection::Causal ? step : how.T - 1 - step;
         add(i);  // position i sees itself
         read(i);
       }
@@ -119,10 +124,10 @@ void linear_attention_product(const Tensor& A, const Tensor& B, const Tensor& C,
                               Tensor& Out) {
   visit_floating(A.dtype(), "linear_attention_product", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t N = A.size(0), T_ = A.size(1), r = A.size(2), e = C.size(2);
-    const Tensor state = Tensor::empty({N, r, e}, A.dtype(), Device::CUDA);
-    launch_rows(prefix_product_kernel<T>, N, e, ptr<const T>(A), ptr<const T>(B), ptr<const T>(C), ptr<T>(Out),
-                ptr<T>(state), N, T_, r, e, how.direction);
+    const int64_t problems = how.batch * how.out_heads;
+    const Tensor state = Tensor::empty({problems, how.r, how.e}, A.dtype(), Device::CUDA);
+    launch_rows(prefix_product_kernel<T>, problems, how.e, ptr<const T>(A), ptr<const T>(B), ptr<const T>(C),
+                ptr<T>(Out), ptr<T>(state), how);
   });
 }
 

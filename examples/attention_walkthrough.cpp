@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
 
   // Draw order fixes every number: the module's W and b, then X, then R.
   Generator gen(seed);
-  nn::MultiHeadSelfAttention attn(d_model, H, /*H_kv=*/H, /*causal=*/true, /*dropout=*/0.0, nn::AttentionImpl::Dense, &gen);
+  nn::MultiHeadSelfAttention attn({.C = d_model, .H = H, .causal = true, .impl = nn::AttentionImpl::Dense}, &gen);
   attn.to(DType::Float64);
   attn.set_keep_attention(true);
   Tensor X = Tensor::randn({n, d_model}, DType::Float64, &gen);

@@ -14,12 +14,12 @@
 //
 // The per-head part is one op, ag::attention (core/ops.h), in the layout BTHD:
 // it reads each head's columns of Q, K, V in place and writes Z in the same
-// layout, so splitting and merging the heads are views, not copies. Its
-// implementation (AttentionImpl: Composed, Dense or Flash) is chosen per module
-// at run time; all three compute the same function, which the tests check in
-// the output and every gradient.
+// layout, so splitting and merging the heads are views, not copies. The
+// function it computes (softmax, or linear attention with a feature map) and,
+// for softmax, its implementation (AttentionImpl) are the module's spec; every
+// implementation computes the same function, which the tests check in the
+// output and every gradient.
 #pragma once
-#include <optional>
 
 #include "nn/layers.h"
 #include "nn/kv_cache.h"
@@ -32,47 +32,48 @@ using ag::AttentionImpl;
 
 class MultiHeadSelfAttention : public Module {
  public:
-  // Submodules w_q, w_o: Linear(C, C); w_k, w_v: Linear(C, H_kv·d_h); all with
-  // biases. `dropout` applies to the output of w_o (residual dropout, as nanoGPT).
-  MultiHeadSelfAttention(int64_t C, int64_t H, int64_t H_kv, bool causal = true, double dropout = 0.0,
-                         AttentionImpl impl = AttentionImpl::Dense, Generator* gen = nullptr);
-
-  // X [B, T, C] -> O [B, T, C]
-  Tensor forward(const Tensor& x);
-  // Generation with a cache (nn/kv_cache.h; causal modules only, no autograd):
-  // X [B, T_new, C] holds positions start … start + T_new − 1, whose K, V are
-  // written into `cache` rows there; their queries attend over the cache's
-  // rows 0 … start + T_new − 1, read in place. Equals the last T_new rows of
-  // forward() on the whole prefix. Under linear attention the cache holds the
-  // recurrent state instead (cache.linear, the positions before start): the new
-  // positions are added to it one by one.
-  Tensor forward_cached(const Tensor& x, LayerKVCache& cache, int64_t start);
-
-  // Makes the module compute linear attention (core/ops.h, linear_attention)
-  // with this feature map instead of softmax attention. FAVOR+ draws its
-  // n_features × d_h features from (seed, stream) here, once: not parameters,
-  // recomputed from the seed whenever the model is built (the checkpoint holds
-  // only the seed). The impl set below then no longer applies.
-  struct LinearOptions {
+  struct Config {
+    int64_t C = 0;     // width of X and O
+    int64_t H = 1;     // query heads, a divisor of C (d_h = C / H)
+    int64_t H_kv = 0;  // key/value heads, a divisor of H; 0: H (multi-head)
+    bool causal = true;
+    double dropout = 0.0;  // on the output of w_o (residual dropout, as nanoGPT)
+    AttentionFunction function = AttentionFunction::Softmax;
+    AttentionImpl impl = AttentionImpl::Dense;  // how softmax attention is computed
+    // Which earlier keys each query sees (window, dilation, global, random
+    // blocks): part of the function the model computes. Default: all of them.
+    SparsePattern pattern = {};
+    // Linear attention's feature map. FAVOR+ draws its n_features × d_h
+    // features from (seed, stream) at construction, once: not parameters,
+    // recomputed from the seed whenever the model is built (the checkpoint holds
+    // only the seed).
     FeatureMap feature_map = FeatureMap::Elu1;
     int64_t n_features = 64;
     uint64_t seed = 0, stream = 0;
   };
-  void use_linear_attention(const LinearOptions& options);
+  // Submodules w_q, w_o: Linear(C, C); w_k, w_v: Linear(C, H_kv·d_h); all with biases.
+  explicit MultiHeadSelfAttention(const Config& config, Generator* gen = nullptr);
+
+  // X [B, T, C] -> O [B, T, C]
+  Tensor forward(const Tensor& x);
+  // Generation with a cache (under NoGradGuard; causal modules only): X [B,
+  // T_new, C] holds the positions after the cache's, which join it; their
+  // queries attend over every position it then holds. Equals the last T_new
+  // rows of forward() on the whole prefix.
+  Tensor forward_cached(const Tensor& x, LayerKVCache& cache);
+
   const Tensor& favor_features() const { return omega_; }  // ω [m, d_h] float64 (favor only)
 
-  void set_impl(AttentionImpl impl) { impl_ = impl; }
-  // Which earlier keys each query sees (window, dilation, global, random blocks):
-  // part of the function the model computes. Default: all of them.
-  void set_pattern(const SparsePattern& pattern) { pattern_ = pattern; }
-  const SparsePattern& pattern() const { return pattern_; }
-  AttentionImpl impl() const { return impl_; }
+  void set_impl(AttentionImpl impl) { spec_.impl = impl; }
+  void set_pattern(const SparsePattern& pattern) { spec_.pattern = pattern; }
+  const SparsePattern& pattern() const { return spec_.pattern; }
+  AttentionImpl impl() const { return spec_.impl; }
 
   // With keep_attention on, each forward stores A [B, H, T, T] (detached) for
   // attention() to return, so every head's pattern can be inspected. Flash never
   // forms A, so a Flash module computes those forwards with Dense (the same
   // function; only the memory differs); linear attention stores the weights its
-  // output implies (linear_attention_weights: Z = A V).
+  // output implies (Z = A V).
   void set_keep_attention(bool keep) { keep_attention_ = keep; }
   const Tensor& attention() const { return attention_; }
 
@@ -86,21 +87,21 @@ class MultiHeadSelfAttention : public Module {
   const Tensor& head_gates() const { return head_gates_; }
 
  private:
-  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, AttentionSpec spec);
+  // X [B, T, C] -> Q [B, T, H, d_h], K, V [B, T, H_kv, d_h], views of the projections.
+  struct Heads {
+    Tensor q, k, v;
+  };
+  Heads project(const Tensor& x);
+  Tensor attend(const Heads& heads, LayerKVCache* cache);
   Tensor output(const Tensor& Z);
 
   int64_t H_, H_kv_;
-  bool causal_;
-  AttentionImpl impl_;
-  SparsePattern pattern_;
+  AttentionSpec spec_;  // the function and its options; the cache and ω are added per call
   bool keep_attention_ = false;
   Tensor attention_;
   Tensor head_gates_;  // [H], or undefined
   std::shared_ptr<Linear> w_q_, w_k_, w_v_, w_o_;
-  std::optional<LinearOptions> linear_;  // set: linear attention
-  Tensor omega_, omega_here_;     // favor's ω: float64 on the CPU, and converted as the input (cached)
-  LinearAttentionSpec linear_spec(const Tensor& like);
-  Tensor linear_forward(const Tensor& x, LinearAttentionState* state);
+  Tensor omega_, omega_here_;  // favor's ω: float64 on the CPU, and converted as the input (cached)
   std::shared_ptr<Dropout> dropout_;
 };
 

@@ -6,12 +6,12 @@
 
 namespace ag::nn {
 
-Block::Block(int64_t C, int64_t H, int64_t H_kv, double dropout, GeluApprox gelu, AttentionImpl impl, Generator* gen)
-    : ln1_(register_module("ln1", std::make_shared<LayerNorm>(C))),
-      attn_(register_module("attn",
-                            std::make_shared<MultiHeadSelfAttention>(C, H, H_kv, true, dropout, impl, gen))),
-      ln2_(register_module("ln2", std::make_shared<LayerNorm>(C))),
-      mlp_(register_module("mlp", std::make_shared<MLP>(C, gelu, dropout, gen))) {}
+Block::Block(const MultiHeadSelfAttention::Config& attention, GeluApprox gelu, Generator* gen)
+    : ln1_(register_module("ln1", std::make_shared<LayerNorm>(attention.C))),
+      attn_(register_module("attn", std::make_shared<MultiHeadSelfAttention>(attention, gen))),
+      ln2_(register_module("ln2", std::make_shared<LayerNorm>(attention.C))),
+      mlp_(register_module("mlp", std::make_shared<MLP>(
+                                      MLP::Config{.C = attention.C, .gelu = gelu, .dropout = attention.dropout}, gen))) {}
 
 // Y = X + O and LN2(Y) in one pass (add_layer_norm); Y goes on as the residual stream.
 Tensor Block::forward(const Tensor& x) {
@@ -19,8 +19,8 @@ Tensor Block::forward(const Tensor& x) {
   return y + mlp_->forward(normed);
 }
 
-Tensor Block::forward_cached(const Tensor& x, LayerKVCache& cache, int64_t start) {
-  const auto [y, normed] = ln2_->forward_residual(x, attn_->forward_cached(ln1_->forward(x), cache, start));
+Tensor Block::forward_cached(const Tensor& x, LayerKVCache& cache) {
+  const auto [y, normed] = ln2_->forward_residual(x, attn_->forward_cached(ln1_->forward(x), cache));
   return y + mlp_->forward(normed);
 }
 
@@ -32,24 +32,34 @@ void GPTConfig::check() const {
                                                  << " (each kv head serves n_head / n_kv_head query heads)");
   head_gates();  // throws on a malformed head_mask
   check_sparse_pattern(attention_pattern(*this, 0), "--attn-window, --attn-dilation, --attn-global, --attn-random-blocks");
-  AG_CHECK(attention == AttentionFunction::Softmax || !attention_pattern(*this, 0).limited(),
-           "--attention linear sums over every earlier key: it takes no sparse pattern (--attn-window ...)");
+  const AttentionFunctionTraits& traits = attention_function_traits(attention);
+  AG_CHECK(traits.reads_pattern || !attention_pattern(*this, 0).limited(),
+           "--attention " << name_of(attention) << " sums over every earlier key: it takes no sparse pattern (--attn-window ...)");
   // Accepting it would claim a speed-up the model never gets.
-  AG_CHECK(attention == AttentionFunction::Softmax || attn_impl == AttentionImpl::Dense,
-           "--attn-impl " << name_of(attn_impl) << " chooses how softmax attention is computed; a linear-attention "
-                          "model (--attention linear) has one implementation: leave --attn-impl out");
+  AG_CHECK(traits.reads_impl || attn_impl == AttentionImpl::Dense,
+           "--attn-impl " << name_of(attn_impl) << " chooses how softmax attention is computed; a model with --attention "
+                          << name_of(attention) << " has one implementation: leave --attn-impl out");
 }
 
 bool GPTConfig::applies(std::string_view option) const {
   // Each conditional option with the options that switch its part on, as the model's constructor reads them.
-  const bool linear = attention == AttentionFunction::Linear, favor = linear && feature_map == FeatureMap::Favor;
-  const bool sparse = !linear && attn_window > 0;
-  if (option == "attn_impl" || option == "attn_window") return !linear;
+  const AttentionFunctionTraits& traits = attention_function_traits(attention);
+  const bool favor = traits.reads_feature_map && feature_map == FeatureMap::Favor;
+  const bool sparse = traits.reads_pattern && attn_window > 0;
+  if (option == "attn_impl") return traits.reads_impl;
+  if (option == "attn_window") return traits.reads_pattern;
   if (option == "attn_dilation" || option == "attn_global" || option == "attn_random_blocks") return sparse;
   if (option == "attn_seed") return (sparse && attn_random_blocks > 0) || favor;
-  if (option == "feature_map") return linear;
+  if (option == "feature_map") return traits.reads_feature_map;
   if (option == "n_features") return favor;
   return true;
+}
+
+MultiHeadSelfAttention::Config attention_config(const GPTConfig& config, int64_t layer) {
+  return {.C = config.n_embd, .H = config.n_head, .H_kv = config.kv_heads(), .causal = true, .dropout = config.dropout,
+          .function = config.attention, .impl = config.attn_impl, .pattern = attention_pattern(config, layer),
+          .feature_map = config.feature_map, .n_features = config.n_features,
+          .seed = static_cast<uint64_t>(config.attn_seed), .stream = static_cast<uint64_t>(layer)};  // each layer its own FAVOR+ features
 }
 
 SparsePattern attention_pattern(const GPTConfig& config, int64_t layer) {
@@ -79,8 +89,13 @@ std::string describe(const GPTConfig& c) {
   std::ostringstream line;
   line << c.n_layer << " layers, " << c.n_head << " heads of " << c.n_embd / c.n_head << " (" << c.kv_heads()
        << " kv heads), width " << c.n_embd << ", context " << c.block_size << ", vocab " << c.vocab_size << "; ";
-  if (c.attention == AttentionFunction::Softmax) {
-    line << "softmax attention (" << option_to_string(c.attn_impl) << "), causal over ";
+  line << option_to_string(c.attention) << " attention (";
+  if (c.applies("attn_impl")) line << option_to_string(c.attn_impl);
+  if (c.applies("feature_map")) line << option_to_string(c.feature_map);
+  if (c.applies("n_features")) line << ", " << c.n_features << " features, seed " << c.attn_seed;
+  line << "), causal";
+  if (c.applies("attn_window")) {
+    line << " over ";
     if (c.attn_window == 0) line << "all earlier keys";
     else {
       line << "a window of " << c.attn_window << " keys";
@@ -88,10 +103,6 @@ std::string describe(const GPTConfig& c) {
       if (c.attn_global > 0) line << ", " << c.attn_global << " global";
       if (c.attn_random_blocks > 0) line << ", " << c.attn_random_blocks << " random blocks (seed " << c.attn_seed << ")";
     }
-  } else {
-    line << "linear attention (" << option_to_string(c.feature_map);
-    if (c.feature_map == FeatureMap::Favor) line << ", " << c.n_features << " features, seed " << c.attn_seed;
-    line << "), causal";
   }
   if (!c.head_mask.empty()) line << ", heads " << c.head_mask;
   line << "; learned absolute positions; GELU " << option_to_string(c.gelu);
@@ -119,16 +130,8 @@ GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
   pos_emb_ = register_module("pos_emb", std::make_shared<Embedding>(config.block_size, C, &gen));
   dropout_ = register_module("dropout", std::make_shared<Dropout>(config.dropout));
   for (int64_t i = 0; i < config.n_layer; ++i)
-    blocks_.push_back(register_module(
-        "blocks." + std::to_string(i),
-        std::make_shared<Block>(C, config.n_head, config.kv_heads(), config.dropout, config.gelu, config.attn_impl, &gen)));
-  for (int64_t i = 0; i < config.n_layer; ++i) blocks_[i]->attn().set_pattern(attention_pattern(config, i));
-  if (config.attention == AttentionFunction::Linear)
-    for (int64_t i = 0; i < config.n_layer; ++i)  // each layer its own FAVOR+ features: stream i
-      blocks_[i]->attn().use_linear_attention({.feature_map = config.feature_map,
-                                               .n_features = config.n_features,
-                                               .seed = static_cast<uint64_t>(config.attn_seed),
-                                               .stream = static_cast<uint64_t>(i)});
+    blocks_.push_back(register_module("blocks." + std::to_string(i),
+                                      std::make_shared<Block>(attention_config(config, i), config.gelu, &gen)));
   ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(C));
   init_weights(gen);
   set_head_mask(config.head_mask);
@@ -205,17 +208,12 @@ Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) {
            "GPT: positions " << start << " … " << start + T_new - 1 << " reach past block_size = "
                              << config_.block_size << " (learned positions end there)");
   Tensor x = embed(tok_emb_->forward(idx), start);  // each token's embedding at its true position
-  for (int64_t i = 0; i < config_.n_layer; ++i) x = blocks_[i]->forward_cached(x, cache.layer(i), start);
-  cache.advance(T_new);
+  for (int64_t i = 0; i < config_.n_layer; ++i) x = blocks_[i]->forward_cached(x, cache.layer(i));  // each layer's cache advances
   return head(x);
 }
 
 KVCache GPT::make_kv_cache(int64_t B) const {
-  if (config_.attention == AttentionFunction::Linear)
-    return KVCache::for_linear_attention(config_.n_layer, B, config_.block_size);
-  const Tensor& w = tok_emb_->weight();
-  return KVCache(config_.n_layer, B, config_.block_size, config_.kv_heads(), config_.n_embd / config_.n_head,
-                 w.dtype(), w.device());
+  return KVCache({.layers = config_.n_layer, .batch = B, .capacity = config_.block_size});
 }
 
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, int64_t ignore_index) {
@@ -229,13 +227,9 @@ int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T) {
   const int64_t C = config.n_embd, BT = B * T;
   const int64_t C_kv = config.kv_heads() * (C / config.n_head);
   const int64_t projections = 2 * 2 * BT * C * C + 2 * 2 * BT * C * C_kv;
-  int64_t attention = 2 * 2 * B * T * T * C;
-  if (config.attention == AttentionFunction::Linear) {
-    const int64_t H = config.n_head, d_h = C / H;
-    const bool favor = config.feature_map == FeatureMap::Favor;
-    const int64_t r = favor ? config.n_features : d_h;
-    attention = B * H * (2 * 2 * T * r * (d_h + 1) + (favor ? 2 * 2 * T * r * d_h : 0));
-  }
+  const int64_t H = config.n_head, d_h = C / H;
+  const int64_t features = config.feature_map == FeatureMap::Favor ? config.n_features : d_h;
+  const int64_t attention = attention_forward_flops(config.attention, config.feature_map, features, B, H, T, d_h);
   const int64_t mlp = 2 * 2 * BT * C * 4 * C;
   const int64_t head = 2 * BT * C * config.vocab_size;
   const int64_t forward = config.n_layer * (projections + attention + mlp) + head;

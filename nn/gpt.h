@@ -19,12 +19,12 @@ namespace ag::nn {
 // Pre-LN transformer block: Y = X + O with O = attn(ln1(X)), then Y + mlp(ln2(Y)).
 class Block : public Module {
  public:
-  Block(int64_t C, int64_t H, int64_t H_kv, double dropout = 0.0, GeluApprox gelu = GeluApprox::Erf,
-        AttentionImpl impl = AttentionImpl::Dense, Generator* gen = nullptr);
+  // The attention's config (its C, dropout and all), and the MLP's GELU; the MLP shares C and dropout.
+  Block(const MultiHeadSelfAttention::Config& attention, GeluApprox gelu, Generator* gen = nullptr);
   // x [B, T, C] -> [B, T, C]
   Tensor forward(const Tensor& x);
-  // The same for positions start … start + T − 1, attending through `cache` (MultiHeadSelfAttention::forward_cached).
-  Tensor forward_cached(const Tensor& x, LayerKVCache& cache, int64_t start);
+  // The same for the positions after the cache's, attending through it (MultiHeadSelfAttention::forward_cached).
+  Tensor forward_cached(const Tensor& x, LayerKVCache& cache);
 
   MultiHeadSelfAttention& attn() { return *attn_; }
 
@@ -57,6 +57,9 @@ std::string head_mask_text(const std::vector<std::vector<double>>& gates);
 // "4 layers, 4 heads of 32 (4 kv heads), width 128, context 64, vocab 65; softmax
 // attention (dense), causal over all earlier keys; learned absolute positions; GELU erf".
 std::string describe(const GPTConfig& config);
+
+// Layer `layer`'s attention, from the attention options.
+MultiHeadSelfAttention::Config attention_config(const GPTConfig& config, int64_t layer);
 
 // Layer `layer`'s sparse attention pattern, from the attn_* options (the random
 // blocks are drawn per layer and head).

@@ -1,65 +1,54 @@
 // The KV cache for generation. A causal model's keys and values at positions
 // 0 … t−1 do not change when token t arrives, so generating token by token
-// needs only the new token's q, k, v per layer: its k, v are appended to the
-// cache and its query attends over every cached key (Tq = 1, bottom-right
-// aligned). Without the cache every step reruns the whole context.
+// needs only the new token's q, k, v per layer: its k, v join the cache and its
+// query attends over every cached position (Tq = 1, bottom-right aligned).
+// Without the cache every step reruns the whole context.
 //
-// The buffers are allocated once for block_size positions and read in place by
-// the attention op (AttentionSpec::kv_length), on the CPU or the GPU alike.
-// They are laid out [B, T_max, H_kv, d_h], the layout (BTHD) in which the module
-// projects K = X W_K, so appending a token's keys is one row copy per batch entry.
+// Each layer's state is a LayerKVCache (core/ops.h), which the attention op
+// itself fills and reads (AttentionSpec::cache), so generation is one contract
+// for every attention function: softmax attention's K, V [B, T_max, H_kv, d_h]
+// (allocated once for block_size positions on the first call, read in place,
+// laid out BTHD as the module projects K = X W_K, so appending a token is one
+// row copy per batch entry), or linear attention's recurrent state, whose size
+// does not grow with the positions.
 //
-// A linear-attention model (core/ops.h, linear_attention) needs no keys or
-// values: each layer carries its recurrent state (S, z) instead, whose size does
-// not grow with the positions. Its cache holds that state in the same place,
-// so generation is one contract for both attention functions.
-//
-// Programs own the cache and pass it to GPT::forward_cached, which advances it;
-// the layers see only their LayerKVCache.
+// Programs own the cache and pass it to GPT::forward_cached; the layers see
+// only their LayerKVCache.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "core/ops.h"
-#include "core/tensor.h"
 
 namespace ag::nn {
 
-// One attention layer's generation state: softmax attention's keys and values
-// K, V [B, T_max, H_kv, d_h], or linear attention's (S, z) (K, V undefined).
-struct LayerKVCache {
-  Tensor k, v;
-  LinearAttentionState linear;  // undefined until the first position arrives
-
-  // Writes k_new, v_new [B, T_new, H_kv·d_h] into rows start … start + T_new − 1.
-  void write(const Tensor& k_new, const Tensor& v_new, int64_t start);
-};
-
 class KVCache {
  public:
-  KVCache(int64_t n_layer, int64_t B, int64_t T_max, int64_t H_kv, int64_t d_h, DType dtype, Device device);
-  // For a linear-attention model: no keys or values, each layer's state (S, z) built by its first forward.
-  static KVCache for_linear_attention(int64_t n_layer, int64_t B, int64_t T_max);
+  struct Config {
+    int64_t layers = 1;
+    int64_t batch = 1;
+    int64_t capacity = 1;  // T_max: positions per sequence
+  };
+  explicit KVCache(const Config& config);
 
-  int64_t length() const { return length_; }      // positions held: 0 … length − 1
-  int64_t capacity() const { return capacity_; }  // T_max
-  int64_t batch() const { return batch_; }
+  int64_t length() const { return layers_.front().length; }  // positions held: 0 … length − 1
+  int64_t capacity() const { return config_.capacity; }      // T_max
+  int64_t batch() const { return config_.batch; }
   LayerKVCache& layer(int64_t i) { return layers_.at(i); }
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
-  // Bytes held per position of one sequence: 2 (K and V) · layers · H_kv · d_h · dtype size;
-  // 0 for linear attention, whose state does not grow with the positions.
+  // Bytes held per position of one sequence once the first position is in:
+  // 2 (K and V) · layers · H_kv · d_h · dtype size; 0 for linear attention, whose
+  // state does not grow with the positions.
   int64_t bytes_per_token() const;
   // Bytes the cache holds now: K and V for every position up to T_max (allocated
-  // up front), or linear attention's states (S, z), constant once the first position is in.
+  // on the first call), or linear attention's states, constant once the first position is in.
   int64_t bytes() const;
 
-  void advance(int64_t positions);  // after a forward wrote them; throws past the capacity
-  void clear();                     // forget every position (the K, V buffers stay)
+  void clear();  // forget every position (the K, V buffers stay)
 
  private:
-  KVCache(int64_t B, int64_t T_max) : batch_(B), capacity_(T_max) {}
+  Config config_;
   std::vector<LayerKVCache> layers_;
-  int64_t batch_, length_ = 0, capacity_;
 };
 
 }  // namespace ag::nn

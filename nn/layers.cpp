@@ -18,11 +18,11 @@ AddLayerNorm LayerNorm::forward_residual(const Tensor& x, const Tensor& residual
   return add_layer_norm(x, residual, weight_, bias_, eps_);
 }
 
-MLP::MLP(int64_t C, GeluApprox approx, double dropout, Generator* gen)
-    : fc_(register_module("fc", std::make_shared<Linear>(C, 4 * C, true, gen))),
-      proj_(register_module("proj", std::make_shared<Linear>(4 * C, C, true, gen))),
-      gelu_(register_module("gelu", std::make_shared<GELU>(approx))),
-      dropout_(register_module("dropout", std::make_shared<Dropout>(dropout))) {}
+MLP::MLP(const Config& config, Generator* gen)
+    : fc_(register_module("fc", std::make_shared<Linear>(Linear::Config{.in = config.C, .out = 4 * config.C}, gen))),
+      proj_(register_module("proj", std::make_shared<Linear>(Linear::Config{.in = 4 * config.C, .out = config.C}, gen))),
+      gelu_(register_module("gelu", std::make_shared<GELU>(config.gelu))),
+      dropout_(register_module("dropout", std::make_shared<Dropout>(config.dropout))) {}
 
 // fc's bias rides with the GELU rather than in fc's GEMM: bias_gelu is one pass
 // forward and one backward (dX and db together), the composed

@@ -60,7 +60,12 @@ class Dropout : public Module {
 // The feed-forward half of a block: fc (C → 4C), GELU, proj (4C → C), dropout.
 class MLP : public Module {
  public:
-  MLP(int64_t C, GeluApprox approx = GeluApprox::Erf, double dropout = 0.0, Generator* gen = nullptr);
+  struct Config {
+    int64_t C = 0;
+    GeluApprox gelu = GeluApprox::Erf;
+    double dropout = 0.0;
+  };
+  explicit MLP(const Config& config, Generator* gen = nullptr);
   // x [B, T, C] -> [B, T, C]
   Tensor forward(const Tensor& x) const;
 

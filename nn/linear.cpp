@@ -6,10 +6,10 @@
 
 namespace ag::nn {
 
-Linear::Linear(int64_t in, int64_t out, bool bias, Generator* gen) {
-  const double bound = 1.0 / std::sqrt(static_cast<double>(in));
-  weight_ = register_parameter("weight", Tensor::uniform({in, out}, -bound, bound, DType::Float32, gen));
-  if (bias) bias_ = register_parameter("bias", Tensor::uniform({out}, -bound, bound, DType::Float32, gen));
+Linear::Linear(const Config& config, Generator* gen) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(config.in));
+  weight_ = register_parameter("weight", Tensor::uniform({config.in, config.out}, -bound, bound, DType::Float32, gen));
+  if (config.bias) bias_ = register_parameter("bias", Tensor::uniform({config.out}, -bound, bound, DType::Float32, gen));
 }
 
 // One op (core/ops/matmul.cpp): the leading dims are folded into rows, so the

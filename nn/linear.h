@@ -10,7 +10,11 @@ class Linear : public Module {
  public:
   // weight [in, out] and bias [out] ~ U(−1/√in, 1/√in), PyTorch's default, drawn
   // from `gen` (the default generator if null). Models re-initialise them.
-  Linear(int64_t in, int64_t out, bool bias = true, Generator* gen = nullptr);
+  struct Config {
+    int64_t in = 0, out = 0;
+    bool bias = true;
+  };
+  explicit Linear(const Config& config, Generator* gen = nullptr);
 
   // x [..., in] -> y [..., out]
   Tensor forward(const Tensor& x) const;

@@ -21,7 +21,7 @@ constexpr AttentionImpl kImpls[] = {AttentionImpl::Composed, AttentionImpl::Dens
 // A float64 attention module with PyTorch-like random weights and biases.
 std::shared_ptr<MultiHeadSelfAttention> make_attention(bool causal, AttentionImpl impl, uint64_t seed) {
   Generator gen(seed);
-  auto attn = std::make_shared<MultiHeadSelfAttention>(C, H, H, causal, 0.0, impl, &gen);
+  auto attn = std::make_shared<MultiHeadSelfAttention>(MultiHeadSelfAttention::Config{.C = C, .H = H, .causal = causal, .impl = impl}, &gen);
   attn->to(DType::Float64);
   return attn;
 }
@@ -158,7 +158,7 @@ TEST_CASE("attention module: the key bias gets no gradient (softmax is shift-inv
 }
 
 TEST_CASE("attention module: C must be a multiple of H") {
-  CHECK_THROWS_WITH_AS(MultiHeadSelfAttention(10, 4, 4), doctest::Contains("C = 10 is not a multiple of H = 4"),
+  CHECK_THROWS_WITH_AS(MultiHeadSelfAttention({.C = 10, .H = 4}), doctest::Contains("C = 10 is not a multiple of H = 4"),
                        Error);
 }
 
@@ -166,7 +166,7 @@ TEST_CASE("attention module: gradcheck of a Block, input and every parameter") {
   for (AttentionImpl impl : kImpls) {
     CAPTURE(name_of(impl));
     Generator gen(10);
-    Block block(C, H, H, 0.0, GeluApprox::Erf, impl, &gen);
+    Block block({.C = C, .H = H, .impl = impl}, GeluApprox::Erf, &gen);
     block.to(DType::Float64);
     ag::test::check_module_gradients(block, random({B, T, C}, 11), [&](const Tensor& x) { return block.forward(x); });
   }
@@ -183,7 +183,7 @@ TEST_CASE("attention module: Block matches PyTorch (golden file)") {
       CAPTURE(dtype);
       const double tolerance = dtype == DType::Float64 ? 1e-10 : 1e-5;
       Generator gen(15);
-      Block block(golden_C, golden_H, golden_H, 0.0, GeluApprox::Erf, impl, &gen);
+      Block block({.C = golden_C, .H = golden_H, .impl = impl}, GeluApprox::Erf, &gen);
       block.to(dtype);
       std::vector<NamedTensor> state;
       for (const NamedTensor& p : block.named_parameters())

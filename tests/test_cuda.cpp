@@ -465,9 +465,9 @@ TEST_CASE("cuda: linear attention, elu1 and favor, causal and not (features, pre
         const Tensor omega = favor_projection(24, 16, 9).to(DType::Float32);
         check_cuda_matches_cpu(
             [&](const Inputs& x) {
-              const LinearAttentionSpec spec{.causal = causal, .feature_map = map,
-                                             .omega = map == FeatureMap::Favor ? omega.to(x[0].device()) : Tensor()};
-              return linear_attention(x[0], x[1], x[2], spec);
+              const AttentionSpec spec{.function = AttentionFunction::Linear, .causal = causal, .feature_map = map,
+                                       .omega = map == FeatureMap::Favor ? omega.to(x[0].device()) : Tensor()};
+              return attention(x[0], x[1], x[2], spec);
             },
             {input({2, 3, T, 16}, 401), input({2, 3, T, 16}, 402), input({2, 3, T, 16}, 403)});
       }

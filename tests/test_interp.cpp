@@ -378,7 +378,7 @@ TEST_CASE("interp: a head with gate 0 adds nothing to the output, and its W_Q, W
 
 TEST_CASE("interp: gated attention passes float64 gradcheck in the input, the gates and every weight") {
   Generator gen(11);
-  nn::MultiHeadSelfAttention attn(8, 2, 2, true, 0.0, AttentionImpl::Dense, &gen);
+  nn::MultiHeadSelfAttention attn({.C = 8, .H = 2, .impl = AttentionImpl::Dense}, &gen);
   Tensor gates = Tensor::from_vector({0.7, -1.3}, {2}, DType::Float64);
   gates.requires_grad_();
   attn.set_head_gates(gates);

@@ -72,7 +72,7 @@ void check_gqa_equals_repeated_mha(Device device) {
       CAPTURE(name_of(impl));
       const int64_t group = H / H_kv, d_h = C / H;
       Generator gen(20 + H_kv);
-      MultiHeadSelfAttention gqa(C, H, H_kv, true, 0.0, impl, &gen), mha(C, H, H, true, 0.0, impl, &gen);
+      MultiHeadSelfAttention gqa({.C = C, .H = H, .H_kv = H_kv, .impl = impl}, &gen), mha({.C = C, .H = H, .impl = impl}, &gen);
       gqa.to(DType::Float64);
       mha.to(DType::Float64);
       // [..., H_kv·d_h] → [..., H_kv, 1, d_h] → [..., H_kv, group, d_h] → [..., H·d_h] (repeat_interleave over heads)
@@ -156,9 +156,10 @@ void check_cached_logits_equal_full_forward(Device device) {
           return Tensor::from_indices(cols, {B, to - from}).to(device);
         };
         KVCache cache = model.make_kv_cache(B);
+        const Tensor prefill = model.forward_cached(prefix(0, prompt), cache);  // allocates K, V for block_size positions
         CHECK(cache.bytes_per_token() ==
               2 * config.n_layer * H_kv * (config.n_embd / config.n_head) * static_cast<int64_t>(dtype_size(dtype)));
-        const Tensor prefill = model.forward_cached(prefix(0, prompt), cache);
+        CHECK(cache.bytes() == cache.bytes_per_token() * B * T);
         CHECK_CLOSE(host(prefill), host(model.forward(prefix(0, prompt))), tolerance);
         for (int64_t t = prompt; t < T; ++t) {
           CAPTURE(t);
@@ -194,7 +195,7 @@ TEST_CASE("gqa: gradcheck of the module with H_kv ∈ {1, 2}, every implementati
       CAPTURE(H_kv);
       CAPTURE(name_of(impl));
       Generator gen(50);
-      MultiHeadSelfAttention attn(8, 4, H_kv, true, 0.0, impl, &gen);
+      MultiHeadSelfAttention attn({.C = 8, .H = 4, .H_kv = H_kv, .impl = impl}, &gen);
       ag::test::check_module_gradients(attn, random({2, 5, 8}, 51), [&](const Tensor& x) { return attn.forward(x); });
     }
 }

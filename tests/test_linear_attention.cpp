@@ -1,6 +1,9 @@
-// Linear attention (core/ops/linear_attention.cpp): the op against the masked
-// quadratic form it abbreviates, chunked against unchunked, gradients, FAVOR+'s
-// features and how well they approximate softmax, and the recurrent form.
+// Linear attention through the attention contract (attention() with
+// AttentionFunction::Linear; core/ops/linear_attention.cpp): the op against the
+// masked quadratic form it abbreviates, chunked against unchunked, gradients,
+// grouped kv heads and the BTHD layout read in place, FAVOR+'s features and how
+// well they approximate softmax, decoding through a LayerKVCache, and CPU
+// against CUDA.
 #include <cmath>
 
 #include "core/autograd.h"
@@ -31,7 +34,7 @@ Tensor reference_features(const Tensor& x, FeatureMap map, const Tensor& omega) 
 
 // The masked quadratic form: A = φ(Q) φ(K)ᵀ ∘ M (M lower-triangular ones, or all ones),
 // Z = A V / (rowsum(A) + 1e-6).
-Tensor quadratic_form(const Tensor& q, const Tensor& k, const Tensor& v, const LinearAttentionSpec& spec) {
+Tensor quadratic_form(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
   const int64_t T = q.size(2);
   Tensor A = matmul(reference_features(q, spec.feature_map, spec.omega),
                     transpose(reference_features(k, spec.feature_map, spec.omega), 2, 3));  // [B, H, T, T]
@@ -51,13 +54,30 @@ struct Case {
 const Case kCases[] = {{FeatureMap::Elu1, true}, {FeatureMap::Elu1, false}, {FeatureMap::Favor, true},
                        {FeatureMap::Favor, false}};
 
-LinearAttentionSpec spec_for(const Case& c, int64_t d, int64_t m = 8, DType dtype = DType::Float64) {
-  LinearAttentionSpec spec;
-  spec.causal = c.causal;
-  spec.feature_map = c.map;
-  if (c.map == FeatureMap::Favor) spec.omega = favor_projection(m, d, 7).to(dtype);
-  return spec;
+AttentionSpec spec_for(const Case& c, int64_t d, int64_t m = 8, DType dtype = DType::Float64) {
+  return {.function = AttentionFunction::Linear, .causal = c.causal, .feature_map = c.map,
+          .omega = c.map == FeatureMap::Favor ? favor_projection(m, d, 7).to(dtype) : Tensor()};
 }
+
+// [B, H, T, d] <-> [B, T, H, d]
+Tensor swap_heads_and_positions(const Tensor& t) { return permute(t, {0, 2, 1, 3}); }
+
+// Each kv head repeated for the query heads that read it: [B, Hkv, T, d] -> [B, Hq, T, d] (BHTD).
+Tensor repeat_kv(const Tensor& t, int64_t Hq) {
+  const int64_t B = t.size(0), Hkv = t.size(1), T = t.size(2), d = t.size(3);
+  return expand(t.reshape({B, Hkv, 1, T, d}), {B, Hkv, Hq / Hkv, T, d}).reshape({B, Hq, T, d});
+}
+
+// The output and the inputs' gradients of f(q, k, v) under one upstream gradient.
+std::vector<Tensor> output_and_gradients(const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& f,
+                                         const Tensor& q, const Tensor& k, const Tensor& v, uint64_t seed) {
+  const Tensor z = f(q, k, v);
+  z.backward(random(z.shape(), seed, z.dtype(), false).to(z.device()));
+  return {z, q.grad(), k.grad(), v.grad()};
+}
+
+// A fresh leaf copy of t on `device`, requiring grad.
+Tensor leaf_on(const Tensor& t, Device device) { return t.detach().to(device).clone().requires_grad_(); }
 
 }  // namespace
 
@@ -68,8 +88,8 @@ TEST_CASE("linear attention: equals the masked quadratic form (float64, ≤ 1e-1
       CAPTURE(c.causal);
       CAPTURE(T);
       const Tensor q = random({2, 3, T, 4}, 1), k = random({2, 3, T, 4}, 2), v = random({2, 3, T, 4}, 3);
-      const LinearAttentionSpec spec = spec_for(c, 4);
-      CHECK_CLOSE(linear_attention(q, k, v, spec), quadratic_form(q, k, v, spec), 1e-12);
+      const AttentionSpec spec = spec_for(c, 4);
+      CHECK_CLOSE(attention(q, k, v, spec), quadratic_form(q, k, v, spec), 1e-12);
     }
 }
 
@@ -80,10 +100,12 @@ TEST_CASE("linear attention: the weights it implies reproduce its output (A V = 
       CAPTURE(c.causal);
       CAPTURE(T);
       const Tensor q = random({2, 3, T, 4}, 4), k = random({2, 3, T, 4}, 5), v = random({2, 3, T, 4}, 6);
-      const LinearAttentionSpec spec = spec_for(c, 4);
-      const Tensor A = linear_attention_weights(q, k, spec);
+      const AttentionSpec spec = spec_for(c, 4);
+      AttentionInternals internals;
+      const Tensor Z = attention(q, k, v, spec, &internals);
+      const Tensor A = internals.probabilities;
       REQUIRE(A.shape() == Shape{2, 3, T, T});
-      CHECK_CLOSE(matmul(A, v), linear_attention(q, k, v, spec), 1e-12);
+      CHECK_CLOSE(matmul(A, v), Z, 1e-12);
       const std::vector<double> a = A.to_vector();
       for (int64_t row = 0; row < 2 * 3 * T; ++row)
         for (int64_t j = 0; j < T; ++j) {
@@ -102,9 +124,9 @@ TEST_CASE("linear attention: chunked equals unchunked, output and gradients (T =
       CAPTURE(T);
       const auto run = [&](int64_t chunk, std::vector<Tensor>& grads) {
         const Tensor q = random({1, 2, T, 5}, 4), k = random({1, 2, T, 5}, 5), v = random({1, 2, T, 5}, 6);
-        LinearAttentionSpec spec = spec_for(c, 5);
+        AttentionSpec spec = spec_for(c, 5);
         spec.chunk = chunk;
-        const Tensor z = linear_attention(q, k, v, spec);
+        const Tensor z = attention(q, k, v, spec);
         z.backward(random(z.shape(), 8, DType::Float64, false));
         grads = {q.grad(), k.grad(), v.grad()};
         return z;
@@ -130,12 +152,15 @@ TEST_CASE("linear attention: float64 gradcheck of q, k, v (elu1 and favor, causa
       CAPTURE(std::string(name_of(c.map)));
       CAPTURE(c.causal);
       CAPTURE(T);
-      LinearAttentionSpec spec = spec_for(c, 3, 6);
+      AttentionSpec spec = spec_for(c, 3, 6);
       spec.chunk = 3;  // T = 7 crosses two chunk boundaries
       const std::vector<Tensor> inputs = {random({2, 2, T, 3}, 11), random({2, 2, T, 3}, 12),
                                           random({2, 2, T, 3}, 13)};
-      CHECK_GRADCHECK([&](const std::vector<Tensor>& x) { return linear_attention(x[0], x[1], x[2], spec); },
-                      inputs);
+      CHECK_GRADCHECK([&](const std::vector<Tensor>& x) { return attention(x[0], x[1], x[2], spec); }, inputs);
+      // Grouped kv heads in BTHD: q [2, T, 4, 3] over k, v [2, T, 2, 3], read in place.
+      spec.layout = AttentionLayout::BTHD;
+      const std::vector<Tensor> grouped = {random({2, T, 4, 3}, 14), random({2, T, 2, 3}, 15), random({2, T, 2, 3}, 16)};
+      CHECK_GRADCHECK([&](const std::vector<Tensor>& x) { return attention(x[0], x[1], x[2], spec); }, grouped);
     }
 }
 
@@ -147,28 +172,103 @@ TEST_CASE("linear attention: float32 agrees with float64") {
                                         random({2, 2, 70, 8}, 23)};
     ag::test::check_float32_matches_float64(
         [&](const std::vector<Tensor>& x) {
-          return linear_attention(x[0], x[1], x[2], spec_for(c, 8, 16, x[0].dtype()));
+          return attention(x[0], x[1], x[2], spec_for(c, 8, 16, x[0].dtype()));
         },
         inputs);
   }
 }
 
-TEST_CASE("linear attention: the recurrent step gives the causal op's rows") {
-  for (FeatureMap map : {FeatureMap::Elu1, FeatureMap::Favor}) {
-    CAPTURE(std::string(name_of(map)));
-    const int64_t T = 70;
-    const Tensor q = random({2, 3, T, 4}, 31, DType::Float64, false), k = random({2, 3, T, 4}, 32, DType::Float64, false),
-                 v = random({2, 3, T, 4}, 33, DType::Float64, false);
-    const LinearAttentionSpec spec = spec_for({map, true}, 4);
-    const Tensor whole = linear_attention(q, k, v, spec);
-    LinearAttentionState state;
-    std::vector<Tensor> rows;
-    for (int64_t t = 0; t < T; ++t)
-      rows.push_back(linear_attention_step(slice(q, 2, t, t + 1), slice(k, 2, t, t + 1), slice(v, 2, t, t + 1), spec,
-                                           state));
-    CHECK_CLOSE(concat(rows, 2), whole, 1e-12);
-    CHECK(state.S.shape() == Shape{2, 3, spec.omega.defined() ? 8 : 4, 4});  // r × d whatever T is
-  }
+TEST_CASE("linear attention: decoding through a LayerKVCache gives the causal op's rows (GQA, BTHD)") {
+  for (FeatureMap map : {FeatureMap::Elu1, FeatureMap::Favor})
+    for (int64_t Hkv : {4, 2, 1}) {
+      CAPTURE(std::string(name_of(map)));
+      CAPTURE(Hkv);
+      const int64_t T = 70;
+      const Tensor q = random({2, T, 4, 4}, 31, DType::Float64, false), k = random({2, T, Hkv, 4}, 32, DType::Float64, false),
+                   v = random({2, T, Hkv, 4}, 33, DType::Float64, false);
+      AttentionSpec spec = spec_for({map, true}, 4);
+      spec.layout = AttentionLayout::BTHD;
+      const Tensor whole = attention(q, k, v, spec);
+      NoGradGuard no_grad;
+      LayerKVCache cache{.capacity = T};
+      spec.cache = &cache;
+      std::vector<Tensor> rows = {attention(slice(q, 1, 0, 5), slice(k, 1, 0, 5), slice(v, 1, 0, 5), spec)};  // a prefill
+      for (int64_t t = 5; t < T; ++t)
+        rows.push_back(attention(slice(q, 1, t, t + 1), slice(k, 1, t, t + 1), slice(v, 1, t, t + 1), spec));
+      CHECK_CLOSE(concat(rows, 1), whole, 1e-12);
+      CHECK(cache.length == T);
+      CHECK(!cache.k.defined());  // no keys or values kept
+      CHECK(cache.state.shape() == Shape{2, Hkv, spec.omega.defined() ? 8 : 4, 5});  // r × (d + 1) per kv head, whatever T is
+      CHECK_THROWS_AS(attention(slice(q, 1, 0, 1), slice(k, 1, 0, 1), slice(v, 1, 0, 1), spec), Error);  // full
+    }
+}
+
+TEST_CASE("linear attention: grouped kv heads equal each kv head repeated, BTHD equals BHTD (output and gradients)") {
+  for (const Case& c : kCases)
+    for (int64_t Hkv : {1, 2}) {
+      CAPTURE(std::string(name_of(c.map)));
+      CAPTURE(c.causal);
+      CAPTURE(Hkv);
+      const int64_t Hq = 4, T = 67;
+      const AttentionSpec spec = spec_for(c, 5);
+      const auto f = [&spec](const Tensor& a, const Tensor& b, const Tensor& cv) { return attention(a, b, cv, spec); };
+      const Tensor q = random({2, Hq, T, 5}, 41), k = random({2, Hkv, T, 5}, 42), v = random({2, Hkv, T, 5}, 43);
+      const std::vector<Tensor> grouped = output_and_gradients(f, q, k, v, 44);
+      const std::vector<Tensor> repeated = output_and_gradients(
+          [&](const Tensor& a, const Tensor& b, const Tensor& cv) { return f(a, repeat_kv(b, Hq), repeat_kv(cv, Hq)); },
+          leaf_on(q, Device::CPU), leaf_on(k, Device::CPU), leaf_on(v, Device::CPU), 44);  // expand's backward sums the group
+      AttentionSpec bthd = spec;
+      bthd.layout = AttentionLayout::BTHD;
+      const std::vector<Tensor> in_bthd = output_and_gradients(
+          [&](const Tensor& a, const Tensor& b, const Tensor& cv) {
+            return swap_heads_and_positions(attention(swap_heads_and_positions(a), swap_heads_and_positions(b),
+                                                      swap_heads_and_positions(cv), bthd));
+          },
+          leaf_on(q, Device::CPU), leaf_on(k, Device::CPU), leaf_on(v, Device::CPU), 44);
+      for (size_t i = 0; i < 4; ++i) {
+        CAPTURE(i);  // 0: Z, then dQ, dK, dV
+        CHECK_CLOSE(grouped[i], repeated[i], 1e-12);
+        CHECK_CLOSE(in_bthd[i], grouped[i], 1e-12);
+      }
+    }
+}
+
+TEST_CASE("linear attention: CUDA agrees with the CPU (output, gradients, GQA in BTHD, decoding)") {
+  if (!ag::test::cuda_or_skip()) return;
+  for (const Case& c : kCases)
+    for (DType dtype : {DType::Float64, DType::Float32}) {
+      CAPTURE(std::string(name_of(c.map)));
+      CAPTURE(c.causal);
+      CAPTURE(std::string(dtype_name(dtype)));
+      const double tolerance = dtype == DType::Float64 ? 1e-12 : 1e-5;
+      const int64_t T = 70;
+      AttentionSpec spec = spec_for(c, 8, 16, dtype);
+      spec.layout = AttentionLayout::BTHD;
+      const Tensor q = random({2, T, 4, 8}, 51, dtype), k = random({2, T, 2, 8}, 52, dtype), v = random({2, T, 2, 8}, 53, dtype);
+      const auto run = [&](Device device) {
+        AttentionSpec here = spec;
+        if (here.omega.defined()) here.omega = here.omega.to(device);
+        return output_and_gradients(
+            [&here](const Tensor& a, const Tensor& b, const Tensor& cv) { return attention(a, b, cv, here); },
+            leaf_on(q, device), leaf_on(k, device), leaf_on(v, device), 54);
+      };
+      const std::vector<Tensor> cpu = run(Device::CPU), gpu = run(Device::CUDA);
+      for (size_t i = 0; i < 4; ++i) {
+        CAPTURE(i);
+        CHECK_CLOSE(gpu[i].to(Device::CPU), cpu[i], tolerance);
+      }
+      if (!c.causal) continue;
+      NoGradGuard no_grad;  // decoding on the device: a prefill, then one position at a time
+      AttentionSpec decode = spec;
+      if (decode.omega.defined()) decode.omega = decode.omega.to(Device::CUDA);
+      LayerKVCache cache{.capacity = T};
+      decode.cache = &cache;
+      const Tensor qd = q.detach().to(Device::CUDA), kd = k.detach().to(Device::CUDA), vd = v.detach().to(Device::CUDA);
+      std::vector<Tensor> rows = {attention(slice(qd, 1, 0, 9), slice(kd, 1, 0, 9), slice(vd, 1, 0, 9), decode)};
+      for (int64_t t = 9; t < T; ++t)
+        rows.push_back(attention(slice(qd, 1, t, t + 1), slice(kd, 1, t, t + 1), slice(vd, 1, t, t + 1), decode));
+      CHECK_CLOSE(concat(rows, 1).to(Device::CPU), cpu[0], tolerance);
+    }
 }
 
 TEST_CASE("linear attention: FAVOR+ features are a pure function of the seed, orthogonal within a block") {
@@ -204,9 +304,9 @@ TEST_CASE("linear attention: FAVOR+ approaches softmax attention as m grows (16 
       const Tensor k = random({1, 2, T, d}, 200 + seed, DType::Float64, false) * 0.5;
       const Tensor v = random({1, 2, T, d}, 300 + seed, DType::Float64, false);
       const Tensor exact = attention(q, k, v, {.causal = true});
-      const LinearAttentionSpec spec{.causal = true, .feature_map = FeatureMap::Favor,
-                                     .omega = favor_projection(m, d, seed)};
-      total += ag::test::relative_error(linear_attention(q, k, v, spec), exact);
+      const AttentionSpec spec{.function = AttentionFunction::Linear, .causal = true, .feature_map = FeatureMap::Favor,
+                               .omega = favor_projection(m, d, seed)};
+      total += ag::test::relative_error(attention(q, k, v, spec), exact);
     }
     errors.push_back(total / 8);
     MESSAGE("FAVOR+ m = " << m << ": mean normwise relative error against softmax attention " << total / 8);
@@ -237,7 +337,7 @@ TEST_CASE("linear attention: a GPT generating token by token from its state (in 
     nn::KVCache cache = model.make_kv_cache(1);
     CHECK(cache.bytes_per_token() == 0);  // the state does not grow with the positions
     const Tensor prompt = model.forward_cached(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), cache);
-    const int64_t state_bytes = cache.bytes();  // per layer S [1, H, r, d_h] and z [1, H, 1, r]
+    const int64_t state_bytes = cache.bytes();  // per layer S and z side by side, [1, H, r, d_h + 1]
     CHECK(state_bytes > 0);
     std::vector<Tensor> steps = {prompt};
     for (int64_t t = 5; t < 20; ++t) steps.push_back(model.forward_cached(Tensor::from_indices({ids[t]}, {1, 1}), cache));
@@ -284,7 +384,7 @@ TEST_CASE("linear attention: char_lm trains a linear model; greedy text is the s
     CHECK(long_recurrent.size() >= 60);
     greedy.no_kv_cache = true;  // recomputing follows the same windows (char_lm::ContextWindow)
     CHECK(long_recurrent == char_lm::generate(*loaded.model, loaded.tokenizer, "", greedy));
-    // The attention maps draw the weights the model's output implies (linear_attention_weights).
+    // The attention maps draw the weights the model's output implies (AttentionInternals::probabilities).
     int status = 0;
     std::string output;
     std::tie(status, output) =
@@ -300,8 +400,8 @@ TEST_CASE("linear attention: char_lm trains a linear model; greedy text is the s
 
 TEST_CASE("linear attention: head gates apply as under softmax (a closed head adds nothing, full and cached alike)") {
   Generator gen(5);
-  nn::MultiHeadSelfAttention attn(8, 2, 2, true, 0.0, AttentionImpl::Dense, &gen);
-  attn.use_linear_attention({.feature_map = FeatureMap::Elu1});
+  nn::MultiHeadSelfAttention attn({.C = 8, .H = 2, .function = AttentionFunction::Linear, .feature_map = FeatureMap::Elu1},
+                                  &gen);
   attn.to(DType::Float64);
   const Tensor x = random({1, 6, 8}, 9);
   const Tensor open = attn.forward(x);
@@ -312,6 +412,6 @@ TEST_CASE("linear attention: head gates apply as under softmax (a closed head ad
   const Tensor bias = attn.named_parameters().back().tensor;  // w_o.bias [C]
   CHECK_CLOSE(closed, bias.reshape({1, 1, 8}) + Tensor::zeros({1, 6, 8}, DType::Float64), 1e-15);
   NoGradGuard no_grad;
-  nn::LayerKVCache cache;
-  CHECK_CLOSE(attn.forward_cached(x, cache, 0), closed, 1e-15);
+  LayerKVCache cache{.capacity = 6};
+  CHECK_CLOSE(attn.forward_cached(x, cache), closed, 1e-15);
 }

@@ -53,21 +53,21 @@ struct TiedPair : Module {
 
 TEST_CASE("nn: Linear computes xW + b with W stored [in, out]") {
   Generator gen(1);
-  Linear linear(3, 4, true, &gen);
+  Linear linear({.in = 3, .out = 4}, &gen);
   CHECK(names_of(linear) == std::vector<std::string>{"weight", "bias"});
   CHECK(linear.weight().shape() == Shape{3, 4});
   CHECK(linear.weight().requires_grad());
   const Tensor x = random({2, 5, 3}, 2, DType::Float32, false);
   const Tensor expected = matmul(x, linear.weight()) + linear.bias();
   CHECK_CLOSE(linear.forward(x), expected, 1e-6);
-  CHECK(names_of(Linear(3, 4, false, &gen)) == std::vector<std::string>{"weight"});
+  CHECK(names_of(Linear({.in = 3, .out = 4, .bias = false}, &gen)) == std::vector<std::string>{"weight"});
   CHECK_THROWS_AS(linear.forward(random({2, 4}, 3, DType::Float32, false)), Error);
 }
 
 TEST_CASE("nn: gradcheck of Linear, LayerNorm, Embedding and MLP") {
   Generator gen(3);
   SUBCASE("Linear") {
-    Linear linear(4, 3, true, &gen);
+    Linear linear({.in = 4, .out = 3}, &gen);
     ag::test::check_module_gradients(linear, random({2, 3, 4}, 4), [&](const Tensor& x) { return linear.forward(x); });
   }
   SUBCASE("LayerNorm") {
@@ -81,7 +81,7 @@ TEST_CASE("nn: gradcheck of Linear, LayerNorm, Embedding and MLP") {
   }
   SUBCASE("MLP, both GELUs") {
     for (GeluApprox approx : {GeluApprox::Erf, GeluApprox::Tanh}) {
-      MLP mlp(4, approx, 0.0, &gen);
+      MLP mlp({.C = 4, .gelu = approx}, &gen);
       CHECK(names_of(mlp) == std::vector<std::string>{"fc.weight", "fc.bias", "proj.weight", "proj.bias"});
       ag::test::check_module_gradients(mlp, random({2, 3, 4}, 6), [&](const Tensor& x) { return mlp.forward(x); });
     }
@@ -113,7 +113,7 @@ TEST_CASE("nn: Dropout is the identity in eval mode, and train/eval reach every 
 }
 
 TEST_CASE("nn: hierarchical names of a Block, in registration order") {
-  Block block(8, 2, 2);
+  Block block({.C = 8, .H = 2}, GeluApprox::Erf);
   CHECK(names_of(block) ==
         std::vector<std::string>{"ln1.weight",        "ln1.bias",        "attn.w_q.weight", "attn.w_q.bias",
                                  "attn.w_k.weight",   "attn.w_k.bias",   "attn.w_v.weight", "attn.w_v.bias",
@@ -130,7 +130,7 @@ TEST_CASE("nn: a tensor registered twice is listed and counted once") {
 
 TEST_CASE("nn: load_state copies into the existing storages") {
   Generator gen(9);
-  Linear source(3, 2, true, &gen), target(3, 2, true, &gen);
+  Linear source({.in = 3, .out = 2}, &gen), target({.in = 3, .out = 2}, &gen);
   const Tensor held = target.weight();  // as an optimizer holds it
   target.load_state(source.state());
   CHECK(held.same(target.weight()));
@@ -140,7 +140,7 @@ TEST_CASE("nn: load_state copies into the existing storages") {
 
 TEST_CASE("nn: load_state errors name the parameter") {
   Generator gen(10);
-  Linear linear(3, 2, true, &gen);
+  Linear linear({.in = 3, .out = 2}, &gen);
   const Tensor w = Tensor::zeros({3, 2}), b = Tensor::zeros({2});
   CHECK_THROWS_WITH_AS(linear.load_state({{"weight", w}}), doctest::Contains("'bias' is missing"), Error);
   CHECK_THROWS_WITH_AS(linear.load_state({{"weight", Tensor::zeros({2, 3})}, {"bias", b}}),
@@ -156,7 +156,7 @@ TEST_CASE("nn: load_state errors name the parameter") {
 
 TEST_CASE("nn: to(DType) converts every parameter in place and drops gradients") {
   Generator gen(11);
-  MLP mlp(4, GeluApprox::Erf, 0.0, &gen);
+  MLP mlp({.C = 4, .gelu = GeluApprox::Erf}, &gen);
   const std::vector<Tensor> before = mlp.parameters();
   const std::vector<double> values = before[0].to_vector();
   sum(mlp.forward(random({2, 4}, 12, DType::Float32, false))).backward();
@@ -175,7 +175,7 @@ TEST_CASE("nn: to(DType) converts every parameter in place and drops gradients")
 
 TEST_CASE("nn: zero_grad clears every gradient") {
   Generator gen(13);
-  Linear linear(3, 2, true, &gen);
+  Linear linear({.in = 3, .out = 2}, &gen);
   sum(linear.forward(random({4, 3}, 14, DType::Float32, false))).backward();
   CHECK(linear.weight().grad().defined());
   linear.zero_grad();
@@ -298,7 +298,7 @@ TEST_CASE("nn: GPT causality: changing token t leaves the logits before t bit fo
 TEST_CASE("nn: to(Device) moves every parameter in place") {
   if (!ag::test::cuda_or_skip()) return;
   Generator gen(30);
-  Linear linear(3, 2, true, &gen);
+  Linear linear({.in = 3, .out = 2}, &gen);
   const Tensor held = linear.weight();
   const std::vector<double> values = held.to_vector();
   linear.to(Device::CUDA);

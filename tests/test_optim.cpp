@@ -207,7 +207,7 @@ TEST_CASE("optim: parameters move into one flat buffer per dtype, group after gr
   for (const Tensor& g : grads)
     for (double v : g.to_vector()) CHECK(v == 0.0);
   // Converting a parameter after the optimizer was made takes it out of the buffer: a clear error.
-  nn::Linear moved(2, 2);
+  nn::Linear moved({.in = 2, .out = 2});
   AdamW late(moved.named_parameters());
   moved.to(DType::Float64);
   CHECK_THROWS_WITH_AS(late.step(), doctest::Contains("no longer lives in the optimizer's flat buffer"), Error);

@@ -4,8 +4,8 @@
 // Formulas: core/linear_attention_math.h; derivations: docs/backprop.md,
 // "Linear attention".
 //
-// Thread mapping: OpenMP over rows (features) and over the N problems (the
-// product); each problem's sums run in order on one thread, so the bits do not
+// Thread mapping: OpenMP over rows (features) and over the problems (batch
+// entry × head of the product's output); each problem's sums run in order on one thread, so the bits do not
 // depend on the thread count.
 #include <algorithm>
 #include <cmath>
@@ -49,40 +49,49 @@ void features_backward_row(const T* x, const T* omega, FeatureMap map, const T* 
 }
 
 // Per-thread scratch of the prefix product: the running state [r, e], one
-// chunk of B transposed [r, chunk], and one row of the chunk's scores [chunk].
+// chunk of each summed B transposed [heads][r, chunk], and one row of the
+// chunk's scores [chunk].
 template <class T> struct ProductScratch {
   std::vector<T> state, bt, scores;
-  ProductScratch(int64_t r, int64_t e, int64_t chunk) : state(r * e), bt(r * chunk), scores(chunk) {}
+  ProductScratch(const PrefixProduct& how, int64_t chunk)
+      : state(how.r * how.e), bt(how.heads_summed() * how.r * chunk), scores(chunk) {}
 };
 
-// One problem of the prefix product (PrefixProduct): Out [T, e] from A, B
-// [T, r] and C [T, e]. The chunks go forward for Causal and backward for
-// Anticausal; the state holds Σ B_jᵀ C_j over the chunks already passed, so
+// One problem of the prefix product (PrefixProduct): head h of batch entry b.
+// The chunks go forward for Causal and backward for Anticausal; the state holds
+// Σ B_jᵀ C_j over the chunks already passed (and every in-head h sums), so
 // chunk by chunk:
 //   Out_i = A_i · state + Σ_{j in the chunk, visible} (A_i · B_j) C_j,   then state += Σ_{j in the chunk} B_jᵀ C_j.
 // All is one chunk of every position read through the finished state. Every
 // inner loop runs along a contiguous row (the scores along Bᵀ's), so it
 // vectorises without reassociating a sum.
 template <class T>
-void prefix_product_one(const T* A, const T* B, const T* C, T* Out, int64_t T_, int64_t r, int64_t e,
-                        const PrefixProduct& how, ProductScratch<T>& scratch) {
+void prefix_product_one(const PrefixProduct& how, const T* A, const T* B, const T* C, T* Out, int64_t b, int64_t h,
+                        int64_t chunk, ProductScratch<T>& scratch) {
+  const int64_t T_ = how.T, r = how.r, e = how.e, summed = how.heads_summed(), first = how.first_in_head(h);
+  const auto b_row = [&](int64_t g, int64_t j) { return B + how.b.at(b, first + g, j); };
+  const auto c_row = [&](int64_t g, int64_t j) { return C + how.c.at(b, first + g, j); };
   std::vector<T>& state = scratch.state;
   std::fill(state.begin(), state.end(), T(0));
   const auto add_to_state = [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j)
-      for (int64_t p = 0; p < r; ++p) {
-        const T b = B[j * r + p];
-        T* row = state.data() + p * e;
-        for (int64_t c = 0; c < e; ++c) row[c] += b * C[j * e + c];
+    for (int64_t g = 0; g < summed; ++g)
+      for (int64_t j = j0; j < j1; ++j) {
+        const T *bj = b_row(g, j), *cj = c_row(g, j);
+        for (int64_t p = 0; p < r; ++p) {
+          const T bp = bj[p];
+          T* row = state.data() + p * e;
+          for (int64_t c = 0; c < e; ++c) row[c] += bp * cj[c];
+        }
       }
   };
   const auto read_state = [&](int64_t i) {
-    T* out = Out + i * e;
+    const T* ai = A + how.a.at(b, h, i);
+    T* out = Out + how.out.at(b, h, i);
     std::fill_n(out, e, T(0));
     for (int64_t p = 0; p < r; ++p) {
-      const T a = A[i * r + p];
+      const T ap = ai[p];
       const T* row = state.data() + p * e;
-      for (int64_t c = 0; c < e; ++c) out[c] += a * row[c];
+      for (int64_t c = 0; c < e; ++c) out[c] += ap * row[c];
     }
   };
   if (how.direction == PrefixDirection::All) {
@@ -90,26 +99,35 @@ void prefix_product_one(const T* A, const T* B, const T* C, T* Out, int64_t T_, 
     for (int64_t i = 0; i < T_; ++i) read_state(i);
     return;
   }
-  const int64_t chunk = std::min(std::max<int64_t>(how.chunk, 1), std::max<int64_t>(T_, 1));
   const int64_t chunks = (T_ + chunk - 1) / chunk;
-  T *bt = scratch.bt.data(), *scores = scratch.scores.data();
+  T* scores = scratch.scores.data();
   for (int64_t n = 0; n < chunks; ++n) {
     const int64_t index = how.direction == PrefixDirection::Causal ? n : chunks - 1 - n;
     const int64_t j0 = index * chunk, j1 = std::min(j0 + chunk, T_), width = j1 - j0;
-    for (int64_t j = 0; j < width; ++j)
-      for (int64_t p = 0; p < r; ++p) bt[p * width + j] = B[(j0 + j) * r + p];
+    for (int64_t g = 0; g < summed; ++g) {
+      T* bt = scratch.bt.data() + g * r * width;
+      for (int64_t j = 0; j < width; ++j) {
+        const T* bj = b_row(g, j0 + j);
+        for (int64_t p = 0; p < r; ++p) bt[p * width + j] = bj[p];
+      }
+    }
     for (int64_t i = j0; i < j1; ++i) {
       read_state(i);  // the chunks already passed
-      // this chunk: the masked quadratic form, scores_j = A_i · B_j
-      std::fill_n(scores, width, T(0));
-      for (int64_t p = 0; p < r; ++p) {
-        const T a = A[i * r + p];
-        for (int64_t j = 0; j < width; ++j) scores[j] += a * bt[p * width + j];
-      }
-      T* out = Out + i * e;
-      for (int64_t j = 0; j < width; ++j) {
-        if (!how.visible(i, j0 + j)) continue;
-        for (int64_t c = 0; c < e; ++c) out[c] += scores[j] * C[(j0 + j) * e + c];
+      const T* ai = A + how.a.at(b, h, i);
+      T* out = Out + how.out.at(b, h, i);
+      for (int64_t g = 0; g < summed; ++g) {
+        // this chunk: the masked quadratic form, scores_j = A_i · B_j
+        const T* bt = scratch.bt.data() + g * r * width;
+        std::fill_n(scores, width, T(0));
+        for (int64_t p = 0; p < r; ++p) {
+          const T ap = ai[p];
+          for (int64_t j = 0; j < width; ++j) scores[j] += ap * bt[p * width + j];
+        }
+        for (int64_t j = 0; j < width; ++j) {
+          if (!how.visible(i, j0 + j)) continue;
+          const T* cj = c_row(g, j0 + j);
+          for (int64_t c = 0; c < e; ++c) out[c] += scores[j] * cj[c];
+        }
       }
     }
     add_to_state(j0, j1);
@@ -147,15 +165,16 @@ void linear_attention_product(const Tensor& A, const Tensor& B, const Tensor& C,
                               Tensor& Out) {
   visit_floating(A.dtype(), "linear_attention_product", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t N = A.size(0), T_ = A.size(1), r = A.size(2), e = C.size(2);
+    const int64_t problems = how.batch * how.out_heads;
+    const int64_t chunk = std::min(std::max<int64_t>(how.chunk, 1), std::max<int64_t>(how.T, 1));
     const T *a = A.data<T>(), *b = B.data<T>(), *c = C.data<T>();
     T* out = Out.data<T>();
-#pragma omp parallel if (N > 1 && N * T_ * r * e > kParallelGrain)
+#pragma omp parallel if (problems > 1 && problems * how.heads_summed() * how.T * how.r * how.e > kParallelGrain)
     {
-      ProductScratch<T> scratch(r, e, std::min(std::max<int64_t>(how.chunk, 1), std::max<int64_t>(T_, 1)));
+      ProductScratch<T> scratch(how, chunk);
 #pragma omp for schedule(static)
-      for (int64_t n = 0; n < N; ++n)
-        prefix_product_one(a + n * T_ * r, b + n * T_ * r, c + n * T_ * e, out + n * T_ * e, T_, r, e, how, scratch);
+      for (int64_t n = 0; n < problems; ++n)
+        prefix_product_one(how, a, b, c, out, n / how.out_heads, n % how.out_heads, chunk, scratch);
     }
   });
 }

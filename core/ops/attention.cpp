@@ -1,5 +1,7 @@
-// attention(q, k, v, spec): one contract (core/ops.h), three implementations.
-// Per batch entry and query head, with M the mask (0 visible, −∞ hidden):
+// attention(q, k, v, spec): the one contract (core/ops.h) and its dispatch to
+// the attention functions; softmax attention and its three implementations here,
+// linear attention in core/ops/linear_attention.cpp.
+// Softmax, per batch entry and query head, with M the mask (0 visible, −∞ hidden):
 //   S = scale · Q Kᵀ,   A = softmax(S + M),   Z = A V
 //
 // Backward (docs/backprop.md, sections 10 and 21):
@@ -22,34 +24,58 @@
 #include <cmath>
 #include <limits>
 
-#include "core/ops/common.h"
+#include "core/ops/attention_functions.h"
 
 namespace ag {
 
 namespace {
 
-// The problem as the kernels see it, from the inputs and the spec.
-AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
+std::string shapes_of(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return "attention: q " + to_string(q.shape()) + ", k " + to_string(k.shape()) + ", v " + to_string(v.shape());
+}
+
+// What every function needs of its inputs: ranks, batch, widths, heads.
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
   detail::check_compatible("attention", {&q, &k, &v});
   const bool bthd = spec.layout == AttentionLayout::BTHD;
   const char* expected = bthd ? "q [B, Tq, Hq, d] and k, v [B, Tk, Hkv, d] (layout BTHD)"
                               : "q [B, Hq, Tq, d] and k, v [B, Hkv, Tk, d] (layout BHTD)";
-  const auto shapes = [&] {
-    return "attention: q " + to_string(q.shape()) + ", k " + to_string(k.shape()) + ", v " + to_string(v.shape());
-  };
   AG_CHECK(q.dim() == 4 && k.dim() == 4 && k.shape() == v.shape() && k.size(0) == q.size(0) &&
                k.size(3) == q.size(3) && q.size(3) > 0,
-           shapes() << ": expected " << expected);
+           shapes_of(q, k, v) << ": expected " << expected);
+  const int64_t Hq = q.size(bthd ? 2 : 1), Hkv = k.size(bthd ? 2 : 1);
+  AG_CHECK(Hkv > 0 && Hq % Hkv == 0,
+           shapes_of(q, k, v) << ": " << Hq << " query heads are not a multiple of " << Hkv << " kv heads");
+  const AttentionFunctionTraits& traits = attention_function_traits(spec.function);
+  AG_CHECK(traits.reads_feature_map || !spec.omega.defined(),
+           shapes_of(q, k, v) << ": omega is linear attention's; " << name_of(spec.function) << " attention reads none");
+}
+
+// Decoding: k, v are the new positions, which the cache must have room for.
+void check_decode(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
+  const LayerKVCache& cache = *spec.cache;
+  AG_CHECK(spec.causal, shapes_of(q, k, v) << ": a KV cache needs causal attention (a new token would change old outputs)");
+  AG_CHECK(!grad_enabled(), shapes_of(q, k, v) << ": a KV cache is for generation: run it under NoGradGuard");
+  AG_CHECK(spec.layout == AttentionLayout::BTHD,
+           shapes_of(q, k, v) << ": a KV cache holds BTHD rows ([B, T, H, d], as a module projects them)");
+  const int64_t T_new = k.size(1);
+  AG_CHECK(q.size(1) == T_new, shapes_of(q, k, v) << ": decoding takes one query per new key");
+  AG_CHECK(cache.length >= 0 && cache.length + T_new <= cache.capacity,
+           "KV cache: positions " << cache.length << " … " << cache.length + T_new - 1 << " do not fit in "
+                                  << cache.capacity);
+}
+
+// The problem as the softmax kernels see it, from the inputs and the spec.
+AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
+  const bool bthd = spec.layout == AttentionLayout::BTHD;
   const int64_t t_dim = bthd ? 1 : 2, h_dim = bthd ? 2 : 1;
   const int64_t B = q.size(0), Hq = q.size(h_dim), Tq = q.size(t_dim), d = q.size(3);
   const int64_t Hkv = k.size(h_dim), kv_rows = k.size(t_dim), Tk = spec.kv_length.value_or(kv_rows);
-  AG_CHECK(Tk >= 0 && Tk <= kv_rows, shapes() << ": kv_length " << Tk << " is outside [0, " << kv_rows << "]");
-  AG_CHECK(Hkv > 0 && Hq % Hkv == 0,
-           shapes() << ": " << Hq << " query heads are not a multiple of " << Hkv << " kv heads");
-  check_sparse_pattern(spec.pattern, shapes());
-  AG_CHECK(spec.causal || !spec.pattern.limited(), shapes() << ": a sparse pattern needs causal attention");
+  AG_CHECK(Tk >= 0 && Tk <= kv_rows, shapes_of(q, k, v) << ": kv_length " << Tk << " is outside [0, " << kv_rows << "]");
+  check_sparse_pattern(spec.pattern, shapes_of(q, k, v));
+  AG_CHECK(spec.causal || !spec.pattern.limited(), shapes_of(q, k, v) << ": a sparse pattern needs causal attention");
   const double scale = spec.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
-  AG_CHECK(scale > 0 && std::isfinite(scale), shapes() << ": scale " << scale << " is not a positive number");
+  AG_CHECK(scale > 0 && std::isfinite(scale), shapes_of(q, k, v) << ": scale " << scale << " is not a positive number");
   const auto strides = [&](int64_t H, int64_t T) {
     return bthd ? HeadStrides{T * H * d, d, H * d} : HeadStrides{H * T * d, T * d, d};
   };
@@ -96,23 +122,22 @@ Tensor kv_gradient(const Tensor& kv, const AttentionShape& shape) {
 
 // --- dense ---------------------------------------------------------------------------
 
-// One operand of dense's products: the per-head matrices of a tensor, matrix
-// (b, h) at `at.at(b − first_batch, h, 0)` with rows `at.row` apart; indexed by
-// the query head h, or by its kv head h / group. A tensor that holds one chunk
-// of the batch (a scratch) starts at the chunk's first entry.
-struct HeadOperand {
-  const Tensor& t;
-  HeadStrides at;
-  bool by_kv_head = false;
-  bool transposed = false;
-  int64_t first_batch = 0;
+using detail::GemmOperand;
 
-  int64_t offset(int64_t b, int64_t h) const { return at.at(b - first_batch, h, 0); }
-};
+// The matrix (b, h) of a per-head operand, at h or at h's kv head.
+int64_t head_offset(const GemmOperand& o, int64_t b, int64_t h, int64_t group) {
+  return o.heads.at(b - o.first_batch, o.by_kv_head ? h / group : h, 0);
+}
 
 // The batch entries [first, first + count): dense runs its kernels on a few at a time.
 struct BatchRange {
   int64_t first, count;
+};
+
+// One per-head product's sizes: C_h [M, N] = alpha · op(X_h) [M, K] · op(Y_h) [K, N].
+struct HeadProductSize {
+  int64_t M, N, K;
+  double alpha;
 };
 
 // For every batch entry b of `batches` and query head h:  C_h = alpha · op(X_h) op(Y_h),
@@ -120,41 +145,39 @@ struct BatchRange {
 // and X, Y by the query head, the group's products are summed into C.
 // The GEMMs go one per head, or as one call batched over the heads, a group
 // per batch entry.
-void head_product(const AttentionShape& shape, BatchRange batches, const HeadOperand& x, const HeadOperand& y,
-                  Tensor& c_tensor, const HeadOperand& c, int64_t M, int64_t N, int64_t K, double alpha) {
+void head_product(const AttentionShape& shape, BatchRange batches, const GemmOperand& x, const GemmOperand& y,
+                  Tensor& c_tensor, const GemmOperand& c, const HeadProductSize& size) {
   const int64_t group = shape.group();
-  kernel::GemmShape s{1, M, N, K};
+  kernel::GemmShape s{1, size.M, size.N, size.K};
   s.trans_a = x.transposed;
   s.trans_b = y.transposed;
-  s.lda = x.at.row;
-  s.ldb = y.at.row;
-  s.ldc = c.at.row;
-  s.alpha = alpha;
+  s.lda = x.heads.row;
+  s.ldb = y.heads.row;
+  s.ldc = c.heads.row;
+  s.alpha = size.alpha;
   if (group == 1) {  // every operand is indexed the same way: a batch over the heads, a group per batch entry
-    const int64_t H = shape.Hq;
-    s.batch = H;
+    s.batch = shape.Hq;
     s.groups = batches.count;
-    s.a_batch_stride = x.at.head;
-    s.b_batch_stride = y.at.head;
-    s.c_batch_stride = c.at.head;
-    s.a_group_stride = x.at.batch;
-    s.b_group_stride = y.at.batch;
-    s.c_group_stride = c.at.batch;
-    s.a_offset = x.offset(batches.first, 0);
-    s.b_offset = y.offset(batches.first, 0);
-    s.c_offset = c.offset(batches.first, 0);
-    kernel::gemm(s, x.t, y.t, c_tensor);
+    s.a_batch_stride = x.heads.head;
+    s.b_batch_stride = y.heads.head;
+    s.c_batch_stride = c.heads.head;
+    s.a_group_stride = x.heads.batch;
+    s.b_group_stride = y.heads.batch;
+    s.c_group_stride = c.heads.batch;
+    s.a_offset = head_offset(x, batches.first, 0, group);
+    s.b_offset = head_offset(y, batches.first, 0, group);
+    s.c_offset = head_offset(c, batches.first, 0, group);
+    kernel::gemm(s, x.data, y.data, c_tensor);
     return;
   }
-  const auto offset = [&](const HeadOperand& o, int64_t b, int64_t h) { return o.offset(b, o.by_kv_head ? h / group : h); };
   const bool sum_group = c.by_kv_head && !x.by_kv_head;
   for (int64_t b = batches.first; b < batches.first + batches.count; ++b)
     for (int64_t h = 0; h < shape.Hq; ++h) {
-      s.a_offset = offset(x, b, h);
-      s.b_offset = offset(y, b, h);
-      s.c_offset = offset(c, b, h);
+      s.a_offset = head_offset(x, b, h, group);
+      s.b_offset = head_offset(y, b, h, group);
+      s.c_offset = head_offset(c, b, h, group);
       s.beta = sum_group && h % group != 0 ? 1.0 : 0.0;
-      kernel::gemm(s, x.t, y.t, c_tensor);
+      kernel::gemm(s, x.data, y.data, c_tensor);
     }
 }
 
@@ -202,10 +225,12 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
   Tensor L = internals ? Tensor::empty({B, Hq, Tq}, DType::Float64, q.device()) : Tensor();
   Tensor Z = detail::empty_like(q);
   for_batch_chunks(B, batch_chunk(shape, dtype_size(q.dtype())), [&](BatchRange r) {
-    head_product(shape, r, {k, kv_at, true}, {q, q_at, false, true}, A, {A, scores_at}, Tk, Tq, d, scale);  // Sᵀ = scale·KQᵀ
+    head_product(shape, r, {.data = k, .heads = kv_at, .by_kv_head = true}, {.data = q, .transposed = true, .heads = q_at}, A,
+                 {.data = A, .heads = scores_at}, {.M = Tk, .N = Tq, .K = d, .alpha = scale});  // Sᵀ = scale·KQᵀ
     Tensor A_r = chunk_of(A, r), L_r = L.defined() ? chunk_of(L, r) : Tensor();
     kernel::attention_softmax(A_r, mask, A_r, L_r);  // A = softmax(S + M), in place of Sᵀ
-    head_product(shape, r, {A, scores_at, false, true}, {v, kv_at, true}, Z, {Z, q_at}, Tq, d, Tk, 1.0);  // Z = AV
+    head_product(shape, r, {.data = A, .transposed = true, .heads = scores_at}, {.data = v, .heads = kv_at, .by_kv_head = true},
+                 Z, {.data = Z, .heads = q_at}, {.M = Tq, .N = d, .K = Tk, .alpha = 1.0});  // Z = AV
   });
   if (internals) *internals = {permute(A.detach(), {0, 1, 3, 2}), L};  // A [B, Hq, Tq, Tk] for the user
 
@@ -220,15 +245,23 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                   Tensor dS = detail::empty_as({chunk, Hq, Tk, Tq}, A);
                   for_batch_chunks(shape.B, chunk, [&](BatchRange r) {
                     Tensor dS_r = chunk_of(dS, {0, r.count});
-                    const HeadOperand dS_at{dS, scores_at, false, false, r.first}, dS_transposed{dS, scores_at, false, true, r.first};
+                    const GemmOperand dS_at{.data = dS, .heads = scores_at, .first_batch = r.first},
+                        dS_transposed{.data = dS, .transposed = true, .heads = scores_at, .first_batch = r.first};
+                    const GemmOperand Q_at{.data = Q, .heads = q_at}, dZ_at{.data = dZ, .heads = q_at},
+                        K_at{.data = K, .heads = kv_at, .by_kv_head = true}, V_at{.data = V, .heads = kv_at, .by_kv_head = true};
                     // Z = AV
-                    head_product(shape, r, {V, kv_at, true}, {dZ, q_at, false, true}, dS, dS_at, Tk, Tq, d, 1.0);  // dAᵀ = V dZᵀ
+                    head_product(shape, r, V_at, {.data = dZ, .transposed = true, .heads = q_at}, dS, dS_at,
+                                 {.M = Tk, .N = Tq, .K = d, .alpha = 1.0});  // dAᵀ = V dZᵀ
                     // A = softmax(S + M). It reads Aᵀ's chunk in order, so the product below finds it in cache.
                     kernel::attention_softmax_backward(chunk_of(A, r), dS_r, dS_r);  // dS = A ∘ (dA − rowsum(dA ∘ A)), in place of dAᵀ
-                    head_product(shape, r, {A, scores_at}, {dZ, q_at}, dV, {dV, kv_at, true}, Tk, d, Tq, 1.0);  // dV = Aᵀ dZ
+                    head_product(shape, r, {.data = A, .heads = scores_at}, dZ_at, dV,
+                                 {.data = dV, .heads = kv_at, .by_kv_head = true},
+                                 {.M = Tk, .N = d, .K = Tq, .alpha = 1.0});  // dV = Aᵀ dZ
                     // Sᵀ = scale·KQᵀ
-                    head_product(shape, r, dS_transposed, {K, kv_at, true}, dQ, {dQ, q_at}, Tq, d, Tk, scale);  // dQ = scale·dS K
-                    head_product(shape, r, dS_at, {Q, q_at}, dK, {dK, kv_at, true}, Tk, d, Tq, scale);  // dK = scale·dSᵀ Q
+                    head_product(shape, r, dS_transposed, K_at, dQ, {.data = dQ, .heads = q_at},
+                                 {.M = Tq, .N = d, .K = Tk, .alpha = scale});  // dQ = scale·dS K
+                    head_product(shape, r, dS_at, Q_at, dK, {.data = dK, .heads = kv_at, .by_kv_head = true},
+                                 {.M = Tk, .N = d, .K = Tq, .alpha = scale});  // dK = scale·dSᵀ Q
                   });
                   return {dQ, dK, dV};
                 });
@@ -252,18 +285,99 @@ Tensor flash(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                 });
 }
 
-}  // namespace
-
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
-                 AttentionInternals* internals) {
+// Softmax attention by spec.impl. Decoding, the new keys and values are
+// written into the cache's rows (allocated for its capacity on the first call)
+// and the queries read every row written so far in place (kv_length).
+Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                         AttentionInternals* internals) {
+  if (spec.cache) {
+    LayerKVCache& cache = *spec.cache;
+    const int64_t B = k.size(0), T_new = k.size(1), Hkv = k.size(2), d = k.size(3), width = Hkv * d;
+    const Shape rows{B, cache.capacity, Hkv, d};
+    if (!cache.k.defined()) {
+      cache.k = Tensor::zeros(rows, k.dtype(), k.device());
+      cache.v = Tensor::zeros(rows, k.dtype(), k.device());
+    }
+    AG_CHECK(cache.k.shape() == rows && cache.k.dtype() == k.dtype() && cache.k.device() == k.device(),
+             "KV cache: " << describe(cache.k) << " is not " << to_string(rows) << " in the new keys' dtype and device");
+    // A plain copy, untracked by autograd: the op reads the rows afterwards in place.
+    const kernel::StridedView from{0, {T_new * width, width, 1}},
+        to{cache.length * width, {cache.capacity * width, width, 1}};
+    kernel::copy_strided(k, from, cache.k, to, {B, T_new, width});
+    kernel::copy_strided(v, from, cache.v, to, {B, T_new, width});
+    AttentionSpec over_cache = spec;
+    over_cache.cache = nullptr;
+    over_cache.kv_length = cache.length + T_new;  // query i sits at position length + i (bottom-right aligned)
+    return softmax_attention(q, cache.k, cache.v, over_cache, internals);
+  }
   const AttentionShape shape = describe_problem(q, k, v, spec);
-  if (internals) *internals = {};
   switch (spec.impl) {
     case AttentionImpl::Composed: return composed(q, k, v, shape, spec, internals);
     case AttentionImpl::Dense: return dense(q, k, v, shape, internals);
     case AttentionImpl::Flash: return flash(q, k, v, shape, internals);
   }
   throw Error("attention: unknown implementation");
+}
+
+// The attention functions: the one place that tells them apart. A new
+// function is one more row (its traits, its forward, its FLOP count).
+struct AttentionFunctionEntry {
+  AttentionFunction function;
+  AttentionFunctionTraits traits;
+  Tensor (*attend)(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                   AttentionInternals* internals);
+  int64_t (*forward_flops)(FeatureMap map, int64_t features, int64_t B, int64_t H, int64_t T, int64_t d);
+};
+constexpr AttentionFunctionEntry kAttentionFunctions[] = {
+    {.function = AttentionFunction::Softmax,
+     .traits = {.reads_impl = true, .reads_pattern = true, .reads_feature_map = false,
+                .weights = "A = softmax(S + M)", .cache_holds = "KV cache"},
+     .attend = softmax_attention,
+     // S = QKᵀ and Z = AV: all T×T entries of every head (the causal mask skips no arithmetic)
+     .forward_flops = [](FeatureMap, int64_t, int64_t B, int64_t H, int64_t T, int64_t d) { return 2 * 2 * B * H * T * T * d; }},
+    {.function = AttentionFunction::Linear,
+     .traits = {.reads_impl = false, .reads_pattern = false, .reads_feature_map = true,
+                .weights = "the weights linear attention implies, φ(q)·φ(k) / Σ",
+                .cache_holds = "recurrent state in the KV cache"},
+     .attend = detail::linear_attention,
+     // the state Σ φ(k_j)[v_j, 1]ᵀ and its readout φ(q_i)ᵀ·state, plus FAVOR+'s projections of q and k
+     .forward_flops = [](FeatureMap map, int64_t r, int64_t B, int64_t H, int64_t T, int64_t d) {
+       return B * H * (2 * 2 * T * r * (d + 1) + (map == FeatureMap::Favor ? 2 * 2 * T * r * d : 0));
+     }},
+};
+
+const AttentionFunctionEntry& entry_of(AttentionFunction function) {
+  for (const AttentionFunctionEntry& entry : kAttentionFunctions)
+    if (entry.function == function) return entry;
+  throw Error("attention: function " + std::to_string(static_cast<int>(function)) + " has no entry");
+}
+
+}  // namespace
+
+const AttentionFunctionTraits& attention_function_traits(AttentionFunction function) {
+  return entry_of(function).traits;
+}
+
+int64_t attention_forward_flops(AttentionFunction function, FeatureMap map, int64_t features, int64_t B, int64_t H,
+                                int64_t T, int64_t d) {
+  return entry_of(function).forward_flops(map, features, B, H, T, d);
+}
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                 AttentionInternals* internals) {
+  check_inputs(q, k, v, spec);
+  if (spec.cache) check_decode(q, k, v, spec);
+  if (internals) *internals = {};
+  const Tensor Z = entry_of(spec.function).attend(q, k, v, spec, internals);
+  if (spec.cache) spec.cache->length += k.size(1);
+  return Z;
+}
+
+int64_t LayerKVCache::bytes() const {
+  int64_t total = 0;
+  for (const Tensor* t : {&k, &v, &state})
+    if (t->defined()) total += t->numel() * static_cast<int64_t>(dtype_size(t->dtype()));
+  return total;
 }
 
 Tensor attention_mask(const AttentionMask& mask, int64_t Tq, int64_t Tk, DType dtype, Device device, int64_t heads) {

@@ -14,6 +14,19 @@ void check_compatible(const char* op, std::initializer_list<const Tensor*> tenso
 void check_floating(const char* op, const Tensor& t);
 void check_indices(const char* op, const Tensor& indices, const Tensor& like);
 
+// One operand of the GEMMs an op runs (matmul, linear, dense attention): the
+// tensor, whether BLAS reads it transposed, and where its matrices lie.
+struct GemmOperand {
+  const Tensor& data;
+  bool transposed = false;
+  bool batched = true;     // one matrix per batch entry; false: one for all (batch stride 0)
+  // Per-head operands (attention): matrix (b, h) at heads.at(b − first_batch, h, 0), rows heads.row apart,
+  // indexed by the query head h or, with by_kv_head, by its kv head h / group.
+  HeadStrides heads = {};
+  bool by_kv_head = false;
+  int64_t first_batch = 0;  // a tensor that holds one chunk of the batch (a scratch) starts at the chunk's first entry
+};
+
 inline Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
 inline Tensor empty_as(const Shape& shape, const Tensor& like) {
   return Tensor::empty(shape, like.dtype(), like.device());

@@ -1,67 +1,147 @@
-// Linear attention (core/ops.h): the feature maps φ as one op, and the
-// normalised causal (or full) product as another, each with its backward.
-// Per batch entry and head, with a_ij = φ(q_i)·φ(k_j) over the visible j:
-//   o_i = Σ_j a_ij v_j / den_i,     den_i = Σ_j a_ij + ε
+// Linear attention, one of the functions behind attention() (core/ops.h): the
+// feature maps φ as one op, and the normalised causal (or full) product as
+// another, each with its backward. Per batch entry and query head, with
+// a_ij = φ(q_i)·φ(k_j) over the visible j:
+//   z_i = Σ_j a_ij v_j / den_i,     den_i = Σ_j a_ij + ε
 //
-// Backward (docs/backprop.md, "Linear attention"). With g_i = do_i / den_i,
-//   ∂L/∂a_ij = g_i·v_j − g_i·o_i = g'_i·v'_j,   v'_j = [v_j, 1],  g'_i = [g_i, −g_i·o_i]
+// Backward (docs/backprop.md, "Linear attention"). With g_i = dz_i / den_i,
+//   ∂L/∂a_ij = g_i·v_j − g_i·z_i = g'_i·v'_j,   v'_j = [v_j, 1],  g'_i = [g_i, −g_i·z_i]
 // so every gradient is again a sum of the product's shape, Σ_j (A_i·B_j) C_j:
 //   dφ(q_i) = Σ_{j≤i} (g'_i·v'_j) φ(k_j)      forward prefix sums
 //   dφ(k_j) = Σ_{i≥j} (v'_j·g'_i) φ(q_i)      reverse suffix sums
 //   dv_j    = Σ_{i≥j} (φ(k_j)·φ(q_i)) g_i     reverse suffix sums
 // and the forward is one too: [num_i, den_i − ε] = Σ_{j≤i} (φ(q_i)·φ(k_j)) v'_j.
-// One kernel (linear_attention_product, chunked: core/cpu/linear_attention.cpp,
-// cuda/linear_attention.cu) computes all four; the backward recomputes its
-// running states instead of saving one per chunk. Saved: φ(Q), φ(K), V, Z and den.
+// With grouped kv heads a query head reads its kv head's φ(k), v' in place, and
+// a kv head's dφ(k), dv sum over the query heads that read it (the kernel's
+// head mapping, PrefixProduct). One kernel (linear_attention_product, chunked:
+// core/cpu/linear_attention.cpp, cuda/linear_attention.cu) computes all four
+// in either layout, in place; the backward recomputes its running states
+// instead of saving one per chunk. Saved: φ(Q), φ(K), V', Z and den.
 #include <cmath>
 #include <vector>
 
-#include "core/ops/common.h"
+#include "core/ops/attention_functions.h"
 #include "core/random.h"
 
 namespace ag {
 
 namespace {
 
-// Out [N, T, e] = Σ_{j visible from i} (A_i·B_j) C_j over A, B [N, T, r], C [N, T, e].
-Tensor prefix_product(const Tensor& a, const Tensor& b, const Tensor& c, PrefixDirection direction, int64_t chunk) {
-  Tensor out = detail::empty_as({c.size(0), c.size(1), c.size(2)}, c);
-  kernel::linear_attention_product(a, b, c, {.direction = direction, .chunk = chunk}, out);
+// Where each head's rows of a [B, H, T, w] (BHTD) or [B, T, H, w] (BTHD) tensor start.
+HeadStrides head_strides(const Tensor& t, AttentionLayout layout) {
+  const int64_t w = t.size(3), plane = t.size(1) * t.size(2) * w;
+  return layout == AttentionLayout::BTHD ? HeadStrides{plane, w, t.size(2) * w} : HeadStrides{plane, t.size(2) * w, w};
+}
+int64_t heads_of(const Tensor& t, AttentionLayout layout) { return t.size(layout == AttentionLayout::BTHD ? 2 : 1); }
+int64_t positions_of(const Tensor& t, AttentionLayout layout) { return t.size(layout == AttentionLayout::BTHD ? 1 : 2); }
+
+// Out_i = Σ_{j visible from i} (A_i·B_j) C_j per batch entry and head of A (Out: A's heads, C's width).
+Tensor prefix_product(const Tensor& a, const Tensor& b, const Tensor& c, PrefixDirection direction, int64_t chunk,
+                      AttentionLayout layout) {
+  Shape shape = a.shape();
+  shape[3] = c.size(3);
+  Tensor out = detail::empty_as(shape, c);
+  kernel::linear_attention_product(a, b, c,
+                                   {.direction = direction, .chunk = chunk, .batch = a.size(0),
+                                    .T = positions_of(a, layout), .r = a.size(3), .e = c.size(3),
+                                    .out_heads = heads_of(a, layout), .in_heads = heads_of(b, layout),
+                                    .a = head_strides(a, layout), .b = head_strides(b, layout),
+                                    .c = head_strides(c, layout), .out = head_strides(out, layout)},
+                                   out);
   return out;
 }
 
-// [N, T, d] -> [N, T, d + 1] with `last` as the extra column.
-Tensor append_column(const Tensor& x, const Tensor& last) { return concat({x, last}, 2); }
+// [.., w] -> [.., w + 1] with `last` as the extra column.
+Tensor append_column(const Tensor& x, const Tensor& last) { return concat({x, last}, 3); }
+Tensor append_ones(const Tensor& x) {
+  Shape shape = x.shape();
+  shape[3] = 1;
+  return append_column(x, Tensor::ones(shape, x.dtype(), x.device()));
+}
 
-// Z [B, H, T, d] from φ(Q), φ(K) [B, H, T, r] and V [B, H, T, d].
-Tensor normalized_product(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, const LinearAttentionSpec& spec) {
-  const int64_t B = v.size(0), H = v.size(1), T = v.size(2), d = v.size(3), r = phi_q.size(3), N = B * H;
+// z = num / den from U = [num, den − ε] (the product against v' = [v, 1]), and den.
+struct Normalized {
+  Tensor Z, den;
+};
+Normalized normalize(const Tensor& U) {
+  const int64_t d = U.size(3) - 1;
+  const Tensor den = slice(U, 3, d, d + 1) + math::kLinearAttentionEps;
+  return {slice(U, 3, 0, d) / den, den};
+}
+
+// Z in q's layout from φ(Q) [.., Hq, r], φ(K) [.., Hkv, r] and V [.., Hkv, d].
+Tensor normalized_product(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, const AttentionSpec& spec) {
   const PrefixDirection forward = spec.causal ? PrefixDirection::Causal : PrefixDirection::All;
   const PrefixDirection reverse = spec.causal ? PrefixDirection::Anticausal : PrefixDirection::All;
-  const Tensor Pq = phi_q.detach().reshape({N, T, r}), Pk = phi_k.detach().reshape({N, T, r});
-  Tensor Z, den, v_ones;
+  const AttentionLayout layout = spec.layout;
+  const int64_t chunk = spec.chunk;
+  const Tensor Pq = phi_q.detach(), Pk = phi_k.detach();
+  Tensor v_ones;
+  Normalized out;
   {
     NoGradGuard no_grad;  // the pieces below are this op's forward, not ops of the graph
-    v_ones = append_column(v.detach().reshape({N, T, d}), Tensor::ones({N, T, 1}, v.dtype(), v.device()));
-    // [num_i, den_i − ε] = Σ_j a_ij v'_j
-    const Tensor U = prefix_product(Pq, Pk, v_ones, forward, spec.chunk);
-    den = slice(U, 2, d, d + 1) + math::kLinearAttentionEps;  // [N, T, 1]
-    Z = (slice(U, 2, 0, d) / den).reshape({B, H, T, d});      // o_i = num_i / den_i
+    v_ones = append_ones(v.detach());
+    out = normalize(prefix_product(Pq, Pk, v_ones, forward, chunk, layout));  // [num_i, den_i − ε] = Σ_j a_ij v'_j
   }
-  return record("linear_attention", {phi_q, phi_k, v}, Z,
-                [Pq, Pk, v_ones, den,
-                 Z = Z.detach().reshape({N, T, d}), shape = v.shape(), phi_shape = phi_q.shape(), forward, reverse,
-                 chunk = spec.chunk](const Tensor& dZ) -> Gradients {
-                  // o_i = num_i / den_i  →  g_i = do_i / den_i,  and ∂L/∂den_i = −g_i·o_i
-                  const Tensor g = dZ.reshape(Z.shape()) / den;             // [N, T, d]
-                  const Tensor g_ones = append_column(g, -sum(g * Z, 2, true));  // g'_i = [g_i, −g_i·o_i]
+  return record("linear_attention", {phi_q, phi_k, v}, out.Z,
+                [Pq, Pk, v_ones, den = out.den, Z = out.Z.detach(), forward, reverse, chunk,
+                 layout](const Tensor& dZ) -> Gradients {
+                  // z_i = num_i / den_i  →  g_i = dz_i / den_i,  and ∂L/∂den_i = −g_i·z_i
+                  const Tensor g = dZ / den;
+                  const Tensor g_ones = append_column(g, -sum(g * Z, 3, true));  // g'_i = [g_i, −g_i·z_i]
                   // a_ij = φ(q_i)·φ(k_j)  →  ∂L/∂a_ij = g'_i·v'_j
-                  const Tensor dPq = prefix_product(g_ones, v_ones, Pk, forward, chunk);  // Σ_{j≤i} (g'_i·v'_j) φ(k_j)
-                  const Tensor dPk = prefix_product(v_ones, g_ones, Pq, reverse, chunk);  // Σ_{i≥j} (v'_j·g'_i) φ(q_i)
+                  const Tensor dPq = prefix_product(g_ones, v_ones, Pk, forward, chunk, layout);  // Σ_{j≤i} (g'_i·v'_j) φ(k_j)
+                  const Tensor dPk = prefix_product(v_ones, g_ones, Pq, reverse, chunk, layout);  // Σ_{i≥j} (v'_j·g'_i) φ(q_i)
                   // num_i = Σ_j a_ij v_j  →  dv_j = Σ_{i≥j} a_ij g_i
-                  const Tensor dV = prefix_product(Pk, Pq, g, reverse, chunk);
-                  return {dPq.reshape(phi_shape), dPk.reshape(phi_shape), dV.reshape(shape)};
+                  const Tensor dV = prefix_product(Pk, Pq, g, reverse, chunk, layout);
+                  return {dPq, dPk, dV};
                 });
+}
+
+// [B, T, H, w] -> [B, H, T, w] (BTHD), or as it is (BHTD); and back.
+Tensor heads_first(const Tensor& t, AttentionLayout layout) {
+  return layout == AttentionLayout::BTHD ? permute(t, {0, 2, 1, 3}) : t;
+}
+
+// Per query head, the kv head's rows: [B, Hkv, T, w] -> [B, Hq, T, w] (a copy: inspection only).
+Tensor repeat_kv_heads(const Tensor& t, int64_t Hq) {
+  const int64_t B = t.size(0), Hkv = t.size(1), T = t.size(2), w = t.size(3), group = Hq / Hkv;
+  return group == 1 ? t : expand(t.reshape({B, Hkv, 1, T, w}), {B, Hkv, group, T, w}).reshape({B, Hq, T, w});
+}
+
+// A [B, Hq, T, T] with Z = A V: a_ij / Σ_{j' visible} a_ij', for inspection.
+Tensor implied_weights(const Tensor& phi_q, const Tensor& phi_k, const AttentionSpec& spec) {
+  NoGradGuard no_grad;
+  const Tensor Pq = heads_first(phi_q, spec.layout);
+  const Tensor Pk = repeat_kv_heads(heads_first(phi_k, spec.layout), Pq.size(1));
+  Tensor scores = matmul(Pq, transpose(Pk, 2, 3));  // φ(q_i)·φ(k_j)
+  if (spec.causal)  // e^M: 1 where j ≤ i, 0 above (e^−∞ = 0)
+    scores = scores * exp(causal_mask(Pq.size(2), scores.dtype(), scores.device()));
+  return scores / (sum(scores, 3, true) + math::kLinearAttentionEps);
+}
+
+// Decode: the cache's state Σ_j φ(k_j) v'_jᵀ [B, Hkv, r, d + 1] holds every
+// position before these; each new query reads it (its kv head's), adds the new
+// positions up to itself (the causal product among them), and the new
+// positions join the state.
+Tensor decode(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, const AttentionSpec& spec,
+              LayerKVCache& cache) {
+  const AttentionLayout layout = spec.layout;
+  const int64_t B = v.size(0), Hq = heads_of(phi_q, layout), Hkv = heads_of(v, layout), r = phi_k.size(3);
+  const int64_t T_new = positions_of(v, layout), d = v.size(3), group = Hq / Hkv;
+  const Shape state_shape{B, Hkv, r, d + 1};
+  if (!cache.state.defined()) cache.state = Tensor::zeros(state_shape, v.dtype(), v.device());
+  AG_CHECK(cache.state.shape() == state_shape && cache.state.dtype() == v.dtype() && cache.state.device() == v.device(),
+           "attention: the cache's linear state " << describe(cache.state) << " is not " << to_string(state_shape)
+                                                  << " in the new keys' dtype and device");
+  const Tensor v_ones = append_ones(v);
+  // φ(q_i)ᵀ state: query heads grouped by kv head, [B, Hkv, group·T_new, r] · [B, Hkv, r, d + 1]
+  const Tensor earlier = heads_first(
+      matmul(heads_first(phi_q, layout).reshape({B, Hkv, group * T_new, r}), cache.state).reshape({B, Hq, T_new, d + 1}),
+      layout);
+  const Tensor U = earlier + prefix_product(phi_q, phi_k, v_ones, PrefixDirection::Causal, spec.chunk, layout);
+  cache.state = cache.state + matmul(transpose(heads_first(phi_k, layout), 2, 3), heads_first(v_ones, layout));
+  return normalize(U).Z;
 }
 
 void check_omega(const char* op, const Tensor& x, FeatureMap map, const Tensor& omega) {
@@ -92,42 +172,27 @@ Tensor attention_features(const Tensor& x, FeatureMap map, const Tensor& omega) 
                 });
 }
 
-Tensor linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, const LinearAttentionSpec& spec) {
-  detail::check_compatible("linear_attention", {&q, &k, &v});
-  AG_CHECK(q.dim() == 4 && q.shape() == k.shape() && q.shape() == v.shape() && q.size(3) > 0,
-           "linear_attention: q " << to_string(q.shape()) << ", k " << to_string(k.shape()) << ", v "
-                                  << to_string(v.shape()) << ": expected q, k, v [B, H, T, d] of one shape");
-  AG_CHECK(spec.chunk >= 1, "linear_attention: chunk " << spec.chunk << " must be positive");
-  return normalized_product(attention_features(q, spec.feature_map, spec.omega),
-                            attention_features(k, spec.feature_map, spec.omega), v, spec);
-}
+namespace detail {
 
-Tensor linear_attention_weights(const Tensor& q, const Tensor& k, const LinearAttentionSpec& spec) {
-  AG_CHECK(q.dim() == 4 && q.shape() == k.shape() && q.size(3) > 0,
-           "linear_attention_weights: q " << to_string(q.shape()) << ", k " << to_string(k.shape())
-                                          << ": expected q, k [B, H, T, d] of one shape");
-  Tensor scores = matmul(attention_features(q, spec.feature_map, spec.omega),
-                         transpose(attention_features(k, spec.feature_map, spec.omega), 2, 3));  // φ(q_i)·φ(k_j)
-  if (spec.causal)  // e^M: 1 where j ≤ i, 0 above (e^−∞ = 0)
-    scores = scores * exp(causal_mask(q.size(2), scores.dtype(), scores.device()));
-  return scores / (sum(scores, 3, true) + math::kLinearAttentionEps);
-}
-
-Tensor linear_attention_step(const Tensor& q, const Tensor& k, const Tensor& v, const LinearAttentionSpec& spec,
-                             LinearAttentionState& state) {
-  AG_CHECK(spec.causal, "linear_attention_step: only causal attention runs as a recurrence");
-  AG_CHECK(q.dim() == 4 && q.size(2) == 1 && q.shape() == k.shape() && q.shape() == v.shape(),
-           "linear_attention_step: q " << to_string(q.shape()) << ", k " << to_string(k.shape()) << ", v "
-                                       << to_string(v.shape()) << ": expected q, k, v [B, H, 1, d]");
-  const Tensor phi_q = attention_features(q, spec.feature_map, spec.omega);  // [B, H, 1, r]
+Tensor linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                        AttentionInternals* internals) {
+  const auto where = [&] {
+    return "attention (linear): q " + to_string(q.shape()) + ", k " + to_string(k.shape());
+  };
+  AG_CHECK(!spec.pattern.limited(), where() << ": linear attention sums over every visible key; it takes no sparse pattern");
+  AG_CHECK(!spec.scale && !spec.q_offset && !spec.kv_length,
+           where() << ": scale, q_offset and kv_length are softmax attention's; linear attention has none");
+  AG_CHECK(spec.cache || positions_of(q, spec.layout) == positions_of(k, spec.layout),
+           where() << ": linear attention needs as many queries as keys (a cache for decoding)");
+  AG_CHECK(spec.chunk >= 1, where() << ": chunk " << spec.chunk << " must be positive");
+  const Tensor phi_q = attention_features(q, spec.feature_map, spec.omega);
   const Tensor phi_k = attention_features(k, spec.feature_map, spec.omega);
-  const Tensor S_new = matmul(transpose(phi_k, 2, 3), v);  // φ(k_t) v_tᵀ [B, H, r, d]
-  state.S = state.S.defined() ? state.S + S_new : S_new;
-  state.z = state.z.defined() ? state.z + phi_k : phi_k;
-  // o_t = φ(q_t)ᵀ S / (φ(q_t)·z + ε)
-  const Tensor den = sum(phi_q * state.z, 3, true) + math::kLinearAttentionEps;  // [B, H, 1, 1]
-  return matmul(phi_q, state.S) / den;
+  if (spec.cache) return decode(phi_q, phi_k, v, spec, *spec.cache);
+  if (internals) internals->probabilities = implied_weights(phi_q, phi_k, spec);
+  return normalized_product(phi_q, phi_k, v, spec);
 }
+
+}  // namespace detail
 
 Tensor favor_projection(int64_t m, int64_t d, uint64_t seed, uint64_t stream) {
   AG_CHECK(m > 0 && d > 0, "favor_projection: m = " << m << " and d = " << d << " must be positive");

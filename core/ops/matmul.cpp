@@ -10,17 +10,16 @@
 namespace ag {
 
 namespace {
-// One operand of a batched product: its data, whether BLAS reads it transposed,
-// and whether it holds one matrix per batch entry or one for all (stride 0).
-struct Operand {
-  const Tensor& data;
-  bool transposed;
-  bool batched;
+using detail::GemmOperand;
+
+// The sizes of a batched product: out [batch, M, N] = op(x) [M, K] · op(y) [K, N] per entry.
+struct ProductSize {
+  int64_t batch, M, N, K;
 };
 
 // out [batch, M, N] (shaped `out_shape`) = op(x) op(y) per batch entry.
-Tensor product(const Operand& x, const Operand& y, int64_t batch, int64_t M, int64_t N, int64_t K,
-               const Shape& out_shape) {
+Tensor product(const GemmOperand& x, const GemmOperand& y, const ProductSize& size, const Shape& out_shape) {
+  const int64_t batch = size.batch, M = size.M, N = size.N, K = size.K;
   Tensor out = detail::empty_as(out_shape, x.data);
   kernel::GemmShape shape{batch, M, N, K};
   shape.trans_a = x.transposed;
@@ -32,23 +31,23 @@ Tensor product(const Operand& x, const Operand& y, int64_t batch, int64_t M, int
   return out;
 }
 
-// op(x) op(y) [M, N], the gradient of `input` (shaped like it): added straight
+// op(x) op(y) [M, N] (size.batch = 1), the gradient of `input` (shaped like it): added straight
 // into the memory that input's gradient accumulates in when there is some
 // (accumulation_target: a GEMM with beta = 1, no gradient tensor, no zeroing
 // pass, no separate add), and then undefined is returned. That is W's flat
 // gradient buffer for dW = Xᵀ dY, and for dX = dY Wᵀ the gradient already
 // pending for x when x is read by several products (the attention's input, by
 // W_Q, W_K and W_V).
-Tensor gradient_product(const Tensor& input, const Operand& x, const Operand& y, int64_t M, int64_t N, int64_t K) {
+Tensor gradient_product(const Tensor& input, const GemmOperand& x, const GemmOperand& y, const ProductSize& size) {
   if (Tensor target = accumulation_target(input); target.defined()) {
-    kernel::GemmShape accumulate{1, M, N, K};  // target += op(x) op(y)
+    kernel::GemmShape accumulate{1, size.M, size.N, size.K};  // target += op(x) op(y)
     accumulate.trans_a = x.transposed;
     accumulate.trans_b = y.transposed;
     accumulate.beta = 1.0;
     kernel::gemm(accumulate, x.data, y.data, target);
     return Tensor();
   }
-  return product(x, y, 1, M, N, K, input.shape());
+  return product(x, y, size, input.shape());
 }
 
 Shape batch_dims(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
@@ -75,12 +74,13 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     const int64_t rows = numel(Shape(a.shape().begin(), a.shape().end() - 1));
     Shape out_shape = a.shape();
     out_shape.back() = N;
-    Tensor out = product({a, false, false}, {b, false, false}, 1, rows, N, K, out_shape);
+    Tensor out = product({.data = a, .batched = false}, {.data = b, .batched = false},
+                         {.batch = 1, .M = rows, .N = N, .K = K}, out_shape);
     return record("matmul", {a, b}, out,
                   [A = a.detach(), B = b.detach(), a, b, rows, K, N, need_a, need_b](const Tensor& dC) -> Gradients {
                     Gradients grads(2);
-                    if (need_a) grads[0] = gradient_product(a, {dC, false, false}, {B, true, false}, rows, K, N);
-                    if (need_b) grads[1] = gradient_product(b, {A, true, false}, {dC, false, false}, K, N, rows);
+                    if (need_a) grads[0] = gradient_product(a, {.data = dC}, {.data = B, .transposed = true}, {.batch = 1, .M = rows, .N = K, .K = N});
+                    if (need_b) grads[1] = gradient_product(b, {.data = A, .transposed = true}, {.data = dC}, {.batch = 1, .M = K, .N = N, .K = rows});
                     return grads;
                   });
   }
@@ -96,18 +96,20 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const Tensor A = a.dim() == 2 ? a : expand_untracked(a, concat_shape(batch_shape, {M, K}));
   const Tensor B = expand_untracked(b, concat_shape(batch_shape, {K, N}));
   const bool a_batched = a.dim() > 2;
-  Tensor out = product({A, false, a_batched}, {B, false, true}, batch, M, N, K,
+  Tensor out = product({.data = A, .batched = a_batched}, {.data = B}, {.batch = batch, .M = M, .N = N, .K = K},
                        concat_shape(batch_shape, {M, N}));
   return record("matmul", {a, b}, out,
                 [A = A.detach(), B = B.detach(), sa = a.shape(), sb = b.shape(), batch_shape, batch, M, N, K,
                  a_batched, need_a, need_b](const Tensor& dC) -> Gradients {
                   Gradients grads(2);
                   if (need_a)
-                    grads[0] = reduce_to_shape(product({dC, false, true}, {B, true, true}, batch, M, K, N,
+                    grads[0] = reduce_to_shape(product({.data = dC}, {.data = B, .transposed = true},
+                                                       {.batch = batch, .M = M, .N = K, .K = N},
                                                        concat_shape(batch_shape, {M, K})),
                                                sa);
                   if (need_b)
-                    grads[1] = reduce_to_shape(product({A, true, a_batched}, {dC, false, true}, batch, K, N, M,
+                    grads[1] = reduce_to_shape(product({.data = A, .transposed = true, .batched = a_batched},
+                                                       {.data = dC}, {.batch = batch, .M = K, .N = N, .K = M},
                                                        concat_shape(batch_shape, {K, N})),
                                                sb);
                   return grads;
@@ -150,8 +152,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                  need_w = weight.requires_grad(),
                  need_b = has_bias && bias.requires_grad()](const Tensor& dY) -> Gradients {
                   Gradients grads(has_bias ? 3 : 2);
-                  if (need_x) grads[0] = gradient_product(x, {dY, false, false}, {W, true, false}, rows, in, out);
-                  if (need_w) grads[1] = gradient_product(weight, {X, true, false}, {dY, false, false}, in, out, rows);
+                  if (need_x) grads[0] = gradient_product(x, {.data = dY}, {.data = W, .transposed = true}, {.batch = 1, .M = rows, .N = in, .K = out});
+                  if (need_w) grads[1] = gradient_product(weight, {.data = X, .transposed = true}, {.data = dY}, {.batch = 1, .M = in, .N = out, .K = rows});
                   if (need_b) {
                     grads[2] = detail::empty_as({out}, dY);
                     kernel::sum_to_shape(dY, grads[2]);

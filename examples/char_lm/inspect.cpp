@@ -85,9 +85,7 @@ std::vector<std::string> layer_svgs(const std::vector<Tensor>& maps, const std::
     for (int64_t h = 0; h < H; ++h)
       panels.push_back({"head " + std::to_string(h) + (gates[l][h] == 0.0 ? " (pruned: gate 0)" : ""),
                         {a.begin() + h * T * T, a.begin() + (h + 1) * T * T}});
-    const std::string what = config.attention == AttentionFunction::Linear
-                                 ? "the weights linear attention implies, φ(q)·φ(k) / Σ"
-                                 : "A = softmax(S + M)";
+    const std::string what = attention_function_traits(config.attention).weights;
     svgs.push_back(interp::heatmap_grid_svg(
         "layer " + std::to_string(l) + ": " + what + " of each head (row: query, column: key; hatched: masked)",
         panels, labels, [&mask](size_t head, int64_t i, int64_t j) { return mask.visible(static_cast<int64_t>(head), i, j); },

@@ -68,9 +68,8 @@ int run_sample(const SampleOptions& o, const nn::GPTConfig& settings) {
   const std::string text = generate(*loaded.model, loaded.tokenizer, o.prompt, o);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("%s\n", text.c_str());
-  const char* how = o.no_kv_cache ? "recomputing the context"
-                    : loaded.model->config().attention == AttentionFunction::Linear ? "recurrent state in the KV cache"
-                                                                                     : "KV cache";
+  const char* how =
+      o.no_kv_cache ? "recomputing the context" : attention_function_traits(loaded.model->config().attention).cache_holds;
   std::fprintf(stderr, "%lld tokens in %.3f s: %.1f tokens/s (%s)\n", static_cast<long long>(o.tokens), seconds,
                static_cast<double>(o.tokens) / seconds, how);
   return 0;
