@@ -18,11 +18,11 @@ check "^max \|dW_Q - FD\| = [0-9.e+-]+, which is [0-9.]+e-(09|1[0-9]) of max \|d
 
 "$walkthrough" --tiny >"$out"
 [ "$(grep -c 'by hand = backward(): yes' "$out")" = 9 ] || { cat "$out"; echo "walkthrough: by hand != backward()" >&2; exit 1; }
-check "^ +0\.250000 +0\.750000$"                  # A, row 2
-check "^ +1\.000000 +3\.000000$"                  # dA, row 1
-check "^ +-0\.750000 +0\.750000$"                 # dS, row 2
-check "^ +0\.823959$"                             # dQ_2 = dW_Q = (3/4) ln 3
-check "^ +3\.176041$"                             # dX_1 = 4 − (3/4) ln 3
-check "^ +6\.647918$"                             # dX_2 = 5 + (3/2) ln 3
+check "^ +0\.250000 +0\.750000$"                  # A, row 1
+check "^ +1\.000000 +3\.000000$"                  # dA, row 0
+check "^ +-0\.750000 +0\.750000$"                 # dS, row 1
+check "^ +0\.823959$"                             # dQ_1 = dW_Q = (3/4) ln 3
+check "^ +3\.176041$"                             # dX_0 = 4 − (3/4) ln 3
+check "^ +6\.647918$"                             # dX_1 = 5 + (3/2) ln 3
 check "^L = 8\.0000000000$"
 echo "walkthrough: passed"
