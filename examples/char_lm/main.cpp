@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "cuda/context.h"
@@ -75,20 +76,6 @@ int run_sample(const SampleOptions& o, const nn::GPTConfig& settings) {
   return 0;
 }
 
-// A command that looks inside a model or its runs (examples/char_lm/inspect.h,
-// compare.h): its command line, bound to `options`, and what runs it.
-struct InspectCommand {
-  std::unique_ptr<cli::Command> command;
-  std::function<int()> run;
-};
-template <class Options>
-InspectCommand inspect_command(CLI::App& app, const char* name, const char* help, Options& options,
-                               int (*run)(const Options&), cli::ProcessOptions& process) {
-  auto command = std::make_unique<cli::Command>(app.add_subcommand(name, help));
-  command->bind(options).bind(process);
-  return {std::move(command), [&options, run] { return run(options); }};
-}
-
 int run_grads(const GradsOptions& o, const nn::GPTConfig& settings) {
   AG_CHECK(!o.weights.empty() && !o.batch.empty() && !o.out.empty(),
            "grads: --weights, --batch and --out are required (see --help)");
@@ -106,6 +93,13 @@ int run_convert(const ConvertOptions& o) {
               o.out.c_str());
   return 0;
 }
+
+// One subcommand: its command line, bound to the options it takes, and what
+// runs it once they are applied.
+struct Subcommand {
+  std::unique_ptr<cli::Command> command;
+  std::function<int(const cli::Command&)> run;
+};
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,80 +108,83 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   cli::ProcessOptions process;
 
+  // Every subcommand is one entry here, in the order --help lists them; a name
+  // that is none of them is an error naming them all (cli::parse).
+  std::vector<Subcommand> subcommands;
+  const auto add = [&](const char* name, const char* help, std::function<int(const cli::Command&)> run) -> cli::Command& {
+    subcommands.push_back({std::make_unique<cli::Command>(app.add_subcommand(name, help)), std::move(run)});
+    return *subcommands.back().command;
+  };
   TrainConfig train_config;
-  cli::Command train_command(
-      app.add_subcommand("train", "train a character-level GPT, checkpointing to --out (defaults: nanoGPT's "
-                                  "shakespeare_char CPU run)"));
-  train_command.bind(train_config.model).bind(train_config.optim).bind(train_config.run).bind(process).allow_config_file();
+  add("train", "train a character-level GPT, checkpointing to --out (defaults: nanoGPT's shakespeare_char CPU run)",
+      [&](const cli::Command& command) { return run_train(command, train_config); })
+      .bind(train_config.model).bind(train_config.optim).bind(train_config.run).bind(process).allow_config_file();
 
   SampleOptions sample_options;
   nn::GPTConfig sample_settings;
-  cli::Command sample_command(app.add_subcommand("sample", "generate text from a checkpoint"));
-  sample_command.bind(sample_options).bind(sample_settings, {OptionKind::Setting}).bind(process);
+  add("sample", "generate text from a checkpoint",
+      [&](const cli::Command&) { return run_sample(sample_options, sample_settings); })
+      .bind(sample_options).bind(sample_settings, {OptionKind::Setting}).bind(process);
 
   GradsOptions grads_options;
   nn::GPTConfig grads_settings;
-  cli::Command grads_command(app.add_subcommand(
-      "grads", "float64 loss and gradients of a model on a batch, for comparison with other frameworks"));
-  grads_command.bind(grads_options).bind(grads_settings, {OptionKind::Setting}).bind(process);
+  add("grads", "float64 loss and gradients of a model on a batch, for comparison with other frameworks",
+      [&](const cli::Command&) { return run_grads(grads_options, grads_settings); })
+      .bind(grads_options).bind(grads_settings, {OptionKind::Setting}).bind(process);
 
   ConvertOptions convert_options;
-  cli::Command convert_command(app.add_subcommand(
-      "convert", "a checkpoint to fewer key/value heads (grouped-query attention), mean-pooling each group's W_K, W_V"));
-  convert_command.bind(convert_options).bind(process);
+  add("convert", "a checkpoint to fewer key/value heads (grouped-query attention), mean-pooling each group's W_K, W_V",
+      [&](const cli::Command&) { return run_convert(convert_options); })
+      .bind(convert_options).bind(process);
 
   MaskOptions mask_options;
   nn::GPTConfig mask_config;
   mask_config.vocab_size = 1;  // the mask does not depend on it
-  cli::Command mask_command(app.add_subcommand("mask", "print the attention mask of a sparse pattern (--attn-window ...)"));
-  mask_command.bind(mask_options).bind_only(mask_config, kMaskModelOptions);
+  add("mask", "print the attention mask of a sparse pattern (--attn-window ...)",
+      [&](const cli::Command&) { return std::printf("%s", mask_picture(mask_config, mask_options).c_str()) < 0; })
+      .bind(mask_options).bind_only(mask_config, kMaskModelOptions);
 
   InfoOptions info_options;
-  cli::Command info_command(app.add_subcommand(
-      "info", "what a checkpoint holds: the model, the run's options, its checkpoints and best val loss"));
-  info_command.bind(info_options).bind(process);
+  add("info", "what a checkpoint holds: the model, the run's options, its checkpoints and best val loss",
+      [&](const cli::Command&) { return std::printf("%s", checkpoint_info(info_options).c_str()) < 0; })
+      .bind(info_options).bind(process);
 
+  // Commands that look inside a model or its runs (examples/char_lm/inspect.h, compare.h).
   AttentionOptions attention_options;
+  add("attention", "attention maps of a prompt: one SVG per layer (a heatmap of A per head) and the rollout",
+      [&](const cli::Command&) { return run_attention(attention_options); })
+      .bind(attention_options).bind(process);
+
   ExplainOptions explain_options;
+  add("explain", "integrated gradients: each prompt character's share of the predicted next character's logit",
+      [&](const cli::Command&) { return run_explain(explain_options); })
+      .bind(explain_options).bind(process);
+
   HeadsOptions heads_options;
+  add("heads", "head importance (mean |dL/dg_h| on validation batches); --prune K writes a model without the K least important",
+      [&](const cli::Command&) { return run_heads(heads_options); })
+      .bind(heads_options).bind(process);
+
   ReportOptions report_options;
+  add("report", "one self-contained HTML page: config, loss curves, a sample, attention maps, rollout, attributions, heads",
+      [&](const cli::Command&) { return run_report(report_options); })
+      .bind(report_options).bind(process);
+
   CompareOptions compare_options;
-  InspectCommand compare_command =
-      inspect_command(app, "compare", "the validation loss of several runs on one SVG chart, each named by the options it differs in",
-                      compare_options, run_compare, process);
-  compare_command.command->app()->add_option("runs", compare_options.runs, "run directories (of char_lm train), two or more");
-  const InspectCommand inspect_commands[] = {
-      inspect_command(app, "attention", "attention maps of a prompt: one SVG per layer (a heatmap of A per head) and the rollout",
-                      attention_options, run_attention, process),
-      inspect_command(app, "explain", "integrated gradients: each prompt character's share of the predicted next character's logit",
-                      explain_options, run_explain, process),
-      inspect_command(app, "heads", "head importance (mean |dL/dg_h| on validation batches); --prune K writes a model without the K least important",
-                      heads_options, run_heads, process),
-      inspect_command(app, "report", "one self-contained HTML page: config, loss curves, a sample, attention maps, rollout, attributions, heads",
-                      report_options, run_report, process),
-      std::move(compare_command)};
+  add("compare", "the validation loss of several runs on one SVG chart, each named by the options it differs in",
+      [&](const cli::Command&) { return run_compare(compare_options); })
+      .bind(compare_options).bind(process)
+      .app()->add_option("runs", compare_options.runs, "run directories (of char_lm train), two or more");
 
   if (const int code = cli::parse(app, argc, argv); code >= 0) return code;
   try {
-    for (const InspectCommand& inspect : inspect_commands) {
-      if (!inspect.command->app()->parsed()) continue;
-      inspect.command->apply();
+    for (const Subcommand& subcommand : subcommands) {
+      if (!subcommand.command->app()->parsed()) continue;
+      subcommand.command->apply();
       process.apply();
-      return inspect.run();
+      return subcommand.run(*subcommand.command);
     }
-    for (cli::Command* command :
-         {&train_command, &sample_command, &grads_command, &convert_command, &mask_command, &info_command}) {
-      if (!command->app()->parsed()) continue;
-      command->apply();
-      process.apply();
-      if (command == &train_command) return run_train(*command, train_config);
-      if (command == &sample_command) return run_sample(sample_options, sample_settings);
-      if (command == &convert_command) return run_convert(convert_options);
-      if (command == &mask_command) return std::printf("%s", mask_picture(mask_config, mask_options).c_str()) < 0;
-      if (command == &info_command) return std::printf("%s", checkpoint_info(info_options).c_str()) < 0;
-      return run_grads(grads_options, grads_settings);
-    }
-    return 2;
+    return 2;  // not reached: cli::parse accepts exactly one of the subcommands (require_subcommand)
   } catch (const std::exception& e) {  // ag::Error, and I/O errors from the standard library
     std::fprintf(stderr, "char_lm%s: %s\n", dist::process_label().c_str(), e.what());
     std::fflush(stderr);

@@ -115,31 +115,45 @@ EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, i
   return record;
 }
 
-TrainResult train(TrainConfig c) {
-  // Data-parallel when an MPI launcher started several processes (optim/data_parallel.h).
-  dist::Communicator& comm = dist::world();
-  const bool root = comm.rank() == 0;  // only rank 0 prints, logs and writes checkpoints
-  if (!root) c.quiet = true;
+namespace {
+// --- resume: what a run starts from ----------------------------------------------------------
 
-  // --- options: on --resume merged with the run's own; all checked before --out is touched.
-  const std::string out = c.run.out;
-  std::optional<SafetensorsFile> saved_state;
-  std::string resumed_unit;  // the checkpoint a resumed run continues from
-  std::vector<std::string> passed_over;
+// A run's inputs, read and checked before anything is written: the text, and on
+// --resume the checkpoint it continues.
+struct RunInputs {
+  std::string data_path;
+  Dataset data;
+  Metadata description;                        // what every process must agree on (run_description)
+  std::string resumed_unit;                    // on --resume: the checkpoint it continues from,
+  std::optional<SafetensorsFile> saved_state;  // its training state,
+  std::vector<std::string> passed_over;        // and the incomplete checkpoints passed over for it
+};
+
+// The options (on --resume merged with the run's own) and the text, all
+// checked before --out is touched.
+RunInputs read_inputs(TrainConfig& c, const dist::Communicator& comm) {
+  RunInputs in;
   if (c.run.resume) {
-    resumed_unit = find_checkpoint(out, &passed_over);
-    saved_state = load_train_state(train_state_path(resumed_unit));
-    resume_options(c, *saved_state);
+    in.resumed_unit = find_checkpoint(c.run.out, &in.passed_over);
+    in.saved_state = load_train_state(train_state_path(in.resumed_unit));
+    resume_options(c, *in.saved_state);
   }
-  const std::string data_path = resolve_data_path(c.run.data);
-  const std::string text = read_text(data_path);
-  const Dataset data = make_dataset(text, c.model.block_size);
-  c.model.vocab_size = data.tokenizer.vocab_size();
-  c.run.data = data_path;  // remembered with the run, so --resume finds the text without --data
+  in.data_path = resolve_data_path(c.run.data);
+  const std::string text = read_text(in.data_path);
+  in.data = make_dataset(text, c.model.block_size);
+  c.model.vocab_size = in.data.tokenizer.vocab_size();
+  c.run.data = in.data_path;  // remembered with the run, so --resume finds the text without --data
   check_options(c, comm);
-  if (!c.run.resume) check_output_directory("train", out, OutputKind::Run, c.run.overwrite, "--resume to continue it, ");
+  if (!c.run.resume) check_output_directory("train", c.run.out, OutputKind::Run, c.run.overwrite, "--resume to continue it, ");
+  in.description = run_description(c, text, in.saved_state);
+  return in;
+}
 
-  if (root) {
+// Makes --out ready (rank 0 writes it), then runs the first collectives: every
+// process checks it trains the same run, then binds its GPU.
+void prepare_output(const TrainConfig& c, const RunInputs& in, dist::Communicator& comm) {
+  const std::string& out = c.run.out;
+  if (comm.rank() == 0) {
     std::error_code error;
     std::filesystem::create_directories(out, error);
     AG_CHECK(!error, "train: cannot create the output directory '" << out << "': " << error.message());
@@ -149,151 +163,262 @@ TrainResult train(TrainConfig c) {
   // Checked after the temporaries are gone: a run killed while writing its last unit is complete, and this
   // is the call that tidies it.
   if (c.run.resume) {
-    const int64_t saved_iter = train_state_iter(*saved_state);
+    const int64_t saved_iter = train_state_iter(*in.saved_state);
     AG_CHECK(c.run.max_iters > saved_iter,
-             "train --resume: the run's checkpoint '" << resumed_unit << "' is at iteration " << saved_iter
+             "train --resume: the run's checkpoint '" << in.resumed_unit << "' is at iteration " << saved_iter
                                                        << " already, and --max-iters " << c.run.max_iters
                                                        << " is not past it: nothing to train (give a larger --max-iters "
                                                           "to continue it)");
   }
-  // The first collectives: every process checks it trains the same run, then binds its GPU.
-  dist::check_same_on_every_process(comm, run_description(c, text, saved_state), "train");
+  dist::check_same_on_every_process(comm, in.description, "train");
   comm.use_device(c.run.device);
+}
 
-  // --- the model: fresh from the seed, or the checkpoint's weights on --resume.
-  std::unique_ptr<nn::GPT> model;
-  int64_t model_iter = -1;
-  if (c.run.resume) {
-    LoadedModel loaded = load_model(model_path(resumed_unit), DType::Float32, c.model);
-    AG_CHECK(loaded.tokenizer.chars() == data.tokenizer.chars(),
-             "train --resume: the checkpoint's vocabulary differs from that of '" << data_path << "'");
-    model_iter = loaded.iter;
-    // The training state's model options decide the step's shapes and FLOPs; the weights', the function.
-    Metadata from_weights, from_state;
-    write_options(loaded.model->config(), from_weights, {OptionKind::Model}, KeyStyle::Dashed);
-    write_options(c.model, from_state, {OptionKind::Model}, KeyStyle::Dashed);
-    for (const auto& [key, value] : from_weights)
-      AG_CHECK(from_state.at(key) == value, "train --resume: '" << resumed_unit << "': model.safetensors has " << key
-                                                                << " = " << value << " but train_state.safetensors "
-                                                                << from_state.at(key) << "; cannot continue that run");
-    model = std::move(loaded.model);
-  } else {
+// The model: fresh from the seed, or the checkpoint's weights on --resume
+// (with the iteration they were saved at).
+LoadedModel initial_model(const TrainConfig& c, const RunInputs& in) {
+  if (!c.run.resume) {
     Generator init(c.optim.seed);
-    model = std::make_unique<nn::GPT>(c.model, init);
+    LoadedModel fresh;
+    fresh.model = std::make_unique<nn::GPT>(c.model, init);
+    return fresh;
   }
-  model->to(c.run.device);
+  LoadedModel loaded = load_model(model_path(in.resumed_unit), DType::Float32, c.model);
+  AG_CHECK(loaded.tokenizer.chars() == in.data.tokenizer.chars(),
+           "train --resume: the checkpoint's vocabulary differs from that of '" << in.data_path << "'");
+  // The training state's model options decide the step's shapes and FLOPs; the weights', the function.
+  Metadata from_weights, from_state;
+  write_options(loaded.model->config(), from_weights, {OptionKind::Model}, KeyStyle::Dashed);
+  write_options(c.model, from_state, {OptionKind::Model}, KeyStyle::Dashed);
+  for (const auto& [key, value] : from_weights)
+    AG_CHECK(from_state.at(key) == value, "train --resume: '" << in.resumed_unit << "': model.safetensors has " << key
+                                                              << " = " << value << " but train_state.safetensors "
+                                                              << from_state.at(key) << "; cannot continue that run");
+  return loaded;
+}
+
+// --- evaluation and logging: log.csv, loss.svg and the progress lines -------------------------
+
+// What a run reports: log.csv and loss.svg in --out (rank 0), and the
+// progress lines on stdout (unless quiet).
+class Progress {
+ public:
+  Progress(const TrainConfig& c, const RunInputs& in, int64_t start, const nn::GPT& model,
+           const dist::Communicator& comm);
+  // An evaluation: its two log rows, the chart redrawn, its line.
+  void evaluated(const EvalRecord& e);
+  // How long a step took; the ETA is from the mean of the last 50.
+  void step_took(double ms);
+  // A log line's step: its row and its line, with the speed and the ETA.
+  void logged(int64_t iter, double loss, double lr);
+
+ private:
+  void print_start(const RunInputs& in, int64_t start, const nn::GPT& model, const dist::Communicator& comm) const;
+
+  const TrainConfig& c_;
+  const bool root_;
+  const std::string log_path_;
+  std::ofstream log_;  // rank 0's
+  const int64_t tokens_per_step_;
+  const double flops_per_step_;
+  std::deque<double> recent_ms_;  // the last steps' times, for the ETA
+};
+
+Progress::Progress(const TrainConfig& c, const RunInputs& in, int64_t start, const nn::GPT& model,
+                   const dist::Communicator& comm)
+    : c_(c), root_(comm.rank() == 0), log_path_(c.run.out + "/log.csv"),
+      tokens_per_step_(c.optim.batch_size * c.optim.grad_accum * c.model.block_size),
+      flops_per_step_(static_cast<double>(
+          nn::training_step_flops(c.model, c.optim.batch_size * c.optim.grad_accum, c.model.block_size))) {
+  if (root_) {
+    if (c.run.resume) truncate_log(log_path_, start);
+    log_.open(log_path_, c.run.resume ? std::ios::app : std::ios::trunc);
+    AG_CHECK(log_, "train: cannot write '" << log_path_ << "'");
+    if (!c.run.resume) log_ << "iter,kind,loss,lr,ms_per_iter\n";
+  }
+  if (!c.quiet) print_start(in, start, model, comm);
+}
+
+void Progress::print_start(const RunInputs& in, int64_t start, const nn::GPT& model,
+                           const dist::Communicator& comm) const {
+  std::printf("char_lm: %lld parameters, vocab %lld, %zu train / %zu val tokens from %s\n",
+              static_cast<long long>(model.num_parameters()), static_cast<long long>(in.data.tokenizer.vocab_size()),
+              in.data.train.size(), in.data.val.size(), in.data_path.c_str());
+  std::printf("%s\n", cli::header(model.config(), c_.run.device).c_str());
+  for (const std::string& unit : in.passed_over) std::printf("passing over the incomplete checkpoint %s\n", unit.c_str());
+  if (c_.run.resume) std::printf("resuming from iteration %lld (%s)\n", static_cast<long long>(start), in.resumed_unit.c_str());
+  else std::printf("writing checkpoints and log.csv to %s/\n", c_.run.out.c_str());
+  std::printf("%lld tokens and %.2f GFLOP per step (batch %lld x %lld micro-batches x %lld tokens)\n",
+              static_cast<long long>(tokens_per_step_), flops_per_step_ / 1e9, static_cast<long long>(c_.optim.batch_size),
+              static_cast<long long>(c_.optim.grad_accum), static_cast<long long>(c_.model.block_size));
+  if (comm.size() > 1)
+    std::printf("data-parallel on %d processes (%s): each computes %lld of every batch's %lld sequences\n",
+                comm.size(), comm.describe().c_str(), static_cast<long long>(c_.optim.batch_size / comm.size()),
+                static_cast<long long>(c_.optim.batch_size));
+}
+
+void Progress::evaluated(const EvalRecord& e) {
+  if (root_) log_ << e.iter << ",train," << e.train_loss << ",,\n" << e.iter << ",val," << e.val_loss << ",,\n" << std::flush;
+  if (root_) write_loss_chart(log_path_, c_.run.out + "/loss.svg");
+  if (!c_.quiet) std::printf("eval iter %5lld: train loss %.4f, val loss %.4f\n", static_cast<long long>(e.iter), e.train_loss, e.val_loss);
+}
+
+void Progress::step_took(double ms) {
+  recent_ms_.push_back(ms);
+  if (recent_ms_.size() > 50) recent_ms_.pop_front();
+}
+
+void Progress::logged(int64_t iter, double loss, double lr) {
+  const double ms = std::accumulate(recent_ms_.begin(), recent_ms_.end(), 0.0) / static_cast<double>(recent_ms_.size());
+  if (root_) log_ << iter << ",batch," << loss << "," << lr << "," << ms << "\n";
+  if (!c_.quiet)
+    std::printf("iter %5lld/%lld | loss %.4f | lr %.2e | %6.1f ms/iter | %7.0f tok/s | %6.1f GFLOP/s | ETA %s\n",
+                static_cast<long long>(iter), static_cast<long long>(c_.run.max_iters), loss, lr, ms,
+                1000.0 * static_cast<double>(tokens_per_step_) / ms, flops_per_step_ / ms / 1e6,
+                duration_text(ms * static_cast<double>(c_.run.max_iters - iter - 1) / 1000).c_str());
+  std::fflush(stdout);
+}
+
+// --- the loop and checkpointing ---------------------------------------------------------------
+
+// What the loop changes and a checkpoint saves: the model, its optimiser and
+// training step (data-parallel over the processes), the training batches'
+// generator, and the default generator (dropout masks).
+class Trainer {
+ public:
+  Trainer(const TrainConfig& c, const Dataset& data, std::unique_ptr<nn::GPT> model, dist::Communicator& comm);
+  Trainer(const Trainer&) = delete;  // the step's loss points into it
+  Trainer& operator=(const Trainer&) = delete;
+
+  // --resume: the optimiser and the generators as the checkpoint saved them,
+  // after checking its weights (from `model_iter`) match. Returns the iteration to start from.
+  int64_t resume(const RunInputs& in, int64_t model_iter);
+  // Iterations [start, max_iters), evaluating and checkpointing on the way.
+  TrainResult run(int64_t start, Progress& progress);
+  nn::GPT& model() { return *model_; }
+
+ private:
+  EvalRecord evaluate_and_checkpoint(int64_t iter, Progress& progress);
+  void checkpoint(int64_t iter, double val_loss) const;  // rank 0
+  std::vector<optim::Batch> draw_step_batches();         // this process's shards of the step's micro-batches
+
+  const TrainConfig& c_;
+  const Dataset& data_;
+  dist::Communicator& comm_;
+  std::unique_ptr<nn::GPT> model_;  // on the run's device, in training mode
+  optim::AdamW optimizer_;
+  optim::TrainStep step_;
+  Generator batches_;  // the same on every process: all draw each whole batch
+};
+
+std::unique_ptr<nn::GPT> ready_to_train(std::unique_ptr<nn::GPT> model, Device device) {
+  model->to(device);
   model->train();
-  optim::AdamW optimizer(optim::decay_groups(model->named_parameters(), c.optim.weight_decay),
-                         {c.optim.lr, c.optim.beta1, c.optim.beta2, 1e-8});
-  optim::replicate(model->parameters(), comm);
-  optim::TrainStep step(optimizer, c.optim,
-                        [&](const Tensor& x, const Tensor& y) { return model->loss(x, y, Reduction::Sum); },
-                        c.run.device);
-  optim::make_data_parallel(step, comm);
+  return model;
+}
 
-  Generator batches(c.optim.seed + 1);  // the same on every process: all draw each whole batch
+Trainer::Trainer(const TrainConfig& c, const Dataset& data, std::unique_ptr<nn::GPT> model, dist::Communicator& comm)
+    : c_(c), data_(data), comm_(comm), model_(ready_to_train(std::move(model), c.run.device)),
+      optimizer_(optim::decay_groups(model_->named_parameters(), c.optim.weight_decay),
+                 {c.optim.lr, c.optim.beta1, c.optim.beta2, 1e-8}),
+      step_(optimizer_, c.optim, [this](const Tensor& x, const Tensor& y) { return model_->loss(x, y, Reduction::Sum); },
+            c.run.device),
+      batches_(c.optim.seed + 1) {
+  optim::replicate(model_->parameters(), comm);
+  optim::make_data_parallel(step_, comm);
   manual_seed(optim::replica_seed(c.optim.seed + 4, comm));  // dropout masks draw from the default generator
-  int64_t start = 0;
-  if (c.run.resume) {
-    const TrainState state = restore_train_state(*saved_state, optimizer);
-    AG_CHECK(state.iter == model_iter,
-             "train --resume: '" << resumed_unit << "' holds weights from iteration " << model_iter
-                                 << " but training state from iteration " << state.iter
-                                 << " (a crash between the two writes?); cannot continue that run");
-    start = state.iter;
-    batches.set_state(state.batch_seed, state.batch_offset);
-    default_generator().set_state(optim::replica_seed(state.dropout_seed, comm), state.dropout_offset);
-  }
-  const auto checkpoint = [&](int64_t iter, double val_loss) {
-    save_checkpoint(out, iter, val_loss, *model, data.tokenizer,
-                    {iter, batches.seed(), batches.offset(), default_generator().seed(), default_generator().offset()}, c,
-                    optimizer, c.run.keep_checkpoints);
-  };
+}
 
-  const std::string log_path = out + "/log.csv";
-  std::ofstream log;
-  if (root) {
-    if (c.run.resume) truncate_log(log_path, start);
-    log.open(log_path, c.run.resume ? std::ios::app : std::ios::trunc);
-    AG_CHECK(log, "train: cannot write '" << log_path << "'");
-    if (!c.run.resume) log << "iter,kind,loss,lr,ms_per_iter\n";
-  }
-  const int64_t tokens_per_step = c.optim.batch_size * c.optim.grad_accum * c.model.block_size;
-  const double flops_per_step = static_cast<double>(
-      nn::training_step_flops(c.model, c.optim.batch_size * c.optim.grad_accum, c.model.block_size));
-  if (!c.quiet) {
-    std::printf("char_lm: %lld parameters, vocab %lld, %zu train / %zu val tokens from %s\n",
-                static_cast<long long>(model->num_parameters()), static_cast<long long>(data.tokenizer.vocab_size()),
-                data.train.size(), data.val.size(), data_path.c_str());
-    std::printf("%s\n", cli::header(model->config(), c.run.device).c_str());
-    for (const std::string& unit : passed_over) std::printf("passing over the incomplete checkpoint %s\n", unit.c_str());
-    if (c.run.resume) std::printf("resuming from iteration %lld (%s)\n", static_cast<long long>(start), resumed_unit.c_str());
-    else std::printf("writing checkpoints and log.csv to %s/\n", out.c_str());
-    std::printf("%lld tokens and %.2f GFLOP per step (batch %lld x %lld micro-batches x %lld tokens)\n",
-                static_cast<long long>(tokens_per_step), flops_per_step / 1e9, static_cast<long long>(c.optim.batch_size),
-                static_cast<long long>(c.optim.grad_accum), static_cast<long long>(c.model.block_size));
-    if (comm.size() > 1)
-      std::printf("data-parallel on %d processes (%s): each computes %lld of every batch's %lld sequences\n",
-                  comm.size(), comm.describe().c_str(), static_cast<long long>(c.optim.batch_size / comm.size()),
-                  static_cast<long long>(c.optim.batch_size));
-  }
+int64_t Trainer::resume(const RunInputs& in, int64_t model_iter) {
+  const TrainState state = restore_train_state(*in.saved_state, optimizer_);
+  AG_CHECK(state.iter == model_iter,
+           "train --resume: '" << in.resumed_unit << "' holds weights from iteration " << model_iter
+                               << " but training state from iteration " << state.iter
+                               << " (a crash between the two writes?); cannot continue that run");
+  batches_.set_state(state.batch_seed, state.batch_offset);
+  default_generator().set_state(optim::replica_seed(state.dropout_seed, comm_), state.dropout_offset);
+  return state.iter;
+}
 
+TrainResult Trainer::run(int64_t start, Progress& progress) {
   TrainResult result;
   std::vector<double> iter_ms, collective_ms;
   std::vector<Tensor> pending_losses;  // on the device until the next log line
-  std::deque<double> recent_ms;        // the last iterations' times, for the ETA
   for (int64_t iter = start;; ++iter) {
     // Evaluate and checkpoint at the start of every eval_interval-th iteration
     // and at the end. A resumed run already did it for `start`.
-    if ((iter % c.run.eval_interval == 0 || iter == c.run.max_iters) && !(c.run.resume && iter == start)) {
-      const EvalRecord e = evaluate(*model, data, c, iter, comm);
-      result.evals.push_back(e);
-      if (root) log << iter << ",train," << e.train_loss << ",,\n" << iter << ",val," << e.val_loss << ",,\n" << std::flush;
-      if (root) write_loss_chart(log_path, out + "/loss.svg");
-      if (!c.quiet) std::printf("eval iter %5lld: train loss %.4f, val loss %.4f\n", static_cast<long long>(iter), e.train_loss, e.val_loss);
-      step.check_finite();  // a diverged run never saves
-      if (root) checkpoint(iter, e.val_loss);
-    }
-    if (iter >= c.run.max_iters) break;
+    if ((iter % c_.run.eval_interval == 0 || iter == c_.run.max_iters) && !(c_.run.resume && iter == start))
+      result.evals.push_back(evaluate_and_checkpoint(iter, progress));
+    if (iter >= c_.run.max_iters) break;
 
     const auto t0 = Clock::now();
-    std::vector<optim::Batch> micro(c.optim.grad_accum);
-    for (optim::Batch& b : micro) {
-      get_batch(data.train, c.optim.batch_size, c.model.block_size, batches, b.x, b.y);
-      b = {optim::shard(b.x, comm), optim::shard(b.y, comm)};
-    }
-    const double collective_ms_before = comm.collective_ms();
-    const optim::StepResult r = step.run(iter, micro);
-    collective_ms.push_back(comm.collective_ms() - collective_ms_before);
+    const std::vector<optim::Batch> micro = draw_step_batches();
+    const double collective_ms_before = comm_.collective_ms();
+    const optim::StepResult r = step_.run(iter, micro);
+    collective_ms.push_back(comm_.collective_ms() - collective_ms_before);
     // On the CPU the check is free, so every step; on CUDA it waits for the device, so at log lines and saves.
-    if (c.run.device == Device::CPU || c.run.detect_anomaly) step.check_finite(c.run.detect_anomaly ? &micro : nullptr);
+    if (c_.run.device == Device::CPU || c_.run.detect_anomaly) step_.check_finite(c_.run.detect_anomaly ? &micro : nullptr);
     pending_losses.push_back(r.loss.reshape({1}));
     iter_ms.push_back(elapsed_ms(t0));
-    recent_ms.push_back(iter_ms.back());
-    if (recent_ms.size() > 50) recent_ms.pop_front();
+    progress.step_took(iter_ms.back());
 
-    if (iter % c.run.log_interval == 0 || iter + 1 == c.run.max_iters) {
-      step.check_finite();
-      collect_losses(pending_losses, result.batch_losses, comm);
-      const double ms = std::accumulate(recent_ms.begin(), recent_ms.end(), 0.0) / static_cast<double>(recent_ms.size());
-      const double loss = result.batch_losses.back();
-      if (root) log << iter << ",batch," << loss << "," << r.lr << "," << ms << "\n";
-      if (!c.quiet)
-        std::printf("iter %5lld/%lld | loss %.4f | lr %.2e | %6.1f ms/iter | %7.0f tok/s | %6.1f GFLOP/s | ETA %s\n",
-                    static_cast<long long>(iter), static_cast<long long>(c.run.max_iters), loss, r.lr, ms,
-                    1000.0 * static_cast<double>(tokens_per_step) / ms, flops_per_step / ms / 1e6,
-                    duration_text(ms * static_cast<double>(c.run.max_iters - iter - 1) / 1000).c_str());
-      std::fflush(stdout);
+    if (iter % c_.run.log_interval == 0 || iter + 1 == c_.run.max_iters) {
+      step_.check_finite();
+      collect_losses(pending_losses, result.batch_losses, comm_);
+      progress.logged(iter, result.batch_losses.back(), r.lr);
     }
   }
-  collect_losses(pending_losses, result.batch_losses, comm);
+  collect_losses(pending_losses, result.batch_losses, comm_);
   result.ms_per_iter = median(iter_ms);
   result.collective_ms_per_iter = median(collective_ms);
+  return result;
+}
+
+std::vector<optim::Batch> Trainer::draw_step_batches() {
+  std::vector<optim::Batch> micro(c_.optim.grad_accum);
+  for (optim::Batch& b : micro) {
+    get_batch(data_.train, c_.optim.batch_size, c_.model.block_size, batches_, b.x, b.y);
+    b = {optim::shard(b.x, comm_), optim::shard(b.y, comm_)};
+  }
+  return micro;
+}
+
+EvalRecord Trainer::evaluate_and_checkpoint(int64_t iter, Progress& progress) {
+  const EvalRecord e = evaluate(*model_, data_, c_, iter, comm_);
+  progress.evaluated(e);
+  step_.check_finite();  // a diverged run never saves
+  if (comm_.rank() == 0) checkpoint(iter, e.val_loss);
+  return e;
+}
+
+void Trainer::checkpoint(int64_t iter, double val_loss) const {
+  save_checkpoint(c_.run.out, iter, val_loss, *model_, data_.tokenizer,
+                  {iter, batches_.seed(), batches_.offset(), default_generator().seed(), default_generator().offset()},
+                  c_, optimizer_, c_.run.keep_checkpoints);
+}
+}  // namespace
+
+// The parts in order: the inputs (on --resume, the run's options and
+// checkpoint), --out, the model and its step, the log, the loop, the sample.
+TrainResult train(TrainConfig c) {
+  // Data-parallel when an MPI launcher started several processes (optim/data_parallel.h).
+  dist::Communicator& comm = dist::world();
+  const bool root = comm.rank() == 0;  // only rank 0 prints, logs and writes checkpoints
+  if (!root) c.quiet = true;
+
+  const RunInputs in = read_inputs(c, comm);
+  prepare_output(c, in, comm);
+  LoadedModel initial = initial_model(c, in);
+  Trainer trainer(c, in.data, std::move(initial.model), comm);
+  const int64_t start = c.run.resume ? trainer.resume(in, initial.iter) : 0;
+  Progress progress(c, in, start, trainer.model(), comm);
+  TrainResult result = trainer.run(start, progress);
+
   if (c.run.sample_tokens > 0 && root) {
     SampleOptions sampling;
     sampling.tokens = c.run.sample_tokens;
     sampling.seed = c.optim.seed;
-    result.sample = generate(*model, data.tokenizer, "", sampling);
+    result.sample = generate(trainer.model(), in.data.tokenizer, "", sampling);
     if (!c.quiet) std::printf("\n--- sample (%lld characters) ---\n%s\n---\n", static_cast<long long>(c.run.sample_tokens), result.sample.c_str());
   }
   return result;

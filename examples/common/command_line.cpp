@@ -97,14 +97,19 @@ std::string unknown_argument(const CLI::App& app, const std::string& arg) {
 }
 
 // The first argument, when the program takes subcommands and it names none of
-// them: CLI11 itself would only say "A subcommand is required".
+// them, as an error with the nearest command and the list of them: CLI11
+// itself would only say "A subcommand is required".
 std::optional<std::string> unknown_command(const CLI::App& app, int argc, char** argv) {
   std::vector<std::string> commands;
-  for (const CLI::App* sub : app.get_subcommands({})) commands.push_back(sub->get_name());
+  std::string known;
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    commands.push_back(sub->get_name());
+    known += (known.empty() ? "" : ", ") + sub->get_name();
+  }
   if (commands.empty() || argc < 2 || argv[1][0] == '-') return std::nullopt;
   const std::string name = argv[1];
   if (std::find(commands.begin(), commands.end(), name) != commands.end()) return std::nullopt;
-  return "unknown command '" + name + "'" + suggestion(name, commands) + "; see --help";
+  return "unknown command '" + name + "'" + suggestion(name, commands) + "; the commands are " + known + " (see --help)";
 }
 }  // namespace
 

@@ -113,7 +113,8 @@ class Command {
 
 // Parses argv with CLI11. An unknown option becomes "unknown option --x (did
 // you mean --y?)", an unknown subcommand "unknown command 'x' (did you mean
-// y?)"; an option given twice takes the last value. Returns -1 to go on, else the exit code to return (0 after
+// y?); the commands are y, z (see --help)"; an option given twice takes the
+// last value. Returns -1 to go on, else the exit code to return (0 after
 // --help, 2 after a usage error, whose message it printed).
 int parse(CLI::App& app, int argc, char** argv);
 
