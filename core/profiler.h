@@ -6,8 +6,8 @@
 //
 // Off by default. Off, it costs one relaxed atomic load and a branch per kernel
 // call (not measurable in a training step). On, each call costs two clock reads,
-// a record and a copy of its shapes (~0.5 µs: a profiled char_lm step takes
-// 0.2-0.3 ms longer over its ~460 kernel calls), and a CUDA call waits for the
+// a record and a copy of its shapes (what that adds to a step is in
+// docs/performance.md), and a CUDA call waits for the
 // device before and after (cuda::wait_for_queue, which leaves deferred errors
 // to the next synchronize()), so its time is the kernel's own; that also
 // removes the overlap of host and device: profile to see where time goes, not

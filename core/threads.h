@@ -13,7 +13,8 @@
 // on):
 //   - OPENBLAS_CORETYPE, when unset, from the CPU's features
 //     (choose_blas_kernels): Debian's OpenBLAS 0.3.21 detects newer CPUs as
-//     old ones (an AVX-512 Xeon as Prescott, SSE3) and runs 4-5x slower GEMMs;
+//     old ones (an AVX-512 Xeon as Prescott, SSE3) and runs their slower GEMMs
+//     (docs/performance.md);
 //   - GOMP_SPINCOUNT, when neither it nor OMP_WAIT_POLICY is set: libgomp's
 //     default spins for milliseconds before an idle thread sleeps, and when
 //     another job holds a core every barrier then waits for a spinning thread's

@@ -6,7 +6,8 @@
 //
 // One thread by default: a batch is 64 x 11 tokens of width 64, too little to
 // split, and where cores are shared, OpenMP threads that spin while they wait
-// for each other made a 2-thread run ten times slower (72 s against 8 s).
+// for each other made a 2-thread run many times slower than one thread
+// (docs/performance.md).
 //
 //   sort [--max-iters N] [--seed S] [--threads N] [model and training options]   (see --help)
 //

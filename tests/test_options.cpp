@@ -214,7 +214,7 @@ TEST_CASE("options: issue 22's messages: a mistyped command, an option given twi
   CHECK(output.find("unknown command 'frobnicate'; the commands are train, sample, grads, convert, mask, info, "
                     "attention, explain, heads, report, compare (see --help)") != std::string::npos);
 
-  // An option given twice takes the last value, as argparse does (README, "Options: one table each").
+  // An option given twice takes the last value, as argparse does (docs/training.md, "Options: one table each").
   TrainConfig config;
   parse_train(config, {"--lr", "0.1", "--n-layer", "2", "--lr", "0.2"});
   CHECK(config.optim.lr == 0.2);

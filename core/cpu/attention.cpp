@@ -37,9 +37,8 @@ namespace {
 using math::exp_nonpositive;
 using math::kInf;
 
-// Of 32×64, 32×128, 64×128, 64×256 and 128×256 (Br × Bc), 64×128 was the
-// fastest at T = 1024, d = 32 and 64 (by 9 to 30 % causal; 64×256 tied it at
-// d = 32 without a mask).
+// Br × Bc = 64 × 128: of the tile sizes tried at T = 1024, d = 32 and 64, the
+// fastest (docs/performance.md, "Numbers from the code's comments").
 constexpr int64_t kQueryTile = 64;  // Br: queries per tile
 constexpr int64_t kKeyTile = 128;   // Bc: keys per tile
 
@@ -58,8 +57,8 @@ bool worth_threads(const AttentionShape& s, int64_t tasks) {
 // Every pass is then a vector operation across queries, and each query's sum is
 // added in key order, the order flash's tests hold their float32 error to
 // (tests/test_attention_op.cpp). Row by row, the sums were chains of scalar adds
-// and a row's 64 scores four vectors with a max across lanes: 120 µs per layer of
-// the default model at one thread, against 42 this way. The float versions are
+// and a row's 64 scores four vectors with a max across lanes (docs/performance.md
+// times both ways). The float versions are
 // compiled for AVX-512 too (AG_VECTOR_CLONES), into which these bodies must be
 // inlined to get that ISA.
 //
@@ -67,7 +66,7 @@ bool worth_threads(const AttentionShape& s, int64_t tasks) {
 // running value (max, sum) in one register, and a block stops at the last key
 // its queries see. Rows of more than kShortRow queries are a kilobyte or more
 // apart, and a narrow block's column would touch a new page for every 64 bytes
-// it reads (dense at T = 1024 ran 1.4x slower than by rows): there the blocks
+// it reads (dense at T = 1024 ran slower than by rows): there the blocks
 // take kWideBlock queries, 1 KB of each row, their running values in L1.
 constexpr int64_t kNarrowBlock = 16;  // an AVX-512 register of floats
 constexpr int64_t kWideBlock = 256;
@@ -164,8 +163,8 @@ void masked_softmax_columns(const double* s, double* a, int64_t Tk, int64_t Tq, 
 // query's dot product added in key order. dS may be dA (in place). Its blocks
 // are never narrower than kBackwardBlock: it reads Aᵀ saved by the forward, long
 // out of cache, and 64 queries (a whole row of the default model's T = 64) make
-// the read one sequential stream the prefetchers follow: 24 µs per chunk of the
-// default model's training step with blocks of 16 queries, 14 with 64.
+// the read one sequential stream the prefetchers follow (blocks of 16 queries
+// gave them none; docs/performance.md times both).
 constexpr int64_t kBackwardBlock = 64;
 template <int64_t W, class T>
 [[gnu::always_inline]] inline void softmax_backward_columns_of(const T* a, const T* da, T* ds, int64_t Tk, int64_t Tq,
@@ -226,7 +225,7 @@ template <class T> struct Left {
 // one), B and C row-major with row strides ldb and ldc. One cblas_?gemm: inside
 // our OpenMP loops OpenBLAS (OpenMP build) runs it on the calling thread.
 // OpenBLAS's kernels beat register-blocked micro-kernels of ours on these tiles
-// by 6 to 14 % (commit 9669caf measures both).
+// (commit 9669caf measures both; docs/performance.md).
 template <class T>
 void tile_product(int64_t M, int64_t N, int64_t K, Left<T> a, const T* b, int64_t ldb, T* c, int64_t ldc,
                   bool accumulate) {
@@ -443,8 +442,8 @@ template <class T>
 }
 
 // The float tasks, compiled for AVX-512 as well (AG_VECTOR_CLONES, core/cpu/
-// vector_math.h): their scaling, masking, exp and rescaling loops took 73 % of
-// a flash forward+backward at T = 1024, d = 32 in the baseline's 4-wide SSE.
+// vector_math.h): their scaling, masking, exp and rescaling loops took most of
+// a flash forward+backward in the baseline's 4-wide SSE (docs/performance.md).
 // Overload resolution picks them over the templates for float.
 AG_VECTOR_CLONES void flash_forward_tile(const Operands<float>& in, int64_t b, int64_t h, int64_t i0,
                                          ForwardScratch<float>& s, float* Z, double* L) {

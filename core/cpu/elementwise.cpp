@@ -102,9 +102,9 @@ namespace {
 
 // The exact GELU in float32 (the default MLP's activation) as plain loops over
 // raw pointers, so that AG_VECTOR_CLONES gives them AVX-512 where the CPU has
-// it (core/cpu/vector_math.h): GELU forward and backward were 2.4 and 4.9 ms
-// of a 31 ms default training step at one thread as libmvec calls in 4-wide
-// loops. The other activations and float64 take the generic loops below.
+// it (core/cpu/vector_math.h): as libmvec calls in 4-wide loops GELU's forward
+// and backward were the default training step's largest cost after its GEMMs
+// (docs/performance.md). The other activations and float64 take the generic loops below.
 //   y = u·Φ(u),  y' = Φ(u) + u·φ(u),  u = pre-activation + bias
 // One row: y[c] = GELU(u[c]), and y'(u[c]) into derivative[c] if it is given.
 AG_VECTOR_CLONES void bias_gelu_erf_row(const float* x, const float* bias, float* y, float* derivative, int64_t C) {

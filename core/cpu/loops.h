@@ -101,7 +101,7 @@ void for_each_row(const Shape& shape, const std::array<std::vector<int64_t>, K>&
 // A block walks its rows in memory order, its running sums in L1: blocks of 64
 // columns, each reading 256 bytes of every 2 KB row of the default model's
 // [768, 512] MLP gradient, left the prefetchers nothing to follow, and the GELU
-// backward ran at 170 µs instead of 62 (one thread, inside a training step).
+// backward waited on memory (docs/performance.md times both).
 constexpr int64_t kColumnBlock = 1024;  // its sums: 8 KB of the stack
 constexpr int64_t kBlockAlignment = 16;  // columns: one AVX-512 register of floats
 

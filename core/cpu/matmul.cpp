@@ -14,8 +14,8 @@ constexpr int64_t kOpenBlasSingleThreaded = 65536 * 4;
 // Up to this M·N·K, a product is split by rows over our threads, each block a
 // single-threaded GEMM, rather than left to OpenBLAS's threading: at these
 // sizes its synchronisation (threads waiting for each other's packed panels)
-// costs more than each block packing B for itself. Measured at 2 threads on
-// the step's shapes: 2-10 % faster per product, 0.5 ms of a 15 ms step.
+// costs more than each block packing B for itself (measured at 2 threads on
+// the step's shapes: docs/performance.md).
 constexpr int64_t kSplitByRows = int64_t{1} << 26;
 // Row blocks start on multiples of the SkylakeX kernel's 16-row tile.
 constexpr int64_t kRowTile = 16;
@@ -61,7 +61,8 @@ void gemm(const GemmShape& s, const Tensor& A, const Tensor& B, Tensor& C) {
     // Separate loops, not one with an `if` clause: a parallel region switched
     // off by `if` still opens a (one-thread) region, and OpenBLAS's own threads
     // inside it form a nested team, which libgomp builds from new threads at
-    // every call (measured: 10x slower steps at 2 threads on a busy machine).
+    // every call (on a busy machine, 2-thread steps many times slower:
+    // docs/performance.md).
     const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads(), matrices = s.groups * s.batch;
     if (threads > 1 && matrices > 1 && s.M * s.N * s.K < kOpenBlasSingleThreaded) {
 #pragma omp parallel for schedule(static)

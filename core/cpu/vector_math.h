@@ -27,7 +27,7 @@
 // ISA, which made the clone pointless). A build whose baseline already has AVX
 // (-march=native, ATTOGRAD_NATIVE) compiles them once: GCC then will not inline
 // the baseline's helpers into a clone for another architecture, and the clone
-// would call normal_cdf_pdf_float per element (20x slower).
+// would call normal_cdf_pdf_float per element (docs/performance.md: far slower).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__AVX__)
 #define AG_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
 #else

@@ -184,9 +184,9 @@ void head_product(const AttentionShape& shape, BatchRange batches, const GemmOpe
 // Dense runs its products and softmax a few batch entries at a time, so that a
 // chunk's scores (S, then A; dA, then dS) and its rows of Q, K, V and dZ are
 // still in the core's L2 cache when the next kernel reads them, and the
-// backward's dS needs one chunk's memory. In the default model's step at one
-// thread the attention GEMMs ran 1.27–1.44x slower than alone over the whole
-// batch at once, 1.17–1.34x by chunks. Chunks hold at least kMinChunk batch
+// backward's dS needs one chunk's memory: the attention GEMMs lose less to the
+// rest of the step by chunks than over the whole batch at once
+// (docs/performance.md). Chunks hold at least kMinChunk batch
 // entries, so that a chunk's softmax is still work enough for the threads
 // (core/cpu/loops.h: kParallelGrain).
 constexpr int64_t kChunkBytes = 512 << 10;
