@@ -130,6 +130,11 @@ template <> struct EnumNames<AttentionImpl> {
   static constexpr std::pair<AttentionImpl, const char*> values[] = {
       {AttentionImpl::Composed, "composed"}, {AttentionImpl::Dense, "dense"}, {AttentionImpl::Flash, "flash"}};
 };
+// The implementation used where none is chosen: by the op (AttentionSpec), the
+// module, the model and char_lm's --attn-impl. Dense is what the default model
+// trains with (and what its committed results were made with); flash is the
+// one to choose for long T (memory O(T·d) instead of O(T²)).
+inline constexpr AttentionImpl kDefaultAttentionImpl = AttentionImpl::Dense;
 enum class AttentionLayout {
   BHTD,  // [B, H, T, d]
   BTHD,  // [B, T, H, d]
@@ -141,7 +146,7 @@ struct AttentionSpec {
   std::optional<int64_t> q_offset = std::nullopt;  // query i sits at key position i + q_offset; default Tk − Tq (bottom-right
                                                    // aligned: one new query over a cache of Tk keys sees all of them)
   AttentionLayout layout = AttentionLayout::BHTD;
-  AttentionImpl impl = AttentionImpl::Flash;
+  AttentionImpl impl = kDefaultAttentionImpl;
   // Window, dilation, global tokens and random blocks (core/attention_math.h); needs
   // `causal`. Every implementation reads it through AttentionMask.
   SparsePattern pattern = {};

@@ -35,7 +35,7 @@ class MultiHeadSelfAttention : public Module {
   // Submodules w_q, w_o: Linear(C, C); w_k, w_v: Linear(C, H_kv·d_h); all with
   // biases. `dropout` applies to the output of w_o (residual dropout, as nanoGPT).
   MultiHeadSelfAttention(int64_t C, int64_t H, int64_t H_kv, bool causal = true, double dropout = 0.0,
-                         AttentionImpl impl = AttentionImpl::Dense, Generator* gen = nullptr);
+                         AttentionImpl impl = kDefaultAttentionImpl, Generator* gen = nullptr);
 
   // X [B, T, C] -> O [B, T, C]
   Tensor forward(const Tensor& x);

@@ -20,7 +20,7 @@ namespace ag::nn {
 class Block : public Module {
  public:
   Block(int64_t C, int64_t H, int64_t H_kv, double dropout = 0.0, GeluApprox gelu = GeluApprox::Erf,
-        AttentionImpl impl = AttentionImpl::Dense, Generator* gen = nullptr);
+        AttentionImpl impl = kDefaultAttentionImpl, Generator* gen = nullptr);
   // x [B, T, C] -> [B, T, C]
   Tensor forward(const Tensor& x);
   // The same for positions start … start + T − 1, attending through `cache` (MultiHeadSelfAttention::forward_cached).
