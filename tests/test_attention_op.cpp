@@ -364,7 +364,9 @@ TEST_CASE_EVERY_DEVICE("attention op: flash's float32 error is within twice dens
   check_flash_error_budget(device);
 }
 
-TEST_CASE_EVERY_DEVICE("attention op: a query that sees no key gives zeros, never NaN") { check_rows_without_keys(device); }
+TEST_CASE_EVERY_DEVICE("attention op: a query that sees no key gives zeros, never NaN") {
+  check_rows_without_keys(device);
+}
 
 TEST_CASE_EVERY_DEVICE("attention op: one query over 100 cached keys sees all 100") {
   check_one_query_over_a_cache(device);

@@ -146,12 +146,14 @@ TEST_CASE_EVERY_DEVICE("ops: matmul 2-D, batched, and broadcast batch dims") {
   // K = 4096 terms per output, and a batch above cuBLAS's 65535 grid limit (chunked).
   check_op(device, [](const Inputs& x) { return matmul(x[0], x[1]); }, {random({33, 4096}, 42), random({4096, 17}, 43)},
            kLongReduction);
-  check_op(device, [](const Inputs& x) { return matmul(x[0], x[1]); }, {random({70000, 2, 3}, 44), random({70000, 3, 2}, 45)});
+  check_op(device, [](const Inputs& x) { return matmul(x[0], x[1]); },
+           {random({70000, 2, 3}, 44), random({70000, 3, 2}, 45)});
 }
 
 TEST_CASE_EVERY_DEVICE("ops: softmax and log_softmax over the last dim") {
   std::vector<Shape> shapes = {{1}, {3, 7}, {2, 3, 65}, {7, 1}};
-  if (device != Device::CPU) shapes.insert(shapes.end(), {{5, 1000}, {70000, 3}});  // rows longer than a block; many rows
+  // On a device also rows longer than a block, and many rows.
+  if (device != Device::CPU) shapes.insert(shapes.end(), {{5, 1000}, {70000, 3}});
   for (const Shape& shape : shapes) {
     CAPTURE(to_string(shape));
     check_op(device, [](const Inputs& x) { return softmax(x[0]); }, {random(shape, 50)});
@@ -164,7 +166,8 @@ TEST_CASE_EVERY_DEVICE("ops: softmax and log_softmax over the last dim") {
 
 TEST_CASE_EVERY_DEVICE("ops: softmax of a fully masked row is zeros, with zero gradient") {
   const double inf = std::numeric_limits<double>::infinity();
-  const Tensor x = Tensor::from_vector({1, 2, 3, -inf, -inf, -inf, 0, -inf, 5}, {3, 3}).requires_grad_();
+  const Tensor x =
+      Tensor::from_vector({1, 2, 3, -inf, -inf, -inf, 0, -inf, 5}, {3, 3}, DType::Float64).requires_grad_();
   if (device != Device::CPU) check_op(device, [](const Inputs& in) { return softmax(in[0]); }, {x});
   const Tensor on_device = x.detach().to(device).requires_grad_();
   const Tensor y = softmax(on_device);
@@ -232,7 +235,8 @@ TEST_CASE_EVERY_DEVICE("ops: embedding, with repeated indices") {
 }
 
 TEST_CASE_EVERY_DEVICE("ops: dropout") {
-  // Reseeding inside f gives every evaluation the same mask (on a device: the CPU's, cuda: dropout draws the CPU's mask).
+  // Reseeding inside f gives every evaluation the same mask; a device draws the
+  // CPU's ("cuda: dropout draws the CPU's mask from the same seed").
   const auto f = [](const Inputs& in) {
     Generator gen(7);
     return dropout(in[0], 0.3, true, &gen);
