@@ -156,7 +156,8 @@ void check_cached_logits_equal_full_forward(Device device) {
         // idx [B, to − from]: columns from … to − 1
         const auto prefix = [&](int64_t from, int64_t to, Device where) {
           std::vector<int64_t> cols;
-          for (int64_t b = 0; b < B; ++b) cols.insert(cols.end(), ids.begin() + b * T + from, ids.begin() + b * T + to);
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t j = from; j < to; ++j) cols.push_back(ids[b * T + j]);
           return Tensor::from_indices(cols, {B, to - from}).to(where);
         };
         KVCache cache = model.make_kv_cache(B);
