@@ -153,22 +153,31 @@ inline bool cuda_or_skip() {
 
 // --- tests written once, run on every device (candle's test_device!) ----------------------
 //
-//   TEST_CASE_EVERY_DEVICE("ops: softmax and log_softmax over the last dim") {
-//     for (const Shape& shape : {Shape{3, 7}, Shape{2, 3, 65}})
-//       check_op(device, [](const Inputs& x) { return softmax(x[0]); }, {random(shape, 50)});
+//   TEST_CASE_EVERY_DEVICE("attention op: gradients, every implementation") {
+//     const Inputs qkv = {random({1, 2, 5, 4}, 1), random({1, 2, 5, 4}, 2), random({1, 2, 5, 4}, 3)};
+//     for (AttentionImpl impl : ag::test::attention_impls()) {
+//       const GradcheckFn f = [impl](const Inputs& x) { return attention(x[0], x[1], x[2], {.impl = impl}); };
+//       if (device == Device::CPU) CHECK_GRADCHECK(f, qkv);
+//       else ag::test::check_device_matches_cpu(device, f, qkv, 1e-10, DType::Float64);
+//     }
 //   }
 //
 // registers two doctest cases with one body, which reads `device`: the name as
 // given, run with Device::CPU, and "cuda: " + the name, run with Device::CUDA.
 // Without a CUDA device the second prints [SKIP] (cuda_or_skip), which CTest
-// reports as Skipped; `attograd_tests -tc="cuda*"` runs every CUDA case.
+// reports as Skipped; `attograd_tests -tc="cuda*"` runs every CUDA case. A body
+// that is already a function of the device, `void check_x(Device)`, becomes
+// `TEST_CASE_EVERY_DEVICE("...") { check_x(device); }` (and its hand-written
+// "cuda:" twin goes). cuda_or_skip stays for what only CUDA has (test_cuda.cpp).
 //
 // On a device the body compares with the CPU, the reference of every device
-// kernel: it makes its inputs on the CPU and checks the device's output and
-// gradients against the CPU's from the same inputs (check_device_matches_cpu
-// does it for a function of tensors), or computes the CPU's answer itself.
-// Checks that only the CPU can afford (gradcheck's full Jacobian) run where
-// device == Device::CPU; sizes only a device needs (many thread blocks) where not.
+// kernel: it makes its inputs on the CPU (float64) and checks the device's
+// output and gradients against the CPU's from the same inputs
+// (check_device_matches_cpu, for a function of tensors: every tensor f reads
+// must be one of its inputs, int64 indices too, so that it follows them to the
+// device), or computes the CPU's answer itself. Checks that only the CPU can
+// afford (gradcheck's full Jacobian) run where device == Device::CPU; sizes only
+// a device needs (many thread blocks, grid limits) where it is not.
 #define TEST_CASE_EVERY_DEVICE(name) AG_TEST_CASE_EVERY_DEVICE_(DOCTEST_ANONYMOUS(ag_every_device_), name)
 #define AG_TEST_CASE_EVERY_DEVICE_(body, name)            \
   static void body(::ag::Device device);                  \
