@@ -13,17 +13,28 @@ namespace ag {
 enum class DType { Float32, Float64, Int64 };
 enum class Device { CPU, CUDA };
 
-inline size_t dtype_size(DType t) { return t == DType::Float32 ? 4 : 8; }
-inline bool is_floating(DType t) { return t != DType::Int64; }
-
-inline const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::Float32: return "float32";
-    case DType::Float64: return "float64";
-    case DType::Int64: return "int64";
-  }
-  return "?";
+// What attograd knows about each dtype, one row each; dtype_size, dtype_name
+// and is_floating read it (the C++ type of each is dtype_of and visit_dtype below).
+struct DTypeInfo {
+  DType dtype;
+  const char* name;  // in messages and describe()
+  size_t size;       // bytes per element
+  bool floating;     // can require grad; int64 only holds indices
+};
+inline constexpr DTypeInfo kDTypes[] = {
+    {DType::Float32, "float32", 4, true},
+    {DType::Float64, "float64", 8, true},
+    {DType::Int64, "int64", 8, false},
+};
+constexpr const DTypeInfo& dtype_info(DType t) {
+  for (const DTypeInfo& row : kDTypes)
+    if (row.dtype == t) return row;
+  throw Error("dtype_info: a DType without a row in kDTypes");
 }
+
+constexpr size_t dtype_size(DType t) { return dtype_info(t).size; }
+constexpr bool is_floating(DType t) { return dtype_info(t).floating; }
+constexpr const char* dtype_name(DType t) { return dtype_info(t).name; }
 template <> struct EnumNames<Device> {
   static constexpr std::pair<Device, const char*> values[] = {{Device::CPU, "cpu"}, {Device::CUDA, "cuda"}};
 };

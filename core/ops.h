@@ -154,6 +154,11 @@ template <> struct EnumNames<AttentionImpl> {
   static constexpr std::pair<AttentionImpl, const char*> values[] = {
       {AttentionImpl::Composed, "composed"}, {AttentionImpl::Dense, "dense"}, {AttentionImpl::Flash, "flash"}};
 };
+// The implementation used where none is chosen: by the op (AttentionSpec), the
+// module, the model and char_lm's --attn-impl. Dense is what the default model
+// trains with (and what its committed results were made with); flash is the
+// one to choose for long T (memory O(T·d) instead of O(T²)).
+inline constexpr AttentionImpl kDefaultAttentionImpl = AttentionImpl::Dense;
 enum class AttentionLayout {
   BHTD,  // [B, H, T, d]
   BTHD,  // [B, T, H, d]
@@ -183,7 +188,7 @@ struct AttentionSpec {
   // --- every function ---
   AttentionLayout layout = AttentionLayout::BHTD;
   // --- softmax only ---
-  AttentionImpl impl = AttentionImpl::Flash;
+  AttentionImpl impl = kDefaultAttentionImpl;
   // Window, dilation, global tokens and random blocks (core/attention_math.h); needs
   // `causal`. Every implementation reads it through AttentionMask.
   SparsePattern pattern = {};

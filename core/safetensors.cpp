@@ -52,13 +52,11 @@ constexpr FileDType kFileDTypes[] = {
     {"I32", 4, DType::Int64},  // widened on load: attograd indices are int64
 };
 
+// The file dtype a tensor is written as: the row that stores it unwidened.
 const char* file_dtype_name(DType t) {
-  switch (t) {
-    case DType::Float32: return "F32";
-    case DType::Float64: return "F64";
-    case DType::Int64: return "I64";
-  }
-  return "?";
+  for (const FileDType& d : kFileDTypes)
+    if (d.dtype == t && d.size == dtype_size(t)) return d.name;
+  throw Error("save_safetensors: no file dtype stores " + std::string(dtype_name(t)));
 }
 
 // --- writing ---------------------------------------------------------------------------------

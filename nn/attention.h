@@ -39,7 +39,7 @@ class MultiHeadSelfAttention : public Module {
     bool causal = true;
     double dropout = 0.0;  // on the output of w_o (residual dropout, as nanoGPT)
     AttentionFunction function = AttentionFunction::Softmax;
-    AttentionImpl impl = AttentionImpl::Dense;  // how softmax attention is computed
+    AttentionImpl impl = kDefaultAttentionImpl;  // how softmax attention is computed
     // Which earlier keys each query sees (window, dilation, global, random
     // blocks): part of the function the model computes. Default: all of them.
     SparsePattern pattern = {};

@@ -36,7 +36,7 @@ void GPTConfig::check() const {
   AG_CHECK(traits.reads_pattern || !attention_pattern(*this, 0).limited(),
            "--attention " << name_of(attention) << " sums over every earlier key: it takes no sparse pattern (--attn-window ...)");
   // Accepting it would claim a speed-up the model never gets.
-  AG_CHECK(traits.reads_impl || attn_impl == AttentionImpl::Dense,
+  AG_CHECK(traits.reads_impl || attn_impl == kDefaultAttentionImpl,
            "--attn-impl " << name_of(attn_impl) << " chooses how softmax attention is computed; a model with --attention "
                           << name_of(attention) << " has one implementation: leave --attn-impl out");
 }

@@ -13,7 +13,7 @@
   X(Model,   int64_t,           n_embd,     128,                   1,   1 << 16,   "embedding width C") \
   X(Model,   GeluApprox,        gelu,       GeluApprox::Erf,       0,   0,         "GELU: erf (exact) or tanh (GPT-2's approximation)") \
   X(Run,     double,            dropout,    0.0,                   0,   0.99,      "dropout probability (training only)") \
-  X(Setting, nn::AttentionImpl, attn_impl,  nn::AttentionImpl::Dense, 0, 0,        "attention implementation (same function, other speed)") \
+  X(Setting, nn::AttentionImpl, attn_impl,  kDefaultAttentionImpl, 0, 0,           "attention implementation (same function, other speed)") \
   X(Model,   int64_t,           attn_window, 0,                    0,   1 << 20,   "sparse attention: each query sees the last W keys (0: all earlier keys)") \
   X(Model,   int64_t,           attn_dilation, 1,                  1,   1 << 20,   "sparse attention: the window takes every δ-th key (needs --attn-window)") \
   X(Model,   int64_t,           attn_global, 0,                    0,   1 << 20,   "sparse attention: the first G positions are seen by every query (needs --attn-window)") \

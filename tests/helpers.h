@@ -151,6 +151,91 @@ inline bool cuda_or_skip() {
   return false;
 }
 
+// --- tests written once, run on every device (candle's test_device!) ----------------------
+//
+//   TEST_CASE_EVERY_DEVICE("attention op: gradients, every implementation") {
+//     const Inputs qkv = {random({1, 2, 5, 4}, 1), random({1, 2, 5, 4}, 2), random({1, 2, 5, 4}, 3)};
+//     for (AttentionImpl impl : ag::test::attention_impls()) {
+//       const GradcheckFn f = [impl](const Inputs& x) { return attention(x[0], x[1], x[2], {.impl = impl}); };
+//       if (device == Device::CPU) CHECK_GRADCHECK(f, qkv);
+//       else ag::test::check_device_matches_cpu(device, f, qkv, 1e-10, DType::Float64);
+//     }
+//   }
+//
+// registers two doctest cases with one body, which reads `device`: the name as
+// given, run with Device::CPU, and "cuda: " + the name, run with Device::CUDA.
+// Without a CUDA device the second prints [SKIP] (cuda_or_skip), which CTest
+// reports as Skipped; `attograd_tests -tc="cuda*"` runs every CUDA case. A body
+// that is already a function of the device, `void check_x(Device)`, becomes
+// `TEST_CASE_EVERY_DEVICE("...") { check_x(device); }` (and its hand-written
+// "cuda:" twin goes). cuda_or_skip stays for what only CUDA has (test_cuda.cpp).
+//
+// On a device the body compares with the CPU, the reference of every device
+// kernel: it makes its inputs on the CPU (float64) and checks the device's
+// output and gradients against the CPU's from the same inputs
+// (check_device_matches_cpu, for a function of tensors: every tensor f reads
+// must be one of its inputs, int64 indices too, so that it follows them to the
+// device), or computes the CPU's answer itself. Checks that only the CPU can
+// afford (gradcheck's full Jacobian) run where device == Device::CPU; sizes only
+// a device needs (many thread blocks, grid limits) where it is not.
+#define TEST_CASE_EVERY_DEVICE(name) AG_TEST_CASE_EVERY_DEVICE_(DOCTEST_ANONYMOUS(ag_every_device_), name)
+#define AG_TEST_CASE_EVERY_DEVICE_(body, name)            \
+  static void body(::ag::Device device);                  \
+  TEST_CASE(name) { body(::ag::Device::CPU); }            \
+  TEST_CASE("cuda: " name) {                              \
+    if (::ag::test::cuda_or_skip()) body(::ag::Device::CUDA); \
+  }                                                       \
+  static void body([[maybe_unused]] ::ag::Device device)
+
+// A copy of x of its own on `device` in `dtype` (int64 stays int64), requiring grad as x does.
+inline Tensor copy_to(Device device, const Tensor& x, DType dtype) {
+  Tensor c = x.detach().to(x.dtype() == DType::Int64 ? DType::Int64 : dtype).to(device).clone();
+  if (x.requires_grad()) c.requires_grad_();
+  return c;
+}
+
+// f on copies of `inputs` in `dtype` on the CPU and on `device`, each followed
+// by backward from the same random upstream gradient: the output and every
+// input's gradient on the device within `rtol` (normwise relative) of the CPU's.
+// 1e-5 in float32; reductions over 4096 or more terms add in other orders on
+// the two devices and get 1e-4.
+inline void check_device_matches_cpu(Device device, const GradcheckFn& f, const std::vector<Tensor>& inputs,
+                                     double rtol = 1e-5, DType dtype = DType::Float32) {
+  struct Run {
+    Tensor y;
+    std::vector<Tensor> grads;  // undefined where the input needs none
+  };
+  const auto run_on = [&](Device where) {
+    std::vector<Tensor> xs;
+    for (const Tensor& x : inputs) xs.push_back(copy_to(where, x, dtype));
+    Run run{f(xs), {}};
+    if (run.y.requires_grad()) {
+      Generator gen(12345);
+      run.y.backward(Tensor::randn(run.y.shape(), run.y.dtype(), &gen).to(where));
+    }
+    for (const Tensor& x : xs) run.grads.push_back(x.requires_grad() ? x.grad() : Tensor());
+    return run;
+  };
+  const Run cpu = run_on(Device::CPU), other = run_on(device);
+  CHECK(other.y.device() == device);
+  REQUIRE(other.y.shape() == cpu.y.shape());
+  CHECK_CLOSE(other.y, cpu.y, rtol);
+  for (size_t i = 0; i < cpu.grads.size(); ++i) {
+    if (!cpu.grads[i].defined()) continue;
+    INFO("gradient of input " << i);
+    REQUIRE(other.grads[i].defined());
+    CHECK(other.grads[i].device() == device);
+    CHECK_CLOSE(other.grads[i], cpu.grads[i], rtol);
+  }
+}
+
+// Every softmax attention implementation, for tests that walk them all.
+inline std::vector<AttentionImpl> attention_impls() {
+  std::vector<AttentionImpl> impls;
+  for (const auto& entry : EnumNames<AttentionImpl>::values) impls.push_back(entry.first);
+  return impls;
+}
+
 // Runs `command` through the shell; returns its exit status and its output (stdout and stderr).
 inline std::pair<int, std::string> run_command(const std::string& command) {
   FILE* pipe = popen((command + " 2>&1").c_str(), "r");

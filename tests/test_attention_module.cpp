@@ -16,7 +16,7 @@ using ag::test::random;
 namespace {
 using Inputs = std::vector<Tensor>;
 constexpr int64_t B = 2, T = 5, C = 8, H = 2;
-constexpr AttentionImpl kImpls[] = {AttentionImpl::Composed, AttentionImpl::Dense, AttentionImpl::Flash};
+using ag::test::attention_impls;
 
 // A float64 attention module with PyTorch-like random weights and biases.
 std::shared_ptr<MultiHeadSelfAttention> make_attention(bool causal, AttentionImpl impl, uint64_t seed) {
@@ -45,7 +45,7 @@ std::vector<Tensor> output_and_gradients(MultiHeadSelfAttention& attn, Tensor x,
 }  // namespace
 
 TEST_CASE("attention module: gradcheck of the input and every parameter, every impl, causal and not") {
-  for (AttentionImpl impl : kImpls) {
+  for (AttentionImpl impl : attention_impls()) {
     for (bool causal : {true, false}) {
       CAPTURE(name_of(impl));
       CAPTURE(causal);
@@ -84,7 +84,7 @@ TEST_CASE("attention module: dense and flash agree with composed in the output a
 }
 
 TEST_CASE("attention module: perturbing token t changes no output before t, bit for bit") {
-  for (AttentionImpl impl : kImpls) {
+  for (AttentionImpl impl : attention_impls()) {
     CAPTURE(name_of(impl));
     const auto attn = make_attention(true, impl, 6);
     const Tensor x = random({B, T, C}, 7, DType::Float64, false);
@@ -143,7 +143,7 @@ TEST_CASE("attention module: keep_attention returns A [B, H, T, T] for every hea
 // shift-invariant per row: the key bias cannot change the output. In the
 // backward, each row of dS sums to 0, so dL/db_K = Σ_i (Σ_j dS_ij) q_i/√d_h = 0.
 TEST_CASE("attention module: the key bias gets no gradient (softmax is shift-invariant)") {
-  for (AttentionImpl impl : kImpls) {
+  for (AttentionImpl impl : attention_impls()) {
     CAPTURE(name_of(impl));
     const auto attn = make_attention(true, impl, 12);
     const Tensor x = random({B, T, C}, 13), R = random({B, T, C}, 14, DType::Float64, false);
@@ -163,7 +163,7 @@ TEST_CASE("attention module: C must be a multiple of H") {
 }
 
 TEST_CASE("attention module: gradcheck of a Block, input and every parameter") {
-  for (AttentionImpl impl : kImpls) {
+  for (AttentionImpl impl : attention_impls()) {
     CAPTURE(name_of(impl));
     Generator gen(10);
     Block block({.C = C, .H = H, .impl = impl}, GeluApprox::Erf, &gen);
@@ -177,7 +177,7 @@ TEST_CASE("attention module: gradcheck of a Block, input and every parameter") {
 TEST_CASE("attention module: Block matches PyTorch (golden file)") {
   const SafetensorsFile golden = load_safetensors(ATTOGRAD_SOURCE_DIR "/tests/golden/block.safetensors");
   const int64_t golden_C = golden.at("x").size(2), golden_H = 4;  // as in the script
-  for (AttentionImpl impl : kImpls) {
+  for (AttentionImpl impl : attention_impls()) {
     for (DType dtype : {DType::Float64, DType::Float32}) {
       CAPTURE(name_of(impl));
       CAPTURE(dtype);

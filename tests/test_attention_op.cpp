@@ -1,8 +1,9 @@
 // The attention op (core/ops.h): its three implementations against each other
 // and against gradcheck, FlashAttention's error budget (its own test recipe),
 // the contract's corner cases (rows that see no key, a query over a long cache,
-// grouped kv heads, the two layouts) and determinism. Each case body takes a
-// device; the "cuda:" cases run the same bodies on the GPU against the CPU.
+// grouped kv heads, the two layouts) and determinism. Every implementation
+// (EnumNames<AttentionImpl>) on every device (TEST_CASE_EVERY_DEVICE): a
+// device's results are compared with the CPU's.
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -17,7 +18,7 @@ using ag::test::random;
 namespace {
 using Inputs = std::vector<Tensor>;
 
-constexpr AttentionImpl kImpls[] = {AttentionImpl::Composed, AttentionImpl::Dense, AttentionImpl::Flash};
+using ag::test::attention_impls;
 
 // One problem's sizes. Shapes follow `layout`.
 struct Problem {
@@ -45,6 +46,13 @@ std::string describe(const Problem& p) {
 
 GradcheckFn attention_fn(AttentionSpec spec) {
   return [spec](const Inputs& x) { return attention(x[0], x[1], x[2], spec); };
+}
+
+// On the CPU, gradcheck in float64; on a device, Z and every gradient in float64
+// within 1e-10 of the CPU's (as every implementation agrees with composed).
+void check_gradients(Device device, const AttentionSpec& spec, const Inputs& inputs) {
+  if (device == Device::CPU) CHECK_GRADCHECK(attention_fn(spec), inputs);
+  else ag::test::check_device_matches_cpu(device, attention_fn(spec), inputs, 1e-10, DType::Float64);
 }
 
 // Z, L (dense and flash) and the gradients of q, k, v, copied to the CPU in float64.
@@ -118,7 +126,7 @@ void check_implementations_agree(Device device) {
     const Result reference = run(in, spec, Device::CPU, DType::Float64, upstream);
     spec.impl = AttentionImpl::Dense;
     const Tensor reference_L = run(in, spec, Device::CPU, DType::Float64, upstream).L;
-    for (AttentionImpl impl : kImpls) {
+    for (AttentionImpl impl : attention_impls()) {
       CAPTURE(name_of(impl));
       spec.impl = impl;
       const Result r = run(in, spec, device, DType::Float64, upstream);
@@ -174,7 +182,7 @@ void check_rows_without_keys(Device device) {
   // Tq = 5 over Tk = 3, bottom-right aligned: q_offset = −2, so queries 0 and 1 see nothing.
   const Problem p{1, 2, 1, 5, 3, 4, {.causal = true}};
   const Inputs in = p.inputs(30);
-  for (AttentionImpl impl : kImpls)
+  for (AttentionImpl impl : attention_impls())
     for (DType dtype : {DType::Float32, DType::Float64}) {
       CAPTURE(name_of(impl));
       CAPTURE(dtype);
@@ -209,7 +217,7 @@ void check_one_query_over_a_cache(Device device) {
   const Problem p{1, 2, 2, 1, 100, 8, {.causal = true}};
   const Inputs in = p.inputs(40);
   const Tensor upstream = upstream_for(p, 41);
-  for (AttentionImpl impl : kImpls) {
+  for (AttentionImpl impl : attention_impls()) {
     CAPTURE(name_of(impl));
     AttentionSpec causal = p.spec, full = p.spec, top_left = p.spec;
     causal.impl = full.impl = top_left.impl = impl;
@@ -244,7 +252,7 @@ void check_grouped_kv_heads(Device device) {
     };
     const Inputs in_repeated = {in[0], repeat(in[1]), repeat(in[2])};
     const Tensor upstream = upstream_for(grouped, 51);
-    for (AttentionImpl impl : kImpls) {
+    for (AttentionImpl impl : attention_impls()) {
       CAPTURE(name_of(impl));
       CAPTURE(layout == AttentionLayout::BTHD);
       AttentionSpec spec = grouped.spec;
@@ -274,7 +282,7 @@ void check_layouts_agree(Device device) {
   const auto swap = [](const Tensor& t) { return permute(t.detach(), {0, 2, 1, 3}); };
   const Inputs in_swapped = {swap(in[0]), swap(in[1]), swap(in[2])};
   const Tensor upstream = upstream_for(heads_first, 61);
-  for (AttentionImpl impl : kImpls) {
+  for (AttentionImpl impl : attention_impls()) {
     CAPTURE(name_of(impl));
     AttentionSpec a = heads_first.spec, b = tokens_first.spec;
     a.impl = b.impl = impl;
@@ -289,7 +297,7 @@ void check_layouts_agree(Device device) {
 
 // The flash backward's bits do not depend on the run (nor, on the CPU, on the thread count).
 void check_flash_deterministic(Device device) {
-  const Problem p{1, 4, 2, 300, 300, 16, {.causal = true}};
+  const Problem p{1, 4, 2, 300, 300, 16, {.causal = true, .impl = AttentionImpl::Flash}};
   const Inputs in = p.inputs(70);
   const Tensor upstream = upstream_for(p, 71);
   const auto bits = [&] {
@@ -309,14 +317,14 @@ void check_flash_deterministic(Device device) {
 }
 }  // namespace
 
-TEST_CASE("attention op: flash gradcheck in float64 over T, d, Tq ≠ Tk, grouped kv heads, causal and not") {
+TEST_CASE_EVERY_DEVICE("attention op: flash gradcheck in float64 over T, d, Tq ≠ Tk, grouped kv heads, causal and not") {
   // T in {1, 2, 5, 33, 65} × d in {1, 4, 16}, one query head per kv head pair and Hkv = 1 of 2.
   for (int64_t T : {1, 2, 5, 33, 65})
     for (int64_t d : {1, 4, 16})
       for (bool causal : {false, true}) {
-        const Problem p{1, 2, 1, T, T, d, {.causal = causal}};
+        const Problem p{1, 2, 1, T, T, d, {.causal = causal, .impl = AttentionImpl::Flash}};
         CAPTURE(describe(p));
-        CHECK_GRADCHECK(attention_fn(p.spec), p.inputs(100 + T + d));
+        check_gradients(device, p.spec, p.inputs(100 + T + d));
       }
   // Hkv in {1, 2, Hq}, Tq ≠ Tk with the default and explicit offsets, both layouts.
   for (const Problem& p : {Problem{2, 4, 1, 5, 7, 3, {.causal = true}}, Problem{1, 4, 2, 7, 5, 4, {.causal = true}},
@@ -325,52 +333,67 @@ TEST_CASE("attention op: flash gradcheck in float64 over T, d, Tq ≠ Tk, groupe
                            Problem{2, 4, 2, 5, 8, 3, {.layout = AttentionLayout::BTHD}},
                            Problem{1, 2, 2, 9, 4, 5, {.causal = true, .layout = AttentionLayout::BTHD}}}) {
     CAPTURE(describe(p));
-    CHECK_GRADCHECK(attention_fn(p.spec), p.inputs(200));
+    AttentionSpec flash = p.spec;
+    flash.impl = AttentionImpl::Flash;
+    check_gradients(device, flash, p.inputs(200));
   }
 }
 
-TEST_CASE("attention op: dense gradcheck and float32 against float64, every implementation") {
+TEST_CASE_EVERY_DEVICE("attention op: dense gradcheck and float32 against float64, every implementation") {
   for (bool causal : {false, true}) {
     const Problem p{2, 4, 2, 7, 9, 4, {.causal = causal}};
     CAPTURE(describe(p));
     AttentionSpec spec = p.spec;
     spec.impl = AttentionImpl::Dense;
-    CHECK_GRADCHECK(attention_fn(spec), p.inputs(300));
-    for (AttentionImpl impl : kImpls) {
+    check_gradients(device, spec, p.inputs(300));
+    for (AttentionImpl impl : attention_impls()) {
       CAPTURE(name_of(impl));
       spec.impl = impl;
-      ag::test::check_float32_matches_float64(attention_fn(spec), p.inputs(310));
+      // On a device: float32 against the CPU's float32, to the same 1e-5.
+      if (device == Device::CPU) ag::test::check_float32_matches_float64(attention_fn(spec), p.inputs(310));
+      else ag::test::check_device_matches_cpu(device, attention_fn(spec), p.inputs(310));
     }
   }
 }
 
-TEST_CASE("attention op: composed, dense and flash agree to 1e-10 in float64") { check_implementations_agree(Device::CPU); }
-
-TEST_CASE("attention op: flash's float32 error is within twice dense's, for Z, L, dQ, dK, dV") {
-  check_flash_error_budget(Device::CPU);
+TEST_CASE_EVERY_DEVICE("attention op: composed, dense and flash agree to 1e-10 in float64") {
+  check_implementations_agree(device);
 }
 
-TEST_CASE("attention op: a query that sees no key gives zeros, never NaN") { check_rows_without_keys(Device::CPU); }
-
-TEST_CASE("attention op: one query over 100 cached keys sees all 100") { check_one_query_over_a_cache(Device::CPU); }
-
-TEST_CASE("attention op: grouped kv heads equal repeated K, V with group-summed gradients") {
-  check_grouped_kv_heads(Device::CPU);
+TEST_CASE_EVERY_DEVICE("attention op: flash's float32 error is within twice dense's, for Z, L, dQ, dK, dV") {
+  check_flash_error_budget(device);
 }
 
-TEST_CASE("attention op: the layouts [B, H, T, d] and [B, T, H, d] agree") { check_layouts_agree(Device::CPU); }
-
-TEST_CASE("attention op: flash's backward gives the same bits on 1 and 2 threads") {
-  check_flash_deterministic(Device::CPU);
+TEST_CASE_EVERY_DEVICE("attention op: a query that sees no key gives zeros, never NaN") {
+  check_rows_without_keys(device);
 }
 
-TEST_CASE("attention op: A has rows summing to 1 and an exactly zero upper triangle") {
+TEST_CASE_EVERY_DEVICE("attention op: one query over 100 cached keys sees all 100") {
+  check_one_query_over_a_cache(device);
+}
+
+TEST_CASE_EVERY_DEVICE("attention op: grouped kv heads equal repeated K, V with group-summed gradients") {
+  check_grouped_kv_heads(device);
+}
+
+TEST_CASE_EVERY_DEVICE("attention op: the layouts [B, H, T, d] and [B, T, H, d] agree") { check_layouts_agree(device); }
+
+TEST_CASE_EVERY_DEVICE("attention op: flash's backward gives the same bits every run, and on 1 and 2 threads") {
+  check_flash_deterministic(device);
+}
+
+TEST_CASE_EVERY_DEVICE("attention op: A has rows summing to 1 and an exactly zero upper triangle") {
   const Problem p{1, 2, 2, 6, 6, 4, {.causal = true}};
+  const auto on_device = [&](const Inputs& in) {
+    Inputs out;
+    for (const Tensor& t : in) out.push_back(t.detach().to(device));
+    return out;
+  };
   for (AttentionImpl impl : {AttentionImpl::Composed, AttentionImpl::Dense}) {
     CAPTURE(name_of(impl));
     AttentionSpec spec = p.spec;
     spec.impl = impl;
-    const Inputs in = p.inputs(5);
+    const Inputs in = on_device(p.inputs(5));
     AttentionInternals internals;
     attention(in[0], in[1], in[2], spec, &internals);
     REQUIRE(internals.probabilities.shape() == Shape{1, 2, 6, 6});
@@ -388,31 +411,33 @@ TEST_CASE("attention op: A has rows summing to 1 and an exactly zero upper trian
       }
   }
   // Flash never forms A; it hands back L.
-  const Inputs in = p.inputs(5);
+  const Inputs in = on_device(p.inputs(5));
+  AttentionSpec flash = p.spec;
+  flash.impl = AttentionImpl::Flash;
   AttentionInternals internals;
-  attention(in[0], in[1], in[2], p.spec, &internals);
+  attention(in[0], in[1], in[2], flash, &internals);
   CHECK_FALSE(internals.probabilities.defined());
   CHECK(internals.log_sum_exp.shape() == Shape{1, 2, 6});
 }
 
-TEST_CASE("attention op: scores around ±1e4 give finite outputs and gradients") {
+TEST_CASE_EVERY_DEVICE("attention op: scores around ±1e4 give finite outputs and gradients") {
   for (DType dtype : {DType::Float32, DType::Float64})
-    for (AttentionImpl impl : kImpls)
+    for (AttentionImpl impl : attention_impls())
       for (bool causal : {true, false}) {
         CAPTURE(dtype);
         CAPTURE(name_of(impl));
         CAPTURE(causal);
         // q·k ≈ ±1e4·√d so that S ≈ ±1e4 after scaling.
         const Shape shape = {1, 2, 8, 4};
-        Tensor q = (random(shape, 8, dtype, false) * 100.0).requires_grad_();
-        Tensor k = (random(shape, 9, dtype, false) * 100.0).requires_grad_();
-        Tensor v = random(shape, 10, dtype);
+        Tensor q = (random(shape, 8, dtype, false) * 100.0).to(device).requires_grad_();
+        Tensor k = (random(shape, 9, dtype, false) * 100.0).to(device).requires_grad_();
+        Tensor v = random(shape, 10, dtype, false).to(device).requires_grad_();
         const Tensor z = attention(q, k, v, {.causal = causal, .impl = impl});
         sum(z * z).backward();
         for (const Tensor& t : {z, q.grad(), k.grad(), v.grad()}) CHECK(all_finite(t));
       }
   // And softmax itself on rows of ±1e4.
-  const Tensor x = Tensor::from_vector({1e4, -1e4, 1e4 - 1, 0}, {1, 4}).requires_grad_();
+  const Tensor x = Tensor::from_vector({1e4, -1e4, 1e4 - 1, 0}, {1, 4}).to(device).requires_grad_();
   const Tensor y = softmax(x);
   sum(y * y).backward();
   CHECK(all_finite(y));
@@ -431,26 +456,4 @@ TEST_CASE("attention op: shape errors name the op, the shapes and the layout") {
   const Tensor x = Tensor::zeros({1, 1, 2, 2});
   CHECK_THROWS_WITH_AS(attention(x, x, x, {.scale = -1.0}), doctest::Contains("scale -1 is not a positive number"),
                        Error);
-}
-
-TEST_CASE("cuda: attention, every implementation against composed on the CPU, float64") {
-  if (ag::test::cuda_or_skip()) check_implementations_agree(Device::CUDA);
-}
-TEST_CASE("cuda: attention, flash's float32 error within twice dense's") {
-  if (ag::test::cuda_or_skip()) check_flash_error_budget(Device::CUDA);
-}
-TEST_CASE("cuda: attention, a query that sees no key gives zeros") {
-  if (ag::test::cuda_or_skip()) check_rows_without_keys(Device::CUDA);
-}
-TEST_CASE("cuda: attention, one query over 100 cached keys sees all 100") {
-  if (ag::test::cuda_or_skip()) check_one_query_over_a_cache(Device::CUDA);
-}
-TEST_CASE("cuda: attention, grouped kv heads equal repeated K, V") {
-  if (ag::test::cuda_or_skip()) check_grouped_kv_heads(Device::CUDA);
-}
-TEST_CASE("cuda: attention, the two layouts agree") {
-  if (ag::test::cuda_or_skip()) check_layouts_agree(Device::CUDA);
-}
-TEST_CASE("cuda: attention, flash's backward is deterministic") {
-  if (ag::test::cuda_or_skip()) check_flash_deterministic(Device::CUDA);
 }

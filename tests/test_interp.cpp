@@ -339,7 +339,7 @@ TEST_CASE("interp: attention rollout rows sum to 1 and compose the layers as ½A
 }
 
 TEST_CASE("interp: a head with gate 0 adds nothing to the output, and its W_Q, W_K, W_V get zero gradient") {
-  for (const AttentionImpl impl : {AttentionImpl::Composed, AttentionImpl::Dense, AttentionImpl::Flash}) {
+  for (const AttentionImpl impl : ag::test::attention_impls()) {
     INFO("attention implementation " << name_of(impl));
     auto model = random_gpt(1, 2);
     model->set_attention_impl(impl);

@@ -3,8 +3,8 @@
 // multi-head attention whose W_K, W_V repeat per group (forward, and gradients
 // summed over the group), and passes gradcheck; at every decode step the cached
 // logits equal a full forward of the same prefix (the bug nanoGPT's KV-cache
-// PRs had: "not exactly the same"). Each case body takes a device; the "cuda:"
-// cases run the same bodies on the GPU.
+// PRs had: "not exactly the same"). Every implementation (EnumNames<AttentionImpl>)
+// on every device (TEST_CASE_EVERY_DEVICE).
 #include <cmath>
 
 #include "core/autograd.h"
@@ -16,7 +16,7 @@ using namespace ag::nn;
 using ag::test::random;
 
 namespace {
-constexpr AttentionImpl kImpls[] = {AttentionImpl::Composed, AttentionImpl::Dense, AttentionImpl::Flash};
+using ag::test::attention_impls;
 
 Tensor on(Device device, const Tensor& t) {
   Tensor c = t.detach().to(device).clone();
@@ -33,7 +33,7 @@ void check_kv_length_reads_a_prefix(Device device) {
     const bool bthd = layout == AttentionLayout::BTHD;
     const int64_t t_dim = bthd ? 1 : 2;
     const auto shape = [&](int64_t H, int64_t T) { return bthd ? Shape{B, T, H, d} : Shape{B, H, T, d}; };
-    for (AttentionImpl impl : kImpls)
+    for (AttentionImpl impl : attention_impls())
       for (int64_t Tq : {1, 3}) {
         const int64_t Tk = 6;
         CAPTURE(name_of(impl));
@@ -67,7 +67,7 @@ void check_kv_length_reads_a_prefix(Device device) {
 void check_gqa_equals_repeated_mha(Device device) {
   constexpr int64_t B = 2, T = 7, C = 12, H = 6;
   for (int64_t H_kv : {1, 2, 3})
-    for (AttentionImpl impl : kImpls) {
+    for (AttentionImpl impl : attention_impls()) {
       CAPTURE(H_kv);
       CAPTURE(name_of(impl));
       const int64_t group = H / H_kv, d_h = C / H;
@@ -130,68 +130,78 @@ std::vector<int64_t> tokens(int64_t n, uint64_t seed, int64_t V) {
 }
 
 // Prefill with a prompt, then decode one token at a time up to block_size: the
-// logits of every step equal the last rows of a full forward of the same prefix.
+// logits of every step equal the last rows of a full forward of the same prefix,
+// on the device and (on a device) on the CPU, from the same weights.
 void check_cached_logits_equal_full_forward(Device device) {
   constexpr int64_t B = 2, prompt = 3;
   for (DType dtype : {DType::Float64, DType::Float32})
     for (int64_t H_kv : {4, 2, 1})
-      for (AttentionImpl impl : kImpls) {
+      for (AttentionImpl impl : attention_impls()) {
         CAPTURE(dtype);
         CAPTURE(H_kv);
         CAPTURE(name_of(impl));
         const double tolerance = dtype == DType::Float64 ? 1e-12 : 1e-5;
         GPTConfig config = tiny_gpt(H_kv);
         config.attn_impl = impl;
-        Generator gen(40);
-        GPT model(config, gen);
+        Generator gen(40), reference_gen(40);
+        GPT model(config, gen), reference(config, reference_gen);
         model.to(dtype);
         model.to(device);
         model.eval();
+        reference.to(dtype);
+        reference.eval();
         NoGradGuard no_grad;
         const int64_t T = config.block_size;
         const std::vector<int64_t> ids = tokens(B * T, 41, config.vocab_size);  // [B, T]
-        const auto prefix = [&](int64_t from, int64_t to) {  // idx [B, to − from]: columns from … to − 1
+        // idx [B, to − from]: columns from … to − 1
+        const auto prefix = [&](int64_t from, int64_t to, Device where) {
           std::vector<int64_t> cols;
-          for (int64_t b = 0; b < B; ++b) cols.insert(cols.end(), ids.begin() + b * T + from, ids.begin() + b * T + to);
-          return Tensor::from_indices(cols, {B, to - from}).to(device);
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t j = from; j < to; ++j) cols.push_back(ids[b * T + j]);
+          return Tensor::from_indices(cols, {B, to - from}).to(where);
         };
         KVCache cache = model.make_kv_cache(B);
-        const Tensor prefill = model.forward_cached(prefix(0, prompt), cache);  // allocates K, V for block_size positions
+        const Tensor prefill = model.forward_cached(prefix(0, prompt, device), cache);  // allocates K, V for block_size positions
         CHECK(cache.bytes_per_token() ==
               2 * config.n_layer * H_kv * (config.n_embd / config.n_head) * static_cast<int64_t>(dtype_size(dtype)));
         CHECK(cache.bytes() == cache.bytes_per_token() * B * T);
-        CHECK_CLOSE(host(prefill), host(model.forward(prefix(0, prompt))), tolerance);
+        CHECK_CLOSE(host(prefill), host(model.forward(prefix(0, prompt, device))), tolerance);
         for (int64_t t = prompt; t < T; ++t) {
           CAPTURE(t);
-          const Tensor step = model.forward_cached(prefix(t, t + 1), cache);  // [B, 1, V]
-          const Tensor full = model.forward(prefix(0, t + 1));                // [B, t + 1, V]
+          const Tensor step = model.forward_cached(prefix(t, t + 1, device), cache);  // [B, 1, V]
+          const Tensor full = model.forward(prefix(0, t + 1, device));                // [B, t + 1, V]
           CHECK(cache.length() == t + 1);
           CHECK_CLOSE(host(step), slice(host(full), 1, t, t + 1), tolerance);
+          if (device != Device::CPU)
+            CHECK_CLOSE(host(step), slice(reference.forward(prefix(0, t + 1, Device::CPU)), 1, t, t + 1), tolerance);
         }
       }
 }
 }  // namespace
 
-TEST_CASE("kv cache: the attention op reads the first kv_length rows in place; the rest get zero gradient") {
-  check_kv_length_reads_a_prefix(Device::CPU);
+TEST_CASE_EVERY_DEVICE("kv cache: the attention op reads the first kv_length rows in place; the rest get zero gradient") {
+  check_kv_length_reads_a_prefix(device);
 }
 
-TEST_CASE("kv cache: gradcheck of attention over a longer cache, every implementation") {
+// On a device: the output and gradients in float64 within 1e-10 of the CPU's.
+TEST_CASE_EVERY_DEVICE("kv cache: gradcheck of attention over a longer cache, every implementation") {
   const std::vector<Tensor> qkv = {random({1, 2, 2, 3}, 5), random({1, 7, 1, 3}, 6), random({1, 7, 1, 3}, 7)};
-  for (AttentionImpl impl : kImpls) {
+  for (AttentionImpl impl : attention_impls()) {
     CAPTURE(name_of(impl));
     const AttentionSpec spec{.causal = true, .layout = AttentionLayout::BTHD, .impl = impl, .kv_length = 5};
-    CHECK_GRADCHECK([&](const std::vector<Tensor>& x) { return attention(x[0], x[1], x[2], spec); }, qkv);
+    const GradcheckFn f = [spec](const std::vector<Tensor>& x) { return attention(x[0], x[1], x[2], spec); };
+    if (device == Device::CPU) CHECK_GRADCHECK(f, qkv);
+    else ag::test::check_device_matches_cpu(device, f, qkv, 1e-10, DType::Float64);
   }
 }
 
-TEST_CASE("gqa: H_kv ∈ {1, 2, 3} of 6 heads equals MHA with repeated W_K, W_V, gradients summed per group") {
-  check_gqa_equals_repeated_mha(Device::CPU);
+TEST_CASE_EVERY_DEVICE("gqa: H_kv ∈ {1, 2, 3} of 6 heads equals MHA with repeated W_K, W_V, gradients summed per group") {
+  check_gqa_equals_repeated_mha(device);
 }
 
 TEST_CASE("gqa: gradcheck of the module with H_kv ∈ {1, 2}, every implementation") {
   for (int64_t H_kv : {1, 2})
-    for (AttentionImpl impl : kImpls) {
+    for (AttentionImpl impl : attention_impls()) {
       CAPTURE(H_kv);
       CAPTURE(name_of(impl));
       Generator gen(50);
@@ -209,8 +219,8 @@ TEST_CASE("gqa: a model's W_K, W_V are [C, H_kv·d_h] and H must be a multiple o
                        Error);
 }
 
-TEST_CASE("kv cache: at every decode step the cached logits equal a full forward of the prefix") {
-  check_cached_logits_equal_full_forward(Device::CPU);
+TEST_CASE_EVERY_DEVICE("kv cache: at every decode step the cached logits equal a full forward of the prefix") {
+  check_cached_logits_equal_full_forward(device);
 }
 
 TEST_CASE("kv cache: positions past block_size and forwards that record gradients are errors") {
@@ -226,14 +236,4 @@ TEST_CASE("kv cache: positions past block_size and forwards that record gradient
                        doctest::Contains("reach past block_size = 12"), Error);
   cache.clear();
   CHECK(model.forward_cached(Tensor::from_indices({1}, {1, 1}), cache).shape() == Shape{1, 1, 13});
-}
-
-TEST_CASE("cuda: kv cache, attention over the first kv_length rows") {
-  if (ag::test::cuda_or_skip()) check_kv_length_reads_a_prefix(Device::CUDA);
-}
-TEST_CASE("cuda: gqa, equals MHA with repeated W_K, W_V") {
-  if (ag::test::cuda_or_skip()) check_gqa_equals_repeated_mha(Device::CUDA);
-}
-TEST_CASE("cuda: kv cache, cached logits equal a full forward at every step") {
-  if (ag::test::cuda_or_skip()) check_cached_logits_equal_full_forward(Device::CUDA);
 }

@@ -178,29 +178,69 @@ TEST_CASE("linear attention: float32 agrees with float64") {
   }
 }
 
-TEST_CASE("linear attention: decoding through a LayerKVCache gives the causal op's rows (GQA, BTHD)") {
+// On a device also: the output and gradients against the CPU's (float64 ≤ 1e-12, float32 ≤ 1e-5).
+TEST_CASE_EVERY_DEVICE("linear attention: decoding through a LayerKVCache gives the causal op's rows (GQA, BTHD)") {
   for (FeatureMap map : {FeatureMap::Elu1, FeatureMap::Favor})
-    for (int64_t Hkv : {4, 2, 1}) {
-      CAPTURE(std::string(name_of(map)));
-      CAPTURE(Hkv);
-      const int64_t T = 70;
-      const Tensor q = random({2, T, 4, 4}, 31, DType::Float64, false), k = random({2, T, Hkv, 4}, 32, DType::Float64, false),
-                   v = random({2, T, Hkv, 4}, 33, DType::Float64, false);
-      AttentionSpec spec = spec_for({map, true}, 4);
-      spec.layout = AttentionLayout::BTHD;
-      const Tensor whole = attention(q, k, v, spec);
-      NoGradGuard no_grad;
-      LayerKVCache cache{.capacity = T};
-      spec.cache = &cache;
-      std::vector<Tensor> rows = {attention(slice(q, 1, 0, 5), slice(k, 1, 0, 5), slice(v, 1, 0, 5), spec)};  // a prefill
-      for (int64_t t = 5; t < T; ++t)
-        rows.push_back(attention(slice(q, 1, t, t + 1), slice(k, 1, t, t + 1), slice(v, 1, t, t + 1), spec));
-      CHECK_CLOSE(concat(rows, 1), whole, 1e-12);
-      CHECK(cache.length == T);
-      CHECK(!cache.k.defined());  // no keys or values kept
-      CHECK(cache.state.shape() == Shape{2, Hkv, spec.omega.defined() ? 8 : 4, 5});  // r × (d + 1) per kv head, whatever T is
-      CHECK_THROWS_AS(attention(slice(q, 1, 0, 1), slice(k, 1, 0, 1), slice(v, 1, 0, 1), spec), Error);  // full
-    }
+    for (int64_t Hkv : {4, 2, 1})
+      for (DType dtype : {DType::Float64, DType::Float32}) {
+        CAPTURE(std::string(name_of(map)));
+        CAPTURE(Hkv);
+        CAPTURE(std::string(dtype_name(dtype)));
+        const double tolerance = dtype == DType::Float64 ? 1e-12 : 1e-5;
+        const int64_t T = 70;
+        const Tensor q = random({2, T, 4, 4}, 31, dtype), k = random({2, T, Hkv, 4}, 32, dtype),
+                     v = random({2, T, Hkv, 4}, 33, dtype);
+        AttentionSpec spec = spec_for({map, true}, 4, 8, dtype);
+        spec.layout = AttentionLayout::BTHD;
+        const auto f = [&spec](const Tensor& a, const Tensor& b, const Tensor& cv) { return attention(a, b, cv, spec); };
+        const std::vector<Tensor> cpu =
+            output_and_gradients(f, leaf_on(q, Device::CPU), leaf_on(k, Device::CPU), leaf_on(v, Device::CPU), 34);
+        if (spec.omega.defined()) spec.omega = spec.omega.to(device);
+        if (device != Device::CPU) {
+          const std::vector<Tensor> here = output_and_gradients(f, leaf_on(q, device), leaf_on(k, device), leaf_on(v, device), 34);
+          for (size_t i = 0; i < 4; ++i) {
+            CAPTURE(i);  // 0: Z, then dQ, dK, dV
+            CHECK_CLOSE(here[i].to(Device::CPU), cpu[i], tolerance);
+          }
+        }
+        NoGradGuard no_grad;
+        LayerKVCache cache{.capacity = T};
+        spec.cache = &cache;
+        const Tensor qd = q.detach().to(device), kd = k.detach().to(device), vd = v.detach().to(device);
+        std::vector<Tensor> rows = {attention(slice(qd, 1, 0, 5), slice(kd, 1, 0, 5), slice(vd, 1, 0, 5), spec)};  // a prefill
+        for (int64_t t = 5; t < T; ++t)
+          rows.push_back(attention(slice(qd, 1, t, t + 1), slice(kd, 1, t, t + 1), slice(vd, 1, t, t + 1), spec));
+        CHECK_CLOSE(concat(rows, 1).to(Device::CPU), cpu[0], tolerance);
+        CHECK(cache.length == T);
+        CHECK(!cache.k.defined());  // no keys or values kept
+        CHECK(cache.state.shape() == Shape{2, Hkv, spec.omega.defined() ? 8 : 4, 5});  // r × (d + 1) per kv head, whatever T is
+        CHECK_THROWS_AS(attention(slice(qd, 1, 0, 1), slice(kd, 1, 0, 1), slice(vd, 1, 0, 1), spec), Error);  // full
+      }
+}
+
+// Every size the CUDA kernels tile differently (one position, a chunk and one, several chunks), both layouts.
+TEST_CASE_EVERY_DEVICE("linear attention: elu1 and favor, causal and not, on every device as on the CPU (features, products, backward)") {
+  for (const Case& c : kCases)
+    for (int64_t T : {1, 65, 200})
+      for (AttentionLayout layout : {AttentionLayout::BHTD, AttentionLayout::BTHD}) {
+        CAPTURE(std::string(name_of(c.map)));
+        CAPTURE(c.causal);
+        CAPTURE(T);
+        CAPTURE(layout == AttentionLayout::BTHD);
+        const Tensor omega = favor_projection(24, 16, 9);
+        const bool bthd = layout == AttentionLayout::BTHD;
+        const GradcheckFn f = [&](const std::vector<Tensor>& x) {
+          const AttentionSpec spec{.function = AttentionFunction::Linear, .causal = c.causal, .layout = layout,
+                                   .feature_map = c.map,
+                                   .omega = c.map == FeatureMap::Favor ? omega.to(x[0].dtype()).to(x[0].device()) : Tensor()};
+          return attention(x[0], x[1], x[2], spec);
+        };
+        const std::vector<Tensor> inputs = {random(bthd ? Shape{2, T, 4, 16} : Shape{2, 4, T, 16}, 401),
+                                            random(bthd ? Shape{2, T, 2, 16} : Shape{2, 2, T, 16}, 402),
+                                            random(bthd ? Shape{2, T, 2, 16} : Shape{2, 2, T, 16}, 403)};
+        if (device == Device::CPU) ag::test::check_float32_matches_float64(f, inputs);
+        else ag::test::check_device_matches_cpu(device, f, inputs);
+      }
 }
 
 TEST_CASE("linear attention: grouped kv heads equal each kv head repeated, BTHD equals BHTD (output and gradients)") {
@@ -230,44 +270,6 @@ TEST_CASE("linear attention: grouped kv heads equal each kv head repeated, BTHD 
         CHECK_CLOSE(grouped[i], repeated[i], 1e-12);
         CHECK_CLOSE(in_bthd[i], grouped[i], 1e-12);
       }
-    }
-}
-
-TEST_CASE("linear attention: CUDA agrees with the CPU (output, gradients, GQA in BTHD, decoding)") {
-  if (!ag::test::cuda_or_skip()) return;
-  for (const Case& c : kCases)
-    for (DType dtype : {DType::Float64, DType::Float32}) {
-      CAPTURE(std::string(name_of(c.map)));
-      CAPTURE(c.causal);
-      CAPTURE(std::string(dtype_name(dtype)));
-      const double tolerance = dtype == DType::Float64 ? 1e-12 : 1e-5;
-      const int64_t T = 70;
-      AttentionSpec spec = spec_for(c, 8, 16, dtype);
-      spec.layout = AttentionLayout::BTHD;
-      const Tensor q = random({2, T, 4, 8}, 51, dtype), k = random({2, T, 2, 8}, 52, dtype), v = random({2, T, 2, 8}, 53, dtype);
-      const auto run = [&](Device device) {
-        AttentionSpec here = spec;
-        if (here.omega.defined()) here.omega = here.omega.to(device);
-        return output_and_gradients(
-            [&here](const Tensor& a, const Tensor& b, const Tensor& cv) { return attention(a, b, cv, here); },
-            leaf_on(q, device), leaf_on(k, device), leaf_on(v, device), 54);
-      };
-      const std::vector<Tensor> cpu = run(Device::CPU), gpu = run(Device::CUDA);
-      for (size_t i = 0; i < 4; ++i) {
-        CAPTURE(i);
-        CHECK_CLOSE(gpu[i].to(Device::CPU), cpu[i], tolerance);
-      }
-      if (!c.causal) continue;
-      NoGradGuard no_grad;  // decoding on the device: a prefill, then one position at a time
-      AttentionSpec decode = spec;
-      if (decode.omega.defined()) decode.omega = decode.omega.to(Device::CUDA);
-      LayerKVCache cache{.capacity = T};
-      decode.cache = &cache;
-      const Tensor qd = q.detach().to(Device::CUDA), kd = k.detach().to(Device::CUDA), vd = v.detach().to(Device::CUDA);
-      std::vector<Tensor> rows = {attention(slice(qd, 1, 0, 9), slice(kd, 1, 0, 9), slice(vd, 1, 0, 9), decode)};
-      for (int64_t t = 9; t < T; ++t)
-        rows.push_back(attention(slice(qd, 1, t, t + 1), slice(kd, 1, t, t + 1), slice(vd, 1, t, t + 1), decode));
-      CHECK_CLOSE(concat(rows, 1).to(Device::CPU), cpu[0], tolerance);
     }
 }
 

@@ -266,7 +266,7 @@ TEST_CASE("nn: GPT forward shapes and the block_size check") {
 }
 
 TEST_CASE("nn: GPT gradcheck of the loss over every parameter, every attention impl") {
-  for (AttentionImpl impl : {AttentionImpl::Composed, AttentionImpl::Dense, AttentionImpl::Flash}) {
+  for (AttentionImpl impl : ag::test::attention_impls()) {
     GPTConfig config{.vocab_size = 7, .block_size = 4, .n_layer = 1, .n_head = 2, .n_embd = 4};
     config.attn_impl = impl;
     Generator gen(25);

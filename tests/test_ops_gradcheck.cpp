@@ -1,6 +1,12 @@
-// Every op of core/ops.h: gradcheck in float64 (≤ 1e-6 relative) on odd sizes
-// (1, 3, 7, 65) and broadcasting, and float32 forward/backward within 1e-5 of
-// float64.
+// Every op of core/ops.h, on every device (TEST_CASE_EVERY_DEVICE). On the
+// CPU: gradcheck in float64 (≤ 1e-6 relative) on odd sizes (1, 3, 7, 65) and
+// broadcasting, and float32 forward/backward within 1e-5 of float64. On a
+// device: the float32 output and every input gradient within 1e-5 of the CPU's
+// (normwise relative; 1e-4 where a reduction adds 4096 or more terms, as the
+// devices add in different orders), also at sizes that span many thread blocks
+// and grid limits, too large for gradcheck's full Jacobian.
+#include <limits>
+
 #include "core/threads.h"
 #include "tests/helpers.h"
 
@@ -9,6 +15,9 @@ using ag::test::random;
 
 namespace {
 using Inputs = std::vector<Tensor>;
+
+constexpr double kTol = 1e-5;
+constexpr double kLongReduction = 1e-4;  // a device against the CPU, sums over >= 4096 terms
 
 // Positive inputs for log, pow and div denominators.
 Tensor positive(const Shape& shape, uint64_t seed) {
@@ -23,77 +32,99 @@ Tensor int_targets(const Shape& shape, int64_t V, uint64_t seed) {
   return Tensor::from_indices(t, shape);
 }
 
-void check_op(const GradcheckFn& f, const Inputs& inputs) {
-  CHECK_GRADCHECK(f, inputs);
-  ag::test::check_float32_matches_float64(f, inputs);
+// On the CPU, gradcheck and float32 against float64; on a device, float32
+// against the CPU to `device_rtol`. `inputs` are float64 CPU tensors.
+void check_op(Device device, const GradcheckFn& f, const Inputs& inputs, double device_rtol = kTol) {
+  if (device == Device::CPU) {
+    CHECK_GRADCHECK(f, inputs);
+    ag::test::check_float32_matches_float64(f, inputs);
+  } else {
+    ag::test::check_device_matches_cpu(device, f, inputs, device_rtol);
+  }
 }
 }  // namespace
 
-TEST_CASE("ops: add, sub, mul, div with broadcasting") {
-  const std::vector<std::pair<Shape, Shape>> shapes = {
-      {{3, 7}, {3, 7}}, {{3, 7}, {7}}, {{1}, {3, 7}}, {{3, 1, 7}, {65, 1}}, {{2, 3, 1}, {1, 1, 7}}, {{}, {7}}};
+TEST_CASE_EVERY_DEVICE("ops: add, sub, mul, div with broadcasting") {
+  std::vector<std::pair<Shape, Shape>> shapes = {{{3, 7}, {3, 7}},       {{3, 7}, {7}}, {{1}, {3, 7}},
+                                                 {{3, 1, 7}, {65, 1}},   {{2, 3, 1}, {1, 1, 7}},
+                                                 {{}, {7}},              {{2, 1, 3, 1, 5}, {4, 1, 6, 1}}};
+  if (device != Device::CPU) shapes.push_back({{64, 1000}, {1000}});  // many blocks
   for (const auto& [sa, sb] : shapes) {
     const std::string operand_shapes = to_string(sa) + " and " + to_string(sb);
     CAPTURE(operand_shapes);
     const Inputs in = {random(sa, 1), random(sb, 2)};
-    check_op([](const Inputs& x) { return add(x[0], x[1]); }, in);
-    check_op([](const Inputs& x) { return sub(x[0], x[1]); }, in);
-    check_op([](const Inputs& x) { return mul(x[0], x[1]); }, in);
-    check_op([](const Inputs& x) { return div(x[0], x[1]); }, {random(sa, 3), positive(sb, 4)});
+    check_op(device, [](const Inputs& x) { return add(x[0], x[1]); }, in);
+    check_op(device, [](const Inputs& x) { return sub(x[0], x[1]); }, in);
+    check_op(device, [](const Inputs& x) { return mul(x[0], x[1]); }, in);
+    check_op(device, [](const Inputs& x) { return div(x[0], x[1]); }, {random(sa, 3), positive(sb, 4)});
   }
 }
 
-TEST_CASE("ops: a tensor used twice gets the sum of both gradients") {
+TEST_CASE_EVERY_DEVICE("ops: a tensor used twice gets the sum of both gradients") {
   const Tensor x = random({3, 7}, 5);
-  check_op([](const Inputs& in) { return mul(in[0], in[0]) + in[0]; }, {x});
+  check_op(device, [](const Inputs& in) { return mul(in[0], in[0]) + in[0]; }, {x});
 }
 
-TEST_CASE("ops: unary and scalar ops") {
-  for (const Shape& shape : {Shape{1}, Shape{3, 7}, Shape{65}}) {
+TEST_CASE_EVERY_DEVICE("ops: unary and scalar ops") {
+  std::vector<Shape> shapes = {{1}, {3, 7}, {65}};
+  if (device != Device::CPU) shapes.push_back({70001});  // many blocks
+  for (const Shape& shape : shapes) {
     CAPTURE(to_string(shape));
-    check_op([](const Inputs& x) { return neg(x[0]); }, {random(shape, 6)});
-    check_op([](const Inputs& x) { return x[0] * 2.5 + 1.5; }, {random(shape, 7)});
-    check_op([](const Inputs& x) { return 3.0 - x[0] / 4.0; }, {random(shape, 8)});
-    check_op([](const Inputs& x) { return pow(x[0], 3.0); }, {random(shape, 9)});
-    check_op([](const Inputs& x) { return pow(x[0], -1.5); }, {positive(shape, 10)});
-    check_op([](const Inputs& x) { return exp(x[0]); }, {random(shape, 11)});
-    check_op([](const Inputs& x) { return log(x[0]); }, {positive(shape, 12)});
-    check_op([](const Inputs& x) { return tanh(x[0]); }, {random(shape, 13)});
+    check_op(device, [](const Inputs& x) { return neg(x[0]); }, {random(shape, 6)});
+    check_op(device, [](const Inputs& x) { return x[0] * 2.5 + 1.5; }, {random(shape, 7)});
+    check_op(device, [](const Inputs& x) { return 3.0 - x[0] / 4.0; }, {random(shape, 8)});
+    check_op(device, [](const Inputs& x) { return pow(x[0], 3.0); }, {random(shape, 9)});
+    check_op(device, [](const Inputs& x) { return pow(x[0], -1.5); }, {positive(shape, 10)});
+    check_op(device, [](const Inputs& x) { return exp(x[0]); }, {random(shape, 11)});
+    check_op(device, [](const Inputs& x) { return log(x[0]); }, {positive(shape, 12)});
+    check_op(device, [](const Inputs& x) { return tanh(x[0]); }, {random(shape, 13)});
     // relu's kink at 0 is never hit by continuous random inputs (±ε apart).
-    check_op([](const Inputs& x) { return relu(x[0]); }, {random(shape, 14)});
-    check_op([](const Inputs& x) { return gelu(x[0], GeluApprox::Erf); }, {random(shape, 15)});
-    check_op([](const Inputs& x) { return gelu(x[0], GeluApprox::Tanh); }, {random(shape, 16)});
+    check_op(device, [](const Inputs& x) { return relu(x[0]); }, {random(shape, 14)});
+    check_op(device, [](const Inputs& x) { return gelu(x[0], GeluApprox::Erf); }, {random(shape, 15)});
+    check_op(device, [](const Inputs& x) { return gelu(x[0], GeluApprox::Tanh); }, {random(shape, 16)});
   }
 }
 
-TEST_CASE("ops: sum, mean and max, over all and over a dim") {
+TEST_CASE_EVERY_DEVICE("ops: sum, mean and max, over all and over a dim") {
   const Tensor x = random({3, 7, 5}, 20);
-  check_op([](const Inputs& in) { return sum(in[0]); }, {x});
-  check_op([](const Inputs& in) { return mean(in[0]); }, {x});
+  check_op(device, [](const Inputs& in) { return sum(in[0]); }, {x});
+  check_op(device, [](const Inputs& in) { return mean(in[0]); }, {x});
   for (int64_t dim : {0, 1, -1}) {
     CAPTURE(dim);
-    check_op([dim](const Inputs& in) { return sum(in[0], dim); }, {x});
-    check_op([dim](const Inputs& in) { return sum(in[0], dim, true); }, {x});
-    check_op([dim](const Inputs& in) { return mean(in[0], dim); }, {x});
-    check_op([dim](const Inputs& in) { return max(in[0], dim); }, {x});
+    check_op(device, [dim](const Inputs& in) { return sum(in[0], dim); }, {x});
+    check_op(device, [dim](const Inputs& in) { return sum(in[0], dim, true); }, {x});
+    check_op(device, [dim](const Inputs& in) { return mean(in[0], dim); }, {x});
+    check_op(device, [dim](const Inputs& in) { return max(in[0], dim); }, {x});
   }
-  check_op([](const Inputs& in) { return sum(in[0], 0); }, {random({65}, 21)});
-  check_op([](const Inputs& in) { return max(in[0], 0, true); }, {random({65, 1}, 22)});
+  check_op(device, [](const Inputs& in) { return sum(in[0], 0); }, {random({65}, 21)});
+  check_op(device, [](const Inputs& in) { return max(in[0], 0, true); }, {random({65, 1}, 22)});
+  if (device == Device::CPU) return;
+  // Long reductions on a device: the full sum spans many blocks; [4096, 33] ->
+  // [33] is the bias-gradient shape (one block per output); [33, 4096] sums
+  // rows; [70000, 3] takes the thread-per-output path.
+  check_op(device, [](const Inputs& in) { return sum(in[0]); }, {random({1 << 20}, 25)}, kLongReduction);
+  check_op(device, [](const Inputs& in) { return sum(in[0], 0); }, {random({4096, 33}, 26)}, kLongReduction);
+  check_op(device, [](const Inputs& in) { return sum(in[0], 1); }, {random({33, 4096}, 27)}, kLongReduction);
+  check_op(device, [](const Inputs& in) { return sum(in[0], 1); }, {random({70000, 3}, 28)});
+  check_op(device, [](const Inputs& in) { return max(in[0], 1); }, {random({3, 5000}, 29)});
 }
 
-TEST_CASE("ops: reduce_to_shape and expand") {
-  check_op([](const Inputs& in) { return reduce_to_shape(in[0], {7, 1}); }, {random({3, 7, 5}, 23)});
-  check_op([](const Inputs& in) { return expand(in[0], {3, 7, 5}); }, {random({7, 1}, 24)});
+TEST_CASE_EVERY_DEVICE("ops: reduce_to_shape and expand") {
+  check_op(device, [](const Inputs& in) { return reduce_to_shape(in[0], {7, 1}); }, {random({3, 7, 5}, 23)});
+  check_op(device, [](const Inputs& in) { return reduce_to_shape(in[0], {3, 1, 5}); }, {random({2, 3, 4, 5}, 25)});
+  check_op(device, [](const Inputs& in) { return expand(in[0], {3, 7, 5}); }, {random({7, 1}, 24)});
 }
 
-TEST_CASE("ops: reshape, transpose, permute, slice, concat, split") {
+TEST_CASE_EVERY_DEVICE("ops: reshape, transpose, permute, slice, concat, split") {
   const Tensor x = random({3, 7, 5}, 30);
-  check_op([](const Inputs& in) { return in[0].reshape({7, -1}) * 1.0; }, {x});
-  check_op([](const Inputs& in) { return transpose(in[0], 0, 2); }, {x});
-  check_op([](const Inputs& in) { return permute(in[0], {1, 2, 0}); }, {x});
-  check_op([](const Inputs& in) { return slice(in[0], 1, 2, 6); }, {x});
-  check_op([](const Inputs& in) { return concat({in[0], in[1]}, 1); }, {x, random({3, 1, 5}, 31)});
-  check_op(
+  check_op(device, [](const Inputs& in) { return in[0].reshape({7, -1}) * 1.0; }, {x});
+  check_op(device, [](const Inputs& in) { return transpose(in[0], 0, 2); }, {x});
+  check_op(device, [](const Inputs& in) { return permute(in[0], {1, 2, 0}); }, {x});
+  check_op(device, [](const Inputs& in) { return permute(in[0], {0, 2, 1, 3}); }, {random({2, 9, 4, 6}, 32)});
+  check_op(device, [](const Inputs& in) { return slice(in[0], 1, 2, 6); }, {x});
+  check_op(device, [](const Inputs& in) { return concat({in[0], in[1]}, 1); }, {x, random({3, 1, 5}, 31)});
+  check_op(device, [](const Inputs& in) { return concat({in[0], in[1]}, 0); }, {x, random({2, 7, 5}, 33)});
+  check_op(device,
       [](const Inputs& in) {
         const std::vector<Tensor> parts = split(in[0], {1, 4, 2}, 1);  // [3,1,5], [3,4,5], [3,2,5]
         return parts[0] * 2.0 + sum(parts[1], 1, true) - sum(parts[2] * parts[2], 1, true);
@@ -101,35 +132,77 @@ TEST_CASE("ops: reshape, transpose, permute, slice, concat, split") {
       {x});
 }
 
-TEST_CASE("ops: matmul 2-D, batched, and broadcast batch dims") {
-  const std::vector<std::pair<Shape, Shape>> shapes = {
+TEST_CASE_EVERY_DEVICE("ops: matmul 2-D, batched, and broadcast batch dims") {
+  std::vector<std::pair<Shape, Shape>> shapes = {
       {{3, 7}, {7, 5}},       {{1, 65}, {65, 3}},     {{2, 3, 7}, {7, 5}},   {{2, 3, 7}, {2, 7, 5}},
       {{2, 1, 3, 7}, {4, 7, 1}}, {{3, 7}, {2, 7, 5}}, {{65, 3}, {3, 1}}};
+  if (device != Device::CPU) shapes.insert(shapes.end(), {{{0, 3}, {3, 4}}, {{2, 0}, {0, 3}}});  // no rows, K = 0
   for (const auto& [sa, sb] : shapes) {
     const std::string operand_shapes = to_string(sa) + " and " + to_string(sb);
     CAPTURE(operand_shapes);
-    check_op([](const Inputs& x) { return matmul(x[0], x[1]); }, {random(sa, 40), random(sb, 41)});
+    check_op(device, [](const Inputs& x) { return matmul(x[0], x[1]); }, {random(sa, 40), random(sb, 41)});
   }
+  if (device == Device::CPU) return;
+  // K = 4096 terms per output, and a batch above cuBLAS's 65535 grid limit (chunked).
+  check_op(device, [](const Inputs& x) { return matmul(x[0], x[1]); }, {random({33, 4096}, 42), random({4096, 17}, 43)},
+           kLongReduction);
+  check_op(device, [](const Inputs& x) { return matmul(x[0], x[1]); },
+           {random({70000, 2, 3}, 44), random({70000, 3, 2}, 45)});
 }
 
-TEST_CASE("ops: softmax and log_softmax over the last dim") {
-  for (const Shape& shape : {Shape{1}, Shape{3, 7}, Shape{2, 3, 65}, Shape{7, 1}}) {
+TEST_CASE_EVERY_DEVICE("ops: softmax and log_softmax over the last dim") {
+  std::vector<Shape> shapes = {{1}, {3, 7}, {2, 3, 65}, {7, 1}};
+  // On a device also rows longer than a block, and many rows.
+  if (device != Device::CPU) shapes.insert(shapes.end(), {{5, 1000}, {70000, 3}});
+  for (const Shape& shape : shapes) {
     CAPTURE(to_string(shape));
-    check_op([](const Inputs& x) { return softmax(x[0]); }, {random(shape, 50)});
-    check_op([](const Inputs& x) { return log_softmax(x[0]); }, {random(shape, 51)});
+    check_op(device, [](const Inputs& x) { return softmax(x[0]); }, {random(shape, 50)});
+    check_op(device, [](const Inputs& x) { return log_softmax(x[0]); }, {random(shape, 51)});
   }
+  if (device == Device::CPU) return;
+  check_op(device, [](const Inputs& x) { return softmax(x[0]); }, {random({2, 5000}, 52)}, kLongReduction);
+  check_op(device, [](const Inputs& x) { return log_softmax(x[0]); }, {random({2, 5000}, 53)}, kLongReduction);
 }
 
-TEST_CASE("ops: cross_entropy, with and without ignored targets") {
+TEST_CASE_EVERY_DEVICE("ops: softmax of a fully masked row is zeros, with zero gradient") {
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor x =
+      Tensor::from_vector({1, 2, 3, -inf, -inf, -inf, 0, -inf, 5}, {3, 3}, DType::Float64).requires_grad_();
+  if (device != Device::CPU) check_op(device, [](const Inputs& in) { return softmax(in[0]); }, {x});
+  const Tensor on_device = x.detach().to(device).requires_grad_();
+  const Tensor y = softmax(on_device);
+  y.backward(ag::test::random({3, 3}, 54, DType::Float64, false).to(device));
+  const std::vector<double> values = y.to_vector(), grad = on_device.grad().to_vector();
+  for (int j = 3; j < 6; ++j) {
+    CHECK(values[j] == 0.0);
+    CHECK(grad[j] == 0.0);
+  }
+  CHECK(values[7] == 0.0);
+  CHECK(grad[7] == 0.0);
+}
+
+// The targets are inputs (int64, needing no gradient), so they follow the logits to the device.
+TEST_CASE_EVERY_DEVICE("ops: cross_entropy, with and without ignored targets") {
   const Tensor logits = random({7, 65}, 60);
   const Tensor targets = int_targets({7}, 65, 61);
-  check_op([&](const Inputs& x) { return cross_entropy(x[0], targets); }, {logits});
+  check_op(device, [](const Inputs& x) { return cross_entropy(x[0], x[1]); }, {logits, targets});
   std::vector<int64_t> t = targets.to_indices();
   t[1] = t[4] = -100;
   const Tensor some_ignored = Tensor::from_indices(t, {7});
-  check_op([&](const Inputs& x) { return cross_entropy(x[0], some_ignored); }, {logits});
+  check_op(device, [](const Inputs& x) { return cross_entropy(x[0], x[1]); }, {logits, some_ignored});
   const Tensor targets3 = int_targets({2, 3}, 7, 62);
-  check_op([&](const Inputs& x) { return cross_entropy(x[0], targets3) * 3.0; }, {random({2, 3, 7}, 63)});
+  check_op(device, [](const Inputs& x) { return cross_entropy(x[0], x[1]) * 3.0; }, {random({2, 3, 7}, 63), targets3});
+  check_op(
+      device,
+      [](const Inputs& x) {
+        const int64_t ignore_index = 3;
+        return cross_entropy(x[0], x[1], ignore_index);
+      },
+      {random({2, 3, 7}, 66), targets3});
+  if (device == Device::CPU) return;
+  // A GPT-2-sized vocabulary: rows far longer than a block.
+  check_op(device, [](const Inputs& x) { return cross_entropy(x[0], x[1]); },
+           {random({4, 50257}, 64), int_targets({4}, 50257, 65)}, kLongReduction);
 }
 
 TEST_CASE("ops: cross_entropy equals the composed -log_softmax at the target") {
@@ -140,30 +213,40 @@ TEST_CASE("ops: cross_entropy equals the composed -log_softmax at the target") {
   CHECK(cross_entropy(logits, targets).item() == doctest::Approx(expected).epsilon(1e-14));
 }
 
-TEST_CASE("ops: layer_norm") {
-  for (const Shape& shape : {Shape{3, 7}, Shape{2, 3, 65}, Shape{1, 3}}) {
+TEST_CASE_EVERY_DEVICE("ops: layer_norm") {
+  std::vector<Shape> shapes = {{3, 7}, {2, 3, 65}, {1, 3}};
+  // Rows longer than a block; dWeight and dBias sum over 70000 and 5000 rows (the two-pass column sums).
+  if (device != Device::CPU) shapes.insert(shapes.end(), {{4, 300}, {70000, 4}, {5000, 16}});
+  for (const Shape& shape : shapes) {
     CAPTURE(to_string(shape));
     const int64_t C = shape.back();
-    check_op([](const Inputs& x) { return layer_norm(x[0], x[1], x[2]); },
-             {random(shape, 70), random({C}, 71), random({C}, 72)});
+    check_op(device, [](const Inputs& x) { return layer_norm(x[0], x[1], x[2]); },
+             {random(shape, 70), random({C}, 71), random({C}, 72)}, numel(shape) / C >= 4096 ? kLongReduction : kTol);
   }
 }
 
-TEST_CASE("ops: embedding, with repeated indices") {
-  const Tensor indices = Tensor::from_indices({0, 2, 2, 6, 0, 3}, {2, 3});
-  check_op([&](const Inputs& x) { return embedding(x[0], indices); }, {random({7, 5}, 80)});
-  check_op([&](const Inputs& x) { return embedding(x[0], Tensor::from_indices({64}, {1})); }, {random({65, 3}, 81)});
+// The indices are inputs (int64, needing no gradient), so they follow the table to the device.
+TEST_CASE_EVERY_DEVICE("ops: embedding, with repeated indices") {
+  const auto f = [](const Inputs& x) { return embedding(x[0], x[1]); };
+  check_op(device, f, {random({7, 5}, 80), Tensor::from_indices({0, 2, 2, 6, 0, 3}, {2, 3})});
+  check_op(device, f, {random({65, 3}, 81), Tensor::from_indices({64}, {1})});
+  // V = 70 spans three groups of 32 rows; 1000 indices span four tiles of 256.
+  check_op(device, f, {random({70, 9}, 82), int_targets({4, 250}, 70, 83)});
 }
 
-TEST_CASE("ops: dropout") {
+TEST_CASE_EVERY_DEVICE("ops: dropout") {
+  // Reseeding inside f gives every evaluation the same mask; a device draws the
+  // CPU's ("cuda: dropout draws the CPU's mask from the same seed").
+  const auto f = [](const Inputs& in) {
+    Generator gen(7);
+    return dropout(in[0], 0.3, true, &gen);
+  };
+  check_op(device, f, {random({7, 65}, 90)});
+  if (device != Device::CPU) check_op(device, f, {random({7, 6500}, 91)});
+}
+
+TEST_CASE("ops: dropout off is the identity, and keeps 1 − p") {
   const Tensor x = random({7, 65}, 90);
-  // Reseeding inside f gives every evaluation the same mask.
-  check_op(
-      [](const Inputs& in) {
-        Generator gen(7);
-        return dropout(in[0], 0.3, true, &gen);
-      },
-      {x});
   const Tensor off = dropout(x, 0.0, true);
   CHECK(off.same(x));
   CHECK(dropout(x, 0.5, false).same(x));
@@ -207,26 +290,36 @@ void check_fused_matches_composed(const GradcheckFn& fused, const GradcheckFn& c
 }
 }  // namespace
 
-TEST_CASE("ops: linear, with the bias folded into the GEMM, equals matmul + add") {
+// The fused ops against the composed ones they replace on the CPU; a device's
+// fused kernels against the CPU's.
+TEST_CASE_EVERY_DEVICE("ops: linear, with the bias folded into the GEMM, equals matmul + add") {
   for (const Shape& x_shape : {Shape{1, 3}, Shape{7, 3}, Shape{2, 5, 3}, Shape{3}}) {
     CAPTURE(to_string(x_shape));
     const Inputs in = {random(x_shape, 100), random({3, 65}, 101), random({65}, 102)};
-    check_op([](const Inputs& x) { return linear(x[0], x[1], x[2]); }, in);
-    check_op([](const Inputs& x) { return linear(x[0], x[1], Tensor()); }, {in[0], in[1]});
-    if (x_shape.size() >= 2)  // matmul wants 2 dims
+    check_op(device, [](const Inputs& x) { return linear(x[0], x[1], x[2]); }, in);
+    check_op(device, [](const Inputs& x) { return linear(x[0], x[1], Tensor()); }, {in[0], in[1]});
+    if (device == Device::CPU && x_shape.size() >= 2)  // matmul wants 2 dims
       check_fused_matches_composed([](const Inputs& x) { return linear(x[0], x[1], x[2]); },
                                    [](const Inputs& x) { return matmul(x[0], x[1]) + x[2]; }, in);
   }
 }
 
-TEST_CASE("ops: bias_gelu equals gelu(x + bias), both approximations") {
+TEST_CASE_EVERY_DEVICE("ops: bias_gelu equals gelu(x + bias), both approximations") {
   // C = 65 and 130: one and several column blocks in the bias gradient's sums;
-  // [300, 130] is large enough for them to run in parallel.
-  for (const Shape& shape : {Shape{1, 3}, Shape{7, 65}, Shape{2, 3, 130}, Shape{300, 130}}) {
+  // [300, 130] is large enough for them to run in parallel. On a device also
+  // [5000, 16]: the bias gradient adds 5000 rows.
+  std::vector<Shape> shapes = {{1, 3}, {7, 65}, {2, 3, 130}, {300, 130}};
+  if (device != Device::CPU) shapes.push_back({5000, 16});
+  for (const Shape& shape : shapes) {
     CAPTURE(to_string(shape));
     const int64_t C = shape.back();
     for (GeluApprox approx : {GeluApprox::Erf, GeluApprox::Tanh}) {
       const Inputs in = {random(shape, 110), random({C}, 111)};
+      if (device != Device::CPU) {
+        ag::test::check_device_matches_cpu(device, [approx](const Inputs& x) { return bias_gelu(x[0], x[1], approx); },
+                                           in, numel(shape) / C >= 4096 ? kLongReduction : kTol);
+        continue;
+      }
       if (numel(shape) < 1000) CHECK_GRADCHECK([approx](const Inputs& x) { return bias_gelu(x[0], x[1], approx); }, in);
       ag::test::check_float32_matches_float64([approx](const Inputs& x) { return bias_gelu(x[0], x[1], approx); }, in);
       check_fused_matches_composed([approx](const Inputs& x) { return bias_gelu(x[0], x[1], approx); },
@@ -254,8 +347,10 @@ TEST_CASE("ops: bias_gelu's backward runs twice through a retained graph with th
   CHECK(b.grad().to_vector() == db);
 }
 
-TEST_CASE("ops: add_layer_norm gives x + residual and its layer norm, both differentiable") {
-  for (const Shape& shape : {Shape{1, 3}, Shape{3, 7}, Shape{2, 3, 65}}) {
+TEST_CASE_EVERY_DEVICE("ops: add_layer_norm gives x + residual and its layer norm, both differentiable") {
+  std::vector<Shape> shapes = {{1, 3}, {3, 7}, {2, 3, 65}};
+  if (device != Device::CPU) shapes.insert(shapes.end(), {{2, 3, 130}, {5000, 16}});  // dWeight, dBias add 5000 rows
+  for (const Shape& shape : shapes) {
     CAPTURE(to_string(shape));
     const int64_t C = shape.back();
     // Both outputs feed the result, as in a block (the stream goes on from the sum).
@@ -268,8 +363,8 @@ TEST_CASE("ops: add_layer_norm gives x + residual and its layer norm, both diffe
       return concat({sum, layer_norm(sum, x[2], x[3]) * 2.0}, -1);
     };
     const Inputs in = {random(shape, 120), random(shape, 121), random({C}, 122), random({C}, 123)};
-    check_op(fused, in);
-    check_fused_matches_composed(fused, composed, in);
+    check_op(device, fused, in, numel(shape) / C >= 4096 ? kLongReduction : kTol);
+    if (device == Device::CPU) check_fused_matches_composed(fused, composed, in);
   }
 }
 
@@ -346,6 +441,17 @@ TEST_CASE("ops: float32 exact GELU and its derivative stay within 4e-7 of float6
     CHECK(worst_y <= 4e-7);
     CHECK(worst_dy <= 4e-7);
   }
+}
+
+TEST_CASE_EVERY_DEVICE("ops: zero-size tensors") {
+  check_op(device, [](const Inputs& in) { return add(in[0], in[1]); }, {random({0, 3}, 121), random({3}, 122)});
+  check_op(device, [](const Inputs& in) { return sum(in[0]); }, {random({0, 3}, 123)});
+  check_op(device, [](const Inputs& in) { return sum(in[0], 0); }, {random({0, 3}, 124)});
+  check_op(device, [](const Inputs& in) { return softmax(in[0]); }, {random({0, 5}, 125)});
+  check_op(device, [](const Inputs& in) { return layer_norm(in[0], in[1], in[2]); },
+           {random({0, 4}, 126), random({4}, 127), random({4}, 128)});
+  check_op(device, [](const Inputs& in) { return embedding(in[0], in[1]); },
+           {random({4, 3}, 129), Tensor::from_indices({}, {0})});
 }
 
 TEST_CASE("ops: linear with no input features is the bias on every row") {

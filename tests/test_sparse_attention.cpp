@@ -2,8 +2,9 @@
 // patterns against the issue's definition written out again here, the tile
 // classification and the block map against brute force, the random draws, and
 // every implementation against attention with the explicit mask M, in float64,
-// float32 (flash's error budget) and gradcheck. The "cuda:" cases run the same
-// bodies on the GPU against the CPU.
+// float32 (flash's error budget) and gradcheck, every implementation
+// (EnumNames<AttentionImpl>) on every device (TEST_CASE_EVERY_DEVICE): a
+// device's results are compared with the CPU's.
 #include <set>
 #include <tuple>
 
@@ -16,7 +17,6 @@ using ag::test::random;
 namespace {
 using Inputs = std::vector<Tensor>;
 
-constexpr AttentionImpl kImpls[] = {AttentionImpl::Composed, AttentionImpl::Dense, AttentionImpl::Flash};
 
 // Each pattern alone and the unions, at sizes where each part matters for T ≈ 100.
 std::vector<SparsePattern> patterns() {
@@ -116,7 +116,7 @@ void check_patterns_equal_explicit_mask(Device device) {
     const Inputs in = p.inputs(500);
     const Tensor upstream = random({p.B, p.Hq, p.Tq, p.d}, 503, DType::Float64, false);
     const Result reference = explicit_mask_reference(p, in, upstream);
-    for (AttentionImpl impl : kImpls) {
+    for (AttentionImpl impl : ag::test::attention_impls()) {
       CAPTURE(name_of(impl));
       const Result r = run(in, p.spec(impl), device, DType::Float64, upstream);
       CHECK_CLOSE(r.Z, reference.Z, 1e-12);
@@ -271,22 +271,25 @@ TEST_CASE("sparse attention: the block map is cached, and built per head only wi
   CHECK(attention_block_map(random_blocks, 64, 128)->visible_tiles() >= 4 * 5);
 }
 
-TEST_CASE("sparse attention: every implementation equals attention with the explicit mask, float64") {
-  check_patterns_equal_explicit_mask(Device::CPU);
+TEST_CASE_EVERY_DEVICE("sparse attention: every implementation equals attention with the explicit mask, float64") {
+  check_patterns_equal_explicit_mask(device);
 }
 
-TEST_CASE("sparse attention: flash's float32 error is within twice dense's with each pattern") {
-  check_flash_error_budget(Device::CPU);
+TEST_CASE_EVERY_DEVICE("sparse attention: flash's float32 error is within twice dense's with each pattern") {
+  check_flash_error_budget(device);
 }
 
-TEST_CASE("sparse attention: gradcheck of dense and flash with each pattern at tiny sizes") {
+// On a device: Z and the gradients in float64 within 1e-12 of the CPU's (as of the explicit mask).
+TEST_CASE_EVERY_DEVICE("sparse attention: gradcheck of dense and flash with each pattern at tiny sizes") {
   for (const SparsePattern& pattern : patterns())
     for (AttentionImpl impl : {AttentionImpl::Dense, AttentionImpl::Flash}) {
       CAPTURE(describe(pattern));
       CAPTURE(name_of(impl));
       const Problem p{1, 2, 1, 40, 40, 3, pattern};  // 40 > two random blocks of 16
       const AttentionSpec spec = p.spec(impl);
-      CHECK_GRADCHECK([spec](const Inputs& x) { return attention(x[0], x[1], x[2], spec); }, p.inputs(700));
+      const GradcheckFn f = [spec](const Inputs& x) { return attention(x[0], x[1], x[2], spec); };
+      if (device == Device::CPU) CHECK_GRADCHECK(f, p.inputs(700));
+      else ag::test::check_device_matches_cpu(device, f, p.inputs(700), 1e-12, DType::Float64);
     }
 }
 
@@ -298,11 +301,4 @@ TEST_CASE("sparse attention: patterns need causal attention and a window") {
                        doctest::Contains("without one (window 0) every earlier key is visible already"), Error);
   CHECK_THROWS_WITH_AS(attention(x, x, x, {.causal = true, .pattern = {.window = 2, .random_blocks = 17}}),
                        doctest::Contains("random <= 16"), Error);
-}
-
-TEST_CASE("cuda: sparse attention, every implementation equals the explicit mask") {
-  if (ag::test::cuda_or_skip()) check_patterns_equal_explicit_mask(Device::CUDA);
-}
-TEST_CASE("cuda: sparse attention, flash's float32 error within twice dense's") {
-  if (ag::test::cuda_or_skip()) check_flash_error_budget(Device::CUDA);
 }

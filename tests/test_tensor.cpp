@@ -156,20 +156,10 @@ void check_gemm_groups(Device device) {
 }
 }  // namespace
 
-TEST_CASE("kernels: gemm reads column blocks of a wider matrix through its leading dims") {
-  check_gemm_reads_column_blocks(Device::CPU);
+TEST_CASE_EVERY_DEVICE("kernels: gemm reads column blocks of a wider matrix through its leading dims") {
+  check_gemm_reads_column_blocks(device);
 }
 
-TEST_CASE("kernels: gemm repeats its batch over groups (the heads of each batch entry)") {
-  check_gemm_groups(Device::CPU);
-}
-
-TEST_CASE("cuda: gemm repeats its batch over groups (the heads of each batch entry)") {
-  if (!ag::test::cuda_or_skip()) return;
-  check_gemm_groups(Device::CUDA);
-}
-
-TEST_CASE("cuda: gemm reads column blocks of a wider matrix through its leading dims") {
-  if (!ag::test::cuda_or_skip()) return;
-  check_gemm_reads_column_blocks(Device::CUDA);
+TEST_CASE_EVERY_DEVICE("kernels: gemm repeats its batch over groups (the heads of each batch entry)") {
+  check_gemm_groups(device);
 }
