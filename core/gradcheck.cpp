@@ -47,7 +47,8 @@ GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& input
       for (const Tensor& t : inputs) t.impl()->grad.reset();
       std::vector<double> one_hot(n_out, 0.0);
       one_hot[i] = 1.0;
-      y.backward(Tensor::from_vector(one_hot, y.shape(), y.dtype()).to(y.device()), /*retain_graph=*/true);
+      constexpr bool retain_graph = true;  // one backward per output element over the same graph
+      y.backward(Tensor::from_vector(one_hot, y.shape(), y.dtype()).to(y.device()), retain_graph);
       if (x.grad().defined()) {
         const std::vector<double> g = x.grad().to_vector();
         std::copy(g.begin(), g.end(), analytic.begin() + i * n_in);

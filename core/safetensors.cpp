@@ -177,7 +177,8 @@ Json parse_header(const std::string& where, const std::string& text) {
                where << "key " << parsed.dump() << " appears twice in one JSON object of the header");
     return true;
   };
-  const Json header = Json::parse(text, refuse_duplicate_keys, /*allow_exceptions=*/false);
+  constexpr bool allow_exceptions = false;  // a malformed header is reported below, with the file's name
+  const Json header = Json::parse(text, refuse_duplicate_keys, allow_exceptions);
   AG_CHECK(!header.is_discarded(), where << "not a safetensors file (header is not valid JSON)");
   AG_CHECK(header.is_object(), where << "not a safetensors file (header is not a JSON object)");
   return header;

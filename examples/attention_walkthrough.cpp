@@ -255,7 +255,8 @@ int main(int argc, char** argv) {
     const Tensor dA = matmul(dZ, T(V_h)), dV = matmul(T(A), dZ);
     print_matrix("dA = dZ V_hᵀ", dA, "§10 Z = AV");
     print_matrix("dV_h = Aᵀ dZ", dV, "§10: only the queries that see token j send it gradient");
-    const Tensor dS = A * (dA - sum(dA * A, 1, /*keepdim=*/true));
+    constexpr bool keepdim = true;
+    const Tensor dS = A * (dA - sum(dA * A, 1, keepdim));
     print_matrix("dS = A ∘ (dA − rowsum(dA ∘ A))", dS,
                  "§7 Softmax, §9 The causal mask: 0 where A is 0; each row sums to 0");
     const Tensor dQ = matmul(dS, K_h) * scale, dK = matmul(T(dS), Q_h) * scale;

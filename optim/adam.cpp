@@ -28,8 +28,8 @@ void check_moment(const char* kind, const Tensor& saved, const std::string& name
 }
 }  // namespace
 
-Adam::Adam(const char* kind, std::vector<ParamGroup> groups, AdamOptions options, bool decoupled)
-    : Optimizer(kind, std::move(groups), options.lr), options_(options), decoupled_(decoupled) {
+Adam::Adam(const char* kind, std::vector<ParamGroup> groups, AdamOptions options, WeightDecay decay)
+    : Optimizer(kind, std::move(groups), options.lr), options_(options), decoupled_(decay == WeightDecay::Decoupled) {
   AG_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
            kind_ << ": betas must lie in [0, 1), got (" << options.beta1 << ", " << options.beta2 << ")");
   AG_CHECK(options.eps >= 0, kind_ << ": eps must be >= 0, got " << options.eps);
@@ -40,14 +40,14 @@ Adam::Adam(const char* kind, std::vector<ParamGroup> groups, AdamOptions options
 }
 
 Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
-    : Adam("adam", std::move(groups), options, /*decoupled=*/false) {}
+    : Adam("adam", std::move(groups), options, WeightDecay::L2) {}
 Adam::Adam(const std::vector<NamedParameter>& params, AdamOptions options, double weight_decay)
-    : Adam("adam", {{params, weight_decay}}, options, /*decoupled=*/false) {}
+    : Adam("adam", {{params, weight_decay}}, options, WeightDecay::L2) {}
 
 AdamW::AdamW(std::vector<ParamGroup> groups, AdamOptions options)
-    : Adam("adamw", std::move(groups), options, /*decoupled=*/true) {}
+    : Adam("adamw", std::move(groups), options, WeightDecay::Decoupled) {}
 AdamW::AdamW(const std::vector<NamedParameter>& params, AdamOptions options, double weight_decay)
-    : Adam("adamw", {{params, weight_decay}}, options, /*decoupled=*/true) {}
+    : Adam("adamw", {{params, weight_decay}}, options, WeightDecay::Decoupled) {}
 
 // One kernel per segment: a group's parameters, gradients and moments are each
 // one contiguous range.

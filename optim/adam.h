@@ -31,8 +31,10 @@ class Adam : public Optimizer {
   void load_state(const NamedTensors& state) override;
 
  protected:
+  // Where weight_decay enters: the gradient (Adam's L2 penalty) or p itself (AdamW).
+  enum class WeightDecay { L2, Decoupled };
   // AdamW's constructors: the same update with decoupled decay.
-  Adam(const char* kind, std::vector<ParamGroup> groups, AdamOptions options, bool decoupled);
+  Adam(const char* kind, std::vector<ParamGroup> groups, AdamOptions options, WeightDecay decay);
 
  private:
   AdamOptions options_;  // options_.lr is only the initial value; lr() is current

@@ -30,8 +30,9 @@ void SGD::step(const Tensor& skip_unless_finite) {
     Tensor p = FlatParameters::range(buffer.values, s);
     // Without momentum there is no buffer (as in torch); the kernel never reads this argument.
     Tensor b = momentum_.empty() ? p : FlatParameters::range(momentum_[s.buffer], s);
-    const kernel::SgdHyper hyper{lr_, options_.momentum, options_.dampening, groups_[s.group].weight_decay,
-                                 options_.nesterov, /*first_step=*/!started_, guard};
+    const kernel::SgdHyper hyper{.lr = lr_, .momentum = options_.momentum, .dampening = options_.dampening,
+                                 .weight_decay = groups_[s.group].weight_decay, .nesterov = options_.nesterov,
+                                 .first_step = !started_, .skip_unless_finite = guard};
     kernel::sgd_step(p, FlatParameters::range(buffer.grads, s), b, hyper);
   }
   started_ = true;

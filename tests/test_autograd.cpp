@@ -117,7 +117,8 @@ TEST_CASE("autograd: a deep chain does not overflow the stack") {
 TEST_CASE("autograd: the graph is freed after backward, and retained on request") {
   Tensor x = Tensor::ones({2}, DType::Float64).requires_grad_();
   const Tensor loss = sum(x * x);
-  loss.backward(/*retain_graph=*/true);
+  constexpr bool retain_graph = true;
+  loss.backward(retain_graph);
   loss.backward();
   CHECK(x.grad().to_vector() == std::vector<double>{4, 4});
   CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("freed graph"), Error);

@@ -218,10 +218,12 @@ TEST_CASE_EVERY_DEVICE("linear attention: decoding through a LayerKVCache gives 
       }
 }
 
-// Every size the CUDA kernels tile differently (one position, a chunk and one, several chunks), both layouts.
+// Sizes the kernels handle differently (less than a chunk, a chunk and one, several chunks), both
+// layouts. Not T = 1: there o = v·a/(a + ε), so the q and k gradients are O(ε), rounding noise in
+// float32 with nothing to compare (the gradcheck above says the same).
 TEST_CASE_EVERY_DEVICE("linear attention: elu1 and favor, causal and not, on every device as on the CPU (features, products, backward)") {
   for (const Case& c : kCases)
-    for (int64_t T : {1, 65, 200})
+    for (int64_t T : {2, 65, 200})
       for (AttentionLayout layout : {AttentionLayout::BHTD, AttentionLayout::BTHD}) {
         CAPTURE(std::string(name_of(c.map)));
         CAPTURE(c.causal);

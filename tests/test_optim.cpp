@@ -54,7 +54,7 @@ TEST_CASE("optim: SGD without momentum, with and without weight decay") {
   CHECK(p.to_vector() == std::vector<double>{1.25, -3.125});
 
   Tensor q = param({2.0}, {1});
-  SGD decayed({{"q", q}}, {.lr = 0.5}, /*weight_decay=*/0.25);
+  SGD decayed(std::vector<ParamGroup>{{.params = {{"q", q}}, .weight_decay = 0.25}}, {.lr = 0.5});
   set_grad(q, {1.0});
   decayed.step();  // g ← 1 + 0.25·2 = 1.5;  q ← 2 − 0.5·1.5
   CHECK(q.item() == 1.25);
@@ -124,7 +124,7 @@ TEST_CASE("optim: Adam, two steps by hand") {
 
 TEST_CASE("optim: Adam weight decay is an L2 term in the gradient") {
   Tensor p = param({1.0}, {1});
-  Adam adam({{"p", p}}, {.lr = 0.1}, /*weight_decay=*/0.5);
+  Adam adam(std::vector<ParamGroup>{{.params = {{"p", p}}, .weight_decay = 0.5}}, {.lr = 0.1});
   set_grad(p, {1.0});
   adam.step();  // g ← 1 + 0.5·1 = 1.5;  p ← 1 − 0.1·1.5/(1.5 + ε) ≈ 0.9
   const double p1 = 1.0 - 0.1 * 1.5 / (1.5 + kEps);
@@ -140,7 +140,7 @@ TEST_CASE("optim: Adam weight decay is an L2 term in the gradient") {
 
 TEST_CASE("optim: AdamW decays the weights directly") {
   Tensor p = param({1.0}, {1});
-  AdamW adamw({{"p", p}}, {.lr = 0.1}, /*weight_decay=*/0.5);
+  AdamW adamw(std::vector<ParamGroup>{{.params = {{"p", p}}, .weight_decay = 0.5}}, {.lr = 0.1});
   set_grad(p, {1.0});
   adamw.step();  // p ← 1·(1 − 0.1·0.5) = 0.95, then − 0.1·1/(1 + ε) → 0.850000001
   const double p1 = 0.95 - 0.1 / (1.0 + kEps);

@@ -74,7 +74,8 @@ StepOutcome one_step(const std::vector<optim::Batch>& batches, int64_t ignore_in
     optim::make_data_parallel(step, *comm);
     for (optim::Batch& b : shards) b = {optim::shard(b.x, *comm), optim::shard(b.y, *comm)};
   }
-  const optim::StepResult r = step.run(/*iter=*/150, shards);
+  const int64_t iter = 150;
+  const optim::StepResult r = step.run(iter, shards);
   if (comm) comm->all_reduce_sum(r.loss);
   StepOutcome out{optimizer.gradient_buffers()[0].to_vector(), {}, r.loss.item(), r.grad_norm.item()};
   for (const Tensor& p : model->parameters())

@@ -154,7 +154,9 @@ Tokenizer Tokenizer::from_text(const std::string& text) {
 }
 
 Metadata Tokenizer::to_metadata() const {
-  return {{"chars", nlohmann::json(chars()).dump(-1, ' ', /*ensure_ascii=*/true)}};
+  constexpr int one_line = -1;
+  constexpr bool ensure_ascii = true;
+  return {{"chars", nlohmann::json(chars()).dump(one_line, ' ', ensure_ascii)}};
 }
 
 Tokenizer Tokenizer::from_metadata(const Metadata& metadata) {

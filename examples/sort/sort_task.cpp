@@ -147,7 +147,8 @@ TrainResult train(const TrainConfig& c) {
   for (int64_t i = iters - tail; i < iters; ++i) result.final_loss += result.batch_losses[i] / static_cast<double>(tail);
   if (c.run.eval_sequences > 0) {
     const auto eval_start = Clock::now();
-    result.accuracy = exact_accuracy(model, c.run.eval_sequences, /*seed=*/7);  // not the run's seed: one test set for all runs
+    constexpr uint64_t kTestSetSeed = 7;  // not the run's seed: one test set for all runs
+    result.accuracy = exact_accuracy(model, c.run.eval_sequences, kTestSetSeed);
     result.eval_seconds = seconds_since(eval_start);
   }
   return result;
