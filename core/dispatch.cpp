@@ -30,8 +30,11 @@ constexpr bool is_tensor_argument = std::is_same_v<T, Tensor> || std::is_same_v<
                                     std::is_same_v<T, const Tensor*>;
 
 template <typename... Args>
-std::array<const Tensor*, (std::size_t{is_tensor_argument<Args>} + ...)> tensors_of(const Args&... args) {
-  std::array<const Tensor*, (std::size_t{is_tensor_argument<Args>} + ...)> tensors{};
+constexpr std::size_t tensor_count = (std::size_t{is_tensor_argument<Args>} + ...);
+
+template <typename... Args>
+std::array<const Tensor*, tensor_count<Args...>> tensors_of(const Args&... args) {
+  std::array<const Tensor*, tensor_count<Args...>> tensors{};
   static_assert(tensors.size() > 0, "a kernel's first tensor argument chooses its device");
   std::size_t i = 0;
   const auto take = [&](const auto& arg) {

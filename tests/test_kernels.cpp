@@ -13,10 +13,10 @@
 namespace {
 
 struct KernelEntry {
-  const char* family;
-  const char* name;
-  const char* params;  // "(const Tensor& x, Tensor& y)"
-  const char* args;    // "(x, y)"
+  std::string family;
+  std::string name;
+  std::string params;  // "(const Tensor& x, Tensor& y)"
+  std::string args;    // "(x, y)"
 };
 
 const std::vector<KernelEntry>& kernel_entries() {
@@ -48,11 +48,10 @@ std::vector<std::string> list_items(std::string list) {
 TEST_CASE("kernels: every core/kernels.inc entry is defined in core/cpu/<family>.cpp and cuda/<family>.cu") {
   REQUIRE(kernel_entries().size() > 30);
   for (const KernelEntry& k : kernel_entries()) {
-    const std::string family = k.family;
-    for (const std::string& file : {"core/cpu/" + family + ".cpp", "cuda/" + family + ".cu"}) {
+    for (const std::string& file : {"core/cpu/" + k.family + ".cpp", "cuda/" + k.family + ".cu"}) {
       INFO("kernel ", k.name, " in ", file);
       const std::string source = ag::test::read_file(std::string(ATTOGRAD_SOURCE_DIR) + "/" + file);
-      CHECK(source.find(std::string("\nvoid ") + k.name + "(") != std::string::npos);
+      CHECK(source.find("\nvoid " + k.name + "(") != std::string::npos);
     }
   }
 }
