@@ -5,7 +5,8 @@
 //
 // This header holds the kernels' argument types; core/kernels.inc lists the
 // kernels themselves with their contracts, and is included here, in
-// core/cpu/cpu.h and in cuda/cuda.h, so the three declare one list.
+// core/cpu/cpu.h and in cuda/cuda.h, so the three declare one list (and
+// core/dispatch.cpp generates these entry points from it).
 #pragma once
 #include <algorithm>
 #include <cstdint>

@@ -123,9 +123,9 @@ namespace {
 bool present(const Tensor* t) { return t != nullptr && t->defined(); }
 }  // namespace
 
-KernelCall::KernelCall(const char* family, const char* kernel, std::initializer_list<const Tensor*> tensors,
+KernelCall::KernelCall(const char* family, const char* kernel, std::span<const Tensor* const> tensors,
                        const kernel::GemmShape* gemm)
-    : device_((*tensors.begin())->device()) {
+    : device_(tensors.front()->device()) {
   for (const Tensor* t : tensors)
     AG_CHECK(!present(t) || t->device() == device_, kernel << ": tensors on different devices (" << device_name(device_)
                                                             << " and " << device_name(t->device()) << ")");
@@ -135,7 +135,7 @@ KernelCall::KernelCall(const char* family, const char* kernel, std::initializer_
   record_->family = family;
   for (const Tensor* t : tensors)
     if (present(t)) record_->shapes.push_back(t->shape());
-  record_->dtype = (*tensors.begin())->dtype();
+  record_->dtype = tensors.front()->dtype();
   record_->device = device_;
   record_->grad_mode = grad_enabled();
   if (gemm) {

@@ -18,6 +18,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -68,9 +69,11 @@ std::string summary(const std::vector<KernelRecord>& records);
 class KernelCall {
  public:
   // Checks that every tensor is on one device (an error naming `kernel`
-  // otherwise) and, when recording, starts the clock. The first tensor must be
-  // defined; a later one may be null or undefined (an optional argument), and is skipped.
-  KernelCall(const char* family, const char* kernel, std::initializer_list<const Tensor*> tensors,
+  // otherwise) and, when recording, starts the clock. `tensors` are the
+  // kernel's tensor arguments in order (core/dispatch.cpp's tensors_of). The
+  // first must be defined; a later one may be null or undefined (an optional
+  // argument), and is skipped.
+  KernelCall(const char* family, const char* kernel, std::span<const Tensor* const> tensors,
              const kernel::GemmShape* gemm = nullptr);
   ~KernelCall();
   KernelCall(const KernelCall&) = delete;

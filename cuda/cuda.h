@@ -5,7 +5,8 @@
 // work is queued on cuda::stream() and the functions return without waiting,
 // except where a result or an error must reach the host: cross_entropy and
 // embedding (their index checks), sum_of_squares (its result), and the copies.
-// Builds without nvcc get cuda/disabled.cpp, where each throws "built without CUDA".
+// Builds without nvcc get cuda/disabled.cpp, whose stubs, generated from the
+// same list, throw "built without CUDA".
 #pragma once
 #include "core/dispatch.h"
 
