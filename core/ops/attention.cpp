@@ -43,7 +43,7 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
   AG_CHECK(q.dim() == 4 && k.dim() == 4 && k.shape() == v.shape() && k.size(0) == q.size(0) &&
                k.size(3) == q.size(3) && q.size(3) > 0,
            shapes_of(q, k, v) << ": expected " << expected);
-  const int64_t Hq = q.size(bthd ? 2 : 1), Hkv = k.size(bthd ? 2 : 1);
+  const int64_t Hq = detail::heads_of(q, spec.layout), Hkv = detail::heads_of(k, spec.layout);
   AG_CHECK(Hkv > 0 && Hq % Hkv == 0,
            shapes_of(q, k, v) << ": " << Hq << " query heads are not a multiple of " << Hkv << " kv heads");
   const AttentionFunctionTraits& traits = attention_function_traits(spec.function);
@@ -67,45 +67,37 @@ void check_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
 
 // The problem as the softmax kernels see it, from the inputs and the spec.
 AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
-  const bool bthd = spec.layout == AttentionLayout::BTHD;
-  const int64_t t_dim = bthd ? 1 : 2, h_dim = bthd ? 2 : 1;
-  const int64_t B = q.size(0), Hq = q.size(h_dim), Tq = q.size(t_dim), d = q.size(3);
-  const int64_t Hkv = k.size(h_dim), kv_rows = k.size(t_dim), Tk = spec.kv_length.value_or(kv_rows);
+  const AttentionLayout layout = spec.layout;
+  const int64_t B = q.size(0), Hq = detail::heads_of(q, layout), Tq = detail::positions_of(q, layout), d = q.size(3);
+  const int64_t Hkv = detail::heads_of(k, layout), kv_rows = detail::positions_of(k, layout);
+  const int64_t Tk = spec.kv_length.value_or(kv_rows);
   AG_CHECK(Tk >= 0 && Tk <= kv_rows, shapes_of(q, k, v) << ": kv_length " << Tk << " is outside [0, " << kv_rows << "]");
   check_sparse_pattern(spec.pattern, shapes_of(q, k, v));
   AG_CHECK(spec.causal || !spec.pattern.limited(), shapes_of(q, k, v) << ": a sparse pattern needs causal attention");
   const double scale = spec.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
   AG_CHECK(scale > 0 && std::isfinite(scale), shapes_of(q, k, v) << ": scale " << scale << " is not a positive number");
-  const auto strides = [&](int64_t H, int64_t T) {
-    return bthd ? HeadStrides{T * H * d, d, H * d} : HeadStrides{H * T * d, T * d, d};
-  };
   return {.B = B, .Hq = Hq, .Hkv = Hkv, .Tq = Tq, .Tk = Tk, .d = d, .scale = scale,
           .mask = {.causal = spec.causal, .q_offset = spec.q_offset.value_or(Tk - Tq), .pattern = spec.pattern},
-          .q = strides(Hq, Tq), .kv = strides(Hkv, kv_rows)};
+          .q = detail::head_strides(q, layout), .kv = detail::head_strides(k, layout)};
 }
 
 // --- composed ------------------------------------------------------------------------
 
 Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape,
                 const AttentionSpec& spec, AttentionInternals* internals) {
-  const auto [B, Hq, Hkv, Tq, Tk, d, scale, mask, q_at, kv_at] = shape;
-  const int64_t group = shape.group();
-  // [B, T, H, d] ↔ [B, H, T, d]: the swap is its own inverse (a copy; dense and flash read BTHD in place)
-  const auto heads_first = [&](const Tensor& t) {
-    return spec.layout == AttentionLayout::BTHD ? permute(t, {0, 2, 1, 3}) : t;
-  };
-  // Each kv head serves `group` query heads: [B, Hkv, Tk, d] → [B, Hkv, group, Tk, d] → [B, Hq, Tk, d].
-  // expand copies; its backward sums the group's gradients into the kv head. (The sizes are captured
-  // by copy: a lambda may not capture structured bindings before C++20, which clang 14 lacks.)
-  const auto repeat_kv = [group, B = B, Hq = Hq, Hkv = Hkv, Tk = Tk, d = d](const Tensor& t) {
-    return group == 1 ? t : expand(t.reshape({B, Hkv, 1, Tk, d}), {B, Hkv, group, Tk, d}).reshape({B, Hq, Tk, d});
-  };
-  // The first Tk rows of a longer cache (a copy; dense and flash read them in place).
-  const auto used_rows = [&spec, Tk = Tk](const Tensor& t) {
-    const int64_t t_dim = spec.layout == AttentionLayout::BTHD ? 1 : 2;
+  const int64_t Hq = shape.Hq, Tq = shape.Tq, Tk = shape.Tk;
+  const double scale = shape.scale;
+  const AttentionMask& mask = shape.mask;
+  const AttentionLayout layout = spec.layout;
+  // BTHD is swapped to heads first and GQA's kv heads repeated, as copies (dense and flash read
+  // both in place); so are the first Tk rows of a longer cache.
+  const auto heads_first = [layout](const Tensor& t) { return detail::heads_first(t, layout); };
+  const auto used_rows = [layout, Tk](const Tensor& t) {
+    const int64_t t_dim = layout == AttentionLayout::BTHD ? 1 : 2;
     return t.size(t_dim) == Tk ? t : slice(t, t_dim, 0, Tk);
   };
-  const Tensor Q = heads_first(q), K = repeat_kv(heads_first(used_rows(k))), V = repeat_kv(heads_first(used_rows(v)));
+  const Tensor Q = heads_first(q), K = detail::repeat_kv_heads(heads_first(used_rows(k)), Hq),
+               V = detail::repeat_kv_heads(heads_first(used_rows(v)), Hq);
   Tensor S = matmul(Q, transpose(K, 2, 3)) * scale;                          // [B, Hq, Tq, Tk]
   // M [Tq, Tk] broadcasts over batch and heads; random blocks differ by head: M [Hq, Tq, Tk]
   if (mask.causal) S = S + attention_mask(mask, Tq, Tk, S.dtype(), S.device(), mask.pattern.per_head() ? Hq : 1);
@@ -353,6 +345,28 @@ const AttentionFunctionEntry& entry_of(AttentionFunction function) {
 }
 
 }  // namespace
+
+namespace detail {
+
+int64_t heads_of(const Tensor& t, AttentionLayout layout) { return t.size(layout == AttentionLayout::BTHD ? 2 : 1); }
+int64_t positions_of(const Tensor& t, AttentionLayout layout) { return t.size(layout == AttentionLayout::BTHD ? 1 : 2); }
+
+// Row t of head h of batch entry b starts at b·batch + h·head + t·row; a row's w entries follow.
+HeadStrides head_strides(const Tensor& t, AttentionLayout layout) {
+  const int64_t w = t.size(3), H = heads_of(t, layout), T = positions_of(t, layout);
+  return layout == AttentionLayout::BTHD ? HeadStrides{T * H * w, w, H * w} : HeadStrides{H * T * w, T * w, w};
+}
+
+Tensor heads_first(const Tensor& t, AttentionLayout layout) {
+  return layout == AttentionLayout::BTHD ? permute(t, {0, 2, 1, 3}) : t;
+}
+
+Tensor repeat_kv_heads(const Tensor& t, int64_t Hq) {
+  const int64_t B = t.size(0), Hkv = t.size(1), T = t.size(2), w = t.size(3), group = Hq / Hkv;
+  return group == 1 ? t : expand(t.reshape({B, Hkv, 1, T, w}), {B, Hkv, group, T, w}).reshape({B, Hq, T, w});
+}
+
+}  // namespace detail
 
 const AttentionFunctionTraits& attention_function_traits(AttentionFunction function) {
   return entry_of(function).traits;

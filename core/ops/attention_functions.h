@@ -8,6 +8,17 @@
 
 namespace ag::detail {
 
+// An operand [B, H, T, w] (BHTD) or [B, T, H, w] (BTHD): its heads, its positions, and where
+// each head's rows start (core/ops/attention.cpp).
+int64_t heads_of(const Tensor& t, AttentionLayout layout);
+int64_t positions_of(const Tensor& t, AttentionLayout layout);
+HeadStrides head_strides(const Tensor& t, AttentionLayout layout);
+// [B, T, H, w] -> [B, H, T, w] under BTHD (a copy; the swap is its own inverse), t itself under BHTD.
+Tensor heads_first(const Tensor& t, AttentionLayout layout);
+// Each kv head repeated for the query heads that read it, [B, Hkv, T, w] -> [B, Hq, T, w] (a copy;
+// expand's backward sums the group's gradients into the kv head): the references' GQA.
+Tensor repeat_kv_heads(const Tensor& t, int64_t Hq);
+
 // core/ops/linear_attention.cpp. With spec.cache: folds the new positions into
 // cache->state (the caller advances cache->length).
 Tensor linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,

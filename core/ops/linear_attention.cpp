@@ -27,13 +27,10 @@ namespace ag {
 
 namespace {
 
-// Where each head's rows of a [B, H, T, w] (BHTD) or [B, T, H, w] (BTHD) tensor start.
-HeadStrides head_strides(const Tensor& t, AttentionLayout layout) {
-  const int64_t w = t.size(3), plane = t.size(1) * t.size(2) * w;
-  return layout == AttentionLayout::BTHD ? HeadStrides{plane, w, t.size(2) * w} : HeadStrides{plane, t.size(2) * w, w};
-}
-int64_t heads_of(const Tensor& t, AttentionLayout layout) { return t.size(layout == AttentionLayout::BTHD ? 2 : 1); }
-int64_t positions_of(const Tensor& t, AttentionLayout layout) { return t.size(layout == AttentionLayout::BTHD ? 1 : 2); }
+using detail::head_strides;
+using detail::heads_first;
+using detail::heads_of;
+using detail::positions_of;
 
 // Out_i = Σ_{j visible from i} (A_i·B_j) C_j per batch entry and head of A (Out: A's heads, C's width).
 Tensor prefix_product(const Tensor& a, const Tensor& b, const Tensor& c, PrefixDirection direction, int64_t chunk,
@@ -98,22 +95,11 @@ Tensor normalized_product(const Tensor& phi_q, const Tensor& phi_k, const Tensor
                 });
 }
 
-// [B, T, H, w] -> [B, H, T, w] (BTHD), or as it is (BHTD); and back.
-Tensor heads_first(const Tensor& t, AttentionLayout layout) {
-  return layout == AttentionLayout::BTHD ? permute(t, {0, 2, 1, 3}) : t;
-}
-
-// Per query head, the kv head's rows: [B, Hkv, T, w] -> [B, Hq, T, w] (a copy: inspection only).
-Tensor repeat_kv_heads(const Tensor& t, int64_t Hq) {
-  const int64_t B = t.size(0), Hkv = t.size(1), T = t.size(2), w = t.size(3), group = Hq / Hkv;
-  return group == 1 ? t : expand(t.reshape({B, Hkv, 1, T, w}), {B, Hkv, group, T, w}).reshape({B, Hq, T, w});
-}
-
 // A [B, Hq, T, T] with Z = A V: a_ij / Σ_{j' visible} a_ij', for inspection.
 Tensor implied_weights(const Tensor& phi_q, const Tensor& phi_k, const AttentionSpec& spec) {
   NoGradGuard no_grad;
   const Tensor Pq = heads_first(phi_q, spec.layout);
-  const Tensor Pk = repeat_kv_heads(heads_first(phi_k, spec.layout), Pq.size(1));
+  const Tensor Pk = detail::repeat_kv_heads(heads_first(phi_k, spec.layout), Pq.size(1));
   Tensor scores = matmul(Pq, transpose(Pk, 2, 3));  // φ(q_i)·φ(k_j)
   if (spec.causal)  // e^M: 1 where j ≤ i, 0 above (e^−∞ = 0)
     scores = scores * exp(causal_mask(Pq.size(2), scores.dtype(), scores.device()));
