@@ -75,14 +75,28 @@ struct RandomBlocks {
 // loops skip None, mask element by element only in Partial, and run All plain.
 enum class TileVisibility { None, Partial, All };
 
-// Which keys each query sees. Query i (0 ≤ i < Tq) sits at key position
-// p = i + q_offset; with `causal` it sees the keys j ≤ p allowed by `pattern`,
-// without it every key (a pattern needs `causal`). Every implementation and
-// both devices read this one definition; h is the query head.
+// Which keys each query sees, and ALiBi's bias on what it sees. Query i
+// (0 ≤ i < Tq) sits at key position p = i + q_offset; with `causal` it sees the
+// keys j ≤ p allowed by `pattern`, without it every key (a pattern needs
+// `causal`). Every implementation and both devices read this one definition;
+// h is the query head.
 struct AttentionMask {
   bool causal = false;
   int64_t q_offset = 0;
   SparsePattern pattern;
+  // ALiBi (Press et al. 2021; docs/backprop.md, "ALiBi"): the score of query i
+  // with key j gets −m_h·(p − j) before the mask, m_h = 2^(−8(h+1)/H) over H =
+  // alibi_heads query heads; 0: no bias. A constant: dS passes through it.
+  int64_t alibi_heads = 0;
+
+  AG_HOST_DEVICE double alibi_slope(int64_t h) const {
+    return alibi_heads > 0 ? exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(alibi_heads)) : 0.0;
+  }
+  // The bias on query i's score with key j, from the head's slope (alibi_slope, in T):
+  // −slope·(p − j), exactly 0 (a score unchanged) when slope is 0.
+  template <class T> AG_HOST_DEVICE T bias(T slope, int64_t i, int64_t j) const {
+    return -slope * static_cast<T>(i + q_offset - j);
+  }
 
   // One query's row of the mask, with its random blocks drawn once.
   struct Row {
@@ -195,6 +209,38 @@ struct AttentionShape {
   AG_HOST_DEVICE int64_t group() const { return Hq / Hkv; }  // query heads per kv head
   AG_HOST_DEVICE int64_t lse_at(int64_t b, int64_t h, int64_t i) const { return (b * Hq + h) * Tq + i; }
 };
+
+// --- rotary position embedding (docs/backprop.md, "RoPE") -----------------------------------
+// RoPE (Su et al. 2021) in the GPT-NeoX / LLaMA "rotate_half" convention: a
+// row x of even width d at position p, split in halves x = [x₁, x₂], becomes
+//   x' = [x₁ ∘ c − x₂ ∘ s,  x₂ ∘ c + x₁ ∘ s],   c_i = cos(p·f_i), s_i = sin(p·f_i),
+//   f_i = base^(−2i/d), i < d/2,
+// a rotation of each pair (x₁ᵢ, x₂ᵢ) by p·f_i: q'(p)·k'(p') depends on p − p' only.
+// Its adjoint (the backward) is the rotation by −p·f_i. The angle is formed in
+// float64 on both devices, so that far positions keep their precision.
+struct RotaryShape {
+  int64_t B, H, T, d;      // rows of width d, at b, h, t
+  HeadStrides at;          // where each row starts (input and output alike)
+  int64_t first_position;  // row t sits at position first_position + t
+  double base;             // > 0
+  double direction;        // +1: the rotation; −1: its inverse (the backward)
+
+  AG_HOST_DEVICE int64_t rows() const { return B * H * T; }
+  // Row `row` (b, h, t in that order of significance): where it starts, and its position.
+  AG_HOST_DEVICE int64_t row_at(int64_t row) const { return at.at(row / (H * T), row / T % H, row % T); }
+  AG_HOST_DEVICE int64_t position(int64_t row) const { return first_position + row % T; }
+  AG_HOST_DEVICE double angle(int64_t position, int64_t i) const {
+    return direction * static_cast<double>(position) * pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+  }
+};
+
+// Pair i of one row: (x₁ᵢ, x₂ᵢ) = (x[i], x[i + d/2]) rotated into y by the angle whose
+// cosine and sine (rounded to T from float64) are c and s; y may be x.
+template <class T> AG_HOST_DEVICE inline void rotate_pair(const T* x, T* y, int64_t half, int64_t i, T c, T s) {
+  const T x1 = x[i], x2 = x[i + half];
+  y[i] = x1 * c - x2 * s;
+  y[i + half] = x2 * c + x1 * s;
+}
 
 namespace math {
 

@@ -164,14 +164,39 @@ enum class AttentionLayout {
   BTHD,  // [B, T, H, d]
 };
 
+// How a model encodes positions (a model property, its checkpoint's `position`).
+// Learned positions are added to X before attention (the model's pos_emb), so
+// to the op they are none; rope and alibi happen inside it.
+enum class PositionEncoding {
+  Learned,  // a table pos_emb [block_size, C] added to the token embeddings
+  Rope,     // q and k rotated at their positions (rotary embeddings, core/attention_math.h)
+  Alibi,    // the scores biased by −m_h·(i − j) (AttentionMask::alibi_heads); softmax attention only
+  None,     // nothing: the causal mask alone carries order (NoPE)
+};
+template <> struct EnumNames<PositionEncoding> {
+  static constexpr std::pair<PositionEncoding, const char*> values[] = {{PositionEncoding::Learned, "learned"},
+                                                                         {PositionEncoding::Rope, "rope"},
+                                                                         {PositionEncoding::Alibi, "alibi"},
+                                                                         {PositionEncoding::None, "none"}};
+};
+inline constexpr double kDefaultRopeBase = 10000;
+
 // One attention layer's generation state, carried from one decoded position
 // to the next. Softmax attention keeps every position's keys and values; linear
 // attention one running sum whose size does not grow with the positions. The
 // op allocates what its function needs on the first call, in k's dtype and
 // device, and appends each call's positions (attention() with spec.cache).
+//
+// A softmax cache that is full rolls when its queries see only a window and
+// the global keys (a sparse pattern with a window and no random blocks; with
+// ALiBi, no global keys either, whose distances would change): it drops the
+// oldest window keys, keeping the first `global` rows and the newest ones, so
+// its memory stays constant however long generation goes. A cache that
+// cannot roll is full at `capacity`.
 struct LayerKVCache {
   int64_t capacity = 0;  // positions it may hold (T_max)
-  int64_t length = 0;    // positions held: 0 … length − 1
+  int64_t length = 0;    // positions held (rows 0 … length − 1)
+  int64_t rolled = 0;    // positions dropped by rolling: the next position is length + rolled
   Tensor k = {}, v = {};  // softmax: K, V [B, T_max, Hkv, d] (BTHD), rows 0 … length − 1 written
   Tensor state = {};      // linear: Σ_j φ(k_j) [v_j, 1]ᵀ [B, Hkv, r, d + 1] (S and z = Σ_j φ(k_j) side by side)
 
@@ -187,6 +212,11 @@ struct AttentionSpec {
                                                    // aligned: one new query over a cache of Tk keys sees all of them)
   // --- every function ---
   AttentionLayout layout = AttentionLayout::BHTD;
+  // rope: q and k rotated at their positions (query i at q_offset + i, key j at j;
+  // decoding, at the cache's positions; the cache keeps the rotated keys) with
+  // frequencies rope_base^(−2i/d), d even. alibi: softmax only. learned, none: nothing.
+  PositionEncoding position = PositionEncoding::None;
+  double rope_base = kDefaultRopeBase;  // must be > 0
   // --- softmax only ---
   AttentionImpl impl = kDefaultAttentionImpl;
   // Window, dilation, global tokens and random blocks (core/attention_math.h); needs
@@ -215,6 +245,7 @@ struct AttentionFunctionTraits {
   bool reads_impl;         // AttentionSpec::impl chooses how it is computed
   bool reads_pattern;      // it takes a sparse pattern
   bool reads_feature_map;  // feature_map and omega
+  bool reads_alibi;        // it has scores for ALiBi to bias
   const char* weights;     // what AttentionInternals::probabilities holds for it
   const char* cache_holds; // what its LayerKVCache holds
 };
@@ -240,8 +271,9 @@ struct AttentionInternals {
 // Z, in q's layout. `internals`, if given, receives A and/or ℓ as noted above.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec = {},
                  AttentionInternals* internals = nullptr);
-// M [Tq, Tk]: 0 where mask.visible(h, i, j), −∞ elsewhere (what composed adds to S),
-// for head h = 0; with heads > 1, M [heads, Tq, Tk], one matrix per query head.
+// M [Tq, Tk]: 0 where mask.visible(h, i, j) (ALiBi's bias under mask.alibi_heads), −∞
+// elsewhere (what composed adds to S), for head h = 0; with heads > 1, M [heads, Tq, Tk],
+// one matrix per query head.
 Tensor attention_mask(const AttentionMask& mask, int64_t Tq, int64_t Tk, DType dtype = DType::Float32,
                       Device device = Device::CPU, int64_t heads = 1);
 // Throws unless the pattern's numbers are in range and fit together (a window
@@ -249,6 +281,11 @@ Tensor attention_mask(const AttentionMask& mask, int64_t Tq, int64_t Tk, DType d
 void check_sparse_pattern(const SparsePattern& pattern, const std::string& where);
 // The causal M [T, T]: 0 on and below the diagonal, −∞ above (position i sees j <= i).
 Tensor causal_mask(int64_t T, DType dtype = DType::Float32, Device device = Device::CPU);
+
+// RoPE (core/attention_math.h, RotaryShape): each row of x [B, H, T, d] (BHTD) or
+// [B, T, H, d] (BTHD), d even, rotated at its position first_position + t.
+// Backward: the rotation by the opposite angles (docs/backprop.md, "RoPE").
+Tensor rope(const Tensor& x, AttentionLayout layout, int64_t first_position = 0, double base = kDefaultRopeBase);
 
 // Linear attention's feature map φ row by row over the last dim: x [..., d] ->
 // [..., r] (r = d for elu1, m for favor). Backward: docs/backprop.md, "Linear attention".

@@ -46,16 +46,18 @@ template <class T> struct MaskedSoftmaxColumns {
   AttentionMask mask;
   __device__ void operator()(int64_t c) const {
     const int64_t matrix = c / Tq, i = c % Tq;
-    const AttentionMask::Row row = mask.row(matrix % Hq, i);
+    const int64_t h = matrix % Hq;
+    const AttentionMask::Row row = mask.row(h, i);
+    const T slope = static_cast<T>(mask.alibi_slope(h));  // 0 without ALiBi: S + 0 = S
     const T* x = s + matrix * Tk * Tq + i;
     T* y = a + matrix * Tk * Tq + i;
     T max = -kInf<T>;
     for (int64_t j = 0; j < Tk; ++j)
-      if (row.visible(j)) max = MaxOp{}(max, x[j * Tq]);
+      if (row.visible(j)) max = MaxOp{}(max, x[j * Tq] + mask.bias(slope, i, j));
     const T reference = math::softmax_reference(max);
     T sum = 0;
     for (int64_t j = 0; j < Tk; ++j) {
-      y[j * Tq] = row.visible(j) ? std::exp(x[j * Tq] - reference) : T(0);
+      y[j * Tq] = row.visible(j) ? std::exp(x[j * Tq] + mask.bias(slope, i, j) - reference) : T(0);
       sum += y[j * Tq];
     }
     const T inv = sum == T(0) ? T(0) : T(1) / sum;  // a query that sees no key keeps its zeros
@@ -99,6 +101,12 @@ template <class T> __device__ T dot(const T* a, const T* b, int64_t d) {
   for (int64_t e = 0; e < d; ++e) acc += a[e] * b[e];
   return acc;
 }
+// S of query i (of the head whose ALiBi slope is `slope`) with key j: scale·q·k +
+// bias, one expression for the forward and the backward alike.
+template <class T>
+__device__ T score(const T* q, const T* k, int64_t d, T scale, const AttentionMask& mask, T slope, int64_t i, int64_t j) {
+  return scale * dot(q, k, d) + mask.bias(slope, i, j);
+}
 
 // L = hi + lo in T (lo = 0 for float64), so that S − L is formed as (S − hi) − lo
 // with one rounding where it matters (core/cpu/attention.cpp, `split`).
@@ -118,7 +126,9 @@ __device__ void probability_tile(const T* q, const T* dz, const T* k, const T* v
     const int r = idx / tile, c = idx % tile;
     const bool shown =
         r < rows && c < cols && (visibility == TileVisibility::All || mask.visible(h, i0 + r, j0 + c));
-    p[idx] = shown ? std::exp(scale * dot(q + r * d, k + c * d, d) - lse_hi[r] - lse_lo[r]) : T(0);  // L = +inf: 0
+    const T slope = static_cast<T>(mask.alibi_slope(h));
+    p[idx] = shown ? std::exp(score(q + r * d, k + c * d, d, scale, mask, slope, i0 + r, j0 + c) - lse_hi[r] - lse_lo[r])
+                   : T(0);  // L = +inf: 0
     dp[idx] = shown ? dot(dz + r * d, v + c * d, d) : T(0);
   }
 }
@@ -216,13 +226,14 @@ __global__ void flash_forward_kernel(const T* Q, const T* K, const T* V, Attenti
       m[r] = -kInf<T>;
       l[r] = 0;
     }
+    const T slope = static_cast<T>(shape.mask.alibi_slope(q.h));
     for_each_visible_key_tile(shape, q, tile, K, V, sK, sV, [&](int64_t j0, int64_t cols, TileVisibility visibility) {
-      // S = scale·Q Kᵀ, −inf where hidden
+      // S = scale·Q Kᵀ (+ ALiBi's bias), −inf where hidden
       for (int idx = threadIdx.x; idx < tile * tile; idx += blockDim.x) {
         const int r = idx / tile, c = idx % tile;
         const bool shown = r < q.rows && c < cols &&
                            (visibility == TileVisibility::All || shape.mask.visible(q.h, q.i0 + r, j0 + c));
-        sS[idx] = shown ? scale * dot(sQ + r * d, sK + c * d, d) : -kInf<T>;
+        sS[idx] = shown ? score(sQ + r * d, sK + c * d, d, scale, shape.mask, slope, q.i0 + r, j0 + c) : -kInf<T>;
       }
       __syncthreads();
       // One warp per row: m_new = max(m, max_j S), P = exp(S − m_new), l ← l·e^(m − m_new) + Σ P
@@ -388,6 +399,19 @@ __global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, co
   }
 }
 
+// --- RoPE -------------------------------------------------------------------------------
+// One thread per pair (row, i), i < d/2; the angle in float64, as on the CPU.
+template <class T> struct RotatePairs {
+  const T* x;
+  T* y;
+  RotaryShape shape;
+  __device__ void operator()(int64_t idx) const {
+    const int64_t half = shape.d / 2, row = idx / half, i = idx % half, at = shape.row_at(row);
+    const double angle = shape.angle(shape.position(row), i);
+    rotate_pair(x + at, y + at, half, i, static_cast<T>(cos(angle)), static_cast<T>(sin(angle)));
+  }
+};
+
 // kernel<<<tasks (capped), kFlashThreads, `floats` elements of T in shared memory>>>(args...);
 // the kernels loop over their tasks grid-stride.
 template <class T, class... Params, class... Args>
@@ -416,6 +440,12 @@ void attention_softmax_backward(const Tensor& A, const Tensor& dA, Tensor& dS) {
   });
 }
 
+void rotary_embedding(const Tensor& X, const RotaryShape& shape, Tensor& Y) {
+  visit_floating(X.dtype(), "rotary_embedding", [&](auto zero) {
+    using T = decltype(zero);
+    for_each_index(shape.rows() * (shape.d / 2), RotatePairs<T>{ptr<const T>(X), ptr<T>(Y), shape});
+  });
+}
 void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const AttentionShape& shape, Tensor& Z,
                      Tensor& L) {
   visit_floating(Q.dtype(), "flash_attention", [&](auto zero) {

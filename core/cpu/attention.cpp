@@ -84,13 +84,14 @@ template <int64_t W, class T>
                                                              int64_t lanes, double* L) {
   const int64_t first_p = mask.row(h, i0).p, last_p = mask.row(h, i0 + lanes - 1).p;
   const int64_t end = last_p < 0 ? 0 : std::min(Tk, last_p + 1);  // keys j ≤ p for some lane
+  const T slope = static_cast<T>(mask.alibi_slope(h));            // 0 without ALiBi: S + 0 = S
   T max[W], sum[W], reference[W];
   for (int64_t l = 0; l < W; ++l) max[l] = -kInf<T>, sum[l] = T(0);
   if (mask.pattern.limited()) {
     for (int64_t l = 0; l < lanes; ++l) {
       const AttentionMask::Row row = mask.row(h, i0 + l);
       for (int64_t j = 0; j < end; ++j) {
-        const T x = row.visible(j) ? s[j * Tq + l] : -kInf<T>;
+        const T x = row.visible(j) ? s[j * Tq + l] + mask.bias(slope, i0 + l, j) : -kInf<T>;
         a[j * Tq + l] = x;
         max[l] = max[l] < x ? x : max[l];
       }
@@ -103,7 +104,7 @@ template <int64_t W, class T>
       T* aj = a + j * Tq;
 #pragma omp simd
       for (int64_t l = 0; l < lanes; ++l) {
-        const T x = j <= first_p + l ? sj[l] : -kInf<T>;
+        const T x = j <= first_p + l ? sj[l] + mask.bias(slope, i0 + l, j) : -kInf<T>;
         aj[l] = x;
         running[l] = running[l] < x ? x : running[l];
       }
@@ -277,6 +278,22 @@ template <class T> void mask_tile(T* st, const TilePair& t, const AttentionMask&
   }
 }
 
+// Sᵀ = scale·(the tile's products) + ALiBi's bias of head h, in place: the one
+// formula the forward and the backward both use, so that the backward's
+// S − L cancels the forward's to the bit (a one-key row gets P = 1 exactly).
+template <class T> void score_tile(T* st, const TilePair& t, const AttentionShape& shape, int64_t h) {
+  const T scale = static_cast<T>(shape.scale);
+  if (shape.mask.alibi_heads == 0) {
+    for (int64_t c = 0; c < t.cols; ++c)
+      for (int64_t r = 0; r < t.rows; ++r) st[c * kQueryTile + r] *= scale;
+    return;
+  }
+  const T slope = static_cast<T>(shape.mask.alibi_slope(h));
+  for (int64_t c = 0; c < t.cols; ++c)
+    for (int64_t r = 0; r < t.rows; ++r)
+      st[c * kQueryTile + r] = st[c * kQueryTile + r] * scale + shape.mask.bias(slope, t.i0 + r, t.j0 + c);
+}
+
 // dst[c][r] = src[r·row_stride + c]: a tile of rows × d, transposed.
 template <class T> void transpose_rows(const T* src, int64_t row_stride, int64_t rows, int64_t d, T* dst) {
   for (int64_t r = 0; r < rows; ++r)
@@ -310,7 +327,6 @@ template <class T>
                                                       ForwardScratch<T>& s, T* Z, double* L) {
   const AttentionShape& shape = in.shape;
   const int64_t d = shape.d, rows = std::min(kQueryTile, shape.Tq - i0), kvh = h / shape.group();
-  const T scale = static_cast<T>(shape.scale);
   transpose_rows(in.Q + shape.q.at(b, h, i0), shape.q.row, rows, d, s.qt.data());
   T *st = s.st.data(), *acc = s.acc.data(), *m = s.row_max.data(), *l = s.running_sum.data();
   T *reference = s.reference.data(), *rescale = s.rescale.data(), *tile_sum = s.tile_sum.data();
@@ -322,10 +338,9 @@ template <class T>
     const TilePair t = pair_of(i0, rows, key);
     const T* k = in.K + shape.kv.at(b, kvh, t.j0);
     const T* v = in.V + shape.kv.at(b, kvh, t.j0);
-    // S = scale·Q Kᵀ, stored as Sᵀ [cols][rows], −inf where hidden
+    // S = scale·Q Kᵀ (+ ALiBi's bias), stored as Sᵀ [cols][rows], −inf where hidden
     tile_product(t.cols, rows, d, Left<T>{k, shape.kv.row}, s.qt.data(), kQueryTile, st, kQueryTile, false);
-    for (int64_t c = 0; c < t.cols; ++c)
-      for (int64_t r = 0; r < rows; ++r) st[c * kQueryTile + r] *= scale;
+    score_tile(st, t, shape, h);
     if (t.visibility == TileVisibility::Partial) mask_tile(st, t, shape.mask, h);
     // m_new = max(m, max_j S_ij); the old terms are rescaled by e^(m − m_new)
     std::copy_n(m, rows, reference);
@@ -404,13 +419,12 @@ template <class T>
         const TilePair t = pair_of(i0, rows, key_tiles[n]);
         T *p = s.P.data() + n * kKeyTile * kQueryTile, *dp = s.dP.data() + n * kKeyTile * kQueryTile;
         const T *k = in.K + shape.kv.at(b, kvh, t.j0), *v = in.V + shape.kv.at(b, kvh, t.j0);
-        // S = scale·Q Kᵀ, P = exp(S − L)   (L = +inf on a row that sees no key: P = 0)
+        // S = scale·Q Kᵀ (+ bias), P = exp(S − L)   (L = +inf on a row that sees no key: P = 0)
         tile_product(t.cols, rows, d, Left<T>{k, kv_row}, s.qt.data(), kQueryTile, p, kQueryTile, false);
-        if (t.visibility == TileVisibility::Partial) mask_tile(p, t, shape.mask, h);
-        // S is scaled and stored first, as the forward does: the rounded scale·S, not an
+        // S is formed and stored first, as the forward does: the rounded S, not an
         // FMA's unrounded scale·S − L (with it a one-key row got P = 1 − ε: dS ≠ 0).
-        for (int64_t c = 0; c < t.cols; ++c)
-          for (int64_t r = 0; r < rows; ++r) p[c * kQueryTile + r] *= scale;
+        score_tile(p, t, shape, h);
+        if (t.visibility == TileVisibility::Partial) mask_tile(p, t, shape.mask, h);
         for (int64_t c = 0; c < t.cols; ++c)
           for (int64_t r = 0; r < rows; ++r)
             p[c * kQueryTile + r] = exp_nonpositive(p[c * kQueryTile + r] - lse_hi[r] - lse_lo[r]);
@@ -480,6 +494,28 @@ void attention_softmax_backward(const Tensor& A, const Tensor& dA, Tensor& dS) {
     for_query_blocks(A.numel() / (Tk * Tq), Tk, Tq, kBackwardBlock, [&](int64_t matrix, int64_t i0, int64_t lanes) {
       const int64_t at = matrix * Tk * Tq + i0;
       softmax_backward_columns(a + at, da + at, ds + at, Tk, Tq, lanes);
+    });
+  });
+}
+
+void rotary_embedding(const Tensor& X, const RotaryShape& shape, Tensor& Y) {
+  visit_floating(X.dtype(), "rotary_embedding", [&](auto zero) {
+    using T = decltype(zero);
+    const T* x = X.data<T>();
+    T* y = Y.data<T>();
+    const int64_t half = shape.d / 2;
+    // The rotations depend on (t, i) alone: T·d/2 of them, formed once for the B·H rows that share them.
+    std::vector<T> cosine(shape.T * half), sine(shape.T * half);
+    for (int64_t t = 0; t < shape.T; ++t)
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = shape.angle(shape.first_position + t, i);
+        cosine[t * half + i] = static_cast<T>(std::cos(angle));
+        sine[t * half + i] = static_cast<T>(std::sin(angle));
+      }
+    for_rows(shape.rows(), shape.d, [&](int64_t row) {
+      const int64_t at = shape.row_at(row), t = row % shape.T;
+      const T *c = cosine.data() + t * half, *sn = sine.data() + t * half;
+      for (int64_t i = 0; i < half; ++i) rotate_pair(x + at, y + at, half, i, c[i], sn[i]);
     });
   });
 }

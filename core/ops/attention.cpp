@@ -49,6 +49,22 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
   const AttentionFunctionTraits& traits = attention_function_traits(spec.function);
   AG_CHECK(traits.reads_feature_map || !spec.omega.defined(),
            shapes_of(q, k, v) << ": omega is linear attention's; " << name_of(spec.function) << " attention reads none");
+  AG_CHECK(traits.reads_alibi || spec.position != PositionEncoding::Alibi,
+           shapes_of(q, k, v) << ": position alibi biases softmax attention's scores; " << name_of(spec.function)
+                              << " attention has none (use rope or none)");
+  if (spec.position == PositionEncoding::Rope) {
+    AG_CHECK(q.size(3) % 2 == 0, shapes_of(q, k, v) << ": position rope rotates pairs of a head's dims: head size "
+                                                    << q.size(3) << " is odd");
+    AG_CHECK(spec.rope_base > 0 && std::isfinite(spec.rope_base),
+             shapes_of(q, k, v) << ": rope_base " << spec.rope_base << " is not a positive number");
+  }
+}
+
+// Whether a full cache rolls (LayerKVCache): softmax attention whose queries see only their window and
+// the global keys, whose distances to them rolling keeps (ALiBi's to a global key it would not).
+bool cache_rolls(const AttentionSpec& spec) {
+  return spec.function == AttentionFunction::Softmax && spec.pattern.limited() && spec.pattern.random_blocks == 0 &&
+         !(spec.position == PositionEncoding::Alibi && spec.pattern.global > 0);
 }
 
 // Decoding: k, v are the new positions, which the cache must have room for.
@@ -60,9 +76,10 @@ void check_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
            shapes_of(q, k, v) << ": a KV cache holds BTHD rows ([B, T, H, d], as a module projects them)");
   const int64_t T_new = k.size(1);
   AG_CHECK(q.size(1) == T_new, shapes_of(q, k, v) << ": decoding takes one query per new key");
-  AG_CHECK(cache.length >= 0 && cache.length + T_new <= cache.capacity,
-           "KV cache: positions " << cache.length << " … " << cache.length + T_new - 1 << " do not fit in "
-                                  << cache.capacity);
+  AG_CHECK(cache.length >= 0 && (cache.length + T_new <= cache.capacity || cache_rolls(spec)),
+           "KV cache: positions " << cache.length + cache.rolled << " … " << cache.length + cache.rolled + T_new - 1
+                                  << " do not fit in its " << cache.capacity
+                                  << " (it rolls only for a window without random blocks, and without global keys under ALiBi)");
 }
 
 // The problem as the softmax kernels see it, from the inputs and the spec.
@@ -77,7 +94,8 @@ AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& 
   const double scale = spec.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
   AG_CHECK(scale > 0 && std::isfinite(scale), shapes_of(q, k, v) << ": scale " << scale << " is not a positive number");
   return {.B = B, .Hq = Hq, .Hkv = Hkv, .Tq = Tq, .Tk = Tk, .d = d, .scale = scale,
-          .mask = {.causal = spec.causal, .q_offset = spec.q_offset.value_or(Tk - Tq), .pattern = spec.pattern},
+          .mask = {.causal = spec.causal, .q_offset = spec.q_offset.value_or(Tk - Tq), .pattern = spec.pattern,
+                   .alibi_heads = spec.position == PositionEncoding::Alibi ? Hq : 0},
           .q = detail::head_strides(q, layout), .kv = detail::head_strides(k, layout)};
 }
 
@@ -99,8 +117,9 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Attenti
   const Tensor Q = heads_first(q), K = detail::repeat_kv_heads(heads_first(used_rows(k)), Hq),
                V = detail::repeat_kv_heads(heads_first(used_rows(v)), Hq);
   Tensor S = matmul(Q, transpose(K, 2, 3)) * scale;                          // [B, Hq, Tq, Tk]
-  // M [Tq, Tk] broadcasts over batch and heads; random blocks differ by head: M [Hq, Tq, Tk]
-  if (mask.causal) S = S + attention_mask(mask, Tq, Tk, S.dtype(), S.device(), mask.pattern.per_head() ? Hq : 1);
+  // M [Tq, Tk] broadcasts over batch and heads; random blocks and ALiBi's slopes differ by head: M [Hq, Tq, Tk]
+  if (mask.causal || mask.alibi_heads > 0)
+    S = S + attention_mask(mask, Tq, Tk, S.dtype(), S.device(), mask.pattern.per_head() || mask.alibi_heads > 0 ? Hq : 1);
   const Tensor A = softmax(S);
   if (internals) internals->probabilities = A.detach();
   return heads_first(matmul(A, V));  // Z
@@ -277,9 +296,30 @@ Tensor flash(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                 });
 }
 
+// Makes room for T_new positions in a full cache that rolls (cache_rolls): the
+// oldest window rows go, the first G (global) rows and the newest stay. Row r ≥ G
+// then holds position r + rolled, and the queries sit after the last row as
+// before (q_offset = length): every distance p − j of a key a query sees is
+// what it was, and so are the mask and the scores.
+void roll(LayerKVCache& cache, int64_t T_new, const SparsePattern& pattern) {
+  const int64_t kept = cache.capacity - T_new, G = pattern.global, drop = cache.length - kept;
+  AG_CHECK(kept - G >= pattern.window * pattern.dilation - 1,
+           "KV cache: " << cache.capacity << " positions cannot hold " << G << " global keys, the window's "
+                        << pattern.window * pattern.dilation - 1 << " earlier keys and " << T_new << " new ones");
+  const int64_t B = cache.k.size(0), width = cache.k.size(2) * cache.k.size(3), moved = cache.length - G - drop;
+  const kernel::StridedView from{0, {moved * width, width, 1}}, to{G * width, {cache.capacity * width, width, 1}};
+  for (Tensor* rows : {&cache.k, &cache.v}) {
+    const Tensor newest = slice(*rows, 1, G + drop, cache.length);  // a copy: the rows overlap their new place
+    kernel::copy_strided(newest, from, *rows, to, {B, moved, width});
+  }
+  cache.length = kept;
+  cache.rolled += drop;
+}
+
 // Softmax attention by spec.impl. Decoding, the new keys and values are
-// written into the cache's rows (allocated for its capacity on the first call)
-// and the queries read every row written so far in place (kv_length).
+// written into the cache's rows (allocated for its capacity on the first call;
+// rolled first if it is full) and the queries read every row written so far in
+// place (kv_length).
 Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
                          AttentionInternals* internals) {
   if (spec.cache) {
@@ -292,6 +332,7 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
     }
     AG_CHECK(cache.k.shape() == rows && cache.k.dtype() == k.dtype() && cache.k.device() == k.device(),
              "KV cache: " << describe(cache.k) << " is not " << to_string(rows) << " in the new keys' dtype and device");
+    if (cache.length + T_new > cache.capacity) roll(cache, T_new, spec.pattern);  // check_decode: it rolls
     // A plain copy, untracked by autograd: the op reads the rows afterwards in place.
     const kernel::StridedView from{0, {T_new * width, width, 1}},
         to{cache.length * width, {cache.capacity * width, width, 1}};
@@ -322,13 +363,13 @@ struct AttentionFunctionEntry {
 };
 constexpr AttentionFunctionEntry kAttentionFunctions[] = {
     {.function = AttentionFunction::Softmax,
-     .traits = {.reads_impl = true, .reads_pattern = true, .reads_feature_map = false,
+     .traits = {.reads_impl = true, .reads_pattern = true, .reads_feature_map = false, .reads_alibi = true,
                 .weights = "A = softmax(S + M)", .cache_holds = "KV cache"},
      .attend = softmax_attention,
      // S = QKᵀ and Z = AV: all T×T entries of every head (the causal mask skips no arithmetic)
      .forward_flops = [](FeatureMap, int64_t, int64_t B, int64_t H, int64_t T, int64_t d) { return 2 * 2 * B * H * T * T * d; }},
     {.function = AttentionFunction::Linear,
-     .traits = {.reads_impl = false, .reads_pattern = false, .reads_feature_map = true,
+     .traits = {.reads_impl = false, .reads_pattern = false, .reads_feature_map = true, .reads_alibi = false,
                 .weights = "the weights linear attention implies, φ(q)·φ(k) / Σ",
                 .cache_holds = "recurrent state in the KV cache"},
      .attend = detail::linear_attention,
@@ -382,9 +423,43 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   check_inputs(q, k, v, spec);
   if (spec.cache) check_decode(q, k, v, spec);
   if (internals) *internals = {};
-  const Tensor Z = entry_of(spec.function).attend(q, k, v, spec, internals);
+  const auto attend = entry_of(spec.function).attend;
+  Tensor Z;
+  if (spec.position == PositionEncoding::Rope) {
+    // Every function sees rotated q and k; decoding, the new positions are the cache's next ones,
+    // and the cache keeps their rotated keys.
+    const int64_t Tq = detail::positions_of(q, spec.layout), Tk = spec.kv_length.value_or(detail::positions_of(k, spec.layout));
+    const int64_t next = spec.cache ? spec.cache->length + spec.cache->rolled : 0;
+    const int64_t q_first = spec.cache ? next : spec.q_offset.value_or(Tk - Tq), k_first = spec.cache ? next : 0;
+    AttentionSpec rotated = spec;
+    rotated.position = PositionEncoding::None;
+    Z = attend(rope(q, spec.layout, q_first, spec.rope_base), rope(k, spec.layout, k_first, spec.rope_base), v,
+               rotated, internals);
+  } else {
+    Z = attend(q, k, v, spec, internals);
+  }
   if (spec.cache) spec.cache->length += k.size(1);
   return Z;
+}
+
+// x' = R(θ) x per pair, θ = p·f_i. R is orthogonal, so the backward is dx = R(θ)ᵀ dx' = R(−θ) dx'.
+Tensor rope(const Tensor& x, AttentionLayout layout, int64_t first_position, double base) {
+  detail::check_compatible("rope", {&x});
+  AG_CHECK(x.dim() == 4 && x.size(3) % 2 == 0,
+           "rope: x " << describe(x) << " is not [B, H, T, d] or [B, T, H, d] with d even (pairs of dims rotate)");
+  AG_CHECK(base > 0 && std::isfinite(base), "rope: rope_base " << base << " is not a positive number");
+  const RotaryShape shape{.B = x.size(0), .H = detail::heads_of(x, layout), .T = detail::positions_of(x, layout),
+                          .d = x.size(3), .at = detail::head_strides(x, layout), .first_position = first_position,
+                          .base = base, .direction = 1.0};
+  Tensor y = detail::empty_like(x);
+  kernel::rotary_embedding(x, shape, y);
+  return record("rope", {x}, y, [shape](const Tensor& dY) -> Gradients {
+    RotaryShape inverse = shape;
+    inverse.direction = -1.0;
+    Tensor dX = detail::empty_like(dY);
+    kernel::rotary_embedding(dY, inverse, dX);
+    return {dX};
+  });
 }
 
 int64_t LayerKVCache::bytes() const {
@@ -400,7 +475,8 @@ Tensor attention_mask(const AttentionMask& mask, int64_t Tq, int64_t Tk, DType d
     for (int64_t i = 0; i < Tq; ++i) {
       const AttentionMask::Row row = mask.row(h, i);
       for (int64_t j = 0; j < Tk; ++j)
-        m[(h * Tq + i) * Tk + j] = row.visible(j) ? 0.0 : -std::numeric_limits<double>::infinity();
+        m[(h * Tq + i) * Tk + j] =
+            row.visible(j) ? mask.bias(mask.alibi_slope(h), i, j) : -std::numeric_limits<double>::infinity();
     }
   return Tensor::from_vector(m, heads == 1 ? Shape{Tq, Tk} : Shape{heads, Tq, Tk}, dtype).to(device);
 }
