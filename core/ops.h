@@ -239,6 +239,12 @@ struct AttentionSpec {
   LayerKVCache* cache = nullptr;
 };
 
+// Whether a full cache rolls under this spec (LayerKVCache), and how many
+// positions a rolling cache must hold to take T_new new ones at a time: the
+// global keys, the window's W·δ − 1 earlier keys, and the new ones.
+bool attention_cache_rolls(const AttentionSpec& spec);
+int64_t rolling_cache_capacity(const SparsePattern& pattern, int64_t T_new);
+
 // What the rest of the project needs to know of each attention function, so that
 // nothing outside the contract branches on it.
 struct AttentionFunctionTraits {

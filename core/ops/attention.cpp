@@ -60,12 +60,6 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
   }
 }
 
-// Whether a full cache rolls (LayerKVCache): softmax attention whose queries see only their window and
-// the global keys, whose distances to them rolling keeps (ALiBi's to a global key it would not).
-bool cache_rolls(const AttentionSpec& spec) {
-  return spec.function == AttentionFunction::Softmax && spec.pattern.limited() && spec.pattern.random_blocks == 0 &&
-         !(spec.position == PositionEncoding::Alibi && spec.pattern.global > 0);
-}
 
 // Decoding: k, v are the new positions, which the cache must have room for.
 void check_decode(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
@@ -76,7 +70,7 @@ void check_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
            shapes_of(q, k, v) << ": a KV cache holds BTHD rows ([B, T, H, d], as a module projects them)");
   const int64_t T_new = k.size(1);
   AG_CHECK(q.size(1) == T_new, shapes_of(q, k, v) << ": decoding takes one query per new key");
-  AG_CHECK(cache.length >= 0 && (cache.length + T_new <= cache.capacity || cache_rolls(spec)),
+  AG_CHECK(cache.length >= 0 && (cache.length + T_new <= cache.capacity || attention_cache_rolls(spec)),
            "KV cache: positions " << cache.length + cache.rolled << " … " << cache.length + cache.rolled + T_new - 1
                                   << " do not fit in its " << cache.capacity
                                   << " (it rolls only for a window without random blocks, and without global keys under ALiBi)");
@@ -296,14 +290,14 @@ Tensor flash(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                 });
 }
 
-// Makes room for T_new positions in a full cache that rolls (cache_rolls): the
+// Makes room for T_new positions in a full cache that rolls (attention_cache_rolls): the
 // oldest window rows go, the first G (global) rows and the newest stay. Row r ≥ G
 // then holds position r + rolled, and the queries sit after the last row as
 // before (q_offset = length): every distance p − j of a key a query sees is
 // what it was, and so are the mask and the scores.
 void roll(LayerKVCache& cache, int64_t T_new, const SparsePattern& pattern) {
   const int64_t kept = cache.capacity - T_new, G = pattern.global, drop = cache.length - kept;
-  AG_CHECK(kept - G >= pattern.window * pattern.dilation - 1,
+  AG_CHECK(cache.capacity >= rolling_cache_capacity(pattern, T_new),
            "KV cache: " << cache.capacity << " positions cannot hold " << G << " global keys, the window's "
                         << pattern.window * pattern.dilation - 1 << " earlier keys and " << T_new << " new ones");
   const int64_t B = cache.k.size(0), width = cache.k.size(2) * cache.k.size(3), moved = cache.length - G - drop;
@@ -332,7 +326,7 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
     }
     AG_CHECK(cache.k.shape() == rows && cache.k.dtype() == k.dtype() && cache.k.device() == k.device(),
              "KV cache: " << describe(cache.k) << " is not " << to_string(rows) << " in the new keys' dtype and device");
-    if (cache.length + T_new > cache.capacity) roll(cache, T_new, spec.pattern);  // check_decode: it rolls
+    if (cache.length + T_new > cache.capacity) roll(cache, T_new, spec.pattern);  // check_decode: it may
     // A plain copy, untracked by autograd: the op reads the rows afterwards in place.
     const kernel::StridedView from{0, {T_new * width, width, 1}},
         to{cache.length * width, {cache.capacity * width, width, 1}};
@@ -460,6 +454,17 @@ Tensor rope(const Tensor& x, AttentionLayout layout, int64_t first_position, dou
     kernel::rotary_embedding(dY, inverse, dX);
     return {dX};
   });
+}
+
+// Softmax attention whose queries see only their window and the global keys, whose distances to
+// them rolling keeps (ALiBi's to a global key it would not).
+bool attention_cache_rolls(const AttentionSpec& spec) {
+  return spec.function == AttentionFunction::Softmax && spec.pattern.limited() && spec.pattern.random_blocks == 0 &&
+         !(spec.position == PositionEncoding::Alibi && spec.pattern.global > 0);
+}
+
+int64_t rolling_cache_capacity(const SparsePattern& pattern, int64_t T_new) {
+  return pattern.global + pattern.window * pattern.dilation - 1 + T_new;
 }
 
 int64_t LayerKVCache::bytes() const {
