@@ -50,6 +50,10 @@ class MultiHeadSelfAttention : public Module {
     FeatureMap feature_map = FeatureMap::Elu1;
     int64_t n_features = 64;
     uint64_t seed = 0, stream = 0;
+    // rope rotates q and k, alibi biases the scores (AttentionSpec::position);
+    // learned and none leave attention as it is.
+    PositionEncoding position = PositionEncoding::None;
+    double rope_base = kDefaultRopeBase;
   };
   // Submodules w_q, w_o: Linear(C, C); w_k, w_v: Linear(C, H_kv·d_h); all with biases.
   explicit MultiHeadSelfAttention(const Config& config, Generator* gen = nullptr);

@@ -39,6 +39,12 @@ void GPTConfig::check() const {
   AG_CHECK(traits.reads_impl || attn_impl == kDefaultAttentionImpl,
            "--attn-impl " << name_of(attn_impl) << " chooses how softmax attention is computed; a model with --attention "
                           << name_of(attention) << " has one implementation: leave --attn-impl out");
+  AG_CHECK(traits.reads_alibi || position != PositionEncoding::Alibi,
+           "position alibi (--position) biases softmax attention's scores; --attention " << name_of(attention)
+                                                                                        << " has none: use rope or none");
+  AG_CHECK(position != PositionEncoding::Rope || (n_embd / n_head) % 2 == 0,
+           "position rope (--position) rotates pairs of dims: head size n_embd / n_head = " << n_embd / n_head << " is odd");
+  AG_CHECK(rope_base > 0, "rope_base (--rope-base) must be > 0, got " << rope_base);
 }
 
 bool GPTConfig::applies(std::string_view option) const {
@@ -52,6 +58,7 @@ bool GPTConfig::applies(std::string_view option) const {
   if (option == "attn_seed") return (sparse && attn_random_blocks > 0) || favor;
   if (option == "feature_map") return traits.reads_feature_map;
   if (option == "n_features") return favor;
+  if (option == "rope_base") return position == PositionEncoding::Rope;
   return true;
 }
 
@@ -59,7 +66,8 @@ MultiHeadSelfAttention::Config attention_config(const GPTConfig& config, int64_t
   return {.C = config.n_embd, .H = config.n_head, .H_kv = config.kv_heads(), .causal = true, .dropout = config.dropout,
           .function = config.attention, .impl = config.attn_impl, .pattern = attention_pattern(config, layer),
           .feature_map = config.feature_map, .n_features = config.n_features,
-          .seed = static_cast<uint64_t>(config.attn_seed), .stream = static_cast<uint64_t>(layer)};  // each layer its own FAVOR+ features
+          .seed = static_cast<uint64_t>(config.attn_seed), .stream = static_cast<uint64_t>(layer),  // each layer its own FAVOR+ features
+          .position = config.position, .rope_base = config.rope_base};
 }
 
 SparsePattern attention_pattern(const GPTConfig& config, int64_t layer) {
@@ -105,7 +113,13 @@ std::string describe(const GPTConfig& c) {
     }
   }
   if (!c.head_mask.empty()) line << ", heads " << c.head_mask;
-  line << "; learned absolute positions; GELU " << option_to_string(c.gelu);
+  switch (c.position) {
+    case PositionEncoding::Learned: line << "; learned absolute positions"; break;
+    case PositionEncoding::Rope: line << "; rotary positions (RoPE, base " << option_to_string(c.rope_base) << ")"; break;
+    case PositionEncoding::Alibi: line << "; ALiBi positions (distance-biased scores)"; break;
+    case PositionEncoding::None: line << "; no positions (the causal mask alone)"; break;
+  }
+  line << "; GELU " << option_to_string(c.gelu);
   return line.str();
 }
 
@@ -127,7 +141,8 @@ GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
   config.check();
   const int64_t C = config.n_embd;
   tok_emb_ = register_module("tok_emb", std::make_shared<Embedding>(config.vocab_size, C, &gen));
-  pos_emb_ = register_module("pos_emb", std::make_shared<Embedding>(config.block_size, C, &gen));
+  if (config.position == PositionEncoding::Learned)
+    pos_emb_ = register_module("pos_emb", std::make_shared<Embedding>(config.block_size, C, &gen));
   dropout_ = register_module("dropout", std::make_shared<Dropout>(config.dropout));
   for (int64_t i = 0; i < config.n_layer; ++i)
     blocks_.push_back(register_module("blocks." + std::to_string(i),
@@ -176,14 +191,16 @@ Tensor GPT::forward_embedded(const Tensor& E) {
   AG_CHECK(E.dim() == 3 && E.size(2) == config_.n_embd,
            "GPT: token embeddings " << describe(E) << " are not [B, T, C = " << config_.n_embd << "]");
   const int64_t T = E.size(1);
-  AG_CHECK(T >= 1 && T <= config_.block_size,
-           "GPT: sequence length T = " << T << " is outside [1, block_size = " << config_.block_size << "]");
+  AG_CHECK(T >= 1 && (T <= config_.block_size || !config_.positions_end_at_block_size()),
+           "GPT: sequence length T = " << T << " is outside [1, block_size = " << config_.block_size
+                                       << "] (learned positions end there)");
   Tensor x = embed(E, 0);
   for (const std::shared_ptr<Block>& block : blocks_) x = block->forward(x);
   return head(x);
 }
 
 Tensor GPT::embed(const Tensor& E, int64_t start) {
+  if (!pos_emb_) return dropout_->forward(E);  // rope, alibi, none: positions enter attention
   // Positions 0..block_size−1, uploaded once per device: a fresh upload each forward would make the host wait for the device.
   if (!positions_.defined() || positions_.device() != E.device())
     positions_ = Tensor::arange(config_.block_size, DType::Int64, E.device());
@@ -204,7 +221,7 @@ Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) {
   AG_CHECK(cache.num_layers() == config_.n_layer, "GPT: a cache for " << cache.num_layers() << " layers, the model has "
                                                                        << config_.n_layer);
   const int64_t start = cache.length(), T_new = idx.size(1);
-  AG_CHECK(T_new >= 1 && start + T_new <= config_.block_size,
+  AG_CHECK(T_new >= 1 && (start + T_new <= config_.block_size || !config_.positions_end_at_block_size()),
            "GPT: positions " << start << " … " << start + T_new - 1 << " reach past block_size = "
                              << config_.block_size << " (learned positions end there)");
   Tensor x = embed(tok_emb_->forward(idx), start);  // each token's embedding at its true position
@@ -212,8 +229,21 @@ Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) {
   return head(x);
 }
 
-KVCache GPT::make_kv_cache(int64_t B) const {
-  return KVCache({.layers = config_.n_layer, .batch = B, .capacity = config_.block_size});
+KVCache GPT::make_kv_cache(int64_t B, int64_t capacity) const {
+  return KVCache({.layers = config_.n_layer, .batch = B, .capacity = capacity > 0 ? capacity : config_.block_size});
+}
+
+bool GPT::kv_cache_rolls() const {
+  if (config_.positions_end_at_block_size()) return false;  // no position past block_size to roll to
+  AttentionSpec spec;
+  spec.function = config_.attention;
+  spec.position = config_.position;
+  spec.pattern = attention_pattern(config_, 0);
+  return attention_cache_rolls(spec);
+}
+
+int64_t GPT::rolling_kv_cache_capacity(int64_t T_new) const {
+  return rolling_cache_capacity(attention_pattern(config_, 0), T_new);
 }
 
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, int64_t ignore_index) {

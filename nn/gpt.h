@@ -3,6 +3,8 @@
 // [in, out]).
 //
 //   x = tok_emb[idx] + pos_emb[0..T)                  [B, T, C]
+//       (position learned; rope, alibi and none have no pos_emb: x = tok_emb[idx],
+//       and positions enter each attention layer instead)
 //   each block:  x = x + attn(ln1(x));  x = x + mlp(ln2(x))
 //   logits = ln_f(x) · tok_embᵀ                       [B, T, V]
 #pragma once
@@ -42,6 +44,8 @@ struct GPTConfig {
   void check() const;
   // H_kv: n_kv_head, where 0 (the default, and what a checkpoint without the key gets) means n_head.
   int64_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
+  // Learned positions end at block_size; the others take sequences of any length.
+  bool positions_end_at_block_size() const { return position == PositionEncoding::Learned; }
   // head_mask as gates: [n_layer][n_head] of 0 and 1 (all 1 when head_mask is empty).
   std::vector<std::vector<double>> head_gates() const;
   // Whether the function this model computes depends on `option` (an option's
@@ -88,7 +92,8 @@ class GPT : public Module {
   // biases 0, LayerNorm weight 1 and bias 0.
   GPT(const GPTConfig& config, Generator& gen);
 
-  // idx int64 [B, T] with T <= block_size -> logits [B, T, V]
+  // idx int64 [B, T] -> logits [B, T, V]; T <= block_size under learned positions
+  // (rope, alibi and none run at any T: what length extrapolation measures)
   Tensor forward(const Tensor& idx);
   // The same from the token embeddings E = tok_emb[idx] [B, T, C] (positions are
   // added here): forward(idx) = forward_embedded(token_embeddings(idx)). What
@@ -96,14 +101,20 @@ class GPT : public Module {
   Tensor forward_embedded(const Tensor& E);
   Tensor token_embeddings(const Tensor& idx) const { return tok_emb_->forward(idx); }
   // Generation (under NoGradGuard): idx int64 [B, T_new] holds positions
-  // cache.length() … cache.length() + T_new − 1 (at most block_size in all)
-  // -> logits [B, T_new, V], equal to the last T_new rows of forward() on the
-  // whole prefix; the cache then holds those positions too. A prefill is one
-  // call with the prompt, a decode step one call with T_new = 1.
+  // cache.length() … cache.length() + T_new − 1 (at most block_size in all
+  // under learned positions; else up to the cache's capacity, or on and on for a
+  // cache that rolls) -> logits [B, T_new, V], equal to the last T_new rows of
+  // forward() on the whole prefix; the cache then holds those positions too. A
+  // prefill is one call with the prompt, a decode step one call with T_new = 1.
   Tensor forward_cached(const Tensor& idx, KVCache& cache);
-  // An empty cache for B sequences of up to block_size positions, in the parameters' dtype and device
-  // (a linear-attention model's: each layer's recurrent state, constant in size).
-  KVCache make_kv_cache(int64_t B) const;
+  // An empty cache for B sequences of up to `capacity` positions (0: block_size), in the parameters'
+  // dtype and device (a linear-attention model's: each layer's recurrent state, constant in size).
+  KVCache make_kv_cache(int64_t B, int64_t capacity = 0) const;
+  // Whether a full cache of this model rolls (attention_cache_rolls: a window without random
+  // blocks, positions that are not learned), and the capacity a rolling cache needs to take
+  // T_new positions at a time.
+  bool kv_cache_rolls() const;
+  int64_t rolling_kv_cache_capacity(int64_t T_new) const;
   // idx, targets int64 [B, T] -> cross-entropy of the next-token logits, [],
   // averaged or summed over the targets that are not ignore_index.
   Tensor loss(const Tensor& idx, const Tensor& targets, Reduction reduction = Reduction::Mean,
@@ -123,8 +134,8 @@ class GPT : public Module {
   Tensor head(const Tensor& x);
 
   GPTConfig config_;
-  Tensor positions_;  // int64 [block_size]: 0, 1, ..., on the device of the last input
-  std::shared_ptr<Embedding> tok_emb_, pos_emb_;
+  Tensor positions_;  // int64 [block_size]: 0, 1, ..., on the device of the last input (learned positions)
+  std::shared_ptr<Embedding> tok_emb_, pos_emb_;  // pos_emb_ only under learned positions
   std::shared_ptr<Dropout> dropout_;
   std::vector<std::shared_ptr<Block>> blocks_;
   std::shared_ptr<LayerNorm> ln_f_;

@@ -22,4 +22,6 @@
   X(Model,   std::string,       head_mask,  "",                    0,   0,         "heads switched off (char_lm heads --prune): per layer one 0/1 per head, layers split by '/', e.g. 1111/1011; empty: all on") \
   X(Model,   AttentionFunction, attention,  AttentionFunction::Softmax, 0, 0,       "attention function: softmax, or linear (a kernel feature map, O(T) time)") \
   X(Model,   FeatureMap,        feature_map, FeatureMap::Elu1,     0,   0,         "linear attention's feature map: elu1 (elu(x) + 1) or favor (FAVOR+ random features)") \
-  X(Model,   int64_t,           n_features, 64,                    1,   1 << 16,   "FAVOR+ random features m per head (--feature-map favor)")
+  X(Model,   int64_t,           n_features, 64,                    1,   1 << 16,   "FAVOR+ random features m per head (--feature-map favor)") \
+  X(Model,   PositionEncoding,  position,   PositionEncoding::Learned, 0, 0,        "positions: learned (a table of block_size rows added to X), rope (q, k rotated), alibi (scores biased by distance; softmax only) or none (the causal mask alone)") \
+  X(Model,   double,            rope_base,  kDefaultRopeBase,      0,   kNoLimit,  "RoPE's frequency base: f_i = base^(-2i/d_h) (--position rope; > 0)")

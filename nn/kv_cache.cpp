@@ -26,6 +26,7 @@ int64_t KVCache::bytes() const {
 void KVCache::clear() {
   for (LayerKVCache& layer : layers_) {
     layer.length = 0;
+    layer.rolled = 0;
     layer.state = {};  // a sum over positions: it cannot be rewound, only restarted
   }
 }

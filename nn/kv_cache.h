@@ -31,8 +31,9 @@ class KVCache {
   };
   explicit KVCache(const Config& config);
 
-  int64_t length() const { return layers_.front().length; }  // positions held: 0 … length − 1
-  int64_t capacity() const { return config_.capacity; }      // T_max
+  // Positions taken so far, 0 … length − 1 (a cache that rolled holds only the newest of them and the global ones).
+  int64_t length() const { return layers_.front().length + layers_.front().rolled; }
+  int64_t capacity() const { return config_.capacity; }  // T_max: positions it holds at once
   int64_t batch() const { return config_.batch; }
   LayerKVCache& layer(int64_t i) { return layers_.at(i); }
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }

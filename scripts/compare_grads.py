@@ -1,15 +1,21 @@
 """Checks `char_lm grads` against PyTorch in float64, for both GELU variants,
-a sparse attention pattern, grouped-query attention and a linear-attention model (elu1).
+a sparse attention pattern, grouped-query attention, a linear-attention model (elu1)
+and each position encoding (rope, alibi, none).
 
     /usr/bin/python3 scripts/compare_grads.py --char-lm build/char_lm
-    /usr/bin/python3 scripts/compare_grads.py --write-golden   # tests/golden/grads_{erf,tanh,sparse,gqa,linear_elu1}.safetensors
+    /usr/bin/python3 scripts/compare_grads.py --write-golden   # tests/golden/grads_<variant>.safetensors
 
 For each variant (GELU erf, GELU tanh, "sparse": erf with the pattern
 SPARSE below, over a longer context so that every part of it matters,
 "gqa": 4 query heads over 2 kv heads, query head h reading kv head h // 2 as
 torch's repeat_interleave, and "linear_elu1": erf GELU and causal linear attention,
 o_i = Σ_{j≤i} (φ(q_i)·φ(k_j)) v_j / (Σ_{j≤i} φ(q_i)·φ(k_j) + 1e-6) with
-φ(x) = elu(x) + 1 and no 1/√d_h) it builds a small random model with
+φ(x) = elu(x) + 1 and no 1/√d_h; then the positions: "rope" rotates q and k
+of every head at positions 0 … T−1 (GPT-NeoX rotate_half, f_i = base^(−2i/d_h)),
+"rope_gqa" the same with rope_base 500 and 4 query heads over 2 kv heads (k
+rotated per kv head), "alibi" adds −m_h·(i − j), m_h = 2^(−8(h+1)/H), to the
+scores before the mask, "alibi_sparse" with the sparse pattern, and "none"
+adds nothing; these have no pos_emb, and T may exceed block_size) it builds a small random model with
 attograd's parameter names (random weights, not the GPT init, so that no
 gradient is tiny), rounds the weights to float32, and writes
 
@@ -74,7 +80,16 @@ VARIANTS = {  # name: (gelu, config, B, T)
     "sparse": ("erf", {**BASE_CONFIG, "block_size": 48, **SPARSE}, 2, 47),
     "gqa": ("erf", {**BASE_CONFIG, "n_head": 4, "n_kv_head": 2}, 3, 7),
     "linear_elu1": ("erf", {**BASE_CONFIG, "attention": "linear", "feature_map": "elu1"}, 3, 7),
+    # positions other than learned have no pos_emb and run past block_size (T = 11 > 8)
+    "rope": ("erf", {**BASE_CONFIG, "position": "rope"}, 3, 11),
+    "rope_gqa": ("erf", {**BASE_CONFIG, "n_embd": 16, "n_head": 4, "n_kv_head": 2, "position": "rope",
+                         "rope_base": 500}, 3, 11),
+    "alibi": ("erf", {**BASE_CONFIG, "position": "alibi"}, 3, 11),
+    "alibi_sparse": ("erf", {**BASE_CONFIG, "block_size": 48, **SPARSE, "position": "alibi"}, 2, 47),
+    "none": ("erf", {**BASE_CONFIG, "position": "none"}, 3, 11),
 }
+# The variants compared under every --attn-impl (the others: dense, with an int64 and an int32 batch).
+EVERY_IMPL = {"sparse", "rope_gqa", "alibi", "alibi_sparse"}
 SPARSE_BLOCK = 16
 CONFIG = BASE_CONFIG  # the variant being run (main sets it)
 B, T = 3, 7
@@ -123,11 +138,17 @@ def kv_heads(config):
     return config.get("n_kv_head", config["n_head"])
 
 
+def position(config):
+    return config.get("position", "learned")
+
+
 def parameter_shapes(config):
     """attograd's parameter names and shapes, in its registration order."""
     C, V = config["n_embd"], config["vocab_size"]
     C_kv = kv_heads(config) * (C // config["n_head"])  # W_K, W_V: H_kv heads of d_h columns
-    shapes = {"tok_emb.weight": (V, C), "pos_emb.weight": (config["block_size"], C)}
+    shapes = {"tok_emb.weight": (V, C)}
+    if position(config) == "learned":
+        shapes["pos_emb.weight"] = (config["block_size"], C)
     for i in range(config["n_layer"]):
         p = f"blocks.{i}"
         shapes.update({f"{p}.ln1.weight": (C,), f"{p}.ln1.bias": (C,)})
@@ -192,6 +213,24 @@ def hidden_keys(Tn, layer, head):
     return hidden
 
 
+def rope(t, base):
+    """[B, n, T, d] rotated at positions 0 … T−1: x' = [x1 c − x2 s, x2 c + x1 s], angle p·base^(−2i/d)."""
+    Tn, d = t.shape[-2], t.shape[-1]
+    half = d // 2
+    frequencies = base ** (-2.0 * torch.arange(half, dtype=torch.float64) / d)
+    angles = torch.arange(Tn, dtype=torch.float64)[:, None] * frequencies[None, :]  # [T, d/2]
+    c, s = torch.cos(angles), torch.sin(angles)
+    x1, x2 = t[..., :half], t[..., half:]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+
+def alibi_bias(Tn, H):
+    """[H, T, T]: −m_h·(i − j), m_h = 2^(−8(h+1)/H)."""
+    slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / H) for h in range(H)], dtype=torch.float64)
+    distance = torch.arange(Tn, dtype=torch.float64)[:, None] - torch.arange(Tn, dtype=torch.float64)[None, :]
+    return -slopes[:, None, None] * distance[None, :, :]
+
+
 def linear_elu1_attention(q, k, v):
     """Causal linear attention with phi = elu + 1, as the masked quadratic form (core/ops.h)."""
     Tn = q.shape[-2]
@@ -222,17 +261,25 @@ def torch_loss_and_grads(weights, idx, targets, gelu):
             return t.repeat_interleave(H // H_kv, dim=1)
 
         q = heads(linear(h, f"{prefix}.w_q"), H)
-        k, v = (repeat_kv(heads(linear(h, f"{prefix}.{name}"), H_kv)) for name in ("w_k", "w_v"))
+        k = heads(linear(h, f"{prefix}.w_k"), H_kv)
+        if position(CONFIG) == "rope":  # k per kv head, before a group shares it
+            base = float(CONFIG.get("rope_base", 10000))
+            q, k = rope(q, base), rope(k, base)
+        k, v = repeat_kv(k), repeat_kv(heads(linear(h, f"{prefix}.w_v"), H_kv))
         if CONFIG.get("attention") == "linear":
             z = linear_elu1_attention(q, k, v).transpose(1, 2).reshape(Bn, Tn, C)
         else:
             s = q @ k.transpose(-2, -1) / math.sqrt(D_H)
+            if position(CONFIG) == "alibi":
+                s = s + alibi_bias(Tn, H)
             hidden = torch.stack([hidden_keys(Tn, layer, head) for head in range(H)])  # [H, T, T]
             a = torch.softmax(s.masked_fill(hidden, float("-inf")), dim=-1)
             z = (a @ v).transpose(1, 2).reshape(Bn, Tn, C)
         return linear(z, f"{prefix}.w_o")
 
-    x = p["tok_emb.weight"][idx_t] + p["pos_emb.weight"][:Tn]
+    x = p["tok_emb.weight"][idx_t]
+    if position(CONFIG) == "learned":
+        x = x + p["pos_emb.weight"][:Tn]
     for i in range(CONFIG["n_layer"]):
         b = f"blocks.{i}"
         x = x + attention(layer_norm(x, f"{b}.ln1"), f"{b}.attn", i)
@@ -278,7 +325,7 @@ def compare(char_lm, variant, seed):
     an int64 batch with each --attn-impl), prints a table of relative errors
     -> the worst (error, name)."""
     gelu = use_variant(variant)
-    runs = ([("int64 batch", np.int64, "dense"), ("int32 batch", np.int32, "dense")] if variant != "sparse" else
+    runs = ([("int64 batch", np.int64, "dense"), ("int32 batch", np.int32, "dense")] if variant not in EVERY_IMPL else
             [(impl, np.int64, impl) for impl in ("composed", "dense", "flash")])
     rng = np.random.default_rng(seed)
     weights = random_model(rng, CONFIG)
@@ -329,12 +376,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--char-lm", default="./build/char_lm", help="the char_lm binary (default ./build/char_lm)")
     parser.add_argument("--write-golden", action="store_true",
-                        help="write tests/golden/grads_{erf,tanh,sparse,gqa,linear_elu1}.safetensors")
+                        help="write tests/golden/grads_<variant>.safetensors, one per variant")
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args()
     # the seeds the golden files were written with
     seeds = {"erf": args.seed, "tanh": args.seed + 1, "sparse": args.seed + 2, "gqa": args.seed + 2,
-             "linear_elu1": args.seed + 2}
+             "linear_elu1": args.seed + 2, "rope": args.seed + 3, "rope_gqa": args.seed + 3, "alibi": args.seed + 3,
+             "alibi_sparse": args.seed + 3, "none": args.seed + 3}
     if args.write_golden:
         for variant, seed in seeds.items():
             write_golden(variant, seed)

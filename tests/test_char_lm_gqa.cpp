@@ -102,8 +102,9 @@ TEST_CASE("char_lm gqa: past block_size, greedy text is the same with and withou
     model.eval();
     NoGradGuard no_grad;
     const int64_t V = model.config().vocab_size;
-    CachedLogits cached_logits(model);
-    RecomputeLogits recomputed_logits(model);
+    const Context context = context_of(model, SampleOptions{});
+    CachedLogits cached_logits(model, context);
+    RecomputeLogits recomputed_logits(model, context);
     Generator gen(5);
     std::vector<int64_t> ids = {1, 2, 3};
     for (int64_t step = 0; step < 3 * block; ++step) {
@@ -121,7 +122,7 @@ TEST_CASE("char_lm gqa: past block_size the cache refills with the last half, ea
   model.eval();
   NoGradGuard no_grad;
   const int64_t block = model.config().block_size, V = model.config().vocab_size;
-  CachedLogits cached(model);
+  CachedLogits cached(model, context_of(model, SampleOptions{}));
   Generator gen(3);
   std::vector<int64_t> ids = {1, 2, 3};
   std::vector<int64_t> windows;

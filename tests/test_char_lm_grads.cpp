@@ -1,6 +1,7 @@
 // char_lm grads: ag::char_lm::compute_grads against PyTorch's float64 loss and
 // gradients, for both GELU variants, a sparse attention pattern, a grouped-query model and a
-// linear-attention model. The golden files tests/golden/grads_{erf,tanh,sparse,gqa,linear_elu1}.safetensors come from
+// linear-attention model, and rope, alibi and none positions. The golden files
+// tests/golden/grads_{erf,tanh,sparse,gqa,linear_elu1,rope,rope_gqa,alibi,alibi_sparse,none}.safetensors come from
 // `/usr/bin/python3 scripts/compare_grads.py --write-golden` and hold
 //   __metadata__         the model config (n_layer, n_head, n_embd, block_size, vocab_size, gelu; gqa: n_kv_head)
 //   weight/<name>        every parameter, F32
@@ -133,6 +134,11 @@ void check_matches_torch(const SafetensorsFile& golden, const std::string& out_p
   for (const NamedTensor& t : out.tensors) written.insert(t.name);
   CHECK(written == expected);
 
+  if (!out.contains("pos_emb.weight")) {  // rope, alibi, none: no learned positions, in either file
+    CHECK(!golden.contains("grad/pos_emb.weight"));
+    CHECK(golden.metadata.at("position") != "learned");
+    return;
+  }
   // Rows T.. of pos_emb [block_size, C] are never looked up: exactly 0.
   const Tensor& pos = out.at("pos_emb.weight");
   const int64_t T = golden.at("batch/idx").size(1), C = pos.size(1);
@@ -188,6 +194,26 @@ TEST_CASE("char_lm grads: a grouped-query model (4 query heads over 2 kv heads) 
   const SafetensorsFile golden = load_golden("gqa");
   REQUIRE(golden.metadata.at("n_kv_head") == "2");
   check_variant(golden, "gqa");
+}
+
+TEST_CASE("char_lm grads: rope, alibi and none models match PyTorch float64, past block_size, every implementation") {
+  // grads_rope: rope_base 10000; grads_rope_gqa: rope_base 500, 4 query heads over 2 kv heads;
+  // grads_alibi_sparse: ALiBi with the sparse pattern of grads_sparse; all at T = 11 > block_size 8
+  // but alibi_sparse (T = 47). See scripts/compare_grads.py for the formulas.
+  for (const std::string variant : {"rope", "rope_gqa", "alibi", "alibi_sparse", "none"}) {
+    const SafetensorsFile golden = load_golden(variant);
+    REQUIRE(golden.metadata.count("position"));
+    REQUIRE(!golden.contains("weight/pos_emb.weight"));
+    for (const nn::AttentionImpl impl : {nn::AttentionImpl::Composed, nn::AttentionImpl::Dense, nn::AttentionImpl::Flash}) {
+      INFO(variant << ", attn_impl " << name_of(impl));
+      nn::GPTConfig settings;
+      settings.attn_impl = impl;
+      check_variant(golden, variant, settings);
+    }
+  }
+  CHECK(load_golden("rope_gqa").metadata.at("rope_base") == "500");
+  CHECK(load_golden("rope_gqa").metadata.at("n_kv_head") == "2");
+  CHECK(load_golden("alibi_sparse").metadata.at("attn_window") == "4");
 }
 
 TEST_CASE("char_lm grads: an int32 batch gives the same loss and gradients") {

@@ -60,7 +60,14 @@ void check_sizes_against_tensors(const SafetensorsFile& file, const nn::GPTConfi
                                                  << keys << ") says " << to_string(shape));
   };
   expect("tok_emb.weight", {c.vocab_size, c.n_embd}, "vocab_size, n_embd");
-  expect("pos_emb.weight", {c.block_size, c.n_embd}, "block_size, n_embd");
+  if (c.position == PositionEncoding::Learned) {
+    AG_CHECK(file.contains("pos_emb.weight"), "has no tensor 'pos_emb.weight', which __metadata__ 'position' = learned needs"
+                                                  " (a model without learned positions says so in 'position')");
+    expect("pos_emb.weight", {c.block_size, c.n_embd}, "block_size, n_embd");
+  } else {
+    AG_CHECK(!file.contains("pos_emb.weight"), "holds 'pos_emb.weight', but __metadata__ 'position' = "
+                                                   << name_of(c.position) << " has no learned positions");
+  }
   const int64_t kv_width = c.kv_heads() * (c.n_embd / c.n_head);  // H_kv·d_h
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string block = "blocks." + std::to_string(i);

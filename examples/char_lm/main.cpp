@@ -4,6 +4,7 @@
 //   char_lm sample --ckpt DIR [--prompt TEXT] [--tokens N] ...    generate from a checkpoint
 //   char_lm grads  --weights W --batch B --out G                  one float64 forward/backward,
 //                                                                 gradients to a safetensors file
+//   char_lm eval   --ckpt DIR [--block-size T]                   train and val loss at length T (extrapolation)
 //   char_lm info   [--ckpt DIR]                                  a checkpoint's model, options and history
 //   char_lm mask   --block-size 32 --attn-window 8 [...]          print a sparse pattern's mask
 //   char_lm convert --ckpt IN --n-kv-head G --out OUT             multi-head to grouped-query attention
@@ -28,6 +29,7 @@
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/compare.h"
 #include "examples/char_lm/convert.h"
+#include "examples/char_lm/eval.h"
 #include "examples/char_lm/grads.h"
 #include "examples/char_lm/info.h"
 #include "examples/char_lm/inspect.h"
@@ -71,8 +73,11 @@ int run_sample(const SampleOptions& o, const nn::GPTConfig& settings) {
   std::printf("%s\n", text.c_str());
   const char* how =
       o.no_kv_cache ? "recomputing the context" : attention_function_traits(loaded.model->config().attention).cache_holds;
-  std::fprintf(stderr, "%lld tokens in %.3f s: %.1f tokens/s (%s)\n", static_cast<long long>(o.tokens), seconds,
-               static_cast<double>(o.tokens) / seconds, how);
+  // Fewer than --tokens where a model's context ends (--max-context).
+  const size_t prompt_tokens = o.prompt.empty() ? 0 : loaded.tokenizer.encode(o.prompt).size();
+  const auto generated = static_cast<long long>(loaded.tokenizer.encode(text).size() - prompt_tokens);
+  std::fprintf(stderr, "%lld tokens in %.3f s: %.1f tokens/s (%s)\n", generated, seconds,
+               static_cast<double>(generated) / seconds, how);
   return 0;
 }
 
@@ -82,6 +87,15 @@ int run_grads(const GradsOptions& o, const nn::GPTConfig& settings) {
   require_device(o.device);
   const double loss = compute_grads(o.weights, o.batch, o.out, o.device, settings);
   std::printf("loss %.17g; gradients written to %s\n", loss, o.out.c_str());
+  return 0;
+}
+
+int run_eval(const EvalOptions& o) {
+  require_device(o.device);
+  const EvalResult r = evaluate_checkpoint(o);
+  std::printf("%s\niteration %lld at T = %lld (trained at %lld): train loss %.4f, val loss %.4f\n", r.description.c_str(),
+              static_cast<long long>(r.losses.iter), static_cast<long long>(r.block_size),
+              static_cast<long long>(r.trained_block_size), r.losses.train_loss, r.losses.val_loss);
   return 0;
 }
 
@@ -131,6 +145,11 @@ int main(int argc, char** argv) {
   add("grads", "float64 loss and gradients of a model on a batch, for comparison with other frameworks",
       [&](const cli::Command&) { return run_grads(grads_options, grads_settings); })
       .bind(grads_options).bind(grads_settings, {OptionKind::Setting}).bind(process);
+
+  EvalOptions eval_options;
+  add("eval", "a checkpoint's train and val loss at a sequence length (--block-size; longer than training: extrapolation)",
+      [&](const cli::Command&) { return run_eval(eval_options); })
+      .bind(eval_options).bind(process);
 
   ConvertOptions convert_options;
   add("convert", "a checkpoint to fewer key/value heads (grouped-query attention), mean-pooling each group's W_K, W_V",

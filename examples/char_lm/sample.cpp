@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/autograd.h"
 #include "core/ops.h"
@@ -22,9 +23,31 @@ Tensor as_batch(std::vector<int64_t>::const_iterator begin, std::vector<int64_t>
 }
 }  // namespace
 
+Context context_of(const nn::GPT& model, const SampleOptions& options) {
+  const nn::GPTConfig& c = model.config();
+  const std::string position = name_of(c.position);
+  if (c.positions_end_at_block_size())
+    return {Context::AtEnd::Restart, c.block_size, c.block_size,
+            "learned positions end at block_size " + std::to_string(c.block_size) +
+                ": the context restarts from the last " + std::to_string(std::max<int64_t>(1, c.block_size / 2)) +
+                " tokens (a rope, alibi or none model generates past it)"};
+  if (model.kv_cache_rolls())
+    return {Context::AtEnd::Roll, int64_t{1} << 62, c.block_size, ""};
+  const int64_t span = options.max_context > 0 ? options.max_context : 4 * c.block_size;
+  return {Context::AtEnd::Stop, span, c.block_size,
+          "stopped at --max-context " + std::to_string(span) + " positions: a " + position +
+              " model's cache holds that many (raise --max-context; a model with --attn-window and no random "
+              "blocks rolls its cache instead)"};
+}
+
 bool ContextWindow::advance(int64_t n) {
-  const bool restart = n - start_ > block_size_;
-  if (restart) start_ = n - (started_ ? std::max<int64_t>(1, block_size_ / 2) : block_size_);
+  if (context_.at_end != Context::AtEnd::Restart) {
+    AG_CHECK(n <= context_.span, "sample: " << n << " tokens pass the context of " << context_.span);
+    return false;
+  }
+  const int64_t span = context_.span;
+  const bool restart = n - start_ > span;
+  if (restart) start_ = n - (started_ ? std::max<int64_t>(1, span / 2) : span);
   started_ = true;
   return restart;
 }
@@ -34,12 +57,30 @@ std::vector<double> RecomputeLogits::next(const std::vector<int64_t>& ids) {
   return last_row(model_.forward(as_batch(ids.begin() + window_.start(), ids.end(), model_)));
 }
 
+namespace {
+int64_t cache_capacity(const nn::GPT& model, const Context& context) {
+  switch (context.at_end) {
+    case Context::AtEnd::Restart: return model.config().block_size;
+    case Context::AtEnd::Stop: return context.span;
+    case Context::AtEnd::Roll: return model.rolling_kv_cache_capacity(context.chunk);
+  }
+  return 0;
+}
+}  // namespace
+
+CachedLogits::CachedLogits(nn::GPT& model, const Context& context)
+    : model_(model), cache_(model.make_kv_cache(1, cache_capacity(model, context))), window_(context) {}
+
 std::vector<double> CachedLogits::next(const std::vector<int64_t>& ids) {
   const int64_t n = static_cast<int64_t>(ids.size());
   AG_CHECK(n > window_.start() + cache_.length(), "CachedLogits: no new token since the last call");
   if (window_.advance(n)) cache_.clear();
-  const auto unseen = ids.begin() + window_.start() + cache_.length();
-  return last_row(model_.forward_cached(as_batch(unseen, ids.end(), model_), cache_));
+  Tensor logits;
+  for (int64_t first = window_.start() + cache_.length(); first < n; first += window_.context().chunk) {
+    const int64_t last = std::min(n, first + window_.context().chunk);
+    logits = model_.forward_cached(as_batch(ids.begin() + first, ids.begin() + last, model_), cache_);
+  }
+  return last_row(logits);
 }
 
 std::string generate(NextTokenLogits& logits, const Tokenizer& tokenizer, const std::string& prompt,
@@ -60,7 +101,18 @@ std::string generate(NextTokenLogits& logits, const Tokenizer& tokenizer, const 
     }
   }
   const size_t start_length = prompt.empty() ? 1 : 0;
+  bool told_restart = false;
   for (int64_t n = 0; n < options.tokens; ++n) {
+    const Context& context = logits.context();
+    const int64_t length = static_cast<int64_t>(ids.size());
+    if (!logits.takes(length)) {
+      std::fprintf(stderr, "sample: after %lld tokens, %s\n", static_cast<long long>(n), context.why.c_str());
+      break;
+    }
+    if (!told_restart && context.at_end == Context::AtEnd::Restart && length > context.span) {
+      std::fprintf(stderr, "sample: %s\n", context.why.c_str());  // once, at the first restart
+      told_restart = true;
+    }
     std::vector<double> scaled = logits.next(ids);
     for (double& s : scaled) s /= options.temperature;
     if (options.top_k > 0 && options.top_k < V) {
@@ -89,11 +141,12 @@ std::string generate(NextTokenLogits& logits, const Tokenizer& tokenizer, const 
 std::string generate(nn::GPT& model, const Tokenizer& tokenizer, const std::string& prompt,
                      const SampleOptions& options) {
   model.eval();
+  const Context context = context_of(model, options);
   if (options.no_kv_cache) {
-    RecomputeLogits recompute(model);
+    RecomputeLogits recompute(model, context);
     return generate(recompute, tokenizer, prompt, options);
   }
-  CachedLogits cached(model);
+  CachedLogits cached(model, context);
   return generate(cached, tokenizer, prompt, options);
 }
 

@@ -15,6 +15,32 @@ struct SampleOptions {
   AG_DECLARE_OPTIONS(AG_CHAR_LM_SAMPLE_OPTIONS)
 };
 
+// How far back generation conditions, which the model's positions decide
+// (context_of), one rule for both ways of getting logits so that they agree at
+// any length (greedy text included):
+//   Restart  learned positions end at block_size, so a KV cache cannot roll
+//            over (a key computed at position p would have to move to p − 1,
+//            which changes it). The window starts at the first token and grows;
+//            when it would pass block_size it restarts with the last
+//            block_size / 2 tokens (the last block_size on the first call, for a
+//            prompt longer than that) and grows again. Each token conditions on
+//            between block_size / 2 and block_size tokens, and a cache pays one
+//            prefill every block_size / 2 tokens instead of a full forward per
+//            token.
+//   Stop     rope, alibi and none go on past block_size: the window is the whole
+//            sequence, up to `span` (--max-context) tokens; then generation stops.
+//   Roll     the same, for a model whose queries see only a window (and global
+//            keys): its cache rolls (LayerKVCache), so it never fills and its
+//            memory stays constant; generation goes on for as long as asked.
+struct Context {
+  enum class AtEnd { Restart, Stop, Roll };
+  AtEnd at_end;
+  int64_t span;     // tokens the window may hold: block_size (Restart), --max-context (Stop), unbounded (Roll)
+  int64_t chunk;    // tokens per forward: block_size (learned positions end there; a rolling cache holds that many new)
+  std::string why;  // what the user is told at the first restart, or at the stop
+};
+Context context_of(const nn::GPT& model, const SampleOptions& options);
+
 // Where generation gets the next token's logits from. Each call passes the
 // whole sequence so far, which extends the previous call's by the tokens drawn
 // since; an implementation keeps whatever state it needs (a KV cache, a
@@ -24,29 +50,24 @@ class NextTokenLogits {
   virtual ~NextTokenLogits() = default;
   // The logits [V] of the token after `ids`, on the host.
   virtual std::vector<double> next(const std::vector<int64_t>& ids) = 0;
+  // The rules of its context, and whether it can give the logits after n tokens
+  // (false past a Stop model's span).
+  virtual const Context& context() const = 0;
+  bool takes(int64_t n) const { return context().at_end != Context::AtEnd::Stop || n <= context().span; }
 };
 
-// The context each token is generated from, the one rule both ways of getting
-// logits follow, so that they agree at any length (greedy text included).
-// Learned absolute positions end at block_size, so a KV cache cannot roll over
-// (a key computed at position p would have to move to p − 1, which changes it).
-// So the window starts at the first token and grows; when it would pass
-// block_size it restarts with the last block_size / 2 tokens (the last
-// block_size on the first call, for a prompt longer than that) and grows again.
-// Each token thus conditions on between block_size / 2 and block_size tokens,
-// and a cache pays one prefill every block_size / 2 tokens instead of a full
-// forward per token. (Sliding the window one token at a time would give every
-// token block_size of context, but only by recomputing everything each step.)
+// The window of the sequence a token is generated from, under Context's rules.
 class ContextWindow {
  public:
-  explicit ContextWindow(int64_t block_size) : block_size_(block_size) {}
-  // Moves the window for a sequence of n tokens, n growing from call to call;
-  // returns true when it restarted (a cache must then be emptied).
+  explicit ContextWindow(const Context& context) : context_(context) {}
+  // Moves the window for a sequence of n tokens (takes(n)), n growing from call
+  // to call; returns true when it restarted (a cache must then be emptied).
   bool advance(int64_t n);
   int64_t start() const { return start_; }  // the window is ids[start, n)
+  const Context& context() const { return context_; }
 
  private:
-  int64_t block_size_;
+  Context context_;
   int64_t start_ = 0;
   bool started_ = false;
 };
@@ -54,8 +75,9 @@ class ContextWindow {
 // Reruns the model on the whole window every time (no state): the reference.
 class RecomputeLogits : public NextTokenLogits {
  public:
-  explicit RecomputeLogits(nn::GPT& model) : model_(model), window_(model.config().block_size) {}
+  RecomputeLogits(nn::GPT& model, const Context& context) : model_(model), window_(context) {}
   std::vector<double> next(const std::vector<int64_t>& ids) override;
+  const Context& context() const override { return window_.context(); }
 
  private:
   nn::GPT& model_;
@@ -63,14 +85,16 @@ class RecomputeLogits : public NextTokenLogits {
 };
 
 // Runs only the new tokens, through a KV cache (nn/kv_cache.h): the first call
-// prefills the prompt, each later one decodes the drawn token, and when the
-// window restarts the cache is emptied and prefilled with the new window.
+// prefills the prompt (in chunks), each later one decodes the drawn token, and
+// when the window restarts the cache is emptied and prefilled with the new
+// window. Its capacity: block_size (Restart), span (Stop), or what a rolling
+// cache needs for a chunk (Roll: constant however long generation goes).
 class CachedLogits : public NextTokenLogits {
  public:
-  explicit CachedLogits(nn::GPT& model)
-      : model_(model), cache_(model.make_kv_cache(1)), window_(model.config().block_size) {}
+  CachedLogits(nn::GPT& model, const Context& context);
   std::vector<double> next(const std::vector<int64_t>& ids) override;
-  // The cache holds ids[window_start() … window_start() + cache().length()).
+  const Context& context() const override { return window_.context(); }
+  // The cache has taken ids[window_start() … window_start() + cache().length()).
   int64_t window_start() const { return window_.start(); }
   const nn::KVCache& cache() const { return cache_; }
 

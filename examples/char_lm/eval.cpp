@@ -1,0 +1,26 @@
+#include "examples/char_lm/eval.h"
+
+#include "examples/char_lm/checkpoint.h"
+
+namespace ag::char_lm {
+
+EvalResult evaluate_checkpoint(const EvalOptions& o) {
+  const std::string unit = find_checkpoint(o.ckpt);
+  TrainConfig c;  // the run's options, all from its training state (its data, batch size, eval batches)
+  c.given = std::set<std::string>{};
+  resume_options(c, load_train_state(train_state_path(unit)));
+  LoadedModel loaded = load_model(model_path(unit));
+  loaded.model->to(o.device);
+  const nn::GPTConfig& model = loaded.model->config();
+  const int64_t T = o.block_size > 0 ? o.block_size : model.block_size;
+  AG_CHECK(T <= model.block_size || !model.positions_end_at_block_size(),
+           "eval: --block-size " << T << " passes the model's block_size " << model.block_size
+                                 << ": learned positions end there (position = learned); rope, alibi and none extrapolate");
+  c.model.block_size = T;  // the windows evaluated; the model keeps its own
+  if (o.eval_iters > 0) c.run.eval_iters = o.eval_iters;
+  c.run.device = o.device;
+  const Dataset data = make_dataset(read_text(c.run.data), T);
+  return {evaluate(*loaded.model, data, c, loaded.iter, dist::world()), T, model.block_size, nn::describe(model)};
+}
+
+}  // namespace ag::char_lm
