@@ -211,7 +211,7 @@ TEST_CASE("options: issue 22's messages: a mistyped command, an option given twi
   CHECK(output.find("unknown command 'trian' (did you mean train?)") != std::string::npos);
   std::tie(status, output) = ag::test::run_char_lm("frobnicate");
   CHECK(status == 2);
-  CHECK(output.find("unknown command 'frobnicate'; the commands are train, sample, grads, convert, mask, info, "
+  CHECK(output.find("unknown command 'frobnicate'; the commands are train, sample, grads, eval, convert, mask, info, "
                     "attention, explain, heads, report, compare (see --help)") != std::string::npos);
 
   // An option given twice takes the last value, as argparse does (docs/training.md, "Options: one table each").

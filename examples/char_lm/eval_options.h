@@ -7,4 +7,5 @@
   X(Local, std::string, ckpt,       "out",   0,   0,       "the run (or unit) to evaluate: its newest complete checkpoint") \
   X(Local, int64_t,     block_size, 0,       0,   1 << 20, "sequence length T to evaluate at (0: the model's block_size); longer than training measures length extrapolation (not for learned positions)") \
   X(Local, int64_t,     eval_iters, 0,       0,   1 << 20, "batches per split (0: the run's --eval-iters)") \
+  X(Local, std::string, data,       "",      0,   0,       "the text (default: the run's --data)") \
   AG_CHAR_LM_DEVICE_OPTION(X)

@@ -12,6 +12,7 @@
 #include "core/safetensors.h"
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/data.h"
+#include "examples/char_lm/eval.h"
 #include "examples/char_lm/sample.h"
 #include "examples/common/command_line.h"
 #include "examples/interp/analysis.h"
@@ -263,6 +264,36 @@ void write_loss_chart(const std::string& log_csv_path, const std::string& svg_pa
   replace_file(svg_path, loss_chart_svg(log_csv_path));
 }
 
+// The report's length-extrapolation section: val loss at 1, 2, 4 and 8 × block_size (char_lm eval), for a
+// model whose positions go past block_size.
+std::string extrapolation_section(const Inspected& in, const ReportOptions& o) {
+  const nn::GPTConfig& config = in.loaded.model->config();
+  std::string html = "<section id=\"extrapolation\"><h2>Length extrapolation</h2>\n";
+  if (config.positions_end_at_block_size())
+    return html + "<p>Learned positions end at block_size " + std::to_string(config.block_size) +
+           ": the model cannot read a longer sequence (rope, alibi and none can).</p></section>\n";
+  if (!fs::exists(train_state_path(in.unit)))
+    return html + "<p>No train_state.safetensors beside the model: no run options to evaluate with.</p></section>\n";
+  interp::Series val{"val loss", "#ff7f0e", {}, {}, true};
+  std::string rows;
+  for (const int64_t factor : {1, 2, 4, 8}) {
+    EvalOptions eval;
+    eval.ckpt = in.unit;
+    eval.block_size = factor * config.block_size;
+    eval.eval_iters = o.eval_iters;
+    eval.data = o.data;
+    const EvalResult r = evaluate_checkpoint(eval);
+    val.x.push_back(static_cast<double>(r.block_size));
+    val.y.push_back(r.losses.val_loss);
+    rows += "<tr><td>" + std::to_string(r.block_size) + "</td><td>" + fixed(r.losses.val_loss) + "</td></tr>";
+  }
+  return html + "<p>The val loss of " + std::to_string(o.eval_iters) + " batches of sequences T long, the model trained at T = " +
+         std::to_string(config.block_size) + " (<code>char_lm eval --block-size T</code>).</p>\n" +
+         interp::line_chart_svg({.title = "val loss against sequence length", .x_label = "T", .left_label = kLossAxis,
+                                 .right_label = "", .left = {val}, .right = {}}) +
+         "<table><tr><th>T</th><th>val loss</th></tr>" + rows + "</table></section>\n";
+}
+
 int run_report(const ReportOptions& o) {
   Inspected in = load(o.ckpt);
   const std::vector<int64_t> ids = encode_prompt(in, o.prompt);
@@ -313,6 +344,7 @@ int run_report(const ReportOptions& o) {
   const std::string log = fs::exists(unit_log) ? unit_log : run_log;
   html += fs::exists(log) ? loss_chart_svg(log) : "<p>No log.csv beside this checkpoint.</p>\n";
   html += "</section>\n";
+  html += extrapolation_section(in, o);
 
   SampleOptions sample;
   sample.tokens = o.tokens;
