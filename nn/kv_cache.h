@@ -7,10 +7,11 @@
 // Each layer's state is a LayerKVCache (core/ops.h), which the attention op
 // itself fills and reads (AttentionSpec::cache), so generation is one contract
 // for every attention function: softmax attention's K, V [B, T_max, H_kv, d_h]
-// (allocated once for block_size positions on the first call, read in place,
-// laid out BTHD as the module projects K = X W_K, so appending a token is one
-// row copy per batch entry), or linear attention's recurrent state, whose size
-// does not grow with the positions.
+// (allocated once for its capacity on the first call, read in place, laid out
+// BTHD as the module projects K = X W_K, so appending a token is one row copy
+// per batch entry; under rope, the rotated keys; a window model's cache rolls
+// when full, so it can hold fewer positions than it takes), or linear
+// attention's recurrent state, whose size does not grow with the positions.
 //
 // Programs own the cache and pass it to GPT::forward_cached; the layers see
 // only their LayerKVCache.
