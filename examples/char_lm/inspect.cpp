@@ -348,6 +348,7 @@ int run_report(const ReportOptions& o) {
 
   SampleOptions sample;
   sample.tokens = o.tokens;
+  sample.max_context = static_cast<int64_t>(ids.size()) + o.tokens;  // the whole sample, past block_size where the model can
   html += "<section id=\"sample\"><h2>A sample</h2>\n<p>" + std::to_string(o.tokens) +
           " characters after the prompt, temperature " + fixed(sample.temperature, "%.2g") + ", top-k " +
           std::to_string(sample.top_k) + ", seed " + std::to_string(sample.seed) + ".</p>\n<pre>" +

@@ -418,6 +418,7 @@ TrainResult train(TrainConfig c) {
     SampleOptions sampling;
     sampling.tokens = c.run.sample_tokens;
     sampling.seed = c.optim.seed;
+    sampling.max_context = sampling.tokens + 1;  // a model that reads past block_size gives the whole sample (after its start token)
     result.sample = generate(trainer.model(), in.data.tokenizer, "", sampling);
     if (!c.quiet) std::printf("\n--- sample (%lld characters) ---\n%s\n---\n", static_cast<long long>(c.run.sample_tokens), result.sample.c_str());
   }
