@@ -324,24 +324,29 @@ TEST_CASE_EVERY_DEVICE("positions: every implementation with rope and with alibi
 }
 
 // On a device: Z and the gradients in float64 within 1e-12 of the CPU's.
-TEST_CASE_EVERY_DEVICE("positions: gradcheck of every implementation with rope and with alibi") {
+TEST_CASE_EVERY_DEVICE("positions: gradcheck of every implementation with rope and with alibi (GQA, every pattern)") {
   const std::vector<Problem> small = {
       {1, 4, 2, 6, 9, 4, {}},                                                 // GQA, q_offset 3
       {1, 4, 1, 5, 5, 2, {}, false},                                          // not causal
       {1, 2, 1, 34, 34, 2, {.window = 3, .dilation = 2, .global = 2, .random_blocks = 1, .seed = 3}},
   };
-  for (const Problem& p : small)
-    for (PositionEncoding position : {PositionEncoding::Rope, PositionEncoding::Alibi})
-      for (AttentionImpl impl : ag::test::attention_impls()) {
-        CAPTURE(describe(p));
-        CAPTURE(name_of(position));
-        CAPTURE(name_of(impl));
-        const AttentionLayout layout = p.Hkv == 2 ? AttentionLayout::BTHD : AttentionLayout::BHTD;
-        const AttentionSpec spec = p.spec(impl, position, layout);
-        const GradcheckFn f = [spec](const Inputs& x) { return attention(x[0], x[1], x[2], spec); };
-        if (device == Device::CPU) CHECK_GRADCHECK(f, p.inputs(200, layout));
-        else ag::test::check_device_matches_cpu(device, f, p.inputs(200, layout), 1e-12, DType::Float64);
-      }
+  const auto check = [device](const Problem& p, AttentionImpl impl, PositionEncoding position) {
+    CAPTURE(describe(p));
+    CAPTURE(name_of(position));
+    CAPTURE(name_of(impl));
+    const AttentionLayout layout = p.Hkv == 2 ? AttentionLayout::BTHD : AttentionLayout::BHTD;
+    const AttentionSpec spec = p.spec(impl, position, layout);
+    const GradcheckFn f = [spec](const Inputs& x) { return attention(x[0], x[1], x[2], spec); };
+    if (device == Device::CPU) CHECK_GRADCHECK(f, p.inputs(200, layout));
+    else ag::test::check_device_matches_cpu(device, f, p.inputs(200, layout), 1e-12, DType::Float64);
+  };
+  for (PositionEncoding position : {PositionEncoding::Rope, PositionEncoding::Alibi}) {
+    for (const Problem& p : small)
+      for (AttentionImpl impl : ag::test::attention_impls()) check(p, impl, position);
+    // every pattern, at a size where a random block can be drawn (query block 1 draws block 0)
+    for (const SparsePattern& pattern : patterns())
+      for (AttentionImpl impl : {AttentionImpl::Dense, AttentionImpl::Flash}) check({1, 2, 1, 20, 20, 2, pattern}, impl, position);
+  }
 }
 
 // On the CPU: flash in float32 within twice dense float32's error against float64 (FlashAttention's
@@ -527,6 +532,19 @@ TEST_CASE("positions: a full cache that cannot roll is an error that says why") 
     };
     for (int64_t t = 0; t < c.capacity; ++t) step(t);
     CHECK_THROWS_WITH_AS(step(c.capacity), doctest::Contains(c.says), Error);
+  }
+}
+
+TEST_CASE("positions: learned and none leave the op as it is (the model adds learned positions to X)") {
+  const Problem p{1, 4, 2, 10, 10, 4, {.window = 3, .global = 1}};
+  const Inputs in = p.inputs(800, AttentionLayout::BHTD);
+  for (AttentionImpl impl : ag::test::attention_impls()) {
+    CAPTURE(name_of(impl));
+    const Tensor none = attention(in[0], in[1], in[2], p.spec(impl, PositionEncoding::None, AttentionLayout::BHTD));
+    const Tensor learned = attention(in[0], in[1], in[2], p.spec(impl, PositionEncoding::Learned, AttentionLayout::BHTD));
+    CHECK(learned.to_vector() == none.to_vector());
+    const AttentionSpec plain{.causal = true, .impl = impl, .pattern = p.pattern};  // the default: none
+    CHECK(attention(in[0], in[1], in[2], plain).to_vector() == none.to_vector());
   }
 }
 
