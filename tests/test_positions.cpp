@@ -183,6 +183,10 @@ std::vector<Problem> problems() {
     all.push_back({1, 4, 2, 50, 50, 8, pattern});
     all.push_back({2, 4, 1, 19, 45, 4, pattern});  // fewer queries than keys: q_offset = Tk − Tq
   }
+  // Several of flash's 64 × 128 tiles (the bias at tile offsets i0, j0 ≠ 0), dense's wide blocks (Tq > 256)
+  all.push_back({1, 2, 1, 270, 270, 8, {}});
+  all.push_back({1, 4, 2, 270, 270, 4, {.window = 5, .dilation = 3, .global = 3}});
+  all.push_back({1, 2, 1, 130, 300, 4, {.window = 7, .global = 2, .random_blocks = 3, .seed = 11, .layer = 2}});
   return all;
 }
 
