@@ -16,6 +16,9 @@
 // them: O(T·r·d), so its GFLOP/s by that count is not shown.
 // Each case runs in a process of its own (this program with --case); a case
 // whose estimated memory exceeds --memory-limit-gb is listed as skipped.
+// --positions none,rope,alibi times each case with each position encoding
+// (AttentionSpec::position; alibi: softmax only): what rope's rotation of q and k
+// and ALiBi's bias in the scores cost beside the same case without them.
 #include <CLI/CLI.hpp>
 #include <cblas.h>
 #include <unistd.h>
@@ -38,11 +41,13 @@ struct Case {
   std::string impl;
   int64_t T, d;
   std::string mask;  // none, causal, or w<W>[d<δ>][g<G>][r<R>]
+  std::string position = "none";  // none, rope or alibi (AttentionSpec::position)
 };
 
 // The attention spec of a --masks entry.
 AttentionSpec spec_of(const Case& c) {
   AttentionSpec spec{.causal = c.mask != "none"};  // the implementation is set where it runs
+  spec.position = enum_from_name<PositionEncoding>(c.position, "--positions");
   if (c.mask == "none" || c.mask == "causal") return spec;
   std::istringstream in(c.mask);
   const std::string expected = "--masks " + c.mask + ": expected none, causal or w<W>[d<dilation>][g<G>][r<R>]";
@@ -90,7 +95,8 @@ void run_case(const Case& c, bench::Clock clock, double budget_s) {
   if (is_linear(c)) {
     const FeatureMap map = enum_from_name<FeatureMap>(c.impl.substr(7), "--impls");
     if (c.mask != "none" && c.mask != "causal") throw Error("--masks " + c.mask + ": linear attention takes none or causal");
-    const AttentionSpec spec{.function = AttentionFunction::Linear, .causal = c.mask == "causal", .feature_map = map,
+    const AttentionSpec spec{.function = AttentionFunction::Linear, .causal = c.mask == "causal",
+                             .position = enum_from_name<PositionEncoding>(c.position, "--positions"), .feature_map = map,
                              .omega = map == FeatureMap::Favor ? favor_projection(64, c.d, 0).to(DType::Float32)
                                                                : Tensor()};
     forward = [&q, &k, &v, spec] { return attention(q, k, v, spec); };
@@ -143,7 +149,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Time and memory of the attention op, every implementation (see the top of bench/attention.cpp)"};
   int threads = 2;
   std::string impls = "composed,dense,flash", lengths = "64,256,1024,4096,16384", widths = "32,64";
-  std::string masks = "none,causal";
+  std::string masks = "none,causal", positions = "none";
   double memory_limit_gb = 4, budget_s = 2;
   std::string clock = "wall";
   std::vector<std::string> one_case;
@@ -152,54 +158,59 @@ int main(int argc, char** argv) {
   app.add_option("--T", lengths, "sequence lengths, comma-separated");
   app.add_option("--d", widths, "head widths, comma-separated");
   app.add_option("--masks", masks, "masks, comma-separated: none, causal, w<W>[d<dilation>][g<G>][r<R>]");
+  app.add_option("--positions", positions, "position encodings, comma-separated: none, rope, alibi");
   app.add_option("--memory-limit-gb", memory_limit_gb, "skip cases estimated to need more");
   app.add_option("--budget-s", budget_s, "seconds of repeats per timing (at least one run, at most 10)");
   app.add_option("--clock", clock, "wall, or cpu: the process's CPU time (for one thread on a busy machine)")
       ->check(CLI::IsMember({"wall", "cpu"}));
-  app.add_option("--case", one_case, "internal: run one case (impl T d mask) and print its numbers")->expected(4);
+  app.add_option("--case", one_case, "internal: run one case (impl T d mask position) and print its numbers")
+      ->expected(5);
   CLI11_PARSE(app, argc, argv);
   const bench::Clock timing = clock == "cpu" ? bench::Clock::Cpu : bench::Clock::Wall;
   set_num_threads(threads);
   bench::return_freed_memory_to_the_system();
 
   if (!one_case.empty()) {
-    run_case({one_case[0], std::stoll(one_case[1]), std::stoll(one_case[2]), one_case[3]}, timing, budget_s);
+    run_case({one_case[0], std::stoll(one_case[1]), std::stoll(one_case[2]), one_case[3], one_case[4]}, timing,
+             budget_s);
     return 0;
   }
   std::printf("%s\nsgemm 2048³ on %d threads: %.0f GFLOP/s (%s time)\n\n", cpu_runtime_summary().c_str(), threads,
               sgemm_gflops(2048, timing), clock.c_str());
-  std::printf("| d | T | mask | density | impl | fwd ms | fwd GFLOP/s | fwd+bwd ms | fwd+bwd GFLOP/s | peak extra MB fwd / fwd+bwd |\n");
-  std::printf("|---|---|---|---:|---|---:|---:|---:|---:|---:|\n");
+  std::printf("| d | T | mask | density | impl | position | fwd ms | fwd GFLOP/s | fwd+bwd ms | fwd+bwd GFLOP/s | peak extra MB fwd / fwd+bwd |\n");
+  std::printf("|---|---|---|---:|---|---|---:|---:|---:|---:|---:|\n");
   for (const std::string& d : split_list(widths))
     for (const std::string& T : split_list(lengths))
       for (const std::string& mask : split_list(masks))
-        for (const std::string& impl : split_list(impls)) {
-          const Case c{impl, std::stoll(T), std::stoll(d), mask};
-          const double flops = forward_flops(c), density = flops / (4.0 * kBatch * kHeads * c.d * c.T * c.T);
-          std::printf("| %s | %s | %s | %.4f | %s | ", d.c_str(), T.c_str(), mask.c_str(), density, impl.c_str());
-          if (estimated_gb(c) > memory_limit_gb) {
-            std::printf("skipped: needs about %.0f GB | | | | |\n", estimated_gb(c));
+        for (const std::string& impl : split_list(impls))
+          for (const std::string& position : split_list(positions)) {
+            const Case c{impl, std::stoll(T), std::stoll(d), mask, position};
+            const double flops = forward_flops(c), density = flops / (4.0 * kBatch * kHeads * c.d * c.T * c.T);
+            std::printf("| %s | %s | %s | %.4f | %s | %s | ", d.c_str(), T.c_str(), mask.c_str(), density, impl.c_str(),
+                        position.c_str());
+            if (estimated_gb(c) > memory_limit_gb) {
+              std::printf("skipped: needs about %.0f GB | | | | |\n", estimated_gb(c));
+              std::fflush(stdout);
+              continue;
+            }
+            std::ostringstream command;
+            command << "/proc/" << getpid() << "/exe --threads " << threads << " --budget-s " << budget_s << " --clock "
+                    << clock << " --case "
+                    << impl << ' ' << T << ' ' << d << ' ' << mask << ' ' << position;
+            double forward_ms, total_ms, forward_mb, total_mb;
+            if (std::sscanf(bench::run_and_capture(command.str()).c_str(), "%lf %lf %lf %lf", &forward_ms, &total_ms,
+                            &forward_mb, &total_mb) != 4) {
+              std::printf("failed | | | | |\n");
+              continue;
+            }
+            if (is_linear(c)) {
+              std::printf("%.2f | — | %.2f | — | %.1f / %.1f |\n", forward_ms, total_ms, forward_mb, total_mb);
+              std::fflush(stdout);
+              continue;
+            }
+            std::printf("%.2f | %.1f | %.2f | %.1f | %.1f / %.1f |\n", forward_ms, flops / forward_ms / 1e6, total_ms,
+                        3.5 * flops / total_ms / 1e6, forward_mb, total_mb);
             std::fflush(stdout);
-            continue;
           }
-          std::ostringstream command;
-          command << "/proc/" << getpid() << "/exe --threads " << threads << " --budget-s " << budget_s << " --clock "
-                  << clock << " --case "
-                  << impl << ' ' << T << ' ' << d << ' ' << mask;
-          double forward_ms, total_ms, forward_mb, total_mb;
-          if (std::sscanf(bench::run_and_capture(command.str()).c_str(), "%lf %lf %lf %lf", &forward_ms, &total_ms,
-                          &forward_mb, &total_mb) != 4) {
-            std::printf("failed | | | | |\n");
-            continue;
-          }
-          if (is_linear(c)) {
-            std::printf("%.2f | — | %.2f | — | %.1f / %.1f |\n", forward_ms, total_ms, forward_mb, total_mb);
-            std::fflush(stdout);
-            continue;
-          }
-          std::printf("%.2f | %.1f | %.2f | %.1f | %.1f / %.1f |\n", forward_ms, flops / forward_ms / 1e6, total_ms,
-                      3.5 * flops / total_ms / 1e6, forward_mb, total_mb);
-          std::fflush(stdout);
-        }
   return 0;
 }

@@ -113,7 +113,7 @@ def main():
         for T in map(int, args.T.split(",")):
             for causal in (False, True):
                 density = (T + 1) / (2 * T) if causal else 1.0  # the visible pairs over T², as bench_attention prints
-                row = f"| {d} | {T} | {'causal' if causal else 'none'} | {density:.4f} | pytorch | "
+                row = f"| {d} | {T} | {'causal' if causal else 'none'} | {density:.4f} | pytorch | none | "
                 # S, the scaled S, S + M, A and their gradients: about 7 [B, H, T, T] tensors
                 needed_gb = 7 * BATCH * HEADS * T * T * 4 / 1e9
                 if needed_gb > args.memory_limit_gb:

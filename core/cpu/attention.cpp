@@ -288,10 +288,20 @@ template <class T> void score_tile(T* st, const TilePair& t, const AttentionShap
       for (int64_t r = 0; r < t.rows; ++r) st[c * kQueryTile + r] *= scale;
     return;
   }
+  // The bias −slope·(p − j) down a column is an arithmetic progression: p − j = (first − c) + r.
+  // Both terms are integers, so their sum in T is the distance itself (exact below 2²⁴ in float)
+  // and each bias is mask.bias's value, without an int64 → T conversion per element, which does
+  // not vectorise on AVX2 (docs/performance.md, "Positions").
   const T slope = static_cast<T>(shape.mask.alibi_slope(h));
-  for (int64_t c = 0; c < t.cols; ++c)
-    for (int64_t r = 0; r < t.rows; ++r)
-      st[c * kQueryTile + r] = st[c * kQueryTile + r] * scale + shape.mask.bias(slope, t.i0 + r, t.j0 + c);
+  const int64_t first = t.i0 + shape.mask.q_offset - t.j0;  // p − j of the tile's first query and key
+  T ramp[kQueryTile];
+  for (int64_t r = 0; r < kQueryTile; ++r) ramp[r] = static_cast<T>(r);
+  for (int64_t c = 0; c < t.cols; ++c) {
+    const T distance = static_cast<T>(first - c);
+    T* column = st + c * kQueryTile;
+#pragma omp simd
+    for (int64_t r = 0; r < t.rows; ++r) column[r] = column[r] * scale - slope * (distance + ramp[r]);
+  }
 }
 
 // dst[c][r] = src[r·row_stride + c]: a tile of rows × d, transposed.
