@@ -170,7 +170,7 @@ enum class AttentionLayout {
 enum class PositionEncoding {
   Learned,  // a table pos_emb [block_size, C] added to the token embeddings
   Rope,     // q and k rotated at their positions (rotary embeddings, core/attention_math.h)
-  Alibi,    // the scores biased by −m_h·(i − j) (AttentionMask::alibi_heads); softmax attention only
+  Alibi,    // the scores biased by −m_h·(i − j) (AttentionMask::alibi_heads); causal softmax attention only
   None,     // nothing: the causal mask alone carries order (NoPE)
 };
 template <> struct EnumNames<PositionEncoding> {
@@ -214,7 +214,7 @@ struct AttentionSpec {
   AttentionLayout layout = AttentionLayout::BHTD;
   // rope: q and k rotated at their positions (query i at q_offset + i, key j at j;
   // decoding, at the cache's positions; the cache keeps the rotated keys) with
-  // frequencies rope_base^(−2i/d), d even. alibi: softmax only. learned, none: nothing.
+  // frequencies rope_base^(−2i/d), d even. alibi: causal softmax only. learned, none: nothing.
   PositionEncoding position = PositionEncoding::None;
   double rope_base = kDefaultRopeBase;  // must be > 0
   // --- softmax only ---

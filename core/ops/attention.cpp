@@ -52,6 +52,10 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
   AG_CHECK(traits.reads_alibi || spec.position != PositionEncoding::Alibi,
            shapes_of(q, k, v) << ": position alibi biases softmax attention's scores; " << name_of(spec.function)
                               << " attention has none (use rope or none)");
+  // The bias −m_h·(p − j) penalises distance back in time; to keys after the query it would be a reward.
+  AG_CHECK(spec.causal || spec.position != PositionEncoding::Alibi,
+           shapes_of(q, k, v) << ": position alibi biases each score by its key's distance back from the query: "
+                                 "it needs causal attention");
   if (spec.position == PositionEncoding::Rope) {
     AG_CHECK(q.size(3) % 2 == 0, shapes_of(q, k, v) << ": position rope rotates pairs of a head's dims: head size "
                                                     << q.size(3) << " is odd");
