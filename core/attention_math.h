@@ -229,8 +229,12 @@ struct RotaryShape {
   // Row `row` (b, h, t in that order of significance): where it starts, and its position.
   AG_HOST_DEVICE int64_t row_at(int64_t row) const { return at.at(row / (H * T), row / T % H, row % T); }
   AG_HOST_DEVICE int64_t position(int64_t row) const { return first_position + row % T; }
-  AG_HOST_DEVICE double angle(int64_t position, int64_t i) const {
-    return direction * static_cast<double>(position) * pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+  AG_HOST_DEVICE double frequency(int64_t i) const {  // f_i
+    return pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+  }
+  // The angle of pair i at `position`, from f_i (a loop over positions forms each f_i once).
+  AG_HOST_DEVICE double angle(int64_t position, double frequency_i) const {
+    return direction * static_cast<double>(position) * frequency_i;
   }
 };
 

@@ -407,7 +407,7 @@ template <class T> struct RotatePairs {
   RotaryShape shape;
   __device__ void operator()(int64_t idx) const {
     const int64_t half = shape.d / 2, row = idx / half, i = idx % half, at = shape.row_at(row);
-    const double angle = shape.angle(shape.position(row), i);
+    const double angle = shape.angle(shape.position(row), shape.frequency(i));
     rotate_pair(x + at, y + at, half, i, static_cast<T>(cos(angle)), static_cast<T>(sin(angle)));
   }
 };

@@ -515,17 +515,25 @@ void rotary_embedding(const Tensor& X, const RotaryShape& shape, Tensor& Y) {
     T* y = Y.data<T>();
     const int64_t half = shape.d / 2;
     // The rotations depend on (t, i) alone: T·d/2 of them, formed once for the B·H rows that share them.
+    std::vector<double> frequency(half);
+    for (int64_t i = 0; i < half; ++i) frequency[i] = shape.frequency(i);
     std::vector<T> cosine(shape.T * half), sine(shape.T * half);
     for (int64_t t = 0; t < shape.T; ++t)
       for (int64_t i = 0; i < half; ++i) {
-        const double angle = shape.angle(shape.first_position + t, i);
+        const double angle = shape.angle(shape.first_position + t, frequency[i]);
         cosine[t * half + i] = static_cast<T>(std::cos(angle));
         sine[t * half + i] = static_cast<T>(std::sin(angle));
       }
-    for_rows(shape.rows(), shape.d, [&](int64_t row) {
-      const int64_t at = shape.row_at(row), t = row % shape.T;
-      const T *c = cosine.data() + t * half, *sn = sine.data() + t * half;
-      for (int64_t i = 0; i < half; ++i) rotate_pair(x + at, y + at, half, i, c[i], sn[i]);
+    // One task per (b, h), its T rows in order: no division per row (they cost more than the rotation).
+    for_rows(shape.B * shape.H, shape.T * shape.d, [&](int64_t bh) {
+      const int64_t b = bh / shape.H, h = bh % shape.H;
+      for (int64_t t = 0; t < shape.T; ++t) {
+        const int64_t at = shape.at.at(b, h, t);
+        const T *c = cosine.data() + t * half, *sn = sine.data() + t * half, *in = x + at;
+        T* out = y + at;
+#pragma omp simd
+        for (int64_t i = 0; i < half; ++i) rotate_pair(in, out, half, i, c[i], sn[i]);
+      }
     });
   });
 }
