@@ -64,6 +64,33 @@ inline Tensor random(const Shape& shape, uint64_t seed, DType dtype = DType::Flo
   return t;
 }
 
+// attention(q, k, v, spec) on copies of in = {q, k, v} converted to `dtype` on `device`,
+// backward from `upstream` (float64 on the CPU, converted likewise): Z, L (softmax's dense
+// and flash; else undefined) and the gradients of q, k, v, back on the CPU in float64.
+struct AttentionRun {
+  Tensor Z = {}, L = {}, dQ = {}, dK = {}, dV = {};
+};
+inline AttentionRun run_attention(const std::vector<Tensor>& in, const AttentionSpec& spec, Device device, DType dtype,
+                                  const Tensor& upstream) {
+  std::vector<Tensor> x;
+  for (const Tensor& t : in) x.push_back(t.detach().to(dtype).to(device).clone().requires_grad_());
+  AttentionInternals internals;
+  const Tensor Z = attention(x[0], x[1], x[2], spec, &internals);
+  Z.backward(upstream.to(dtype).to(device));
+  const auto host = [](const Tensor& t) { return t.defined() ? t.to(Device::CPU).to(DType::Float64) : Tensor(); };
+  return {host(Z), host(internals.log_sum_exp), host(x[0].grad()), host(x[1].grad()), host(x[2].grad())};
+}
+
+// max |a − b| over the elements where they differ (equal infinities agree).
+inline double max_abs_error(const Tensor& a, const Tensor& b) {
+  const std::vector<double> va = a.to_vector(), vb = b.to_vector();
+  REQUIRE(va.size() == vb.size());
+  double worst = 0;
+  for (size_t i = 0; i < va.size(); ++i)
+    if (va[i] != vb[i]) worst = std::max(worst, std::abs(va[i] - vb[i]));
+  return worst;
+}
+
 // Largest |a − b| over the tensors, relative to the largest |b| (normwise
 // relative error: elementwise relative error is meaningless near zero).
 inline double relative_error(const Tensor& a, const Tensor& b) {

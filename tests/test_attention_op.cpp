@@ -55,34 +55,12 @@ void check_gradients(Device device, const AttentionSpec& spec, const Inputs& inp
   else ag::test::check_device_matches_cpu(device, attention_fn(spec), inputs, 1e-10, DType::Float64);
 }
 
-// Z, L (dense and flash) and the gradients of q, k, v, copied to the CPU in float64.
-struct Result {
-  Tensor Z, L, dQ, dK, dV;
-};
-
-// attention on copies of `in` converted to `dtype` on `device`, backward from
-// `upstream` (float64 on the CPU, converted likewise).
-Result run(const Inputs& in, const AttentionSpec& spec, Device device, DType dtype, const Tensor& upstream) {
-  Inputs x;
-  for (const Tensor& t : in) x.push_back(t.detach().to(dtype).to(device).clone().requires_grad_());
-  AttentionInternals internals;
-  const Tensor Z = attention(x[0], x[1], x[2], spec, &internals);
-  Z.backward(upstream.to(dtype).to(device));
-  const auto host = [](const Tensor& t) { return t.defined() ? t.to(Device::CPU).to(DType::Float64) : Tensor(); };
-  return {host(Z), host(internals.log_sum_exp), host(x[0].grad()), host(x[1].grad()), host(x[2].grad())};
-}
+using Result = ag::test::AttentionRun;
+using ag::test::max_abs_error;
+using ag::test::run_attention;
 
 Tensor upstream_for(const Problem& p, uint64_t seed) { return random(p.q_shape(), seed, DType::Float64, false); }
 
-// max |a − b| over the elements where they differ (equal infinities agree).
-double max_abs_error(const Tensor& a, const Tensor& b) {
-  const std::vector<double> va = a.to_vector(), vb = b.to_vector();
-  REQUIRE(va.size() == vb.size());
-  double worst = 0;
-  for (size_t i = 0; i < va.size(); ++i)
-    if (va[i] != vb[i]) worst = std::max(worst, std::abs(va[i] - vb[i]));
-  return worst;
-}
 
 // √(mean (a − b)²) over the elements where they differ (equal infinities agree).
 double rms_error(const Tensor& a, const Tensor& b) {
@@ -123,13 +101,13 @@ void check_implementations_agree(Device device) {
     const Tensor upstream = upstream_for(p, 13);
     AttentionSpec spec = p.spec;
     spec.impl = AttentionImpl::Composed;
-    const Result reference = run(in, spec, Device::CPU, DType::Float64, upstream);
+    const Result reference = run_attention(in, spec, Device::CPU, DType::Float64, upstream);
     spec.impl = AttentionImpl::Dense;
-    const Tensor reference_L = run(in, spec, Device::CPU, DType::Float64, upstream).L;
+    const Tensor reference_L = run_attention(in, spec, Device::CPU, DType::Float64, upstream).L;
     for (AttentionImpl impl : attention_impls()) {
       CAPTURE(name_of(impl));
       spec.impl = impl;
-      const Result r = run(in, spec, device, DType::Float64, upstream);
+      const Result r = run_attention(in, spec, device, DType::Float64, upstream);
       CHECK_CLOSE(r.Z, reference.Z, 1e-10);
       CHECK_CLOSE(r.dQ, reference.dQ, 1e-10);
       CHECK_CLOSE(r.dK, reference.dK, 1e-10);
@@ -156,10 +134,10 @@ void check_flash_error_budget(Device device) {
       const Tensor upstream = upstream_for(p, 23);
       AttentionSpec spec = p.spec;
       spec.impl = AttentionImpl::Dense;
-      const Result reference = run(in, spec, Device::CPU, DType::Float64, upstream);
-      const Result dense = run(in, spec, device, DType::Float32, upstream);
+      const Result reference = run_attention(in, spec, Device::CPU, DType::Float64, upstream);
+      const Result dense = run_attention(in, spec, device, DType::Float32, upstream);
       spec.impl = AttentionImpl::Flash;
-      const Result flash = run(in, spec, device, DType::Float32, upstream);
+      const Result flash = run_attention(in, spec, device, DType::Float32, upstream);
       const auto check = [&](const char* name, const Tensor& ours, const Tensor& theirs, const Tensor& exact) {
         const double flash_max = max_abs_error(ours, exact), dense_max = max_abs_error(theirs, exact);
         const double flash_rms = rms_error(ours, exact), dense_rms = rms_error(theirs, exact);
@@ -188,7 +166,7 @@ void check_rows_without_keys(Device device) {
       CAPTURE(dtype);
       AttentionSpec spec = p.spec;
       spec.impl = impl;
-      const Result r = run(in, spec, device, dtype, upstream_for(p, 31));
+      const Result r = run_attention(in, spec, device, dtype, upstream_for(p, 31));
       for (const Tensor& t : {r.Z, r.dQ, r.dK, r.dV}) CHECK(all_finite(t));
       const std::vector<double> Z = r.Z.to_vector(), dQ = r.dQ.to_vector();
       for (int64_t h = 0; h < p.Hq; ++h)
@@ -223,11 +201,11 @@ void check_one_query_over_a_cache(Device device) {
     causal.impl = full.impl = top_left.impl = impl;
     full.causal = false;
     top_left.q_offset = 0;
-    const Result seen = run(in, causal, device, DType::Float64, upstream);
-    const Result all = run(in, full, device, DType::Float64, upstream);
+    const Result seen = run_attention(in, causal, device, DType::Float64, upstream);
+    const Result all = run_attention(in, full, device, DType::Float64, upstream);
     CHECK(max_abs_error(seen.Z, all.Z) == 0.0);
     CHECK(max_abs_error(seen.dK, all.dK) == 0.0);
-    const Result first = run(in, top_left, device, DType::Float64, upstream);
+    const Result first = run_attention(in, top_left, device, DType::Float64, upstream);
     const Tensor V0 = slice(in[2].detach(), 2, 0, 1);  // [1, H, 1, d]
     CHECK_CLOSE(first.Z, V0, 1e-15);
   }
@@ -257,8 +235,8 @@ void check_grouped_kv_heads(Device device) {
       CAPTURE(layout == AttentionLayout::BTHD);
       AttentionSpec spec = grouped.spec;
       spec.impl = impl;
-      const Result g = run(in, spec, device, DType::Float64, upstream);
-      const Result m = run(in_repeated, spec, device, DType::Float64, upstream);
+      const Result g = run_attention(in, spec, device, DType::Float64, upstream);
+      const Result m = run_attention(in_repeated, spec, device, DType::Float64, upstream);
       CHECK_CLOSE(g.Z, m.Z, 1e-12);
       CHECK_CLOSE(g.dQ, m.dQ, 1e-12);
       // dK of kv head j = Σ over its group of the repeated heads' dK
@@ -286,8 +264,8 @@ void check_layouts_agree(Device device) {
     CAPTURE(name_of(impl));
     AttentionSpec a = heads_first.spec, b = tokens_first.spec;
     a.impl = b.impl = impl;
-    const Result r = run(in, a, device, DType::Float64, upstream);
-    const Result s = run(in_swapped, b, device, DType::Float64, swap(upstream));
+    const Result r = run_attention(in, a, device, DType::Float64, upstream);
+    const Result s = run_attention(in_swapped, b, device, DType::Float64, swap(upstream));
     CHECK_CLOSE(swap(s.Z), r.Z, 1e-13);
     CHECK_CLOSE(swap(s.dQ), r.dQ, 1e-13);
     CHECK_CLOSE(swap(s.dK), r.dK, 1e-13);
@@ -301,7 +279,7 @@ void check_flash_deterministic(Device device) {
   const Inputs in = p.inputs(70);
   const Tensor upstream = upstream_for(p, 71);
   const auto bits = [&] {
-    const Result r = run(in, p.spec, device, DType::Float32, upstream);
+    const Result r = run_attention(in, p.spec, device, DType::Float32, upstream);
     std::vector<double> all;
     for (const Tensor& t : {r.Z, r.dQ, r.dK, r.dV})
       for (double x : t.to_vector()) all.push_back(x);

@@ -131,19 +131,9 @@ std::string describe(const Problem& p) {
          " random " + std::to_string(s.random_blocks);
 }
 
-struct Result {
-  Tensor Z, dQ, dK, dV;
-};
-
-// The op on `device` in float64, from copies of `in`; everything back on the CPU.
-Result run(const Inputs& in, const AttentionSpec& spec, Device device, const Tensor& upstream) {
-  Inputs x;
-  for (const Tensor& t : in) x.push_back(t.detach().to(device).clone().requires_grad_());
-  const Tensor Z = attention(x[0], x[1], x[2], spec);
-  Z.backward(upstream.to(device));
-  const auto host = [](const Tensor& t) { return t.to(Device::CPU); };
-  return {host(Z), host(x[0].grad()), host(x[1].grad()), host(x[2].grad())};
-}
+using Result = ag::test::AttentionRun;
+using ag::test::max_abs_error;
+using ag::test::run_attention;
 
 // softmax(scale·Q'K'ᵀ + B + M) V by plain ops on the CPU: Q', K' rotated by rope_by_ops (q at
 // q_offset + i, k at j), B the bias matrix (alibi), M the visibility mask, kv heads repeated.
@@ -161,7 +151,7 @@ Result reference(const Problem& p, PositionEncoding position, AttentionLayout la
   if (position == PositionEncoding::Alibi) S = S + p.alibi_bias();
   const Tensor Z = heads_first(matmul(softmax(S + p.mask()), repeat(heads_first(x[2], layout))), layout);
   Z.backward(upstream);
-  return {Z.detach(), x[0].grad(), x[1].grad(), x[2].grad()};
+  return {.Z = Z.detach(), .dQ = x[0].grad(), .dK = x[1].grad(), .dV = x[2].grad()};
 }
 
 std::vector<SparsePattern> patterns() {  // as tests/test_sparse_attention.cpp enumerates them, and none
@@ -203,7 +193,7 @@ void check_every_impl_equals_reference(Device device) {
         const Result expected = reference(p, position, layout, in, upstream);
         for (AttentionImpl impl : ag::test::attention_impls()) {
           CAPTURE(name_of(impl));
-          const Result r = run(in, p.spec(impl, position, layout), device, upstream);
+          const Result r = run_attention(in, p.spec(impl, position, layout), device, DType::Float64, upstream);
           CHECK_CLOSE(r.Z, expected.Z, 1e-12);
           CHECK_CLOSE(r.dQ, expected.dQ, 1e-12);
           CHECK_CLOSE(r.dK, expected.dK, 1e-12);
@@ -212,12 +202,6 @@ void check_every_impl_equals_reference(Device device) {
       }
 }
 
-double max_abs_error(const Tensor& a, const Tensor& b) {
-  const std::vector<double> va = a.to_vector(), vb = b.to_vector();
-  double worst = 0;
-  for (size_t i = 0; i < va.size(); ++i) worst = std::max(worst, std::abs(va[i] - vb[i]));
-  return worst;
-}
 
 // --- decoding -----------------------------------------------------------------------------------
 
@@ -372,9 +356,9 @@ TEST_CASE_EVERY_DEVICE("positions: rope and alibi in float32 - flash's error bud
           const Tensor Z = attention(x[0], x[1], x[2], p.spec(impl, position, AttentionLayout::BHTD));
           Z.backward(upstream.to(DType::Float32));
           const auto f64 = [](const Tensor& t) { return t.to(DType::Float64); };
-          return Result{f64(Z), f64(x[0].grad()), f64(x[1].grad()), f64(x[2].grad())};
+          return Result{.Z = f64(Z), .dQ = f64(x[0].grad()), .dK = f64(x[1].grad()), .dV = f64(x[2].grad())};
         };
-        const Result exact = run(in, p.spec(AttentionImpl::Dense, position, AttentionLayout::BHTD), Device::CPU, upstream);
+        const Result exact = run_attention(in, p.spec(AttentionImpl::Dense, position, AttentionLayout::BHTD), Device::CPU, DType::Float64, upstream);
         const Result dense = run32(AttentionImpl::Dense), flash = run32(AttentionImpl::Flash);
         CHECK(max_abs_error(flash.Z, exact.Z) <= 2 * max_abs_error(dense.Z, exact.Z));
         CHECK(max_abs_error(flash.dQ, exact.dQ) <= 2 * max_abs_error(dense.dQ, exact.dQ));
@@ -431,7 +415,7 @@ TEST_CASE("positions: linear attention with rope equals linear attention on q an
         const Tensor upstream = random(shape_of(layout, 2, 4, 70, 8), 403, DType::Float64, false);
         AttentionSpec rotated = spec;
         spec.position = PositionEncoding::Rope;
-        const Result with_rope = run(in, spec, Device::CPU, upstream);
+        const Result with_rope = run_attention(in, spec, Device::CPU, DType::Float64, upstream);
         Inputs x;
         for (const Tensor& t : in) x.push_back(t.detach().clone().requires_grad_());
         const Tensor Z = attention(heads_first(rope_by_ops(heads_first(x[0], layout), 0), layout),

@@ -69,19 +69,9 @@ struct Problem {
   }
 };
 
-// Z and the gradients, on the CPU in float64.
-struct Result {
-  Tensor Z, dQ, dK, dV;
-};
-
-Result run(const Inputs& in, const AttentionSpec& spec, Device device, DType dtype, const Tensor& upstream) {
-  Inputs x;
-  for (const Tensor& t : in) x.push_back(t.detach().to(dtype).to(device).clone().requires_grad_());
-  const Tensor Z = attention(x[0], x[1], x[2], spec);
-  Z.backward(upstream.to(dtype).to(device));
-  const auto host = [](const Tensor& t) { return t.to(Device::CPU).to(DType::Float64); };
-  return {host(Z), host(x[0].grad()), host(x[1].grad()), host(x[2].grad())};
-}
+using Result = ag::test::AttentionRun;
+using ag::test::max_abs_error;
+using ag::test::run_attention;
 
 // softmax(scale·QKᵀ + M) V with the test's own M, K and V repeated over each group, by ops.
 Result explicit_mask_reference(const Problem& p, const Inputs& in, const Tensor& upstream) {
@@ -94,7 +84,7 @@ Result explicit_mask_reference(const Problem& p, const Inputs& in, const Tensor&
   const Tensor S = matmul(x[0], transpose(repeat(x[1]), 2, 3)) * (1.0 / std::sqrt(static_cast<double>(p.d)));
   const Tensor Z = matmul(softmax(S + defined_mask(p.pattern, p.Hq, p.Tq, p.Tk, p.Tk - p.Tq)), repeat(x[2]));
   Z.backward(upstream);
-  return {Z.detach(), x[0].grad(), x[1].grad(), x[2].grad()};
+  return {.Z = Z.detach(), .dQ = x[0].grad(), .dK = x[1].grad(), .dV = x[2].grad()};
 }
 
 std::vector<Problem> problems() {
@@ -118,7 +108,7 @@ void check_patterns_equal_explicit_mask(Device device) {
     const Result reference = explicit_mask_reference(p, in, upstream);
     for (AttentionImpl impl : ag::test::attention_impls()) {
       CAPTURE(name_of(impl));
-      const Result r = run(in, p.spec(impl), device, DType::Float64, upstream);
+      const Result r = run_attention(in, p.spec(impl), device, DType::Float64, upstream);
       CHECK_CLOSE(r.Z, reference.Z, 1e-12);
       CHECK_CLOSE(r.dQ, reference.dQ, 1e-12);
       CHECK_CLOSE(r.dK, reference.dK, 1e-12);
@@ -127,12 +117,6 @@ void check_patterns_equal_explicit_mask(Device device) {
   }
 }
 
-double max_abs_error(const Tensor& a, const Tensor& b) {
-  const std::vector<double> va = a.to_vector(), vb = b.to_vector();
-  double worst = 0;
-  for (size_t i = 0; i < va.size(); ++i) worst = std::max(worst, std::abs(va[i] - vb[i]));
-  return worst;
-}
 
 // FlashAttention's recipe with a pattern: flash in float32 within twice dense float32's error against float64.
 void check_flash_error_budget(Device device) {
@@ -143,9 +127,9 @@ void check_flash_error_budget(Device device) {
       CAPTURE(T);
       const Inputs in = p.inputs(600 + T);
       const Tensor upstream = random({p.B, p.Hq, T, p.d}, 601, DType::Float64, false);
-      const Result exact = run(in, p.spec(AttentionImpl::Dense), Device::CPU, DType::Float64, upstream);
-      const Result dense = run(in, p.spec(AttentionImpl::Dense), device, DType::Float32, upstream);
-      const Result flash = run(in, p.spec(AttentionImpl::Flash), device, DType::Float32, upstream);
+      const Result exact = run_attention(in, p.spec(AttentionImpl::Dense), Device::CPU, DType::Float64, upstream);
+      const Result dense = run_attention(in, p.spec(AttentionImpl::Dense), device, DType::Float32, upstream);
+      const Result flash = run_attention(in, p.spec(AttentionImpl::Flash), device, DType::Float32, upstream);
       CHECK(max_abs_error(flash.Z, exact.Z) <= 2 * max_abs_error(dense.Z, exact.Z));
       CHECK(max_abs_error(flash.dQ, exact.dQ) <= 2 * max_abs_error(dense.dQ, exact.dQ));
       CHECK(max_abs_error(flash.dK, exact.dK) <= 2 * max_abs_error(dense.dK, exact.dK));
