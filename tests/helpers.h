@@ -81,6 +81,20 @@ inline AttentionRun run_attention(const std::vector<Tensor>& in, const Attention
   return {host(Z), host(internals.log_sum_exp), host(x[0].grad()), host(x[1].grad()), host(x[2].grad())};
 }
 
+// The sparse patterns the attention tests try: each part alone and the unions, at sizes where each
+// part matters for T ≈ 100.
+inline std::vector<SparsePattern> sparse_patterns() {
+  return {
+      {.window = 1},
+      {.window = 8},
+      {.window = 5, .dilation = 3},
+      {.window = 4, .global = 3},
+      {.window = 6, .random_blocks = 2, .seed = 7, .layer = 1},
+      {.window = 3, .dilation = 2, .global = 20, .random_blocks = 1, .seed = 3},
+      {.window = 7, .global = 2, .random_blocks = 3, .seed = 11, .layer = 2},
+  };
+}
+
 // max |a − b| over the elements where they differ (equal infinities agree).
 inline double max_abs_error(const Tensor& a, const Tensor& b) {
   const std::vector<double> va = a.to_vector(), vb = b.to_vector();

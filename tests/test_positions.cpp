@@ -154,17 +154,10 @@ Result reference(const Problem& p, PositionEncoding position, AttentionLayout la
   return {.Z = Z.detach(), .dQ = x[0].grad(), .dK = x[1].grad(), .dV = x[2].grad()};
 }
 
-std::vector<SparsePattern> patterns() {  // as tests/test_sparse_attention.cpp enumerates them, and none
-  return {
-      {},
-      {.window = 1},
-      {.window = 8},
-      {.window = 5, .dilation = 3},
-      {.window = 4, .global = 3},
-      {.window = 6, .random_blocks = 2, .seed = 7, .layer = 1},
-      {.window = 3, .dilation = 2, .global = 20, .random_blocks = 1, .seed = 3},
-      {.window = 7, .global = 2, .random_blocks = 3, .seed = 11, .layer = 2},
-  };
+std::vector<SparsePattern> patterns() {  // none, and every pattern the sparse tests try
+  std::vector<SparsePattern> all = ag::test::sparse_patterns();
+  all.insert(all.begin(), SparsePattern{});
+  return all;
 }
 
 std::vector<Problem> problems() {

@@ -18,18 +18,7 @@ namespace {
 using Inputs = std::vector<Tensor>;
 
 
-// Each pattern alone and the unions, at sizes where each part matters for T ≈ 100.
-std::vector<SparsePattern> patterns() {
-  return {
-      {.window = 1},
-      {.window = 8},
-      {.window = 5, .dilation = 3},
-      {.window = 4, .global = 3},
-      {.window = 6, .random_blocks = 2, .seed = 7, .layer = 1},
-      {.window = 3, .dilation = 2, .global = 20, .random_blocks = 1, .seed = 3},
-      {.window = 7, .global = 2, .random_blocks = 3, .seed = 11, .layer = 2},
-  };
-}
+using ag::test::sparse_patterns;
 
 std::string describe(const SparsePattern& p) {
   return "window " + std::to_string(p.window) + " dilation " + std::to_string(p.dilation) + " global " +
@@ -89,7 +78,7 @@ Result explicit_mask_reference(const Problem& p, const Inputs& in, const Tensor&
 
 std::vector<Problem> problems() {
   std::vector<Problem> all;
-  for (const SparsePattern& pattern : patterns()) {
+  for (const SparsePattern& pattern : sparse_patterns()) {
     all.push_back({2, 4, 2, 100, 100, 8, pattern});
     all.push_back({1, 2, 1, 37, 150, 4, pattern});  // fewer queries than keys: q_offset = Tk − Tq
     all.push_back({1, 2, 2, 200, 200, 16, pattern});
@@ -120,7 +109,7 @@ void check_patterns_equal_explicit_mask(Device device) {
 
 // FlashAttention's recipe with a pattern: flash in float32 within twice dense float32's error against float64.
 void check_flash_error_budget(Device device) {
-  for (const SparsePattern& pattern : patterns())
+  for (const SparsePattern& pattern : sparse_patterns())
     for (int64_t T : {63, 65, 300}) {
       const Problem p{2, 8, 4, T, T, 32, pattern};
       CAPTURE(describe(pattern));
@@ -140,7 +129,7 @@ void check_flash_error_budget(Device device) {
 }  // namespace
 
 TEST_CASE("sparse attention: AttentionMask::visible is the issue's definition") {
-  for (const SparsePattern& pattern : patterns())
+  for (const SparsePattern& pattern : sparse_patterns())
     for (int64_t q_offset : {0, 5, -3}) {
       const AttentionMask mask{.causal = true, .q_offset = q_offset, .pattern = pattern};
       for (int64_t h = 0; h < 3; ++h)
@@ -195,7 +184,7 @@ TEST_CASE("sparse attention: random blocks are R distinct earlier blocks, fixed 
 }
 
 TEST_CASE("sparse attention: tile classification and the block map match brute force") {
-  for (const SparsePattern& pattern : patterns())
+  for (const SparsePattern& pattern : sparse_patterns())
     for (const auto& [Tq, Tk] : {std::pair<int64_t, int64_t>{100, 100}, {37, 150}, {130, 64}})
       for (const auto& [query_tile, key_tile] : {std::pair<int64_t, int64_t>{64, 128}, {16, 16}, {7, 5}, {32, 32}}) {
         CAPTURE(describe(pattern));
@@ -265,7 +254,7 @@ TEST_CASE_EVERY_DEVICE("sparse attention: flash's float32 error is within twice 
 
 // On a device: Z and the gradients in float64 within 1e-12 of the CPU's (as of the explicit mask).
 TEST_CASE_EVERY_DEVICE("sparse attention: gradcheck of dense and flash with each pattern at tiny sizes") {
-  for (const SparsePattern& pattern : patterns())
+  for (const SparsePattern& pattern : sparse_patterns())
     for (AttentionImpl impl : {AttentionImpl::Dense, AttentionImpl::Flash}) {
       CAPTURE(describe(pattern));
       CAPTURE(name_of(impl));
