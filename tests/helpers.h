@@ -81,6 +81,18 @@ inline AttentionRun run_attention(const std::vector<Tensor>& in, const Attention
   return {host(Z), host(internals.log_sum_exp), host(x[0].grad()), host(x[1].grad()), host(x[2].grad())};
 }
 
+// The definition of a sparse pattern, written independently of AttentionMask (the
+// tests' reference): key j is visible to the query at key position p if j ≤ p and any part allows it.
+inline bool defined_visible(const SparsePattern& pattern, int64_t h, int64_t p, int64_t j) {
+  if (j > p) return false;
+  if (pattern.window == 0) return true;
+  const int64_t distance = p - j;
+  const bool window = distance < pattern.window * pattern.dilation && distance % pattern.dilation == 0;
+  const int64_t query_block = p / kSparseBlock, key_block = j / kSparseBlock;
+  const bool random = key_block < query_block && RandomBlocks(pattern, h, query_block).contains(key_block);
+  return window || j < pattern.global || random;
+}
+
 // The sparse patterns the attention tests try: each part alone and the unions, at sizes where each
 // part matters for T ≈ 100.
 inline std::vector<SparsePattern> sparse_patterns() {

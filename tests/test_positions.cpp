@@ -78,17 +78,7 @@ Tensor rope_by_ops(const Tensor& x, int64_t first, double base = kDefaultRopeBas
 
 // --- softmax attention written out --------------------------------------------------------------
 
-// The visibility (tests/test_sparse_attention.cpp writes it the same way, independently of
-// AttentionMask): key j is visible to the query at key position p if j ≤ p and any part allows it.
-bool defined_visible(const SparsePattern& pattern, int64_t h, int64_t p, int64_t j) {
-  if (j > p) return false;
-  if (pattern.window == 0) return true;
-  const int64_t distance = p - j;
-  const bool window = distance < pattern.window * pattern.dilation && distance % pattern.dilation == 0;
-  const int64_t query_block = p / kSparseBlock, key_block = j / kSparseBlock;
-  const bool random = key_block < query_block && RandomBlocks(pattern, h, query_block).contains(key_block);
-  return window || j < pattern.global || random;
-}
+using ag::test::defined_visible;
 
 struct Problem {
   int64_t B, Hq, Hkv, Tq, Tk, d;

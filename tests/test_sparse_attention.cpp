@@ -26,17 +26,7 @@ std::string describe(const SparsePattern& p) {
          " layer " + std::to_string(p.layer);
 }
 
-// The definition, written independently of AttentionMask: key j is
-// visible to the query at key position p if j ≤ p and any part allows it.
-bool defined_visible(const SparsePattern& pattern, int64_t h, int64_t p, int64_t j) {
-  if (j > p) return false;
-  if (pattern.window == 0) return true;
-  const int64_t distance = p - j;
-  const bool window = distance < pattern.window * pattern.dilation && distance % pattern.dilation == 0;
-  const int64_t query_block = p / kSparseBlock, key_block = j / kSparseBlock;
-  const bool random = key_block < query_block && RandomBlocks(pattern, h, query_block).contains(key_block);
-  return window || j < pattern.global || random;
-}
+using ag::test::defined_visible;
 
 // M [Hq, Tq, Tk] from defined_visible: 0 where visible, −∞ elsewhere.
 Tensor defined_mask(const SparsePattern& pattern, int64_t Hq, int64_t Tq, int64_t Tk, int64_t q_offset) {
