@@ -64,7 +64,6 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
   }
 }
 
-
 // Decoding: k, v are the new positions, which the cache must have room for.
 void check_decode(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
   const LayerKVCache& cache = *spec.cache;
@@ -116,8 +115,8 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Attenti
                V = detail::repeat_kv_heads(heads_first(used_rows(v)), Hq);
   Tensor S = matmul(Q, transpose(K, 2, 3)) * scale;                          // [B, Hq, Tq, Tk]
   // M [Tq, Tk] broadcasts over batch and heads; random blocks and ALiBi's slopes differ by head: M [Hq, Tq, Tk]
-  if (mask.causal || mask.alibi_heads > 0)
-    S = S + attention_mask(mask, Tq, Tk, S.dtype(), S.device(), mask.pattern.per_head() || mask.alibi_heads > 0 ? Hq : 1);
+  const bool per_head = mask.pattern.per_head() || mask.alibi_heads > 0;
+  if (mask.causal) S = S + attention_mask(mask, Tq, Tk, S.dtype(), S.device(), per_head ? Hq : 1);
   const Tensor A = softmax(S);
   if (internals) internals->probabilities = A.detach();
   return heads_first(matmul(A, V));  // Z
