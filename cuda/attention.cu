@@ -122,11 +122,11 @@ template <class T>
 __device__ void probability_tile(const T* q, const T* dz, const T* k, const T* v, const T* lse_hi, const T* lse_lo,
                                  int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols, int tile, int64_t d,
                                  T scale, const AttentionMask& mask, TileVisibility visibility, T* p, T* dp) {
+  const T slope = static_cast<T>(mask.alibi_slope(h));  // once per tile, not per entry
   for (int idx = threadIdx.x; idx < tile * tile; idx += blockDim.x) {
     const int r = idx / tile, c = idx % tile;
     const bool shown =
         r < rows && c < cols && (visibility == TileVisibility::All || mask.visible(h, i0 + r, j0 + c));
-    const T slope = static_cast<T>(mask.alibi_slope(h));
     p[idx] = shown ? std::exp(score(q + r * d, k + c * d, d, scale, mask, slope, i0 + r, j0 + c) - lse_hi[r] - lse_lo[r])
                    : T(0);  // L = +inf: 0
     dp[idx] = shown ? dot(dz + r * d, v + c * d, d) : T(0);

@@ -71,6 +71,7 @@ class MultiHeadSelfAttention : public Module {
   void set_impl(AttentionImpl impl) { spec_.impl = impl; }
   void set_pattern(const SparsePattern& pattern) { spec_.pattern = pattern; }
   const SparsePattern& pattern() const { return spec_.pattern; }
+  const AttentionSpec& spec() const { return spec_; }  // what every forward passes to ag::attention (but the cache)
   AttentionImpl impl() const { return spec_.impl; }
 
   // With keep_attention on, each forward stores A [B, H, T, T] (detached) for

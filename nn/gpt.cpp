@@ -233,17 +233,14 @@ KVCache GPT::make_kv_cache(int64_t B, int64_t capacity) const {
   return KVCache({.layers = config_.n_layer, .batch = B, .capacity = capacity > 0 ? capacity : config_.block_size});
 }
 
+// Every layer's pattern differs from the first's only in its random draws, which a rolling cache has none of.
 bool GPT::kv_cache_rolls() const {
   if (config_.positions_end_at_block_size()) return false;  // no position past block_size to roll to
-  AttentionSpec spec;
-  spec.function = config_.attention;
-  spec.position = config_.position;
-  spec.pattern = attention_pattern(config_, 0);
-  return attention_cache_rolls(spec);
+  return attention_cache_rolls(blocks_.front()->attn().spec());
 }
 
 int64_t GPT::rolling_kv_cache_capacity(int64_t T_new) const {
-  return rolling_cache_capacity(attention_pattern(config_, 0), T_new);
+  return rolling_cache_capacity(blocks_.front()->attn().pattern(), T_new);
 }
 
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, int64_t ignore_index) {

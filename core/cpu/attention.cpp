@@ -99,12 +99,18 @@ template <int64_t W, class T>
   } else {
     T running[W];  // a local of the loop alone, so that it stays in a register
     std::copy_n(max, W, running);
+    // ALiBi's distance p − j of lane l is (i0 + q_offset − j) + l: a column constant plus a ramp,
+    // both small integers in T (mask.bias's value), with no int64 → T conversion per element,
+    // which does not vectorise on AVX2 (as flash's score_tile).
+    T ramp[W];
+    for (int64_t l = 0; l < W; ++l) ramp[l] = static_cast<T>(l);
     for (int64_t j = 0; j < end; ++j) {  // lane l sits at key position first_p + l (causal) or sees every key
       const T* sj = s + j * Tq;
       T* aj = a + j * Tq;
+      const T distance = static_cast<T>(i0 + mask.q_offset - j);
 #pragma omp simd
       for (int64_t l = 0; l < lanes; ++l) {
-        const T x = j <= first_p + l ? sj[l] + mask.bias(slope, i0 + l, j) : -kInf<T>;
+        const T x = j <= first_p + l ? sj[l] - slope * (distance + ramp[l]) : -kInf<T>;
         aj[l] = x;
         running[l] = running[l] < x ? x : running[l];
       }
