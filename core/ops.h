@@ -8,6 +8,7 @@
 
 #include "core/attention_math.h"
 #include "core/linear_attention_math.h"
+#include "core/ssd_math.h"
 #include "core/tensor.h"
 
 namespace ag {
@@ -108,7 +109,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 // identity when !training or p == 0. Draws from `gen` (the default if null).
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullptr);
 
-// --- attention (core/ops/attention.cpp, core/ops/linear_attention.cpp) -------------------
+// --- attention (core/ops/attention.cpp, core/ops/linear_attention.cpp, core/ops/ssd.cpp) -----
 // The one attention contract: every attention function a model can compute
 // goes through attention(q, k, v, spec), with the same layouts, grouped kv
 // heads, causal flag, KV-cache decode and inspection. Per batch entry b and
@@ -122,6 +123,13 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullpt
 //   linear:  softmax(QKᵀ)V ≈ φ(Q)(φ(K)ᵀV) with a feature map φ and no scale:
 //            z_i = Σ_j (φ(q_i)·φ(k_j)) v_j / (Σ_j φ(q_i)·φ(k_j) + ε); φ(K)ᵀV is
 //            r×d whatever T is, so time is O(T·r·d) and the decode state O(r·d).
+//   ssd:     Mamba-2's selective state space (state-space duality): causal masked
+//            attention without softmax, scale or normaliser, whose mask is a learned,
+//            input-dependent decay instead of 0 / −∞:
+//              z_i = Σ_{j≤i} exp(Σ_{r=j+1..i} λ_r) (q_i·k_j) Δ_j v_j + D·v_i,  λ_r = −exp(a_log)·Δ_r
+//            per query head (Δ = spec.dt, a_log, D = spec.d_skip, below); a head's decay
+//            a_r = exp(λ_r) ∈ (0, 1] says how fast it forgets. Chunked: time O(T·(Q + d)·d),
+//            the decode state S = Σ_j (decay) k_j Δ_j v_jᵀ [d, d].
 //
 // q [B, Hq, Tq, d] and k, v [B, Hkv, Tk, d] (layout BHTD), or q [B, Tq, Hq, d]
 // and k, v [B, Tk, Hkv, d] (layout BTHD: a projection X·W_Q [B, T, C] reshaped
@@ -138,10 +146,10 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullpt
 
 // The function a model's attention computes (a model property, saved in its
 // checkpoint); AttentionImpl only chooses how softmax attention is computed.
-enum class AttentionFunction { Softmax, Linear };
+enum class AttentionFunction { Softmax, Linear, Ssd };
 template <> struct EnumNames<AttentionFunction> {
-  static constexpr std::pair<AttentionFunction, const char*> values[] = {{AttentionFunction::Softmax, "softmax"},
-                                                                          {AttentionFunction::Linear, "linear"}};
+  static constexpr std::pair<AttentionFunction, const char*> values[] = {
+      {AttentionFunction::Softmax, "softmax"}, {AttentionFunction::Linear, "linear"}, {AttentionFunction::Ssd, "ssd"}};
 };
 
 // How softmax attention is computed; every implementation computes the same function.
@@ -181,6 +189,9 @@ template <> struct EnumNames<PositionEncoding> {
 };
 inline constexpr double kDefaultRopeBase = 10000;
 
+// Positions per chunk of linear attention's and ssd's chunked sums (AttentionSpec::chunk).
+inline constexpr int64_t kDefaultAttentionChunk = 64;
+
 // One attention layer's generation state, carried from one decoded position
 // to the next. Softmax attention keeps every position's keys and values; linear
 // attention one running sum whose size does not grow with the positions. The
@@ -198,7 +209,9 @@ struct LayerKVCache {
   int64_t length = 0;    // positions held (rows 0 … length − 1)
   int64_t rolled = 0;    // positions dropped by rolling: the next position is length + rolled
   Tensor k = {}, v = {};  // softmax: K, V [B, T_max, Hkv, d] (BTHD), rows 0 … length − 1 written
-  Tensor state = {};      // linear: Σ_j φ(k_j) [v_j, 1]ᵀ [B, Hkv, r, d + 1] (S and z = Σ_j φ(k_j) side by side)
+  Tensor state = {};      // linear: Σ_j φ(k_j) [v_j, 1]ᵀ [B, Hkv, r, d + 1] (S and z = Σ_j φ(k_j) side by side);
+                          // ssd: S = Σ_j exp(σ) k_j Δ_j v_jᵀ [B, Hq, d, d], decayed to the last position
+  Tensor conv = {};       // ssd's module: its convolution's last W − 1 inputs [B, W − 1, C + 2·C_kv]
 
   int64_t bytes() const;  // what it holds now
 };
@@ -230,7 +243,12 @@ struct AttentionSpec {
   // --- linear only ---
   FeatureMap feature_map = FeatureMap::Elu1;
   Tensor omega = {};   // favor: the random features ω [m, d] as rows (favor_projection), in q's dtype and device
-  int64_t chunk = 64;  // positions per chunk of the causal sums (any value gives the same result but for rounding)
+  // --- linear and ssd ---
+  int64_t chunk = kDefaultAttentionChunk;  // positions per chunk of the causal sums (any value gives the same result but for rounding)
+  // --- ssd only: inputs of the function, differentiable as q, k, v are ---
+  Tensor dt = {};      // Δ > 0 per position and query head: [B, T, Hq] (BTHD) or [B, Hq, T] (BHTD)
+  Tensor a_log = {};   // [Hq]: λ_r = −exp(a_log_h)·Δ_r, the log of head h's decay at r
+  Tensor d_skip = {};  // [Hq]: D_h, the skip D_h·v_i added to each output
   // --- decode (every causal function) ---
   // Generation: k and v hold the new positions' keys and values only, and q
   // their queries (Tq = Tk). The op appends them to the cache, then each query
@@ -252,6 +270,7 @@ struct AttentionFunctionTraits {
   bool reads_pattern;      // it takes a sparse pattern
   bool reads_feature_map;  // feature_map and omega
   bool reads_alibi;        // it has scores for ALiBi to bias
+  bool reads_decay;        // dt, a_log and d_skip (ssd)
   const char* weights;     // what AttentionInternals::probabilities holds for it
   const char* cache_holds; // what its LayerKVCache holds
 };
@@ -269,7 +288,8 @@ struct AttentionInternals {
   // A [B, Hq, Tq, Tk] with Z = A V: softmax's probabilities (composed and dense;
   // flash never forms A), or the weights linear attention's output implies,
   //   A_ij = φ(q_i)·φ(k_j) / (Σ_{j' visible} φ(q_i)·φ(k_j') + ε),
-  // formed for inspection only (the T×T matrix linear attention avoids).
+  // or ssd's, A_ij = exp(σ(i, j)) (q_i·k_j) Δ_j for j ≤ i, plus D on the diagonal,
+  // formed for inspection only (the T×T matrix linear attention and ssd avoid).
   Tensor probabilities;
   Tensor log_sum_exp;  // ℓ [B, Hq, Tq], float64, +inf on a row that sees no key: softmax's dense and flash
 };

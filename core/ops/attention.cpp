@@ -49,6 +49,9 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
   const AttentionFunctionTraits& traits = attention_function_traits(spec.function);
   AG_CHECK(traits.reads_feature_map || !spec.omega.defined(),
            shapes_of(q, k, v) << ": omega is linear attention's; " << name_of(spec.function) << " attention reads none");
+  AG_CHECK(traits.reads_decay || (!spec.dt.defined() && !spec.a_log.defined() && !spec.d_skip.defined()),
+           shapes_of(q, k, v) << ": dt, a_log and d_skip are ssd attention's; " << name_of(spec.function)
+                              << " attention reads none");
   AG_CHECK(traits.reads_alibi || spec.position != PositionEncoding::Alibi,
            shapes_of(q, k, v) << ": position alibi biases softmax attention's scores; " << name_of(spec.function)
                               << " attention has none (use rope or none)");
@@ -361,18 +364,28 @@ struct AttentionFunctionEntry {
 constexpr AttentionFunctionEntry kAttentionFunctions[] = {
     {.function = AttentionFunction::Softmax,
      .traits = {.reads_impl = true, .reads_pattern = true, .reads_feature_map = false, .reads_alibi = true,
-                .weights = "A = softmax(S + M)", .cache_holds = "KV cache"},
+                .reads_decay = false, .weights = "A = softmax(S + M)", .cache_holds = "KV cache"},
      .attend = softmax_attention,
      // S = QKᵀ and Z = AV: all T×T entries of every head (the causal mask skips no arithmetic)
      .forward_flops = [](FeatureMap, int64_t, int64_t B, int64_t H, int64_t T, int64_t d) { return 2 * 2 * B * H * T * T * d; }},
     {.function = AttentionFunction::Linear,
      .traits = {.reads_impl = false, .reads_pattern = false, .reads_feature_map = true, .reads_alibi = false,
-                .weights = "the weights linear attention implies, φ(q)·φ(k) / Σ",
+                .reads_decay = false, .weights = "the weights linear attention implies, φ(q)·φ(k) / Σ",
                 .cache_holds = "recurrent state in the KV cache"},
      .attend = detail::linear_attention,
      // the state Σ φ(k_j)[v_j, 1]ᵀ and its readout φ(q_i)ᵀ·state, plus FAVOR+'s projections of q and k
      .forward_flops = [](FeatureMap map, int64_t r, int64_t B, int64_t H, int64_t T, int64_t d) {
        return B * H * (2 * 2 * T * r * (d + 1) + (map == FeatureMap::Favor ? 2 * 2 * T * r * d : 0));
+     }},
+    {.function = AttentionFunction::Ssd,
+     .traits = {.reads_impl = false, .reads_pattern = false, .reads_feature_map = false, .reads_alibi = false,
+                .reads_decay = true, .weights = "the weights ssd implies, exp(σ)·(q·k)·Δ (+ D on the diagonal)",
+                .cache_holds = "recurrent state in the KV cache"},
+     .attend = detail::ssd_attention,
+     // per position and head, in chunks of Q: the visible half of the chunk's (q·k) and its weighted
+     // sum of v (Q + 1 of d each), the state's readout and its update (d·d each)
+     .forward_flops = [](FeatureMap, int64_t, int64_t B, int64_t H, int64_t T, int64_t d) {
+       return B * H * T * 2 * ((kDefaultAttentionChunk + 1) * d + 2 * d * d);
      }},
 };
 

@@ -24,4 +24,9 @@ Tensor repeat_kv_heads(const Tensor& t, int64_t Hq);
 Tensor linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
                         AttentionInternals* internals);
 
+// core/ops/ssd.cpp. With spec.cache: runs the new positions from cache->state and leaves the state
+// after them there (the caller advances cache->length).
+Tensor ssd_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                     AttentionInternals* internals);
+
 }  // namespace ag::detail

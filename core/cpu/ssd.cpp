@@ -1,0 +1,161 @@
+// State-space attention's kernels on the CPU: the chunked decayed product
+// (Mamba-2's SSD algorithm) that every sum of the forward and the backward is,
+// and the decay's gradient. Contract: core/ssd_math.h (DecayedProduct);
+// derivations: docs/backprop.md, "State-space attention".
+//
+// Thread mapping: OpenMP over the problems (batch entry × head); each
+// problem's sums run in order on one thread, so the bits do not depend on the
+// thread count.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/cpu/cpu.h"
+#include "core/cpu/loops.h"
+
+namespace ag::cpu {
+namespace {
+
+// Per-thread scratch: the state [r, e], one chunk of B transposed [r, chunk],
+// and per position of the chunk its decay a = exp(λ), the decays to the
+// chunk's ends, the current row of the decay mask and of the weights.
+template <class T> struct DecayScratch {
+  std::vector<T> state, bt, a, to_start, to_end, mask, weights;
+  DecayScratch(const DecayedProduct& how, int64_t chunk)
+      : state(how.r * how.e), bt(how.r * chunk), a(chunk), to_start(chunk), to_end(chunk), mask(chunk),
+        weights(chunk) {}
+};
+
+// One problem, head h of batch entry b. Chunk by chunk (forward for Causal,
+// backward for Anticausal), with the chunk [j0, j1):
+//   to_start_i = Π_{r=j0..i} a_r,  to_end_i = Π_{r=i+1..j1−1} a_r   (running products of a_r ≤ 1: the
+//   segment sums of λ exponentiated without cancellation, never exp of a positive number)
+//   Causal:     Out_i = to_start_i A_i·S + Σ_{j0≤j≤i} mask_ij (A_i·B_j) w_j C_j,
+//               S ← to_start_{j1−1} S + Σ_j to_end_j w_j B_j C_jᵀ
+//   Anticausal: Out_i = to_end_i A_i·R + Σ_{i≤j<j1} mask_ij (A_i·B_j) w_j C_j,
+//               R ← to_start_{j1−1} R + Σ_j to_start_j w_j B_j C_jᵀ
+// where mask_ij = exp(σ(i, j)): row i of the mask is row i∓1's times one a (Causal: row i = row i−1 · a_i
+// with mask_ii = 1; Anticausal: row i = row i+1 · a_{i+1}), one vector multiply per row.
+template <class T>
+void decayed_product_one(const DecayedProduct& how, const T* A, const T* B, const T* C, const T* dt, const T* log_a,
+                         T* Out, T* state_io, int64_t b, int64_t h, int64_t chunk, DecayScratch<T>& scratch) {
+  const int64_t T_ = how.T, r = how.r, e = how.e;
+  const int64_t ha = how.a_head(h), hb = how.b_head(h), hc = how.c_head(h);
+  const bool causal = how.causal();
+  std::vector<T>& state = scratch.state;
+  if (state_io)
+    std::copy_n(state_io, r * e, state.begin());
+  else
+    std::fill(state.begin(), state.end(), T(0));
+  T *a = scratch.a.data(), *to_start = scratch.to_start.data(), *to_end = scratch.to_end.data();
+  T *mask = scratch.mask.data(), *weights = scratch.weights.data(), *bt = scratch.bt.data();
+  const int64_t chunks = (T_ + chunk - 1) / chunk;
+  for (int64_t n = 0; n < chunks; ++n) {
+    const int64_t index = causal ? n : chunks - 1 - n;
+    const int64_t j0 = index * chunk, j1 = std::min(j0 + chunk, T_), width = j1 - j0;
+    for (int64_t j = 0; j < width; ++j) a[j] = std::exp(log_a[how.decay.at(b, h, j0 + j)]);
+    T product = 1;
+    for (int64_t j = 0; j < width; ++j) to_start[j] = product *= a[j];
+    product = 1;
+    for (int64_t j = width - 1; j >= 0; --j) {
+      to_end[j] = product;
+      product *= a[j];
+    }
+    const auto w = [&](int64_t j) { return how.weighted ? dt[how.decay.at(b, h, j0 + j)] : T(1); };
+    for (int64_t j = 0; j < width; ++j) {
+      const T* bj = B + how.b.at(b, hb, j0 + j);
+      for (int64_t p = 0; p < r; ++p) bt[p * width + j] = bj[p];
+    }
+    std::fill_n(mask, width, T(0));
+    for (int64_t step = 0; step < width; ++step) {
+      const int64_t i = causal ? step : width - 1 - step;  // within the chunk
+      const T* ai = A + how.a.at(b, ha, j0 + i);
+      T* out = Out + how.out.at(b, h, j0 + i);
+      // the chunks already passed, through the state
+      const T read_decay = causal ? to_start[i] : to_end[i];
+      std::fill_n(out, e, T(0));
+      for (int64_t p = 0; p < r; ++p) {
+        const T ap = ai[p] * read_decay;
+        const T* row = state.data() + p * e;
+        for (int64_t c = 0; c < e; ++c) out[c] += ap * row[c];
+      }
+      // this chunk: the masked quadratic form over the visible j ∈ [lo, hi)
+      const int64_t lo = causal ? 0 : i, hi = causal ? i + 1 : width;
+      if (causal) {
+        for (int64_t j = 0; j < i; ++j) mask[j] *= a[i];
+      } else if (i + 1 < width) {
+        for (int64_t j = i + 1; j < width; ++j) mask[j] *= a[i + 1];
+      }
+      mask[i] = 1;
+      std::fill(weights + lo, weights + hi, T(0));
+      for (int64_t p = 0; p < r; ++p) {
+        const T ap = ai[p];
+        const T* bp = bt + p * width;
+        for (int64_t j = lo; j < hi; ++j) weights[j] += ap * bp[j];
+      }
+      for (int64_t j = lo; j < hi; ++j) {
+        const T weight = weights[j] * mask[j] * w(j);
+        const T* cj = C + how.c.at(b, hc, j0 + j);
+        for (int64_t c = 0; c < e; ++c) out[c] += weight * cj[c];
+      }
+    }
+    // the state moves past this chunk
+    const T carry = to_start[width - 1];
+    for (T& s : state) s *= carry;
+    for (int64_t j = 0; j < width; ++j) {
+      const T decay = (causal ? to_end[j] : to_start[j]) * w(j);
+      const T* cj = C + how.c.at(b, hc, j0 + j);
+      for (int64_t p = 0; p < r; ++p) {
+        const T bp = bt[p * width + j] * decay;
+        T* row = state.data() + p * e;
+        for (int64_t c = 0; c < e; ++c) row[c] += bp * cj[c];
+      }
+    }
+  }
+  if (state_io) std::copy_n(state.begin(), r * e, state_io);
+}
+
+}  // namespace
+
+void ssd_product(const Tensor& A, const Tensor& B, const Tensor& C, const Tensor& dt, const Tensor& log_a,
+                 const DecayedProduct& how, Tensor& Out, Tensor* state) {
+  visit_floating(A.dtype(), "ssd_product", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t problems = how.batch * how.heads;
+    const int64_t chunk = std::min(std::max<int64_t>(how.chunk, 1), std::max<int64_t>(how.T, 1));
+    const T *a = A.data<T>(), *b = B.data<T>(), *c = C.data<T>(), *w = dt.data<T>(), *la = log_a.data<T>();
+    T* out = Out.data<T>();
+    T* st = state ? state->data<T>() : nullptr;
+#pragma omp parallel if (problems > 1 && problems * how.T * (chunk + how.r) * (how.r + how.e) > kParallelGrain)
+    {
+      DecayScratch<T> scratch(how, chunk);
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < problems; ++n)
+        decayed_product_one(how, a, b, c, w, la, out, st ? st + n * how.r * how.e : nullptr, n / how.heads,
+                            n % how.heads, chunk, scratch);
+    }
+  });
+}
+
+void ssd_decay_gradient(const Tensor& dY, const Tensor& Y, const Tensor& dt, const Tensor& d_dt,
+                        const DecayedProduct& how, Tensor& d_log_a) {
+  visit_floating(Y.dtype(), "ssd_decay_gradient", [&](auto zero) {
+    using T = decltype(zero);
+    const T *dy = dY.data<T>(), *y = Y.data<T>(), *w = dt.data<T>(), *dw = d_dt.data<T>();
+    T* dla = d_log_a.data<T>();
+    for_rows(how.batch * how.heads, how.T * how.e, [&](int64_t n) {
+      const int64_t b = n / how.heads, h = n % how.heads;
+      T suffix = 0;
+      for (int64_t t = how.T - 1; t >= 0; --t) {
+        const T *dyt = dy + how.out.at(b, h, t), *yt = y + how.out.at(b, h, t);
+        T dot = 0;
+        for (int64_t c = 0; c < how.e; ++c) dot += dyt[c] * yt[c];
+        const int64_t at = how.decay.at(b, h, t);
+        suffix += dot - w[at] * dw[at];
+        dla[at] = suffix;
+      }
+    });
+  });
+}
+
+}  // namespace ag::cpu

@@ -1,0 +1,192 @@
+// State-space attention (Mamba-2's SSD), one of the functions behind
+// attention() (core/ops.h). Per batch entry and query head, with Δ the step
+// (spec.dt), λ_r = −exp(a_log)·Δ_r the log decay and L_ij = exp(σ(i, j)),
+// σ(i, j) = Σ_{r=j+1..i} λ_r:
+//   y_i = Σ_{j≤i} L_ij (q_i·k_j) Δ_j v_j,      z_i = y_i + D·v_i
+// y is one op (the decayed product, chunked: core/cpu/ssd.cpp, cuda/ssd.cu);
+// λ and the skip are ops around it, whose own backward gives a_log's and D's
+// gradients and the skip's share of dv.
+//
+// Backward of y (docs/backprop.md, "State-space attention"). With G_ij = dy_i·v_j,
+//   dq_i = Σ_{j≤i} L_ij Δ_j G_ij k_j                      causal, like the forward
+//   U_j  = Σ_{i≥j} L_ij (k_j·q_i) dy_i,   dv_j = Δ_j U_j   anticausal
+//   W_j  = Σ_{i≥j} L_ij (v_j·dy_i) q_i,   dk_j = Δ_j W_j   anticausal
+//   dΔ_j = Σ_{i≥j} L_ij (q_i·k_j) G_ij = v_j·U_j           (through Δ_j's factor)
+//   dλ_r = Σ_{t≥r} (dy_t·y_t − Δ_t dΔ_t)                    (through L: ∂L_ij/∂λ_r = L_ij for j < r ≤ i)
+// so the backward is three more decayed products and one suffix sum; the
+// products recompute their chunk states instead of saving them. With grouped
+// kv heads a query head reads its kv head in place, and a kv head's dk, dv sum
+// the group's Δ_j W_j, Δ_j U_j. Saved: q, k, v, Δ, λ and y.
+#include <vector>
+
+#include "core/ops/attention_functions.h"
+
+namespace ag {
+
+namespace {
+
+using detail::head_strides;
+using detail::heads_of;
+using detail::positions_of;
+
+// Δ and λ, [B, T, H] (BTHD) or [B, H, T] (BHTD), as rows of width 1.
+HeadStrides decay_strides(const Tensor& t, AttentionLayout layout) {
+  return layout == AttentionLayout::BTHD ? HeadStrides{t.size(1) * t.size(2), 1, t.size(2)}
+                                         : HeadStrides{t.size(1) * t.size(2), t.size(2), 1};
+}
+
+// A per-head vector [H] shaped to broadcast over Δ's layout, or over a [.., H, .., w] operand's.
+Tensor per_decay_head(const Tensor& x, AttentionLayout layout) {
+  return x.reshape(layout == AttentionLayout::BTHD ? Shape{1, 1, x.size(0)} : Shape{1, x.size(0), 1});
+}
+Tensor per_head(const Tensor& x, AttentionLayout layout) {
+  return x.reshape(layout == AttentionLayout::BTHD ? Shape{1, 1, x.size(0), 1} : Shape{1, x.size(0), 1, 1});
+}
+// Δ [.., H] as [.., H, 1], to scale each row of an operand.
+Tensor per_row(const Tensor& dt) { return dt.reshape({dt.size(0), dt.size(1), dt.size(2), 1}); }
+
+// Each kv head repeated for the H query heads that read it (a copy; its backward sums the group).
+Tensor query_heads(const Tensor& t, int64_t H, AttentionLayout layout) {
+  if (layout == AttentionLayout::BHTD) return detail::repeat_kv_heads(t, H);
+  const int64_t B = t.size(0), T = t.size(1), Hkv = t.size(2), w = t.size(3);
+  return Hkv == H ? t : expand(t.reshape({B, T, Hkv, 1, w}), {B, T, Hkv, H / Hkv, w}).reshape({B, T, H, w});
+}
+// A kv head's share of per-query-head rows: the sum over its group.
+Tensor kv_head_sum(const Tensor& t, int64_t Hkv, AttentionLayout layout) {
+  const int64_t B = t.size(0), H = heads_of(t, layout), T = positions_of(t, layout), w = t.size(3);
+  if (H == Hkv) return t;
+  return layout == AttentionLayout::BTHD ? sum(t.reshape({B, T, Hkv, H / Hkv, w}), 3)
+                                         : sum(t.reshape({B, Hkv, H / Hkv, T, w}), 2);
+}
+
+struct ProductOptions {
+  PrefixDirection direction;
+  bool weighted;
+  int64_t chunk;
+  AttentionLayout layout;
+};
+
+// Out_i = Σ_{j visible} exp(σ(i, j)) (A_i·B_j) [Δ_j] C_j with Δ's heads (DecayedProduct); `out` given
+// (its layout and strides its own) or allocated in the operands' layout.
+DecayedProduct describe_product(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& dt,
+                                const ProductOptions& options) {
+  const AttentionLayout layout = options.layout;
+  const int64_t H = layout == AttentionLayout::BTHD ? dt.size(2) : dt.size(1);
+  return {.direction = options.direction, .weighted = options.weighted, .chunk = options.chunk,
+          .batch = a.size(0), .T = positions_of(a, layout), .r = a.size(3), .e = c.size(3), .heads = H,
+          .a_heads = heads_of(a, layout), .b_heads = heads_of(b, layout), .c_heads = heads_of(c, layout),
+          .a = head_strides(a, layout), .b = head_strides(b, layout), .c = head_strides(c, layout),
+          .out = {}, .decay = decay_strides(dt, layout)};
+}
+
+Tensor decayed_product(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& dt, const Tensor& log_a,
+                       const ProductOptions& options, Tensor* state = nullptr) {
+  DecayedProduct how = describe_product(a, b, c, dt, options);
+  const Shape shape = options.layout == AttentionLayout::BTHD ? Shape{how.batch, how.T, how.heads, how.e}
+                                                              : Shape{how.batch, how.heads, how.T, how.e};
+  Tensor out = detail::empty_as(shape, c);
+  how.out = head_strides(out, options.layout);
+  kernel::ssd_product(a, b, c, dt, log_a, how, out, state);
+  return out;
+}
+
+// y = Σ_{j≤i} L_ij (q_i·k_j) Δ_j v_j as one op of the graph, with its backward (above).
+Tensor decayed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dt, const Tensor& log_a,
+                         const AttentionSpec& spec) {
+  const ProductOptions forward{PrefixDirection::Causal, true, spec.chunk, spec.layout};
+  Tensor Y;
+  {
+    NoGradGuard no_grad;  // the kernel is this op's forward, not an op of the graph
+    Y = decayed_product(q.detach(), k.detach(), v.detach(), dt.detach(), log_a.detach(), forward);
+  }
+  return record("ssd_attention", {q, k, v, dt, log_a}, Y,
+                [Q = q.detach(), K = k.detach(), V = v.detach(), Dt = dt.detach(), La = log_a.detach(),
+                 Y = Y.detach(), forward](const Tensor& dY) -> Gradients {
+                  const AttentionLayout layout = forward.layout;
+                  const ProductOptions reverse{PrefixDirection::Anticausal, false, forward.chunk, layout};
+                  const int64_t H = heads_of(Q, layout), Hkv = heads_of(K, layout);
+                  const Tensor dQ = decayed_product(dY, V, K, Dt, La, forward);  // Σ_{j≤i} L_ij Δ_j (dy_i·v_j) k_j
+                  const Tensor U = decayed_product(K, Q, dY, Dt, La, reverse);    // Σ_{i≥j} L_ij (k_j·q_i) dy_i
+                  const Tensor W = decayed_product(V, dY, Q, Dt, La, reverse);    // Σ_{i≥j} L_ij (v_j·dy_i) q_i
+                  const Tensor dDt = sum(query_heads(V, H, layout) * U, 3);      // v_j·U_j
+                  Tensor dLa = detail::empty_like(La);
+                  DecayedProduct how = describe_product(Q, K, V, Dt, forward);
+                  how.out = head_strides(Y, layout);
+                  kernel::ssd_decay_gradient(dY, Y, Dt, dDt, how, dLa);
+                  return {dQ, kv_head_sum(W * per_row(Dt), Hkv, layout), kv_head_sum(U * per_row(Dt), Hkv, layout),
+                          dDt, dLa};
+                });
+}
+
+// A [B, Hq, T, T] with Z = A V, for inspection: the decayed product against the identity gives
+// row i's L_ij (q_i·k_j) Δ_j in column j; D joins on the diagonal.
+Tensor implied_weights(const Tensor& q, const Tensor& k, const Tensor& dt, const Tensor& log_a, const Tensor& d_skip,
+                       const AttentionSpec& spec) {
+  NoGradGuard no_grad;
+  const AttentionLayout layout = spec.layout;
+  const int64_t B = q.size(0), H = heads_of(q, layout), T = positions_of(q, layout);
+  std::vector<double> identity(T * T, 0.0);
+  for (int64_t t = 0; t < T; ++t) identity[t * T + t] = 1;
+  const Tensor eye = Tensor::from_vector(identity, {T, T}, q.dtype()).to(q.device());
+  DecayedProduct how = describe_product(q, k, eye.reshape({1, T, 1, T}), dt,
+                                        {PrefixDirection::Causal, true, spec.chunk, layout});
+  how.c = {0, 0, T};  // every batch entry and head reads the one identity
+  how.c_heads = 1;
+  Tensor A = detail::empty_as({B, H, T, T}, q);
+  how.out = head_strides(A, AttentionLayout::BHTD);
+  kernel::ssd_product(q, k, eye, dt, log_a, how, A, nullptr);
+  return A + eye * per_head(d_skip, AttentionLayout::BHTD);
+}
+
+void check_parameters(const Tensor& q, const Tensor& k, const AttentionSpec& spec) {
+  const auto where = [&] { return "attention (ssd): q " + to_string(q.shape()) + ", k " + to_string(k.shape()); };
+  AG_CHECK(spec.causal, where() << ": ssd attention is causal (its state runs forward in time); it cannot be non-causal");
+  AG_CHECK(!spec.pattern.limited(),
+           where() << ": ssd attention decays over every earlier position; it takes no sparse pattern");
+  AG_CHECK(!spec.scale && !spec.q_offset && !spec.kv_length,
+           where() << ": scale, q_offset and kv_length are softmax attention's; ssd attention has none");
+  AG_CHECK(spec.cache || positions_of(q, spec.layout) == positions_of(k, spec.layout),
+           where() << ": ssd attention needs as many queries as keys (a cache for decoding)");
+  AG_CHECK(spec.chunk >= 1, where() << ": chunk " << spec.chunk << " must be positive");
+  const int64_t B = q.size(0), H = heads_of(q, spec.layout), T = positions_of(q, spec.layout);
+  const Shape dt_shape = spec.layout == AttentionLayout::BTHD ? Shape{B, T, H} : Shape{B, H, T};
+  AG_CHECK(spec.dt.defined(), where() << ": dt (Δ " << to_string(dt_shape) << ") is missing");
+  AG_CHECK(spec.a_log.defined(), where() << ": a_log [" << H << "] is missing");
+  AG_CHECK(spec.d_skip.defined(), where() << ": d_skip [" << H << "] is missing");
+  AG_CHECK(spec.dt.shape() == dt_shape, where() << ": dt " << describe(spec.dt) << " is not " << to_string(dt_shape));
+  AG_CHECK(spec.a_log.shape() == Shape{H}, where() << ": a_log " << describe(spec.a_log) << " is not [" << H << "]");
+  AG_CHECK(spec.d_skip.shape() == Shape{H}, where() << ": d_skip " << describe(spec.d_skip) << " is not [" << H << "]");
+  detail::check_compatible("attention (ssd)", {&q, &spec.dt, &spec.a_log, &spec.d_skip});
+}
+
+}  // namespace
+
+namespace detail {
+
+Tensor ssd_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                     AttentionInternals* internals) {
+  check_parameters(q, k, spec);
+  const AttentionLayout layout = spec.layout;
+  const int64_t H = heads_of(q, layout);
+  const Tensor log_a = -(exp(per_decay_head(spec.a_log, layout)) * spec.dt);  // λ = −exp(a_log)·Δ
+  const Tensor skip = query_heads(v, H, layout) * per_head(spec.d_skip, layout);  // D·v_i
+  if (spec.cache) {
+    // Decode: the state holds every earlier position, decayed to the last; the new ones join it.
+    LayerKVCache& cache = *spec.cache;
+    const int64_t B = q.size(0), d = q.size(3);
+    const Shape state_shape{B, H, d, v.size(3)};
+    if (!cache.state.defined()) cache.state = Tensor::zeros(state_shape, v.dtype(), v.device());
+    AG_CHECK(cache.state.shape() == state_shape && cache.state.dtype() == v.dtype() && cache.state.device() == v.device(),
+             "attention (ssd): the cache's state " << describe(cache.state) << " is not " << to_string(state_shape)
+                                                   << " in the new keys' dtype and device");
+    return decayed_product(q, k, v, spec.dt, log_a, {PrefixDirection::Causal, true, spec.chunk, layout},
+                           &cache.state) +
+           skip;
+  }
+  if (internals) internals->probabilities = implied_weights(q, k, spec.dt, log_a, spec.d_skip, spec);
+  return decayed_attention(q, k, v, spec.dt, log_a, spec) + skip;
+}
+
+}  // namespace detail
+
+}  // namespace ag

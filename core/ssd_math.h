@@ -1,0 +1,44 @@
+// The state-space (SSD, Mamba-2) attention function as its kernels see it,
+// written once for the CPU loops (core/cpu/ssd.cpp) and the CUDA kernels
+// (cuda/ssd.cu). The derivations: docs/backprop.md, "State-space attention".
+#pragma once
+#include <cstdint>
+
+#include "core/attention_math.h"         // HeadStrides
+#include "core/linear_attention_math.h"  // PrefixDirection
+#include "core/random.h"                 // AG_HOST_DEVICE
+
+namespace ag {
+
+// The decayed product every sum of SSD's forward and backward is. For each
+// batch entry b, head h < heads and position i < T:
+//   Out[b,h]_i = Σ_{j visible from i} exp(σ(i, j)) (A_i · B_j) w_j C_j
+//   σ(i, j) = Σ_{r = min(i,j)+1 … max(i,j)} λ_r     (λ = log a ≤ 0, head h's)
+// w_j = Δ_j (dt) when `weighted`, else 1. Visible: j ≤ i (Causal) or j ≥ i
+// (Anticausal). Out, Δ and λ have `heads` heads; A, B, C have a_heads,
+// b_heads, c_heads, and head h reads head h / (heads / x_heads) of each (a
+// query head its kv head). Every operand is read in place through its
+// HeadStrides (Δ and λ as rows of width 1).
+//
+// Computed in chunks of `chunk` positions (Mamba-2's SSD): inside a chunk the
+// masked quadratic form with σ(i, j) summed directly, never as a difference of
+// two long sums (cumsum_i − cumsum_j loses every digit once the sums are long;
+// a direct sum of λ ≤ 0 is ≤ 0, so exp never overflows); across chunks a
+// state S = Σ_j exp(σ) w_j B_j C_jᵀ [r, e] carried with its decay. A causal
+// product may start from a given state and leave the final one (decoding).
+// The result does not depend on `chunk` but for rounding (the tests check it).
+struct DecayedProduct {
+  PrefixDirection direction = PrefixDirection::Causal;  // Causal or Anticausal
+  bool weighted = false;
+  int64_t chunk = 64;
+  int64_t batch = 0, T = 0, r = 0, e = 0, heads = 1, a_heads = 1, b_heads = 1, c_heads = 1;
+  HeadStrides a{}, b{}, c{}, out{}, decay{};  // decay: Δ's and λ's [B, T, heads] or [B, heads, T]
+
+  AG_HOST_DEVICE static int64_t head_of(int64_t h, int64_t heads, int64_t x_heads) { return h / (heads / x_heads); }
+  AG_HOST_DEVICE int64_t a_head(int64_t h) const { return head_of(h, heads, a_heads); }
+  AG_HOST_DEVICE int64_t b_head(int64_t h) const { return head_of(h, heads, b_heads); }
+  AG_HOST_DEVICE int64_t c_head(int64_t h) const { return head_of(h, heads, c_heads); }
+  AG_HOST_DEVICE bool causal() const { return direction == PrefixDirection::Causal; }
+};
+
+}  // namespace ag

@@ -1,0 +1,285 @@
+// State-space attention through the attention contract (attention() with
+// AttentionFunction::Ssd; core/ops/ssd.cpp): the chunked op against the masked
+// quadratic form it computes, over chunk sizes and chunk boundaries, gradients
+// (float64 gradcheck of q, k, v, Δ, a_log, D), grouped kv heads and both
+// layouts, the decay's extremes, the weights it implies, decoding through a
+// LayerKVCache, the errors, and CPU against CUDA.
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/gradcheck.h"
+#include "core/ops.h"
+#include "tests/helpers.h"
+
+using namespace ag;
+using ag::test::random;
+
+namespace {
+
+// The inputs {q, k, v, Δ, a_log, D} of one problem: q [B, Hq, T, d] and k, v [B, Hkv, T, d] (or
+// BTHD), Δ ∈ [0.05, 0.35), a_log around −2 (decays near 0.97 per step, so the state matters across
+// 200 positions), D ∈ [0.5, 1.5).
+struct Problem {
+  int64_t B = 2, Hq = 2, Hkv = 2, T = 5, d = 4;
+  AttentionLayout layout = AttentionLayout::BHTD;
+};
+std::vector<Tensor> inputs_for(const Problem& p, uint64_t seed, DType dtype = DType::Float64) {
+  const bool bthd = p.layout == AttentionLayout::BTHD;
+  const auto rows = [&](int64_t H) { return bthd ? Shape{p.B, p.T, H, p.d} : Shape{p.B, H, p.T, p.d}; };
+  Generator gen(seed + 1000);
+  Tensor dt = Tensor::uniform(bthd ? Shape{p.B, p.T, p.Hq} : Shape{p.B, p.Hq, p.T}, 0.05, 0.35, dtype, &gen);
+  const Tensor a_log = random({p.Hq}, seed + 4, dtype, false) * 0.5 - 2.0;
+  Tensor d_skip = Tensor::uniform({p.Hq}, 0.5, 1.5, dtype, &gen);
+  return {random(rows(p.Hq), seed + 1, dtype), random(rows(p.Hkv), seed + 2, dtype),
+          random(rows(p.Hkv), seed + 3, dtype), dt.requires_grad_(), a_log.detach().requires_grad_(),
+          d_skip.requires_grad_()};
+}
+
+AttentionSpec ssd_spec(const std::vector<Tensor>& x, AttentionLayout layout, int64_t chunk = kDefaultAttentionChunk) {
+  return {.function = AttentionFunction::Ssd, .causal = true, .layout = layout, .chunk = chunk,
+          .dt = x[3], .a_log = x[4], .d_skip = x[5]};
+}
+Tensor ssd(const std::vector<Tensor>& x, AttentionLayout layout, int64_t chunk = kDefaultAttentionChunk) {
+  return attention(x[0], x[1], x[2], ssd_spec(x, layout, chunk));
+}
+
+// [B, H, T, d] <-> [B, T, H, d], and Δ [B, H, T] <-> [B, T, H]
+Tensor swap_heads_and_positions(const Tensor& t) {
+  return t.dim() == 4 ? permute(t, {0, 2, 1, 3}) : permute(t, {0, 2, 1});
+}
+Tensor repeat_kv(const Tensor& t, int64_t Hq) {
+  const int64_t B = t.size(0), Hkv = t.size(1), T = t.size(2), d = t.size(3);
+  return expand(t.reshape({B, Hkv, 1, T, d}), {B, Hkv, Hq / Hkv, T, d}).reshape({B, Hq, T, d});
+}
+// A 0/1 matrix [T, T] with ones where keep(i, j).
+template <class Keep> Tensor indicator(int64_t T, Keep keep) {
+  std::vector<double> m(T * T);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j) m[i * T + j] = keep(i, j) ? 1 : 0;
+  return Tensor::from_vector(m, {T, T}, DType::Float64);
+}
+
+// The formula as composed ops (BHTD), differentiable in every input:
+//   σ(i, j) = Σ_r [j < r ≤ i] λ_r  (one product of 0/1 matrices: no difference of long sums),
+//   z_i = Σ_{j≤i} exp(σ(i, j)) (q_i·k_j) Δ_j v_j + D v_i,  λ = −exp(a_log)·Δ.
+Tensor quadratic_form(const std::vector<Tensor>& x) {
+  const Tensor &q = x[0], &dt = x[3], &a_log = x[4], &d_skip = x[5];
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
+  const Tensor k = repeat_kv(x[1], H), v = repeat_kv(x[2], H);
+  const Tensor log_a = -(exp(a_log.reshape({1, H, 1})) * dt);                        // [B, H, T]
+  const Tensor up_to_i = indicator(T, [](int64_t i, int64_t r) { return r <= i; });  // [i, r]
+  const Tensor after_j = indicator(T, [](int64_t r, int64_t j) { return r > j; });   // [r, j]
+  const Tensor sigma = matmul(up_to_i * log_a.reshape({B, H, 1, T}), after_j);       // [B, H, T, T]
+  const Tensor decay = exp(sigma) * indicator(T, [](int64_t i, int64_t j) { return j <= i; });
+  const Tensor weights = matmul(q, transpose(k, 2, 3)) * decay * dt.reshape({B, H, 1, T});
+  return matmul(weights, v) + v * d_skip.reshape({1, H, 1, 1});
+}
+
+// The output and every input's gradient under one upstream gradient.
+std::vector<Tensor> output_and_gradients(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                                         const std::vector<Tensor>& inputs, uint64_t seed) {
+  std::vector<Tensor> x;
+  for (const Tensor& t : inputs) x.push_back(t.detach().clone().requires_grad_());
+  const Tensor z = f(x);
+  z.backward(random(z.shape(), seed, z.dtype(), false).to(z.device()));
+  std::vector<Tensor> out = {z};
+  for (const Tensor& t : x) out.push_back(t.grad());
+  return out;
+}
+const char* const kNames[] = {"z", "dq", "dk", "dv", "ddt", "da_log", "dd_skip"};
+
+}  // namespace
+
+TEST_CASE("ssd attention: the chunked op equals the quadratic form, output and every gradient (float64, ≤ 1e-12)") {
+  // T ∈ {1, Q − 1, Q, Q + 1, 200} for the chunk sizes Q = 64 (the default) and 16, grouped kv heads.
+  for (int64_t chunk : {int64_t{64}, int64_t{16}})
+    for (int64_t T : {int64_t{1}, chunk - 1, chunk, chunk + 1, int64_t{200}})
+      for (int64_t Hkv : {2, 1}) {
+        CAPTURE(chunk);
+        CAPTURE(T);
+        CAPTURE(Hkv);
+        const std::vector<Tensor> x = inputs_for({.Hq = 2, .Hkv = Hkv, .T = T}, 10 + T);
+        const std::vector<Tensor> got = output_and_gradients(
+            [&](const std::vector<Tensor>& in) { return ssd(in, AttentionLayout::BHTD, chunk); }, x, 7);
+        const std::vector<Tensor> want = output_and_gradients(quadratic_form, x, 7);
+        for (size_t i = 0; i < got.size(); ++i) {
+          CAPTURE(kNames[i]);
+          CHECK_CLOSE(got[i], want[i], 1e-12);
+        }
+      }
+}
+
+TEST_CASE("ssd attention: float64 gradcheck of q, k, v, dt, a_log and d_skip (across chunks, grouped kv heads, BTHD)") {
+  for (AttentionLayout layout : {AttentionLayout::BHTD, AttentionLayout::BTHD})
+    for (int64_t Hkv : {2, 1}) {
+      CAPTURE(layout == AttentionLayout::BTHD);
+      CAPTURE(Hkv);
+      const std::vector<Tensor> x = inputs_for({.Hq = 2, .Hkv = Hkv, .T = 7, .d = 3, .layout = layout}, 20);
+      CHECK_GRADCHECK([&](const std::vector<Tensor>& in) { return ssd(in, layout, 3); }, x);  // 7 crosses two chunk ends
+    }
+}
+
+TEST_CASE("ssd attention: BTHD equals BHTD, and grouped kv heads equal each repeated (output and gradients)") {
+  const std::vector<Tensor> x = inputs_for({.Hq = 4, .Hkv = 2, .T = 70}, 30);
+  const auto bhtd = output_and_gradients([](const std::vector<Tensor>& in) { return ssd(in, AttentionLayout::BHTD); },
+                                         x, 8);
+  const auto repeated = output_and_gradients(
+      [](const std::vector<Tensor>& in) {
+        return ssd({in[0], repeat_kv(in[1], 4), repeat_kv(in[2], 4), in[3], in[4], in[5]}, AttentionLayout::BHTD);
+      },
+      x, 8);
+  const auto bthd = output_and_gradients(
+      [](const std::vector<Tensor>& in) {
+        return swap_heads_and_positions(ssd({swap_heads_and_positions(in[0]), swap_heads_and_positions(in[1]),
+                                             swap_heads_and_positions(in[2]), swap_heads_and_positions(in[3]), in[4],
+                                             in[5]},
+                                            AttentionLayout::BTHD));
+      },
+      x, 8);
+  for (size_t i = 0; i < bhtd.size(); ++i) {
+    CAPTURE(kNames[i]);
+    CHECK_CLOSE(repeated[i], bhtd[i], 1e-12);
+    CHECK_CLOSE(bthd[i], bhtd[i], 1e-12);
+  }
+}
+
+TEST_CASE("ssd attention: the decay's extremes stay finite and correct") {
+  const int64_t T = 150;  // three chunks
+  std::vector<Tensor> x = inputs_for({.T = T}, 40);
+  const auto finite = [](const std::vector<Tensor>& ts) {
+    for (const Tensor& t : ts)
+      for (double value : t.to_vector())
+        if (!std::isfinite(value)) return false;
+    return true;
+  };
+  const auto causal_sum = [&](const std::vector<Tensor>& in) {  // Σ_{j≤i} (q_i·k_j) Δ_j v_j: no decay, no normaliser
+    const Tensor lower = indicator(T, [](int64_t i, int64_t j) { return j <= i; });
+    const Tensor weights = matmul(in[0], transpose(in[1], 2, 3)) * lower * in[3].reshape({2, 2, 1, T});
+    return matmul(weights, in[2]);
+  };
+  const Tensor skip = x[2] * x[5].reshape({1, 2, 1, 1});
+  SUBCASE("exp(a_log)·Δ → 0: a = 1, plain causal linear attention without a normaliser") {
+    x[4] = Tensor::full({2}, -60.0, DType::Float64).requires_grad_();  // λ ≈ −1e-27: a rounds to 1
+    const auto got = output_and_gradients([](const std::vector<Tensor>& in) { return ssd(in, AttentionLayout::BHTD); }, x, 9);
+    CHECK(finite(got));
+    CHECK_CLOSE(got[0], causal_sum(x) + skip, 1e-12);
+  }
+  SUBCASE("Δ → 0: a → 1 and every term vanishes with Δ; the output tends to D·v at the rate Δ") {
+    const double small = 1e-9;
+    Tensor tiny_dt = (x[3] * small).detach().requires_grad_();
+    x[3] = tiny_dt;
+    const auto got = output_and_gradients([](const std::vector<Tensor>& in) { return ssd(in, AttentionLayout::BHTD); }, x, 9);
+    CHECK(finite(got));
+    CHECK_CLOSE((got[0] - skip) / small, causal_sum(x) / small, 1e-6);  // a = 1 − O(Δ)
+  }
+  SUBCASE("large Δ: a → 0, each position sees only itself") {
+    x[3] = (x[3] * 1e4).detach().requires_grad_();  // λ ≈ −exp(−2)·2000: a = exp(λ) underflows to 0
+    for (DType dtype : {DType::Float64, DType::Float32}) {
+      CAPTURE(std::string(dtype_name(dtype)));
+      std::vector<Tensor> in;
+      for (const Tensor& t : x) in.push_back(t.detach().to(dtype).requires_grad_());
+      const auto got = output_and_gradients([](const std::vector<Tensor>& i) { return ssd(i, AttentionLayout::BHTD); }, in, 9);
+      CHECK(finite(got));
+      const Tensor self = sum(in[0] * in[1], 3, true) * in[3].reshape({2, 2, T, 1}) * in[2];  // (q_i·k_i) Δ_i v_i
+      CHECK_CLOSE(got[0], self + in[2] * in[5].reshape({1, 2, 1, 1}), dtype == DType::Float64 ? 1e-12 : 1e-6);
+    }
+  }
+}
+
+TEST_CASE("ssd attention: the weights it implies reproduce its output (A V = Z), zero above the diagonal") {
+  for (int64_t T : {1, 5, 70}) {
+    CAPTURE(T);
+    const std::vector<Tensor> x = inputs_for({.Hq = 4, .Hkv = 2, .T = T}, 50);
+    AttentionInternals internals;
+    const Tensor Z = attention(x[0], x[1], x[2], ssd_spec(x, AttentionLayout::BHTD), &internals);
+    const Tensor A = internals.probabilities;
+    REQUIRE(A.shape() == Shape{2, 4, T, T});
+    CHECK_CLOSE(matmul(A, repeat_kv(x[2], 4)), Z, 1e-12);
+    const std::vector<double> a = A.to_vector();
+    for (int64_t row = 0; row < 2 * 4 * T; ++row)
+      for (int64_t j = row % T + 1; j < T; ++j) CHECK(a[row * T + j] == 0.0);
+  }
+}
+
+TEST_CASE("ssd attention: float32 agrees with float64") {
+  const std::vector<Tensor> x = inputs_for({.Hq = 4, .Hkv = 2, .T = 130, .d = 8}, 60);
+  ag::test::check_float32_matches_float64(
+      [](const std::vector<Tensor>& in) { return ssd(in, AttentionLayout::BHTD); }, x);
+}
+
+// Not T = 1: one position has no decay to learn, a_log's gradient is 0, and both sides are rounding noise.
+TEST_CASE_EVERY_DEVICE("ssd attention: on every device as on the CPU, output and every gradient (both layouts, GQA)") {
+  for (int64_t T : {2, 65, 200})
+    for (AttentionLayout layout : {AttentionLayout::BHTD, AttentionLayout::BTHD}) {
+      CAPTURE(T);
+      CAPTURE(layout == AttentionLayout::BTHD);
+      const std::vector<Tensor> x = inputs_for({.Hq = 4, .Hkv = 2, .T = T, .d = 16, .layout = layout}, 70);
+      const GradcheckFn f = [&](const std::vector<Tensor>& in) { return ssd(in, layout); };
+      if (device == Device::CPU) ag::test::check_float32_matches_float64(f, x);
+      else ag::test::check_device_matches_cpu(device, f, x);
+    }
+}
+
+TEST_CASE_EVERY_DEVICE("ssd attention: decoding from the state in a LayerKVCache gives the causal op's rows (GQA, BTHD)") {
+  for (int64_t Hkv : {4, 2, 1})
+    for (DType dtype : {DType::Float64, DType::Float32}) {
+      CAPTURE(Hkv);
+      CAPTURE(std::string(dtype_name(dtype)));
+      const double tolerance = dtype == DType::Float64 ? 1e-12 : 1e-5;
+      const int64_t T = 70;
+      std::vector<Tensor> x = inputs_for({.Hq = 4, .Hkv = Hkv, .T = T, .layout = AttentionLayout::BTHD}, 80, dtype);
+      for (Tensor& t : x) t = t.detach().to(device);
+      const Tensor full = ssd(x, AttentionLayout::BTHD).to(Device::CPU);
+      NoGradGuard no_grad;
+      LayerKVCache cache{.capacity = T};
+      const auto rows = [&](int64_t first, int64_t end) {
+        std::vector<Tensor> in = {slice(x[0], 1, first, end), slice(x[1], 1, first, end), slice(x[2], 1, first, end),
+                                  slice(x[3], 1, first, end), x[4], x[5]};
+        AttentionSpec spec = ssd_spec(in, AttentionLayout::BTHD);
+        spec.cache = &cache;
+        return attention(in[0], in[1], in[2], spec);
+      };
+      std::vector<Tensor> out = {rows(0, 5)};  // a prefill
+      for (int64_t t = 5; t < T; ++t) out.push_back(rows(t, t + 1));
+      CHECK_CLOSE(concat(out, 1).to(Device::CPU), full, tolerance);
+      CHECK(cache.length == T);
+      CHECK(!cache.k.defined());  // no keys or values kept
+      CHECK(cache.state.shape() == Shape{2, 4, 4, 4});  // d × d per query head, whatever T is
+      CHECK_THROWS_AS(rows(0, 1), Error);  // full
+    }
+}
+
+TEST_CASE("ssd attention: bad input is a clear error naming it") {
+  const std::vector<Tensor> x = inputs_for({.T = 6}, 90);
+  const auto message = [&](AttentionSpec spec) {
+    try {
+      attention(x[0], x[1], x[2], spec);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const AttentionSpec good = ssd_spec(x, AttentionLayout::BHTD);
+  AttentionSpec spec = good;
+  spec.causal = false;
+  CHECK(message(spec).find("causal") != std::string::npos);
+  spec = good;
+  spec.pattern.window = 2;
+  CHECK(message(spec).find("sparse pattern") != std::string::npos);
+  spec = good;
+  spec.position = PositionEncoding::Alibi;
+  CHECK(message(spec).find("alibi") != std::string::npos);
+  spec = good;
+  spec.a_log = {};
+  CHECK(message(spec).find("a_log [2] is missing") != std::string::npos);
+  spec = good;
+  spec.dt = slice(x[3], 2, 0, 5);
+  CHECK(message(spec).find("dt") != std::string::npos);
+  spec = good;
+  spec.d_skip = Tensor::ones({3}, DType::Float64);
+  CHECK(message(spec).find("d_skip") != std::string::npos);
+  spec = good;
+  spec.function = AttentionFunction::Softmax;  // Δ and friends are ssd's alone
+  CHECK(message(spec).find("ssd attention's") != std::string::npos);
+  CHECK(message(good) == "no error");
+}
