@@ -13,7 +13,9 @@
 // 4·Tq·Tk·d per head (masked: the visible pairs only), backward 2.5× that; the
 // density column is the visible pairs over T². linear-elu1 and linear-favor time
 // linear attention (FAVOR+ with m = 64 features, masks none or causal) beside
-// them: O(T·r·d), so its GFLOP/s by that count is not shown.
+// them: O(T·r·d), so its GFLOP/s by that count is not shown; ssd times state-space
+// attention (Mamba-2's SSD, mask causal, chunks of 64; Δ ∈ [1e-3, 0.1], a_log = log 4,
+// D = 1): O(T·(64 + d)·d), shown the same way.
 // Each case runs in a process of its own (this program with --case); a case
 // whose estimated memory exceeds --memory-limit-gb is listed as skipped.
 // --positions none,rope,alibi times each case with each position encoding
@@ -23,6 +25,7 @@
 #include <cblas.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <sstream>
@@ -82,7 +85,8 @@ double estimated_gb(const Case& c) {
 
 // One case, in this process: one forward+backward for the memory (peak after
 // the forward and after the backward), then the timed repeats.
-bool is_linear(const Case& c) { return c.impl.starts_with("linear-"); }
+// The functions whose cost is not the score count (their GFLOP/s column is left empty).
+bool is_linear(const Case& c) { return c.impl.starts_with("linear-") || c.impl == "ssd"; }
 
 void run_case(const Case& c, bench::Clock clock, double budget_s) {
   Generator gen(1);
@@ -92,7 +96,15 @@ void run_case(const Case& c, bench::Clock clock, double budget_s) {
   Tensor v = Tensor::randn(shape, DType::Float32, &gen).requires_grad_();
   const Tensor dZ = Tensor::randn(shape, DType::Float32, &gen);
   std::function<Tensor()> forward;
-  if (is_linear(c)) {
+  if (c.impl == "ssd") {
+    if (c.mask != "causal") throw Error("--masks " + c.mask + ": ssd attention is causal");
+    const AttentionSpec spec{.function = AttentionFunction::Ssd, .causal = true,
+                             .position = enum_from_name<PositionEncoding>(c.position, "--positions"),
+                             .dt = Tensor::uniform({kBatch, kHeads, c.T}, 1e-3, 0.1, DType::Float32, &gen).requires_grad_(),
+                             .a_log = Tensor::full({kHeads}, std::log(4.0)).requires_grad_(),
+                             .d_skip = Tensor::ones({kHeads}).requires_grad_()};
+    forward = [&q, &k, &v, spec] { return attention(q, k, v, spec); };
+  } else if (is_linear(c)) {
     const FeatureMap map = enum_from_name<FeatureMap>(c.impl.substr(7), "--impls");
     if (c.mask != "none" && c.mask != "causal") throw Error("--masks " + c.mask + ": linear attention takes none or causal");
     const AttentionSpec spec{.function = AttentionFunction::Linear, .causal = c.mask == "causal",
@@ -154,7 +166,7 @@ int main(int argc, char** argv) {
   std::string clock = "wall";
   std::vector<std::string> one_case;
   app.add_option("--threads", threads, "CPU threads (OpenMP and OpenBLAS)");
-  app.add_option("--impls", impls, "implementations, comma-separated");
+  app.add_option("--impls", impls, "implementations, comma-separated: composed, dense, flash, linear-elu1, linear-favor, ssd");
   app.add_option("--T", lengths, "sequence lengths, comma-separated");
   app.add_option("--d", widths, "head widths, comma-separated");
   app.add_option("--masks", masks, "masks, comma-separated: none, causal, w<W>[d<dilation>][g<G>][r<R>]");

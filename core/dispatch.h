@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/attention_math.h"
+#include "core/conv_math.h"
 #include "core/linear_attention_math.h"
 #include "core/ssd_math.h"
 #include "core/tensor.h"
@@ -26,7 +27,7 @@ struct StridedView {
   std::vector<int64_t> strides;
 };
 
-enum class UnaryOp { Neg, Exp, Log, Tanh, Relu, GeluErf, GeluTanh };
+enum class UnaryOp { Neg, Exp, Log, Tanh, Relu, GeluErf, GeluTanh, Silu, Softplus };
 enum class BinaryOp { Add, Sub, Mul, Div };
 
 // A reduction over one dim, with x viewed as [outer, n, inner] (n the reduced dim).

@@ -6,6 +6,9 @@
 //   GELU, tanh:   u = √(2/π)(x + 0.044715x³),  y = ½x(1 + tanh u)
 //                 y' = ½(1 + tanh u) + ½x(1 − tanh²u)·√(2/π)(1 + 3·0.044715x²)
 //   ReLU:         y = max(x, 0),  y' = [x > 0]
+//   sigmoid:      σ(x) = 1/(1 + e^−x), formed from e^−|x| ≤ 1 so that it never overflows
+//   SiLU:         y = x·σ(x),  y' = σ(x)(1 + x(1 − σ(x)))
+//   softplus:     y = log(1 + eˣ) = max(x, 0) + log1p(e^−|x|),  y' = σ(x)
 #pragma once
 #include <cmath>
 
@@ -39,6 +42,19 @@ template <class T> AG_HOST_DEVICE inline T gelu_tanh_grad(T x) {
   return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du;
 }
 template <class T> AG_HOST_DEVICE inline T relu(T x) { return x > T(0) ? x : T(0); }
+template <class T> AG_HOST_DEVICE inline T sigmoid(T x) {
+  const T e = std::exp(-std::fabs(x));  // in (0, 1]: no overflow for any x
+  return x >= T(0) ? T(1) / (T(1) + e) : e / (T(1) + e);
+}
+template <class T> AG_HOST_DEVICE inline T silu(T x) { return x * sigmoid(x); }
+template <class T> AG_HOST_DEVICE inline T silu_grad(T x) {
+  const T s = sigmoid(x);
+  return s * (T(1) + x * (T(1) - s));
+}
+template <class T> AG_HOST_DEVICE inline T softplus(T x) {
+  return (x > T(0) ? x : T(0)) + std::log1p(std::exp(-std::fabs(x)));
+}
+template <class T> AG_HOST_DEVICE inline T softplus_grad(T x) { return sigmoid(x); }
 template <class T> AG_HOST_DEVICE inline T relu_grad(T x) { return x > T(0) ? T(1) : T(0); }
 
 }  // namespace ag::math

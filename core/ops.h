@@ -27,6 +27,8 @@ Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor relu(const Tensor& x);
+Tensor silu(const Tensor& x);      // x·σ(x), σ the logistic sigmoid (SiLU, "swish")
+Tensor softplus(const Tensor& x);  // log(1 + eˣ), computed without overflow; its derivative is σ(x)
 enum class GeluApprox { Erf, Tanh };  // exact x*Phi(x), or GPT-2's tanh approximation
 template <> struct EnumNames<GeluApprox> {
   static constexpr std::pair<GeluApprox, const char*> values[] = {{GeluApprox::Erf, "erf"}, {GeluApprox::Tanh, "tanh"}};
@@ -103,6 +105,12 @@ AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tenso
 // --- embedding (core/ops/embedding.cpp) ---------------------------------------------------
 // weight [V, C], indices int64 [...] -> [..., C].
 Tensor embedding(const Tensor& weight, const Tensor& indices);
+
+// --- convolution (core/ops/conv.cpp) -----------------------------------------------------
+// The causal depthwise convolution over time (ssd attention's, before its SiLU): x [B, T, C],
+// weight [W, C], bias [C] or undefined -> y [B, T, C],
+//   y_{b,t,c} = bias_c + Σ_{s<W} weight[s, c] · x_{b, t−W+1+s, c},   x before t = 0 being 0.
+Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 
 // --- dropout (core/ops/dropout.cpp) -------------------------------------------------------
 // Zeroes each element with probability p and scales the rest by 1/(1-p); the
@@ -272,6 +280,7 @@ struct AttentionFunctionTraits {
   bool reads_alibi;        // it has scores for ALiBi to bias
   bool reads_decay;        // dt, a_log and d_skip (ssd)
   const char* weights;     // what AttentionInternals::probabilities holds for it
+  bool weights_sum_to_one; // each row of those weights is a distribution over the keys (ssd's are signed and unnormalised)
   const char* cache_holds; // what its LayerKVCache holds
 };
 const AttentionFunctionTraits& attention_function_traits(AttentionFunction function);

@@ -8,13 +8,15 @@
 namespace ag::cuda {
 
 namespace {
-// The activations with a derivative kernel (Relu, GeluErf, GeluTanh; checked
+// The activations with a derivative kernel (Relu, GeluErf, GeluTanh, Silu, Softplus; checked
 // on the host by check_activation) and their derivatives.
 template <class T> __device__ T activation(UnaryOp op, T v) {
   switch (op) {
     case UnaryOp::Relu: return math::relu(v);
     case UnaryOp::GeluErf: return math::gelu_erf(v);
     case UnaryOp::GeluTanh: return math::gelu_tanh(v);
+    case UnaryOp::Silu: return math::silu(v);
+    case UnaryOp::Softplus: return math::softplus(v);
     default: return T(0);
   }
 }
@@ -23,12 +25,15 @@ template <class T> __device__ T activation_grad(UnaryOp op, T v) {
     case UnaryOp::Relu: return math::relu_grad(v);
     case UnaryOp::GeluErf: return math::gelu_erf_grad(v);
     case UnaryOp::GeluTanh: return math::gelu_tanh_grad(v);
+    case UnaryOp::Silu: return math::silu_grad(v);
+    case UnaryOp::Softplus: return math::softplus_grad(v);
     default: return T(0);
   }
 }
 
 void check_activation(const char* kernel, UnaryOp op) {
-  if (op != UnaryOp::Relu && op != UnaryOp::GeluErf && op != UnaryOp::GeluTanh)
+  if (op != UnaryOp::Relu && op != UnaryOp::GeluErf && op != UnaryOp::GeluTanh && op != UnaryOp::Silu &&
+      op != UnaryOp::Softplus)
     throw Error(std::string(kernel) + ": no kernel for this op (its derivative is an expression of y)");
 }
 

@@ -1,5 +1,8 @@
 #include "nn/attention.h"
 
+#include <cmath>
+#include <vector>
+
 #include "core/autograd.h"
 
 namespace ag::nn {
@@ -21,21 +24,57 @@ MultiHeadSelfAttention::MultiHeadSelfAttention(const Config& config, Generator* 
   w_v_ = register_module("w_v", std::make_shared<Linear>(Linear::Config{.in = C, .out = kv_width}, gen));
   w_o_ = register_module("w_o", std::make_shared<Linear>(Linear::Config{.in = C, .out = C}, gen));
   dropout_ = register_module("dropout", std::make_shared<Dropout>(config.dropout));
+  if (!attention_function_traits(config.function).reads_decay) return;
+  AG_CHECK(config.ssd_conv >= 0, "MultiHeadSelfAttention: ssd_conv " << config.ssd_conv << " must be >= 0 (0: no convolution)");
+  if (config.ssd_conv > 0)
+    conv_ = register_module("conv", std::make_shared<CausalConv1d>(
+                                        CausalConv1d::Config{.channels = C + 2 * kv_width, .width = config.ssd_conv}, gen));
+  w_dt_ = register_module("w_dt", std::make_shared<Linear>(Linear::Config{.in = C, .out = H}, gen));
+  // Mamba's initialisation: decay rates exp(a_log) ∈ [1, 16] and steps Δ log-uniform in [1e-3, 0.1]
+  // at x = 0, so that the heads start with memories from about ten to a thousand positions.
+  const Tensor rate = Tensor::uniform({H}, 1.0, 16.0, DType::Float32, gen);
+  a_log_ = register_parameter("a_log", log(rate).detach());
+  const Tensor step = exp(Tensor::uniform({H}, std::log(1e-3), std::log(0.1), DType::Float64, gen));
+  std::vector<double> inverse_softplus = step.to_vector();  // softplus⁻¹(Δ) = Δ + log(1 − e^−Δ)
+  for (double& x : inverse_softplus) x += std::log(-std::expm1(-x));
+  const Tensor dt_bias = Tensor::from_vector(inverse_softplus, {H});
+  std::vector<NamedTensor> dt_params = w_dt_->named_parameters();
+  for (NamedTensor& p : dt_params)
+    if (p.name == "bias") p.tensor = dt_bias;
+  w_dt_->load_state(dt_params);
+  d_skip_ = register_parameter("d_skip", Tensor::ones({H}));
+  if (config.ssd_gate) w_g_ = register_module("w_g", std::make_shared<Linear>(Linear::Config{.in = C, .out = C}, gen));
 }
 
-MultiHeadSelfAttention::Heads MultiHeadSelfAttention::project(const Tensor& x) {
+bool MultiHeadSelfAttention::keeps_own_init(std::string_view name) {
+  return name == "a_log" || name == "d_skip" || name == "w_dt.bias" || name == "conv.weight" || name == "conv.bias";
+}
+
+MultiHeadSelfAttention::Heads MultiHeadSelfAttention::project(const Tensor& x, LayerKVCache* cache) {
   const int64_t C = w_q_->weight().size(0);
   AG_CHECK(x.dim() == 3 && x.size(2) == C, "MultiHeadSelfAttention: input " << describe(x) << " is not [B, T, " << C << "]");
   const int64_t B = x.size(0), T = x.size(1), d_h = C / H_;
+  Tensor q = w_q_->forward(x), k = w_k_->forward(x), v = w_v_->forward(x);
+  if (conv_) {  // ssd: u' = SiLU(conv([q | k | v])), split back
+    const Tensor u = concat({q, k, v}, 2);
+    const std::vector<Tensor> parts =
+        split(silu(cache ? conv_->forward_cached(u, cache->conv) : conv_->forward(u)), {C, k.size(2), v.size(2)}, 2);
+    q = parts[0], k = parts[1], v = parts[2];
+  }
   // [B, T, H·d_h] viewed as [B, T, H, d_h]: head h reads columns h·d_h … (h+1)·d_h − 1 in place.
-  return {w_q_->forward(x).reshape({B, T, H_, d_h}), w_k_->forward(x).reshape({B, T, H_kv_, d_h}),
-          w_v_->forward(x).reshape({B, T, H_kv_, d_h})};
+  Heads heads{q.reshape({B, T, H_, d_h}), k.reshape({B, T, H_kv_, d_h}), v.reshape({B, T, H_kv_, d_h})};
+  if (w_dt_) heads.dt = softplus(w_dt_->forward(x));  // Δ [B, T, H] > 0
+  if (w_g_) heads.gate = silu(w_g_->forward(x));
+  return heads;
 }
 
 // Q [B, T, H, d_h], K, V [B, T, H_kv, d_h] -> O [B, T, C], through the one attention op.
 Tensor MultiHeadSelfAttention::attend(const Heads& heads, LayerKVCache* cache) {
   AttentionSpec spec = spec_;
   spec.cache = cache;
+  spec.dt = heads.dt;
+  spec.a_log = a_log_;
+  spec.d_skip = d_skip_;
   if (omega_.defined()) {
     if (!omega_here_.defined() || omega_here_.dtype() != heads.q.dtype() || omega_here_.device() != heads.q.device())
       omega_here_ = omega_.to(heads.q.dtype()).to(heads.q.device());  // once per dtype and device, not every forward
@@ -45,11 +84,12 @@ Tensor MultiHeadSelfAttention::attend(const Heads& heads, LayerKVCache* cache) {
   AttentionInternals internals;
   const Tensor Z = ag::attention(heads.q, heads.k, heads.v, spec, keep_attention_ ? &internals : nullptr);
   attention_ = internals.probabilities;  // undefined unless kept: never a stale A from an earlier forward
-  return output(Z);
+  decays_ = keep_attention_ && heads.dt.defined() ? exp(-(exp(a_log_.detach()) * heads.dt.detach())) : Tensor();
+  return output(Z, heads.gate);
 }
 
-// Z [B, T, H, d_h] -> O [B, T, C]: the heads gated, merged and projected.
-Tensor MultiHeadSelfAttention::output(const Tensor& Z) {
+// Z [B, T, H, d_h] -> O [B, T, C]: the heads gated, merged (and scaled by ssd's gate) and projected.
+Tensor MultiHeadSelfAttention::output(const Tensor& Z, const Tensor& gate) {
   // A pruned model's constant gates follow the model to its dtype and device once (a copy per forward
   // would upload them every time); gates that require grad are made there by their owner.
   if (head_gates_.defined() && (head_gates_.dtype() != Z.dtype() || head_gates_.device() != Z.device()))
@@ -57,13 +97,14 @@ Tensor MultiHeadSelfAttention::output(const Tensor& Z) {
   // Concat(g_1·head_1 .. g_H·head_H) is the gated Z viewed as [B, T, C].
   const Tensor gated = head_gates_.defined() ? Z * head_gates_.reshape({1, 1, H_, 1}) : Z;
   const int64_t B = Z.size(0), T = Z.size(1), C = Z.size(2) * Z.size(3);
-  return dropout_->forward(w_o_->forward(gated.reshape({B, T, C})));  // O [B, T, C]
+  const Tensor merged = gated.reshape({B, T, C});
+  return dropout_->forward(w_o_->forward(gate.defined() ? merged * gate : merged));  // O [B, T, C]
 }
 
-Tensor MultiHeadSelfAttention::forward(const Tensor& x) { return attend(project(x), nullptr); }
+Tensor MultiHeadSelfAttention::forward(const Tensor& x) { return attend(project(x, nullptr), nullptr); }
 
 Tensor MultiHeadSelfAttention::forward_cached(const Tensor& x, LayerKVCache& cache) {
-  return attend(project(x), &cache);
+  return attend(project(x, &cache), &cache);
 }
 
 void MultiHeadSelfAttention::set_head_gates(const Tensor& gates) {

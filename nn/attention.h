@@ -15,10 +15,16 @@
 // The per-head part is one op, ag::attention (core/ops.h), in the layout BTHD:
 // it reads each head's columns of Q, K, V in place and writes Z in the same
 // layout, so splitting and merging the heads are views, not copies. The
-// function it computes (softmax, or linear attention with a feature map) and,
+// function it computes (softmax, linear attention with a feature map, or ssd) and,
 // for softmax, its implementation (AttentionImpl) are the module's spec; every
 // implementation computes the same function, which the tests check in the
 // output and every gradient.
+//
+// ssd (Mamba-2's selective state space; docs/backprop.md, "State-space attention") adds, per layer:
+//   u = [X W_Q | X W_K | X W_V],  u' = SiLU(conv(u)) (a causal depthwise convolution of width
+//   ssd_conv; 0: u' = u), split back into Q, K, V;  Δ = softplus(X w_dt + b_dt) [B, T, H];
+//   Z = the op's ssd with a_log, d_skip [H];  then, with ssd_gate, Concat(heads) ⊙ SiLU(X W_g + b_g)
+// before W_O. Decoding, the cache keeps the convolution's last W − 1 inputs beside the state.
 #pragma once
 
 #include "nn/layers.h"
@@ -54,9 +60,19 @@ class MultiHeadSelfAttention : public Module {
     // learned and none leave attention as it is.
     PositionEncoding position = PositionEncoding::None;
     double rope_base = kDefaultRopeBase;
+    // ssd only: the convolution's width W (0: none) and whether a SiLU gate scales the merged heads.
+    int64_t ssd_conv = 4;
+    bool ssd_gate = true;
   };
-  // Submodules w_q, w_o: Linear(C, C); w_k, w_v: Linear(C, H_kv·d_h); all with biases.
+  // Submodules w_q, w_o: Linear(C, C); w_k, w_v: Linear(C, H_kv·d_h); all with biases. ssd adds
+  // conv (CausalConv1d over C + 2·H_kv·d_h channels, if ssd_conv > 0), w_dt: Linear(C, H), a_log
+  // and d_skip [H] and, with ssd_gate, w_g: Linear(C, C); initialised as Mamba: a_log = log U[1, 16],
+  // Δ = exp(U[log 1e-3, log 0.1]) with w_dt's bias its inverse softplus, d_skip = 1.
   explicit MultiHeadSelfAttention(const Config& config, Generator* gen = nullptr);
+  // Whether `name` (relative to the module: "a_log", "w_dt.bias") is a parameter whose
+  // initialisation is part of the function (ssd's decays and steps, its convolution): a model
+  // re-initialising its weights leaves these as the module drew them.
+  static bool keeps_own_init(std::string_view name);
 
   // X [B, T, C] -> O [B, T, C]
   Tensor forward(const Tensor& x);
@@ -81,6 +97,9 @@ class MultiHeadSelfAttention : public Module {
   // output implies (Z = A V).
   void set_keep_attention(bool keep) { keep_attention_ = keep; }
   const Tensor& attention() const { return attention_; }
+  // ssd, with keep_attention: each position's decay a_t = exp(−exp(a_log)·Δ_t) [B, T, H] (detached):
+  // how much of its state a head keeps per step (undefined for the other functions).
+  const Tensor& decays() const { return decays_; }
 
   // Head gates (Michel et al. 2019): g [H] scales each query head's Z before
   // W_O, in forward and forward_cached, so a head with g_h = 0 adds nothing to O
@@ -92,20 +111,24 @@ class MultiHeadSelfAttention : public Module {
   const Tensor& head_gates() const { return head_gates_; }
 
  private:
-  // X [B, T, C] -> Q [B, T, H, d_h], K, V [B, T, H_kv, d_h], views of the projections.
+  // X [B, T, C] -> Q [B, T, H, d_h], K, V [B, T, H_kv, d_h], views of the projections;
+  // for ssd also Δ [B, T, H] and the gate SiLU(X W_g + b_g) [B, T, C] (if any).
   struct Heads {
-    Tensor q, k, v;
+    Tensor q, k, v, dt = {}, gate = {};
   };
-  Heads project(const Tensor& x);
+  Heads project(const Tensor& x, LayerKVCache* cache);
   Tensor attend(const Heads& heads, LayerKVCache* cache);
-  Tensor output(const Tensor& Z);
+  Tensor output(const Tensor& Z, const Tensor& gate);
 
   int64_t H_, H_kv_;
   AttentionSpec spec_;  // the function and its options; the cache and ω are added per call
   bool keep_attention_ = false;
-  Tensor attention_;
+  Tensor attention_, decays_;
   Tensor head_gates_;  // [H], or undefined
   std::shared_ptr<Linear> w_q_, w_k_, w_v_, w_o_;
+  std::shared_ptr<CausalConv1d> conv_;   // ssd with ssd_conv > 0
+  std::shared_ptr<Linear> w_dt_, w_g_;   // ssd; w_g_ with ssd_gate
+  Tensor a_log_, d_skip_;                // ssd
   Tensor omega_, omega_here_;  // favor's ω: float64 on the CPU, and converted as the input (cached)
   std::shared_ptr<Dropout> dropout_;
 };

@@ -59,6 +59,7 @@ bool GPTConfig::applies(std::string_view option) const {
   if (option == "feature_map") return traits.reads_feature_map;
   if (option == "n_features") return favor;
   if (option == "rope_base") return position == PositionEncoding::Rope;
+  if (option == "ssd_conv" || option == "ssd_gate") return traits.reads_decay;
   return true;
 }
 
@@ -67,7 +68,8 @@ MultiHeadSelfAttention::Config attention_config(const GPTConfig& config, int64_t
           .function = config.attention, .impl = config.attn_impl, .pattern = attention_pattern(config, layer),
           .feature_map = config.feature_map, .n_features = config.n_features,
           .seed = static_cast<uint64_t>(config.attn_seed), .stream = static_cast<uint64_t>(layer),  // each layer its own FAVOR+ features
-          .position = config.position, .rope_base = config.rope_base};
+          .position = config.position, .rope_base = config.rope_base, .ssd_conv = config.ssd_conv,
+          .ssd_gate = config.ssd_gate};
 }
 
 SparsePattern attention_pattern(const GPTConfig& config, int64_t layer) {
@@ -101,6 +103,9 @@ std::string describe(const GPTConfig& c) {
   if (c.applies("attn_impl")) line << option_to_string(c.attn_impl);
   if (c.applies("feature_map")) line << option_to_string(c.feature_map);
   if (c.applies("n_features")) line << ", " << c.n_features << " features, seed " << c.attn_seed;
+  if (c.applies("ssd_conv"))
+    line << (c.ssd_conv > 0 ? "convolution of " + std::to_string(c.ssd_conv) : std::string("no convolution"))
+         << (c.ssd_gate ? ", gated" : ", ungated");
   line << "), causal";
   if (c.applies("attn_window")) {
     line << " over ";
@@ -172,6 +177,9 @@ void GPT::init_weights(Generator& gen) {
     const std::string path = p.name.substr(0, p.name.rfind('.'));  // "blocks.0.attn.w_o"
     const std::string module = path.substr(path.rfind('.') + 1);   // "w_o" (npos + 1 = 0)
     if (module.starts_with("ln")) continue;                         // ln1, ln2, ln_f
+    if (const size_t attn = p.name.find(".attn."); attn != std::string::npos &&
+        MultiHeadSelfAttention::keeps_own_init(std::string_view(p.name).substr(attn + 6)))
+      continue;  // ssd's decays, steps and convolution
     const bool residual = p.name.ends_with("attn.w_o.weight") || p.name.ends_with("mlp.proj.weight");
     if (p.name.ends_with(".bias"))
       p.tensor = Tensor::zeros(p.tensor.shape());

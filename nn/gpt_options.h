@@ -20,8 +20,10 @@
   X(Model,   int64_t,           attn_random_blocks, 0,             0,   16,        "sparse attention: each block of 16 queries also sees R random earlier blocks of 16 keys (needs --attn-window)") \
   X(Model,   int64_t,           attn_seed,  0,                     0,   int64_t{1} << 62, "seed of the attention's random draws (sparse random blocks, FAVOR+ features)") \
   X(Model,   std::string,       head_mask,  "",                    0,   0,         "heads switched off (char_lm heads --prune): per layer one 0/1 per head, layers split by '/', e.g. 1111/1011; empty: all on") \
-  X(Model,   AttentionFunction, attention,  AttentionFunction::Softmax, 0, 0,       "attention function: softmax, or linear (a kernel feature map, O(T) time)") \
+  X(Model,   AttentionFunction, attention,  AttentionFunction::Softmax, 0, 0,       "attention function: softmax, linear (a kernel feature map, O(T) time) or ssd (Mamba-2's selective state space, O(T) time)") \
   X(Model,   FeatureMap,        feature_map, FeatureMap::Elu1,     0,   0,         "linear attention's feature map: elu1 (elu(x) + 1) or favor (FAVOR+ random features)") \
   X(Model,   int64_t,           n_features, 64,                    1,   1 << 16,   "FAVOR+ random features m per head (--feature-map favor)") \
   X(Model,   PositionEncoding,  position,   PositionEncoding::Learned, 0, 0,        "positions: learned (a table of block_size rows added to X), rope (q, k rotated), alibi (scores biased by distance; softmax only) or none (the causal mask alone)") \
-  X(Model,   double,            rope_base,  kDefaultRopeBase,      0,   kNoLimit,  "RoPE's frequency base: f_i = base^(-2i/d_h) (--position rope; > 0)")
+  X(Model,   double,            rope_base,  kDefaultRopeBase,      0,   kNoLimit,  "RoPE's frequency base: f_i = base^(-2i/d_h) (--position rope; > 0)") \
+  X(Model,   int64_t,           ssd_conv,   4,                     0,   1024,      "ssd: width W of the causal depthwise convolution (then SiLU) over [q|k|v] (0: none)") \
+  X(Model,   bool,              ssd_gate,   true,                  0,   0,         "ssd: the output gated by SiLU(x W_g + b_g) before W_O")

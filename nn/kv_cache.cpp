@@ -28,6 +28,7 @@ void KVCache::clear() {
     layer.length = 0;
     layer.rolled = 0;
     layer.state = {};  // a sum over positions: it cannot be rewound, only restarted
+    layer.conv = {};   // the inputs before the first position are zeros again
   }
 }
 

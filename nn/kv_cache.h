@@ -11,7 +11,8 @@
 // BTHD as the module projects K = X W_K, so appending a token is one row copy
 // per batch entry; under rope, the rotated keys; a window model's cache rolls
 // when full, so it can hold fewer positions than it takes), or linear
-// attention's recurrent state, whose size does not grow with the positions.
+// attention's and ssd's recurrent state (ssd's with its convolution's last
+// inputs), whose size does not grow with the positions.
 //
 // Programs own the cache and pass it to GPT::forward_cached; the layers see
 // only their LayerKVCache.
@@ -39,11 +40,11 @@ class KVCache {
   LayerKVCache& layer(int64_t i) { return layers_.at(i); }
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
   // Bytes held per position of one sequence once the first position is in:
-  // 2 (K and V) · layers · H_kv · d_h · dtype size; 0 for linear attention, whose
-  // state does not grow with the positions.
+  // 2 (K and V) · layers · H_kv · d_h · dtype size; 0 for linear attention and ssd,
+  // whose states do not grow with the positions.
   int64_t bytes_per_token() const;
   // Bytes the cache holds now: K and V for every position up to T_max (allocated
-  // on the first call), or linear attention's states, constant once the first position is in.
+  // on the first call), or linear attention's and ssd's states, constant once the first position is in.
   int64_t bytes() const;
 
   void clear();  // forget every position (the K, V buffers stay)

@@ -1,5 +1,7 @@
 #include "nn/layers.h"
 
+#include <cmath>
+
 namespace ag::nn {
 
 Embedding::Embedding(int64_t V, int64_t C, Generator* gen)
@@ -13,6 +15,26 @@ LayerNorm::LayerNorm(int64_t C, double eps)
       eps_(eps) {}
 
 Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight_, bias_, eps_); }
+
+CausalConv1d::CausalConv1d(const Config& config, Generator* gen) {
+  AG_CHECK(config.width >= 1 && config.channels >= 1,
+           "CausalConv1d: width " << config.width << " and channels " << config.channels << " must be positive");
+  const double bound = 1.0 / std::sqrt(static_cast<double>(config.width));  // fan-in: W taps of one channel
+  weight_ = register_parameter("weight", Tensor::uniform({config.width, config.channels}, -bound, bound, DType::Float32, gen));
+  bias_ = register_parameter("bias", Tensor::uniform({config.channels}, -bound, bound, DType::Float32, gen));
+}
+
+Tensor CausalConv1d::forward(const Tensor& x) const { return causal_conv1d(x, weight_, bias_); }
+
+Tensor CausalConv1d::forward_cached(const Tensor& x, Tensor& history) const {
+  const int64_t W = weight_.size(0), B = x.size(0), C = weight_.size(1);
+  if (W == 1) return forward(x);  // no earlier input reaches the output
+  if (!history.defined()) history = Tensor::zeros({B, W - 1, C}, x.dtype(), x.device());
+  const Tensor window = concat({history, x}, 1);  // [B, W − 1 + T, C]
+  const int64_t length = window.size(1);
+  history = slice(window, 1, length - (W - 1), length);
+  return slice(forward(window), 1, W - 1, length);
+}
 
 AddLayerNorm LayerNorm::forward_residual(const Tensor& x, const Tensor& residual) const {
   return add_layer_norm(x, residual, weight_, bias_, eps_);

@@ -1,5 +1,5 @@
 // The small layers a transformer is built from: Embedding, LayerNorm, GELU,
-// Dropout, and the MLP of a block. Each forward is one or two ops of core/ops.h,
+// Dropout, the MLP of a block, and ssd attention's causal convolution. Each forward is one or two ops of core/ops.h,
 // where the derivatives live.
 #pragma once
 #include "core/ops.h"
@@ -34,6 +34,26 @@ class LayerNorm : public Module {
  private:
   Tensor weight_, bias_;
   double eps_;
+};
+
+// A causal depthwise convolution over time (ag::causal_conv1d): each channel c
+// of y_t mixes channel c of x_{t−W+1} … x_t, with x before t = 0 taken as 0.
+class CausalConv1d : public Module {
+ public:
+  // weight [W, C] and bias [C] ~ U(−1/√W, 1/√W), as PyTorch's Conv1d(C, C, W, groups = C).
+  struct Config {
+    int64_t channels = 0, width = 1;
+  };
+  explicit CausalConv1d(const Config& config, Generator* gen = nullptr);
+  // x [B, T, C] -> [B, T, C]
+  Tensor forward(const Tensor& x) const;
+  // Decoding: `history` [B, W − 1, C] holds the W − 1 inputs before x's (zeros
+  // before the first position; undefined: none yet) and becomes the last W − 1
+  // of history and x. Equals the last rows of forward() over the whole sequence.
+  Tensor forward_cached(const Tensor& x, Tensor& history) const;
+
+ private:
+  Tensor weight_, bias_;
 };
 
 class GELU : public Module {

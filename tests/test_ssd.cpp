@@ -3,12 +3,20 @@
 // quadratic form it computes, over chunk sizes and chunk boundaries, gradients
 // (float64 gradcheck of q, k, v, Δ, a_log, D), grouped kv heads and both
 // layouts, the decay's extremes, the weights it implies, decoding through a
-// LayerKVCache, the errors, and CPU against CUDA.
+// LayerKVCache, the errors, and CPU against CUDA; then the module and the
+// model around it (convolution, step projection, gate): their gradients, their
+// initialisation, generation from the recurrent state, checkpoints and char_lm.
 #include <cmath>
 
 #include "core/autograd.h"
 #include "core/gradcheck.h"
 #include "core/ops.h"
+#include "core/safetensors.h"
+#include "examples/char_lm/checkpoint.h"
+#include "examples/char_lm/sample.h"
+#include "examples/char_lm/train.h"
+#include "nn/gpt.h"
+#include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ag;
@@ -282,4 +290,275 @@ TEST_CASE("ssd attention: bad input is a clear error naming it") {
   spec.function = AttentionFunction::Softmax;  // Δ and friends are ssd's alone
   CHECK(message(spec).find("ssd attention's") != std::string::npos);
   CHECK(message(good) == "no error");
+}
+
+// --- the ops around it: SiLU, softplus, the causal depthwise convolution --------------------------
+
+TEST_CASE("ssd layers: silu and softplus match their formulas, stay finite at ±800, and pass gradcheck") {
+  const std::vector<double> xs = {-800, -50, -20, -3, -0.5, 0, 0.25, 2, 20, 50, 800};
+  for (DType dtype : {DType::Float64, DType::Float32}) {
+    CAPTURE(std::string(dtype_name(dtype)));
+    const Tensor x = Tensor::from_vector(xs, {static_cast<int64_t>(xs.size())}, dtype).requires_grad_();
+    const Tensor s = silu(x), p = softplus(x);
+    (s + p).backward(Tensor::ones(x.shape(), dtype));
+    const std::vector<double> sv = s.to_vector(), pv = p.to_vector(), g = x.grad().to_vector();
+    const double tol = dtype == DType::Float64 ? 1e-15 : 1e-6;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      CAPTURE(xs[i]);
+      const long double v = xs[i], sigma = 1.0L / (1.0L + std::exp(-v));
+      const long double silu_exact = v * sigma, softplus_exact = v > 0 ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v));
+      const long double grad_exact = sigma * (1 + v * (1 - sigma)) + sigma;
+      CHECK(std::isfinite(sv[i]));
+      CHECK(std::isfinite(pv[i]));
+      CHECK(std::isfinite(g[i]));
+      CHECK(std::fabs(sv[i] - static_cast<double>(silu_exact)) <= tol * std::max(1.0, std::fabs(static_cast<double>(silu_exact))));
+      CHECK(std::fabs(pv[i] - static_cast<double>(softplus_exact)) <= tol * std::max(1.0, static_cast<double>(softplus_exact)));
+      CHECK(std::fabs(g[i] - static_cast<double>(grad_exact)) <= tol * std::max(1.0, std::fabs(static_cast<double>(grad_exact))));
+    }
+  }
+  CHECK_GRADCHECK([](const std::vector<Tensor>& in) { return silu(in[0]) * softplus(in[0]); },
+                  std::vector<Tensor>{(random({3, 5}, 1, DType::Float64, false) * 3.0).requires_grad_()});
+}
+
+// y_{b,t,c} = bias_c + Σ_s w[s, c] x_{b, t−W+1+s, c}, by loops.
+Tensor conv_reference(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), W = w.size(0);
+  const std::vector<double> xv = x.to_vector(), wv = w.to_vector(), bv = bias.defined() ? bias.to_vector() : std::vector<double>(C);
+  std::vector<double> y(B * T * C);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        double acc = bv[c];
+        for (int64_t s = 0; s < W; ++s)
+          if (t - W + 1 + s >= 0) acc += wv[s * C + c] * xv[(b * T + t - W + 1 + s) * C + c];
+        y[(b * T + t) * C + c] = acc;
+      }
+  return Tensor::from_vector(y, x.shape(), DType::Float64);
+}
+
+TEST_CASE("ssd layers: the causal depthwise convolution equals its loops and passes gradcheck (W 1, 3, 4; T < W and T ≥ W)") {
+  for (int64_t W : {1, 3, 4})
+    for (int64_t T : {2, 9})
+      for (bool with_bias : {true, false}) {
+        CAPTURE(W);
+        CAPTURE(T);
+        CAPTURE(with_bias);
+        const Tensor x = random({2, T, 5}, 10 + W), w = random({W, 5}, 20 + W), b = with_bias ? random({5}, 30) : Tensor();
+        CHECK_CLOSE(causal_conv1d(x, w, b), conv_reference(x, w, b), 1e-15);
+        std::vector<Tensor> inputs = {x, w};
+        if (with_bias) inputs.push_back(b);
+        CHECK_GRADCHECK([&](const std::vector<Tensor>& in) { return causal_conv1d(in[0], in[1], with_bias ? in[2] : Tensor()); },
+                        inputs);
+      }
+  CHECK_THROWS_WITH_AS(causal_conv1d(random({2, 4, 5}, 1), random({3, 6}, 2)), doctest::Contains("weight [W, C]"), Error);
+  CHECK_THROWS_WITH_AS(causal_conv1d(random({2, 4, 5}, 1), random({3, 5}, 2), random({4}, 3)), doctest::Contains("bias must be [C]"), Error);
+}
+
+TEST_CASE_EVERY_DEVICE("ssd layers: silu, softplus and the convolution on every device as on the CPU") {
+  const std::vector<Tensor> x = {random({3, 7, 6}, 41) * 4.0, random({4, 6}, 42), random({6}, 43)};
+  const GradcheckFn f = [](const std::vector<Tensor>& in) {
+    return silu(causal_conv1d(in[0], in[1], in[2])) + softplus(in[0]);
+  };
+  if (device == Device::CPU) ag::test::check_float32_matches_float64(f, x);
+  else ag::test::check_device_matches_cpu(device, f, x);
+}
+
+namespace {
+
+// The small ssd models the model-level tests try: the defaults (convolution of 4, gated), neither
+// part, and a convolution of 3 with grouped kv heads and no positions.
+struct ModelCase {
+  int64_t conv;
+  bool gate;
+  int64_t kv_heads;
+  PositionEncoding position;
+};
+const ModelCase kModels[] = {{4, true, 0, PositionEncoding::Learned},
+                             {0, false, 0, PositionEncoding::Learned},
+                             {3, true, 1, PositionEncoding::None}};
+
+nn::GPTConfig ssd_model(const ModelCase& m) {
+  nn::GPTConfig config;
+  config.vocab_size = 11;
+  config.block_size = 20;
+  config.n_layer = 2;
+  config.n_head = 2;
+  config.n_kv_head = m.kv_heads;
+  config.n_embd = 16;
+  config.attention = AttentionFunction::Ssd;
+  config.ssd_conv = m.conv;
+  config.ssd_gate = m.gate;
+  config.position = m.position;
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("ssd attention: the module's float64 gradcheck over the input and every parameter (conv, dt, a_log, d_skip, gate)") {
+  for (const ModelCase& m : kModels) {
+    CAPTURE(m.conv);
+    CAPTURE(m.gate);
+    Generator gen(3);
+    nn::MultiHeadSelfAttention attn({.C = 8, .H = 2, .H_kv = m.kv_heads, .function = AttentionFunction::Ssd,
+                                     .ssd_conv = m.conv, .ssd_gate = m.gate},
+                                    &gen);
+    std::vector<std::string> names;
+    for (const NamedTensor& p : attn.named_parameters()) names.push_back(p.name);
+    CHECK((std::find(names.begin(), names.end(), "conv.weight") != names.end()) == (m.conv > 0));
+    CHECK((std::find(names.begin(), names.end(), "w_g.weight") != names.end()) == m.gate);
+    for (const char* name : {"w_dt.weight", "w_dt.bias", "a_log", "d_skip"})
+      CHECK(std::find(names.begin(), names.end(), name) != names.end());
+    // Δ's bias 0 (Δ near 0.7, not Mamba's 1e-3 … 0.1): the paths through q and k then weigh about as
+    // much as the skip's, and their gradients stand well above the differences' rounding.
+    std::vector<NamedTensor> state = attn.named_parameters();
+    for (NamedTensor& p : state)
+      if (p.name == "w_dt.bias") p.tensor = Tensor::zeros(p.tensor.shape());
+    attn.load_state(state);
+    ag::test::check_module_gradients(attn, random({2, 7, 8}, 5), [&](const Tensor& x) { return attn.forward(x); });
+  }
+}
+
+TEST_CASE("ssd attention: initialised as Mamba (a_log = log U[1, 16], Δ(0) in [1e-3, 0.1], d_skip = 1), kept by the GPT's init") {
+  Generator gen(1);
+  nn::GPT model(ssd_model(kModels[0]), gen);
+  std::map<std::string, Tensor> p;
+  for (const NamedTensor& t : model.named_parameters()) p[t.name] = t.tensor;
+  for (int64_t l = 0; l < 2; ++l) {
+    const std::string attn = "blocks." + std::to_string(l) + ".attn.";
+    for (double a : p.at(attn + "a_log").to_vector()) {
+      CHECK(a >= 0.0);
+      CHECK(a <= std::log(16.0) + 1e-6);
+    }
+    for (double b : p.at(attn + "w_dt.bias").to_vector()) {
+      const double dt = std::log1p(std::exp(b));  // softplus
+      CHECK(dt >= 1e-3 * (1 - 1e-5));
+      CHECK(dt <= 0.1 * (1 + 1e-5));
+    }
+    for (double d : p.at(attn + "d_skip").to_vector()) CHECK(d == 1.0);
+    const std::vector<double> conv = p.at(attn + "conv.weight").to_vector();  // U(±1/√W), not the 0.02 of the GPT's init
+    CHECK(*std::max_element(conv.begin(), conv.end()) > 0.1);
+    CHECK(*std::max_element(conv.begin(), conv.end()) <= 0.5);
+  }
+}
+
+TEST_CASE("ssd attention: a GPT generating token by token from its state (in its KV cache) gives the full forward's logits") {
+  for (const ModelCase& m : kModels) {
+    CAPTURE(m.conv);
+    CAPTURE(m.gate);
+    CAPTURE(m.kv_heads);
+    Generator gen(1);
+    nn::GPT model(ssd_model(m), gen);
+    NoGradGuard no_grad;
+    std::vector<int64_t> ids;
+    for (int64_t t = 0; t < 20; ++t) ids.push_back((t * 7 + 3) % 11);
+    const Tensor whole = model.forward(Tensor::from_indices(ids, {1, 20}));  // [1, 20, V]
+    nn::KVCache cache = model.make_kv_cache(1);
+    const Tensor prompt = model.forward_cached(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), cache);
+    const int64_t state_bytes = cache.bytes();  // per layer S [1, H, d_h, d_h] and the convolution's last W − 1 inputs
+    const int64_t conv_bytes = m.conv > 0 ? (m.conv - 1) * (16 + 2 * 8 * (m.kv_heads == 0 ? 2 : m.kv_heads)) * 4 : 0;
+    CHECK(state_bytes == 2 * (2 * 8 * 8 * 4 + conv_bytes));
+    CHECK(cache.bytes_per_token() == 0);  // nothing grows with the positions
+    std::vector<Tensor> steps = {prompt};
+    for (int64_t t = 5; t < 20; ++t) steps.push_back(model.forward_cached(Tensor::from_indices({ids[t]}, {1, 1}), cache));
+    CHECK(cache.length() == 20);
+    CHECK(cache.bytes() == state_bytes);
+    CHECK_CLOSE(concat(steps, 1), whole, 1e-5);
+    cache.clear();  // a refill restarts the state and the convolution's inputs
+    CHECK_CLOSE(model.forward_cached(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), cache), prompt, 1e-12);
+  }
+}
+
+TEST_CASE("ssd attention: bad options and checkpoints are clear errors naming them") {
+  nn::GPTConfig config = ssd_model(kModels[0]);
+  Generator gen(1);
+  const auto build_error = [&](const nn::GPTConfig& c) {
+    try {
+      nn::GPT model(c, gen);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  nn::GPTConfig bad = config;
+  bad.ssd_conv = -1;
+  CHECK(build_error(bad).find("--ssd-conv") != std::string::npos);
+  bad = config;
+  bad.position = PositionEncoding::Alibi;
+  CHECK(build_error(bad).find("alibi") != std::string::npos);
+  bad = config;
+  bad.attn_window = 4;
+  CHECK(build_error(bad).find("sparse pattern") != std::string::npos);
+
+  const ag::test::TempDir dir("ssd_checkpoints");
+  nn::GPT model(config, gen);
+  const std::string good = dir.file("good.safetensors");
+  char_lm::save_model(good, model, char_lm::Tokenizer::from_text("abcdefghijk"), 0);
+  const SafetensorsFile file = load_safetensors(good);
+  const auto load_error = [&](const std::function<bool(NamedTensor&)>& edit) {
+    std::vector<NamedTensor> tensors;
+    for (NamedTensor t : file.tensors)
+      if (edit(t)) tensors.push_back(t);
+    const std::string path = dir.file("edited.safetensors");
+    save_safetensors(path, tensors, file.metadata);
+    try {
+      char_lm::load_model(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(load_error([](NamedTensor&) { return true; }) == "no error");
+  CHECK(load_error([](NamedTensor& t) { return t.name != "blocks.1.attn.a_log"; }).find("has no tensor 'blocks.1.attn.a_log'") !=
+        std::string::npos);
+  const std::string wrong_shape = load_error([](NamedTensor& t) {
+    if (t.name == "blocks.0.attn.conv.weight") t.tensor = Tensor::zeros({3, 48});
+    return true;
+  });
+  INFO(wrong_shape);
+  CHECK(wrong_shape.find("'blocks.0.attn.conv.weight' is [3,48] but __metadata__ (ssd_conv") != std::string::npos);
+}
+
+TEST_CASE("ssd attention: char_lm trains an ssd model; greedy text is the same from the state as recomputed; maps") {
+  const ag::test::TempDir dir("ssd_char_lm");
+  char_lm::TrainConfig c = ag::test::tiny_run(dir.path());
+  c.model.attention = AttentionFunction::Ssd;
+  c.model.ssd_conv = 3;
+  c.run.max_iters = 4;
+  char_lm::train(c);
+  const std::string path = char_lm::model_path(char_lm::find_checkpoint(dir.path()));
+  const SafetensorsFile file = load_safetensors(path);
+  CHECK(file.metadata.at("attention") == "ssd");
+  CHECK(file.metadata.at("ssd_conv") == "3");
+  CHECK(file.metadata.at("ssd_gate") == "true");
+  char_lm::LoadedModel loaded = char_lm::load_model(path);
+  char_lm::SampleOptions greedy;
+  greedy.top_k = 1;
+  greedy.tokens = 15;  // with the start token, the 16 positions of block_size
+  const std::string recurrent = char_lm::generate(*loaded.model, loaded.tokenizer, "", greedy);
+  greedy.no_kv_cache = true;
+  const std::string recomputed = char_lm::generate(*loaded.model, loaded.tokenizer, "", greedy);
+  CHECK(recurrent.size() >= 15);
+  CHECK(recurrent == recomputed);
+  int status = 0;
+  std::string output;
+  std::tie(status, output) =
+      ag::test::run_char_lm("attention --ckpt '" + dir.path() + "' --prompt 'the king' --out '" + dir.file("maps") + "'");
+  INFO(output);
+  REQUIRE(status == 0);
+  const int T = 8, H = static_cast<int>(c.model.n_head);  // "the king"
+  std::map<std::string, int> counts = ag::test::count_svg_elements(dir.file("maps/layer-0.svg"));
+  CHECK(counts["rect.cell"] == H * T * (T + 1) / 2);
+  CHECK(counts["rect.masked"] == H * T * (T - 1) / 2);
+  CHECK(ag::test::read_file(dir.file("maps/layer-0.svg")).find("ssd implies") != std::string::npos);
+  // --ssd-gate false on the command line turns the gate off (a switch that is on by default)
+  std::tie(status, output) = ag::test::run_char_lm(
+      "train --attention ssd --ssd-gate false --ssd-conv 0 --n-layer 1 --n-embd 16 --n-head 2 --block-size 8 "
+      "--batch-size 2 --max-iters 1 --eval-interval 1 --eval-iters 1 --sample-tokens 0 --data '" +
+      c.run.data + "' --out '" + dir.file("ungated") + "'");
+  INFO(output);
+  REQUIRE(status == 0);
+  const SafetensorsFile ungated = load_safetensors(char_lm::model_path(char_lm::find_checkpoint(dir.file("ungated"))));
+  CHECK(ungated.metadata.at("ssd_gate") == "false");
+  CHECK(!ungated.contains("blocks.0.attn.w_g.weight"));
+  CHECK(!ungated.contains("blocks.0.attn.conv.weight"));
 }

@@ -51,7 +51,7 @@ template <class T, class F> void broadcast_binary(const Tensor& a, const Tensor&
                   });
 }
 // Calls body(f, f_grad) with the activation `op` and its derivative, for the
-// ops whose derivative is not a cheap expression of y (Relu, GeluErf, GeluTanh).
+// ops whose derivative is not a cheap expression of y (Relu, GeluErf, GeluTanh, Silu, Softplus).
 // Exact GELU in float32 takes Φ and φ from normal_cdf_pdf_float
 // (core/cpu/vector_math.h explains the trade).
 template <class T, class Body> void with_activation(UnaryOp op, const char* kernel, Body&& body) {
@@ -68,6 +68,9 @@ template <class T, class Body> void with_activation(UnaryOp op, const char* kern
         return body([](T v) { return math::gelu_erf(v); }, [](T v) { return math::gelu_erf_grad(v); });
     case UnaryOp::GeluTanh:
       return body([](T v) { return math::gelu_tanh(v); }, [](T v) { return math::gelu_tanh_grad(v); });
+    case UnaryOp::Silu: return body([](T v) { return math::silu(v); }, [](T v) { return math::silu_grad(v); });
+    case UnaryOp::Softplus:
+      return body([](T v) { return math::softplus(v); }, [](T v) { return math::softplus_grad(v); });
     default: throw Error(std::string(kernel) + ": no kernel for this op (its derivative is an expression of y)");
   }
 }

@@ -364,13 +364,14 @@ struct AttentionFunctionEntry {
 constexpr AttentionFunctionEntry kAttentionFunctions[] = {
     {.function = AttentionFunction::Softmax,
      .traits = {.reads_impl = true, .reads_pattern = true, .reads_feature_map = false, .reads_alibi = true,
-                .reads_decay = false, .weights = "A = softmax(S + M)", .cache_holds = "KV cache"},
+                .reads_decay = false, .weights = "A = softmax(S + M)", .weights_sum_to_one = true, .cache_holds = "KV cache"},
      .attend = softmax_attention,
      // S = QKᵀ and Z = AV: all T×T entries of every head (the causal mask skips no arithmetic)
      .forward_flops = [](FeatureMap, int64_t, int64_t B, int64_t H, int64_t T, int64_t d) { return 2 * 2 * B * H * T * T * d; }},
     {.function = AttentionFunction::Linear,
      .traits = {.reads_impl = false, .reads_pattern = false, .reads_feature_map = true, .reads_alibi = false,
                 .reads_decay = false, .weights = "the weights linear attention implies, φ(q)·φ(k) / Σ",
+                .weights_sum_to_one = true,
                 .cache_holds = "recurrent state in the KV cache"},
      .attend = detail::linear_attention,
      // the state Σ φ(k_j)[v_j, 1]ᵀ and its readout φ(q_i)ᵀ·state, plus FAVOR+'s projections of q and k
@@ -380,6 +381,7 @@ constexpr AttentionFunctionEntry kAttentionFunctions[] = {
     {.function = AttentionFunction::Ssd,
      .traits = {.reads_impl = false, .reads_pattern = false, .reads_feature_map = false, .reads_alibi = false,
                 .reads_decay = true, .weights = "the weights ssd implies, exp(σ)·(q·k)·Δ (+ D on the diagonal)",
+                .weights_sum_to_one = false,
                 .cache_holds = "recurrent state in the KV cache"},
      .attend = detail::ssd_attention,
      // per position and head, in chunks of Q: the visible half of the chunk's (q·k) and its weighted
@@ -485,7 +487,7 @@ int64_t rolling_cache_capacity(const SparsePattern& pattern, int64_t T_new) {
 
 int64_t LayerKVCache::bytes() const {
   int64_t total = 0;
-  for (const Tensor* t : {&k, &v, &state})
+  for (const Tensor* t : {&k, &v, &state, &conv})
     if (t->defined()) total += t->numel() * static_cast<int64_t>(dtype_size(t->dtype()));
   return total;
 }

@@ -140,6 +140,8 @@ Tensor activation(const char* op, UnaryOp kind, const Tensor& x) {
 }  // namespace
 
 Tensor relu(const Tensor& x) { return activation("relu", UnaryOp::Relu, x); }
+Tensor silu(const Tensor& x) { return activation("silu", UnaryOp::Silu, x); }
+Tensor softplus(const Tensor& x) { return activation("softplus", UnaryOp::Softplus, x); }
 
 Tensor gelu(const Tensor& x, GeluApprox approx) {
   return approx == GeluApprox::Erf ? activation("gelu", UnaryOp::GeluErf, x)

@@ -74,6 +74,16 @@ void check_sizes_against_tensors(const SafetensorsFile& file, const nn::GPTConfi
     expect(block + ".mlp.fc.weight", {c.n_embd, 4 * c.n_embd}, "n_embd");
     expect(block + ".attn.w_k.weight", {c.n_embd, kv_width}, "n_embd, n_head, n_kv_head");
     expect(block + ".attn.w_v.weight", {c.n_embd, kv_width}, "n_embd, n_head, n_kv_head");
+    if (!c.applies("ssd_conv")) continue;
+    const std::string attn = block + ".attn.";
+    if (c.ssd_conv > 0) {
+      expect(attn + "conv.weight", {c.ssd_conv, c.n_embd + 2 * kv_width}, "ssd_conv, n_embd, n_head, n_kv_head");
+      expect(attn + "conv.bias", {c.n_embd + 2 * kv_width}, "n_embd, n_head, n_kv_head");
+    }
+    expect(attn + "w_dt.weight", {c.n_embd, c.n_head}, "n_embd, n_head");
+    expect(attn + "a_log", {c.n_head}, "n_head");
+    expect(attn + "d_skip", {c.n_head}, "n_head");
+    if (c.ssd_gate) expect(attn + "w_g.weight", {c.n_embd, c.n_embd}, "n_embd, ssd_gate");
   }
 }
 }  // namespace

@@ -71,28 +71,72 @@ constexpr double kReportColumn = 1000 - 2 * 24;
 // (a sparse pattern hides more in each layer, but rollout composes them).
 bool causal_visible(size_t, int64_t i, int64_t j) { return j <= i; }
 
+// Weights that are not a distribution over the keys (ssd's: signed, unnormalised) are
+// drawn as magnitudes |A|, and rolled out with each row of |A| scaled to sum 1.
+bool weights_are_distributions(const nn::GPTConfig& config) {
+  return attention_function_traits(config.attention).weights_sum_to_one;
+}
+std::vector<Tensor> magnitudes(const std::vector<Tensor>& maps, bool rows_to_one) {
+  std::vector<Tensor> out;
+  for (const Tensor& A : maps) {  // [H, T, T], float64 on the CPU
+    std::vector<double> m = A.to_vector();
+    const int64_t T = A.size(2);
+    for (double& x : m) x = std::fabs(x);
+    for (size_t row = 0; rows_to_one && row < m.size() / T; ++row) {
+      double total = 0;
+      for (int64_t j = 0; j < T; ++j) total += m[row * T + j];
+      for (int64_t j = 0; j < T && total > 0; ++j) m[row * T + j] /= total;
+    }
+    out.push_back(Tensor::from_vector(m, A.shape(), DType::Float64));
+  }
+  return out;
+}
+
 // Each layer hatches what its own mask hides: the causal mask and, in a sparse
 // model, the layer's pattern (per head, with random blocks). A pruned head still
 // computes its A (its gate drops it after), so it is drawn, and labelled pruned.
 std::vector<std::string> layer_svgs(const std::vector<Tensor>& maps, const std::vector<std::string>& labels,
                                     const nn::GPTConfig& config) {
   const std::vector<std::vector<double>> gates = config.head_gates();
+  const bool distributions = weights_are_distributions(config);
   std::vector<std::string> svgs;
   for (size_t l = 0; l < maps.size(); ++l) {
     const AttentionMask mask{.causal = true, .q_offset = 0, .pattern = nn::attention_pattern(config, static_cast<int64_t>(l))};
     const int64_t H = maps[l].size(0), T = maps[l].size(1);
-    const std::vector<double> a = maps[l].to_vector();
+    const std::vector<double> a = (distributions ? maps[l] : magnitudes({maps[l]}, false)[0]).to_vector();
+    const double full_scale = distributions ? 1.0 : std::max(1e-300, *std::max_element(a.begin(), a.end()));
     std::vector<interp::Heatmap> panels;
     for (int64_t h = 0; h < H; ++h)
       panels.push_back({"head " + std::to_string(h) + (gates[l][h] == 0.0 ? " (pruned: gate 0)" : ""),
-                        {a.begin() + h * T * T, a.begin() + (h + 1) * T * T}});
-    const std::string what = attention_function_traits(config.attention).weights;
+                        {a.begin() + h * T * T, a.begin() + (h + 1) * T * T}, full_scale});
+    const std::string what = std::string(attention_function_traits(config.attention).weights) +
+                             (distributions ? "" : ", as |A| (dark blue: " + fixed(full_scale, "%.3g") + ")");
     svgs.push_back(interp::heatmap_grid_svg(
         "layer " + std::to_string(l) + ": " + what + " of each head (row: query, column: key; hatched: masked)",
         panels, labels, [&mask](size_t head, int64_t i, int64_t j) { return mask.visible(static_cast<int64_t>(head), i, j); },
         kReportColumn, "layer" + std::to_string(l)));
   }
   return svgs;
+}
+
+// Rollout composes distributions over the keys; ssd's weights become ones (rows of |A| scaled to sum 1).
+Tensor rollout_of(const std::vector<Tensor>& maps, const nn::GPTConfig& config) {
+  return interp::attention_rollout(weights_are_distributions(config) ? maps : magnitudes(maps, true),
+                                   config.head_gates());
+}
+
+// An ssd model's decays: per layer and head the mean a over the prompt, and the positions it takes
+// a state to fall to 1/e of itself, −1 / log ā (its memory).
+std::string decay_table(const std::vector<std::vector<double>>& mean_decays) {
+  std::string html = "<table class=\"decays\"><tr><th>layer</th><th>head</th><th>mean decay ā</th><th>memory −1/log ā "
+                     "(positions)</th></tr>\n";
+  for (size_t l = 0; l < mean_decays.size(); ++l)
+    for (size_t h = 0; h < mean_decays[l].size(); ++h) {
+      const double a = mean_decays[l][h];
+      html += "<tr><td>" + std::to_string(l) + "</td><td>" + std::to_string(h) + "</td><td>" + fixed(a) + "</td><td>" +
+              (a < 1 ? fixed(-1 / std::log(a), "%.1f") : std::string("∞")) + "</td></tr>\n";
+    }
+  return html + "</table>\n";
 }
 
 // Rollout spreads each row over many positions, so its colours are scaled to the
@@ -138,7 +182,8 @@ int run_attention(const AttentionOptions& o) {
   check_output_directory("attention", o.out, OutputKind::Files, o.overwrite);
   Inspected in = load(o.ckpt);
   const std::vector<int64_t> ids = encode_prompt(in, o.prompt);
-  const std::vector<Tensor> maps = interp::attention_maps(*in.loaded.model, ids);
+  std::vector<std::vector<double>> mean_decays;
+  const std::vector<Tensor> maps = interp::attention_maps(*in.loaded.model, ids, &mean_decays);
   const std::vector<std::string> labels = characters(in, ids);
   fs::create_directories(o.out);
   const std::vector<std::string> svgs = layer_svgs(maps, labels, in.loaded.model->config());
@@ -147,8 +192,12 @@ int run_attention(const AttentionOptions& o) {
     replace_file(path, svgs[l]);
     std::printf("%s\n", path.c_str());
   }
-  replace_file(o.out + "/rollout.svg", rollout_svg(interp::attention_rollout(maps, in.loaded.model->config().head_gates()), labels));
+  replace_file(o.out + "/rollout.svg", rollout_svg(rollout_of(maps, in.loaded.model->config()), labels));
   std::printf("%s/rollout.svg\n", o.out.c_str());
+  for (size_t l = 0; l < mean_decays.size(); ++l)
+    for (size_t h = 0; h < mean_decays[l].size(); ++h)
+      std::printf("layer %zu head %zu: mean decay %.4f (memory %.1f positions)\n", l, h, mean_decays[l][h],
+                  -1 / std::log(mean_decays[l][h]));
   return 0;
 }
 
@@ -354,16 +403,21 @@ int run_report(const ReportOptions& o) {
           std::to_string(sample.top_k) + ", seed " + std::to_string(sample.seed) + ".</p>\n<pre>" +
           interp::escape_xml(generate(model, in.loaded.tokenizer, o.prompt, sample)) + "</pre></section>\n";
 
-  const std::vector<Tensor> maps = interp::attention_maps(model, ids);
-  html += "<section id=\"attention\"><h2>Attention maps</h2>\n<p>Each head's A for the prompt (a linear-attention model's: the weights its output implies): row i is the "
-          "query at position i, column j the key at position j; dark blue is weight 1, white 0, hatched grey "
+  std::vector<std::vector<double>> mean_decays;
+  const std::vector<Tensor> maps = interp::attention_maps(model, ids, &mean_decays);
+  html += "<section id=\"attention\"><h2>Attention maps</h2>\n<p>Each head's A for the prompt (a linear-attention or "
+          "ssd model's: the weights its output implies, Z = A V): row i is the "
+          "query at position i, column j the key at position j; dark blue is weight 1 (ssd: the largest |A|), white 0, hatched grey "
           "what the mask hides (the future, and in a sparse model what its pattern leaves out).</p>\n";
   for (const std::string& svg : layer_svgs(maps, chars, model.config())) html += "<div>" + svg + "</div>\n";
+  if (!mean_decays.empty())
+    html += "<p>How far each ssd head remembers: its decay a_t = exp(−exp(a_log)·Δ_t) averaged over the prompt; "
+            "a state falls to 1/e of itself in −1/log ā positions.</p>\n" + decay_table(mean_decays);
   html += "</section>\n";
 
   html += "<section id=\"rollout\"><h2>Attention rollout</h2>\n<p>Which earlier characters each position draws on "
           "through all the layers (Abnar &amp; Zuidema 2020); each row sums to 1.</p>\n" +
-          rollout_svg(interp::attention_rollout(maps, model.config().head_gates()), chars) + "</section>\n";
+          rollout_svg(rollout_of(maps, model.config()), chars) + "</section>\n";
 
   const interp::Attribution a = explain(in, ids, -1, o.steps);
   double largest = 1e-300;

@@ -86,10 +86,14 @@ class Command {
                       check_option_range(value, info, what);
                     }, {}, {}};
     if constexpr (std::is_same_v<T, bool>) {
-      int& count = flags_.emplace_back(0);
-      app_->add_flag(info.flag(), count, help);
-      binding.on_command_line = [&count] { return count > 0; };
-      binding.command_line_text = [] { return std::string("true"); };
+      // A switch: --x alone is true, and --x true|false sets it either way (a switch on by default can be turned off).
+      std::string& text = texts_.emplace_back();
+      app_->add_option(info.flag(), text, help)
+          ->expected(0, 1)
+          ->type_name(value ? "[true|false]=true" : "[true|false]")  // (a default string would be taken as the value of --x alone)
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+      binding.on_command_line = [this, flag = info.flag()] { return app_->count(flag) > 0; };
+      binding.command_line_text = [&text] { return text.empty() ? std::string("true") : text; };
     } else {
       std::string& text = texts_.emplace_back();
       app_->add_option(info.flag(), text, help)
@@ -105,7 +109,6 @@ class Command {
 
   CLI::App* app_;
   std::deque<std::string> texts_;  // deques: CLI11 keeps pointers into them
-  std::deque<int> flags_;
   std::vector<Binding> bindings_;
   std::string config_file_;
   std::set<std::string> given_;

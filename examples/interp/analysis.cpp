@@ -15,7 +15,8 @@ Device device_of(nn::GPT& model) { return model.parameters().at(0).device(); }
 DType dtype_of(nn::GPT& model) { return model.parameters().at(0).dtype(); }
 }  // namespace
 
-std::vector<Tensor> attention_maps(nn::GPT& model, const std::vector<int64_t>& ids) {
+std::vector<Tensor> attention_maps(nn::GPT& model, const std::vector<int64_t>& ids,
+                                   std::vector<std::vector<double>>* mean_decays) {
   const int64_t T = static_cast<int64_t>(ids.size()), N = model.config().n_layer;
   NoGradGuard no_grad;
   model.eval();
@@ -26,6 +27,13 @@ std::vector<Tensor> attention_maps(nn::GPT& model, const std::vector<int64_t>& i
     nn::MultiHeadSelfAttention& attn = model.block(l).attn();
     const Tensor& A = attn.attention();  // [1, H, T, T]
     maps.push_back(A.to(Device::CPU).to(DType::Float64).reshape({A.size(1), T, T}).clone());
+    if (mean_decays && attn.decays().defined()) {
+      const std::vector<double> a = attn.decays().to(Device::CPU).to(DType::Float64).to_vector();  // [1, T, H]
+      const int64_t H = A.size(1);
+      std::vector<double> mean(H, 0.0);
+      for (size_t i = 0; i < a.size(); ++i) mean[i % H] += a[i] / static_cast<double>(T);
+      mean_decays->push_back(mean);
+    }
     attn.set_keep_attention(false);
   }
   return maps;

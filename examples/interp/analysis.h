@@ -18,8 +18,11 @@
 namespace ag::interp {
 
 // For a sequence of T token ids (T <= block_size): A [H, T, T] of each of the N
-// layers (float64, on the CPU), from one forward in eval mode.
-std::vector<Tensor> attention_maps(nn::GPT& model, const std::vector<int64_t>& ids);
+// layers (float64, on the CPU), from one forward in eval mode. An ssd model's
+// layers also give each head's decay a_t averaged over the positions, if
+// `mean_decays` is given ([N][H]; left empty for the other functions).
+std::vector<Tensor> attention_maps(nn::GPT& model, const std::vector<int64_t>& ids,
+                                   std::vector<std::vector<double>>* mean_decays = nullptr);
 
 // R = Ã_N ··· Ã_2 Ã_1 with Ã_l = ½ (mean over heads of A_l) + ½ I: the residual
 // stream carries half of each position's own state past every layer. Each Ã_l is
