@@ -1,9 +1,10 @@
 """Checks `char_lm grads` against PyTorch in float64, for both GELU variants,
-a sparse attention pattern, grouped-query attention, a linear-attention model (elu1)
-and each position encoding (rope, alibi, none).
+a sparse attention pattern, grouped-query attention, a linear-attention model (elu1),
+each position encoding (rope, alibi, none) and ssd (Mamba-2's state space) models.
 
     /usr/bin/python3 scripts/compare_grads.py --char-lm build/char_lm
     /usr/bin/python3 scripts/compare_grads.py --write-golden   # tests/golden/grads_<variant>.safetensors
+    /usr/bin/python3 scripts/compare_grads.py --write-golden --variants ssd,ssd_plain   # only these
 
 For each variant (GELU erf, GELU tanh, "sparse": erf with the pattern
 SPARSE below, over a longer context so that every part of it matters,
@@ -15,12 +16,16 @@ of every head at positions 0 … T−1 (GPT-NeoX rotate_half, f_i = base^(−2i/
 "rope_gqa" the same with rope_base 500 and 4 query heads over 2 kv heads (k
 rotated per kv head), "alibi" adds −m_h·(i − j), m_h = 2^(−8(h+1)/H), to the
 scores before the mask, "alibi_sparse" with the sparse pattern, and "none"
-adds nothing; these have no pos_emb, and T may exceed block_size) it builds a small random model with
+adds nothing; these have no pos_emb, and T may exceed block_size; then ssd,
+below: "ssd" with its defaults ssd_conv 4 and ssd_gate true, "ssd_plain" with
+neither convolution nor gate, "ssd_gqa_conv3" with a convolution of width 3,
+4 query heads over 2 kv heads and position none at T = 11) it builds a small random model with
 attograd's parameter names (random weights, not the GPT init, so that no
 gradient is tiny), rounds the weights to float32, and writes
 
     W.safetensors  every parameter (F32), the config in __metadata__
-                   (n_layer, n_head, n_embd, block_size, vocab_size, gelu; n_kv_head for gqa)
+                   (n_layer, n_head, n_embd, block_size, vocab_size, gelu; n_kv_head for gqa;
+                   attention, ssd_conv, ssd_gate for ssd, booleans as "true" / "false")
     B.safetensors  idx and targets [B, T], int64 (and again as int32)
 
 then runs `char_lm grads --weights W --batch B --out G` once per batch dtype
@@ -36,6 +41,17 @@ stored [in, out] with y = x @ W + b, LayerNorm eps 1e-5, causal attention with
 scale 1/sqrt(d_h), MLP width 4C, head tied to the token embedding,
 loss = mean cross-entropy. T is one less than block_size, so the last row of
 pos_emb is unused (its gradient is 0).
+
+ssd (attention = ssd; nn/attention.h, core/ops.h), per layer on the block's
+LayerNorm output x [B, T, C]: u = [x W_Q + b_Q | x W_K + b_K | x W_V + b_V];
+with ssd_conv = W > 0, u'_{t,c} = SiLU(conv.bias_c + Σ_{s<W} conv.weight[s, c]
+u_{t−W+1+s, c}) (u before t = 0 being 0; W = 0: u' = u), split back into q, k, v
+(k, v over H_kv heads, shared as gqa); per query head h, Δ_t = softplus(x_t
+w_dt.weight[:, h] + w_dt.bias[h]), λ_t = −exp(a_log[h]) Δ_t and
+    o_t = Σ_{s≤t} exp(Σ_{r=s+1..t} λ_r) (q_t·k_s) Δ_s v_s + d_skip[h] v_t
+(no scale, no normaliser), written as the masked quadratic form with the
+segment sums Σ_{r=s+1..t} λ_r summed directly; the heads merged, with ssd_gate
+times SiLU(x W_g + b_g), then W_O. ssd's key bias is not shift-invariant.
 
 The sparse variant's mask is written here again from the definition
 (core/attention_math.h, docs/backprop.md "Sparse attention"), random blocks
@@ -87,6 +103,12 @@ VARIANTS = {  # name: (gelu, config, B, T)
     "alibi": ("erf", {**BASE_CONFIG, "position": "alibi"}, 3, 11),
     "alibi_sparse": ("erf", {**BASE_CONFIG, "block_size": 48, **SPARSE, "position": "alibi"}, 2, 47),
     "none": ("erf", {**BASE_CONFIG, "position": "none"}, 3, 11),
+    # ssd: Mamba-2's selective state space, with its defaults (a width-4 convolution and the gate),
+    # with neither, and with a width-3 convolution over 4 query heads sharing 2 kv heads, past block_size
+    "ssd": ("erf", {**BASE_CONFIG, "attention": "ssd"}, 3, 7),
+    "ssd_plain": ("erf", {**BASE_CONFIG, "attention": "ssd", "ssd_conv": 0, "ssd_gate": False}, 3, 7),
+    "ssd_gqa_conv3": ("erf", {**BASE_CONFIG, "n_embd": 16, "n_head": 4, "n_kv_head": 2, "attention": "ssd",
+                              "ssd_conv": 3, "position": "none"}, 3, 11),
 }
 # The variants compared under every --attn-impl (the others: dense, with an int64 and an int32 batch).
 EVERY_IMPL = {"sparse", "rope_gqa", "alibi", "alibi_sparse"}
@@ -142,6 +164,14 @@ def position(config):
     return config.get("position", "learned")
 
 
+def ssd_conv(config):
+    return config.get("ssd_conv", 4) if config.get("attention") == "ssd" else 0
+
+
+def ssd_gate(config):
+    return config.get("ssd_gate", True) if config.get("attention") == "ssd" else False
+
+
 def parameter_shapes(config):
     """attograd's parameter names and shapes, in its registration order."""
     C, V = config["n_embd"], config["vocab_size"]
@@ -154,6 +184,15 @@ def parameter_shapes(config):
         shapes.update({f"{p}.ln1.weight": (C,), f"{p}.ln1.bias": (C,)})
         for name, width in (("w_q", C), ("w_k", C_kv), ("w_v", C_kv), ("w_o", C)):
             shapes.update({f"{p}.attn.{name}.weight": (C, width), f"{p}.attn.{name}.bias": (width,)})
+        if config.get("attention") == "ssd":  # then conv, w_dt, a_log, d_skip, w_g (nn/attention.cpp)
+            H = config["n_head"]
+            if ssd_conv(config) > 0:
+                shapes.update({f"{p}.attn.conv.weight": (ssd_conv(config), C + 2 * C_kv),
+                               f"{p}.attn.conv.bias": (C + 2 * C_kv,)})
+            shapes.update({f"{p}.attn.w_dt.weight": (C, H), f"{p}.attn.w_dt.bias": (H,),
+                           f"{p}.attn.a_log": (H,), f"{p}.attn.d_skip": (H,)})
+            if ssd_gate(config):
+                shapes.update({f"{p}.attn.w_g.weight": (C, C), f"{p}.attn.w_g.bias": (C,)})
         shapes.update({f"{p}.ln2.weight": (C,), f"{p}.ln2.bias": (C,)})
         shapes.update({f"{p}.mlp.fc.weight": (C, 4 * C), f"{p}.mlp.fc.bias": (4 * C,)})
         shapes.update({f"{p}.mlp.proj.weight": (4 * C, C), f"{p}.mlp.proj.bias": (C,)})
@@ -162,7 +201,9 @@ def parameter_shapes(config):
 
 
 def random_model(rng, config):
-    """Every parameter ~ N(0, 0.3) but LayerNorm weights ~ N(1, 0.1); rounded to float32."""
+    """Every parameter ~ N(0, 0.3) but LayerNorm weights ~ N(1, 0.1); rounded to float32.
+    (ssd's a_log and w_dt too: exp(a_log) ≈ 1 and Δ = softplus(·) ≈ 0.7, a decay of about
+    e^−0.7 per step, so that every earlier position matters.)"""
     weights = {}
     for name, shape in parameter_shapes(config).items():
         module = name.split(".")[-2]  # "ln1", "w_q", "tok_emb", ...
@@ -239,6 +280,34 @@ def linear_elu1_attention(q, k, v):
     return (a @ v) / (a.sum(-1, keepdim=True) + 1e-6)
 
 
+def segment_sums(lam):
+    """lam [..., T] -> [..., T, T]: Σ_{r=j+1..i} lam_r at (i, j), each summed directly (0 on the diagonal
+    and, unused, above it)."""
+    Tn = lam.shape[-1]
+    i, j, r = (torch.arange(Tn)[:, None, None], torch.arange(Tn)[None, :, None], torch.arange(Tn)[None, None, :])
+    terms = ((j < r) & (r <= i)).to(lam.dtype)  # [T (i), T (j), T (r)]
+    return torch.einsum("ijr,...r->...ij", terms, lam)
+
+
+def ssd_attention(q, k, v, dt, a_log, d_skip):
+    """q, k, v [B, H, T, d] (k, v repeated per query head), dt [B, H, T], a_log, d_skip [H] ->
+    o_i = Σ_{j≤i} exp(Σ_{r=j+1..i} λ_r) (q_i·k_j) Δ_j v_j + D v_i, λ = −exp(a_log)·Δ, as the
+    masked quadratic form."""
+    Tn = q.shape[-2]
+    lam = -torch.exp(a_log)[None, :, None] * dt
+    hidden = ~torch.tril(torch.ones(Tn, Tn, dtype=torch.bool))
+    decay = torch.exp(segment_sums(lam).masked_fill(hidden, float("-inf")))  # 0 above the diagonal
+    a = (q @ k.transpose(-2, -1)) * decay * dt[..., None, :]
+    return a @ v + d_skip[None, :, None, None] * v
+
+
+def causal_conv1d(u, weight, bias):
+    """u [B, T, C], weight [W, C], bias [C] -> bias_c + Σ_{s<W} weight[s, c] u_{t−W+1+s, c}, u before 0 being 0."""
+    W, Tn = weight.shape[0], u.shape[1]
+    padded = F.pad(u, (0, 0, W - 1, 0))  # W − 1 zero rows before t = 0
+    return bias + sum(weight[s] * padded[:, s:s + Tn] for s in range(W))
+
+
 def torch_loss_and_grads(weights, idx, targets, gelu):
     """The model in torch float64 -> (loss, {name: gradient}), numpy float64."""
     p = {name: torch.tensor(w, dtype=torch.float64, requires_grad=True) for name, w in weights.items()}
@@ -260,14 +329,23 @@ def torch_loss_and_grads(weights, idx, targets, gelu):
         def repeat_kv(t):  # [B, H_kv, T, d_h] -> [B, H, T, d_h]: query head h reads kv head h // (H / H_kv)
             return t.repeat_interleave(H // H_kv, dim=1)
 
-        q = heads(linear(h, f"{prefix}.w_q"), H)
-        k = heads(linear(h, f"{prefix}.w_k"), H_kv)
+        q, k, v = linear(h, f"{prefix}.w_q"), linear(h, f"{prefix}.w_k"), linear(h, f"{prefix}.w_v")
+        if ssd_conv(CONFIG) > 0:  # ssd: u' = SiLU(conv([q | k | v])), split back
+            u = causal_conv1d(torch.cat([q, k, v], dim=-1), p[f"{prefix}.conv.weight"], p[f"{prefix}.conv.bias"])
+            q, k, v = torch.split(F.silu(u), [C, H_kv * D_H, H_kv * D_H], dim=-1)
+        q, k = heads(q, H), heads(k, H_kv)
         if position(CONFIG) == "rope":  # k per kv head, before a group shares it
             base = float(CONFIG.get("rope_base", 10000))
             q, k = rope(q, base), rope(k, base)
-        k, v = repeat_kv(k), repeat_kv(heads(linear(h, f"{prefix}.w_v"), H_kv))
+        k, v = repeat_kv(k), repeat_kv(heads(v, H_kv))
         if CONFIG.get("attention") == "linear":
             z = linear_elu1_attention(q, k, v).transpose(1, 2).reshape(Bn, Tn, C)
+        elif CONFIG.get("attention") == "ssd":
+            dt = F.softplus(linear(h, f"{prefix}.w_dt")).transpose(1, 2)  # Δ [B, H, T], from x, not u'
+            z = ssd_attention(q, k, v, dt, p[f"{prefix}.a_log"], p[f"{prefix}.d_skip"])
+            z = z.transpose(1, 2).reshape(Bn, Tn, C)
+            if ssd_gate(CONFIG):
+                z = z * F.silu(linear(h, f"{prefix}.w_g"))
         else:
             s = q @ k.transpose(-2, -1) / math.sqrt(D_H)
             if position(CONFIG) == "alibi":
@@ -303,8 +381,9 @@ def gradient_error(got, grads, name, config):
     key bias gets a gradient of exactly 0 in exact arithmetic (adding q . b_k to
     every score of a row leaves the softmax unchanged), so both sides are
     rounding noise: it is measured against the key weight's gradient instead.
-    (Linear attention's phi is not shift-invariant: its key bias is compared as is.)"""
-    shift_invariant = config.get("attention") != "linear"
+    (Linear attention's phi and ssd's unnormalised weights are not shift-invariant:
+    their key bias is compared as is.)"""
+    shift_invariant = config.get("attention", "softmax") == "softmax"
     scale = grads[name.replace("w_k.bias", "w_k.weight") if shift_invariant else name]
     return relative_error(got[name], grads[name], scale)
 
@@ -316,8 +395,13 @@ def use_variant(name):
     return gelu
 
 
+def metadata_value(v):
+    """As attograd reads it: booleans "true" / "false" (not Python's "True")."""
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
 def model_metadata(gelu):
-    return {**{k: str(v) for k, v in CONFIG.items()}, "gelu": gelu}
+    return {**{k: metadata_value(v) for k, v in CONFIG.items()}, "gelu": gelu}
 
 
 def compare(char_lm, variant, seed):
@@ -378,11 +462,20 @@ def main():
     parser.add_argument("--write-golden", action="store_true",
                         help="write tests/golden/grads_<variant>.safetensors, one per variant")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--variants", default="",
+                        help="comma-separated variants to compare or write (default: all of them)")
     args = parser.parse_args()
     # the seeds the golden files were written with
     seeds = {"erf": args.seed, "tanh": args.seed + 1, "sparse": args.seed + 2, "gqa": args.seed + 2,
              "linear_elu1": args.seed + 2, "rope": args.seed + 3, "rope_gqa": args.seed + 3, "alibi": args.seed + 3,
-             "alibi_sparse": args.seed + 3, "none": args.seed + 3}
+             "alibi_sparse": args.seed + 3, "none": args.seed + 3, "ssd": args.seed + 4, "ssd_plain": args.seed + 4,
+             "ssd_gqa_conv3": args.seed + 4}
+    if args.variants:
+        chosen = args.variants.split(",")
+        unknown = sorted(set(chosen) - set(seeds))
+        if unknown:
+            parser.error(f"--variants: no variant {unknown} (known: {', '.join(seeds)})")
+        seeds = {variant: seeds[variant] for variant in chosen}
     if args.write_golden:
         for variant, seed in seeds.items():
             write_golden(variant, seed)

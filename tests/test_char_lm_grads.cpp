@@ -1,9 +1,11 @@
 // char_lm grads: ag::char_lm::compute_grads against PyTorch's float64 loss and
-// gradients, for both GELU variants, a sparse attention pattern, a grouped-query model and a
-// linear-attention model, and rope, alibi and none positions. The golden files
-// tests/golden/grads_{erf,tanh,sparse,gqa,linear_elu1,rope,rope_gqa,alibi,alibi_sparse,none}.safetensors come from
+// gradients, for both GELU variants, a sparse attention pattern, a grouped-query model, a
+// linear-attention model, rope, alibi and none positions, and ssd models. The golden files
+// tests/golden/grads_{erf,tanh,sparse,gqa,linear_elu1,rope,rope_gqa,alibi,alibi_sparse,none,
+// ssd,ssd_plain,ssd_gqa_conv3}.safetensors come from
 // `/usr/bin/python3 scripts/compare_grads.py --write-golden` and hold
-//   __metadata__         the model config (n_layer, n_head, n_embd, block_size, vocab_size, gelu; gqa: n_kv_head)
+//   __metadata__         the model config (n_layer, n_head, n_embd, block_size, vocab_size, gelu; gqa: n_kv_head;
+//                        ssd: attention, ssd_conv, ssd_gate where not the defaults)
 //   weight/<name>        every parameter, F32
 //   batch/idx, targets   [B, T] I64 (T < block_size: the last pos_emb row gets no gradient)
 //   loss, grad/<name>    torch's float64 loss [] and gradients
@@ -176,6 +178,32 @@ TEST_CASE("char_lm grads: a linear-attention (elu1) model matches PyTorch float6
   REQUIRE(golden.metadata.at("attention") == "linear");
   REQUIRE(golden.metadata.at("feature_map") == "elu1");
   check_variant(golden, "linear_elu1");
+}
+
+TEST_CASE("char_lm grads: ssd models (conv and gate, neither, conv 3 with gqa past block_size) match PyTorch float64") {
+  // grads_ssd: the defaults ssd_conv 4, ssd_gate true; grads_ssd_plain: ssd_conv 0, ssd_gate false;
+  // grads_ssd_gqa_conv3: ssd_conv 3, 4 query heads over 2 kv heads, position none, T = 11 > block_size 8.
+  // ssd's key bias is not shift-invariant: compared as is. See scripts/compare_grads.py for the formulas.
+  for (const std::string variant : {"ssd", "ssd_plain", "ssd_gqa_conv3"}) {
+    INFO(variant);
+    const SafetensorsFile golden = load_golden(variant);
+    REQUIRE(golden.metadata.at("attention") == "ssd");
+    check_variant(golden, variant);
+  }
+  const SafetensorsFile plain = load_golden("ssd_plain");
+  CHECK(plain.metadata.at("ssd_conv") == "0");
+  CHECK(plain.metadata.at("ssd_gate") == "false");
+  CHECK(!plain.contains("weight/blocks.0.attn.conv.weight"));
+  CHECK(!plain.contains("weight/blocks.0.attn.w_g.weight"));
+  const SafetensorsFile defaults = load_golden("ssd");
+  CHECK(defaults.contains("weight/blocks.0.attn.conv.weight"));
+  CHECK(defaults.at("weight/blocks.0.attn.conv.weight").size(0) == 4);
+  CHECK(defaults.contains("weight/blocks.0.attn.w_g.weight"));
+  const SafetensorsFile gqa = load_golden("ssd_gqa_conv3");
+  CHECK(gqa.metadata.at("ssd_conv") == "3");
+  CHECK(gqa.metadata.at("n_kv_head") == "2");
+  CHECK(gqa.metadata.at("position") == "none");
+  CHECK(gqa.at("weight/blocks.0.attn.conv.weight").shape() == Shape{3, 16 + 2 * 8});
 }
 
 TEST_CASE("char_lm grads: a sparse pattern in the weights' metadata matches PyTorch, every implementation") {
