@@ -3,7 +3,9 @@
 // peak resident memory. The default is issue 11's case, where attention
 // dominates the step: 1 layer, 4 heads, 128 wide (char_lm's defaults), batch 1,
 // block size 4096, 65 tokens, char_lm's training step (optim::TrainStep: loss,
-// backward, clipping, AdamW).
+// backward, clipping, AdamW). An implementation is a softmax one (dense, flash,
+// composed), linear-elu1 / linear-favor (linear attention) or ssd (the state
+// space, with its default convolution and gate).
 // (char_lm's default config: --n-layer 4 --T 64 --batch-size 12.)
 //
 //   ./build/bench_attention_model --threads 2 --T 4096,16384
@@ -40,7 +42,14 @@ double estimated_gb(const std::string& impl, const Model& m) {
 void run_case(const std::string& impl, const Model& m, int iters) {
   Generator gen(1);
   nn::GPTConfig config{.vocab_size = 65, .block_size = m.T, .n_layer = m.layers, .n_head = m.heads, .n_embd = m.width};
-  config.attn_impl = enum_from_name<AttentionImpl>(impl, "--impls");
+  if (impl == "ssd") {
+    config.attention = AttentionFunction::Ssd;
+  } else if (impl.starts_with("linear-")) {
+    config.attention = AttentionFunction::Linear;
+    config.feature_map = enum_from_name<FeatureMap>(impl.substr(7), "--impls");
+  } else {
+    config.attn_impl = enum_from_name<AttentionImpl>(impl, "--impls");
+  }
   nn::GPT model(config, gen);
   optim::AdamW optimizer(optim::decay_groups(model.named_parameters(), 0.1), {1e-3, 0.9, 0.99, 1e-8});
   optim::TrainOptions options;
@@ -85,7 +94,7 @@ int main(int argc, char** argv) {
   double memory_limit_gb = 6;
   std::vector<std::string> one_case;
   app.add_option("--threads", threads, "CPU threads (OpenMP and OpenBLAS)");
-  app.add_option("--impls", impls, "implementations, comma-separated");
+  app.add_option("--impls", impls, "implementations, comma-separated: dense, flash, composed, linear-elu1, linear-favor, ssd");
   app.add_option("--T", lengths, "block sizes, comma-separated");
   app.add_option("--iters", iters, "training steps per case");
   app.add_option("--n-layer", m.layers);

@@ -1,5 +1,6 @@
 // char_lm's training loop, checkpoints and data handling, on a tiny model.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -236,13 +237,29 @@ TEST_CASE("char_lm: missing, empty or too short data is a clear error") {
   CHECK_THROWS_WITH_AS(train(c), doctest::Contains("is empty"), Error);
   write_file(dir + "/short.txt", "To be, or not");
   c.run.data = dir + "/short.txt";
-  CHECK_THROWS_WITH_AS(train(c), doctest::Contains("fewer than block_size + 1 = 17"), Error);
-  // Long enough for one window, but not its validation split: refused before --out is touched.
-  write_file(dir + "/short.txt", std::string(100, 'a'));
-  CHECK_THROWS_WITH_AS(train(c), doctest::Contains("100 characters, and its validation split (the last 10%) 10, fewer than block_size + 1 = 17"), Error);
+  // No training window fits: refused before --out is touched.
+  CHECK_THROWS_WITH_AS(train(c), doctest::Contains("13 characters, and its training split (the first 90%) 11, fewer than block_size + 1 = 17"), Error);
   CHECK_FALSE(std::filesystem::exists(c.run.out));
+  CHECK_THROWS_WITH_AS(make_dataset("abcdefghij", 4), doctest::Contains("validation split (the last 10%) 1, fewer than the 2 of one window"), Error);
   c.run.data = dir;
   CHECK_THROWS_WITH_AS(train(c), doctest::Contains(("'" + dir + "' is a directory").c_str()), Error);
+}
+
+TEST_CASE("char_lm: a validation split shorter than a block is evaluated on windows of the whole split") {
+  const std::string dir = fresh_dir("short_val");
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += static_cast<char>('a' + (i * 7) % 26);
+  write_file(dir + "/short.txt", text);
+  CHECK(make_dataset(text, 16).eval_window == 9);  // its validation split is 10 characters
+  CHECK(make_dataset(text, 8).eval_window == 8);
+  TrainConfig c = tiny_run(dir + "/out");
+  c.run.data = dir + "/short.txt";
+  const TrainResult result = train(c);
+  REQUIRE_FALSE(result.evals.empty());
+  for (const EvalRecord& e : result.evals) {
+    CHECK(std::isfinite(e.train_loss));
+    CHECK(std::isfinite(e.val_loss));
+  }
 }
 
 TEST_CASE("cuda: 20 training steps give the same losses on CPU and CUDA to 4 decimals") {

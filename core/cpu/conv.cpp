@@ -1,6 +1,9 @@
-// The causal depthwise convolution on the CPU. Sums: core/conv_math.h.
-// Rows (batch entry, position) run in parallel for y and dx; dweight and dbias
-// sum over the batch entries in order, so the bits do not depend on the threads.
+// The causal depthwise convolution on the CPU: the sums of core/conv_math.h
+// (y and dx in the same order), taken a row of channels at a time so that the
+// inner loops read contiguous channels. Rows (batch entry, position) run in
+// parallel for y and dx; dweight and dbias in parallel over their taps and
+// blocks of channels, each summing the rows in order, so the bits do not
+// depend on the threads.
 #include <algorithm>
 
 #include "core/cpu/cpu.h"
@@ -15,9 +18,14 @@ void causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
     const T *in = x.data<T>(), *w = weight.data<T>(), *b = bias.defined() ? bias.data<T>() : nullptr;
     T* out = y.data<T>();
     for_rows(B * T_, C * W, [&](int64_t row) {
-      const int64_t n = row / T_, t = row % T_;
-      for (int64_t c = 0; c < C; ++c)
-        out[row * C + c] = (b ? b[c] : T(0)) + math::causal_conv(in + n * T_ * C, w, t, c, C, W);
+      const int64_t t = row % T_;
+      T* y_row = out + row * C;
+      std::fill_n(y_row, C, T(0));
+      for (int64_t s = W - 1 - std::min(t, W - 1); s < W; ++s) {
+        const T *tap = w + s * C, *x_row = in + (row - W + 1 + s) * C;
+        for (int64_t c = 0; c < C; ++c) y_row[c] += tap[c] * x_row[c];
+      }
+      for (int64_t c = 0; c < C; ++c) y_row[c] = (b ? b[c] : T(0)) + y_row[c];
     });
   });
 }
@@ -30,21 +38,34 @@ void causal_conv1d_backward(const Tensor& x, const Tensor& weight, const Tensor&
     const T *in = x.data<T>(), *w = weight.data<T>(), *dy = dY.data<T>();
     T *dx = dX.data<T>(), *dw = dWeight.data<T>();
     for_rows(B * T_, C * W, [&](int64_t row) {
-      const int64_t n = row / T_, t = row % T_;
-      for (int64_t c = 0; c < C; ++c) dx[row * C + c] = math::causal_conv_input_grad(dy + n * T_ * C, w, t, c, C, W, T_);
-    });
-    for_rows(W, B * T_ * C, [&](int64_t s) {
-      for (int64_t c = 0; c < C; ++c) {
-        T acc = 0;
-        for (int64_t n = 0; n < B; ++n) acc += math::causal_conv_weight_grad(in + n * T_ * C, dy + n * T_ * C, s, c, C, W, T_);
-        dw[s * C + c] = acc;
+      const int64_t t = row % T_;
+      T* dx_row = dx + row * C;
+      std::fill_n(dx_row, C, T(0));
+      for (int64_t s = std::max<int64_t>(0, t + W - T_); s < W; ++s) {  // the outputs t + W − 1 − s < T
+        const T *tap = w + s * C, *dy_row = dy + (row + W - 1 - s) * C;
+        for (int64_t c = 0; c < C; ++c) dx_row[c] += tap[c] * dy_row[c];
       }
     });
-    if (!dBias) return;
-    T* db = dBias->data<T>();
-    std::fill_n(db, C, T(0));
-    for (int64_t row = 0; row < B * T_; ++row)
-      for (int64_t c = 0; c < C; ++c) db[c] += dy[row * C + c];
+    // dweight[s, ·] and dbias (tap s = W) per block of channels, summed over
+    // the batch's rows.
+    constexpr int64_t kChannels = 64;
+    const int64_t blocks = (C + kChannels - 1) / kChannels, taps = dBias ? W + 1 : W;
+    T* db = dBias ? dBias->data<T>() : nullptr;
+    for_rows(taps * blocks, B * T_ * kChannels, [&](int64_t task) {
+      const int64_t s = task / blocks, c0 = task % blocks * kChannels, width = std::min(kChannels, C - c0);
+      T acc[kChannels] = {};
+      for (int64_t n = 0; n < B; ++n)
+        for (int64_t t = s < W ? W - 1 - s : 0; t < T_; ++t) {
+          const T* g = dy + (n * T_ + t) * C + c0;
+          if (s == W) {
+            for (int64_t j = 0; j < width; ++j) acc[j] += g[j];
+          } else {
+            const T* input = in + (n * T_ + t - W + 1 + s) * C + c0;
+            for (int64_t j = 0; j < width; ++j) acc[j] += g[j] * input[j];
+          }
+        }
+      std::copy_n(acc, width, (s == W ? db : dw + s * C) + c0);
+    });
   });
 }
 

@@ -4,10 +4,13 @@
 // derivations: docs/backprop.md, "State-space attention".
 //
 // Thread mapping: OpenMP over the problems (batch entry × head); each
-// problem's sums run in order on one thread, so the bits do not depend on the
-// thread count.
+// problem's sums run in order on one thread (its GEMMs too), so the bits do
+// not depend on the thread count.
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/cpu/cpu.h"
@@ -16,14 +19,30 @@
 namespace ag::cpu {
 namespace {
 
-// Per-thread scratch: the state [r, e], one chunk of B transposed [r, chunk],
-// and per position of the chunk its decay a = exp(λ), the decays to the
-// chunk's ends, the current row of the decay mask and of the weights.
+// C[M, N] = op(A)[M, K] · op(B)[K, N] + beta · C, each row-major with its row
+// stride. Inside our OpenMP loop OpenBLAS (OpenMP build) runs it on the
+// calling thread.
+template <class T>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T beta, T* c, int64_t ldc) {
+  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+  const int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K);
+  const int lda_ = static_cast<int>(lda), ldb_ = static_cast<int>(ldb), ldc_ = static_cast<int>(ldc);
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda_, b, ldb_, beta, c, ldc_);
+  else
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda_, b, ldb_, beta, c, ldc_);
+}
+
+// Per-thread scratch: the state [r, e]; for one chunk the scores G [chunk,
+// chunk], B's rows scaled by their decay into the state [chunk, r], and per
+// position its decay a = exp(λ), its weight w, the decays to the chunk's ends
+// and the current row of the decay mask.
 template <class T> struct DecayScratch {
-  std::vector<T> state, bt, a, to_start, to_end, mask, weights;
+  std::vector<T> state, scores, decayed_b, a, w, to_start, to_end, mask;
   DecayScratch(const DecayedProduct& how, int64_t chunk)
-      : state(how.r * how.e), bt(how.r * chunk), a(chunk), to_start(chunk), to_end(chunk), mask(chunk),
-        weights(chunk) {}
+      : state(how.r * how.e), scores(chunk * chunk), decayed_b(chunk * how.r), a(chunk), w(chunk), to_start(chunk),
+        to_end(chunk), mask(chunk) {}
 };
 
 // One problem, head h of batch entry b. Chunk by chunk (forward for Causal,
@@ -36,83 +55,76 @@ template <class T> struct DecayScratch {
 //               R ← to_start_{j1−1} R + Σ_j to_start_j w_j B_j C_jᵀ
 // where mask_ij = exp(σ(i, j)): row i of the mask is row i∓1's times one a (Causal: row i = row i−1 · a_i
 // with mask_ii = 1; Anticausal: row i = row i+1 · a_{i+1}), one vector multiply per row.
+// Each of the four sums is one GEMM of the chunk: G = A Bᵀ, Out = A S (its rows
+// scaled) + (mask ∘ G) C, S += (decayed B)ᵀ C.
 template <class T>
 void decayed_product_one(const DecayedProduct& how, const T* A, const T* B, const T* C, const T* dt, const T* log_a,
                          T* Out, T* state_io, int64_t b, int64_t h, int64_t chunk, DecayScratch<T>& scratch) {
   const int64_t T_ = how.T, r = how.r, e = how.e;
   const int64_t ha = how.a_head(h), hb = how.b_head(h), hc = how.c_head(h);
   const bool causal = how.causal();
-  std::vector<T>& state = scratch.state;
+  T* state = scratch.state.data();
   if (state_io)
-    std::copy_n(state_io, r * e, state.begin());
+    std::copy_n(state_io, r * e, state);
   else
-    std::fill(state.begin(), state.end(), T(0));
-  T *a = scratch.a.data(), *to_start = scratch.to_start.data(), *to_end = scratch.to_end.data();
-  T *mask = scratch.mask.data(), *weights = scratch.weights.data(), *bt = scratch.bt.data();
+    std::fill_n(state, r * e, T(0));
+  T *a = scratch.a.data(), *w = scratch.w.data(), *to_start = scratch.to_start.data(), *to_end = scratch.to_end.data();
+  T *mask = scratch.mask.data(), *G = scratch.scores.data(), *decayed_b = scratch.decayed_b.data();
   const int64_t chunks = (T_ + chunk - 1) / chunk;
   for (int64_t n = 0; n < chunks; ++n) {
     const int64_t index = causal ? n : chunks - 1 - n;
-    const int64_t j0 = index * chunk, j1 = std::min(j0 + chunk, T_), width = j1 - j0;
-    for (int64_t j = 0; j < width; ++j) a[j] = std::exp(log_a[how.decay.at(b, h, j0 + j)]);
+    const int64_t j0 = index * chunk, m = std::min(j0 + chunk, T_) - j0;
+    for (int64_t j = 0; j < m; ++j) {
+      a[j] = std::exp(log_a[how.decay.at(b, h, j0 + j)]);
+      w[j] = how.weighted ? dt[how.decay.at(b, h, j0 + j)] : T(1);
+    }
     T product = 1;
-    for (int64_t j = 0; j < width; ++j) to_start[j] = product *= a[j];
+    for (int64_t j = 0; j < m; ++j) to_start[j] = product *= a[j];
     product = 1;
-    for (int64_t j = width - 1; j >= 0; --j) {
+    for (int64_t j = m - 1; j >= 0; --j) {
       to_end[j] = product;
       product *= a[j];
     }
-    const auto w = [&](int64_t j) { return how.weighted ? dt[how.decay.at(b, h, j0 + j)] : T(1); };
-    for (int64_t j = 0; j < width; ++j) {
-      const T* bj = B + how.b.at(b, hb, j0 + j);
-      for (int64_t p = 0; p < r; ++p) bt[p * width + j] = bj[p];
-    }
-    std::fill_n(mask, width, T(0));
-    for (int64_t step = 0; step < width; ++step) {
-      const int64_t i = causal ? step : width - 1 - step;  // within the chunk
-      const T* ai = A + how.a.at(b, ha, j0 + i);
-      T* out = Out + how.out.at(b, h, j0 + i);
-      // the chunks already passed, through the state
-      const T read_decay = causal ? to_start[i] : to_end[i];
-      std::fill_n(out, e, T(0));
-      for (int64_t p = 0; p < r; ++p) {
-        const T ap = ai[p] * read_decay;
-        const T* row = state.data() + p * e;
-        for (int64_t c = 0; c < e; ++c) out[c] += ap * row[c];
-      }
-      // this chunk: the masked quadratic form over the visible j ∈ [lo, hi)
-      const int64_t lo = causal ? 0 : i, hi = causal ? i + 1 : width;
+    const T *Ac = A + how.a.at(b, ha, j0), *Bc = B + how.b.at(b, hb, j0), *Cc = C + how.c.at(b, hc, j0);
+    T* Oc = Out + how.out.at(b, h, j0);
+    gemm(false, true, m, m, r, Ac, how.a.row, Bc, how.b.row, T(0), G, m);
+    std::fill_n(mask, m, T(0));
+    for (int64_t step = 0; step < m; ++step) {
+      const int64_t i = causal ? step : m - 1 - step;
+      const int64_t lo = causal ? 0 : i, hi = causal ? i + 1 : m;  // the visible j ∈ [lo, hi)
       if (causal) {
         for (int64_t j = 0; j < i; ++j) mask[j] *= a[i];
-      } else if (i + 1 < width) {
-        for (int64_t j = i + 1; j < width; ++j) mask[j] *= a[i + 1];
+      } else {
+        for (int64_t j = i + 1; j < m; ++j) mask[j] *= a[i + 1];
       }
       mask[i] = 1;
-      std::fill(weights + lo, weights + hi, T(0));
-      for (int64_t p = 0; p < r; ++p) {
-        const T ap = ai[p];
-        const T* bp = bt + p * width;
-        for (int64_t j = lo; j < hi; ++j) weights[j] += ap * bp[j];
-      }
-      for (int64_t j = lo; j < hi; ++j) {
-        const T weight = weights[j] * mask[j] * w(j);
-        const T* cj = C + how.c.at(b, hc, j0 + j);
-        for (int64_t c = 0; c < e; ++c) out[c] += weight * cj[c];
+      T* row = G + i * m;
+      std::fill(row, row + lo, T(0));
+      for (int64_t j = lo; j < hi; ++j) row[j] *= mask[j] * w[j];
+      std::fill(row + hi, row + m, T(0));
+    }
+    // the chunks already passed, through the state (zero before the first of a fresh product)
+    const bool has_state = n > 0 || state_io;
+    if (has_state) {
+      gemm(false, false, m, e, r, Ac, how.a.row, state, e, T(0), Oc, how.out.row);
+      for (int64_t i = 0; i < m; ++i) {
+        const T read_decay = causal ? to_start[i] : to_end[i];
+        T* out = Oc + i * how.out.row;
+        for (int64_t c = 0; c < e; ++c) out[c] *= read_decay;
       }
     }
+    gemm(false, false, m, e, m, G, m, Cc, how.c.row, has_state ? T(1) : T(0), Oc, how.out.row);
     // the state moves past this chunk
-    const T carry = to_start[width - 1];
-    for (T& s : state) s *= carry;
-    for (int64_t j = 0; j < width; ++j) {
-      const T decay = (causal ? to_end[j] : to_start[j]) * w(j);
-      const T* cj = C + how.c.at(b, hc, j0 + j);
-      for (int64_t p = 0; p < r; ++p) {
-        const T bp = bt[p * width + j] * decay;
-        T* row = state.data() + p * e;
-        for (int64_t c = 0; c < e; ++c) row[c] += bp * cj[c];
-      }
+    const T carry = to_start[m - 1];
+    for (int64_t p = 0; p < r * e; ++p) state[p] *= carry;
+    for (int64_t j = 0; j < m; ++j) {
+      const T decay = (causal ? to_end[j] : to_start[j]) * w[j];
+      const T* bj = Bc + j * how.b.row;
+      for (int64_t p = 0; p < r; ++p) decayed_b[j * r + p] = bj[p] * decay;
     }
+    gemm(true, false, r, e, m, decayed_b, r, Cc, how.c.row, T(1), state, e);
   }
-  if (state_io) std::copy_n(state.begin(), r * e, state_io);
+  if (state_io) std::copy_n(state, r * e, state_io);
 }
 
 }  // namespace

@@ -236,10 +236,13 @@ Dataset make_dataset(const std::string& text, int64_t block_size) {
   const size_t n = static_cast<size_t>(
       std::count_if(text.begin(), text.end(), [](char b) { return (static_cast<unsigned char>(b) & 0xC0) != 0x80; }));
   const size_t n_train = n * 9 / 10;
-  // Checked here, before --out is touched: the validation split, the smaller, must hold a window too.
-  AG_CHECK(static_cast<int64_t>(n - n_train) >= block_size + 1,
-           "data: the text has " << n << " characters, and its validation split (the last 10%) " << n - n_train
+  // Checked here, before --out is touched.
+  AG_CHECK(static_cast<int64_t>(n_train) >= block_size + 1,
+           "data: the text has " << n << " characters, and its training split (the first 90%) " << n_train
                                  << ", fewer than block_size + 1 = " << block_size + 1);
+  AG_CHECK(n - n_train >= 2, "data: the text has " << n << " characters, and its validation split (the last 10%) "
+                                                   << n - n_train << ", fewer than the 2 of one window");
+  data.eval_window = std::min(block_size, static_cast<int64_t>(n - n_train) - 1);
   data.train = TokenIds(data.tokenizer.vocab_size(), n_train);
   data.val = TokenIds(data.tokenizer.vocab_size(), n - n_train);
   size_t i = 0;

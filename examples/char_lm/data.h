@@ -90,10 +90,14 @@ class TokenIds {
 struct Dataset {
   Tokenizer tokenizer;
   TokenIds train, val;  // the first 90% of the tokens, and the rest
+  // The windows evaluations score on both splits: block_size, or when the
+  // validation split is shorter than a block (a block of 131072 on tiny
+  // Shakespeare's 111540), the whole split less its last token.
+  int64_t eval_window = 0;
 };
 // Tokenizes the text in place: its ids are the only copy made (see TokenIds).
-// ag::Error if the validation split (the last 10%) is shorter than block_size + 1
-// characters (no window fits).
+// ag::Error if the training split (the first 90%) is shorter than block_size + 1
+// characters (no window fits), or the validation split shorter than 2.
 Dataset make_dataset(const std::string& text, int64_t block_size);
 
 // B windows of T + 1 tokens at offsets drawn from `gen`: x = tokens [0, T),

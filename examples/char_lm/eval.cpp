@@ -16,12 +16,12 @@ EvalResult evaluate_checkpoint(const EvalOptions& o) {
   AG_CHECK(T <= model.block_size || !model.positions_end_at_block_size(),
            "eval: --block-size " << T << " passes the model's block_size " << model.block_size
                                  << ": learned positions end there (position = learned); rope, alibi and none extrapolate");
-  c.model.block_size = T;  // the windows evaluated; the model keeps its own
   if (o.eval_iters > 0) c.run.eval_iters = o.eval_iters;
   if (!o.data.empty()) c.run.data = o.data;
   c.run.device = o.device;
   const Dataset data = make_dataset(read_text(c.run.data), T);
-  return {evaluate(*loaded.model, data, c, loaded.iter, dist::world()), T, model.block_size, nn::describe(model)};
+  return {evaluate(*loaded.model, data, c, loaded.iter, dist::world()), data.eval_window, model.block_size,
+          nn::describe(model)};
 }
 
 }  // namespace ag::char_lm

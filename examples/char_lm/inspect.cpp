@@ -157,7 +157,7 @@ template <class Options> std::vector<interp::TokenBatch> validation_batches(cons
   Generator gen(o.seed);
   std::vector<interp::TokenBatch> batches(o.eval_iters);
   for (interp::TokenBatch& b : batches)
-    get_batch(data.val, o.batch_size, in.loaded.model->config().block_size, gen, b.x, b.y);
+    get_batch(data.val, o.batch_size, data.eval_window, gen, b.x, b.y);
   return batches;
 }
 

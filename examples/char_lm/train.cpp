@@ -103,7 +103,7 @@ EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, i
     Tensor total;
     Tensor x, y;
     for (int64_t i = 0; i < c.run.eval_iters; ++i) {
-      get_batch(tokens, c.optim.batch_size, c.model.block_size, gen, x, y);
+      get_batch(tokens, c.optim.batch_size, data.eval_window, gen, x, y);
       const Tensor loss = model.loss(optim::shard(x, comm).to(c.run.device), optim::shard(y, comm).to(c.run.device));
       total = total.defined() ? add(total, loss) : loss;
     }
@@ -251,6 +251,9 @@ void Progress::print_start(const RunInputs& in, int64_t start, const nn::GPT& mo
   std::printf("%lld tokens and %.2f GFLOP per step (batch %lld x %lld micro-batches x %lld tokens)\n",
               static_cast<long long>(tokens_per_step_), flops_per_step_ / 1e9, static_cast<long long>(c_.optim.batch_size),
               static_cast<long long>(c_.optim.grad_accum), static_cast<long long>(c_.model.block_size));
+  if (in.data.eval_window < c_.model.block_size)
+    std::printf("evaluating on windows of %lld tokens: the validation split is shorter than a block\n",
+                static_cast<long long>(in.data.eval_window));
   if (comm.size() > 1)
     std::printf("data-parallel on %d processes (%s): each computes %lld of every batch's %lld sequences\n",
                 comm.size(), comm.describe().c_str(), static_cast<long long>(c_.optim.batch_size / comm.size()),
