@@ -10,6 +10,6 @@
   X(Local, double,      temperature, 0.8,     1e-6, kNoLimit, "softmax temperature") \
   X(Local, int64_t,     top_k,       200,     0,    1 << 24,  "sample among the k likeliest (0: all)") \
   X(Local, uint64_t,    seed,        1337,    0,    kNoLimit, "random seed") \
-  X(Local, bool,        no_kv_cache, false,   0,    0,        "rerun the whole context for every character instead of caching each layer's keys and values (a linear-attention model: its recurrent state)") \
+  X(Local, bool,        no_kv_cache, false,   0,    0,        "rerun the whole context for every character instead of caching each layer's keys and values (a linear-attention or ssd model: its recurrent state)") \
   X(Local, int64_t,     max_context, 0,       0,    1 << 24,  "positions a rope, alibi or none model conditions on before generation stops (0: 4 x block_size); a model with an attention window rolls its cache instead and goes on") \
   AG_CHAR_LM_DEVICE_OPTION(X)
