@@ -19,7 +19,14 @@ class DeviceCollectives {
   virtual ~DeviceCollectives() = default;
   virtual void all_reduce_sum(const Tensor& t) = 0;
   virtual void broadcast(const Tensor& t, int root) = 0;
+  // Queued on the stream; nothing for the host to wait for.
+  virtual void exchange(const Tensor& send, int to, const Tensor& receive, int from) = 0;
+  // The group of Communicator::split, among the same GPUs.
+  virtual std::unique_ptr<DeviceCollectives> split(int color, int key) = 0;
 };
+
+// Communicator::start_exchange's argument checks (every implementation's).
+void check_exchange(const Communicator& comm, const Tensor& send, int to, const Tensor& receive, int from);
 
 // Binds this process to GPU host.local_rank() and joins the processes of
 // `host` in one NCCL communicator, its id sent from rank 0 over `host`.

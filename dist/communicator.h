@@ -16,13 +16,39 @@
 // process that cannot go on must end the whole run (end_run_on_error), or the
 // others wait for it forever.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "core/safetensors.h"  // Metadata
 #include "core/tensor.h"
 
 namespace ag::dist {
+
+// A point-to-point exchange under way (Communicator::start_exchange): its
+// tensors must stay alive and untouched until wait() returns. wait() is called
+// once; the destructor waits for an exchange nobody waited for.
+class Exchange {
+ public:
+  Exchange() = default;
+  explicit Exchange(std::function<void()> finish) : finish_(std::move(finish)) {}
+  Exchange(Exchange&& other) noexcept : finish_(std::exchange(other.finish_, nullptr)) {}
+  Exchange& operator=(Exchange&& other) noexcept {
+    if (this != &other) {
+      wait();
+      finish_ = std::exchange(other.finish_, nullptr);
+    }
+    return *this;
+  }
+  ~Exchange() { wait(); }
+  void wait() {
+    if (finish_) std::exchange(finish_, nullptr)();
+  }
+
+ private:
+  std::function<void()> finish_;
+};
 
 class Communicator {
  public:
@@ -48,6 +74,20 @@ class Communicator {
   virtual void use_device(Device device) = 0;
   // Ends every process of the run with `code`, at once (MPI_Abort). Alone: returns.
   virtual void abort(int code) = 0;
+
+  // The processes that pass the same `color`, ranked by `key` (ties by rank):
+  // a communicator of their own (MPI_Comm_split), whose collectives involve
+  // only them. A collective of this communicator. For CUDA tensors call
+  // use_device first: the group's NCCL communicator is split from this one's.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // Sends `send` to process `to` and receives into `receive` (the sender's
+  // dtype, element count and device) from process `from`, without waiting for
+  // either: the caller computes, then waits on the returned exchange. Every
+  // process that is sent to must post the matching receive. CPU tensors over
+  // MPI (the time wait() blocks counts in collective_ms); CUDA tensors over
+  // NCCL on the kernels' stream, where wait() has nothing to wait for (what
+  // reads `receive` is queued after it). Alone, to = from = 0: a copy.
+  virtual Exchange start_exchange(const Tensor& send, int to, const Tensor& receive, int from) = 0;
 
   // Milliseconds spent in collectives so far, host time. CPU collectives wait
   // for every process, so this includes waiting for the slowest; CUDA ones are

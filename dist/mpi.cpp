@@ -1,12 +1,15 @@
 // dist/communicator.h over MPI (Open MPI from Debian; any MPI-3 library works):
-// MPI_COMM_WORLD is the run, its processes on one machine share a node-local
-// communicator (MPI_Comm_split_type) that gives the local rank. CPU tensors go
+// MPI_COMM_WORLD is the run, and split groups of it communicators of their
+// own; the processes of one on one machine share a node-local communicator
+// (MPI_Comm_split_type) that gives the local rank. CPU tensors go
 // through MPI; CUDA tensors through NCCL (dist/backends.h: connect_gpus).
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <memory>
+#include <vector>
 
 #include "core/error.h"
 #include "dist/backends.h"
@@ -67,21 +70,27 @@ class CollectiveTimer {
 
 class MpiCommunicator final : public Communicator {
  public:
+  // The run: MPI_COMM_WORLD.
   MpiCommunicator() {
     // Only the main thread calls MPI (OpenMP threads run kernels only).
     int provided = 0;
     AG_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
     AG_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-    AG_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
-    AG_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
-    MPI_Comm machine;
-    AG_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &machine));
-    AG_MPI_CHECK(MPI_Comm_rank(machine, &local_rank_));
-    AG_MPI_CHECK(MPI_Comm_size(machine, &local_size_));
-    AG_MPI_CHECK(MPI_Comm_free(&machine));
+    read_ranks();
   }
-  // Every process gets here at its normal end (the error path aborts instead).
-  ~MpiCommunicator() override { MPI_Finalize(); }
+  // A group split from another (split), its collectives on `comm` alone.
+  MpiCommunicator(MPI_Comm comm, std::unique_ptr<DeviceCollectives> gpus)
+      : comm_(comm), gpus_(std::move(gpus)), owns_comm_(true) {
+    read_ranks();
+  }
+  // Every process gets here at its normal end (the error path aborts instead);
+  // the groups end before the run (world() outlives them).
+  ~MpiCommunicator() override {
+    if (owns_comm_)
+      MPI_Comm_free(&comm_);
+    else
+      MPI_Finalize();
+  }
 
   std::string describe() const override { return gpus_ ? "MPI, NCCL" : "MPI"; }
 
@@ -89,31 +98,76 @@ class MpiCommunicator final : public Communicator {
     const CollectiveTimer timer(collective_ms_);
     if (t.device() == Device::CUDA) return gpus().all_reduce_sum(t);
     in_pieces(t, [&](void* data, int count) {
-      AG_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, count, mpi_type(t.dtype()), MPI_SUM, MPI_COMM_WORLD));
+      AG_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, count, mpi_type(t.dtype()), MPI_SUM, comm_));
     });
   }
 
   void broadcast(const Tensor& t, int root) override {
     const CollectiveTimer timer(collective_ms_);
     if (t.device() == Device::CUDA) return gpus().broadcast(t, root);
-    in_pieces(t, [&](void* data, int count) {
-      AG_MPI_CHECK(MPI_Bcast(data, count, mpi_type(t.dtype()), root, MPI_COMM_WORLD));
-    });
+    in_pieces(t, [&](void* data, int count) { AG_MPI_CHECK(MPI_Bcast(data, count, mpi_type(t.dtype()), root, comm_)); });
   }
 
   void use_device(Device device) override {
-    if (device == Device::CUDA && !gpus_) gpus_ = connect_gpus(*this);
+    if (device != Device::CUDA || gpus_) return;
+    AG_CHECK(!owns_comm_, "dist: use_device(Device::CUDA) on a split group: call it on the run before splitting");
+    gpus_ = connect_gpus(*this);
   }
 
   void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
 
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    const CollectiveTimer timer(collective_ms_);
+    MPI_Comm group;
+    AG_MPI_CHECK(MPI_Comm_split(comm_, color, key, &group));
+    AG_MPI_CHECK(MPI_Comm_set_errhandler(group, MPI_ERRORS_RETURN));
+    return std::make_unique<MpiCommunicator>(group, gpus_ ? gpus_->split(color, key) : nullptr);
+  }
+
+  Exchange start_exchange(const Tensor& send, int to, const Tensor& receive, int from) override {
+    check_exchange(*this, send, to, receive, from);
+    if (send.device() == Device::CUDA) {
+      gpus().exchange(send, to, receive, from);
+      return {};
+    }
+    auto requests = std::make_shared<std::vector<MPI_Request>>();
+    const MPI_Datatype type = mpi_type(send.dtype());
+    {
+      const CollectiveTimer timer(collective_ms_);
+      in_pieces(receive, [&](void* data, int count) {
+        AG_MPI_CHECK(MPI_Irecv(data, count, type, from, kExchangeTag, comm_, &requests->emplace_back()));
+      });
+      in_pieces(send, [&](void* data, int count) {
+        AG_MPI_CHECK(MPI_Isend(data, count, type, to, kExchangeTag, comm_, &requests->emplace_back()));
+      });
+    }
+    return Exchange([this, requests] {
+      const CollectiveTimer timer(collective_ms_);
+      AG_MPI_CHECK(MPI_Waitall(static_cast<int>(requests->size()), requests->data(), MPI_STATUSES_IGNORE));
+    });
+  }
+
  private:
+  static constexpr int kExchangeTag = 1;
+
+  void read_ranks() {
+    AG_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    AG_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    MPI_Comm machine;
+    AG_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &machine));
+    AG_MPI_CHECK(MPI_Comm_rank(machine, &local_rank_));
+    AG_MPI_CHECK(MPI_Comm_size(machine, &local_size_));
+    AG_MPI_CHECK(MPI_Comm_free(&machine));
+  }
+
   DeviceCollectives& gpus() {
     AG_CHECK(gpus_, "dist: a collective on a CUDA tensor before use_device(Device::CUDA)");
     return *gpus_;
   }
 
+  MPI_Comm comm_ = MPI_COMM_WORLD;
   std::unique_ptr<DeviceCollectives> gpus_;
+  bool owns_comm_ = false;  // a split group's, freed with it; the world's is MPI's
 };
 }  // namespace
 

@@ -53,6 +53,7 @@ class Nccl final : public DeviceCollectives {
     std::memcpy(&id, packed.raw_data(), sizeof id);
     AG_NCCL_CHECK(ncclCommInitRank(&comm_, host.size(), id, host.rank()));
   }
+  explicit Nccl(ncclComm_t comm) : comm_(comm) {}
   // Like the CUDA context, never destroyed: the process's exit releases it, and
   // nothing calls into NCCL or CUDA while they shut down.
 
@@ -64,6 +65,20 @@ class Nccl final : public DeviceCollectives {
   void broadcast(const Tensor& t, int root) override {
     AG_NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), root,
                                 comm_, stream()));
+  }
+
+  void exchange(const Tensor& send, int to, const Tensor& receive, int from) override {
+    const size_t count = static_cast<size_t>(send.numel());
+    AG_NCCL_CHECK(ncclGroupStart());
+    AG_NCCL_CHECK(ncclSend(send.raw_data(), count, nccl_type(send.dtype()), to, comm_, stream()));
+    AG_NCCL_CHECK(ncclRecv(receive.raw_data(), count, nccl_type(receive.dtype()), from, comm_, stream()));
+    AG_NCCL_CHECK(ncclGroupEnd());
+  }
+
+  std::unique_ptr<DeviceCollectives> split(int color, int key) override {
+    ncclComm_t group = nullptr;
+    AG_NCCL_CHECK(ncclCommSplit(comm_, color, key, &group, nullptr));
+    return std::make_unique<Nccl>(group);
   }
 
  private:

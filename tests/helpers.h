@@ -300,6 +300,13 @@ inline std::pair<int, std::string> run_command(const std::string& command) {
   return {WEXITSTATUS(status), output};
 }
 
+// How many times `part` occurs in `text` (overlapping ones too).
+inline size_t occurrences(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
 // For test cases that start processes with mpirun: the command that starts
 // `processes` of them (never past `seconds`: a test that goes wrong must not
 // hang the suite), if this build has MPI; otherwise prints the [SKIP] marker

@@ -27,6 +27,7 @@
 using namespace ag;
 using namespace ag::char_lm;
 using ag::test::mpirun_or_skip;
+using ag::test::occurrences;
 using ag::test::run_command;
 
 namespace {
@@ -79,12 +80,6 @@ void check_same_losses(const std::vector<double>& got, const std::vector<double>
     CAPTURE(expected[i]);
     CHECK(std::abs(got[i] - expected[i]) <= rtol * std::abs(expected[i]));
   }
-}
-
-size_t occurrences(const std::string& text, const std::string& part) {
-  size_t n = 0;
-  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
 }
 
 // Every process's float64 copy of `tensors`, gathered exactly: process q fills
