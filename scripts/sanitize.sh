@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export UBSAN_OPTIONS="print_stacktrace=1:${UBSAN_OPTIONS:-}"
 bash scripts/build_sanitize.sh
-(cd build-sanitize && ctest --output-on-failure -j "$(nproc)" --timeout 900 -E '^data parallel:')
+mpirun_tests='^(data|context) parallel:'  # the cases that start processes with mpirun
+(cd build-sanitize && ctest --output-on-failure -j "$(nproc)" --timeout 900 -E "$mpirun_tests")
 # The tests that start processes with mpirun: Open MPI leaves blocks of MPI_Init
 # and of its plugins unfreed at exit, and unloads the plugins first, so
 # LeakSanitizer's fast unwinder stops in an unknown module. The slow unwinder
@@ -15,6 +16,6 @@ bash scripts/build_sanitize.sh
 # and cmake/lsan_openmpi.supp names those, and only those.
 (cd build-sanitize && ASAN_OPTIONS="fast_unwind_on_malloc=0:${ASAN_OPTIONS:-}" \
   LSAN_OPTIONS="suppressions=$PWD/../cmake/lsan_openmpi.supp:${LSAN_OPTIONS:-}" \
-  ctest --output-on-failure -j "$(nproc)" --timeout 900 -R '^data parallel:')
+  ctest --output-on-failure -j "$(nproc)" --timeout 900 -R "$mpirun_tests")
 bash scripts/fuzz.sh "${ATTOGRAD_FUZZ_SECONDS:-60}"
 python3 scripts/mutate_checkpoints.py --quick
