@@ -18,8 +18,6 @@
 // query's softmax then runs down a column, which vectorises across the Br
 // queries of the tile. Each tile product is one GEMM whose right operand is
 // read along its rows (Q and dZ are transposed once per query tile for that).
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -29,6 +27,7 @@
 #include "core/attention_blocks.h"
 #include "core/cpu/cpu.h"
 #include "core/cpu/loops.h"
+#include "core/cpu/tile_gemm.h"
 #include "core/cpu/vector_math.h"
 
 namespace ag::cpu {
@@ -229,22 +228,13 @@ template <class T> struct Left {
 
 // C[M, N] = op(A)[M, K] · B[K, N] (accumulate: C += op(A) B, the product summed
 // from zero and then added, so a long sum over tiles rounds like a blocked
-// one), B and C row-major with row strides ldb and ldc. One cblas_?gemm: inside
-// our OpenMP loops OpenBLAS (OpenMP build) runs it on the calling thread.
+// one), B and C row-major with row strides ldb and ldc: one tile_gemm.
 // OpenBLAS's kernels beat register-blocked micro-kernels of ours on these tiles
 // (commit 9669caf measures both; docs/performance.md).
 template <class T>
 void tile_product(int64_t M, int64_t N, int64_t K, Left<T> a, const T* b, int64_t ldb, T* c, int64_t ldc,
                   bool accumulate) {
-  const CBLAS_TRANSPOSE trans_a = a.transposed ? CblasTrans : CblasNoTrans;
-  const int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K);
-  const int lda = static_cast<int>(a.ld), ldb_ = static_cast<int>(ldb), ldc_ = static_cast<int>(ldc);
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, trans_a, CblasNoTrans, m, n, k, 1.0f, a.data, lda, b, ldb_, accumulate ? 1.0f : 0.0f, c,
-                ldc_);
-  else
-    cblas_dgemm(CblasRowMajor, trans_a, CblasNoTrans, m, n, k, 1.0, a.data, lda, b, ldb_, accumulate ? 1.0 : 0.0, c,
-                ldc_);
+  tile_gemm(a.transposed, false, M, N, K, a.data, a.ld, b, ldb, accumulate ? T(1) : T(0), c, ldc);
 }
 
 // L = hi + lo in T (lo = 0 for float64), so that S − L can be formed as

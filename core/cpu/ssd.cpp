@@ -6,33 +6,16 @@
 // Thread mapping: OpenMP over the problems (batch entry × head); each
 // problem's sums run in order on one thread (its GEMMs too), so the bits do
 // not depend on the thread count.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <vector>
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/loops.h"
+#include "core/cpu/tile_gemm.h"
 
 namespace ag::cpu {
 namespace {
-
-// C[M, N] = op(A)[M, K] · op(B)[K, N] + beta · C, each row-major with its row
-// stride. Inside our OpenMP loop OpenBLAS (OpenMP build) runs it on the
-// calling thread.
-template <class T>
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T beta, T* c, int64_t ldc) {
-  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
-  const int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K);
-  const int lda_ = static_cast<int>(lda), ldb_ = static_cast<int>(ldb), ldc_ = static_cast<int>(ldc);
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda_, b, ldb_, beta, c, ldc_);
-  else
-    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda_, b, ldb_, beta, c, ldc_);
-}
 
 // Per-thread scratch: the state [r, e]; for one chunk the scores G [chunk,
 // chunk], B's rows scaled by their decay into the state [chunk, r], and per
@@ -87,7 +70,7 @@ void decayed_product_one(const DecayedProduct& how, const T* A, const T* B, cons
     }
     const T *Ac = A + how.a.at(b, ha, j0), *Bc = B + how.b.at(b, hb, j0), *Cc = C + how.c.at(b, hc, j0);
     T* Oc = Out + how.out.at(b, h, j0);
-    gemm(false, true, m, m, r, Ac, how.a.row, Bc, how.b.row, T(0), G, m);
+    tile_gemm(false, true, m, m, r, Ac, how.a.row, Bc, how.b.row, T(0), G, m);
     std::fill_n(mask, m, T(0));
     for (int64_t step = 0; step < m; ++step) {
       const int64_t i = causal ? step : m - 1 - step;
@@ -106,14 +89,14 @@ void decayed_product_one(const DecayedProduct& how, const T* A, const T* B, cons
     // the chunks already passed, through the state (zero before the first of a fresh product)
     const bool has_state = n > 0 || state_io;
     if (has_state) {
-      gemm(false, false, m, e, r, Ac, how.a.row, state, e, T(0), Oc, how.out.row);
+      tile_gemm(false, false, m, e, r, Ac, how.a.row, state, e, T(0), Oc, how.out.row);
       for (int64_t i = 0; i < m; ++i) {
         const T read_decay = causal ? to_start[i] : to_end[i];
         T* out = Oc + i * how.out.row;
         for (int64_t c = 0; c < e; ++c) out[c] *= read_decay;
       }
     }
-    gemm(false, false, m, e, m, G, m, Cc, how.c.row, has_state ? T(1) : T(0), Oc, how.out.row);
+    tile_gemm(false, false, m, e, m, G, m, Cc, how.c.row, has_state ? T(1) : T(0), Oc, how.out.row);
     // the state moves past this chunk
     const T carry = to_start[m - 1];
     for (int64_t p = 0; p < r * e; ++p) state[p] *= carry;
@@ -122,7 +105,7 @@ void decayed_product_one(const DecayedProduct& how, const T* A, const T* B, cons
       const T* bj = Bc + j * how.b.row;
       for (int64_t p = 0; p < r; ++p) decayed_b[j * r + p] = bj[p] * decay;
     }
-    gemm(true, false, r, e, m, decayed_b, r, Cc, how.c.row, T(1), state, e);
+    tile_gemm(true, false, r, e, m, decayed_b, r, Cc, how.c.row, T(1), state, e);
   }
   if (state_io) std::copy_n(state, r * e, state_io);
 }
