@@ -47,12 +47,12 @@ AttentionBlockMap::AttentionBlockMap(const AttentionShape& shape, int64_t query_
 namespace {
 
 // Everything a map depends on.
-using MapKey = std::tuple<int64_t, int64_t, int64_t, bool, int64_t, int64_t, int64_t, int64_t, int64_t, uint64_t,
-                          int64_t, int64_t, int64_t>;
+using MapKey = std::tuple<int64_t, int64_t, int64_t, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                          uint64_t, int64_t, int64_t, int64_t>;
 MapKey key_of(const AttentionShape& s, int64_t query_tile, int64_t key_tile) {
   const SparsePattern& p = s.mask.pattern;
   // The seed and the layer only draw random blocks: without them every layer shares one map.
-  return {s.Tq, s.Tk, p.per_head() ? s.Hq : 1, s.mask.causal, s.mask.q_offset, p.window, p.dilation, p.global,
+  return {s.Tq, s.Tk, p.per_head() ? s.Hq : 1, s.mask.causal, s.mask.q_offset, s.mask.first_key, p.window, p.dilation, p.global,
           p.random_blocks, p.per_head() ? p.seed : 0, p.per_head() ? p.layer : 0, query_tile, key_tile};
 }
 

@@ -84,6 +84,11 @@ struct AttentionMask {
   bool causal = false;
   int64_t q_offset = 0;
   SparsePattern pattern;
+  // The sequence position of key 0: a ring block's first key under context
+  // parallelism (core/ops/ring_attention.cpp), else 0. The causal distances
+  // p − j need only q_offset; the global keys and the random blocks are fixed
+  // positions of the sequence, found at j + first_key (and p + first_key).
+  int64_t first_key = 0;
   // ALiBi (Press et al. 2021; docs/backprop.md, "ALiBi"): the score of query i
   // with key j gets −m_h·(p − j) before the mask, m_h = 2^(−8(h+1)/H) over H =
   // alibi_heads query heads; 0: no bias. A constant: dS passes through it.
@@ -101,13 +106,15 @@ struct AttentionMask {
   // One query's row of the mask, with its random blocks drawn once.
   struct Row {
     const SparsePattern& pattern;
-    int64_t p;  // the query's key position
+    int64_t p;          // the query's key position
+    int64_t first_key;  // key 0's sequence position (AttentionMask::first_key)
     RandomBlocks random;
 
     AG_HOST_DEVICE bool visible(int64_t j) const {
       if (j > p) return false;
-      if (!pattern.limited() || in_window(j) || j < pattern.global) return true;
-      return j / kSparseBlock < p / kSparseBlock && random.contains(j / kSparseBlock);
+      if (!pattern.limited() || in_window(j) || j + first_key < pattern.global) return true;
+      const int64_t key_block = (j + first_key) / kSparseBlock;
+      return key_block < (p + first_key) / kSparseBlock && random.contains(key_block);
     }
     AG_HOST_DEVICE bool in_window(int64_t j) const {
       const int64_t distance = p - j;
@@ -136,10 +143,12 @@ struct AttentionMask {
         b = b < end ? b : end;
         if (a < b) visible_count += (b - a) - window_count(a, b);
       };
-      add_interval(0, pattern.global);
+      // The global keys and the random blocks at their sequence positions, as key indices.
+      const int64_t global_end = pattern.global - first_key;
+      add_interval(-first_key, global_end);
       for (int64_t k = 0; k < random.count; ++k) {
-        const int64_t start = random.block[k] * kSparseBlock;
-        add_interval(start > pattern.global ? start : pattern.global, start + kSparseBlock);
+        const int64_t start = random.block[k] * kSparseBlock - first_key;
+        add_interval(start > global_end ? start : global_end, start + kSparseBlock);
       }
       return visible_count;
     }
@@ -147,7 +156,8 @@ struct AttentionMask {
 
   AG_HOST_DEVICE Row row(int64_t h, int64_t i) const {
     const int64_t p = causal ? i + q_offset : kAllKeys;
-    return {pattern, p, RandomBlocks(pattern, h, p / kSparseBlock)};  // p < 0 sees no key: no blocks below it
+    // p < 0 sees no key: no blocks below it
+    return {pattern, p, first_key, RandomBlocks(pattern, h, causal ? (p + first_key) / kSparseBlock : 0)};
   }
   AG_HOST_DEVICE bool visible(int64_t h, int64_t i, int64_t j) const { return row(h, i).visible(j); }
 
@@ -175,13 +185,14 @@ struct AttentionMask {
   // block drawn for one of the tile's query blocks.
   AG_HOST_DEVICE bool may_see(int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
     const int64_t nearest = i0 + q_offset - (j1 - 1);  // the smallest distance p − j in the tile
-    if (nearest < pattern.window * pattern.dilation || j0 < pattern.global) return true;
+    if (nearest < pattern.window * pattern.dilation || j0 + first_key < pattern.global) return true;
     if (pattern.random_blocks == 0) return false;
-    const int64_t first = (i0 + q_offset) / kSparseBlock, last = (i1 - 1 + q_offset) / kSparseBlock;
+    const int64_t first = (i0 + q_offset + first_key) / kSparseBlock, last = (i1 - 1 + q_offset + first_key) / kSparseBlock;
     for (int64_t query_block = first; query_block <= last; ++query_block) {
       const RandomBlocks random(pattern, h, query_block);
       for (int64_t k = 0; k < random.count; ++k)
-        if (random.block[k] * kSparseBlock < j1 && (random.block[k] + 1) * kSparseBlock > j0) return true;
+        if (random.block[k] * kSparseBlock < j1 + first_key && (random.block[k] + 1) * kSparseBlock > j0 + first_key)
+          return true;
     }
     return false;
   }
@@ -263,6 +274,22 @@ template <class T> AG_HOST_DEVICE inline T softmax_reference(T running_max) {
 // P = exp(S − L) is exactly 0 there (and Z = 0: no probability mass).
 template <class T> AG_HOST_DEVICE inline T log_sum_exp(T row_max, T row_sum) {
   return row_sum == T(0) ? kInf<T> : row_max + std::log(row_sum);
+}
+
+// Two softmax attentions of one query over disjoint sets of keys, (Z₁, L₁) and
+// (Z₂, L₂), merge into the attention over their union (ring attention's blocks;
+// docs/backprop.md, "Ring attention"):
+//   L = log(e^L₁ + e^L₂) = max(L₁, L₂) + log1p(e^(−|L₁ − L₂|)),   Z = e^(L₁ − L) Z₁ + e^(L₂ − L) Z₂,
+// every exponent ≤ 0, so nothing overflows. L = +∞ marks a part that saw no
+// key (log_sum_exp above): it gets weight 0 and the other part is kept as it is.
+struct SoftmaxMerge {
+  double log_sum_exp, weight_1, weight_2;
+};
+AG_HOST_DEVICE inline SoftmaxMerge merge_softmax_parts(double L1, double L2) {
+  if (L2 == kInf<double>) return {L1, 1.0, 0.0};
+  if (L1 == kInf<double>) return {L2, 0.0, 1.0};
+  const double L = (L1 > L2 ? L1 : L2) + log1p(exp(-fabs(L1 - L2)));
+  return {L, exp(L1 - L), exp(L2 - L)};
 }
 
 }  // namespace math

@@ -286,9 +286,10 @@ int64_t query_floats(int tile, int64_t d) { return 5 * tile * d + 2 * tile * til
 // For one query tile, over every visible key tile:
 //   pass 1:  D = rowsum(P ∘ dP)           (written to D for the key kernel)
 //   pass 2:  dQ = scale · Σ_j dS K_j,  dS = P ∘ (dP − D)
+// With D given (given_D), pass 1 is skipped and D only read.
 template <class T>
 __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, const double* L, const T* dZ,
-                                            AttentionShape shape, int tile, T* D, T* dQ) {
+                                            AttentionShape shape, int tile, bool given_D, T* D, T* dQ) {
   const int64_t d = shape.d;
   SharedBuffers<T> shared;
   T *sQ = shared.take(tile * d), *sdZ = shared.take(tile * d), *dq = shared.take(tile * d);
@@ -305,8 +306,8 @@ __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, 
     load_tile(dZ, q_at, q.i0, q.rows, tile, d, sdZ);
     load_lse(L, shape.lse_at(q.b, q.h, q.i0), q.rows, lse_hi, lse_lo);
     for (int64_t idx = threadIdx.x; idx < tile * d; idx += blockDim.x) dq[idx] = 0;
-    for (int r = threadIdx.x; r < tile; r += blockDim.x) sD[r] = 0;
-    for (int pass = 1; pass <= 2; ++pass)
+    for (int r = threadIdx.x; r < tile; r += blockDim.x) sD[r] = given_D && r < q.rows ? D[shape.lse_at(q.b, q.h, q.i0 + r)] : T(0);
+    for (int pass = given_D ? 2 : 1; pass <= 2; ++pass)
       for_each_visible_key_tile(shape, q, tile, K, V, sK, sV, [&](int64_t j0, int64_t cols, TileVisibility visibility) {
         probability_tile(sQ, sdZ, sK, sV, lse_hi, lse_lo, q.h, q.i0, q.rows, j0, cols, tile, d, scale, shape.mask,
                          visibility, P, dP);
@@ -332,7 +333,8 @@ __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, 
       });
     __syncthreads();
     for (int64_t idx = threadIdx.x; idx < q.rows * d; idx += blockDim.x) dQ[q_at(q.i0 + idx / d) + idx % d] = dq[idx];
-    for (int r = threadIdx.x; r < q.rows; r += blockDim.x) D[shape.lse_at(q.b, q.h, q.i0 + r)] = sD[r];
+    if (!given_D)
+      for (int r = threadIdx.x; r < q.rows; r += blockDim.x) D[shape.lse_at(q.b, q.h, q.i0 + r)] = sD[r];
   }
 }
 
@@ -412,6 +414,22 @@ template <class T> struct RotatePairs {
   }
 };
 
+// Ring attention's merge: one thread per row (b, h, i), the row's index being lse_at(b, h, i).
+template <class T> struct MergeSoftmaxParts {
+  T* z;
+  double* l;
+  const T* z_part;
+  const double* l_part;
+  AttentionShape shape;
+  __device__ void operator()(int64_t row) const {
+    const int64_t at = shape.q.at(row / (shape.Hq * shape.Tq), row / shape.Tq % shape.Hq, row % shape.Tq);
+    const math::SoftmaxMerge merged = math::merge_softmax_parts(l[row], l_part[row]);
+    const T w1 = static_cast<T>(merged.weight_1), w2 = static_cast<T>(merged.weight_2);
+    for (int64_t e = 0; e < shape.d; ++e) z[at + e] = w1 * z[at + e] + w2 * z_part[at + e];
+    l[row] = merged.log_sum_exp;
+  }
+};
+
 // kernel<<<tasks (capped), kFlashThreads, `floats` elements of T in shared memory>>>(args...);
 // the kernels loop over their tasks grid-stride.
 template <class T, class... Params, class... Args>
@@ -458,20 +476,29 @@ void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const At
 }
 
 void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& L, const Tensor& dZ,
-                              const AttentionShape& shape, Tensor& dQ, Tensor& dK, Tensor& dV) {
+                              const Tensor& given_D, const AttentionShape& shape, Tensor& dQ, Tensor& dK, Tensor& dV) {
   visit_floating(Q.dtype(), "flash_attention_backward", [&](auto zero) {
     using T = decltype(zero);
-    const Tensor D = Tensor::empty(L.shape(), Q.dtype(), Device::CUDA);  // rowsum(P ∘ dP) [B, Hq, Tq]
+    // rowsum(P ∘ dP) [B, Hq, Tq]: the query kernel's, or the caller's
+    const Tensor D = given_D.defined() ? given_D : Tensor::empty(L.shape(), Q.dtype(), Device::CUDA);
     const int query_tile =
         choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return query_floats(t, shape.d); });
     launch_tiles<T>(flash_backward_query_kernel<T>, shape.B * shape.Hq * tiles_of(shape.Tq, query_tile),
                     query_floats(query_tile, shape.d), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V),
-                    ptr<const double>(L), ptr<const T>(dZ), shape, query_tile, ptr<T>(D), ptr<T>(dQ));
+                    ptr<const double>(L), ptr<const T>(dZ), shape, query_tile, given_D.defined(), ptr<T>(D), ptr<T>(dQ));
     const int key_tile =
         choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return key_floats(t, shape.d); });
     launch_tiles<T>(flash_backward_key_kernel<T>, shape.B * shape.Hkv * tiles_of(shape.Tk, key_tile),
                     key_floats(key_tile, shape.d), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V),
                     ptr<const double>(L), ptr<const T>(D), ptr<const T>(dZ), shape, key_tile, ptr<T>(dK), ptr<T>(dV));
+  });
+}
+
+void attention_merge(Tensor& Z, Tensor& L, const Tensor& Z_part, const Tensor& L_part, const AttentionShape& shape) {
+  visit_floating(Z.dtype(), "attention_merge", [&](auto zero) {
+    using T = decltype(zero);
+    for_each_index(shape.B * shape.Hq * shape.Tq, MergeSoftmaxParts<T>{ptr<T>(Z), ptr<double>(L), ptr<const T>(Z_part),
+                                                                      ptr<const double>(L_part), shape});
   });
 }
 

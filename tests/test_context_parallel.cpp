@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/context_parallel.h"
+#include "core/ops.h"
 #include "dist/communicator.h"
 #include "tests/helpers.h"
 
@@ -80,6 +81,112 @@ TEST_CASE("context parallel (every process): an exchange round the ring moves ea
   CHECK_THROWS_WITH_AS(comm.start_exchange(held, N, held, previous), doctest::Contains("processes"), Error);
   CHECK_THROWS_WITH_AS(comm.start_exchange(held, next, Tensor::zeros({5}, DType::Float64), previous),
                        doctest::Contains("one dtype, size and device"), Error);
+}
+
+namespace {
+
+// This process's rows of a whole-sequence operand [B, H, T, d] (BHTD) or [B, T, H, d]: its zigzag chunks.
+Tensor zigzag_rows(const Tensor& whole, AttentionLayout layout, const ZigzagSplit& split) {
+  const int64_t dim = layout == AttentionLayout::BTHD ? 1 : 2, c = split.chunk();
+  std::vector<Tensor> halves;
+  for (int64_t h = 0; h < 2; ++h) halves.push_back(slice(whole, dim, split.chunk_of(h) * c, (split.chunk_of(h) + 1) * c));
+  return concat(halves, dim);
+}
+
+struct RingCase {
+  std::string name;
+  AttentionSpec spec;
+  int64_t Hq, Hkv;
+};
+
+// The problems the ring must compute as one process does: causal and not,
+// windows (one narrower than a chunk: only neighbouring blocks), global keys,
+// random blocks, GQA and MQA, rope and alibi, in both layouts.
+std::vector<RingCase> ring_cases() {
+  const AttentionLayout BTHD = AttentionLayout::BTHD;
+  return {
+      {"full", {}, 2, 2},
+      {"causal", {.causal = true}, 2, 2},
+      {"causal, GQA", {.causal = true, .layout = BTHD}, 4, 2},
+      {"causal, MQA, rope", {.causal = true, .layout = BTHD, .position = PositionEncoding::Rope}, 2, 1},
+      {"causal, alibi", {.causal = true, .position = PositionEncoding::Alibi}, 2, 2},
+      {"window 5", {.causal = true, .pattern = {.window = 5}}, 2, 2},
+      {"window 4 dilation 3, global 3", {.causal = true, .pattern = {.window = 4, .dilation = 3, .global = 3}}, 2, 1},
+      {"window 6, global 20, random blocks",
+       {.causal = true, .layout = BTHD, .pattern = {.window = 6, .global = 20, .random_blocks = 2, .seed = 7, .layer = 1}},
+       4,
+       2},
+  };
+}
+
+}  // namespace
+
+// Every process makes the whole problem from the same seeds, computes it alone
+// (flash), and then its own rows of it as one process of the ring.
+TEST_CASE("context parallel (every process): ring attention gives the single process's Z, dQ, dK, dV (float64)") {
+  dist::Communicator& world = dist::world();
+  const int64_t P = world.size(), B = 2, d = 8, chunk = 24;  // chunks of 24: partial flash tiles of 16
+  const int64_t T = 2 * P * chunk;
+  const ZigzagSplit split(T, P, world.rank());
+  for (const RingCase& c : ring_cases()) {
+    CAPTURE(c.name);
+    const AttentionLayout layout = c.spec.layout;
+    const bool bthd = layout == AttentionLayout::BTHD;
+    const auto operand = [&](int64_t H) { return bthd ? Shape{B, T, H, d} : Shape{B, H, T, d}; };
+    const Tensor q = ag::test::random(operand(c.Hq), 1), k = ag::test::random(operand(c.Hkv), 2),
+                 v = ag::test::random(operand(c.Hkv), 3), upstream = ag::test::random(operand(c.Hq), 4, DType::Float64, false);
+    AttentionSpec alone = c.spec;
+    alone.impl = AttentionImpl::Flash;
+    const ag::test::AttentionRun whole = ag::test::run_attention({q, k, v}, alone, Device::CPU, DType::Float64, upstream);
+
+    AttentionSpec ring = alone;
+    ring.context = &world;
+    const auto mine = [&](const Tensor& t) { return zigzag_rows(t.detach(), layout, split); };
+    const ag::test::AttentionRun local =
+        ag::test::run_attention({mine(q), mine(k), mine(v)}, ring, Device::CPU, DType::Float64, mine(upstream));
+    CHECK(ag::test::relative_error(local.Z, mine(whole.Z)) < 1e-12);
+    CHECK(ag::test::max_abs_error(local.L, zigzag_rows(whole.L.reshape({B, c.Hq, T, 1}), AttentionLayout::BHTD, split)
+                                               .reshape({B, c.Hq, 2 * chunk})) < 1e-12);
+    CHECK(ag::test::relative_error(local.dQ, mine(whole.dQ)) < 1e-12);
+    CHECK(ag::test::relative_error(local.dK, mine(whole.dK)) < 1e-12);
+    CHECK(ag::test::relative_error(local.dV, mine(whole.dV)) < 1e-12);
+  }
+}
+
+TEST_CASE("context parallel (every process): ring attention refuses what it cannot split") {
+  dist::Communicator& world = dist::world();
+  const Tensor odd = ag::test::random({1, 2, 7, 4}, 1);
+  CHECK_THROWS_WITH_AS(attention(odd, odd, odd, {.context = &world}), doctest::Contains("equal chunks"), Error);
+  const Tensor x = ag::test::random({1, 2, 8, 4}, 2), shorter = ag::test::random({1, 2, 6, 4}, 3);
+  CHECK_THROWS_WITH_AS(attention(x, shorter, shorter, {.context = &world}),
+                       doctest::Contains("queries and keys at the same positions"), Error);
+  CHECK_THROWS_WITH_AS(attention(x, x, x, {.q_offset = 2, .context = &world}), doctest::Contains("q_offset"), Error);
+  CHECK_THROWS_WITH_AS(attention(x, x, x, {.function = AttentionFunction::Linear, .causal = true, .context = &world}),
+                       doctest::Contains("not built yet"), Error);
+}
+
+// A ring of one (this process alone: the gradient's one hop is a copy) on every device.
+TEST_CASE_EVERY_DEVICE("context parallel: a ring of one process is flash attention") {
+  dist::Communicator& alone = dist::world();
+  if (alone.size() != 1) return;  // under mpirun the every-process cases run the ring
+  for (const RingCase& c : ring_cases()) {
+    CAPTURE(c.name);
+    const bool bthd = c.spec.layout == AttentionLayout::BTHD;
+    const auto operand = [&](int64_t H) { return bthd ? Shape{2, 64, H, 8} : Shape{2, H, 64, 8}; };
+    const std::vector<Tensor> qkv = {ag::test::random(operand(c.Hq), 5), ag::test::random(operand(c.Hkv), 6),
+                                     ag::test::random(operand(c.Hkv), 7)};
+    const Tensor upstream = ag::test::random(operand(c.Hq), 8, DType::Float64, false);
+    AttentionSpec flash = c.spec, ring = c.spec;
+    flash.impl = AttentionImpl::Flash;
+    ring.context = &alone;
+    const ag::test::AttentionRun want = ag::test::run_attention(qkv, flash, Device::CPU, DType::Float64, upstream);
+    const ag::test::AttentionRun got = ag::test::run_attention(qkv, ring, device, DType::Float64, upstream);
+    CHECK(ag::test::relative_error(got.Z, want.Z) < 1e-12);
+    CHECK(ag::test::max_abs_error(got.L, want.L) < 1e-12);
+    CHECK(ag::test::relative_error(got.dQ, want.dQ) < 1e-12);
+    CHECK(ag::test::relative_error(got.dK, want.dK) < 1e-12);
+    CHECK(ag::test::relative_error(got.dV, want.dV) < 1e-12);
+  }
 }
 
 TEST_CASE("context parallel: the every-process cases pass on 2 and 4 MPI processes") {

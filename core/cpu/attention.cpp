@@ -401,8 +401,8 @@ template <class T> struct BackwardScratch {
 // dense softmax backward does (docs/backprop.md: why not rowsum(dZ ∘ Z) here).
 template <class T>
 [[gnu::always_inline]] inline void flash_backward_group(const Operands<T>& in, const double* L, const T* dZ,
-                                                        int64_t b, int64_t kvh, BackwardScratch<T>& s, T* dQ,
-                                                        T* dK, T* dV) {
+                                                        const T* given_D, int64_t b, int64_t kvh,
+                                                        BackwardScratch<T>& s, T* dQ, T* dK, T* dV) {
   const AttentionShape& shape = in.shape;
   const int64_t d = shape.d, g = shape.group(), q_row = shape.q.row, kv_row = shape.kv.row;
   const T scale = static_cast<T>(shape.scale);
@@ -417,10 +417,13 @@ template <class T>
       transpose_rows(q, q_row, rows, d, s.qt.data());
       transpose_rows(dz, q_row, rows, d, s.dzt.data());
       T *D = s.D.data(), *lse_hi = s.lse_hi.data(), *lse_lo = s.lse_lo.data();
-      std::fill_n(D, rows, T(0));
+      if (given_D)
+        for (int64_t r = 0; r < rows; ++r) D[r] = given_D[shape.lse_at(b, h, i0 + r)];
+      else
+        std::fill_n(D, rows, T(0));
       for (int64_t r = 0; r < rows; ++r) split(L[shape.lse_at(b, h, i0 + r)], lse_hi[r], lse_lo[r]);
       const std::span<const KeyTile> key_tiles = in.blocks.key_tiles(h, i0);
-      // pass 1: P, dP and D; the n-th visible key tile's P and dP go to the n-th slot of the stripe
+      // pass 1: P, dP and (unless given) D; the n-th visible key tile's P and dP go to the n-th slot of the stripe
       for (size_t n = 0; n < key_tiles.size(); ++n) {
         const TilePair t = pair_of(i0, rows, key_tiles[n]);
         T *p = s.P.data() + n * kKeyTile * kQueryTile, *dp = s.dP.data() + n * kKeyTile * kQueryTile;
@@ -436,6 +439,7 @@ template <class T>
             p[c * kQueryTile + r] = exp_nonpositive(p[c * kQueryTile + r] - lse_hi[r] - lse_lo[r]);
         // Z = P V  →  dP = dZ Vᵀ
         tile_product(t.cols, rows, d, Left<T>{v, kv_row}, s.dzt.data(), kQueryTile, dp, kQueryTile, false);
+        if (given_D) continue;
         for (int64_t c = 0; c < t.cols; ++c)
           for (int64_t r = 0; r < rows; ++r) D[r] += p[c * kQueryTile + r] * dp[c * kQueryTile + r];
       }
@@ -469,10 +473,10 @@ AG_VECTOR_CLONES void flash_forward_tile(const Operands<float>& in, int64_t b, i
                                          ForwardScratch<float>& s, float* Z, double* L) {
   flash_forward_tile<float>(in, b, h, i0, s, Z, L);
 }
-AG_VECTOR_CLONES void flash_backward_group(const Operands<float>& in, const double* L, const float* dZ, int64_t b,
-                                           int64_t kvh, BackwardScratch<float>& s, float* dQ, float* dK,
-                                           float* dV) {
-  flash_backward_group<float>(in, L, dZ, b, kvh, s, dQ, dK, dV);
+AG_VECTOR_CLONES void flash_backward_group(const Operands<float>& in, const double* L, const float* dZ,
+                                           const float* given_D, int64_t b, int64_t kvh, BackwardScratch<float>& s,
+                                           float* dQ, float* dK, float* dV) {
+  flash_backward_group<float>(in, L, dZ, given_D, b, kvh, s, dQ, dK, dV);
 }
 
 }  // namespace
@@ -556,7 +560,7 @@ void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const At
 }
 
 void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& L, const Tensor& dZ,
-                              const AttentionShape& shape, Tensor& dQ, Tensor& dK, Tensor& dV) {
+                              const Tensor& D, const AttentionShape& shape, Tensor& dQ, Tensor& dK, Tensor& dV) {
   visit_floating(Q.dtype(), "flash_attention_backward", [&](auto zero) {
     using T = decltype(zero);
     const auto blocks = attention_block_map(shape, kQueryTile, kKeyTile);
@@ -567,9 +571,27 @@ void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V,
       BackwardScratch<T> scratch(shape.d, shape.Tk);
 #pragma omp for schedule(dynamic)
       for (int64_t task = 0; task < tasks; ++task)
-        flash_backward_group(in, L.data<double>(), dZ.data<T>(), task / shape.Hkv, task % shape.Hkv, scratch,
-                             dQ.data<T>(), dK.data<T>(), dV.data<T>());
+        flash_backward_group(in, L.data<double>(), dZ.data<T>(), D.defined() ? D.data<T>() : nullptr,
+                             task / shape.Hkv, task % shape.Hkv, scratch, dQ.data<T>(), dK.data<T>(), dV.data<T>());
     }
+  });
+}
+
+void attention_merge(Tensor& Z, Tensor& L, const Tensor& Z_part, const Tensor& L_part, const AttentionShape& shape) {
+  visit_floating(Z.dtype(), "attention_merge", [&](auto zero) {
+    using T = decltype(zero);
+    T* z = Z.data<T>();
+    const T* z_part = Z_part.data<T>();
+    double* l = L.data<double>();
+    const double* l_part = L_part.data<double>();
+    const int64_t d = shape.d;
+    for_rows(shape.B * shape.Hq * shape.Tq, d, [&](int64_t row) {  // row = lse_at(b, h, i)
+      const int64_t at = shape.q.at(row / (shape.Hq * shape.Tq), row / shape.Tq % shape.Hq, row % shape.Tq);
+      const math::SoftmaxMerge merged = math::merge_softmax_parts(l[row], l_part[row]);
+      const T w1 = static_cast<T>(merged.weight_1), w2 = static_cast<T>(merged.weight_2);
+      for (int64_t e = 0; e < d; ++e) z[at + e] = w1 * z[at + e] + w2 * z_part[at + e];
+      l[row] = merged.log_sum_exp;
+    });
   });
 }
 

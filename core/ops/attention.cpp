@@ -291,7 +291,7 @@ Tensor flash(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
   return record("attention", {q, k, v}, Z,
                 [Q = q.detach(), K = k.detach(), V = v.detach(), L, shape](const Tensor& dZ) -> Gradients {
                   Tensor dQ = detail::empty_like(Q), dK = kv_gradient(K, shape), dV = kv_gradient(V, shape);
-                  kernel::flash_attention_backward(Q, K, V, L, dZ, shape, dQ, dK, dV);
+                  kernel::flash_attention_backward(Q, K, V, L, dZ, Tensor(), shape, dQ, dK, dV);
                   return {dQ, dK, dV};
                 });
 }
@@ -322,6 +322,7 @@ void roll(LayerKVCache& cache, int64_t T_new, const SparsePattern& pattern) {
 // place (kv_length).
 Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
                          AttentionInternals* internals) {
+  if (spec.context) return detail::ring_attention(q, k, v, describe_problem(q, k, v, spec), spec, internals);
   if (spec.cache) {
     LayerKVCache& cache = *spec.cache;
     const int64_t B = k.size(0), T_new = k.size(1), Hkv = k.size(2), d = k.size(3), width = Hkv * d;
@@ -433,6 +434,9 @@ int64_t attention_forward_flops(AttentionFunction function, FeatureMap map, int6
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
                  AttentionInternals* internals) {
   check_inputs(q, k, v, spec);
+  AG_CHECK(!spec.context || spec.function == AttentionFunction::Softmax,
+           shapes_of(q, k, v) << ": context parallel " << name_of(spec.function)
+                              << " attention is not built yet (softmax attention's ring is)");
   if (spec.cache) check_decode(q, k, v, spec);
   if (internals) *internals = {};
   const auto attend = entry_of(spec.function).attend;
@@ -445,8 +449,12 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
     const int64_t q_first = spec.cache ? next : spec.q_offset.value_or(Tk - Tq), k_first = spec.cache ? next : 0;
     AttentionSpec rotated = spec;
     rotated.position = PositionEncoding::None;
-    Z = attend(rope(q, spec.layout, q_first, spec.rope_base), rope(k, spec.layout, k_first, spec.rope_base), v,
-               rotated, internals);
+    if (spec.context)  // each half of the rows at its own chunk's positions
+      Z = attend(detail::rope_at_context_positions(q, spec), detail::rope_at_context_positions(k, spec), v, rotated,
+                 internals);
+    else
+      Z = attend(rope(q, spec.layout, q_first, spec.rope_base), rope(k, spec.layout, k_first, spec.rope_base), v,
+                 rotated, internals);
   } else {
     Z = attend(q, k, v, spec, internals);
   }

@@ -29,4 +29,11 @@ Tensor linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
 Tensor ssd_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
                      AttentionInternals* internals);
 
+// core/ops/ring_attention.cpp: softmax attention under spec.context, `whole` the problem
+// as describe_problem sees this process's rows (its scale, mask and heads).
+Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& whole,
+                      const AttentionSpec& spec, AttentionInternals* internals);
+// RoPE on this process's rows of a sequence split over spec.context, each half at its chunk's positions.
+Tensor rope_at_context_positions(const Tensor& x, const AttentionSpec& spec);
+
 }  // namespace ag::detail
