@@ -85,6 +85,8 @@ class MultiHeadSelfAttention : public Module {
   const Tensor& favor_features() const { return omega_; }  // ω [m, d_h] float64 (favor only)
 
   void set_impl(AttentionImpl impl) { spec_.impl = impl; }
+  // Context parallelism (AttentionSpec::context): x holds this process's rows of sequences split over `group`.
+  void set_context(dist::Communicator* group) { spec_.context = group; }
   void set_pattern(const SparsePattern& pattern) { spec_.pattern = pattern; }
   const SparsePattern& pattern() const { return spec_.pattern; }
   const AttentionSpec& spec() const { return spec_; }  // what every forward passes to ag::attention (but the cache)

@@ -4,6 +4,9 @@
 #include <sstream>
 #include <string>
 
+#include "core/context_parallel.h"
+#include "dist/communicator.h"
+
 namespace ag::nn {
 
 Block::Block(const MultiHeadSelfAttention::Config& attention, GeluApprox gelu, Generator* gen)
@@ -198,7 +201,7 @@ Tensor GPT::forward(const Tensor& idx) {
 Tensor GPT::forward_embedded(const Tensor& E) {
   AG_CHECK(E.dim() == 3 && E.size(2) == config_.n_embd,
            "GPT: token embeddings " << describe(E) << " are not [B, T, C = " << config_.n_embd << "]");
-  const int64_t T = E.size(1);
+  const int64_t T = E.size(1) * (context_ ? context_->size() : 1);  // the whole sequence's, under context parallelism
   AG_CHECK(T >= 1 && (T <= config_.block_size || !config_.positions_end_at_block_size()),
            "GPT: sequence length T = " << T << " is outside [1, block_size = " << config_.block_size
                                        << "] (learned positions end there)");
@@ -209,6 +212,16 @@ Tensor GPT::forward_embedded(const Tensor& E) {
 
 Tensor GPT::embed(const Tensor& E, int64_t start) {
   if (!pos_emb_) return dropout_->forward(E);  // rope, alibi, none: positions enter attention
+  if (context_) {  // this process's zigzag chunks (start is 0: generation is not context-parallel)
+    const int64_t T_local = E.size(1);
+    if (!context_positions_.defined() || context_positions_.numel() != T_local || context_positions_.device() != E.device()) {
+      const ZigzagSplit split(T_local * context_->size(), context_->size(), context_->rank());
+      std::vector<int64_t> positions(static_cast<size_t>(T_local));
+      for (int64_t i = 0; i < T_local; ++i) positions[static_cast<size_t>(i)] = split.position(i);
+      context_positions_ = Tensor::from_indices(positions, {T_local}).to(E.device());
+    }
+    return dropout_->forward(E + pos_emb_->forward(context_positions_));
+  }
   // Positions 0..block_size−1, uploaded once per device: a fresh upload each forward would make the host wait for the device.
   if (!positions_.defined() || positions_.device() != E.device())
     positions_ = Tensor::arange(config_.block_size, DType::Int64, E.device());
@@ -224,6 +237,7 @@ Tensor GPT::head(const Tensor& x) {
 }
 
 Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) {
+  AG_CHECK(!context_, "GPT: generation with a KV cache is not context-parallel (set_context_parallel(nullptr) first)");
   AG_CHECK(idx.dim() == 2 && idx.dtype() == DType::Int64 && idx.size(0) == cache.batch(),
            "GPT: idx " << describe(idx) << " is not int64 [" << cache.batch() << ", T] (the cache's batch)");
   AG_CHECK(cache.num_layers() == config_.n_layer, "GPT: a cache for " << cache.num_layers() << " layers, the model has "
@@ -269,6 +283,14 @@ int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T) {
   const int64_t head = 2 * BT * C * config.vocab_size;
   const int64_t forward = config.n_layer * (projections + attention + mlp) + head;
   return 3 * forward;
+}
+
+void GPT::set_context_parallel(dist::Communicator* group) {
+  AG_CHECK(!group || config_.attention == AttentionFunction::Softmax,
+           "GPT: context parallelism runs softmax attention's ring; " << name_of(config_.attention)
+                                                                      << " attention has none yet");
+  context_ = group;
+  for (const std::shared_ptr<Block>& block : blocks_) block->attn().set_context(group);
 }
 
 void GPT::set_attention_impl(AttentionImpl impl) {

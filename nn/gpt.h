@@ -121,6 +121,12 @@ class GPT : public Module {
               int64_t ignore_index = -100);
 
   void set_attention_impl(AttentionImpl impl);
+  // Context parallelism (optim::ProcessGrid): forward and loss then take this
+  // process's rows of sequences split over `group` (its zigzag chunks,
+  // core/context_parallel.h), each at its true position, and every attention
+  // layer runs its ring over the group, a collective. nullptr: whole sequences.
+  // Softmax attention only (linear and ssd have no ring yet).
+  void set_context_parallel(dist::Communicator* group);
   // Switches heads off (config().head_mask, saved with the model); "" turns every head on.
   void set_head_mask(const std::string& head_mask);
   const GPTConfig& config() const { return config_; }
@@ -135,6 +141,8 @@ class GPT : public Module {
 
   GPTConfig config_;
   Tensor positions_;  // int64 [block_size]: 0, 1, ..., on the device of the last input (learned positions)
+  dist::Communicator* context_ = nullptr;  // set_context_parallel
+  Tensor context_positions_;  // int64 [T / P]: this process's positions of the split sequences (learned positions)
   std::shared_ptr<Embedding> tok_emb_, pos_emb_;  // pos_emb_ only under learned positions
   std::shared_ptr<Dropout> dropout_;
   std::vector<std::shared_ptr<Block>> blocks_;

@@ -1,5 +1,6 @@
 #include "optim/data_parallel.h"
 
+#include "core/context_parallel.h"
 #include "core/ops.h"
 
 namespace ag::optim {
@@ -31,6 +32,45 @@ void make_data_parallel(TrainStep& step, dist::Communicator& comm) {
 
 uint64_t replica_seed(uint64_t seed, const dist::Communicator& comm) {
   return comm.rank() == 0 ? seed : random_bits(seed, static_cast<uint64_t>(comm.rank()));
+}
+
+namespace {
+int64_t checked_group_size(int processes, int64_t P) {
+  AG_CHECK(P >= 1 && processes % P == 0, "--context-parallel " << P << ": the " << processes
+                                                               << " processes do not form groups of " << P
+                                                               << " (start a multiple of " << P << ")");
+  return P;
+}
+}  // namespace
+
+ProcessGrid::ProcessGrid(dist::Communicator& world_, int64_t context_parallel)
+    : world(world_),
+      data(world.split(static_cast<int>(world.rank() % checked_group_size(world.size(), context_parallel)),
+                       world.rank())),
+      context(world.split(static_cast<int>(world.rank() / context_parallel), world.rank())) {}
+
+void ProcessGrid::check(int processes, int64_t P, int64_t batch_size, int64_t T) {
+  const int64_t dp = processes / checked_group_size(processes, P);
+  AG_CHECK(batch_size % dp == 0, "--batch-size " << batch_size << ": each batch's sequences are split evenly among the "
+                                                 << dp << (P == 1 ? " processes" : " data-parallel groups")
+                                                 << ", so it must be a multiple of " << dp);
+  AG_CHECK(P == 1 || T % (2 * P) == 0, "--context-parallel " << P << ": --block-size " << T
+                                                             << " does not split into 2·P = " << 2 * P
+                                                             << " equal chunks (make it a multiple of " << 2 * P << ")");
+}
+
+Tensor ProcessGrid::part(const Tensor& batch) const {
+  const Tensor rows = shard(batch, *data);
+  if (context->size() == 1) return rows;
+  const ZigzagSplit split(batch.size(1), context->size(), context->rank());
+  const int64_t c = split.chunk();
+  return concat({slice(rows, 1, split.chunk_of(0) * c, (split.chunk_of(0) + 1) * c),
+                 slice(rows, 1, split.chunk_of(1) * c, (split.chunk_of(1) + 1) * c)},
+                1);
+}
+
+std::string ProcessGrid::describe() const {
+  return std::to_string(data->size()) + " data-parallel × " + std::to_string(context->size()) + " context-parallel";
 }
 
 }  // namespace ag::optim

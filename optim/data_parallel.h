@@ -22,6 +22,8 @@
 // StepResult::loss is its share Σ_r ℓ / n, and the shares sum to the mean loss.
 // The result differs from one process's only in the order of float additions.
 #pragma once
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -44,5 +46,34 @@ void make_data_parallel(TrainStep& step, dist::Communicator& comm);
 // A random stream of each process's own (its dropout masks): rank 0 keeps
 // `seed`, so a run on one process draws what it draws alone.
 uint64_t replica_seed(uint64_t seed, const dist::Communicator& comm);
+
+// Context parallelism beside it (issue 26; core/context_parallel.h): the N
+// processes form a dp × P grid. Ranks kP … kP + P − 1 are context-parallel
+// group k, which shares each of its sequences, every process holding the
+// zigzag chunks of its rank in the group; the processes of equal rank in
+// their groups form a data-parallel group of dp, which splits each batch's
+// sequences. Every process draws each whole batch alike and keeps its part.
+// The gradients still sum over all N processes (make_data_parallel on the
+// world): each holds the loss terms of its own positions.
+struct ProcessGrid {
+  // Throws unless P ≥ 1 divides the processes. Collective (two splits).
+  ProcessGrid(dist::Communicator& world, int64_t context_parallel);
+  // Throws unless `processes` form a dp × P grid that splits batches of B
+  // sequences of T positions: P divides them, dp = processes / P divides B,
+  // and (P > 1) 2P divides T. Not a collective: a run calls it before any, so
+  // that every process of a run that cannot start says why.
+  static void check(int processes, int64_t context_parallel, int64_t batch_size, int64_t T);
+  dist::Communicator& world;
+  std::unique_ptr<dist::Communicator> data;     // dp processes: this one's rank among them is its group's
+  std::unique_ptr<dist::Communicator> context;  // the P processes of this one's context-parallel group
+
+  // The group the model's attention runs its ring over: null when P = 1 (nothing to split).
+  dist::Communicator* ring() const { return context->size() > 1 ? context.get() : nullptr; }
+  // This process's part of a batch [B, T] that every process drew alike: its
+  // rows (shard over `data`), and of each its zigzag chunks of the T positions.
+  Tensor part(const Tensor& batch) const;
+  // "2 data-parallel × 2 context-parallel", for the progress line.
+  std::string describe() const;
+};
 
 }  // namespace ag::optim

@@ -410,3 +410,133 @@ TEST_CASE("cuda: one MPI process on the GPU (NCCL collectives) trains as one pro
   for (const EvalRecord& e : alone.evals) val_evals.push_back(e.val_loss);
   check_same_losses(logged_losses(c.run.out, "val"), val_evals, 1e-5);
 }
+
+// --- char_lm --context-parallel (issue 26): cases named "context parallel: …" ----------------
+// (scripts/sanitize.sh runs every case that starts mpirun by these two prefixes.)
+
+namespace {
+
+// parallel_run at the issue's size: blocks of 256 positions, batches of 4.
+TrainConfig context_run(const std::string& name) {
+  TrainConfig c = parallel_run(name);
+  c.model.block_size = 256;
+  return c;
+}
+
+std::vector<double> eval_losses(const TrainResult& r, bool validation) {
+  std::vector<double> losses;
+  for (const EvalRecord& e : r.evals) losses.push_back(validation ? e.val_loss : e.train_loss);
+  return losses;
+}
+
+}  // namespace
+
+TEST_CASE("context parallel: char_lm on 2 processes (1 x 2) and on 4 (2 x 2) logs one process's losses") {
+  const TrainResult alone = train(context_run("cp_alone"));
+  REQUIRE(alone.batch_losses.size() == 40);
+  for (const int processes : {2, 4}) {
+    CAPTURE(processes);
+    const std::string mpirun = mpirun_or_skip(processes, 300);
+    if (mpirun.empty()) return;
+    TrainConfig c = context_run("cp_" + std::to_string(processes));
+    c.run.context_parallel = 2;
+    int status = 0;
+    std::string output;
+    std::tie(status, output) = run_command(mpirun + " " + char_lm_command(c));
+    INFO(output);
+    REQUIRE(status == 0);
+    check_same_losses(logged_losses(c.run.out, "batch"), alone.batch_losses);
+    check_same_losses(logged_losses(c.run.out, "train"), eval_losses(alone, false));
+    check_same_losses(logged_losses(c.run.out, "val"), eval_losses(alone, true));
+    // Rank 0 alone prints, and says the grid.
+    CHECK(occurrences(output, "char_lm: ") == 1);
+    const std::string grid = std::to_string(processes) + " processes (MPI) as " + std::to_string(processes / 2) +
+                             " data-parallel × 2 context-parallel: each computes " + std::to_string(8 / processes) +
+                             " of every batch's 4 sequences, 128 of each one's 256 positions (ring attention)";
+    CHECK(occurrences(output, grid) == 1);
+    CHECK(occurrences(output, "done: 40 iterations") == 1);
+  }
+}
+
+TEST_CASE("context parallel: a checkpoint of 2 context-parallel processes resumes on 1, and one of 1 on 2") {
+  const std::string mpirun = mpirun_or_skip(2, 300);
+  if (mpirun.empty()) return;
+  const TrainResult straight = train(context_run("cp_straight"));
+  const std::vector<double> second_half(straight.batch_losses.begin() + 20, straight.batch_losses.end());
+  {
+    INFO("20 iterations on 2 processes, then 20 more on 1");
+    TrainConfig c = context_run("cp_two_then_one");
+    c.run.max_iters = 20;
+    c.run.context_parallel = 2;
+    int status = 0;
+    std::string output;
+    std::tie(status, output) = run_command(mpirun + " " + char_lm_command(c));
+    INFO(output);
+    REQUIRE(status == 0);
+    c.run.max_iters = 40;
+    c.run.resume = true;
+    c.run.context_parallel = 1;
+    check_same_losses(train(c).batch_losses, second_half);
+  }
+  {
+    INFO("20 iterations on 1 process, then 20 more on 2");
+    TrainConfig c = context_run("cp_one_then_two");
+    c.run.max_iters = 20;
+    train(c);
+    c.run.max_iters = 40;
+    c.run.resume = true;
+    c.run.context_parallel = 2;
+    int status = 0;
+    std::string output;
+    std::tie(status, output) = run_command(mpirun + " " + char_lm_command(c));
+    INFO(output);
+    REQUIRE(status == 0);
+    const std::vector<double> logged = logged_losses(c.run.out, "batch");
+    REQUIRE(logged.size() == 40);
+    check_same_losses(std::vector<double>(logged.begin() + 20, logged.end()), second_half);
+  }
+}
+
+TEST_CASE("context parallel: a grid or a block that does not split, or a group given other options, is a clear error on every process") {
+  struct BadRun {
+    std::string name;
+    int64_t P, block_size;
+    std::string error;
+  };
+  const std::vector<BadRun> runs = {
+      {"cp_uneven_grid", 3, 256, "--context-parallel 3: the 2 processes do not form groups of 3 (start a multiple of 3)"},
+      {"cp_uneven_block", 2, 250, "--context-parallel 2: --block-size 250 does not split into 2·P = 4 equal chunks"},
+  };
+  const std::string mpirun = mpirun_or_skip(2);
+  if (mpirun.empty()) return;
+  for (const BadRun& bad : runs) {
+    CAPTURE(bad.name);
+    TrainConfig c = context_run(bad.name);
+    c.run.context_parallel = bad.P;
+    c.model.block_size = bad.block_size;
+    const auto start = Clock::now();
+    int status = 0;
+    std::string output;
+    std::tie(status, output) = run_command(mpirun + " " + char_lm_command(c));
+    INFO(output);
+    CHECK(status != 0);
+    CHECK(occurrences(output, bad.error) == 2);  // each process says it
+    CHECK(!std::filesystem::exists(c.run.out));  // checked before anything is written
+    CHECK(seconds_since(start) < 60);
+  }
+  // One process of the group split over 2, the other alone: they train different runs.
+  const std::string one = mpirun_or_skip(1);
+  TrainConfig c = context_run("cp_different");
+  c.run.context_parallel = 2;
+  TrainConfig other = c;
+  other.run.context_parallel = 1;
+  const auto start = Clock::now();
+  int status = 0;
+  std::string output;
+  std::tie(status, output) = run_command(one + " " + char_lm_command(c) + " : -np 1 " + char_lm_command(other));
+  INFO(output);
+  CHECK(status != 0);
+  CHECK(output.find("char_lm (rank 1 of 2): train: this process was given another run than rank 0") != std::string::npos);
+  CHECK(output.find("context-parallel: 1 here, 2 on rank 0") != std::string::npos);
+  CHECK(seconds_since(start) < 60);
+}

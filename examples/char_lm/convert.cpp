@@ -45,7 +45,7 @@ ConvertResult convert_kv_heads(const ConvertOptions& o) {
 
   LoadedModel source = load_model(model_path(unit));
   const Dataset data = make_dataset(read_text(c.run.data), c.model.block_size);
-  dist::Communicator& alone = dist::world();
+  const optim::ProcessGrid alone(dist::world(), 1);
   ConvertResult result{source.iter, evaluate(*source.model, data, c, source.iter, alone).val_loss, 0.0};
 
   for (NamedTensor& t : weights.tensors)

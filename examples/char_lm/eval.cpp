@@ -20,7 +20,8 @@ EvalResult evaluate_checkpoint(const EvalOptions& o) {
   if (!o.data.empty()) c.run.data = o.data;
   c.run.device = o.device;
   const Dataset data = make_dataset(read_text(c.run.data), T);
-  return {evaluate(*loaded.model, data, c, loaded.iter, dist::world()), data.eval_window, model.block_size,
+  const optim::ProcessGrid data_parallel(dist::world(), 1);
+  return {evaluate(*loaded.model, data, c, loaded.iter, data_parallel), data.eval_window, model.block_size,
           nn::describe(model)};
 }
 

@@ -36,11 +36,17 @@ std::string duration_text(double seconds) {
 }
 
 // Checks every option and their relations, before anything is written.
+// The process grid's checks too (optim::ProcessGrid), before any collective, so
+// that every process of a run that cannot start says why and ends.
 void check_options(const TrainConfig& c, const dist::Communicator& comm) {
   c.model.check();
   c.optim.check();
   check_option_ranges(c.run);
-  optim::check_divisible(c.optim.batch_size, comm);
+  const int64_t P = c.run.context_parallel;
+  optim::ProcessGrid::check(comm.size(), P, c.optim.batch_size, c.model.block_size);
+  AG_CHECK(P == 1 || c.model.attention == AttentionFunction::Softmax,
+           "--context-parallel " << P << ": softmax attention's ring is built; " << name_of(c.model.attention)
+                                 << " attention has none yet");
 }
 
 // What every process of a data-parallel run must agree on, or their
@@ -95,20 +101,25 @@ double median(std::vector<double> values) {
 // draws the same batches) and every evaluation scores the same windows. Each
 // process scores its shard of every batch; the shards are equal, so the mean of
 // their means is the batches' mean.
-EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, int64_t iter, dist::Communicator& comm) {
+EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, int64_t iter,
+                    const optim::ProcessGrid& grid) {
   NoGradGuard no_grad;
   model.eval();
+  // Context-parallel, a window must split into 2P chunks: a validation split shorter than a block
+  // is scored on windows cut down to that.
+  const int64_t split_into = grid.context->size() > 1 ? 2 * grid.context->size() : 1;
+  const int64_t window = data.eval_window - data.eval_window % split_into;
   auto mean_loss = [&](const TokenIds& tokens, uint64_t stream) {
     Generator gen(c.optim.seed + stream);
     Tensor total;
     Tensor x, y;
     for (int64_t i = 0; i < c.run.eval_iters; ++i) {
-      get_batch(tokens, c.optim.batch_size, data.eval_window, gen, x, y);
-      const Tensor loss = model.loss(optim::shard(x, comm).to(c.run.device), optim::shard(y, comm).to(c.run.device));
+      get_batch(tokens, c.optim.batch_size, window, gen, x, y);
+      const Tensor loss = model.loss(grid.part(x).to(c.run.device), grid.part(y).to(c.run.device));
       total = total.defined() ? add(total, loss) : loss;
     }
-    comm.all_reduce_sum(total);
-    return total.item() / static_cast<double>(c.run.eval_iters * comm.size());  // one wait for the device
+    grid.world.all_reduce_sum(total);
+    return total.item() / static_cast<double>(c.run.eval_iters * grid.world.size());  // one wait for the device
   };
   EvalRecord record{iter, mean_loss(data.train, 2), mean_loss(data.val, 3)};
   model.train();
@@ -204,7 +215,7 @@ LoadedModel initial_model(const TrainConfig& c, const RunInputs& in) {
 class Progress {
  public:
   Progress(const TrainConfig& c, const RunInputs& in, int64_t start, const nn::GPT& model,
-           const dist::Communicator& comm);
+           const optim::ProcessGrid& grid);
   // An evaluation: its two log rows, the chart redrawn, its line.
   void evaluated(const EvalRecord& e);
   // How long a step took; the ETA is from the mean of the last 50.
@@ -213,7 +224,7 @@ class Progress {
   void logged(int64_t iter, double loss, double lr);
 
  private:
-  void print_start(const RunInputs& in, int64_t start, const nn::GPT& model, const dist::Communicator& comm) const;
+  void print_start(const RunInputs& in, int64_t start, const nn::GPT& model, const optim::ProcessGrid& grid) const;
 
   const TrainConfig& c_;
   const bool root_;
@@ -225,8 +236,8 @@ class Progress {
 };
 
 Progress::Progress(const TrainConfig& c, const RunInputs& in, int64_t start, const nn::GPT& model,
-                   const dist::Communicator& comm)
-    : c_(c), root_(comm.rank() == 0), log_path_(c.run.out + "/log.csv"),
+                   const optim::ProcessGrid& grid)
+    : c_(c), root_(grid.world.rank() == 0), log_path_(c.run.out + "/log.csv"),
       tokens_per_step_(c.optim.batch_size * c.optim.grad_accum * c.model.block_size),
       flops_per_step_(static_cast<double>(
           nn::training_step_flops(c.model, c.optim.batch_size * c.optim.grad_accum, c.model.block_size))) {
@@ -236,11 +247,11 @@ Progress::Progress(const TrainConfig& c, const RunInputs& in, int64_t start, con
     AG_CHECK(log_, "train: cannot write '" << log_path_ << "'");
     if (!c.run.resume) log_ << "iter,kind,loss,lr,ms_per_iter\n";
   }
-  if (!c.quiet) print_start(in, start, model, comm);
+  if (!c.quiet) print_start(in, start, model, grid);
 }
 
 void Progress::print_start(const RunInputs& in, int64_t start, const nn::GPT& model,
-                           const dist::Communicator& comm) const {
+                           const optim::ProcessGrid& grid) const {
   std::printf("char_lm: %lld parameters, vocab %lld, %zu train / %zu val tokens from %s\n",
               static_cast<long long>(model.num_parameters()), static_cast<long long>(in.data.tokenizer.vocab_size()),
               in.data.train.size(), in.data.val.size(), in.data_path.c_str());
@@ -254,7 +265,15 @@ void Progress::print_start(const RunInputs& in, int64_t start, const nn::GPT& mo
   if (in.data.eval_window < c_.model.block_size)
     std::printf("evaluating on windows of %lld tokens: the validation split is shorter than a block\n",
                 static_cast<long long>(in.data.eval_window));
-  if (comm.size() > 1)
+  const dist::Communicator& comm = grid.world;
+  if (grid.context->size() > 1)
+    std::printf("%d processes (%s) as %s: each computes %lld of every batch's %lld sequences, %lld of each one's "
+                "%lld positions (ring attention)\n",
+                comm.size(), comm.describe().c_str(), grid.describe().c_str(),
+                static_cast<long long>(c_.optim.batch_size / grid.data->size()), static_cast<long long>(c_.optim.batch_size),
+                static_cast<long long>(c_.model.block_size / grid.context->size()),
+                static_cast<long long>(c_.model.block_size));
+  else if (comm.size() > 1)
     std::printf("data-parallel on %d processes (%s): each computes %lld of every batch's %lld sequences\n",
                 comm.size(), comm.describe().c_str(), static_cast<long long>(c_.optim.batch_size / comm.size()),
                 static_cast<long long>(c_.optim.batch_size));
@@ -289,7 +308,7 @@ void Progress::logged(int64_t iter, double loss, double lr) {
 // generator, and the default generator (dropout masks).
 class Trainer {
  public:
-  Trainer(const TrainConfig& c, const Dataset& data, std::unique_ptr<nn::GPT> model, dist::Communicator& comm);
+  Trainer(const TrainConfig& c, const Dataset& data, std::unique_ptr<nn::GPT> model, const optim::ProcessGrid& grid);
   Trainer(const Trainer&) = delete;  // the step's loss points into it
   Trainer& operator=(const Trainer&) = delete;
 
@@ -307,7 +326,8 @@ class Trainer {
 
   const TrainConfig& c_;
   const Dataset& data_;
-  dist::Communicator& comm_;
+  const optim::ProcessGrid& grid_;
+  dist::Communicator& comm_;  // grid_.world
   std::unique_ptr<nn::GPT> model_;  // on the run's device, in training mode
   optim::AdamW optimizer_;
   optim::TrainStep step_;
@@ -320,16 +340,18 @@ std::unique_ptr<nn::GPT> ready_to_train(std::unique_ptr<nn::GPT> model, Device d
   return model;
 }
 
-Trainer::Trainer(const TrainConfig& c, const Dataset& data, std::unique_ptr<nn::GPT> model, dist::Communicator& comm)
-    : c_(c), data_(data), comm_(comm), model_(ready_to_train(std::move(model), c.run.device)),
+Trainer::Trainer(const TrainConfig& c, const Dataset& data, std::unique_ptr<nn::GPT> model,
+                 const optim::ProcessGrid& grid)
+    : c_(c), data_(data), grid_(grid), comm_(grid.world), model_(ready_to_train(std::move(model), c.run.device)),
       optimizer_(optim::decay_groups(model_->named_parameters(), c.optim.weight_decay),
                  {c.optim.lr, c.optim.beta1, c.optim.beta2, 1e-8}),
       step_(optimizer_, c.optim, [this](const Tensor& x, const Tensor& y) { return model_->loss(x, y, Reduction::Sum); },
             c.run.device),
       batches_(c.optim.seed + 1) {
-  optim::replicate(model_->parameters(), comm);
-  optim::make_data_parallel(step_, comm);
-  manual_seed(optim::replica_seed(c.optim.seed + 4, comm));  // dropout masks draw from the default generator
+  optim::replicate(model_->parameters(), comm_);
+  optim::make_data_parallel(step_, comm_);  // over all N processes: each holds its positions' loss terms
+  manual_seed(optim::replica_seed(c.optim.seed + 4, comm_));  // dropout masks draw from the default generator
+  model_->set_context_parallel(grid.ring());
 }
 
 int64_t Trainer::resume(const RunInputs& in, int64_t model_iter) {
@@ -381,13 +403,13 @@ std::vector<optim::Batch> Trainer::draw_step_batches() {
   std::vector<optim::Batch> micro(c_.optim.grad_accum);
   for (optim::Batch& b : micro) {
     get_batch(data_.train, c_.optim.batch_size, c_.model.block_size, batches_, b.x, b.y);
-    b = {optim::shard(b.x, comm_), optim::shard(b.y, comm_)};
+    b = {grid_.part(b.x), grid_.part(b.y)};
   }
   return micro;
 }
 
 EvalRecord Trainer::evaluate_and_checkpoint(int64_t iter, Progress& progress) {
-  const EvalRecord e = evaluate(*model_, data_, c_, iter, comm_);
+  const EvalRecord e = evaluate(*model_, data_, c_, iter, grid_);
   progress.evaluated(e);
   step_.check_finite();  // a diverged run never saves
   if (comm_.rank() == 0) checkpoint(iter, e.val_loss);
@@ -412,10 +434,12 @@ TrainResult train(TrainConfig c) {
   const RunInputs in = read_inputs(c, comm);
   prepare_output(c, in, comm);
   LoadedModel initial = initial_model(c, in);
-  Trainer trainer(c, in.data, std::move(initial.model), comm);
+  const optim::ProcessGrid grid(comm, c.run.context_parallel);
+  Trainer trainer(c, in.data, std::move(initial.model), grid);
   const int64_t start = c.run.resume ? trainer.resume(in, initial.iter) : 0;
-  Progress progress(c, in, start, trainer.model(), comm);
+  Progress progress(c, in, start, trainer.model(), grid);
   TrainResult result = trainer.run(start, progress);
+  trainer.model().set_context_parallel(nullptr);  // rank 0 samples alone
 
   if (c.run.sample_tokens > 0 && root) {
     SampleOptions sampling;

@@ -12,6 +12,7 @@
 #include "examples/char_lm/data.h"
 #include "examples/char_lm/run_options.h"
 #include "nn/gpt.h"
+#include "optim/data_parallel.h"
 #include "optim/train_step.h"
 
 namespace ag::char_lm {
@@ -59,6 +60,7 @@ TrainResult train(TrainConfig config);
 
 // Mean loss of `model` over c.run.eval_iters batches of each split, as train()
 // evaluates (char_lm convert reports a converted model's loss this way).
-EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, int64_t iter, dist::Communicator& comm);
+EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, int64_t iter,
+                    const optim::ProcessGrid& grid);
 
 }  // namespace ag::char_lm
