@@ -15,6 +15,12 @@
 // it still measures the work); memory is the process's peak resident size
 // (VmHWM: model, data and the steps) and the part of it above the state before
 // the first step.
+//
+// Context parallelism (issue 26): one case under mpirun with --context-parallel P
+// splits the sequence over P processes (optim::ProcessGrid, ring attention),
+// and each process prints its line, with the milliseconds per step its ring
+// waited for transfers (bench/context_parallel.sh runs it against one process):
+//   mpirun -np 2 ./build/bench_attention_model --threads 1 --context-parallel 2 --case flash 16384
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
@@ -25,6 +31,7 @@
 #include "core/threads.h"
 #include "nn/gpt.h"
 #include "optim/adam.h"
+#include "optim/data_parallel.h"
 #include "optim/train_step.h"
 
 using namespace ag;
@@ -39,7 +46,7 @@ double estimated_gb(const std::string& impl, const Model& m) {
   return bench::attention_matrices(impl) * m.batch * m.layers * m.heads * static_cast<double>(m.T) * m.T * 4 / 1e9;
 }
 
-void run_case(const std::string& impl, const Model& m, int iters) {
+void run_case(const std::string& impl, const Model& m, int iters, int64_t context_parallel) {
   Generator gen(1);
   nn::GPTConfig config{.vocab_size = 65, .block_size = m.T, .n_layer = m.layers, .n_head = m.heads, .n_embd = m.width};
   if (impl == "ssd") {
@@ -51,28 +58,34 @@ void run_case(const std::string& impl, const Model& m, int iters) {
     config.attn_impl = enum_from_name<AttentionImpl>(impl, "--impls");
   }
   nn::GPT model(config, gen);
+  dist::Communicator& world = dist::world();
+  const optim::ProcessGrid grid(world, context_parallel);
+  model.set_context_parallel(grid.ring());
   optim::AdamW optimizer(optim::decay_groups(model.named_parameters(), 0.1), {1e-3, 0.9, 0.99, 1e-8});
   optim::TrainOptions options;
   options.batch_size = m.batch;
   optim::TrainStep train_step(
       optimizer, options, [&](const Tensor& x, const Tensor& y) { return model.loss(x, y, Reduction::Sum); },
       Device::CPU);
+  optim::make_data_parallel(train_step, world);
   model.train();
   std::vector<int64_t> inputs(m.batch * m.T), targets(m.batch * m.T);
   for (int64_t& t : inputs) t = static_cast<int64_t>(gen.integer(config.vocab_size));
   for (int64_t& t : targets) t = static_cast<int64_t>(gen.integer(config.vocab_size));
-  const optim::Batch batch{Tensor::from_indices(inputs, {m.batch, m.T}), Tensor::from_indices(targets, {m.batch, m.T})};
+  const optim::Batch batch{grid.part(Tensor::from_indices(inputs, {m.batch, m.T})),
+                           grid.part(Tensor::from_indices(targets, {m.batch, m.T}))};
 
   bench::PeakMemory peak;
-  std::vector<double> wall_ms, cpu_ms;
+  std::vector<double> wall_ms, cpu_ms, ring_wait_ms;
   for (int i = 0; i < iters; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    const double c0 = bench::process_cpu_ms();
+    const double c0 = bench::process_cpu_ms(), wait0 = grid.context->collective_ms();
     const optim::StepResult r = train_step.run(i, {batch});
     train_step.check_finite();
     (void)r.loss.item();
     wall_ms.push_back(bench::elapsed_ms(t0));
     cpu_ms.push_back(bench::process_cpu_ms() - c0);
+    ring_wait_ms.push_back(grid.context->collective_ms() - wait0);
   }
   // iterations 2..N: the first allocates AdamW's state
   const auto steady_median = [&](std::vector<double> v) {
@@ -80,8 +93,10 @@ void run_case(const std::string& impl, const Model& m, int iters) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  std::printf("%.1f %.1f %.1f %.1f\n", steady_median(wall_ms), steady_median(cpu_ms), bench::status_kb("VmHWM") / 1024.0,
+  std::printf("%.1f %.1f %.1f %.1f", steady_median(wall_ms), steady_median(cpu_ms), bench::status_kb("VmHWM") / 1024.0,
               peak.extra_mb());
+  if (grid.ring()) std::printf(" %.1f rank %d of %d", steady_median(ring_wait_ms), world.rank(), world.size());
+  std::printf("\n");
 }
 
 }  // namespace
@@ -93,6 +108,7 @@ int main(int argc, char** argv) {
   Model m{0, 1, 4, 128, 1};
   double memory_limit_gb = 6;
   std::vector<std::string> one_case;
+  int64_t context_parallel = 1;
   app.add_option("--threads", threads, "CPU threads (OpenMP and OpenBLAS)");
   app.add_option("--impls", impls, "implementations, comma-separated: dense, flash, composed, linear-elu1, linear-favor, ssd");
   app.add_option("--T", lengths, "block sizes, comma-separated");
@@ -103,13 +119,15 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", m.batch);
   app.add_option("--memory-limit-gb", memory_limit_gb, "skip cases estimated to need more");
   app.add_option("--case", one_case, "internal: run one case (impl T)")->expected(2);
+  app.add_option("--context-parallel", context_parallel,
+                 "with --case under mpirun: split the sequence over groups of P processes (ring attention)");
   CLI11_PARSE(app, argc, argv);
   set_num_threads(threads);
   bench::return_freed_memory_to_the_system();
 
   if (!one_case.empty()) {
     m.T = std::stoll(one_case[1]);
-    run_case(one_case[0], m, iters);
+    run_case(one_case[0], m, iters, context_parallel);
     return 0;
   }
   std::printf("%lld layer(s), %lld heads, width %lld, batch %lld, %d steps; %s\n\n",

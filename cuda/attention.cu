@@ -289,7 +289,8 @@ int64_t query_floats(int tile, int64_t d) { return 5 * tile * d + 2 * tile * til
 // With D given (given_D), pass 1 is skipped and D only read.
 template <class T>
 __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, const double* L, const T* dZ,
-                                            AttentionShape shape, int tile, bool given_D, T* D, T* dQ) {
+                                            AttentionShape shape, int tile, bool given_D, bool accumulate, T* D,
+                                            T* dQ) {
   const int64_t d = shape.d;
   SharedBuffers<T> shared;
   T *sQ = shared.take(tile * d), *sdZ = shared.take(tile * d), *dq = shared.take(tile * d);
@@ -332,7 +333,10 @@ __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, 
         }
       });
     __syncthreads();
-    for (int64_t idx = threadIdx.x; idx < q.rows * d; idx += blockDim.x) dQ[q_at(q.i0 + idx / d) + idx % d] = dq[idx];
+    for (int64_t idx = threadIdx.x; idx < q.rows * d; idx += blockDim.x) {
+      T& out = dQ[q_at(q.i0 + idx / d) + idx % d];
+      out = (accumulate ? out : T(0)) + dq[idx];
+    }
     if (!given_D)
       for (int r = threadIdx.x; r < q.rows; r += blockDim.x) D[shape.lse_at(q.b, q.h, q.i0 + r)] = sD[r];
   }
@@ -345,7 +349,8 @@ int64_t key_floats(int tile, int64_t d) { return 6 * tile * d + 2 * tile * tile 
 // query tile of every query head that reads its kv head.
 template <class T>
 __global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, const double* L, const T* D,
-                                          const T* dZ, AttentionShape shape, int tile, T* dK, T* dV) {
+                                          const T* dZ, AttentionShape shape, int tile, bool accumulate, T* dK,
+                                          T* dV) {
   const int64_t d = shape.d, g = shape.group();
   SharedBuffers<T> shared;
   T *sK = shared.take(tile * d), *sV = shared.take(tile * d), *dk = shared.take(tile * d);
@@ -395,8 +400,9 @@ __global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, co
     __syncthreads();
     for (int64_t idx = threadIdx.x; idx < cols * d; idx += blockDim.x) {
       const int64_t c = idx / d, e = idx % d;
-      dK[kv_at(j0 + c) + e] = dk[idx];
-      dV[kv_at(j0 + c) + e] = dv[idx];
+      T &k_out = dK[kv_at(j0 + c) + e], &v_out = dV[kv_at(j0 + c) + e];
+      k_out = (accumulate ? k_out : T(0)) + dk[idx];
+      v_out = (accumulate ? v_out : T(0)) + dv[idx];
     }
   }
 }
@@ -476,7 +482,8 @@ void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const At
 }
 
 void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& L, const Tensor& dZ,
-                              const Tensor& given_D, const AttentionShape& shape, Tensor& dQ, Tensor& dK, Tensor& dV) {
+                              const Tensor& given_D, const AttentionShape& shape, bool accumulate, Tensor& dQ,
+                              Tensor& dK, Tensor& dV) {
   visit_floating(Q.dtype(), "flash_attention_backward", [&](auto zero) {
     using T = decltype(zero);
     // rowsum(P ∘ dP) [B, Hq, Tq]: the query kernel's, or the caller's
@@ -485,12 +492,14 @@ void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V,
         choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return query_floats(t, shape.d); });
     launch_tiles<T>(flash_backward_query_kernel<T>, shape.B * shape.Hq * tiles_of(shape.Tq, query_tile),
                     query_floats(query_tile, shape.d), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V),
-                    ptr<const double>(L), ptr<const T>(dZ), shape, query_tile, given_D.defined(), ptr<T>(D), ptr<T>(dQ));
+                    ptr<const double>(L), ptr<const T>(dZ), shape, query_tile, given_D.defined(), accumulate, ptr<T>(D),
+                    ptr<T>(dQ));
     const int key_tile =
         choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return key_floats(t, shape.d); });
     launch_tiles<T>(flash_backward_key_kernel<T>, shape.B * shape.Hkv * tiles_of(shape.Tk, key_tile),
                     key_floats(key_tile, shape.d), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V),
-                    ptr<const double>(L), ptr<const T>(D), ptr<const T>(dZ), shape, key_tile, ptr<T>(dK), ptr<T>(dV));
+                    ptr<const double>(L), ptr<const T>(D), ptr<const T>(dZ), shape, key_tile, accumulate, ptr<T>(dK),
+                    ptr<T>(dV));
   });
 }
 

@@ -8,7 +8,8 @@
 #      sample 200 tokens from the latter with and without the KV cache (tokens/s),
 #   4. train 20 iterations on one MPI process with --device cuda (NCCL collectives)
 #      and compare its losses with one process alone,
-#   5. with FULL=1, train the GPU config to 5000 iterations (val loss target <= 1.50).
+#   5. run the ring-attention cases on one MPI process (a ring of one, its hop over NCCL),
+#   6. with FULL=1, train the GPU config to 5000 iterations (val loss target <= 1.50).
 # Everything printed also goes to LOG_DIR/gpu_check.log.
 #
 #   bash scripts/gpu_check.sh LOG_DIR
@@ -113,6 +114,16 @@ if grep -q "NCCL on" "$log_dir/configure.log" && [ -n "$mpiexec" ]; then
 else
   echo "NCCL check SKIPPED: this build has no MPI or no NCCL (see the configure line above)"
 fi
+
+echo "== ring attention (context parallelism) on one GPU: P = 1, its gradient's hop over NCCL"
+if grep -q "NCCL on" "$log_dir/configure.log" && [ -n "$mpiexec" ]; then
+  timeout 300 "$mpiexec" --allow-run-as-root --bind-to none -np 1 ./build-gpu/attograd_tests \
+    -tc="cuda: context parallel*" 2>&1 | tail -3
+else
+  echo "ring over NCCL SKIPPED: this build has no MPI or no NCCL"
+fi
+echo "ring attention with P >= 2 on GPUs needs 2 GPUs (one per process): not run on this machine;"
+echo "  mpirun -np 2 ./build-gpu/char_lm train --device cuda --context-parallel 2 ... would run it"
 
 if [ "${FULL:-0}" = 1 ]; then
   echo "== nanoGPT GPU config, 5000 iterations"

@@ -169,6 +169,7 @@ TEST_CASE("context parallel (every process): ring attention refuses what it cann
 TEST_CASE_EVERY_DEVICE("context parallel: a ring of one process is flash attention") {
   dist::Communicator& alone = dist::world();
   if (alone.size() != 1) return;  // under mpirun the every-process cases run the ring
+  alone.use_device(device);        // under an MPI launcher (scripts/gpu_check.sh) the hop goes through NCCL
   for (const RingCase& c : ring_cases()) {
     CAPTURE(c.name);
     const bool bthd = c.spec.layout == AttentionLayout::BTHD;

@@ -401,15 +401,16 @@ template <class T> struct BackwardScratch {
 // dense softmax backward does (docs/backprop.md: why not rowsum(dZ ∘ Z) here).
 template <class T>
 [[gnu::always_inline]] inline void flash_backward_group(const Operands<T>& in, const double* L, const T* dZ,
-                                                        const T* given_D, int64_t b, int64_t kvh,
+                                                        const T* given_D, bool accumulate, int64_t b, int64_t kvh,
                                                         BackwardScratch<T>& s, T* dQ, T* dK, T* dV) {
   const AttentionShape& shape = in.shape;
   const int64_t d = shape.d, g = shape.group(), q_row = shape.q.row, kv_row = shape.kv.row;
   const T scale = static_cast<T>(shape.scale);
-  for (int64_t j = 0; j < shape.Tk; ++j) {
-    std::fill_n(dK + shape.kv.at(b, kvh, j), d, T(0));
-    std::fill_n(dV + shape.kv.at(b, kvh, j), d, T(0));
-  }
+  if (!accumulate)
+    for (int64_t j = 0; j < shape.Tk; ++j) {
+      std::fill_n(dK + shape.kv.at(b, kvh, j), d, T(0));
+      std::fill_n(dV + shape.kv.at(b, kvh, j), d, T(0));
+    }
   for (int64_t h = kvh * g; h < (kvh + 1) * g; ++h)
     for (int64_t i0 = 0; i0 < shape.Tq; i0 += kQueryTile) {
       const int64_t rows = std::min(kQueryTile, shape.Tq - i0), at = shape.q.at(b, h, i0);
@@ -451,18 +452,17 @@ template <class T>
         const int64_t kv_at = shape.kv.at(b, kvh, t.j0);
         // Z = P V  →  dV += Pᵀ dZ
         tile_product(t.cols, d, rows, Left<T>{p, kQueryTile}, dz, q_row, dV + kv_at, kv_row, true);
-        // P = softmax(S + M)  →  dS = P ∘ (dP − D), in place of dP
+        // P = softmax(S + M)  →  dS = P ∘ (dP − D), in place of dP, times scale for the two products below
         for (int64_t c = 0; c < t.cols; ++c)
-          for (int64_t r = 0; r < rows; ++r) ds[c * kQueryTile + r] = p[c * kQueryTile + r] * (ds[c * kQueryTile + r] - D[r]);
-        // S = scale·Q Kᵀ  →  dK += dSᵀ Q,  dQ += dS K   (both times scale, applied when stored)
+          for (int64_t r = 0; r < rows; ++r)
+            ds[c * kQueryTile + r] = scale * (p[c * kQueryTile + r] * (ds[c * kQueryTile + r] - D[r]));
+        // S = scale·Q Kᵀ  →  dK += scale·dSᵀ Q,  dQ += scale·dS K
         tile_product(t.cols, d, rows, Left<T>{ds, kQueryTile}, q, q_row, dK + kv_at, kv_row, true);
         tile_product(rows, d, t.cols, Left<T>{ds, kQueryTile, true}, in.K + kv_at, kv_row, s.dq.data(), d, true);
       }
       for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < d; ++c) dQ[at + r * q_row + c] = scale * s.dq[r * d + c];
+        for (int64_t c = 0; c < d; ++c) dQ[at + r * q_row + c] = (accumulate ? dQ[at + r * q_row + c] : T(0)) + s.dq[r * d + c];
     }
-  for (int64_t j = 0; j < shape.Tk; ++j)
-    for (int64_t c = 0; c < d; ++c) dK[shape.kv.at(b, kvh, j) + c] *= scale;
 }
 
 // The float tasks, compiled for AVX-512 as well (AG_VECTOR_CLONES, core/cpu/
@@ -474,9 +474,9 @@ AG_VECTOR_CLONES void flash_forward_tile(const Operands<float>& in, int64_t b, i
   flash_forward_tile<float>(in, b, h, i0, s, Z, L);
 }
 AG_VECTOR_CLONES void flash_backward_group(const Operands<float>& in, const double* L, const float* dZ,
-                                           const float* given_D, int64_t b, int64_t kvh, BackwardScratch<float>& s,
-                                           float* dQ, float* dK, float* dV) {
-  flash_backward_group<float>(in, L, dZ, given_D, b, kvh, s, dQ, dK, dV);
+                                           const float* given_D, bool accumulate, int64_t b, int64_t kvh,
+                                           BackwardScratch<float>& s, float* dQ, float* dK, float* dV) {
+  flash_backward_group<float>(in, L, dZ, given_D, accumulate, b, kvh, s, dQ, dK, dV);
 }
 
 }  // namespace
@@ -560,7 +560,8 @@ void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const At
 }
 
 void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& L, const Tensor& dZ,
-                              const Tensor& D, const AttentionShape& shape, Tensor& dQ, Tensor& dK, Tensor& dV) {
+                              const Tensor& D, const AttentionShape& shape, bool accumulate, Tensor& dQ, Tensor& dK,
+                              Tensor& dV) {
   visit_floating(Q.dtype(), "flash_attention_backward", [&](auto zero) {
     using T = decltype(zero);
     const auto blocks = attention_block_map(shape, kQueryTile, kKeyTile);
@@ -571,7 +572,7 @@ void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V,
       BackwardScratch<T> scratch(shape.d, shape.Tk);
 #pragma omp for schedule(dynamic)
       for (int64_t task = 0; task < tasks; ++task)
-        flash_backward_group(in, L.data<double>(), dZ.data<T>(), D.defined() ? D.data<T>() : nullptr,
+        flash_backward_group(in, L.data<double>(), dZ.data<T>(), D.defined() ? D.data<T>() : nullptr, accumulate,
                              task / shape.Hkv, task % shape.Hkv, scratch, dQ.data<T>(), dK.data<T>(), dV.data<T>());
     }
   });

@@ -291,7 +291,7 @@ Tensor flash(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
   return record("attention", {q, k, v}, Z,
                 [Q = q.detach(), K = k.detach(), V = v.detach(), L, shape](const Tensor& dZ) -> Gradients {
                   Tensor dQ = detail::empty_like(Q), dK = kv_gradient(K, shape), dV = kv_gradient(V, shape);
-                  kernel::flash_attention_backward(Q, K, V, L, dZ, Tensor(), shape, dQ, dK, dV);
+                  kernel::flash_attention_backward(Q, K, V, L, dZ, Tensor(), shape, false, dQ, dK, dV);
                   return {dQ, dK, dV};
                 });
 }

@@ -50,6 +50,25 @@ struct KvBlock {
   Tensor v(int64_t half) const { return part(2 + half); }
 };
 
+// The buffers the blocks arrive in, made when first needed. The one receiving
+// must differ from the one at hand, so two alternate; the first block at hand
+// is this process's own (saved by the op, never overwritten), so a ring of two
+// needs one.
+class Arrivals {
+ public:
+  Arrivals(const Shape& part, const Tensor& like) : part_(part), like_(like) {}
+  KvBlock& at(int64_t step) {
+    std::optional<KvBlock>& buffer = buffers_[step % 2];
+    if (!buffer) buffer.emplace(part_, like_);
+    return *buffer;
+  }
+
+ private:
+  Shape part_;
+  Tensor like_;
+  std::array<std::optional<KvBlock>, 2> buffers_;
+};
+
 // A copy of what one collective's process group shares of the problem.
 struct Ring {
   dist::Communicator* group;
@@ -96,13 +115,17 @@ struct Ring {
   Tensor unpack(const KvBlock& block, int64_t first_part) const {
     return concat({block.part(first_part), block.part(first_part + 1)}, positions_dim(layout));
   }
-};
 
-// D = rowsum(dZ ∘ Z) [B, Hq, chunk] of one query half.
-Tensor row_dot(const Tensor& dZ, const Tensor& Z, AttentionLayout layout) {
-  const Tensor D = sum(mul(dZ, Z), 3);
-  return layout == AttentionLayout::BTHD ? transpose(D, 1, 2) : D;
-}
+  // Operand x (this process's rows, laid out as head_strides(x) says) from the first row of
+  // half h on: a flat view of its storage from there, which a kernel reading rows through
+  // head_strides(x) takes as the half. Q, Z, dZ and dQ are read and written in place so.
+  Tensor from_half(const Tensor& x, int64_t h) const {
+    const int64_t offset = head_strides(x, layout).at(0, 0, h * chunk);
+    return x.view(offset, {x.numel() - offset});
+  }
+  // The rows of L [B, Hq, 2·chunk] of half h: [B, Hq, chunk] (a copy).
+  Tensor lse_half(const Tensor& L, int64_t h) const { return slice(L, 2, h * chunk, (h + 1) * chunk); }
+};
 
 }  // namespace
 
@@ -119,89 +142,80 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const A
   const int64_t chunk = split.chunk();
   Ring ring{.group = &group, .P = P, .rank = rank, .chunk = chunk, .layout = spec.layout, .pair = whole};
   ring.pair.Tq = ring.pair.Tk = chunk;
-  // Each half and each block part is its own contiguous tensor: strides for chunk rows.
-  ring.pair.q = ring.half_strides(q);
+  // Queries and outputs are read and written in place, each half from its first row (from_half,
+  // with the strides describe_problem gave); each part of a block is a contiguous tensor of its own.
   ring.pair.kv = ring.half_strides(k);
 
-  std::array<Tensor, 2> Q, Z, L;
+  std::array<Tensor, 2> L;
   std::optional<KvBlock> own;
+  Tensor Z = Tensor::zeros(q.shape(), q.dtype(), q.device());
   {
     const NoGradGuard no_grad;  // the pieces are the op's own: one autograd node below
-    Q = {ring.half(q, 0), ring.half(q, 1)};
     own = ring.pack(k, v);
-    const Shape lse_shape{whole.B, whole.Hq, chunk};
-    for (int64_t a = 0; a < 2; ++a) {
-      Z[a] = Tensor::zeros(Q[a].shape(), q.dtype(), q.device());
-      L[a] = Tensor::full(lse_shape, math::kInf<double>, DType::Float64, q.device());  // no key yet
-    }
-    // `own` is saved for the backward: the ring alternates between two other buffers.
-    std::array<KvBlock, 2> arriving{KvBlock(own->part_shape, k), KvBlock(own->part_shape, k)};
+    for (int64_t a = 0; a < 2; ++a)
+      L[a] = Tensor::full({whole.B, whole.Hq, chunk}, math::kInf<double>, DType::Float64, q.device());  // no key yet
+    Arrivals arriving(own->part_shape, k);
+    const Tensor part = empty_like(q);  // one pair's Z, at its half's rows
     const KvBlock* block = &*own;
     for (int64_t step = 0; step < P; ++step) {
       dist::Exchange transfer;
       if (step + 1 < P)
-        transfer = group.start_exchange(block->buffer, ring.next(), arriving[step % 2].buffer, ring.previous());
+        transfer = group.start_exchange(block->buffer, ring.next(), arriving.at(step).buffer, ring.previous());
       for (int64_t a = 0; a < 2; ++a)
         for (int64_t b = 0; b < 2; ++b)
           if (const std::optional<AttentionShape> shape = ring.pair_shape(a, ring.source(step), b)) {
-            Tensor Z_part = empty_like(Q[a]), L_part = empty_like(L[a]);
-            kernel::flash_attention(Q[a], block->k(b), block->v(b), *shape, Z_part, L_part);
-            kernel::attention_merge(Z[a], L[a], Z_part, L_part, *shape);
+            Tensor Z_part = ring.from_half(part, a), L_part = empty_like(L[a]), Z_half = ring.from_half(Z, a);
+            kernel::flash_attention(ring.from_half(q, a), block->k(b), block->v(b), *shape, Z_part, L_part);
+            kernel::attention_merge(Z_half, L[a], Z_part, L_part, *shape);
           }
       transfer.wait();
-      block = &arriving[step % 2];
+      block = &arriving.at(step);
     }
-  }
-  Tensor out;
-  {
-    const NoGradGuard no_grad;
-    out = concat({Z[0], Z[1]}, positions_dim(spec.layout));
     if (internals) internals->log_sum_exp = concat({L[0], L[1]}, 2);
   }
 
   // The group must outlive the backward (it runs the ring again).
-  return record("attention", {q, k, v}, out, [ring, Q, Z, L, own = *own](const Tensor& dZ) -> Gradients {
+  return record("attention", {q, k, v}, Z, [ring, Q = q.detach(), L, own = *own, Z](const Tensor& dZ) -> Gradients {
     dist::Communicator& group = *ring.group;
-    std::array<Tensor, 2> dZ_half, D, dQ;
-    for (int64_t a = 0; a < 2; ++a) {
-      dZ_half[a] = ring.half(dZ, a);
-      D[a] = row_dot(dZ_half[a], Z[a], ring.layout);
-      dQ[a] = Tensor::zeros(Q[a].shape(), Q[a].dtype(), Q[a].device());
-    }
-    std::array<KvBlock, 2> arriving{KvBlock(own.part_shape, own.buffer), KvBlock(own.part_shape, own.buffer)};
-    // The gradient of the block at hand (summed here and before), and the one arriving for the next.
-    std::array<KvBlock, 2> summed{KvBlock(own.part_shape, own.buffer), KvBlock(own.part_shape, own.buffer)};
-    KvBlock arriving_gradient(own.part_shape, own.buffer);
-    const KvBlock* block = &own;
-    dist::Exchange gradient_transfer;
-    for (int64_t step = 0; step < ring.P; ++step) {
-      dist::Exchange transfer;
-      if (step + 1 < ring.P)
-        transfer = group.start_exchange(block->buffer, ring.next(), arriving[step % 2].buffer, ring.previous());
-      KvBlock& gradient = summed[step % 2];  // its send, two steps ago, was waited for a step ago
-      kernel::fill(gradient.buffer, 0.0);
-      for (int64_t a = 0; a < 2; ++a)
-        for (int64_t b = 0; b < 2; ++b)
-          if (const std::optional<AttentionShape> shape = ring.pair_shape(a, ring.source(step), b)) {
-            Tensor dQ_part = empty_like(Q[a]), dK_part = empty_like(block->k(b)), dV_part = empty_like(block->v(b));
-            kernel::flash_attention_backward(Q[a], block->k(b), block->v(b), L[a], dZ_half[a], D[a], *shape, dQ_part,
-                                             dK_part, dV_part);
-            Tensor dK_sum = gradient.k(b), dV_sum = gradient.v(b);
-            kernel::binary(kernel::BinaryOp::Add, dQ[a], dQ_part, dQ[a]);
-            kernel::binary(kernel::BinaryOp::Add, dK_sum, dK_part, dK_sum);
-            kernel::binary(kernel::BinaryOp::Add, dV_sum, dV_part, dV_sum);
-          }
-      if (step > 0) {  // what the processes before this one summed for this block
-        gradient_transfer.wait();
-        kernel::binary(kernel::BinaryOp::Add, gradient.buffer, arriving_gradient.buffer, gradient.buffer);
+    // D = rowsum(dZ ∘ Z) [B, Hq, 2·chunk], then its halves
+    Tensor D = sum(mul(dZ, Z), 3);
+    if (ring.layout == AttentionLayout::BTHD) D = transpose(D, 1, 2);
+    const std::array<Tensor, 2> D_half{ring.lse_half(D, 0), ring.lse_half(D, 1)};
+    Tensor dQ = Tensor::zeros(Q.shape(), Q.dtype(), Q.device());
+    // The gradient of the block at hand, summed here and on the processes before, and the sum
+    // arriving from them for the next block. One of each: a block's sum is sent, and its
+    // transfer waited for, before the next block's starts (memory over overlap: the sum's hop
+    // is one of the ring's K, V blocks, short beside a step's compute).
+    KvBlock arriving_sum(own.part_shape, own.buffer);
+    {
+      Arrivals arriving(own.part_shape, own.buffer);
+      KvBlock summed(own.part_shape, own.buffer);
+      const KvBlock* block = &own;
+      dist::Exchange sum_transfer;
+      for (int64_t step = 0; step < ring.P; ++step) {
+        dist::Exchange transfer;
+        if (step + 1 < ring.P)
+          transfer = group.start_exchange(block->buffer, ring.next(), arriving.at(step).buffer, ring.previous());
+        sum_transfer.wait();
+        if (step == 0)
+          kernel::fill(summed.buffer, 0.0);
+        else  // what the processes before this one summed for this block
+          kernel::cast(arriving_sum.buffer, summed.buffer);
+        for (int64_t a = 0; a < 2; ++a)
+          for (int64_t b = 0; b < 2; ++b)
+            if (const std::optional<AttentionShape> shape = ring.pair_shape(a, ring.source(step), b)) {
+              Tensor dQ_half = ring.from_half(dQ, a), dK_sum = summed.k(b), dV_sum = summed.v(b);
+              kernel::flash_attention_backward(ring.from_half(Q, a), block->k(b), block->v(b), L[a],
+                                               ring.from_half(dZ, a), D_half[a], *shape, true, dQ_half, dK_sum,
+                                               dV_sum);
+            }
+        sum_transfer = group.start_exchange(summed.buffer, ring.next(), arriving_sum.buffer, ring.previous());
+        transfer.wait();
+        block = &arriving.at(step);
       }
-      gradient_transfer = group.start_exchange(gradient.buffer, ring.next(), arriving_gradient.buffer, ring.previous());
-      transfer.wait();
-      block = &arriving[step % 2];
+      sum_transfer.wait();  // the last hop: this process's own block, summed over the ring
     }
-    gradient_transfer.wait();  // the last hop: this process's own block, summed over the ring
-    return {concat({dQ[0], dQ[1]}, positions_dim(ring.layout)), ring.unpack(arriving_gradient, 0),
-            ring.unpack(arriving_gradient, 2)};
+    return {dQ, ring.unpack(arriving_sum, 0), ring.unpack(arriving_sum, 2)};
   });
 }
 
