@@ -79,13 +79,13 @@ void run_case(const std::string& impl, const Model& m, int iters, int64_t contex
   std::vector<double> wall_ms, cpu_ms, ring_wait_ms;
   for (int i = 0; i < iters; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    const double c0 = bench::process_cpu_ms(), wait0 = grid.context->collective_ms();
+    const double c0 = bench::process_cpu_ms(), wait0 = grid.ring() ? grid.ring()->collective_ms() : 0;
     const optim::StepResult r = train_step.run(i, {batch});
     train_step.check_finite();
     (void)r.loss.item();
     wall_ms.push_back(bench::elapsed_ms(t0));
     cpu_ms.push_back(bench::process_cpu_ms() - c0);
-    ring_wait_ms.push_back(grid.context->collective_ms() - wait0);
+    ring_wait_ms.push_back(grid.ring() ? grid.ring()->collective_ms() - wait0 : 0);
   }
   // iterations 2..N: the first allocates AdamW's state
   const auto steady_median = [&](std::vector<double> v) {

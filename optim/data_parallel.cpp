@@ -43,11 +43,12 @@ int64_t checked_group_size(int processes, int64_t P) {
 }
 }  // namespace
 
-ProcessGrid::ProcessGrid(dist::Communicator& world_, int64_t context_parallel)
-    : world(world_),
-      data(world.split(static_cast<int>(world.rank() % checked_group_size(world.size(), context_parallel)),
-                       world.rank())),
-      context(world.split(static_cast<int>(world.rank() / context_parallel), world.rank())) {}
+ProcessGrid::ProcessGrid(dist::Communicator& world, int64_t context_parallel) : world_(world) {
+  const int64_t P = checked_group_size(world.size(), context_parallel);
+  if (P == 1) return;
+  data_ = world.split(static_cast<int>(world.rank() % P), world.rank());
+  context_ = world.split(static_cast<int>(world.rank() / P), world.rank());
+}
 
 void ProcessGrid::check(int processes, int64_t P, int64_t batch_size, int64_t T) {
   const int64_t dp = processes / checked_group_size(processes, P);
@@ -60,9 +61,9 @@ void ProcessGrid::check(int processes, int64_t P, int64_t batch_size, int64_t T)
 }
 
 Tensor ProcessGrid::part(const Tensor& batch) const {
-  const Tensor rows = shard(batch, *data);
-  if (context->size() == 1) return rows;
-  const ZigzagSplit split(batch.size(1), context->size(), context->rank());
+  const Tensor rows = shard(batch, data());
+  if (!context_) return rows;
+  const ZigzagSplit split(batch.size(1), context_->size(), context_->rank());
   const int64_t c = split.chunk();
   return concat({slice(rows, 1, split.chunk_of(0) * c, (split.chunk_of(0) + 1) * c),
                  slice(rows, 1, split.chunk_of(1) * c, (split.chunk_of(1) + 1) * c)},
@@ -70,7 +71,7 @@ Tensor ProcessGrid::part(const Tensor& batch) const {
 }
 
 std::string ProcessGrid::describe() const {
-  return std::to_string(data->size()) + " data-parallel × " + std::to_string(context->size()) + " context-parallel";
+  return std::to_string(data().size()) + " data-parallel × " + std::to_string(context_parallel()) + " context-parallel";
 }
 
 }  // namespace ag::optim

@@ -55,25 +55,33 @@ uint64_t replica_seed(uint64_t seed, const dist::Communicator& comm);
 // sequences. Every process draws each whole batch alike and keeps its part.
 // The gradients still sum over all N processes (make_data_parallel on the
 // world): each holds the loss terms of its own positions.
-struct ProcessGrid {
-  // Throws unless P ≥ 1 divides the processes. Collective (two splits).
+class ProcessGrid {
+ public:
+  // Throws unless P ≥ 1 divides the processes. With P > 1 a collective (two
+  // splits); with P = 1 the grid is the world's data parallelism, and makes nothing.
   ProcessGrid(dist::Communicator& world, int64_t context_parallel);
   // Throws unless `processes` form a dp × P grid that splits batches of B
   // sequences of T positions: P divides them, dp = processes / P divides B,
   // and (P > 1) 2P divides T. Not a collective: a run calls it before any, so
   // that every process of a run that cannot start says why.
   static void check(int processes, int64_t context_parallel, int64_t batch_size, int64_t T);
-  dist::Communicator& world;
-  std::unique_ptr<dist::Communicator> data;     // dp processes: this one's rank among them is its group's
-  std::unique_ptr<dist::Communicator> context;  // the P processes of this one's context-parallel group
 
-  // The group the model's attention runs its ring over: null when P = 1 (nothing to split).
-  dist::Communicator* ring() const { return context->size() > 1 ? context.get() : nullptr; }
+  dist::Communicator& world() const { return world_; }
+  // The dp processes of this one's rank in its group (the world when P = 1).
+  dist::Communicator& data() const { return data_ ? *data_ : world_; }
+  // The P processes of this one's context-parallel group, that the model's attention runs its ring
+  // over; null when P = 1 (nothing to split).
+  dist::Communicator* ring() const { return context_.get(); }
+  int64_t context_parallel() const { return context_ ? context_->size() : 1; }
   // This process's part of a batch [B, T] that every process drew alike: its
-  // rows (shard over `data`), and of each its zigzag chunks of the T positions.
+  // rows (shard over data()), and of each its zigzag chunks of the T positions.
   Tensor part(const Tensor& batch) const;
   // "2 data-parallel × 2 context-parallel", for the progress line.
   std::string describe() const;
+
+ private:
+  dist::Communicator& world_;
+  std::unique_ptr<dist::Communicator> data_, context_;
 };
 
 }  // namespace ag::optim

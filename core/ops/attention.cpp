@@ -1,6 +1,7 @@
 // attention(q, k, v, spec): the one contract (core/ops.h) and its dispatch to
 // the attention functions; softmax attention and its three implementations here,
-// linear attention in core/ops/linear_attention.cpp.
+// linear attention in core/ops/linear_attention.cpp, ssd in core/ops/ssd.cpp,
+// softmax over a sequence split across processes in core/ops/ring_attention.cpp.
 // Softmax, per batch entry and query head, with M the mask (0 visible, −∞ hidden):
 //   S = scale · Q Kᵀ,   A = softmax(S + M),   Z = A V
 //

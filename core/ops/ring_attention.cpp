@@ -69,7 +69,7 @@ class Arrivals {
   std::array<std::optional<KvBlock>, 2> buffers_;
 };
 
-// A copy of what one collective's process group shares of the problem.
+// What every ring step needs: the group, this process's place in it, and one pair's problem.
 struct Ring {
   dist::Communicator* group;
   int64_t P, rank, chunk;

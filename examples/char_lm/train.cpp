@@ -107,7 +107,7 @@ EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, i
   model.eval();
   // Context-parallel, a window must split into 2P chunks: a validation split shorter than a block
   // is scored on windows cut down to that.
-  const int64_t split_into = grid.context->size() > 1 ? 2 * grid.context->size() : 1;
+  const int64_t split_into = grid.ring() ? 2 * grid.context_parallel() : 1;
   const int64_t window = data.eval_window - data.eval_window % split_into;
   auto mean_loss = [&](const TokenIds& tokens, uint64_t stream) {
     Generator gen(c.optim.seed + stream);
@@ -118,8 +118,8 @@ EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, i
       const Tensor loss = model.loss(grid.part(x).to(c.run.device), grid.part(y).to(c.run.device));
       total = total.defined() ? add(total, loss) : loss;
     }
-    grid.world.all_reduce_sum(total);
-    return total.item() / static_cast<double>(c.run.eval_iters * grid.world.size());  // one wait for the device
+    grid.world().all_reduce_sum(total);
+    return total.item() / static_cast<double>(c.run.eval_iters * grid.world().size());  // one wait for the device
   };
   EvalRecord record{iter, mean_loss(data.train, 2), mean_loss(data.val, 3)};
   model.train();
@@ -237,7 +237,7 @@ class Progress {
 
 Progress::Progress(const TrainConfig& c, const RunInputs& in, int64_t start, const nn::GPT& model,
                    const optim::ProcessGrid& grid)
-    : c_(c), root_(grid.world.rank() == 0), log_path_(c.run.out + "/log.csv"),
+    : c_(c), root_(grid.world().rank() == 0), log_path_(c.run.out + "/log.csv"),
       tokens_per_step_(c.optim.batch_size * c.optim.grad_accum * c.model.block_size),
       flops_per_step_(static_cast<double>(
           nn::training_step_flops(c.model, c.optim.batch_size * c.optim.grad_accum, c.model.block_size))) {
@@ -265,13 +265,13 @@ void Progress::print_start(const RunInputs& in, int64_t start, const nn::GPT& mo
   if (in.data.eval_window < c_.model.block_size)
     std::printf("evaluating on windows of %lld tokens: the validation split is shorter than a block\n",
                 static_cast<long long>(in.data.eval_window));
-  const dist::Communicator& comm = grid.world;
-  if (grid.context->size() > 1)
+  const dist::Communicator& comm = grid.world();
+  if (grid.ring())
     std::printf("%d processes (%s) as %s: each computes %lld of every batch's %lld sequences, %lld of each one's "
                 "%lld positions (ring attention)\n",
                 comm.size(), comm.describe().c_str(), grid.describe().c_str(),
-                static_cast<long long>(c_.optim.batch_size / grid.data->size()), static_cast<long long>(c_.optim.batch_size),
-                static_cast<long long>(c_.model.block_size / grid.context->size()),
+                static_cast<long long>(c_.optim.batch_size / grid.data().size()), static_cast<long long>(c_.optim.batch_size),
+                static_cast<long long>(c_.model.block_size / grid.context_parallel()),
                 static_cast<long long>(c_.model.block_size));
   else if (comm.size() > 1)
     std::printf("data-parallel on %d processes (%s): each computes %lld of every batch's %lld sequences\n",
@@ -342,7 +342,7 @@ std::unique_ptr<nn::GPT> ready_to_train(std::unique_ptr<nn::GPT> model, Device d
 
 Trainer::Trainer(const TrainConfig& c, const Dataset& data, std::unique_ptr<nn::GPT> model,
                  const optim::ProcessGrid& grid)
-    : c_(c), data_(data), grid_(grid), comm_(grid.world), model_(ready_to_train(std::move(model), c.run.device)),
+    : c_(c), data_(data), grid_(grid), comm_(grid.world()), model_(ready_to_train(std::move(model), c.run.device)),
       optimizer_(optim::decay_groups(model_->named_parameters(), c.optim.weight_decay),
                  {c.optim.lr, c.optim.beta1, c.optim.beta2, 1e-8}),
       step_(optimizer_, c.optim, [this](const Tensor& x, const Tensor& y) { return model_->loss(x, y, Reduction::Sum); },
