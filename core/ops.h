@@ -267,13 +267,15 @@ struct AttentionSpec {
   // attends over every position the cache holds, itself included. Under
   // NoGradGuard only.
   LayerKVCache* cache = nullptr;
-  // --- context parallelism (softmax; docs/attention.md, "Ring attention") ---
+  // --- context parallelism (softmax and linear; docs/attention.md, "Ring attention") ---
   // The group of processes that share one sequence: q, k and v hold this
   // process's rows of it, the zigzag split of core/context_parallel.h (chunks
-  // rank and 2P − 1 − rank of 2P), and Z comes back in the same rows. Ring
-  // attention (core/ops/ring_attention.cpp) passes the key/value blocks round
-  // the group with the flash kernels whatever `impl` says; every process of the
-  // group calls attention() together, as a collective. Null: the whole sequence is here.
+  // rank and 2P − 1 − rank of 2P), and Z comes back in the same rows. Softmax:
+  // ring attention (core/ops/ring_attention.cpp) passes the key/value blocks
+  // round the group with the flash kernels whatever `impl` says; linear: each
+  // chunk's state is summed over the group (core/ops/linear_attention.cpp).
+  // Every process of the group calls attention() together, as a collective.
+  // Null: the whole sequence is here.
   dist::Communicator* context = nullptr;
 };
 

@@ -286,9 +286,8 @@ int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T) {
 }
 
 void GPT::set_context_parallel(dist::Communicator* group) {
-  AG_CHECK(!group || config_.attention == AttentionFunction::Softmax,
-           "GPT: context parallelism runs softmax attention's ring; " << name_of(config_.attention)
-                                                                      << " attention has none yet");
+  AG_CHECK(!group || config_.attention != AttentionFunction::Ssd,
+           "GPT: context parallelism runs softmax and linear attention; ssd attention has none yet");
   context_ = group;
   for (const std::shared_ptr<Block>& block : blocks_) block->attn().set_context(group);
 }

@@ -540,3 +540,20 @@ TEST_CASE("context parallel: a grid or a block that does not split, or a group g
   CHECK(output.find("context-parallel: 1 here, 2 on rank 0") != std::string::npos);
   CHECK(seconds_since(start) < 60);
 }
+
+TEST_CASE("context parallel: char_lm with linear attention on 2 processes logs one process's losses") {
+  const std::string mpirun = mpirun_or_skip(2, 300);
+  if (mpirun.empty()) return;
+  TrainConfig c = context_run("cp_linear_alone");
+  c.model.attention = AttentionFunction::Linear;
+  const TrainResult alone = train(c);
+  c.run.out = temp_root().file("cp_linear_two");
+  c.run.context_parallel = 2;
+  int status = 0;
+  std::string output;
+  std::tie(status, output) = run_command(mpirun + " " + char_lm_command(c));
+  INFO(output);
+  REQUIRE(status == 0);
+  check_same_losses(logged_losses(c.run.out, "batch"), alone.batch_losses);
+  check_same_losses(logged_losses(c.run.out, "val"), eval_losses(alone, true));
+}

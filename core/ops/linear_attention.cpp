@@ -17,11 +17,19 @@
 // core/cpu/linear_attention.cpp, cuda/linear_attention.cu) computes all four
 // in either layout, in place; the backward recomputes its running states
 // instead of saving one per chunk. Saved: φ(Q), φ(K), V', Z and den.
+//
+// Context parallelism (spec.context; docs/backprop.md, "Ring attention"): each
+// process holds two chunks of the sequence (the zigzag split), and a query
+// reads, besides its own chunk's causal product, the state of every earlier
+// chunk, S_c = Σ_{j ∈ c} φ(k_j) v'_jᵀ: the chunks' states are summed over the
+// group once (chunk_states_before), and the rest is the one-process formulas as ops.
 #include <cmath>
 #include <vector>
 
+#include "core/context_parallel.h"
 #include "core/ops/attention_functions.h"
 #include "core/random.h"
+#include "dist/communicator.h"
 
 namespace ag {
 
@@ -66,6 +74,18 @@ Normalized normalize(const Tensor& U) {
   return {slice(U, 3, 0, d) / den, den};
 }
 
+// ∂L/∂U = [dU_num, dU_den] for U = [num_i, den_i − ε] = Σ_{j visible} (φ(q_i)·φ(k_j)) v'_j: the
+// gradients of φ(Q), φ(K) and V, each a product of U's shape (the top of the file).
+Gradients product_gradients(const Tensor& Pq, const Tensor& Pk, const Tensor& v_ones, const Tensor& dU,
+                            PrefixDirection forward, PrefixDirection reverse, int64_t chunk, AttentionLayout layout) {
+  const int64_t d = v_ones.size(3) - 1;
+  const Tensor dPq = prefix_product(dU, v_ones, Pk, forward, chunk, layout);  // Σ_{j≤i} (dU_i·v'_j) φ(k_j)
+  const Tensor dPk = prefix_product(v_ones, dU, Pq, reverse, chunk, layout);  // Σ_{i≥j} (v'_j·dU_i) φ(q_i)
+  // num_i = Σ_j a_ij v_j  →  dv_j = Σ_{i≥j} a_ij dU_num_i (v's column of ones has no gradient)
+  const Tensor dV = prefix_product(Pk, Pq, slice(dU, 3, 0, d), reverse, chunk, layout);
+  return {dPq, dPk, dV};
+}
+
 // Z in q's layout from φ(Q) [.., Hq, r], φ(K) [.., Hkv, r] and V [.., Hkv, d].
 Tensor normalized_product(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, const AttentionSpec& spec) {
   const PrefixDirection forward = spec.causal ? PrefixDirection::Causal : PrefixDirection::All;
@@ -87,12 +107,107 @@ Tensor normalized_product(const Tensor& phi_q, const Tensor& phi_k, const Tensor
                   const Tensor g = dZ / den;
                   const Tensor g_ones = append_column(g, -sum(g * Z, 3, true));  // g'_i = [g_i, −g_i·z_i]
                   // a_ij = φ(q_i)·φ(k_j)  →  ∂L/∂a_ij = g'_i·v'_j
-                  const Tensor dPq = prefix_product(g_ones, v_ones, Pk, forward, chunk, layout);  // Σ_{j≤i} (g'_i·v'_j) φ(k_j)
-                  const Tensor dPk = prefix_product(v_ones, g_ones, Pq, reverse, chunk, layout);  // Σ_{i≥j} (v'_j·g'_i) φ(q_i)
-                  // num_i = Σ_j a_ij v_j  →  dv_j = Σ_{i≥j} a_ij g_i
-                  const Tensor dV = prefix_product(Pk, Pq, g, reverse, chunk, layout);
-                  return {dPq, dPk, dV};
+                  return product_gradients(Pq, Pk, v_ones, g_ones, forward, reverse, chunk, layout);
                 });
+}
+
+// U = [num_i, den_i − ε] = Σ_{j ≤ i} (φ(q_i)·φ(k_j)) v'_j within one chunk of positions, as an op.
+Tensor causal_product(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, int64_t chunk, AttentionLayout layout) {
+  const Tensor Pq = phi_q.detach(), Pk = phi_k.detach();
+  Tensor v_ones, U;
+  {
+    NoGradGuard no_grad;
+    v_ones = append_ones(v.detach());
+    U = prefix_product(Pq, Pk, v_ones, PrefixDirection::Causal, chunk, layout);
+  }
+  return record("linear_attention", {phi_q, phi_k, v}, U, [Pq, Pk, v_ones, chunk, layout](const Tensor& dU) -> Gradients {
+    return product_gradients(Pq, Pk, v_ones, dU, PrefixDirection::Causal, PrefixDirection::Anticausal, chunk, layout);
+  });
+}
+
+// φ(q_i)ᵀ S for every query of x [.., Hq, r] from its kv head's state S [B, Hkv, r, w]: the query heads
+// grouped by kv head, [B, Hkv, group·T, r] · [B, Hkv, r, w], back in x's layout.
+Tensor read_state(const Tensor& phi_q, const Tensor& state, AttentionLayout layout) {
+  const int64_t B = phi_q.size(0), Hq = heads_of(phi_q, layout), T = positions_of(phi_q, layout);
+  const int64_t Hkv = state.size(1), r = phi_q.size(3), w = state.size(3);
+  return heads_first(
+      matmul(heads_first(phi_q, layout).reshape({B, Hkv, (Hq / Hkv) * T, r}), state).reshape({B, Hq, T, w}), layout);
+}
+
+// The states of the chunks before each of this process's two (all the chunks' without `causal`),
+// from S [2, B, Hkv, r, w], its own two chunks' states (halves 0 and 1): the 2P chunks' states in
+// their slots of one tensor, summed over the group (each slot is one process's; the others add
+// zeros), then summed over the slots before each half's chunk. The backward is the same with the
+// gradients, summed over the chunks that read each state (those after it).
+Tensor chunk_states_before(const Tensor& S, bool causal, dist::Communicator& group, const ZigzagSplit& split) {
+  const int64_t chunks = 2 * split.P, n = S.numel() / 2;
+  const std::array<int64_t, 2> mine{split.chunk_of(0), split.chunk_of(1)};
+  Shape one = S.shape(), slots = S.shape();
+  one[0] = 1;
+  slots[0] = chunks;
+  dist::Communicator* members = &group;
+  // [chunks, ...]: `own`'s two rows at this process's slots, every process's summed.
+  const auto gathered = [=](const Tensor& own) {
+    Tensor all = Tensor::zeros(slots, own.dtype(), own.device());
+    for (int64_t h = 0; h < 2; ++h) {
+      Tensor slot = all.view(mine[h] * n, {n});
+      kernel::cast(own.view(h * n, {n}), slot);
+    }
+    members->all_reduce_sum(all);
+    return all;
+  };
+  // [2, ...]: for each half, the sum of the slots [first(c), last(c)) around its chunk c.
+  const Shape both = S.shape();
+  const auto sums = [=](const Tensor& all, auto first, auto last) {
+    Tensor out = Tensor::zeros(both, all.dtype(), all.device());
+    for (int64_t h = 0; h < 2; ++h) {
+      Tensor total = out.view(h * n, one);
+      for (int64_t c = first(mine[h]); c < last(mine[h]); ++c) kernel::binary(kernel::BinaryOp::Add, total, all.view(c * n, one), total);
+    }
+    return out;
+  };
+  const auto from_start = [](int64_t) { return int64_t{0}; };
+  const auto up_to = [=](int64_t c) { return causal ? c : chunks; };        // the chunks a chunk reads
+  const auto after = [=](int64_t c) { return causal ? c + 1 : int64_t{0}; };  // the chunks that read it
+  const auto to_end = [=](int64_t) { return chunks; };
+  Tensor before;
+  {
+    NoGradGuard no_grad;
+    before = sums(gathered(S.detach()), from_start, up_to);
+  }
+  return record("chunk_states_before", {S}, before, [=](const Tensor& dBefore) -> Gradients {
+    return {sums(gathered(dBefore), after, to_end)};
+  });
+}
+
+// Z in q's layout for this process's rows of a sequence split over spec.context: per half (one chunk
+// of positions), the causal product within the chunk plus each query's read of the earlier chunks'
+// states (without `causal`: of every chunk's, and nothing within), normalised as one process does.
+Tensor context_parallel_product(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, const AttentionSpec& spec) {
+  dist::Communicator& group = *spec.context;
+  const AttentionLayout layout = spec.layout;
+  const int64_t dim = layout == AttentionLayout::BTHD ? 1 : 2, T_local = positions_of(phi_q, layout);
+  AG_CHECK(positions_of(phi_k, layout) == T_local, "attention (linear): context parallel attention needs this process's "
+                                                   "queries and keys at the same positions");
+  const ZigzagSplit split(T_local * group.size(), group.size(), group.rank());
+  const int64_t c = split.chunk();
+  const auto half = [&](const Tensor& x, int64_t h) { return slice(x, dim, h * c, (h + 1) * c); };
+  std::vector<Tensor> states;
+  for (int64_t h = 0; h < 2; ++h) {  // S = Σ_j φ(k_j) v'_jᵀ [B, Hkv, r, d + 1] of the half's chunk
+    const Tensor S = matmul(transpose(heads_first(half(phi_k, h), layout), 2, 3), heads_first(append_ones(half(v, h)), layout));
+    Shape one{1};
+    for (int64_t size : S.shape()) one.push_back(size);
+    states.push_back(S.reshape(one));
+  }
+  const Tensor before = chunk_states_before(concat(states, 0), spec.causal, group, split);
+  std::vector<Tensor> Z;
+  for (int64_t h = 0; h < 2; ++h) {
+    const Tensor state = slice(before, 0, h, h + 1).reshape(Shape(before.shape().begin() + 1, before.shape().end()));
+    Tensor U = read_state(half(phi_q, h), state, layout);
+    if (spec.causal) U = U + causal_product(half(phi_q, h), half(phi_k, h), half(v, h), spec.chunk, layout);
+    Z.push_back(normalize(U).Z);
+  }
+  return concat(Z, dim);
 }
 
 // A [B, Hq, T, T] with Z = A V: a_ij / Σ_{j' visible} a_ij', for inspection.
@@ -174,6 +289,7 @@ Tensor linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   const Tensor phi_q = attention_features(q, spec.feature_map, spec.omega);
   const Tensor phi_k = attention_features(k, spec.feature_map, spec.omega);
   if (spec.cache) return decode(phi_q, phi_k, v, spec, *spec.cache);
+  if (spec.context) return context_parallel_product(phi_q, phi_k, v, spec);  // its weights would be T×T across processes
   if (internals) internals->probabilities = implied_weights(phi_q, phi_k, spec);
   return normalized_product(phi_q, phi_k, v, spec);
 }

@@ -44,9 +44,8 @@ void check_options(const TrainConfig& c, const dist::Communicator& comm) {
   check_option_ranges(c.run);
   const int64_t P = c.run.context_parallel;
   optim::ProcessGrid::check(comm.size(), P, c.optim.batch_size, c.model.block_size);
-  AG_CHECK(P == 1 || c.model.attention == AttentionFunction::Softmax,
-           "--context-parallel " << P << ": softmax attention's ring is built; " << name_of(c.model.attention)
-                                 << " attention has none yet");
+  AG_CHECK(P == 1 || c.model.attention != AttentionFunction::Ssd,
+           "--context-parallel " << P << ": softmax and linear attention split a sequence; ssd attention cannot yet");
 }
 
 // What every process of a data-parallel run must agree on, or their
