@@ -61,6 +61,7 @@ Tensor sum(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);  // values; gradient to the argmax
+Tensor cumsum(const Tensor& x, int64_t dim);  // y_j = Σ_{j' ≤ j} x_j' along dim; same shape
 // Sums x down to `shape` (the adjoint of broadcasting `shape` up to x.shape()).
 // Every broadcasting op's backward uses it.
 Tensor reduce_to_shape(const Tensor& x, const Shape& shape);
@@ -267,13 +268,13 @@ struct AttentionSpec {
   // attends over every position the cache holds, itself included. Under
   // NoGradGuard only.
   LayerKVCache* cache = nullptr;
-  // --- context parallelism (softmax and linear; docs/attention.md, "Ring attention") ---
+  // --- context parallelism (docs/attention.md, "Ring attention") ---
   // The group of processes that share one sequence: q, k and v hold this
   // process's rows of it, the zigzag split of core/context_parallel.h (chunks
   // rank and 2P − 1 − rank of 2P), and Z comes back in the same rows. Softmax:
   // ring attention (core/ops/ring_attention.cpp) passes the key/value blocks
-  // round the group with the flash kernels whatever `impl` says; linear: each
-  // chunk's state is summed over the group (core/ops/linear_attention.cpp).
+  // round the group with the flash kernels whatever `impl` says; linear and ssd:
+  // each chunk's state is gathered over the group (gather_chunks; their files).
   // Every process of the group calls attention() together, as a collective.
   // Null: the whole sequence is here.
   dist::Communicator* context = nullptr;
@@ -335,6 +336,15 @@ Tensor causal_mask(int64_t T, DType dtype = DType::Float32, Device device = Devi
 // [B, T, H, d] (BTHD), d even, rotated at its position first_position + t.
 // Backward: the rotation by the opposite angles (docs/backprop.md, "RoPE").
 Tensor rope(const Tensor& x, AttentionLayout layout, int64_t first_position = 0, double base = kDefaultRopeBase);
+
+// --- context parallelism (core/ops/context_parallel.cpp; the zigzag split of core/context_parallel.h) ---
+// own [2, ...]: a value for each of this process's two chunks of a sequence split over `group`
+// (halves 0 and 1) -> [2P, ...]: every chunk's value in sequence order, on every process of the
+// group (a collective: an all-reduce of 2P slots, each filled by the process that holds its chunk).
+// Every process reads every slot, so the backward sums each slot's gradient over the group and
+// keeps this process's two. Linear and ssd attention gather their chunks' states with it, ssd's
+// convolution the inputs before each chunk.
+Tensor gather_chunks(const Tensor& own, dist::Communicator& group);
 
 // Linear attention's feature map φ row by row over the last dim: x [..., d] ->
 // [..., r] (r = d for elu1, m for favor). Backward: docs/backprop.md, "Linear attention".

@@ -97,6 +97,20 @@ template <class T> struct MaxDimBackward {
     dX[(o * dims.n + argmax[k]) * dims.inner + i] = dValues[k];
   }
 };
+
+// Over dim n of x [outer, n, inner]: one thread per line (o, i), its terms in order, in double.
+template <class T> struct CumSum {
+  const T* x;
+  T* y;
+  ReduceDims dims;
+  bool reverse;
+  __device__ void operator()(int64_t k) const {
+    const int64_t o = k / dims.inner, i = k % dims.inner, step = reverse ? -dims.inner : dims.inner;
+    int64_t at = o * dims.n * dims.inner + i + (reverse ? (dims.n - 1) * dims.inner : 0);
+    double running = 0;
+    for (int64_t j = 0; j < dims.n; ++j, at += step) y[at] = static_cast<T>(running += x[at]);
+  }
+};
 }  // namespace
 
 void sum_to_shape(const Tensor& x, Tensor& out) {
@@ -129,6 +143,13 @@ void max_dim_backward(const Tensor& dValues, const Tensor& argmax, const ReduceD
     AG_CUDA_CHECK(cudaMemsetAsync(dX.raw_data(), 0, dX.numel() * sizeof(T), current_stream()));
     for_each_index(dims.outer * dims.inner,
                    MaxDimBackward<T>{ptr<const T>(dValues), ptr<const int64_t>(argmax), ptr<T>(dX), dims});
+  });
+}
+
+void cumsum(const Tensor& x, const ReduceDims& dims, bool reverse, Tensor& y) {
+  visit_floating(x.dtype(), "cumsum", [&](auto zero) {
+    using T = decltype(zero);
+    for_each_index(dims.outer * dims.inner, CumSum<T>{ptr<const T>(x), ptr<T>(y), dims, reverse});
   });
 }
 

@@ -58,7 +58,10 @@ MultiHeadSelfAttention::Heads MultiHeadSelfAttention::project(const Tensor& x, L
   if (conv_) {  // ssd: u' = SiLU(conv([q | k | v])), split back
     const Tensor u = concat({q, k, v}, 2);
     const std::vector<Tensor> parts =
-        split(silu(cache ? conv_->forward_cached(u, cache->conv) : conv_->forward(u)), {C, k.size(2), v.size(2)}, 2);
+        split(silu(cache            ? conv_->forward_cached(u, cache->conv)
+                   : spec_.context ? conv_->forward(u, *spec_.context)
+                                   : conv_->forward(u)),
+              {C, k.size(2), v.size(2)}, 2);
     q = parts[0], k = parts[1], v = parts[2];
   }
   // [B, T, H·d_h] viewed as [B, T, H, d_h]: head h reads columns h·d_h … (h+1)·d_h − 1 in place.

@@ -286,8 +286,6 @@ int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T) {
 }
 
 void GPT::set_context_parallel(dist::Communicator* group) {
-  AG_CHECK(!group || config_.attention != AttentionFunction::Ssd,
-           "GPT: context parallelism runs softmax and linear attention; ssd attention has none yet");
   context_ = group;
   for (const std::shared_ptr<Block>& block : blocks_) block->attn().set_context(group);
 }

@@ -125,7 +125,6 @@ class GPT : public Module {
   // process's rows of sequences split over `group` (its zigzag chunks,
   // core/context_parallel.h), each at its true position, and every attention
   // layer runs its ring over the group, a collective. nullptr: whole sequences.
-  // Softmax and linear attention (ssd has none yet).
   void set_context_parallel(dist::Communicator* group);
   // Switches heads off (config().head_mask, saved with the model); "" turns every head on.
   void set_head_mask(const std::string& head_mask);

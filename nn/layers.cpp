@@ -1,6 +1,10 @@
 #include "nn/layers.h"
 
 #include <cmath>
+#include <vector>
+
+#include "core/context_parallel.h"
+#include "dist/communicator.h"
 
 namespace ag::nn {
 
@@ -34,6 +38,29 @@ Tensor CausalConv1d::forward_cached(const Tensor& x, Tensor& history) const {
   const int64_t length = window.size(1);
   history = slice(window, 1, length - (W - 1), length);
   return slice(forward(window), 1, W - 1, length);
+}
+
+// Chunk c's W − 1 inputs before it are chunk c − 1's last (chunks are at least that long), here
+// or on another process: every chunk's tail is gathered once, and each half runs as a decode
+// step after its halo (zeros before the sequence's first chunk).
+Tensor CausalConv1d::forward(const Tensor& x, dist::Communicator& group) const {
+  const int64_t W = weight_.size(0), B = x.size(0), channels = x.size(2);
+  if (W == 1) return forward(x);
+  const ZigzagSplit split(x.size(1) * group.size(), group.size(), group.rank());
+  const int64_t C = split.chunk();
+  AG_CHECK(C >= W - 1, "CausalConv1d: chunks of " << C << " positions (block size " << split.T << " over 2·"
+                                                   << split.P << ") are shorter than the " << W - 1
+                                                   << " inputs before each that a width-" << W << " convolution reads");
+  std::vector<Tensor> tails;  // each half's last W − 1 inputs
+  for (int64_t h = 0; h < 2; ++h) tails.push_back(slice(x, 1, (h + 1) * C - (W - 1), (h + 1) * C).reshape({1, B, W - 1, channels}));
+  const Tensor all_tails = gather_chunks(concat(tails, 0), group);  // [2P, B, W − 1, C]
+  std::vector<Tensor> out;
+  for (int64_t h = 0; h < 2; ++h) {
+    const int64_t c = split.chunk_of(h);
+    Tensor halo = c == 0 ? Tensor() : slice(all_tails, 0, c - 1, c).reshape({B, W - 1, channels});
+    out.push_back(forward_cached(slice(x, 1, h * C, (h + 1) * C), halo));
+  }
+  return concat(out, 1);
 }
 
 AddLayerNorm LayerNorm::forward_residual(const Tensor& x, const Tensor& residual) const {

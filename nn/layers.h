@@ -51,6 +51,11 @@ class CausalConv1d : public Module {
   // before the first position; undefined: none yet) and becomes the last W − 1
   // of history and x. Equals the last rows of forward() over the whole sequence.
   Tensor forward_cached(const Tensor& x, Tensor& history) const;
+  // Context parallelism: x [B, T / P, C] holds this process's rows of sequences split over `group`
+  // (its two zigzag chunks, core/context_parallel.h); each chunk is convolved after the W − 1 inputs
+  // before it, from the process that holds them (a collective). Equals those rows of forward() over
+  // the whole sequence.
+  Tensor forward(const Tensor& x, dist::Communicator& group) const;
 
  private:
   Tensor weight_, bias_;

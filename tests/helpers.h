@@ -67,6 +67,18 @@ inline Tensor random(const Shape& shape, uint64_t seed, DType dtype = DType::Flo
 // attention(q, k, v, spec) on copies of in = {q, k, v} converted to `dtype` on `device`,
 // backward from `upstream` (float64 on the CPU, converted likewise): Z, L (softmax's dense
 // and flash; else undefined) and the gradients of q, k, v, back on the CPU in float64.
+// f's output and every input's gradient, with upstream(output) as the output's gradient.
+inline std::vector<Tensor> output_and_gradients(const GradcheckFn& f, const std::vector<Tensor>& inputs,
+                                                const std::function<Tensor(const Tensor&)>& upstream) {
+  std::vector<Tensor> x;
+  for (const Tensor& t : inputs) x.push_back(t.detach().clone().requires_grad_());
+  const Tensor z = f(x);
+  z.backward(upstream(z));
+  std::vector<Tensor> out = {z.detach()};
+  for (const Tensor& t : x) out.push_back(t.grad());
+  return out;
+}
+
 struct AttentionRun {
   Tensor Z = {}, L = {}, dQ = {}, dK = {}, dV = {};
 };

@@ -11,6 +11,7 @@
 #include "core/context_parallel.h"
 #include "core/ops.h"
 #include "dist/communicator.h"
+#include "nn/attention.h"
 #include "tests/helpers.h"
 
 using namespace ag;
@@ -160,6 +161,97 @@ TEST_CASE("context parallel (every process): softmax (the ring) and linear atten
   }
 }
 
+// ssd: q, k, v and Δ are per position (this process's rows of them), a_log and d_skip per head (each
+// process's gradient a share of the whole's, summed over the group here as the training step does).
+TEST_CASE("context parallel (every process): ssd attention over the processes gives one process's Z and every gradient (float64)") {
+  dist::Communicator& world = dist::world();
+  const int64_t P = world.size(), B = 2, d = 8, chunk = 24;
+  const int64_t T = 2 * P * chunk;
+  const ZigzagSplit split(T, P, world.rank());
+  struct SsdCase {
+    std::string name;
+    AttentionLayout layout;
+    int64_t Hq, Hkv;
+    PositionEncoding position;
+  };
+  for (const SsdCase& c : std::vector<SsdCase>{{"BHTD", AttentionLayout::BHTD, 2, 2, PositionEncoding::None},
+                                               {"BTHD, GQA", AttentionLayout::BTHD, 4, 2, PositionEncoding::None},
+                                               {"BTHD, MQA, rope", AttentionLayout::BTHD, 2, 1, PositionEncoding::Rope}}) {
+    CAPTURE(c.name);
+    const bool bthd = c.layout == AttentionLayout::BTHD;
+    const auto operand = [&](int64_t H) { return bthd ? Shape{B, T, H, d} : Shape{B, H, T, d}; };
+    Generator gen(5);
+    // Steps of 0.05 … 0.3 at rates 0.5 … 2: a chunk of 24 decays by e^-0.6 … e^-14, so the
+    // states that cross processes matter and decay.
+    const std::vector<Tensor> whole_inputs{
+        ag::test::random(operand(c.Hq), 1), ag::test::random(operand(c.Hkv), 2), ag::test::random(operand(c.Hkv), 3),
+        Tensor::uniform(bthd ? Shape{B, T, c.Hq} : Shape{B, c.Hq, T}, 0.05, 0.3, DType::Float64, &gen),
+        log(Tensor::uniform({c.Hq}, 0.5, 2.0, DType::Float64, &gen)), ag::test::random({c.Hq}, 6)};
+    const Tensor upstream = ag::test::random(operand(c.Hq), 4, DType::Float64, false);
+    const auto ssd_over = [&](dist::Communicator* context) {
+      return [&c, context](const std::vector<Tensor>& x) {
+        return attention(x[0], x[1], x[2],
+                         {.function = AttentionFunction::Ssd, .causal = true, .layout = c.layout, .position = c.position,
+                          .chunk = 16, .dt = x[3], .a_log = x[4], .d_skip = x[5], .context = context});
+      };
+    };
+    const std::vector<Tensor> whole =
+        ag::test::output_and_gradients(ssd_over(nullptr), whole_inputs, [&](const Tensor&) { return upstream; });
+    const auto mine = [&](const Tensor& t) { return zigzag_rows(t.detach(), c.layout, split); };
+    std::vector<Tensor> local_inputs = whole_inputs;
+    for (size_t i = 0; i < 4; ++i) local_inputs[i] = mine(whole_inputs[i]);
+    const std::vector<Tensor> local =
+        ag::test::output_and_gradients(ssd_over(&world), local_inputs, [&](const Tensor&) { return mine(upstream); });
+    CHECK(ag::test::relative_error(local[0], mine(whole[0])) < 1e-12);
+    for (size_t i = 1; i <= 4; ++i) {
+      CAPTURE(i);
+      CHECK(ag::test::relative_error(local[i], mine(whole[i])) < 1e-12);  // dQ, dK, dV, dΔ
+    }
+    for (size_t i = 5; i <= 6; ++i) {
+      CAPTURE(i);
+      world.all_reduce_sum(local[i]);  // d a_log, d d_skip
+      CHECK(ag::test::relative_error(local[i], whole[i]) < 1e-12);
+    }
+  }
+}
+
+// The ssd module: its convolution reads, before each chunk, the inputs another process holds.
+TEST_CASE("context parallel (every process): an ssd attention layer over the processes gives one process's output and gradients (float64)") {
+  dist::Communicator& world = dist::world();
+  const int64_t P = world.size(), B = 2, C = 16, T = 2 * P * 6;  // chunks of 6, W − 1 = 3 before each
+  const ZigzagSplit split(T, P, world.rank());
+  Generator gen(3);
+  nn::MultiHeadSelfAttention attn({.C = C, .H = 4, .H_kv = 2, .function = AttentionFunction::Ssd, .ssd_conv = 4}, &gen);
+  attn.to(DType::Float64);
+  const Tensor x = ag::test::random({B, T, C}, 8), upstream = ag::test::random({B, T, C}, 9, DType::Float64, false);
+  const auto mine = [&](const Tensor& t) { return zigzag_rows(t.detach(), AttentionLayout::BTHD, split); };
+  const auto run = [&](const Tensor& input, const Tensor& dO) {
+    attn.zero_grad();
+    const Tensor leaf = input.detach().clone().requires_grad_();
+    const Tensor O = attn.forward(leaf);
+    O.backward(dO);
+    std::vector<Tensor> out{O.detach(), leaf.grad()};
+    for (const NamedTensor& p : attn.named_parameters()) out.push_back(p.tensor.grad().clone());
+    return out;
+  };
+  attn.set_context(nullptr);
+  const std::vector<Tensor> whole = run(x, upstream);
+  attn.set_context(&world);
+  std::vector<Tensor> local = run(mine(x), mine(upstream));
+  CHECK(ag::test::relative_error(local[0], mine(whole[0])) < 1e-12);
+  CHECK(ag::test::relative_error(local[1], mine(whole[1])) < 1e-12);
+  const std::vector<NamedTensor> parameters = attn.named_parameters();
+  for (size_t i = 2; i < local.size(); ++i) {
+    CAPTURE(parameters[i - 2].name);
+    world.all_reduce_sum(local[i]);  // each process's share of the parameter's gradient
+    CHECK(ag::test::relative_error(local[i], whole[i]) < 1e-12);
+  }
+  // Chunks of 2 (4 rows here): an error on every process, before the collective.
+  const std::string says = "chunks of 2 positions (block size " + std::to_string(4 * P) + " over 2·" + std::to_string(P) +
+                           ") are shorter than the 3 inputs before each";
+  CHECK_THROWS_WITH_AS(attn.forward(ag::test::random({B, 4, C}, 10)), doctest::Contains(says.c_str()), Error);
+}
+
 TEST_CASE("context parallel (every process): ring attention refuses what it cannot split") {
   dist::Communicator& world = dist::world();
   const Tensor odd = ag::test::random({1, 2, 7, 4}, 1);
@@ -168,12 +260,6 @@ TEST_CASE("context parallel (every process): ring attention refuses what it cann
   CHECK_THROWS_WITH_AS(attention(x, shorter, shorter, {.context = &world}),
                        doctest::Contains("queries and keys at the same positions"), Error);
   CHECK_THROWS_WITH_AS(attention(x, x, x, {.q_offset = 2, .context = &world}), doctest::Contains("q_offset"), Error);
-  const Tensor dt = Tensor::ones({1, 2, 8}, DType::Float64), a_log = Tensor::zeros({2}, DType::Float64),
-               d_skip = Tensor::zeros({2}, DType::Float64);
-  CHECK_THROWS_WITH_AS(attention(x, x, x,
-                                 {.function = AttentionFunction::Ssd, .causal = true, .dt = dt, .a_log = a_log,
-                                  .d_skip = d_skip, .context = &world}),
-                       doctest::Contains("not built yet"), Error);
 }
 
 // A ring of one (this process alone: the gradient's one hop is a copy) on every device.

@@ -541,19 +541,23 @@ TEST_CASE("context parallel: a grid or a block that does not split, or a group g
   CHECK(seconds_since(start) < 60);
 }
 
-TEST_CASE("context parallel: char_lm with linear attention on 2 processes logs one process's losses") {
+TEST_CASE("context parallel: char_lm with linear and with ssd attention on 2 processes logs one process's losses") {
   const std::string mpirun = mpirun_or_skip(2, 300);
   if (mpirun.empty()) return;
-  TrainConfig c = context_run("cp_linear_alone");
-  c.model.attention = AttentionFunction::Linear;
-  const TrainResult alone = train(c);
-  c.run.out = temp_root().file("cp_linear_two");
-  c.run.context_parallel = 2;
-  int status = 0;
-  std::string output;
-  std::tie(status, output) = run_command(mpirun + " " + char_lm_command(c));
-  INFO(output);
-  REQUIRE(status == 0);
-  check_same_losses(logged_losses(c.run.out, "batch"), alone.batch_losses);
-  check_same_losses(logged_losses(c.run.out, "val"), eval_losses(alone, true));
+  for (const AttentionFunction function : {AttentionFunction::Linear, AttentionFunction::Ssd}) {
+    const std::string name = name_of(function);
+    CAPTURE(name);
+    TrainConfig c = context_run("cp_" + name + "_alone");
+    c.model.attention = function;  // ssd: its convolution (width 4) and gate, the defaults
+    const TrainResult alone = train(c);
+    c.run.out = temp_root().file("cp_" + name + "_two");
+    c.run.context_parallel = 2;
+    int status = 0;
+    std::string output;
+    std::tie(status, output) = run_command(mpirun + " " + char_lm_command(c));
+    INFO(output);
+    REQUIRE(status == 0);
+    check_same_losses(logged_losses(c.run.out, "batch"), alone.batch_losses);
+    check_same_losses(logged_losses(c.run.out, "val"), eval_losses(alone, true));
+  }
 }

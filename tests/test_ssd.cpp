@@ -83,16 +83,10 @@ Tensor quadratic_form(const std::vector<Tensor>& x) {
   return matmul(weights, v) + v * d_skip.reshape({1, H, 1, 1});
 }
 
-// The output and every input's gradient under one upstream gradient.
-std::vector<Tensor> output_and_gradients(const std::function<Tensor(const std::vector<Tensor>&)>& f,
-                                         const std::vector<Tensor>& inputs, uint64_t seed) {
-  std::vector<Tensor> x;
-  for (const Tensor& t : inputs) x.push_back(t.detach().clone().requires_grad_());
-  const Tensor z = f(x);
-  z.backward(random(z.shape(), seed, z.dtype(), false).to(z.device()));
-  std::vector<Tensor> out = {z};
-  for (const Tensor& t : x) out.push_back(t.grad());
-  return out;
+// The output and every input's gradient under one upstream gradient, drawn from `seed`.
+std::vector<Tensor> output_and_gradients(const GradcheckFn& f, const std::vector<Tensor>& inputs, uint64_t seed) {
+  return ag::test::output_and_gradients(
+      f, inputs, [seed](const Tensor& z) { return random(z.shape(), seed, z.dtype(), false).to(z.device()); });
 }
 const char* const kNames[] = {"z", "dq", "dk", "dv", "ddt", "da_log", "dd_skip"};
 

@@ -99,4 +99,19 @@ void max_dim_backward(const Tensor& dValues, const Tensor& argmax, const ReduceD
   });
 }
 
+void cumsum(const Tensor& x, const ReduceDims& dims, bool reverse, Tensor& y) {
+  visit_floating(x.dtype(), "cumsum", [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    const int64_t step = reverse ? -dims.inner : dims.inner;
+    for (int64_t o = 0; o < dims.outer; ++o)
+      for (int64_t i = 0; i < dims.inner; ++i) {
+        const int64_t first = o * dims.n * dims.inner + i + (reverse ? (dims.n - 1) * dims.inner : 0);
+        double running = 0;
+        for (int64_t j = 0, at = first; j < dims.n; ++j, at += step) py[at] = static_cast<T>(running += px[at]);
+      }
+  });
+}
+
 }  // namespace ag::cpu

@@ -435,8 +435,6 @@ int64_t attention_forward_flops(AttentionFunction function, FeatureMap map, int6
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
                  AttentionInternals* internals) {
   check_inputs(q, k, v, spec);
-  AG_CHECK(!spec.context || spec.function != AttentionFunction::Ssd,
-           shapes_of(q, k, v) << ": context parallel ssd attention is not built yet (softmax's and linear's are)");
   if (spec.cache) check_decode(q, k, v, spec);
   if (internals) *internals = {};
   const auto attend = entry_of(spec.function).attend;

@@ -22,7 +22,7 @@
 // process holds two chunks of the sequence (the zigzag split), and a query
 // reads, besides its own chunk's causal product, the state of every earlier
 // chunk, S_c = Σ_{j ∈ c} φ(k_j) v'_jᵀ: the chunks' states are summed over the
-// group once (chunk_states_before), and the rest is the one-process formulas as ops.
+// group once (gather_chunks), and the rest is the one-process formulas as ops.
 #include <cmath>
 #include <vector>
 
@@ -134,52 +134,6 @@ Tensor read_state(const Tensor& phi_q, const Tensor& state, AttentionLayout layo
       matmul(heads_first(phi_q, layout).reshape({B, Hkv, (Hq / Hkv) * T, r}), state).reshape({B, Hq, T, w}), layout);
 }
 
-// The states of the chunks before each of this process's two (all the chunks' without `causal`),
-// from S [2, B, Hkv, r, w], its own two chunks' states (halves 0 and 1): the 2P chunks' states in
-// their slots of one tensor, summed over the group (each slot is one process's; the others add
-// zeros), then summed over the slots before each half's chunk. The backward is the same with the
-// gradients, summed over the chunks that read each state (those after it).
-Tensor chunk_states_before(const Tensor& S, bool causal, dist::Communicator& group, const ZigzagSplit& split) {
-  const int64_t chunks = 2 * split.P, n = S.numel() / 2;
-  const std::array<int64_t, 2> mine{split.chunk_of(0), split.chunk_of(1)};
-  Shape one = S.shape(), slots = S.shape();
-  one[0] = 1;
-  slots[0] = chunks;
-  dist::Communicator* members = &group;
-  // [chunks, ...]: `own`'s two rows at this process's slots, every process's summed.
-  const auto gathered = [=](const Tensor& own) {
-    Tensor all = Tensor::zeros(slots, own.dtype(), own.device());
-    for (int64_t h = 0; h < 2; ++h) {
-      Tensor slot = all.view(mine[h] * n, {n});
-      kernel::cast(own.view(h * n, {n}), slot);
-    }
-    members->all_reduce_sum(all);
-    return all;
-  };
-  // [2, ...]: for each half, the sum of the slots [first(c), last(c)) around its chunk c.
-  const Shape both = S.shape();
-  const auto sums = [=](const Tensor& all, auto first, auto last) {
-    Tensor out = Tensor::zeros(both, all.dtype(), all.device());
-    for (int64_t h = 0; h < 2; ++h) {
-      Tensor total = out.view(h * n, one);
-      for (int64_t c = first(mine[h]); c < last(mine[h]); ++c) kernel::binary(kernel::BinaryOp::Add, total, all.view(c * n, one), total);
-    }
-    return out;
-  };
-  const auto from_start = [](int64_t) { return int64_t{0}; };
-  const auto up_to = [=](int64_t c) { return causal ? c : chunks; };        // the chunks a chunk reads
-  const auto after = [=](int64_t c) { return causal ? c + 1 : int64_t{0}; };  // the chunks that read it
-  const auto to_end = [=](int64_t) { return chunks; };
-  Tensor before;
-  {
-    NoGradGuard no_grad;
-    before = sums(gathered(S.detach()), from_start, up_to);
-  }
-  return record("chunk_states_before", {S}, before, [=](const Tensor& dBefore) -> Gradients {
-    return {sums(gathered(dBefore), after, to_end)};
-  });
-}
-
 // Z in q's layout for this process's rows of a sequence split over spec.context: per half (one chunk
 // of positions), the causal product within the chunk plus each query's read of the earlier chunks'
 // states (without `causal`: of every chunk's, and nothing within), normalised as one process does.
@@ -199,12 +153,15 @@ Tensor context_parallel_product(const Tensor& phi_q, const Tensor& phi_k, const 
     for (int64_t size : S.shape()) one.push_back(size);
     states.push_back(S.reshape(one));
   }
-  const Tensor before = chunk_states_before(concat(states, 0), spec.causal, group, split);
+  const Tensor all = gather_chunks(concat(states, 0), group);  // [2P, B, Hkv, r, d + 1]
   std::vector<Tensor> Z;
   for (int64_t h = 0; h < 2; ++h) {
-    const Tensor state = slice(before, 0, h, h + 1).reshape(Shape(before.shape().begin() + 1, before.shape().end()));
-    Tensor U = read_state(half(phi_q, h), state, layout);
-    if (spec.causal) U = U + causal_product(half(phi_q, h), half(phi_k, h), half(v, h), spec.chunk, layout);
+    const int64_t read = spec.causal ? split.chunk_of(h) : 2 * split.P;  // the chunks before it (or all of them)
+    Tensor U = read == 0 ? Tensor() : read_state(half(phi_q, h), sum(slice(all, 0, 0, read), 0), layout);
+    if (spec.causal) {
+      const Tensor own = causal_product(half(phi_q, h), half(phi_k, h), half(v, h), spec.chunk, layout);
+      U = U.defined() ? U + own : own;
+    }
     Z.push_back(normalize(U).Z);
   }
   return concat(Z, dim);

@@ -101,4 +101,21 @@ Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
   });
 }
 
+// Y = cumsum(X) along dim: y_j = Σ_{j' ≤ j} x_j'. x_j' feeds every y_j with j ≥ j', so
+// dx_j' = Σ_{j ≥ j'} dy_j: the running sum from the other end. Saves nothing.
+Tensor cumsum(const Tensor& x, int64_t dim) {
+  detail::check_floating("cumsum", x);
+  dim = wrap_dim("cumsum", dim, x.dim());
+  kernel::ReduceDims dims{1, x.size(dim), 1};
+  for (int64_t d = 0; d < dim; ++d) dims.outer *= x.size(d);
+  for (int64_t d = dim + 1; d < x.dim(); ++d) dims.inner *= x.size(d);
+  Tensor y = detail::empty_like(x);
+  kernel::cumsum(x, dims, false, y);
+  return record("cumsum", {x}, y, [dims](const Tensor& dY) -> Gradients {
+    Tensor dX = detail::empty_like(dY);
+    kernel::cumsum(dY, dims, true, dX);
+    return {dX};
+  });
+}
+
 }  // namespace ag

@@ -19,13 +19,16 @@
 // the group's Δ_j W_j, Δ_j U_j. Saved: q, k, v, Δ, λ and y.
 #include <vector>
 
+#include "core/context_parallel.h"
 #include "core/ops/attention_functions.h"
+#include "dist/communicator.h"
 
 namespace ag {
 
 namespace {
 
 using detail::head_strides;
+using detail::heads_first;
 using detail::heads_of;
 using detail::positions_of;
 
@@ -118,6 +121,53 @@ Tensor decayed_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
                 });
 }
 
+// y for this process's rows of a sequence split over spec.context (the zigzag split, chunks of C
+// positions; docs/backprop.md, "Ring attention"). For query i of chunk c, which starts at s:
+//   y_i = Σ_{s≤j≤i} L_ij (q_i·k_j) Δ_j v_j  +  exp(Σ_{r=s..i} λ_r) q_iᵀ E_c
+// the chunk's own decayed product, plus its read of E_c, every earlier position's state decayed to
+// s − 1. With each chunk's own state S_c = Σ_{j∈c} exp(Σ_{r=j+1..e} λ_r) Δ_j k_j v_jᵀ (e its last
+// position, [B, H, d, d_v] per query head) and its decay Λ_c = exp(Σ_{r∈c} λ_r), E runs
+// E_0 = 0, E_{c+1} = Λ_c E_c + S_c over the 2P chunks' (S_c, log Λ_c), gathered once. All ops:
+// autograd gives the backward, the gathered states' gradients summed over the group.
+Tensor context_parallel_product(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dt,
+                                const Tensor& log_a, const AttentionSpec& spec) {
+  dist::Communicator& group = *spec.context;
+  const AttentionLayout layout = spec.layout;
+  const int64_t dim = layout == AttentionLayout::BTHD ? 1 : 2;  // positions, in q, k, v and in Δ, λ
+  const int64_t B = q.size(0), H = heads_of(q, layout);
+  const ZigzagSplit split(positions_of(q, layout) * group.size(), group.size(), group.rank());
+  const int64_t C = split.chunk();
+  const auto half = [&](const Tensor& x, int64_t h) { return slice(x, dim, h * C, (h + 1) * C); };
+  std::vector<Tensor> own, states, log_decays, rising;
+  for (int64_t h = 0; h < 2; ++h) {
+    own.push_back(decayed_attention(half(q, h), half(k, h), half(v, h), half(dt, h), half(log_a, h), spec));
+    const Tensor cum = cumsum(half(log_a, h), dim);  // Σ_{r=s..i} λ_r
+    const Tensor total = slice(cum, dim, C - 1, C);  // log Λ_c
+    rising.push_back(exp(cum));
+    const Tensor weighted_k = query_heads(half(k, h), H, layout) * per_row(exp(total - cum) * half(dt, h));
+    const Tensor S = matmul(transpose(heads_first(weighted_k, layout), 2, 3),
+                            heads_first(query_heads(half(v, h), H, layout), layout));  // [B, H, d, d_v]
+    states.push_back(S.reshape({1, B, H, S.size(2), S.size(3)}));
+    log_decays.push_back(total.reshape({1, B, H, 1, 1}));
+  }
+  const Tensor all_states = gather_chunks(concat(states, 0), group);
+  const Tensor all_decays = exp(gather_chunks(concat(log_decays, 0), group));
+  const auto chunk = [](const Tensor& all, int64_t c) { return slice(all, 0, c, c + 1).reshape(Shape(all.shape().begin() + 1, all.shape().end())); };
+  std::vector<Tensor> y;
+  for (int64_t h = 0; h < 2; ++h) {
+    const int64_t c = split.chunk_of(h);
+    if (c == 0) {
+      y.push_back(own[h]);
+      continue;
+    }
+    Tensor E = chunk(all_states, 0);
+    for (int64_t before = 1; before < c; ++before) E = E * chunk(all_decays, before) + chunk(all_states, before);
+    const Tensor read = heads_first(matmul(heads_first(half(q, h), layout), E), layout);  // q_iᵀ E_c
+    y.push_back(own[h] + read * per_row(rising[h]));
+  }
+  return concat(y, dim);
+}
+
 // A [B, Hq, T, T] with Z = A V, for inspection: the decayed product against the identity gives
 // row i's L_ij (q_i·k_j) Δ_j in column j; D joins on the diagonal.
 Tensor implied_weights(const Tensor& q, const Tensor& k, const Tensor& dt, const Tensor& log_a, const Tensor& d_skip,
@@ -183,6 +233,7 @@ Tensor ssd_attention(const Tensor& q, const Tensor& k, const Tensor& v, const At
                            &cache.state) +
            skip;
   }
+  if (spec.context) return context_parallel_product(q, k, v, spec.dt, log_a, spec) + skip;  // its weights would be T×T across processes
   if (internals) internals->probabilities = implied_weights(q, k, spec.dt, log_a, spec.d_skip, spec);
   return decayed_attention(q, k, v, spec.dt, log_a, spec) + skip;
 }

@@ -17,6 +17,6 @@
   X(Run,     int64_t,     eval_iters,    20,          1,   1 << 20,          "batches per evaluation") \
   X(Setting, int64_t,     log_interval,  10,          1,   int64_t{1} << 40, "a progress line every N iterations") \
   X(Setting, int64_t,     sample_tokens, 500,         0,   1 << 24,          "characters to generate at the end (0: none)") \
-  X(Local,   int64_t,     context_parallel, 1,        1,   1 << 20,          "split each sequence over groups of P processes (ring attention; softmax and linear): the processes form a dp x P grid, P dividing their count, block_size a multiple of 2P") \
+  X(Local,   int64_t,     context_parallel, 1,        1,   1 << 20,          "split each sequence over groups of P processes (ring attention; linear and ssd gather chunk states): the processes form a dp x P grid, P dividing their count, block_size a multiple of 2P") \
   X(Local,   bool,        detect_anomaly, false,      0,   0,                "check every step, and rerun a diverged one checking every op, to name the op that went non-finite (slow)") \
   AG_CHAR_LM_DEVICE_OPTION(X)

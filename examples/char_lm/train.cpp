@@ -44,8 +44,6 @@ void check_options(const TrainConfig& c, const dist::Communicator& comm) {
   check_option_ranges(c.run);
   const int64_t P = c.run.context_parallel;
   optim::ProcessGrid::check(comm.size(), P, c.optim.batch_size, c.model.block_size);
-  AG_CHECK(P == 1 || c.model.attention != AttentionFunction::Ssd,
-           "--context-parallel " << P << ": softmax and linear attention split a sequence; ssd attention cannot yet");
 }
 
 // What every process of a data-parallel run must agree on, or their
@@ -267,11 +265,12 @@ void Progress::print_start(const RunInputs& in, int64_t start, const nn::GPT& mo
   const dist::Communicator& comm = grid.world();
   if (grid.ring())
     std::printf("%d processes (%s) as %s: each computes %lld of every batch's %lld sequences, %lld of each one's "
-                "%lld positions (ring attention)\n",
+                "%lld positions (%s)\n",
                 comm.size(), comm.describe().c_str(), grid.describe().c_str(),
                 static_cast<long long>(c_.optim.batch_size / grid.data().size()), static_cast<long long>(c_.optim.batch_size),
                 static_cast<long long>(c_.model.block_size / grid.context_parallel()),
-                static_cast<long long>(c_.model.block_size));
+                static_cast<long long>(c_.model.block_size),
+                c_.model.attention == AttentionFunction::Softmax ? "ring attention" : "chunk states gathered over the group");
   else if (comm.size() > 1)
     std::printf("data-parallel on %d processes (%s): each computes %lld of every batch's %lld sequences\n",
                 comm.size(), comm.describe().c_str(), static_cast<long long>(c_.optim.batch_size / comm.size()),
