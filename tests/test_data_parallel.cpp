@@ -429,25 +429,34 @@ std::vector<double> eval_losses(const TrainResult& r, bool validation) {
   return losses;
 }
 
+// Runs c as `processes` processes with --context-parallel 2 (writing to `out`) and checks that they
+// log `alone`'s losses; returns what they printed ("" without MPI: the caller returns).
+std::string check_logs_one_process(TrainConfig c, const std::string& out, const TrainResult& alone, int processes) {
+  const std::string mpirun = mpirun_or_skip(processes, 300);
+  if (mpirun.empty()) return "";
+  c.run.out = temp_root().file(out);
+  c.run.context_parallel = 2;
+  int status = 0;
+  std::string output;
+  std::tie(status, output) = run_command(mpirun + " " + char_lm_command(c));
+  INFO(output);
+  REQUIRE(status == 0);
+  check_same_losses(logged_losses(c.run.out, "batch"), alone.batch_losses);
+  check_same_losses(logged_losses(c.run.out, "train"), eval_losses(alone, false));
+  check_same_losses(logged_losses(c.run.out, "val"), eval_losses(alone, true));
+  return output;
+}
+
 }  // namespace
 
 TEST_CASE("context parallel: char_lm on 2 processes (1 x 2) and on 4 (2 x 2) logs one process's losses") {
-  const TrainResult alone = train(context_run("cp_alone"));
+  const TrainConfig c = context_run("cp_alone");
+  const TrainResult alone = train(c);
   REQUIRE(alone.batch_losses.size() == 40);
   for (const int processes : {2, 4}) {
     CAPTURE(processes);
-    const std::string mpirun = mpirun_or_skip(processes, 300);
-    if (mpirun.empty()) return;
-    TrainConfig c = context_run("cp_" + std::to_string(processes));
-    c.run.context_parallel = 2;
-    int status = 0;
-    std::string output;
-    std::tie(status, output) = run_command(mpirun + " " + char_lm_command(c));
-    INFO(output);
-    REQUIRE(status == 0);
-    check_same_losses(logged_losses(c.run.out, "batch"), alone.batch_losses);
-    check_same_losses(logged_losses(c.run.out, "train"), eval_losses(alone, false));
-    check_same_losses(logged_losses(c.run.out, "val"), eval_losses(alone, true));
+    const std::string output = check_logs_one_process(c, "cp_" + std::to_string(processes), alone, processes);
+    if (output.empty()) return;
     // Rank 0 alone prints, and says the grid.
     CHECK(occurrences(output, "char_lm: ") == 1);
     const std::string grid = std::to_string(processes) + " processes (MPI) as " + std::to_string(processes / 2) +
@@ -542,22 +551,11 @@ TEST_CASE("context parallel: a grid or a block that does not split, or a group g
 }
 
 TEST_CASE("context parallel: char_lm with linear and with ssd attention on 2 processes logs one process's losses") {
-  const std::string mpirun = mpirun_or_skip(2, 300);
-  if (mpirun.empty()) return;
   for (const AttentionFunction function : {AttentionFunction::Linear, AttentionFunction::Ssd}) {
     const std::string name = name_of(function);
     CAPTURE(name);
     TrainConfig c = context_run("cp_" + name + "_alone");
     c.model.attention = function;  // ssd: its convolution (width 4) and gate, the defaults
-    const TrainResult alone = train(c);
-    c.run.out = temp_root().file("cp_" + name + "_two");
-    c.run.context_parallel = 2;
-    int status = 0;
-    std::string output;
-    std::tie(status, output) = run_command(mpirun + " " + char_lm_command(c));
-    INFO(output);
-    REQUIRE(status == 0);
-    check_same_losses(logged_losses(c.run.out, "batch"), alone.batch_losses);
-    check_same_losses(logged_losses(c.run.out, "val"), eval_losses(alone, true));
+    if (check_logs_one_process(c, "cp_" + name + "_two", train(c), 2).empty()) return;
   }
 }
