@@ -161,6 +161,8 @@ TEST_CASE("interp: char_lm attention writes one SVG per layer, well-formed, with
   CHECK(rollout_text.find("dark blue: " + rollout_scale[4]) != std::string::npos);
   std::map<std::string, int> rollout = test::count_svg_elements(out.file("rollout.svg"));
   CHECK(rollout["rect.cell"] == T * (T + 1) / 2);
+  CHECK(test::count_svg_elements(out.file("flow.svg"))["rect.cell"] == T * (T + 1) / 2);
+  CHECK(output.find("flow.svg (225 max-flows over 2 layers of 15 positions in ") != std::string::npos);
   CHECK(!std::filesystem::exists(out.file("layer-2.svg")));
   // A prompt longer than the context is refused, not cut silently.
   std::tie(status, output) = test::run_char_lm("attention --ckpt '" + run.run() + "' --prompt '" + too_long + "' --out '" +

@@ -122,10 +122,12 @@ std::vector<std::string> layer_svgs(const std::vector<Tensor>& maps, const std::
   return svgs;
 }
 
-// Rollout composes distributions over the keys; ssd's weights become ones (rows of |A| scaled to sum 1).
+// Rollout and flow route distributions over the keys; ssd's weights become ones (rows of |A| scaled to sum 1).
+std::vector<Tensor> routable(const std::vector<Tensor>& maps, const nn::GPTConfig& config) {
+  return weights_are_distributions(config) ? maps : magnitudes(maps, true);
+}
 Tensor rollout_of(const std::vector<Tensor>& maps, const nn::GPTConfig& config) {
-  return interp::attention_rollout(weights_are_distributions(config) ? maps : magnitudes(maps, true),
-                                   config.head_gates());
+  return interp::attention_rollout(routable(maps, config), config.head_gates());
 }
 
 // An ssd model's decays: per layer and head the mean a over the prompt, and the positions it takes
@@ -142,15 +144,19 @@ std::string decay_table(const std::vector<std::vector<double>>& mean_decays) {
   return html + "</table>\n";
 }
 
-// Rollout spreads each row over many positions, so its colours are scaled to the
-// largest weight below the first row (whose one visible cell is always 1).
-std::string rollout_svg(const Tensor& rollout, const std::vector<std::string>& labels) {
-  const std::vector<double> r = rollout.to_vector();
+// Rollout and flow spread each row over many positions, so their colours are scaled to
+// the largest weight below the first row (whose one visible cell is always 1).
+std::string through_layers_svg(const Tensor& R, const std::vector<std::string>& labels, const std::string& title,
+                               const std::string& id) {
+  const std::vector<double> r = R.to_vector();
   const size_t T = labels.size();
   const double largest = T > 1 ? *std::max_element(r.begin() + T, r.end()) : 1.0;
-  return interp::heatmap_grid_svg("attention rollout through all layers: ½(mean of heads' A) + ½I, multiplied",
-                                  {{"rollout (dark blue: " + fixed(largest, "%.3g") + " and above)", r, largest}},
-                                  labels, causal_visible, kReportColumn, "rollout");
+  return interp::heatmap_grid_svg(title, {{id + " (dark blue: " + fixed(largest, "%.3g") + " and above)", r, largest}},
+                                  labels, causal_visible, kReportColumn, id);
+}
+std::string rollout_svg(const Tensor& rollout, const std::vector<std::string>& labels) {
+  return through_layers_svg(rollout, labels, "attention rollout through all layers: ½(mean of heads' A) + ½I, multiplied",
+                            "rollout");
 }
 
 // Per layer, each head's norm part and angle part side by side: a head that selects by direction has
@@ -222,6 +228,16 @@ int run_attention(const AttentionOptions& o) {
   }
   replace_file(o.out + "/rollout.svg", rollout_svg(rollout_of(maps, in.loaded.model->config()), labels));
   std::printf("%s/rollout.svg\n", o.out.c_str());
+  const auto start = std::chrono::steady_clock::now();
+  const Tensor flow = interp::attention_flow(routable(maps, in.loaded.model->config()), in.loaded.model->config().head_gates());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  replace_file(o.out + "/flow.svg", through_layers_svg(flow, labels,
+                                                      "attention flow: the max-flow from each query to each key through the "
+                                                      "layers' ½(mean of heads' A) + ½I",
+                                                      "flow"));
+  const int64_t T = static_cast<int64_t>(ids.size());
+  std::printf("%s/flow.svg (%lld max-flows over %zu layers of %lld positions in %.3f s)\n", o.out.c_str(),
+              static_cast<long long>(T * T), maps.size(), static_cast<long long>(T), seconds);
   if (o.decompose) {
     const std::vector<std::string> decomposed = decomposition_svgs(interp::score_decomposition(*in.loaded.model, ids), labels);
     for (size_t l = 0; l < decomposed.size(); ++l) {

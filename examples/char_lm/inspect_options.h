@@ -27,7 +27,7 @@
 #define AG_CHAR_LM_ATTENTION_OPTIONS(X) \
   AG_CHAR_LM_INSPECT_CKPT(X) \
   AG_CHAR_LM_INSPECT_PROMPT(X) \
-  X(Local, std::string, out,        "attention",                                 0,   0,       "directory for layer-N.svg (one per layer) and rollout.svg") \
+  X(Local, std::string, out,        "attention",                                 0,   0,       "directory for layer-N.svg (one per layer), rollout.svg and flow.svg") \
   X(Local, bool,        overwrite,  false,                                       0,   0,       "write --out even if it holds files (they may be replaced)") \
   X(Local, bool,        decompose,  false,                                       0,   0,       "also decompose-N.svg per layer: each head's score q·k/√d_h split into its norm part ‖q‖‖k‖/√d_h and its angle part cos θ, side by side")
 

@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
 
   // Commands that look inside a model or its runs (examples/char_lm/inspect.h, compare.h).
   AttentionOptions attention_options;
-  add("attention", "attention maps of a prompt: one SVG per layer (a heatmap of A per head) and the rollout",
+  add("attention", "attention maps of a prompt: one SVG per layer (a heatmap of A per head), the rollout and the flow; --decompose: q·k as norm × angle",
       [&](const cli::Command&) { return run_attention(attention_options); })
       .bind(attention_options).bind(process);
 
