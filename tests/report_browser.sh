@@ -29,7 +29,7 @@ grep -q 'CONSOLE.*deliberate' "$tmp/bad/browser.log" || fail "a console error di
 "$char_lm" train --data "$text" --out "$tmp/run" --n-layer 2 --n-head 2 --n-embd 32 --block-size 32 \
   --batch-size 8 --max-iters 60 --eval-interval 20 --eval-iters 2 --sample-tokens 0 --threads 1 >"$tmp/train.log"
 "$char_lm" report --ckpt "$tmp/run" --prompt $'ROMEO:\nWhat light' --data "$text" --eval-iters 2 --batch-size 4 \
-  --tokens 100 --prompts 4 --positions 2 --steps 16 --threads 1 --out "$tmp/report.html" >/dev/null
+  --tokens 100 --prompts 4 --positions 2 --threads 1 --out "$tmp/report.html" >/dev/null
 bash "$checkout/scripts/render_report.sh" "$tmp/report.html" "$tmp/rendered"
 
 if grep -q CONSOLE "$tmp/rendered/browser.log"; then

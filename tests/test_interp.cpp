@@ -742,7 +742,7 @@ TEST_CASE("faithfulness: char_lm faithfulness prints the table and writes its ch
   int status = 0;
   std::string output;
   std::tie(status, output) = test::run_char_lm("faithfulness --ckpt '" + run.run() + "'" + data +
-                                                " --prompts 3 --positions 2 --steps 8 --out '" + out.file("f") + "'");
+                                                " --prompts 3 --positions 2 --ig-steps 8 --out '" + out.file("f") + "'");
   INFO(output);
   REQUIRE(status == 0);
   CHECK(output.find("faithfulness against erasure: 6 predictions") != std::string::npos);
@@ -797,4 +797,24 @@ TEST_CASE("faithfulness: attention --decompose: softmax of norm part × angle pa
   Generator gen(5);
   nn::GPT rope(c, gen);
   CHECK_THROWS_WITH(interp::score_decomposition(rope, ids), doctest::Contains("rope rotates q and k"));
+}
+
+TEST_CASE("faithfulness: the pruning curve starts at the model's loss, ends with every head off, and restores the mask") {
+  const TrainedRun& run = trained_run();
+  char_lm::LoadedModel loaded = char_lm::load_model(char_lm::model_path(char_lm::find_checkpoint(run.run())));
+  nn::GPT& model = *loaded.model;
+  const std::vector<interp::TokenBatch> batches = {random_batch(2, 16, model.config().vocab_size, 3)};
+  const std::vector<std::vector<double>> importance = {{0.3, 0.1}, {0.2, 0.4}};
+  const std::vector<interp::Head> order = interp::heads_by_importance(importance, model.config().head_gates());
+  REQUIRE(order.size() == 4);
+  CHECK((order[0].layer == 0 && order[0].head == 1 && order[3].layer == 1 && order[3].head == 1));
+  const std::vector<double> curve = interp::pruning_curve(model, batches, order);
+  REQUIRE(curve.size() == 5);
+  CHECK(model.config().head_mask.empty());
+  CHECK(curve[0] == doctest::Approx(interp::mean_loss(model, batches)).epsilon(1e-12));
+  model.set_head_mask("10/11");  // the first head of the order (layer 0, head 1) off: the curve's second point
+  CHECK(curve[1] == doctest::Approx(interp::mean_loss(model, batches)).epsilon(1e-12));
+  model.set_head_mask("00/00");
+  CHECK(curve[4] == doctest::Approx(interp::mean_loss(model, batches)).epsilon(1e-12));
+  CHECK(curve[4] != doctest::Approx(curve[0]));
 }

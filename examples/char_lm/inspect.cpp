@@ -380,7 +380,7 @@ struct FaithfulnessRun {
 template <class Options> FaithfulnessRun run_faithfulness_on(const Options& o, const Inspected& in) {
   const Predictions p = draw_predictions(o, in);
   const auto start = std::chrono::steady_clock::now();
-  FaithfulnessRun run{interp::measure_faithfulness(*in.loaded.model, p.prompts, p.positions, o.steps, o.seed), 0};
+  FaithfulnessRun run{interp::measure_faithfulness(*in.loaded.model, p.prompts, p.positions, o.ig_steps, o.seed), 0};
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return run;
 }
@@ -490,7 +490,7 @@ int run_faithfulness(const FaithfulnessOptions& o) {
   check_output_directory("faithfulness", o.out, OutputKind::Files, o.overwrite);
   const Inspected in = load(o.ckpt);
   const FaithfulnessRun run = run_faithfulness_on(o, in);
-  print_faithfulness(run, o.steps);
+  print_faithfulness(run, o.ig_steps);
   fs::create_directories(o.out);
   replace_file(o.out + "/spearman.svg", spearman_svg(run.result));
   replace_file(o.out + "/deletion.svg", deletion_svg(run.result));
@@ -682,7 +682,7 @@ int run_report(const ReportOptions& o) {
           "logit's drop when one position's token embedding is replaced by the baseline 0 (its position kept). "
           "Spearman ρ of each method's scores with the erasure effects, and the deletion curves: the mean drop after erasing "
           "a method's top k positions together (random: a random order; erasure: its own). " +
-          interp::escape_xml(faithfulness_caption(faithfulness, o.steps)) + " (<code>char_lm faithfulness</code>).</p>\n" +
+          interp::escape_xml(faithfulness_caption(faithfulness, o.ig_steps)) + " (<code>char_lm faithfulness</code>).</p>\n" +
           faithfulness_table_html(faithfulness.result) + spearman_svg(faithfulness.result) +
           deletion_svg(faithfulness.result) + "</section>\n";
 

@@ -22,7 +22,8 @@
 // Is attention an explanation: how many predictions are compared with erasure.
 #define AG_CHAR_LM_INSPECT_FAITHFULNESS(X) \
   X(Local, int64_t,     prompts,    32,                                          1,   1 << 16, "faithfulness: validation windows (block_size characters each) to explain") \
-  X(Local, int64_t,     positions,  4,                                           1,   1 << 20, "faithfulness: predictions explained per window, at distinct positions drawn from [8, block_size)")
+  X(Local, int64_t,     positions,  4,                                           1,   1 << 20, "faithfulness: predictions explained per window, at distinct positions drawn from [8, block_size)") \
+  X(Local, int64_t,     ig_steps,   16,                                          1,   1 << 16, "faithfulness: integrated gradients' trapezoid intervals (fewer than explain's 64: they are most of the time, and the ranking they give barely moves)")
 
 #define AG_CHAR_LM_ATTENTION_OPTIONS(X) \
   AG_CHAR_LM_INSPECT_CKPT(X) \
@@ -50,7 +51,6 @@
   AG_CHAR_LM_INSPECT_CKPT(X) \
   AG_CHAR_LM_INSPECT_TEXT(X) \
   AG_CHAR_LM_INSPECT_FAITHFULNESS(X) \
-  AG_CHAR_LM_INSPECT_STEPS(X) \
   X(Local, std::string, out,        "faithfulness",                              0,   0,       "directory for spearman.svg and deletion.svg") \
   X(Local, bool,        overwrite,  false,                                       0,   0,       "write --out even if it holds files (they may be replaced)")
 
