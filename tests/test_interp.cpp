@@ -119,6 +119,13 @@ double smallest_rendered_font(const std::string& page, double column) {
   return smallest;
 }
 
+// logit[position, target] of a model fed the token embeddings E [T·C] directly (float64, no graph).
+double logit_from_embeddings(nn::GPT& model, const std::vector<double>& E, int64_t position, int64_t target) {
+  NoGradGuard no_grad;
+  const int64_t C = model.config().n_embd, V = model.config().vocab_size, T = static_cast<int64_t>(E.size()) / C;
+  return model.forward_embedded(Tensor::from_vector(E, {1, T, C}, DType::Float64)).to_vector()[position * V + target];
+}
+
 }  // namespace
 
 TEST_CASE("interp: the tiny run used below is genuinely trained") {
@@ -620,12 +627,11 @@ TEST_CASE("faithfulness: gradient × input equals central differences of the log
   const std::vector<double> scores = interp::gradient_times_input(*model, ids, p);
   REQUIRE(scores.size() == 6);
   const std::vector<double> E = model->token_embeddings(Tensor::from_indices(ids, {1, 8})).to_vector();
-  const int64_t C = model->config().n_embd, V = model->config().vocab_size;
-  NoGradGuard no_grad;
+  const int64_t C = model->config().n_embd;
   const auto logit = [&](int64_t j, double scale) {
     std::vector<double> e = E;
     for (int64_t c = 0; c < C; ++c) e[j * C + c] *= scale;
-    return model->forward_embedded(Tensor::from_vector(e, {1, 8, C}, DType::Float64)).to_vector()[5 * V + p.target];
+    return logit_from_embeddings(*model, e, 5, p.target);
   };
   const double h = 1e-5;
   for (int64_t j = 0; j <= 5; ++j) {
@@ -643,21 +649,15 @@ TEST_CASE("faithfulness: erasure in one batch equals a separate forward per eras
   const std::vector<double> d = interp::erasure_effects(*model, ids, p);
   REQUIRE(d.size() == 8);
   const std::vector<double> E = model->token_embeddings(Tensor::from_indices(ids, {1, 8})).to_vector();
-  const int64_t C = model->config().n_embd, V = model->config().vocab_size;
-  NoGradGuard no_grad;
-  for (int64_t j = 0; j < 8; ++j) {
+  const int64_t C = model->config().n_embd;
+  const auto erased = [&](const std::vector<int64_t>& positions) {
     std::vector<double> e = E;
-    std::fill_n(e.begin() + j * C, C, 0.0);
-    const double erased = model->forward_embedded(Tensor::from_vector(e, {1, 8, C}, DType::Float64)).to_vector()[7 * V + p.target];
-    CHECK(d[j] == doctest::Approx(p.logit - erased).epsilon(1e-12));
-  }
+    for (const int64_t j : positions) std::fill_n(e.begin() + j * C, C, 0.0);
+    return logit_from_embeddings(*model, e, 7, p.target);
+  };
+  for (int64_t j = 0; j < 8; ++j) CHECK(d[j] == doctest::Approx(p.logit - erased({j})).epsilon(1e-12));
   // Erasing two at once is one more sequence of the batch, not the sum of the two.
-  const std::vector<double> both = interp::logit_drops(*model, ids, p, {{1, 4}});
-  std::vector<double> e = E;
-  std::fill_n(e.begin() + 1 * C, C, 0.0);
-  std::fill_n(e.begin() + 4 * C, C, 0.0);
-  CHECK(both[0] == doctest::Approx(p.logit - model->forward_embedded(Tensor::from_vector(e, {1, 8, C}, DType::Float64))
-                                                 .to_vector()[7 * V + p.target]).epsilon(1e-12));
+  CHECK(interp::logit_drops(*model, ids, p, {{1, 4}})[0] == doctest::Approx(p.logit - erased({1, 4})).epsilon(1e-12));
 }
 
 TEST_CASE("faithfulness: attention × value norms are ‖Σ_h A^h[t, j] v^h_j W_O^h‖, and a pruned layer's are 0") {

@@ -23,13 +23,19 @@ Device device_of(nn::GPT& model) { return model.parameters().at(0).device(); }
 DType dtype_of(nn::GPT& model) { return model.parameters().at(0).dtype(); }
 }  // namespace
 
-std::vector<Tensor> attention_maps(nn::GPT& model, const std::vector<int64_t>& ids,
-                                   std::vector<std::vector<double>>* mean_decays) {
+void forward_keeping_attention(nn::GPT& model, const std::vector<int64_t>& ids) {
   const int64_t T = static_cast<int64_t>(ids.size()), N = model.config().n_layer;
   NoGradGuard no_grad;
   model.eval();
   for (int64_t l = 0; l < N; ++l) model.block(l).attn().set_keep_attention(true);
   model.forward(Tensor::from_indices(ids, {1, T}).to(device_of(model)));
+  for (int64_t l = 0; l < N; ++l) model.block(l).attn().set_keep_attention(false);
+}
+
+std::vector<Tensor> attention_maps(nn::GPT& model, const std::vector<int64_t>& ids,
+                                   std::vector<std::vector<double>>* mean_decays) {
+  const int64_t T = static_cast<int64_t>(ids.size()), N = model.config().n_layer;
+  forward_keeping_attention(model, ids);
   std::vector<Tensor> maps;
   for (int64_t l = 0; l < N; ++l) {
     nn::MultiHeadSelfAttention& attn = model.block(l).attn();
@@ -42,7 +48,6 @@ std::vector<Tensor> attention_maps(nn::GPT& model, const std::vector<int64_t>& i
       for (size_t i = 0; i < a.size(); ++i) mean[i % H] += a[i] / static_cast<double>(T);
       mean_decays->push_back(mean);
     }
-    attn.set_keep_attention(false);
   }
   return maps;
 }
@@ -54,16 +59,12 @@ std::vector<ScoreParts> score_decomposition(nn::GPT& model, const std::vector<in
                << name_of(config.attention) << " with " << name_of(config.position)
                << " positions (rope rotates q and k inside the op; linear and ssd have no softmax scores)");
   const int64_t T = static_cast<int64_t>(ids.size()), N = config.n_layer, H = config.n_head;
-  NoGradGuard no_grad;
-  model.eval();
-  for (int64_t l = 0; l < N; ++l) model.block(l).attn().set_keep_attention(true);
-  model.forward(Tensor::from_indices(ids, {1, T}).to(device_of(model)));
+  forward_keeping_attention(model, ids);
   std::vector<ScoreParts> parts;
   for (int64_t l = 0; l < N; ++l) {
     nn::MultiHeadSelfAttention& attn = model.block(l).attn();
     const std::vector<double> q = attn.queries().to(Device::CPU).to_vector(), k = attn.keys().to(Device::CPU).to_vector();
     const int64_t H_kv = attn.keys().size(2), d_h = attn.keys().size(3);
-    attn.set_keep_attention(false);
     std::vector<double> norm(H * T * T, 0.0), cosine(H * T * T, 0.0);
     for (int64_t h = 0; h < H; ++h) {
       const int64_t kv = h / (H / H_kv);
