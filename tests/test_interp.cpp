@@ -735,6 +735,25 @@ TEST_CASE("faithfulness: bad input is refused: a position past the prompt, no pr
   CHECK_THROWS_WITH(interp::explain_all(ssd, ids, 2, 4), doctest::Contains("not a distribution over the keys"));
 }
 
+TEST_CASE("faithfulness: a linear-attention model is explained through the weights its output implies") {
+  nn::GPTConfig c = random_gpt()->config();
+  c.attention = AttentionFunction::Linear;
+  Generator gen(4);
+  nn::GPT linear(c, gen);
+  linear.to(DType::Float64);
+  const std::vector<int64_t> ids = {1, 5, 2, 7, 3, 3, 8};
+  const interp::Explanations ex = interp::explain_all(linear, ids, 6, 4);
+  REQUIRE(ex.scores.size() == 6);
+  for (size_t m = 0; m < ex.scores.size(); ++m) {
+    INFO(ex.methods[m]);
+    CHECK(ex.scores[m].size() == 7);
+  }
+  double implied = 0;  // the last layer's implied weights, head mean, sum to 1 over the keys
+  for (const double a : ex.scores[0]) implied += a;
+  CHECK(implied == doctest::Approx(1.0).epsilon(1e-6));
+  for (const double f : ex.scores[2]) CHECK((f >= 0.0 && f <= 1.0 + 1e-12));
+}
+
 TEST_CASE("faithfulness: char_lm faithfulness prints the table and writes its charts; heads --curve its three orders") {
   const TrainedRun& run = trained_run();
   test::TempDir out("faithfulness_command");
