@@ -811,6 +811,21 @@ TEST_CASE("faithfulness: attention --decompose: softmax of norm part × angle pa
         }
       }
   }
+  // head_selection: a head whose norm part is flat along each row picks by angle alone, and the reverse.
+  const Tensor flat = Tensor::from_vector(std::vector<double>(2 * 4 * 4, 0.5), {2, 4, 4}, DType::Float64);
+  std::vector<double> varying(2 * 4 * 4);
+  for (size_t k = 0; k < varying.size(); ++k) varying[k] = std::sin(static_cast<double>(k));
+  const Tensor ramp = Tensor::from_vector(varying, {2, 4, 4}, DType::Float64);
+  for (const interp::Selection& s : interp::head_selection({flat, ramp})) {
+    CHECK(s.by_angle == doctest::Approx(1.0).epsilon(1e-12));
+    CHECK(std::isnan(s.by_norm));
+  }
+  for (const interp::Selection& s : interp::head_selection({ramp, flat})) {
+    CHECK(s.by_norm == doctest::Approx(1.0).epsilon(1e-12));
+    CHECK(std::isnan(s.by_angle));
+  }
+  CHECK(interp::pearson({1, 2, 3}, {2, 4, 7}) == doctest::Approx(0.9933992677987828).epsilon(1e-14));
+
   nn::GPTConfig c = model->config();
   c.position = PositionEncoding::Rope;
   Generator gen(5);

@@ -239,11 +239,19 @@ int run_attention(const AttentionOptions& o) {
   std::printf("%s/flow.svg (%lld max-flows over %zu layers of %lld positions in %.3f s)\n", o.out.c_str(),
               static_cast<long long>(T * T), maps.size(), static_cast<long long>(T), seconds);
   if (o.decompose) {
-    const std::vector<std::string> decomposed = decomposition_svgs(interp::score_decomposition(*in.loaded.model, ids), labels);
+    const std::vector<interp::ScoreParts> parts = interp::score_decomposition(*in.loaded.model, ids);
+    const std::vector<std::string> decomposed = decomposition_svgs(parts, labels);
     for (size_t l = 0; l < decomposed.size(); ++l) {
       const std::string path = o.out + "/decompose-" + std::to_string(l) + ".svg";
       replace_file(path, decomposed[l]);
       std::printf("%s\n", path.c_str());
+    }
+    std::printf("within a query's row, the correlation of each head's score with its angle part cos θ and its norm part ‖k‖:\n");
+    for (size_t l = 0; l < parts.size(); ++l) {
+      const std::vector<interp::Selection> heads = interp::head_selection(parts[l]);
+      for (size_t h = 0; h < heads.size(); ++h)
+        std::printf("layer %zu head %zu: angle %+.3f, norm %+.3f: selects by %s\n", l, h, heads[h].by_angle, heads[h].by_norm,
+                    std::fabs(heads[h].by_angle) >= std::fabs(heads[h].by_norm) ? "direction" : "magnitude");
     }
   }
   for (size_t l = 0; l < mean_decays.size(); ++l)

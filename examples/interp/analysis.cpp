@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <tuple>
 
@@ -81,6 +82,44 @@ std::vector<ScoreParts> score_decomposition(nn::GPT& model, const std::vector<in
     parts.push_back({Tensor::from_vector(norm, {H, T, T}, DType::Float64), Tensor::from_vector(cosine, {H, T, T}, DType::Float64)});
   }
   return parts;
+}
+
+double pearson(const std::vector<double>& x, const std::vector<double>& y) {
+  AG_CHECK(x.size() == y.size() && x.size() >= 2,
+           "correlation: needs two series of the same length >= 2, got " << x.size() << " and " << y.size());
+  const double n = static_cast<double>(x.size());
+  const double mx = std::accumulate(x.begin(), x.end(), 0.0) / n, my = std::accumulate(y.begin(), y.end(), 0.0) / n;
+  double sxy = 0, sxx = 0, syy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sxy += (x[i] - mx) * (y[i] - my);
+    sxx += (x[i] - mx) * (x[i] - mx);
+    syy += (y[i] - my) * (y[i] - my);
+  }
+  if (sxx == 0 || syy == 0) return std::numeric_limits<double>::quiet_NaN();
+  return sxy / std::sqrt(sxx * syy);
+}
+
+std::vector<Selection> head_selection(const ScoreParts& parts) {
+  const int64_t H = parts.norm.size(0), T = parts.norm.size(1);
+  const std::vector<double> norm = parts.norm.to_vector(), cosine = parts.cosine.to_vector();
+  std::vector<Selection> heads(H);
+  for (int64_t h = 0; h < H; ++h) {
+    double angle_sum = 0, norm_sum = 0;
+    int64_t angle_rows = 0, norm_rows = 0;
+    for (int64_t i = 2; i < T; ++i) {  // keys 0 … i
+      const auto row = [&](const std::vector<double>& v) {
+        return std::vector<double>(v.begin() + (h * T + i) * T, v.begin() + (h * T + i) * T + i + 1);
+      };
+      const std::vector<double> n = row(norm), c = row(cosine);
+      std::vector<double> score(i + 1);
+      for (int64_t j = 0; j <= i; ++j) score[j] = n[j] * c[j];
+      if (const double r = pearson(score, c); !std::isnan(r)) angle_sum += r, ++angle_rows;
+      if (const double r = pearson(score, n); !std::isnan(r)) norm_sum += r, ++norm_rows;
+    }
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    heads[h] = {angle_rows ? angle_sum / static_cast<double>(angle_rows) : nan, norm_rows ? norm_sum / static_cast<double>(norm_rows) : nan};
+  }
+  return heads;
 }
 
 std::vector<std::vector<double>> residual_mixed(const std::vector<Tensor>& maps,

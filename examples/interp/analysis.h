@@ -40,6 +40,17 @@ struct ScoreParts {
 };
 std::vector<ScoreParts> score_decomposition(nn::GPT& model, const std::vector<int64_t>& ids);
 
+// How a head picks among a query's keys: along row i, ‖q_i‖ is fixed, so the score varies with ‖k_j‖ and
+// cos θ_ij alone. The mean over the rows with 3 or more keys of the Pearson correlation of S_i· with its
+// angle part and with its norm part; a row where a part is constant leaves that part's mean (NaN if every row does).
+struct Selection {
+  double by_angle = 0, by_norm = 0;
+};
+std::vector<Selection> head_selection(const ScoreParts& parts);  // [H]
+
+// Pearson's correlation of x and y (the same length, >= 2); NaN where either is constant.
+double pearson(const std::vector<double>& x, const std::vector<double>& y);
+
 // R = Ã_N ··· Ã_2 Ã_1 with Ã_l = ½ (mean over heads of A_l) + ½ I: the residual
 // stream carries half of each position's own state past every layer. Each Ã_l is
 // row-stochastic, so each row of R [T, T] sums to 1. With `gates` ([N][H], a

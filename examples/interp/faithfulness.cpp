@@ -29,16 +29,7 @@ std::vector<double> average_ranks(const std::vector<double>& x) {
 double spearman(const std::vector<double>& x, const std::vector<double>& y) {
   AG_CHECK(x.size() == y.size() && x.size() >= 2,
            "spearman: needs two rankings of the same length >= 2, got " << x.size() << " and " << y.size());
-  const std::vector<double> rx = average_ranks(x), ry = average_ranks(y);
-  const double mean = 0.5 * static_cast<double>(x.size() + 1);  // of the ranks 1 … n, ties or not
-  double sxy = 0, sxx = 0, syy = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    sxy += (rx[i] - mean) * (ry[i] - mean);
-    sxx += (rx[i] - mean) * (rx[i] - mean);
-    syy += (ry[i] - mean) * (ry[i] - mean);
-  }
-  if (sxx == 0 || syy == 0) return std::numeric_limits<double>::quiet_NaN();
-  return sxy / std::sqrt(sxx * syy);
+  return pearson(average_ranks(x), average_ranks(y));
 }
 
 std::vector<int64_t> order_by_score(const std::vector<double>& scores) {
