@@ -852,3 +852,22 @@ TEST_CASE("faithfulness: the pruning curve starts at the model's loss, ends with
   CHECK(curve[4] == doctest::Approx(interp::mean_loss(model, batches)).epsilon(1e-12));
   CHECK(curve[4] != doctest::Approx(curve[0]));
 }
+
+TEST_CASE("faithfulness: an ssd model's report says why it has no faithfulness table, and still has the head curve") {
+  test::TempDir dir("faithfulness_ssd");
+  char_lm::TrainConfig c = test::tiny_run(dir.file("run"));
+  c.model.attention = AttentionFunction::Ssd;
+  c.run.max_iters = 4;
+  char_lm::train(c);
+  int status = 0;
+  std::string output;
+  std::tie(status, output) = test::run_char_lm("report --ckpt '" + dir.file("run") + "' --prompt 'the king' --data '" +
+                                                test::generated_text_file() + "' --eval-iters 1 --batch-size 2 --steps 4 " +
+                                                "--tokens 5 --out '" + dir.file("report.html") + "'");
+  INFO(output);
+  REQUIRE(status == 0);
+  const std::string html = read_text(dir.file("report.html"));
+  const std::string faithfulness = html.substr(html.find("<section id=\"faithfulness\">"));
+  CHECK(faithfulness.find("Not measured: this model's attention weights are signed and unnormalised") != std::string::npos);
+  CHECK(html.find("<section id=\"head-curve\">") != std::string::npos);
+}

@@ -590,6 +590,20 @@ std::string extrapolation_section(const Inspected& in, const ReportOptions& o) {
          "<table><tr><th>T</th><th>val loss</th></tr>" + rows + "</table></section>\n";
 }
 
+namespace {
+// The report's faithfulness section after its heading: what is compared, the table, the two charts.
+std::string faithfulness_section(const ReportOptions& o, const Inspected& in) {
+  const FaithfulnessRun faithfulness = run_faithfulness_on(o, in);
+  return "<p>Each method scores the earlier positions of a prediction (the logit of the model's top next character); the "
+         "ground truth is erasure, the logit's drop when one position's token embedding is replaced by the baseline 0 (its "
+         "position kept). Spearman ρ of each method's scores with the erasure effects, and the deletion curves: the mean "
+         "drop after erasing a method's top k positions together (random: a random order; erasure: its own). " +
+         interp::escape_xml(faithfulness_caption(faithfulness, o.ig_steps)) + " (<code>char_lm faithfulness</code>).</p>\n" +
+         faithfulness_table_html(faithfulness.result) + spearman_svg(faithfulness.result) +
+         deletion_svg(faithfulness.result) + "</section>\n";
+}
+}  // namespace
+
 int run_report(const ReportOptions& o) {
   Inspected in = load(o.ckpt);
   const std::vector<int64_t> ids = encode_prompt(in, o.prompt);
@@ -684,15 +698,12 @@ int run_report(const ReportOptions& o) {
   }
   html += "</p>\n<p>" + interp::escape_xml(explain_line(a)) + "</p></section>\n";
 
-  const FaithfulnessRun faithfulness = run_faithfulness_on(o, in);
-  html += "<section id=\"faithfulness\"><h2>Is attention an explanation?</h2>\n<p>Each method scores the earlier "
-          "positions of a prediction (the logit of the model's top next character); the ground truth is erasure, the "
-          "logit's drop when one position's token embedding is replaced by the baseline 0 (its position kept). "
-          "Spearman ρ of each method's scores with the erasure effects, and the deletion curves: the mean drop after erasing "
-          "a method's top k positions together (random: a random order; erasure: its own). " +
-          interp::escape_xml(faithfulness_caption(faithfulness, o.ig_steps)) + " (<code>char_lm faithfulness</code>).</p>\n" +
-          faithfulness_table_html(faithfulness.result) + spearman_svg(faithfulness.result) +
-          deletion_svg(faithfulness.result) + "</section>\n";
+  html += "<section id=\"faithfulness\"><h2>Is attention an explanation?</h2>\n";
+  if (!weights_are_distributions(model.config()))
+    html += "<p>Not measured: this model's attention weights are signed and unnormalised, not a distribution over the keys, "
+            "so rollout and flow, which route a distribution, are not defined for it.</p></section>\n";
+  else
+    html += faithfulness_section(o, in);
 
   const std::vector<interp::TokenBatch> batches = validation_batches(o, in);
   const HeadsTable table = measure_heads(in, batches);
