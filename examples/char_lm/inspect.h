@@ -1,7 +1,8 @@
 // char_lm's commands that look inside a trained model (examples/interp/ does
 // the measuring and the drawing; this file picks the data and the words):
 //
-//   char_lm attention --ckpt DIR --prompt TEXT --out DIR2   layer-N.svg per layer, rollout.svg
+//   char_lm attention --ckpt DIR --prompt TEXT --out DIR2   layer-N.svg per layer, rollout.svg, flow.svg
+//                     [--decompose]                         and decompose-N.svg: q·k as norm part × angle part
 //   char_lm explain   --ckpt DIR --prompt TEXT [--position t] [--steps 64]
 //   char_lm heads     --ckpt DIR [--prune K --out DIR2] [--curve --curve-svg FILE]
 //   char_lm faithfulness --ckpt DIR [--prompts N --positions K --out DIR2]
