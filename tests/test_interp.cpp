@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <regex>
 #include <sstream>
 #include <tuple>
@@ -712,9 +713,11 @@ TEST_CASE("faithfulness: on the trained run, erasure's own deletion curve is the
   }
   const interp::MethodSummary& random = f.methods[f.methods.size() - 2];
   REQUIRE(random.method == "random");
-  double erasure_area = 0, random_area = 0;
-  for (int64_t k = 0; k < interp::kDeletionSteps; ++k) erasure_area += erasure.deletion[k], random_area += random.deletion[k];
-  CHECK(erasure_area > random_area);
+  const auto area = [](const interp::MethodSummary& m) { return std::accumulate(m.deletion.begin(), m.deletion.end(), 0.0); };
+  CHECK(area(erasure) > area(random));
+  // Only k = 1 is erasure's by definition: positions interact, and on this model IG's top k, erased together,
+  // drop the logit more over k = 1 … 8 (area 20.3 against erasure's 19.6; on the default model erasure leads at
+  // every k, docs/interpretability.md).
 }
 
 TEST_CASE("faithfulness: bad input is refused: a position past the prompt, no prompts, too few positions, ssd") {
