@@ -87,6 +87,9 @@ Tensor MultiHeadSelfAttention::attend(const Heads& heads, LayerKVCache* cache) {
   AttentionInternals internals;
   const Tensor Z = ag::attention(heads.q, heads.k, heads.v, spec, keep_attention_ ? &internals : nullptr);
   attention_ = internals.probabilities;  // undefined unless kept: never a stale A from an earlier forward
+  queries_ = keep_attention_ ? heads.q.detach() : Tensor();
+  keys_ = keep_attention_ ? heads.k.detach() : Tensor();
+  values_ = keep_attention_ ? heads.v.detach() : Tensor();
   decays_ = keep_attention_ && heads.dt.defined() ? exp(-(exp(a_log_.detach()) * heads.dt.detach())) : Tensor();
   return output(Z, heads.gate);
 }

@@ -96,9 +96,15 @@ class MultiHeadSelfAttention : public Module {
   // attention() to return, so every head's pattern can be inspected. Flash never
   // forms A, so a Flash module computes those forwards with Dense (the same
   // function; only the memory differs); linear attention stores the weights its
-  // output implies (Z = A V).
+  // output implies (Z = A V). Q [B, T, H, d_h] and K, V [B, T, H_kv, d_h] are kept beside it
+  // (detached, before any rotation by rope): for the scores' norm and angle parts and the
+  // attention × value norms (examples/interp/).
   void set_keep_attention(bool keep) { keep_attention_ = keep; }
   const Tensor& attention() const { return attention_; }
+  const Tensor& queries() const { return queries_; }
+  const Tensor& keys() const { return keys_; }
+  const Tensor& values() const { return values_; }
+  const Linear& w_o() const { return *w_o_; }
   // ssd, with keep_attention: each position's decay a_t = exp(−exp(a_log)·Δ_t) [B, T, H] (detached):
   // how much of its state a head keeps per step (undefined for the other functions).
   const Tensor& decays() const { return decays_; }
@@ -125,7 +131,7 @@ class MultiHeadSelfAttention : public Module {
   int64_t H_, H_kv_;
   AttentionSpec spec_;  // the function and its options; the cache and ω are added per call
   bool keep_attention_ = false;
-  Tensor attention_, decays_;
+  Tensor attention_, queries_, keys_, values_, decays_;
   Tensor head_gates_;  // [H], or undefined
   std::shared_ptr<Linear> w_q_, w_k_, w_v_, w_o_;
   std::shared_ptr<CausalConv1d> conv_;   // ssd with ssd_conv > 0

@@ -7,6 +7,8 @@ set -euo pipefail
 packages=(build-essential cmake libopenblas-openmp-dev doctest-dev nlohmann-json3-dev libcli11-dev python3 "$@")
 # Data-parallel training under mpirun (dist/mpi.cpp); without it programs run as one process.
 packages+=(libopenmpi-dev openmpi-bin)
+# Attention flow's max-flow (examples/interp/analysis.cpp): Boost.Graph, header-only.
+packages+=(libboost-graph-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -26,7 +26,7 @@ exec > >(tee "$log_dir/gpu_check.log") 2>&1
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || echo "nvidia-smi failed"
 deps=$PWD/.deps/root
-if [ ! -e /usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ]; then
+if [ ! -e /usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ] || [ ! -e /usr/include/boost/graph/boykov_kolmogorov_max_flow.hpp ]; then
   mkdir -p "$deps"
   for deb in .deps/*.deb; do dpkg -x "$deb" "$deps"; done
   export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu/openblas-openmp:$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"

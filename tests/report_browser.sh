@@ -29,7 +29,7 @@ grep -q 'CONSOLE.*deliberate' "$tmp/bad/browser.log" || fail "a console error di
 "$char_lm" train --data "$text" --out "$tmp/run" --n-layer 2 --n-head 2 --n-embd 32 --block-size 32 \
   --batch-size 8 --max-iters 60 --eval-interval 20 --eval-iters 2 --sample-tokens 0 --threads 1 >"$tmp/train.log"
 "$char_lm" report --ckpt "$tmp/run" --prompt $'ROMEO:\nWhat light' --data "$text" --eval-iters 2 --batch-size 4 \
-  --tokens 100 --threads 1 --out "$tmp/report.html" >/dev/null
+  --tokens 100 --prompts 4 --positions 2 --threads 1 --out "$tmp/report.html" >/dev/null
 bash "$checkout/scripts/render_report.sh" "$tmp/report.html" "$tmp/rendered"
 
 if grep -q CONSOLE "$tmp/rendered/browser.log"; then
@@ -37,13 +37,20 @@ if grep -q CONSOLE "$tmp/rendered/browser.log"; then
   fail "the page logged to the console"
 fi
 dom=$tmp/rendered/dom.html
-for section in config loss sample attention rollout attributions heads; do
+for section in config loss sample attention rollout attributions faithfulness heads head-curve; do
   grep -q "<section id=\"$section\">" "$dom" || fail "section '$section' is missing from the rendered page"
   echo "section $section: rendered"
 done
 layers=$(sed -n '/<section id="attention">/,/<\/section>/p' "$dom" | grep -c '<svg')
 [ "$layers" = 2 ] || fail "the attention section has $layers SVGs for 2 layers"
 grep -q 'completeness: attributions sum' "$dom" || fail "no completeness line"
+# Faithfulness: a table row per method (six, random and erasure) and two charts; the head curve: one chart of three orders.
+rows=$(sed -n '/<section id="faithfulness">/,/<\/section>/p' "$dom" | grep -c '<tr><td>')
+[ "$rows" = 8 ] || fail "the faithfulness table has $rows method rows, not 8"
+charts=$(sed -n '/<section id="faithfulness">/,/<\/section>/p' "$dom" | grep -c '<svg')
+[ "$charts" = 2 ] || fail "the faithfulness section has $charts SVGs, not 2"
+sed -n '/<section id="head-curve">/,/<\/section>/p' "$dom" | grep -q 'most important first' ||
+  fail "the head curve section does not name its orders"
 [ "$(head -c 8 "$tmp/rendered/report.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] ||
   fail "report.png is not a PNG"
 png_bytes=$(stat -c %s "$tmp/rendered/report.png")

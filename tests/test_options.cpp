@@ -212,7 +212,7 @@ TEST_CASE("options: issue 22's messages: a mistyped command, an option given twi
   std::tie(status, output) = ag::test::run_char_lm("frobnicate");
   CHECK(status == 2);
   CHECK(output.find("unknown command 'frobnicate'; the commands are train, sample, grads, eval, convert, mask, info, "
-                    "attention, explain, heads, report, compare (see --help)") != std::string::npos);
+                    "attention, explain, heads, faithfulness, report, compare (see --help)") != std::string::npos);
 
   // An option given twice takes the last value, as argparse does (docs/training.md, "Options: one table each").
   TrainConfig config;

@@ -1,10 +1,12 @@
 #include "examples/char_lm/inspect.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <set>
 #include <sstream>
 
@@ -16,6 +18,7 @@
 #include "examples/char_lm/sample.h"
 #include "examples/common/command_line.h"
 #include "examples/interp/analysis.h"
+#include "examples/interp/faithfulness.h"
 #include "examples/interp/svg.h"
 
 namespace ag::char_lm {
@@ -119,10 +122,12 @@ std::vector<std::string> layer_svgs(const std::vector<Tensor>& maps, const std::
   return svgs;
 }
 
-// Rollout composes distributions over the keys; ssd's weights become ones (rows of |A| scaled to sum 1).
+// Rollout and flow route distributions over the keys; ssd's weights become ones (rows of |A| scaled to sum 1).
+std::vector<Tensor> routable(const std::vector<Tensor>& maps, const nn::GPTConfig& config) {
+  return weights_are_distributions(config) ? maps : magnitudes(maps, true);
+}
 Tensor rollout_of(const std::vector<Tensor>& maps, const nn::GPTConfig& config) {
-  return interp::attention_rollout(weights_are_distributions(config) ? maps : magnitudes(maps, true),
-                                   config.head_gates());
+  return interp::attention_rollout(routable(maps, config), config.head_gates());
 }
 
 // An ssd model's decays: per layer and head the mean a over the prompt, and the positions it takes
@@ -139,15 +144,44 @@ std::string decay_table(const std::vector<std::vector<double>>& mean_decays) {
   return html + "</table>\n";
 }
 
-// Rollout spreads each row over many positions, so its colours are scaled to the
-// largest weight below the first row (whose one visible cell is always 1).
-std::string rollout_svg(const Tensor& rollout, const std::vector<std::string>& labels) {
-  const std::vector<double> r = rollout.to_vector();
+// Rollout and flow spread each row over many positions, so their colours are scaled to
+// the largest weight below the first row (whose one visible cell is always 1).
+std::string through_layers_svg(const Tensor& R, const std::vector<std::string>& labels, const std::string& title,
+                               const std::string& id) {
+  const std::vector<double> r = R.to_vector();
   const size_t T = labels.size();
   const double largest = T > 1 ? *std::max_element(r.begin() + T, r.end()) : 1.0;
-  return interp::heatmap_grid_svg("attention rollout through all layers: ½(mean of heads' A) + ½I, multiplied",
-                                  {{"rollout (dark blue: " + fixed(largest, "%.3g") + " and above)", r, largest}},
-                                  labels, causal_visible, kReportColumn, "rollout");
+  return interp::heatmap_grid_svg(title, {{id + " (dark blue: " + fixed(largest, "%.3g") + " and above)", r, largest}},
+                                  labels, causal_visible, kReportColumn, id);
+}
+std::string rollout_svg(const Tensor& rollout, const std::vector<std::string>& labels) {
+  return through_layers_svg(rollout, labels, "attention rollout through all layers: ½(mean of heads' A) + ½I, multiplied",
+                            "rollout");
+}
+
+// Per layer, each head's norm part and angle part side by side: a head that selects by direction has
+// a flat norm panel and a sharp angle panel; one that selects by magnitude, the reverse.
+std::vector<std::string> decomposition_svgs(const std::vector<interp::ScoreParts>& parts, const std::vector<std::string>& labels) {
+  std::vector<std::string> svgs;
+  for (size_t l = 0; l < parts.size(); ++l) {
+    const int64_t H = parts[l].norm.size(0), T = parts[l].norm.size(1);
+    const std::vector<double> norm = parts[l].norm.to_vector(), cosine = parts[l].cosine.to_vector();
+    const double largest = std::max(1e-300, *std::max_element(norm.begin(), norm.end()));
+    std::vector<interp::Heatmap> panels;
+    // One colour scale serves every panel of a grid: both parts are drawn in [0, 1].
+    for (int64_t h = 0; h < H; ++h) {
+      std::vector<double> magnitude(norm.begin() + h * T * T, norm.begin() + (h + 1) * T * T);
+      for (double& n : magnitude) n /= largest;
+      std::vector<double> angle(cosine.begin() + h * T * T, cosine.begin() + (h + 1) * T * T);
+      for (double& c : angle) c = 0.5 * (1 + c);  // cos θ from −1 (white) to 1 (dark blue)
+      panels.push_back({"head " + std::to_string(h) + ": ‖q‖‖k‖/√d_h ÷ " + fixed(largest, "%.3g"), magnitude, 1.0});
+      panels.push_back({"head " + std::to_string(h) + ": (1 + cos θ)/2", angle, 1.0});
+    }
+    svgs.push_back(interp::heatmap_grid_svg(
+        "layer " + std::to_string(l) + ": each head's score q·k/√d_h = norm part × angle part (row: query, column: key)",
+        panels, labels, [](size_t, int64_t i, int64_t j) { return j <= i; }, kReportColumn, "decompose" + std::to_string(l)));
+  }
+  return svgs;
 }
 
 template <class Options> std::vector<interp::TokenBatch> validation_batches(const Options& o, const Inspected& in) {
@@ -194,6 +228,32 @@ int run_attention(const AttentionOptions& o) {
   }
   replace_file(o.out + "/rollout.svg", rollout_svg(rollout_of(maps, in.loaded.model->config()), labels));
   std::printf("%s/rollout.svg\n", o.out.c_str());
+  const auto start = std::chrono::steady_clock::now();
+  const Tensor flow = interp::attention_flow(routable(maps, in.loaded.model->config()), in.loaded.model->config().head_gates());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  replace_file(o.out + "/flow.svg", through_layers_svg(flow, labels,
+                                                      "attention flow: the max-flow from each query to each key through the "
+                                                      "layers' ½(mean of heads' A) + ½I",
+                                                      "flow"));
+  const int64_t T = static_cast<int64_t>(ids.size());
+  std::printf("%s/flow.svg (%lld max-flows over %zu layers of %lld positions in %.3f s)\n", o.out.c_str(),
+              static_cast<long long>(T * T), maps.size(), static_cast<long long>(T), seconds);
+  if (o.decompose) {
+    const std::vector<interp::ScoreParts> parts = interp::score_decomposition(*in.loaded.model, ids);
+    const std::vector<std::string> decomposed = decomposition_svgs(parts, labels);
+    for (size_t l = 0; l < decomposed.size(); ++l) {
+      const std::string path = o.out + "/decompose-" + std::to_string(l) + ".svg";
+      replace_file(path, decomposed[l]);
+      std::printf("%s\n", path.c_str());
+    }
+    std::printf("within a query's row, the correlation of each head's score with its angle part cos θ and its norm part ‖k‖:\n");
+    for (size_t l = 0; l < parts.size(); ++l) {
+      const std::vector<interp::Selection> heads = interp::head_selection(parts[l]);
+      for (size_t h = 0; h < heads.size(); ++h)
+        std::printf("layer %zu head %zu: angle %+.3f, norm %+.3f: selects by %s\n", l, h, heads[h].by_angle, heads[h].by_norm,
+                    std::fabs(heads[h].by_angle) >= std::fabs(heads[h].by_norm) ? "direction" : "magnitude");
+    }
+  }
   for (size_t l = 0; l < mean_decays.size(); ++l)
     for (size_t h = 0; h < mean_decays[l].size(); ++h)
       std::printf("layer %zu head %zu: mean decay %.4f (memory %.1f positions)\n", l, h, mean_decays[l][h],
@@ -232,6 +292,175 @@ void print_heads(const HeadsTable& table) {
     for (size_t h = 0; h < table.importance[l].size(); ++h)
       std::printf("%5zu  %4zu  %10.6f  %4.0f\n", l, h, table.importance[l][h], table.gates[l][h]);
 }
+
+// One colour per line of a chart, in a fixed order (the methods keep their colour in every chart).
+const std::vector<std::string> kPalette = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                           "#8c564b", "#7f7f7f", "#111111"};
+
+// Val loss as the heads go, in three orders: least important first, most important first, random.
+struct HeadCurves {
+  std::vector<std::string> orders;
+  std::vector<std::vector<double>> losses;  // [order][heads switched off]
+  int64_t heads_on = 0;
+};
+
+HeadCurves head_curves(nn::GPT& model, const HeadsTable& table, const std::vector<interp::TokenBatch>& batches,
+                       uint64_t seed) {
+  const std::vector<interp::Head> least_first = interp::heads_by_importance(table.importance, table.gates);
+  std::vector<interp::Head> random = least_first;
+  Generator gen(seed);
+  for (size_t i = random.size(); i > 1; --i) std::swap(random[i - 1], random[gen.integer(i)]);  // Fisher-Yates
+  HeadCurves curves;
+  curves.heads_on = static_cast<int64_t>(least_first.size());
+  curves.orders = {"least important first", "most important first", "random order"};
+  curves.losses = {interp::pruning_curve(model, batches, least_first),
+                   interp::pruning_curve(model, batches, {least_first.rbegin(), least_first.rend()}),
+                   interp::pruning_curve(model, batches, random)};
+  return curves;
+}
+
+std::string head_curve_svg(const HeadCurves& curves) {
+  std::vector<interp::Series> series;
+  for (size_t o = 0; o < curves.orders.size(); ++o) {
+    interp::Series s{curves.orders[o], kPalette[o], {}, curves.losses[o], true};
+    for (size_t k = 0; k < curves.losses[o].size(); ++k) s.x.push_back(static_cast<double>(curves.heads_on - static_cast<int64_t>(k)));
+    series.push_back(s);
+  }
+  return interp::line_chart_svg({.title = "val loss as heads are switched off one at a time", .x_label = "heads remaining",
+                                 .left_label = kLossAxis, .right_label = "", .left = series, .right = {}});
+}
+
+std::string head_curve_line(const HeadCurves& curves) {
+  const size_t half = static_cast<size_t>(curves.heads_on / 2);
+  std::string line = "at " + std::to_string(curves.heads_on - static_cast<int64_t>(half)) + " of " +
+                     std::to_string(curves.heads_on) + " heads: val loss";
+  for (size_t o = 0; o < curves.orders.size(); ++o)
+    line += std::string(o ? "," : "") + " " + fixed(curves.losses[o][half]) + " (" + curves.orders[o] + ")";
+  return line + "; with every head on " + fixed(curves.losses[0][0]);
+}
+
+void print_head_curves(const HeadCurves& curves) {
+  std::printf("heads off  heads on");
+  for (const std::string& order : curves.orders) std::printf("  %22s", order.c_str());
+  std::printf("\n");
+  for (size_t k = 0; k < curves.losses[0].size(); ++k) {
+    std::printf("%9zu  %8lld", k, static_cast<long long>(curves.heads_on - static_cast<int64_t>(k)));
+    for (const std::vector<double>& losses : curves.losses) std::printf("  %22.4f", losses[k]);
+    std::printf("\n");
+  }
+  std::printf("%s\n", head_curve_line(curves).c_str());
+}
+
+// N validation windows of block_size characters, and K distinct positions in [8, block_size) in each.
+struct Predictions {
+  std::vector<std::vector<int64_t>> prompts, positions;
+};
+
+template <class Options> Predictions draw_predictions(const Options& o, const Inspected& in) {
+  const int64_t T = in.loaded.model->config().block_size;
+  AG_CHECK(o.positions <= T - interp::kDeletionSteps,
+           "--positions " << o.positions << ": a window of block_size " << T << " has " << std::max<int64_t>(0, T - interp::kDeletionSteps)
+                          << " positions with " << interp::kDeletionSteps << " or more characters before them to erase");
+  const Dataset data = make_dataset(read_text(resolve_data_path(o.data)), T);
+  AG_CHECK(data.tokenizer.chars() == in.loaded.tokenizer.chars(),
+           "--data: the text's characters are not the model's (is it the text the model was trained on?)");
+  Generator gen(o.seed);
+  Tensor x, y;
+  get_batch(data.val, o.prompts, T, gen, x, y);
+  const std::vector<double> ids = x.to_vector();  // [N, T]
+  Predictions p;
+  for (int64_t n = 0; n < o.prompts; ++n) {
+    p.prompts.emplace_back(ids.begin() + n * T, ids.begin() + (n + 1) * T);
+    std::vector<int64_t> candidates(T - interp::kDeletionSteps);
+    std::iota(candidates.begin(), candidates.end(), interp::kDeletionSteps);
+    for (int64_t k = 0; k < o.positions; ++k)  // a partial Fisher-Yates: the first K of a shuffle
+      std::swap(candidates[k], candidates[k + gen.integer(candidates.size() - k)]);
+    p.positions.emplace_back(candidates.begin(), candidates.begin() + o.positions);
+  }
+  return p;
+}
+
+struct FaithfulnessRun {
+  interp::Faithfulness result;
+  double seconds = 0;
+};
+
+template <class Options> FaithfulnessRun run_faithfulness_on(const Options& o, const Inspected& in) {
+  const Predictions p = draw_predictions(o, in);
+  const auto start = std::chrono::steady_clock::now();
+  FaithfulnessRun run{interp::measure_faithfulness(*in.loaded.model, p.prompts, p.positions, o.ig_steps, o.seed), 0};
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return run;
+}
+
+std::string faithfulness_caption(const FaithfulnessRun& run, int64_t steps) {
+  return std::to_string(run.result.predictions) + " predictions, integrated gradients with " + std::to_string(steps) +
+         " steps; measured in " + fixed(run.seconds, "%.1f") + " s";
+}
+
+// Each method's ρ, sorted, against the fraction of the predictions below it: the spread at a glance.
+std::string spearman_svg(const interp::Faithfulness& f) {
+  std::vector<interp::Series> series;
+  for (size_t m = 0; m + 1 < f.methods.size(); ++m) {  // erasure against itself is 1 throughout
+    std::vector<double> rho;
+    for (const double r : f.methods[m].rho)
+      if (!std::isnan(r)) rho.push_back(r);
+    std::sort(rho.begin(), rho.end());
+    interp::Series s{f.methods[m].method, kPalette[m], {}, rho, false};
+    for (size_t i = 0; i < rho.size(); ++i) s.x.push_back((static_cast<double>(i) + 0.5) / static_cast<double>(rho.size()));
+    series.push_back(s);
+  }
+  return interp::line_chart_svg({.title = "Spearman ρ of each explanation with erasure, one prediction per point, sorted",
+                                 .x_label = "fraction of predictions", .left_label = "Spearman ρ with erasure",
+                                 .right_label = "", .left = series, .right = {}});
+}
+
+std::string deletion_svg(const interp::Faithfulness& f) {
+  std::vector<interp::Series> series;
+  for (size_t m = 0; m < f.methods.size(); ++m) {
+    interp::Series s{f.methods[m].method, kPalette[m], {}, f.methods[m].deletion, true};
+    for (int64_t k = 1; k <= interp::kDeletionSteps; ++k) s.x.push_back(static_cast<double>(k));
+    series.push_back(s);
+  }
+  return interp::line_chart_svg({.title = "deletion curves: the target logit's mean drop after erasing each method's top k",
+                                 .x_label = "positions erased k", .left_label = "mean drop of the target logit",
+                                 .right_label = "", .left = series, .right = {}});
+}
+
+// `text` and spaces to `width` characters (UTF-8: the method names hold ×, ‖, α).
+std::string padded(const std::string& text, size_t width) {
+  const size_t characters = std::count_if(text.begin(), text.end(), [](char c) { return (c & 0xC0) != 0x80; });
+  return text + std::string(width > characters ? width - characters : 0, ' ');
+}
+
+void print_faithfulness(const FaithfulnessRun& run, int64_t steps) {
+  std::printf("faithfulness against erasure: %s\n", faithfulness_caption(run, steps).c_str());
+  std::printf("%s  %s  mean drop of the target logit after erasing the top k\n", padded("method", 11).c_str(),
+              padded("Spearman ρ mean ± sd", 22).c_str());
+  std::printf("%s  %s ", padded("", 11).c_str(), padded("(predictions)", 22).c_str());
+  for (int64_t k = 1; k <= interp::kDeletionSteps; ++k) std::printf("  k=%-4lld", static_cast<long long>(k));
+  std::printf("\n");
+  for (const interp::MethodSummary& m : run.result.methods) {
+    char rho[64];
+    std::snprintf(rho, sizeof rho, "%+.3f ± %.3f (%lld)", m.mean_rho(), m.spread_rho(), static_cast<long long>(m.defined()));
+    std::printf("%s  %s ", padded(m.method, 11).c_str(), padded(rho, 22).c_str());
+    for (const double d : m.deletion) std::printf("  %+6.3f", d);
+    std::printf("\n");
+  }
+}
+
+std::string faithfulness_table_html(const interp::Faithfulness& f) {
+  std::string html = "<table class=\"faithfulness\"><tr><th>method</th><th>Spearman ρ with erasure: mean ± sd (n)</th>";
+  for (int64_t k = 1; k <= interp::kDeletionSteps; ++k) html += "<th>k = " + std::to_string(k) + "</th>";
+  html += "</tr>\n";
+  for (const interp::MethodSummary& m : f.methods) {
+    html += "<tr><td>" + interp::escape_xml(m.method) + "</td><td>" + fixed(m.mean_rho(), "%+.3f") + " ± " +
+            fixed(m.spread_rho(), "%.3f") + " (" + std::to_string(m.defined()) + ")</td>";
+    for (const double d : m.deletion) html += "<td>" + fixed(d, "%+.3f") + "</td>";
+    html += "</tr>\n";
+  }
+  return html + "</table>\n";
+}
 }  // namespace
 
 int run_heads(const HeadsOptions& o) {
@@ -244,6 +473,12 @@ int run_heads(const HeadsOptions& o) {
               static_cast<long long>(o.eval_iters), static_cast<long long>(o.batch_size),
               static_cast<long long>(in.loaded.model->config().block_size));
   print_heads(table);
+  if (o.curve) {
+    const HeadCurves curves = head_curves(*in.loaded.model, table, batches, o.seed);
+    print_head_curves(curves);
+    replace_file(o.curve_svg, head_curve_svg(curves));
+    std::printf("%s\n", o.curve_svg.c_str());
+  }
   if (o.prune == 0) return 0;
   nn::GPT& model = *in.loaded.model;
   const double before = interp::mean_loss(model, batches);
@@ -256,6 +491,18 @@ int run_heads(const HeadsOptions& o) {
               model.config().head_mask.c_str());
   std::printf("val loss before %.4f, after %.4f (same %lld batches); model written to %s\n", before, after,
               static_cast<long long>(o.eval_iters), model_path(o.out).c_str());
+  return 0;
+}
+
+int run_faithfulness(const FaithfulnessOptions& o) {
+  check_output_directory("faithfulness", o.out, OutputKind::Files, o.overwrite);
+  const Inspected in = load(o.ckpt);
+  const FaithfulnessRun run = run_faithfulness_on(o, in);
+  print_faithfulness(run, o.ig_steps);
+  fs::create_directories(o.out);
+  replace_file(o.out + "/spearman.svg", spearman_svg(run.result));
+  replace_file(o.out + "/deletion.svg", deletion_svg(run.result));
+  std::printf("%s/spearman.svg\n%s/deletion.svg\n", o.out.c_str(), o.out.c_str());
   return 0;
 }
 
@@ -342,6 +589,20 @@ std::string extrapolation_section(const Inspected& in, const ReportOptions& o) {
                                  .right_label = "", .left = {val}, .right = {}}) +
          "<table><tr><th>T</th><th>val loss</th></tr>" + rows + "</table></section>\n";
 }
+
+namespace {
+// The report's faithfulness section after its heading: what is compared, the table, the two charts.
+std::string faithfulness_section(const ReportOptions& o, const Inspected& in) {
+  const FaithfulnessRun faithfulness = run_faithfulness_on(o, in);
+  return "<p>Each method scores the earlier positions of a prediction (the logit of the model's top next character); the "
+         "ground truth is erasure, the logit's drop when one position's token embedding is replaced by the baseline 0 (its "
+         "position kept). Spearman ρ of each method's scores with the erasure effects, and the deletion curves: the mean "
+         "drop after erasing a method's top k positions together (random: a random order; erasure: its own). " +
+         interp::escape_xml(faithfulness_caption(faithfulness, o.ig_steps)) + " (<code>char_lm faithfulness</code>).</p>\n" +
+         faithfulness_table_html(faithfulness.result) + spearman_svg(faithfulness.result) +
+         deletion_svg(faithfulness.result) + "</section>\n";
+}
+}  // namespace
 
 int run_report(const ReportOptions& o) {
   Inspected in = load(o.ckpt);
@@ -437,7 +698,15 @@ int run_report(const ReportOptions& o) {
   }
   html += "</p>\n<p>" + interp::escape_xml(explain_line(a)) + "</p></section>\n";
 
-  const HeadsTable table = measure_heads(in, validation_batches(o, in));
+  html += "<section id=\"faithfulness\"><h2>Is attention an explanation?</h2>\n";
+  if (!weights_are_distributions(model.config()))
+    html += "<p>Not measured: this model's attention weights are signed and unnormalised, not a distribution over the keys, "
+            "so rollout and flow, which route a distribution, are not defined for it.</p></section>\n";
+  else
+    html += faithfulness_section(o, in);
+
+  const std::vector<interp::TokenBatch> batches = validation_batches(o, in);
+  const HeadsTable table = measure_heads(in, batches);
   html += "<section id=\"heads\"><h2>Head importance</h2>\n<p>Mean |∂L/∂g_h| over " + std::to_string(o.eval_iters) +
           " validation batches (Michel et al. 2019); gate 0: pruned.</p>\n<table><tr><th>layer</th>";
   for (size_t h = 0; h < table.importance.at(0).size(); ++h) html += "<th>head " + std::to_string(h) + "</th>";
@@ -448,7 +717,13 @@ int run_report(const ReportOptions& o) {
       html += "<td>" + fixed(table.importance[l][h]) + (table.gates[l][h] == 0.0 ? " (pruned)" : "") + "</td>";
     html += "</tr>\n";
   }
-  html += "</table></section>\n</body></html>\n";
+  html += "</table></section>\n";
+
+  const HeadCurves curves = head_curves(model, table, batches, o.seed);
+  html += "<section id=\"head-curve\"><h2>How many heads?</h2>\n<p>The heads switched off one at a time, least important "
+          "first (the importance above), most important first, and in a random order; the val loss of the same " +
+          std::to_string(o.eval_iters) + " batches after each (<code>char_lm heads --curve</code>): " +
+          interp::escape_xml(head_curve_line(curves)) + ".</p>\n" + head_curve_svg(curves) + "</section>\n</body></html>\n";
   replace_file(o.out, html);
   std::printf("%s\n", o.out.c_str());
   return 0;

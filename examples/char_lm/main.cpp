@@ -9,7 +9,7 @@
 //   char_lm mask   --block-size 32 --attn-window 8 [...]          print a sparse pattern's mask
 //   char_lm convert --ckpt IN --n-kv-head G --out OUT             multi-head to grouped-query attention
 //                                                                 (then train --resume --out OUT)
-//   char_lm attention | explain | heads | report --ckpt DIR ...   look inside a trained model
+//   char_lm attention | explain | heads | faithfulness | report --ckpt DIR ...   look inside a trained model
 //                                                                 (examples/char_lm/inspect.h)
 //   char_lm compare RUN RUN ... [--out compare.svg]               the runs' validation losses on one chart
 // Each command takes --help. Every option comes from a table (core/options.h):
@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
 
   // Commands that look inside a model or its runs (examples/char_lm/inspect.h, compare.h).
   AttentionOptions attention_options;
-  add("attention", "attention maps of a prompt: one SVG per layer (a heatmap of A per head) and the rollout",
+  add("attention", "attention maps of a prompt: one SVG per layer (a heatmap of A per head), the rollout and the flow; --decompose: q·k as norm × angle",
       [&](const cli::Command&) { return run_attention(attention_options); })
       .bind(attention_options).bind(process);
 
@@ -180,12 +180,17 @@ int main(int argc, char** argv) {
       .bind(explain_options).bind(process);
 
   HeadsOptions heads_options;
-  add("heads", "head importance (mean |dL/dg_h| on validation batches); --prune K writes a model without the K least important",
+  add("heads", "head importance (mean |dL/dg_h| on validation batches); --prune K writes a model without the K least important; --curve: val loss as heads go",
       [&](const cli::Command&) { return run_heads(heads_options); })
       .bind(heads_options).bind(process);
 
+  FaithfulnessOptions faithfulness_options;
+  add("faithfulness", "is attention an explanation? each explanation's rank correlation with erasure, and deletion curves",
+      [&](const cli::Command&) { return run_faithfulness(faithfulness_options); })
+      .bind(faithfulness_options).bind(process);
+
   ReportOptions report_options;
-  add("report", "one self-contained HTML page: config, loss curves, a sample, attention maps, rollout, attributions, heads",
+  add("report", "one self-contained HTML page: config, loss curves, a sample, attention maps, rollout, attributions, faithfulness, heads",
       [&](const cli::Command&) { return run_report(report_options); })
       .bind(report_options).bind(process);
 
