@@ -50,14 +50,17 @@ struct ListFlag {
   CLI::Option* option;
 };
 
-// Sets the lab option `name` from text, unless the command line gave it.
-void set_lab_option(lab::LabOptions& options, const cli::Command& command, const std::string& name,
-                    const std::string& text) {
-  if (command.given(name)) return;
-  lab::LabOptions::for_each_option(options, [&](auto& value, const OptionInfo& info) {
+// Sets option `name` of `options` (the lab's or the process's) from a preset's
+// text, unless the command line gave it. Returns whether `options` has it.
+template <class Options>
+bool set_preset_option(Options& options, const cli::Command& command, const std::string& name, const std::string& text) {
+  bool found = false;
+  Options::for_each_option(options, [&](auto& value, const OptionInfo& info) {
     if (info.name != name) return;
-    value = option_from_string<std::decay_t<decltype(value)>>(text, info.flag());
+    found = true;
+    if (!command.given(name)) value = option_from_string<std::decay_t<decltype(value)>>(text, info.flag());
   });
+  return found;
 }
 }  // namespace
 
@@ -94,9 +97,11 @@ int main(int argc, char** argv) {
     if (!spec.options.preset.empty()) preset = lab::preset(spec.options.preset);
     std::string sweep = kDefaultSweep;
     for (const auto& [name, text] : preset.lab_options) {
-      if (name == "lr") sweep = text;
-      else set_lab_option(spec.options, command, name, text);
+      if (name == "lr") sweep = text;  // the command line's --lr, read next, wins
+      else if (!set_preset_option(spec.options, command, name, text))
+        AG_CHECK(set_preset_option(process, command, name, text), "preset option " << name << " is no option of the lab");
     }
+    process.apply();
     std::vector<std::pair<std::string, std::string>> given;
     for (const ListFlag& flag : lists)
       if (flag.option->count() > 0) {
