@@ -74,12 +74,12 @@ Score score(nn::GPT& model, const Batches& batches, const Cell& cell, int64_t ex
 }
 
 // The training step's schedule, fitted to the run whatever its length and
-// rate: warmup over its first tenth, the cosine decay to lr/10 at its end.
+// rate: warmup over its first budget.warmup, the cosine decay to lr/10 at its end.
 optim::TrainOptions run_schedule(const Cell& cell, double lr, const Budget& budget) {
   optim::TrainOptions o = cell.optim;
   o.lr = lr;
   o.min_lr = lr / 10;
-  o.warmup_iters = budget.max_iters / 10;
+  o.warmup_iters = static_cast<int64_t>(budget.warmup * static_cast<double>(budget.max_iters));
   o.lr_decay_iters = budget.max_iters;
   return o;
 }

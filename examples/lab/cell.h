@@ -20,6 +20,7 @@ namespace ag::lab {
 struct Budget {
   int64_t max_iters = 1000;
   double max_seconds = 0;      // 0: no limit
+  double warmup = 0.1;         // the fraction of max_iters the learning rate warms up over
   int64_t eval_interval = 100; // held-out scores on the way, for the progress line and the curve
   int64_t eval_examples = 500;
 };

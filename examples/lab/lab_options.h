@@ -27,6 +27,7 @@
   X(Local, std::string, out,           "lab",   0,   0,                "directory of results.csv, the plots and lab_report.html (finished cells are kept: run again to resume)") \
   X(Local, int64_t,     max_iters,     1000,    1,   int64_t{1} << 40, "training iterations per run (each learning rate of each cell)") \
   X(Local, double,      max_seconds,   0,       0,   kNoLimit,         "also stop a run after this many seconds (0: no limit)") \
+  X(Local, double,      warmup,        0.1,     0,   0.99,             "the learning rate's linear warmup over this fraction of each run (then the cosine decay to lr/10 at its end)") \
   X(Local, int64_t,     eval_interval, 100,     1,   int64_t{1} << 40, "score the held-out examples every N iterations (the progress line and the curves)") \
   X(Local, int64_t,     eval_examples, 500,     1,   1 << 24,          "held-out examples scored (text: batches of --batch-size windows, this many windows)") \
   X(Local, int64_t,     jobs,          1,       1,   1024,             "cells trained at once, each in a process of its own") \

@@ -101,7 +101,10 @@ std::string loss_vs_time(const std::vector<Row>& rows, const std::vector<Curve>&
     if (!trained(rows[i]) || field(rows[i], "task") != task || number(rows[i], "block_size") != longest) continue;
     interp::Series s{field(rows[i], "mixer") + " C=" + field(rows[i], "n_embd") + " H=" + field(rows[i], "n_head"),
                      kColours[series.size() % std::size(kColours)], {}, {}, false};
-    for (const CurvePoint& p : curves[i].points) s.x.push_back(p.seconds), s.y.push_back(p.loss);
+    // Every k-th step, some 400 points a line: enough for the eye, and the SVG stays small.
+    const std::vector<CurvePoint>& points = curves[i].points;
+    const size_t every = std::max<size_t>(1, points.size() / 400);
+    for (size_t p = 0; p < points.size(); p += every) s.x.push_back(points[p].seconds), s.y.push_back(points[p].loss);
     if (!s.x.empty()) series.push_back(std::move(s));
   }
   if (series.empty()) return "";
