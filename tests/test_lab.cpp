@@ -155,7 +155,7 @@ TEST_CASE("lab results.csv: rows round-trip, quotes, commas and all") {
   CHECK(text.rfind("task,mixer,block_size,", 0) == 0);
 }
 
-TEST_CASE("lab: a two-cell lab trains, records a refused cell and goes on, and a rerun skips the finished cells") {
+TEST_CASE("lab: a three-cell lab trains two, records the refused one and goes on, and a rerun skips the finished cells") {
   const TempDir tmp("lab");
   LabSpec spec;
   spec.quiet = true;

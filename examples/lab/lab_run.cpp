@@ -99,7 +99,7 @@ Shard parse_shard(const std::string& text) {
 void run_jobs(const LabSpec& spec) {
   std::vector<pid_t> children;
   for (int64_t i = 0; i < spec.options.jobs; ++i) {
-    std::vector<std::string> args{"/proc/self/exe"};
+    std::vector<std::string> args{"lab"};  // its name in ps; the program itself is /proc/self/exe
     args.insert(args.end(), spec.arguments.begin(), spec.arguments.end());
     args.insert(args.end(), {"--shard", std::to_string(i) + "/" + std::to_string(spec.options.jobs)});
     std::vector<char*> argv;
