@@ -198,6 +198,32 @@ TEST_CASE("lab: a three-cell lab trains two, records the refused one and goes on
   CHECK(again.rows == first.rows);
 }
 
+TEST_CASE("lab: a cell whose every learning rate diverges is recorded as diverged; one rate diverging is noted") {
+  const TempDir tmp("lab_diverged");
+  LabSpec spec;
+  spec.quiet = true;
+  spec.options.out = tmp.dir.string();
+  spec.options.max_iters = 5;
+  spec.options.eval_interval = 5;
+  spec.options.eval_examples = 8;
+  spec.defaults.model.n_layer = 1;
+  spec.defaults.model.n_embd = 16;
+  spec.defaults.optim.batch_size = 4;
+  const Grid grid{.axes = {{"block_size", {"16"}}, {"pairs", {"2"}}, {"vocab", {"32"}}}, .mixers = {"softmax"}, .lrs = {}};
+  spec.grids = {grid};
+  spec.grids[0].lrs = {1e30};  // the first step's update overflows
+  const LabSummary all = run_lab(spec);
+  REQUIRE(all.rows.size() == 1);
+  CHECK(all.rows[0].at("status") == "diverged");
+  CHECK(all.rows[0].at("reason").find("diverged at iteration") != std::string::npos);
+  spec.grids[0].lrs = {1e30, 3e-3};
+  const LabSummary one = run_lab(spec);
+  REQUIRE(one.rows.size() == 1);
+  CHECK(one.rows[0].at("status") == "ok");
+  CHECK(one.rows[0].at("lr") == "0.003");
+  CHECK(one.rows[0].at("reason").rfind("diverged at lr 1e+30", 0) == 0);
+}
+
 TEST_CASE("lab program: bad input names the known choices and exits non-zero") {
   const std::string lab = ATTOGRAD_LAB;
   auto [status, output] = run_command(lab + " --mixers softmax,lineer --max-iters 1 --out /nonexistent/x");
