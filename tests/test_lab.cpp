@@ -11,12 +11,14 @@
 
 #include "examples/lab/lab_run.h"
 #include "examples/lab/tasks.h"
-#include "tests/helpers.h"
+#include "tests/char_lm_helpers.h"
 
 using namespace ag;
 using namespace ag::lab;
 using ag::test::TempDir;
 using ag::test::run_command;
+using ag::test::english;
+using ag::test::generated_text;
 
 namespace {
 TaskOptions task_of(Task kind) {
@@ -196,6 +198,31 @@ TEST_CASE("lab: a three-cell lab trains two, records the refused one and goes on
   CHECK(again.trained == 0);
   CHECK(again.skipped == 3);
   CHECK(again.rows == first.rows);
+}
+
+TEST_CASE("lab: passkey, copy and text cells train and are scored only where their task asks") {
+  const TextData text{"generated", generated_text(english, 4000)};
+  for (const Task kind : {Task::Passkey, Task::Copy, Task::Text}) {
+    CAPTURE(name_of(kind));
+    Cell cell;
+    cell.task.task = kind;
+    cell.task.vocab = 32;
+    cell.task.digits = 3;
+    cell.task.copy_tokens = 4;
+    cell.model.block_size = 32;
+    cell.model.n_layer = 1;
+    cell.model.n_embd = 16;
+    cell.optim.batch_size = 4;
+    cell.lrs = {3e-3};
+    const CellResult r = run_cell(cell, Budget{.max_iters = 5, .max_seconds = 0, .warmup = 0.1, .eval_interval = 5,
+                                               .eval_examples = 8}, &text, nullptr);
+    REQUIRE(r.row.at("status") == "ok");
+    CHECK(r.row.at("steps") == "5");
+    CHECK(r.curve.size() == 5);
+    // Five steps leave the held-out loss near a uniform guess's log V: a mean per scored position.
+    const double V = kind == Task::Text ? static_cast<double>(cell_model(cell, &text).vocab_size) : 32.0;
+    CHECK(std::stod(r.row.at("loss")) == doctest::Approx(std::log(V)).epsilon(0.25));
+  }
 }
 
 TEST_CASE("lab: a cell whose every learning rate diverges is recorded as diverged; one rate diverging is noted") {
