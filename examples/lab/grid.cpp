@@ -224,17 +224,21 @@ std::vector<std::vector<std::string>> csv_records(const std::string& text) {
 }  // namespace
 
 std::string csv_text(const std::vector<Row>& rows) {
-  std::string text;
-  for (const std::string& column : result_columns()) text += (text.empty() ? "" : ",") + column;
-  text += "\n";
-  for (const Row& row : rows) {
+  // A record of the columns' fields, given each column's text.
+  const auto record = [](const auto& field_of) {
     std::string line;
     for (const std::string& column : result_columns()) {
-      const auto found = row.find(column);
-      line += (&column == &result_columns().front() ? "" : ",") + csv_field(found == row.end() ? "" : found->second);
+      if (&column != &result_columns().front()) line += ',';
+      line += field_of(column);
     }
-    text += line + "\n";
-  }
+    return line + "\n";
+  };
+  std::string text = record([](const std::string& column) { return column; });
+  for (const Row& row : rows)
+    text += record([&](const std::string& column) {
+      const auto found = row.find(column);
+      return csv_field(found == row.end() ? "" : found->second);
+    });
   return text;
 }
 

@@ -124,7 +124,9 @@ void run_share(const LabSpec& spec, const std::vector<Cell>& cells, const Shard&
                LabSummary& summary) {
   const LabOptions& o = spec.options;
   const Budget budget{o.max_iters, o.max_seconds, o.warmup, o.eval_interval, o.eval_examples};
-  const std::string prefix = shard.count > 1 ? "[" + std::to_string(shard.index) + "/" + std::to_string(shard.count) + "] " : "";
+  const std::string prefix =
+      shard.count > 1 ? std::string("[").append(std::to_string(shard.index)).append("/").append(std::to_string(shard.count)).append("] ")
+                      : std::string();
   std::vector<size_t> mine;
   for (size_t i = 0; i < cells.size(); ++i) {
     if (static_cast<int64_t>(i) % shard.count != shard.index) continue;
