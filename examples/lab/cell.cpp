@@ -1,0 +1,223 @@
+#include "examples/lab/cell.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "bench/measure.h"
+#include "core/autograd.h"
+#include "nn/kv_cache.h"
+#include "optim/adam.h"
+
+namespace ag::lab {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// The held-out examples' generator: a stream no training batch draws from (Zoology: another seed).
+constexpr uint64_t kHeldOutStream = 0x5EED0000;
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
+
+// Where a cell's batches come from: the task's generator, or the text's windows.
+class Batches {
+ public:
+  Batches(const Cell& cell, const TextData* text) : cell_(cell), T_(cell.model.block_size) {
+    if (cell.task.task == Task::Text) data_ = char_lm::make_dataset(text->text, T_);
+  }
+  void train(int64_t B, Generator& gen, Tensor& x, Tensor& y) const { draw(B, gen, x, y, false); }
+  void held_out(int64_t B, Generator& gen, Tensor& x, Tensor& y) const { draw(B, gen, x, y, true); }
+
+ private:
+  void draw(int64_t B, Generator& gen, Tensor& x, Tensor& y, bool held_out) const {
+    if (cell_.task.task == Task::Text) char_lm::get_batch(held_out ? data_.val : data_.train, B, T_, gen, x, y);
+    else synthetic_batch(cell_.task, T_, B, gen, x, y);
+  }
+  const Cell& cell_;
+  int64_t T_;
+  char_lm::Dataset data_;
+};
+
+// The held-out score over `examples` examples, in chunks whose logits stay small.
+Score score(nn::GPT& model, const Batches& batches, const Cell& cell, int64_t examples) {
+  NoGradGuard no_grad;
+  model.eval();
+  const int64_t T = cell.model.block_size, V = model.config().vocab_size;
+  const int64_t chunk = std::clamp<int64_t>((int64_t{1} << 22) / (T * V), 1, 256);
+  Generator gen(cell.optim.seed + kHeldOutStream);
+  int64_t scored = 0, correct = 0;
+  double loss = 0;
+  for (int64_t first = 0; first < examples; first += chunk) {
+    const int64_t B = std::min(chunk, examples - first);
+    Tensor x, y;
+    batches.held_out(B, gen, x, y);
+    const std::vector<double> logits = model.forward(x).to_vector();  // [B, T, V]
+    const std::vector<int64_t> targets = y.to_indices();
+    for (int64_t row = 0; row < B * T; ++row) {
+      if (targets[row] == kIgnore) continue;
+      const auto begin = logits.begin() + row * V, end = begin + V;
+      const double top = *std::max_element(begin, end);
+      double sum = 0;
+      for (auto it = begin; it != end; ++it) sum += std::exp(*it - top);
+      loss += top + std::log(sum) - begin[targets[row]];
+      correct += std::max_element(begin, end) - begin == targets[row];
+      ++scored;
+    }
+  }
+  model.train();
+  return {static_cast<double>(correct) / static_cast<double>(scored), loss / static_cast<double>(scored)};
+}
+
+// The training step's schedule, fitted to the run whatever its length and
+// rate: warmup over its first budget.warmup, the cosine decay to lr/10 at its end.
+optim::TrainOptions run_schedule(const Cell& cell, double lr, const Budget& budget) {
+  optim::TrainOptions o = cell.optim;
+  o.lr = lr;
+  o.min_lr = lr / 10;
+  o.warmup_iters = static_cast<int64_t>(budget.warmup * static_cast<double>(budget.max_iters));
+  o.lr_decay_iters = budget.max_iters;
+  return o;
+}
+}  // namespace
+
+nn::GPTConfig cell_model(const Cell& cell, const TextData* text) {
+  nn::GPTConfig model = cell.model;
+  if (cell.task.task != Task::Text) {
+    model.vocab_size = cell.task.vocab;
+  } else {
+    AG_CHECK(text, "the text task needs a text (--data)");
+    model.vocab_size = char_lm::Tokenizer::from_text(text->text).vocab_size();
+  }
+  return model;
+}
+
+void check_cell(const Cell& cell, const TextData* text) {
+  cell_model(cell, text).check();
+  check_task(cell.task, cell.model.block_size);
+}
+
+int64_t state_floats(const nn::GPTConfig& config) {
+  Generator init(0);
+  nn::GPT model(config, init);
+  NoGradGuard no_grad;
+  nn::KVCache cache = model.make_kv_cache(1, model.kv_cache_rolls() ? model.rolling_kv_cache_capacity(1) : config.block_size);
+  model.forward_cached(Tensor::from_indices({0}, {1, 1}), cache);
+  return cache.bytes() / static_cast<int64_t>(sizeof(float));
+}
+
+RunResult train_run(const Cell& cell, double lr, const Budget& budget, const TextData* text, const StepReport& report) {
+  bench::return_freed_memory_to_the_system();
+  const bench::PeakMemory peak;
+  const Batches batches(cell, text);
+  const optim::TrainOptions options = run_schedule(cell, lr, budget);
+  Generator init(options.seed);
+  nn::GPT model(cell_model(cell, text), init);
+  model.train();
+  optim::AdamW optimizer(optim::decay_groups(model.named_parameters(), options.weight_decay),
+                         {options.lr, options.beta1, options.beta2, 1e-8});
+  optim::TrainStep step(optimizer, options,
+                        [&](const Tensor& x, const Tensor& y) { return model.loss(x, y, Reduction::Sum, kIgnore); },
+                        Device::CPU, kIgnore);
+  Generator draws(options.seed + 1);
+  RunResult result;
+  result.lr = lr;
+  std::vector<double> step_ms;
+  double accuracy = kNaN;
+  for (int64_t iter = 0; iter < budget.max_iters; ++iter) {
+    if (budget.max_seconds > 0 && result.seconds >= budget.max_seconds) break;
+    const auto t0 = Clock::now();
+    std::vector<optim::Batch> micro(options.grad_accum);
+    for (optim::Batch& b : micro) batches.train(options.batch_size, draws, b.x, b.y);
+    const optim::StepResult r = step.run(iter, micro);
+    step.check_finite();
+    step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    result.seconds += step_ms.back() / 1000;
+    result.steps = iter + 1;
+    const bool evaluate = (iter + 1) % budget.eval_interval == 0;
+    if (evaluate) accuracy = score(model, batches, cell, std::min<int64_t>(budget.eval_examples, 200)).accuracy;
+    result.curve.push_back({result.seconds, iter + 1, r.loss.item(), evaluate ? accuracy : kNaN});
+    if (report) report(iter + 1, result.curve.back().loss, accuracy);
+  }
+  result.score = score(model, batches, cell, budget.eval_examples);
+  result.ms_per_iter = median(step_ms);
+  result.tokens_per_s = 1000.0 * static_cast<double>(options.batch_size * options.grad_accum * cell.model.block_size) /
+                        result.ms_per_iter;
+  result.peak_mb = peak.extra_mb();
+  return result;
+}
+
+CellResult run_cell(const Cell& cell, const Budget& budget, const TextData* text,
+                    const std::function<void(double lr, int64_t step, double loss, double accuracy)>& report) {
+  CellResult out;
+  Row& row = out.row;
+  row["task"] = name_of(cell.task.task);
+  row["mixer"] = cell.mixer;
+  for (const char* option : {"block_size", "n_embd", "n_head", "n_layer"}) row[option] = get_option(cell, option);
+  row["n_kv_head"] = std::to_string(cell.model.kv_heads());
+  switch (cell.task.task) {
+    case Task::Mqar: row["pairs"] = get_option(cell, "pairs"), row["vocab"] = get_option(cell, "vocab"); break;
+    case Task::Passkey: row["depth"] = get_option(cell, "depth"), row["digits"] = get_option(cell, "digits"),
+                        row["vocab"] = get_option(cell, "vocab"); break;
+    case Task::Copy: row["copy_tokens"] = get_option(cell, "copy_tokens"), row["vocab"] = get_option(cell, "vocab"); break;
+    case Task::Text: break;
+  }
+  row["cell"] = cell.label();
+  try {
+    check_cell(cell, text);
+  } catch (const Error& e) {
+    row["status"] = "refused";
+    row["reason"] = e.what();
+    return out;
+  }
+  const nn::GPTConfig model = cell_model(cell, text);
+  {
+    Generator init(0);
+    row["params"] = std::to_string(nn::GPT(model, init).num_parameters());
+  }
+  row["state_floats"] = std::to_string(state_floats(model));
+  std::optional<RunResult> best;
+  std::string diverged;
+  for (const double lr : cell.lrs) {
+    try {
+      RunResult r = train_run(cell, lr, budget, text, [&](int64_t step, double loss, double accuracy) {
+        if (report) report(lr, step, loss, accuracy);
+      });
+      const bool better = !best || (cell.task.task == Task::Text
+                                        ? r.score.loss < best->score.loss
+                                        : std::make_pair(r.score.accuracy, -r.score.loss) >
+                                              std::make_pair(best->score.accuracy, -best->score.loss));
+      if (better) best = std::move(r);
+    } catch (const Error& e) {
+      diverged = "lr " + option_to_string(lr) + ": " + e.what();
+    }
+  }
+  if (!best) {
+    row["status"] = "diverged";
+    row["reason"] = diverged;
+    return out;
+  }
+  row["status"] = "ok";
+  if (!diverged.empty()) row["reason"] = "diverged at " + diverged;
+  row["lr"] = option_to_string(best->lr);
+  row["steps"] = std::to_string(best->steps);
+  const auto fixed = [](double v, const char* format) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, format, v);
+    return std::string(buffer);
+  };
+  row["accuracy"] = fixed(best->score.accuracy, "%.4f");
+  row["loss"] = fixed(best->score.loss, "%.4f");
+  row["ms_per_iter"] = fixed(best->ms_per_iter, "%.2f");
+  row["tokens_per_s"] = fixed(best->tokens_per_s, "%.0f");
+  row["peak_mb"] = fixed(best->peak_mb, "%.1f");
+  row["seconds"] = fixed(best->seconds, "%.1f");
+  out.curve = std::move(best->curve);
+  return out;
+}
+
+}  // namespace ag::lab

@@ -1,0 +1,34 @@
+// The lab's own options, one line each (core/options.h explains the columns;
+// the model's are in nn/gpt_options.h, the training step's in
+// optim/train_options.h). On the lab's command line every Model option of the
+// task table, like those of the model and training tables, takes a comma list:
+// the lists span the grid (examples/lab/grid.h).
+#pragma once
+
+// What each task is (examples/lab/tasks.h). The default vocabulary is 1024, not
+// Zoology's 8192: the tied output head costs 2·B·T·C·V per forward, which at
+// V = 8192 and C = 64 is four times the rest of a two-layer model on a CPU, and
+// Zoology's own rule (V > T) still holds up to the recall grid's T = 512.
+//  kind     type         name         default     min  max      help
+#define AG_LAB_TASK_OPTIONS(X) \
+  X(Model,   Task,        task,        Task::Mqar, 0,   0,       "mqar (multi-query associative recall), passkey (a number to retrieve), copy (selective copying) or text (the char LM, scored by val loss)") \
+  X(Model,   int64_t,     vocab,       1024,       13,  1 << 20, "mqar, passkey, copy: vocabulary size V (mqar: keys from the first half, values from the second; V > T)") \
+  X(Model,   int64_t,     pairs,       4,          1,   1 << 20, "mqar: key-value pairs P at the start, each queried once later (4P <= T)") \
+  X(Model,   double,      power_a,     0.01,       0,   1,       "mqar: the queries' gaps are drawn with p(g) ∝ g^(a-1), Zoology's power law (1: uniform)") \
+  X(Model,   double,      depth,       0.5,        0,   1,       "passkey: where the number sits in the filler, 0 (start) to 1 (just before the question)") \
+  X(Model,   int64_t,     digits,      5,          1,   64,      "passkey: digits k of the number") \
+  X(Model,   int64_t,     copy_tokens, 16,         1,   1 << 20, "copy: data tokens n scattered among the noise (2n <= T)") \
+  X(Setting, std::string, data,        "",         0,   0,       "text: the training text (default: $ATTOGRAD_DATA, then data/tinyshakespeare.txt, then ../shared/data/tinyshakespeare.txt)")
+
+//  kind   type         name           default  min  max               help
+#define AG_LAB_OPTIONS(X) \
+  X(Local, std::string, preset,        "",      0,   0,                "a ready grid: quick (a handful of cells, minutes), recall (Zoology's MQAR grid) or heads (1 to 8 heads and GQA); options given as well replace the preset's") \
+  X(Local, std::string, mixers,        "softmax", 0, 0,                "attention functions with options, comma-separated: softmax, softmax:window=16, softmax:gqa=1, softmax:position=alibi, linear:elu1, linear:favor, ssd (any model option as :name=value)") \
+  X(Local, std::string, out,           "lab",   0,   0,                "directory of results.csv, the plots and lab_report.html (finished cells are kept: run again to resume)") \
+  X(Local, int64_t,     max_iters,     1000,    1,   int64_t{1} << 40, "training iterations per run (each learning rate of each cell)") \
+  X(Local, double,      max_seconds,   0,       0,   kNoLimit,         "also stop a run after this many seconds (0: no limit)") \
+  X(Local, double,      warmup,        0.1,     0,   0.99,             "the learning rate's linear warmup over this fraction of each run (then the cosine decay to lr/10 at its end)") \
+  X(Local, int64_t,     eval_interval, 100,     1,   int64_t{1} << 40, "score the held-out examples every N iterations (the progress line and the curves)") \
+  X(Local, int64_t,     eval_examples, 500,     1,   1 << 24,          "held-out examples scored (text: batches of --batch-size windows, this many windows)") \
+  X(Local, int64_t,     jobs,          1,       1,   1024,             "cells trained at once, each in a process of its own") \
+  X(Local, std::string, shard,         "",      0,   0,                "this process's share of the cells, i/N (what --jobs gives its processes; mpirun's ranks take theirs)")

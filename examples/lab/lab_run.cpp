@@ -1,0 +1,230 @@
+#include "examples/lab/lab_run.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "dist/communicator.h"
+#include "examples/char_lm/inspect.h"  // replace_file
+#include "examples/lab/report.h"
+
+extern char** environ;
+
+namespace ag::lab {
+
+namespace fs = std::filesystem;
+
+// The quick preset's vocabulary is 256, not the default 1024: with fewer keys
+// to learn, softmax attention leaves MQAR's plateau (predicting one of the
+// values it has seen: accuracy 1/P) within its budget, and the long warmup
+// (a thousand steps) is what let it leave: with a tenth, runs of 2000 and
+// 3000 steps stayed at 1/P (docs/lab.md). Its three cells train at once, a
+// process each.
+Preset preset(const std::string& name) {
+  const std::string recall_mixers = "softmax,softmax:window=16,linear:elu1,linear:favor,ssd";
+  if (name == "quick")
+    return {.grids = {{{"task", "mqar"}, {"block_size", "64"}, {"pairs", "4"}, {"vocab", "256"}, {"n_embd", "64"},
+                       {"n_layer", "2"}, {"n_head", "2"}}},
+            .lab_options = {{"mixers", "softmax,linear:elu1,ssd"}, {"lr", "0.003"}, {"max_iters", "4000"},
+                            {"warmup", "0.25"}, {"eval_interval", "500"}, {"eval_examples", "1000"}, {"jobs", "3"},
+                            {"threads", "1"}}};
+  if (name == "recall") {
+    // Zoology's figure 2: the pairs grow with the length.
+    Preset p{.grids = {}, .lab_options = {{"mixers", recall_mixers}, {"lr", "0.001,0.003"}, {"max_iters", "5000"},
+                                          {"warmup", "0.2"}, {"eval_interval", "500"}, {"eval_examples", "1000"},
+                                          {"jobs", "2"}, {"threads", "1"}}};
+    for (const auto& [T, pairs] : {std::pair{"64", "4"}, {"128", "8"}, {"256", "16"}, {"512", "64"}})
+      p.grids.push_back({{"task", "mqar"}, {"block_size", T}, {"pairs", pairs}, {"n_embd", "64,128"}, {"n_layer", "2"},
+                         {"n_head", "2"}});
+    return p;
+  }
+  if (name == "heads")
+    return {.grids = {{{"task", "mqar"}, {"block_size", "64"}, {"pairs", "4"}, {"vocab", "256"}, {"n_embd", "64"},
+                       {"n_layer", "2"}, {"n_head", "1,2,4,8"}},
+                      {{"task", "text"}, {"block_size", "64"}, {"n_embd", "64"}, {"n_layer", "2"}, {"n_head", "1,2,4,8"}}},
+            .lab_options = {{"mixers", "softmax,softmax:gqa=1"}, {"lr", "0.003"}, {"max_iters", "5000"},
+                            {"warmup", "0.2"}, {"eval_interval", "500"}, {"eval_examples", "1000"}, {"jobs", "2"},
+                            {"threads", "1"}}};
+  throw Error("--preset '" + name + "' is not one of quick, recall, heads");
+}
+
+std::vector<Cell> lab_cells(const LabSpec& spec) {
+  std::vector<Cell> cells;
+  for (const Grid& grid : spec.grids) {
+    const std::vector<Cell> some = expand(grid, spec.defaults);
+    cells.insert(cells.end(), some.begin(), some.end());
+  }
+  return cells;
+}
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::string duration_text(double seconds) {
+  char buffer[32];
+  const int s = static_cast<int>(seconds);
+  std::snprintf(buffer, sizeof buffer, "%dm%02ds", s / 60, s % 60);
+  return buffer;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+struct Shard {
+  int64_t index = 0, count = 1;
+};
+
+Shard parse_shard(const std::string& text) {
+  const size_t slash = text.find('/');
+  AG_CHECK(slash != std::string::npos, "--shard '" << text << "' is not i/N");
+  const Shard s{option_from_string<int64_t>(text.substr(0, slash), "--shard"),
+                option_from_string<int64_t>(text.substr(slash + 1), "--shard")};
+  AG_CHECK(s.count >= 1 && s.index >= 0 && s.index < s.count, "--shard '" << text << "' is not i/N with 0 <= i < N");
+  return s;
+}
+
+// Starts `jobs` processes of this program, each with --shard i/jobs, and waits for them.
+void run_jobs(const LabSpec& spec) {
+  std::vector<pid_t> children;
+  for (int64_t i = 0; i < spec.options.jobs; ++i) {
+    std::vector<std::string> args{"lab"};  // its name in ps; the program itself is /proc/self/exe
+    args.insert(args.end(), spec.arguments.begin(), spec.arguments.end());
+    args.insert(args.end(), {"--shard", std::to_string(i) + "/" + std::to_string(spec.options.jobs)});
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    AG_CHECK(posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) == 0,
+             "--jobs: cannot start a process of the lab");
+    children.push_back(pid);
+  }
+  int failed = 0;
+  for (const pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  AG_CHECK(failed == 0, "--jobs: " << failed << " of the lab's " << spec.options.jobs << " processes failed");
+}
+
+// This process's cells: trains each not finished yet, writing its row and curve under DIR/cells.
+void run_share(const LabSpec& spec, const std::vector<Cell>& cells, const Shard& shard, const TextData* text,
+               LabSummary& summary) {
+  const LabOptions& o = spec.options;
+  const Budget budget{o.max_iters, o.max_seconds, o.warmup, o.eval_interval, o.eval_examples};
+  const std::string prefix =
+      shard.count > 1 ? std::string("[").append(std::to_string(shard.index)).append("/").append(std::to_string(shard.count)).append("] ")
+                      : std::string();
+  std::vector<size_t> mine;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (static_cast<int64_t>(i) % shard.count != shard.index) continue;
+    if (fs::exists(o.out + "/cells/" + cells[i].id() + ".csv")) ++summary.skipped;
+    else mine.push_back(i);
+  }
+  if (!spec.quiet && summary.skipped > 0)
+    std::printf("%sresuming: %lld finished cells skipped\n", prefix.c_str(), static_cast<long long>(summary.skipped));
+  const auto start = Clock::now();
+  for (size_t n = 0; n < mine.size(); ++n) {
+    const Cell& cell = cells[mine[n]];
+    const double runs = static_cast<double>(cell.lrs.size());
+    size_t run = 0;
+    double last_lr = cell.lrs.front();
+    const CellResult result = run_cell(cell, budget, text, [&](double lr, int64_t step, double loss, double accuracy) {
+      if (lr != last_lr) ++run, last_lr = lr;
+      if (spec.quiet || (step % o.eval_interval != 0 && step != 1)) return;
+      const double done = static_cast<double>(n) + (static_cast<double>(run) + static_cast<double>(step) / static_cast<double>(o.max_iters)) / runs;
+      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      char held_out[32] = "-";
+      if (!std::isnan(accuracy)) std::snprintf(held_out, sizeof held_out, "%.3f", accuracy);
+      std::printf("%scell %zu/%zu %s | lr %g step %lld/%lld loss %.4f held-out acc %s | %zu of %zu cells here done | ETA %s\n",
+                  prefix.c_str(), mine[n] + 1, cells.size(), cell.label().c_str(), lr, static_cast<long long>(step),
+                  static_cast<long long>(o.max_iters), loss, held_out, n, mine.size(),
+                  duration_text(elapsed / done * (static_cast<double>(mine.size()) - done)).c_str());
+      std::fflush(stdout);
+    });
+    std::string curve = "seconds,step,loss,accuracy\n";
+    for (const CurvePoint& p : result.curve)
+      curve += option_to_string(p.seconds) + "," + std::to_string(p.step) + "," + option_to_string(p.loss) + "," +
+               (std::isnan(p.accuracy) ? "" : option_to_string(p.accuracy)) + "\n";
+    const std::string base = o.out + "/cells/" + cell.id();
+    char_lm::replace_file(base + ".curve.csv", curve);
+    char_lm::replace_file(base + ".csv", csv_text({result.row}));  // last: its presence marks the cell finished
+    ++summary.trained;
+    if (!spec.quiet) {
+      const Row& r = result.row;
+      std::printf("%scell %zu/%zu %s: %s", prefix.c_str(), mine[n] + 1, cells.size(), cell.label().c_str(),
+                  r.at("status").c_str());
+      if (r.at("status") == "ok")
+        std::printf(", accuracy %s, loss %s at lr %s, %s ms/iter", r.at("accuracy").c_str(), r.at("loss").c_str(),
+                    r.at("lr").c_str(), r.at("ms_per_iter").c_str());
+      else std::printf(": %s", r.at("reason").c_str());
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+}
+}  // namespace
+
+LabSummary run_lab(const LabSpec& spec) {
+  const auto start = Clock::now();
+  const LabOptions& o = spec.options;
+  check_option_ranges(o, "lab");
+  const std::vector<Cell> cells = lab_cells(spec);
+  AG_CHECK(!cells.empty(), "lab: the grid has no cells");
+  LabSummary summary;
+  summary.cells = static_cast<int64_t>(cells.size());
+  fs::create_directories(o.out + "/cells");
+
+  dist::Communicator& comm = dist::world();
+  const bool worker = !o.shard.empty();
+  Shard shard = worker ? parse_shard(o.shard) : Shard{comm.rank(), comm.size()};
+  if (!worker && comm.size() == 1 && o.jobs > 1) {
+    const auto finished = [&] {
+      return std::count_if(cells.begin(), cells.end(),
+                           [&](const Cell& cell) { return fs::exists(o.out + "/cells/" + cell.id() + ".csv"); });
+    };
+    summary.skipped = finished();
+    run_jobs(spec);
+    summary.trained = finished() - summary.skipped;
+  } else {
+    std::optional<TextData> text;
+    for (const Cell& cell : cells)
+      if (cell.task.task == Task::Text && !text) {
+        const std::string path = char_lm::resolve_data_path(cell.task.data);
+        text = TextData{path, char_lm::read_text(path)};
+      }
+    run_share(spec, cells, shard, text ? &*text : nullptr, summary);
+    // Every rank's cells written before rank 0 reads them (the sums wait for all of them).
+    summary.trained = dist::sum(comm, summary.trained);
+    summary.skipped = dist::sum(comm, summary.skipped);
+  }
+  summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (worker || comm.rank() != 0) return summary;
+
+  std::vector<Curve> curves;
+  for (const Cell& cell : cells) {
+    const std::string base = o.out + "/cells/" + cell.id();
+    if (!fs::exists(base + ".csv")) continue;  // a process that failed: its cells are missing, and run again next time
+    const std::vector<Row> rows = parse_csv(read_file(base + ".csv"));
+    summary.rows.insert(summary.rows.end(), rows.begin(), rows.end());
+    if (fs::exists(base + ".curve.csv")) curves.push_back({cell.label(), parse_curve(read_file(base + ".curve.csv"))});
+    else curves.push_back({cell.label(), {}});
+  }
+  char_lm::replace_file(o.out + "/results.csv", csv_text(summary.rows));
+  write_report(o.out, summary.rows, curves, spec.command);
+  return summary;
+}
+
+}  // namespace ag::lab

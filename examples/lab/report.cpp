@@ -1,0 +1,213 @@
+#include "examples/lab/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "examples/char_lm/inspect.h"  // replace_file
+#include "examples/interp/svg.h"
+
+namespace ag::lab {
+
+namespace {
+const char* const kColours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+
+double number(const Row& row, const std::string& column) {
+  const auto found = row.find(column);
+  return found == row.end() ? std::nan("") : std::stod(found->second);
+}
+
+std::string field(const Row& row, const std::string& column) {
+  const auto found = row.find(column);
+  return found == row.end() ? "" : found->second;
+}
+
+bool trained(const Row& row) { return field(row, "status") == "ok"; }
+
+// Series of (x, y) points grouped by name, sorted by x, coloured in order of first appearance.
+class SeriesSet {
+ public:
+  void add(const std::string& name, double x, double y) {
+    if (std::isnan(x) || std::isnan(y)) return;
+    if (!points_.count(name)) order_.push_back(name);
+    points_[name].emplace_back(x, y);
+  }
+  std::vector<interp::Series> series(bool markers = true) const {
+    std::vector<interp::Series> out;
+    for (size_t i = 0; i < order_.size(); ++i) {
+      std::vector<std::pair<double, double>> p = points_.at(order_[i]);
+      std::sort(p.begin(), p.end());
+      interp::Series s{order_[i], kColours[i % std::size(kColours)], {}, {}, markers};
+      for (const auto& [x, y] : p) s.x.push_back(x), s.y.push_back(y);
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+  bool empty() const { return order_.empty(); }
+
+ private:
+  std::vector<std::string> order_;
+  std::map<std::string, std::vector<std::pair<double, double>>> points_;
+};
+
+// A mixer and the width, the series of the accuracy plots ("softmax C=64"); the width only when several are.
+std::string series_name(const Row& row, bool widths_vary, bool heads_vary) {
+  std::string name = field(row, "mixer");
+  if (widths_vary) name += " C=" + field(row, "n_embd");
+  if (heads_vary) name += " H=" + field(row, "n_head");
+  return name;
+}
+
+bool varies(const std::vector<Row>& rows, const std::string& column) {
+  std::set<std::string> values;
+  for (const Row& row : rows) values.insert(field(row, column));
+  return values.size() > 1;
+}
+
+std::string accuracy_vs_length(const std::vector<Row>& rows, const std::string& task) {
+  SeriesSet set;
+  const bool widths = varies(rows, "n_embd"), heads = varies(rows, "n_head");
+  for (const Row& row : rows)
+    if (trained(row) && field(row, "task") == task)
+      set.add(series_name(row, widths, heads), number(row, "block_size"), number(row, "accuracy"));
+  if (set.empty()) return "";
+  return interp::line_chart_svg({.title = task + ": held-out accuracy against sequence length",
+                                 .x_label = "sequence length T (--block-size)", .left_label = "accuracy",
+                                 .right_label = "", .left = set.series(), .right = {}});
+}
+
+std::string accuracy_vs_state(const std::vector<Row>& rows) {
+  SeriesSet set;
+  for (const Row& row : rows)
+    if (trained(row) && field(row, "task") != "text")
+      set.add(field(row, "task") + " " + field(row, "mixer"), std::log2(number(row, "state_floats")), number(row, "accuracy"));
+  if (set.empty()) return "";
+  return interp::line_chart_svg({.title = "held-out accuracy against the decoder's state (every cell)",
+                                 .x_label = "log2 of the floats a decoder holds after T positions (KV cache or recurrent state)",
+                                 .left_label = "accuracy", .right_label = "", .left = set.series(), .right = {}});
+}
+
+// The cells at the longest T of the first task, each its winning run's training loss over time.
+std::string loss_vs_time(const std::vector<Row>& rows, const std::vector<Curve>& curves) {
+  if (rows.empty() || rows.size() != curves.size()) return "";
+  const std::string task = field(rows.front(), "task");
+  double longest = 0;
+  for (const Row& row : rows)
+    if (trained(row) && field(row, "task") == task) longest = std::max(longest, number(row, "block_size"));
+  std::vector<interp::Series> series;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!trained(rows[i]) || field(rows[i], "task") != task || number(rows[i], "block_size") != longest) continue;
+    interp::Series s{field(rows[i], "mixer") + " C=" + field(rows[i], "n_embd") + " H=" + field(rows[i], "n_head"),
+                     kColours[series.size() % std::size(kColours)], {}, {}, false};
+    // Every k-th step, some 400 points a line: enough for the eye, and the SVG stays small.
+    const std::vector<CurvePoint>& points = curves[i].points;
+    const size_t every = std::max<size_t>(1, points.size() / 400);
+    for (size_t p = 0; p < points.size(); p += every) s.x.push_back(points[p].seconds), s.y.push_back(points[p].loss);
+    if (!s.x.empty()) series.push_back(std::move(s));
+  }
+  if (series.empty()) return "";
+  return interp::line_chart_svg({.title = task + " at T = " + std::to_string(static_cast<int64_t>(longest)) +
+                                          ": training loss against wall-clock time (the best learning rate's run)",
+                                 .x_label = "seconds of training", .left_label = "training loss", .right_label = "",
+                                 .left = series, .right = {}});
+}
+
+std::string cost_vs_length(const std::vector<Row>& rows) {
+  SeriesSet ms, mb;
+  for (const Row& row : rows) {
+    if (!trained(row)) continue;
+    const std::string name = field(row, "mixer") + " C=" + field(row, "n_embd");
+    ms.add(name + " ms/iter", number(row, "block_size"), number(row, "ms_per_iter"));
+    mb.add(name + " MB", number(row, "block_size"), number(row, "peak_mb"));
+  }
+  if (ms.empty()) return "";
+  // A mixer's two lines share its colour: the legend and the axes tell them apart.
+  return interp::line_chart_svg({.title = "cost against sequence length: ms per training step (left axis), peak MB (right axis)",
+                                 .x_label = "sequence length T", .left_label = "ms/iter", .right_label = "peak MB above setup",
+                                 .left = ms.series(), .right = mb.series()});
+}
+
+std::string table_html(const std::vector<Row>& rows) {
+  const std::vector<std::string> columns = {"task", "mixer", "block_size", "pairs", "n_embd", "n_head", "n_kv_head",
+                                            "n_layer", "params", "state_floats", "lr", "steps", "accuracy", "loss",
+                                            "ms_per_iter", "tokens_per_s", "peak_mb", "status"};
+  std::string html = "<table><tr>";
+  for (const std::string& c : columns) html += "<th>" + c + "</th>";
+  html += "</tr>\n";
+  for (const Row& row : rows) {
+    html += "<tr>";
+    for (const std::string& c : columns) html += "<td>" + interp::escape_xml(field(row, c)) + "</td>";
+    html += "</tr>\n";
+  }
+  return html + "</table>\n";
+}
+}  // namespace
+
+std::vector<CurvePoint> parse_curve(const std::string& text) {
+  std::vector<CurvePoint> points;
+  size_t start = text.find('\n');
+  while (start != std::string::npos && start + 1 < text.size()) {
+    const size_t end = text.find('\n', start + 1);
+    const std::vector<std::string> f = split_list(text.substr(start + 1, end - start - 1) + ",");
+    if (f.size() >= 3)
+      points.push_back({std::stod(f[0]), std::stoll(f[1]), std::stod(f[2]), f.size() > 3 ? std::stod(f[3]) : std::nan("")});
+    start = end;
+  }
+  return points;
+}
+
+void write_report(const std::string& dir, const std::vector<Row>& rows, const std::vector<Curve>& curves,
+                  const std::string& command) {
+  std::set<std::string> tasks;
+  for (const Row& row : rows)
+    if (field(row, "task") != "text") tasks.insert(field(row, "task"));
+  std::string by_length;
+  for (const std::string& task : tasks) {
+    const std::string svg = accuracy_vs_length(rows, task);
+    if (svg.empty()) continue;
+    char_lm::replace_file(dir + "/accuracy_vs_length" + (task == "mqar" ? "" : "_" + task) + ".svg", svg);
+    by_length += "<div>" + svg + "</div>\n";
+  }
+  const std::string by_state = accuracy_vs_state(rows), by_time = loss_vs_time(rows, curves), cost = cost_vs_length(rows);
+  if (!by_state.empty()) char_lm::replace_file(dir + "/accuracy_vs_state.svg", by_state);
+  if (!by_time.empty()) char_lm::replace_file(dir + "/loss_vs_time.svg", by_time);
+  if (!cost.empty()) char_lm::replace_file(dir + "/cost_vs_length.svg", cost);
+
+  std::string problems;
+  for (const Row& row : rows)
+    if (!trained(row))
+      problems += "<li><code>" + interp::escape_xml(field(row, "cell")) + "</code>: " + field(row, "status") + ", " +
+                  interp::escape_xml(field(row, "reason")) + "</li>\n";
+  const auto none = [](const std::string& svg, const char* what) {
+    return svg.empty() ? std::string("<p>No trained cell to draw ") + what + " from.</p>\n" : "<div>" + svg + "</div>\n";
+  };
+  std::string text_rows;
+  for (const Row& row : rows)
+    if (trained(row) && field(row, "task") == "text")
+      text_rows += "<li><code>" + interp::escape_xml(field(row, "cell")) + "</code>: val loss " + field(row, "loss") +
+                   ", next-character accuracy " + field(row, "accuracy") + "</li>\n";
+  const std::string html =
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>attograd lab</title>\n"
+      "<style>body{font-family:sans-serif;margin:24px;max-width:1300px}"
+      "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}"
+      "section{margin-bottom:32px}section svg{max-width:100%;height:auto}</style></head><body>\n"
+      "<h1>The attention lab</h1>\n"
+      "<section id=\"config\"><h2>The grid</h2>\n<p><code>" + interp::escape_xml(command) + "</code></p>\n<p>" +
+      std::to_string(rows.size()) + " cells; each trained at every learning rate of its sweep, the best held-out "
+      "score kept.</p></section>\n"
+      "<section id=\"accuracy-length\"><h2>Accuracy against sequence length</h2>\n" + none(by_length, "it") +
+      (text_rows.empty() ? "" : "<p>The text cells (scored by val loss):</p><ul>" + text_rows + "</ul>\n") + "</section>\n"
+      "<section id=\"accuracy-state\"><h2>Accuracy against state size</h2>\n<p>Softmax attention's state is its KV "
+      "cache, which grows with T; linear attention's and ssd's is a fixed recurrent state.</p>\n" +
+      none(by_state, "it") + "</section>\n"
+      "<section id=\"loss-time\"><h2>Loss against wall-clock time</h2>\n" + none(by_time, "it") + "</section>\n"
+      "<section id=\"cost\"><h2>Time and memory against sequence length</h2>\n" + none(cost, "it") + "</section>\n"
+      "<section id=\"results\"><h2>Every cell (results.csv)</h2>\n" + table_html(rows) +
+      (problems.empty() ? "" : "<h3>Cells not trained</h3><ul>" + problems + "</ul>\n") + "</section>\n"
+      "</body></html>\n";
+  char_lm::replace_file(dir + "/lab_report.html", html);
+}
+
+}  // namespace ag::lab

@@ -1,0 +1,29 @@
+// The lab's pictures and its page, from results.csv's rows and the cells'
+// curves: accuracy against sequence length per mixer (Zoology's figure 2),
+// accuracy against the decoder's state size (the recall–memory trade-off),
+// training loss against wall-clock time, and ms/iter and peak memory against T
+// (SVG, examples/interp/svg.h), each written to DIR and inlined in one
+// self-contained DIR/lab_report.html.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "examples/lab/cell.h"
+#include "examples/lab/grid.h"
+
+namespace ag::lab {
+
+struct Curve {
+  std::string cell;  // its label
+  std::vector<CurvePoint> points;
+};
+// A cell's .curve.csv (seconds,step,loss,accuracy).
+std::vector<CurvePoint> parse_curve(const std::string& text);
+
+// Writes accuracy_vs_length.svg, accuracy_vs_state.svg, loss_vs_time.svg,
+// cost_vs_length.svg and lab_report.html to `dir`. `command` is the lab's
+// command line, shown on the page.
+void write_report(const std::string& dir, const std::vector<Row>& rows, const std::vector<Curve>& curves,
+                  const std::string& command);
+
+}  // namespace ag::lab

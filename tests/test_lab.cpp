@@ -1,0 +1,269 @@
+// The attention lab (examples/lab): its tasks' generators, the mixers' names,
+// results.csv, a small lab trained in-process (a refused cell recorded, a rerun
+// skipping the finished cells), and the program's answers to bad input.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "examples/lab/lab_run.h"
+#include "examples/lab/tasks.h"
+#include "tests/char_lm_helpers.h"
+
+using namespace ag;
+using namespace ag::lab;
+using ag::test::TempDir;
+using ag::test::run_command;
+using ag::test::english;
+using ag::test::generated_text;
+
+namespace {
+TaskOptions task_of(Task kind) {
+  TaskOptions task;
+  task.task = kind;
+  return task;
+}
+}  // namespace
+
+TEST_CASE("lab mqar: distinct keys, labels only at the queries and equal to the key's value, the same for a seed") {
+  TaskOptions task = task_of(Task::Mqar);
+  task.vocab = 512;
+  for (const auto& [T, P] : {std::pair<int64_t, int64_t>{64, 4}, {128, 8}, {256, 64}}) {
+    task.pairs = P;
+    check_task(task, T);
+    Generator gen(11);
+    for (int example = 0; example < 50; ++example) {
+      const Example e = mqar_example(task, T, gen);
+      REQUIRE(e.x.size() == static_cast<size_t>(T));
+      std::set<int64_t> keys;
+      for (int64_t i = 0; i < P; ++i) {
+        keys.insert(e.x[2 * i]);
+        CHECK(e.x[2 * i] >= 1);
+        CHECK(e.x[2 * i] < task.vocab / 2);
+        CHECK(e.x[2 * i + 1] >= task.vocab / 2);
+        CHECK(e.y[2 * i] == kIgnore);
+        CHECK(e.y[2 * i + 1] == kIgnore);
+      }
+      CHECK(static_cast<int64_t>(keys.size()) == P);
+      int64_t queries = 0;
+      for (int64_t t = 2 * P; t < T; ++t) {
+        if (e.y[t] == kIgnore) continue;
+        ++queries;
+        CHECK((t - 2 * P) % 2 == 0);  // at an even gap after the pairs, as Zoology puts them
+        const auto pair = std::find(e.x.begin(), e.x.begin() + 2 * P, e.x[t]) - e.x.begin();
+        REQUIRE(pair < 2 * P);
+        CHECK(pair % 2 == 0);           // the query is a key ...
+        CHECK(e.y[t] == e.x[pair + 1]);  // ... and its label that key's value
+      }
+      CHECK(queries == P);  // each key queried once
+    }
+  }
+  task.pairs = 4;
+  Generator a(5), b(5), c(6);
+  const Example first = mqar_example(task, 64, a), again = mqar_example(task, 64, b), other = mqar_example(task, 64, c);
+  CHECK(first.x == again.x);
+  CHECK(first.y == again.y);
+  CHECK(first.x != other.x);
+  CHECK_THROWS_WITH_AS(check_task(task, 62 + 1), doctest::Contains("even"), Error);
+  task.vocab = 64;
+  CHECK_THROWS_WITH_AS(check_task(task, 64), doctest::Contains("must exceed --block-size"), Error);
+}
+
+TEST_CASE("lab mqar: the gaps follow Zoology's power law, short gaps the most common") {
+  TaskOptions task = task_of(Task::Mqar);
+  task.pairs = 1;
+  Generator gen(3);
+  std::vector<int64_t> count(30);
+  for (int i = 0; i < 4000; ++i) {
+    const Example e = mqar_example(task, 62, gen);
+    for (int64_t t = 2; t < 62; ++t)
+      if (e.y[t] != kIgnore) ++count[(t - 2) / 2];
+  }
+  // p(g) ∝ (g + 1)^(−0.99): gap 0 about twice gap 1 and 30 times gap 29.
+  CHECK(count[0] > count[1]);
+  CHECK(count[1] > count[29]);
+  CHECK(count[0] > 10 * count[29]);
+}
+
+TEST_CASE("lab passkey: the number at the requested depth, asked for at the end") {
+  TaskOptions task = task_of(Task::Passkey);
+  task.digits = 5;
+  const int64_t T = 100;
+  for (const double depth : {0.0, 0.25, 0.5, 1.0}) {
+    task.depth = depth;
+    Generator gen(7);
+    const Example e = passkey_example(task, T, gen);
+    const int64_t needle = std::find(e.x.begin(), e.x.end(), kNeedleMarker) - e.x.begin();
+    CHECK(needle == static_cast<int64_t>(std::llround(depth * (T - 2 * task.digits - 2))));
+    CHECK(std::count(e.x.begin(), e.x.end(), kNeedleMarker) == 1);
+    const int64_t question = T - task.digits - 1;
+    CHECK(e.x[question] == kQuestionMarker);
+    for (int64_t i = 0; i < task.digits; ++i) {
+      CHECK(e.x[needle + 1 + i] < 10);
+      CHECK(e.y[question + i] == e.x[needle + 1 + i]);
+    }
+    CHECK(std::count_if(e.y.begin(), e.y.end(), [](int64_t y) { return y != kIgnore; }) == task.digits);
+  }
+}
+
+TEST_CASE("lab copy: the targets are the data tokens in order, after the marker") {
+  TaskOptions task = task_of(Task::Copy);
+  task.copy_tokens = 8;
+  task.vocab = 18;
+  const int64_t T = 64;
+  Generator gen(9);
+  for (int example = 0; example < 20; ++example) {
+    const Example e = copy_example(task, T, gen);
+    std::vector<int64_t> data, targets;
+    for (int64_t t = 0; t < T - task.copy_tokens; ++t)
+      if (e.x[t] != kNoise) data.push_back(e.x[t]);
+    for (const int64_t y : e.y)
+      if (y != kIgnore) targets.push_back(y);
+    CHECK(e.x[T - task.copy_tokens] == kCopyMarker);
+    CHECK(static_cast<int64_t>(data.size()) == task.copy_tokens);
+    CHECK(targets == data);
+  }
+}
+
+TEST_CASE("lab mixers: named as char_lm train names the options; an unknown name lists the known ones") {
+  nn::GPTConfig model;
+  apply_mixer("softmax:window=16", model);
+  CHECK(model.attention == AttentionFunction::Softmax);
+  CHECK(model.attn_window == 16);
+  apply_mixer("linear:favor:n-features=32", model);
+  CHECK(model.attention == AttentionFunction::Linear);
+  CHECK(model.feature_map == FeatureMap::Favor);
+  CHECK(model.n_features == 32);
+  nn::GPTConfig gqa;
+  apply_mixer("softmax:gqa=1:rope", gqa);
+  CHECK(gqa.n_kv_head == 1);
+  CHECK(gqa.position == PositionEncoding::Rope);
+  CHECK_THROWS_WITH_AS(apply_mixer("softmaks", model), doctest::Contains("softmax|linear|ssd"), Error);
+  CHECK_THROWS_WITH_AS(apply_mixer("softmax:windw=4", model), doctest::Contains("window, "), Error);
+  CHECK_THROWS_WITH_AS(apply_mixer("linear:elu2", model), doctest::Contains("elu1|favor"), Error);
+}
+
+TEST_CASE("lab results.csv: rows round-trip, quotes, commas and all") {
+  const std::vector<Row> rows = {
+      {{"task", "mqar"}, {"mixer", "softmax:window=16"}, {"accuracy", "0.9912"}, {"status", "ok"}},
+      {{"task", "mqar"}, {"mixer", "linear:position=alibi"}, {"status", "refused"},
+       {"reason", "position alibi (--position), \"softmax only\"\nsecond line"}}};
+  const std::string text = csv_text(rows);
+  CHECK(parse_csv(text) == rows);
+  CHECK(csv_text(parse_csv(text)) == text);
+  CHECK(text.rfind("task,mixer,block_size,", 0) == 0);
+}
+
+TEST_CASE("lab: a three-cell lab trains two, records the refused one and goes on, and a rerun skips the finished cells") {
+  const TempDir tmp("lab");
+  LabSpec spec;
+  spec.quiet = true;
+  spec.options.out = tmp.dir.string();
+  spec.options.max_iters = 30;
+  spec.options.eval_interval = 10;
+  spec.options.eval_examples = 64;
+  spec.defaults.model.n_layer = 1;
+  spec.defaults.model.n_embd = 16;
+  spec.defaults.model.n_head = 2;
+  spec.defaults.optim.batch_size = 8;
+  spec.grids = {Grid{.axes = {{"block_size", {"16"}}, {"pairs", {"2"}}, {"vocab", {"32"}}},
+                     .mixers = {"softmax", "linear:position=alibi", "linear:elu1"}, .lrs = {3e-3}}};
+  const LabSummary first = run_lab(spec);
+  CHECK(first.cells == 3);
+  CHECK(first.trained == 3);
+  REQUIRE(first.rows.size() == 3);
+  CHECK(first.rows[0].at("status") == "ok");
+  CHECK(first.rows[1].at("status") == "refused");
+  CHECK(first.rows[1].at("reason").find("alibi") != std::string::npos);
+  CHECK(first.rows[2].at("status") == "ok");
+  for (const Row& row : {first.rows[0], first.rows[2]}) {
+    CHECK(row.at("steps") == "30");
+    const double accuracy = std::stod(row.at("accuracy"));
+    CHECK(accuracy >= 0);
+    CHECK(accuracy <= 1);
+    CHECK(std::stod(row.at("state_floats")) > 0);
+  }
+  std::ifstream csv(tmp.dir / "results.csv");
+  std::stringstream text;
+  text << csv.rdbuf();
+  CHECK(parse_csv(text.str()) == first.rows);
+  for (const char* file : {"lab_report.html", "accuracy_vs_length.svg", "accuracy_vs_state.svg", "loss_vs_time.svg",
+                           "cost_vs_length.svg"})
+    CHECK_MESSAGE(std::filesystem::exists(tmp.dir / file), file);
+
+  const LabSummary again = run_lab(spec);
+  CHECK(again.trained == 0);
+  CHECK(again.skipped == 3);
+  CHECK(again.rows == first.rows);
+}
+
+TEST_CASE("lab: passkey, copy and text cells train and are scored only where their task asks") {
+  const TextData text{"generated", generated_text(english, 4000)};
+  for (const Task kind : {Task::Passkey, Task::Copy, Task::Text}) {
+    CAPTURE(name_of(kind));
+    Cell cell;
+    cell.task.task = kind;
+    cell.task.vocab = 32;
+    cell.task.digits = 3;
+    cell.task.copy_tokens = 4;
+    cell.model.block_size = 32;
+    cell.model.n_layer = 1;
+    cell.model.n_embd = 16;
+    cell.optim.batch_size = 4;
+    cell.lrs = {3e-3};
+    const CellResult r = run_cell(cell, Budget{.max_iters = 5, .max_seconds = 0, .warmup = 0.1, .eval_interval = 5,
+                                               .eval_examples = 8}, &text, nullptr);
+    REQUIRE(r.row.at("status") == "ok");
+    CHECK(r.row.at("steps") == "5");
+    CHECK(r.curve.size() == 5);
+    // Five steps leave the held-out loss near a uniform guess's log V: a mean per scored position.
+    const double V = kind == Task::Text ? static_cast<double>(cell_model(cell, &text).vocab_size) : 32.0;
+    CHECK(std::stod(r.row.at("loss")) == doctest::Approx(std::log(V)).epsilon(0.25));
+  }
+}
+
+TEST_CASE("lab: a cell whose every learning rate diverges is recorded as diverged; one rate diverging is noted") {
+  const TempDir tmp("lab_diverged");
+  LabSpec spec;
+  spec.quiet = true;
+  spec.options.out = tmp.dir.string();
+  spec.options.max_iters = 5;
+  spec.options.eval_interval = 5;
+  spec.options.eval_examples = 8;
+  spec.defaults.model.n_layer = 1;
+  spec.defaults.model.n_embd = 16;
+  spec.defaults.optim.batch_size = 4;
+  const Grid grid{.axes = {{"block_size", {"16"}}, {"pairs", {"2"}}, {"vocab", {"32"}}}, .mixers = {"softmax"}, .lrs = {}};
+  spec.grids = {grid};
+  spec.grids[0].lrs = {1e30};  // the first step's update overflows
+  const LabSummary all = run_lab(spec);
+  REQUIRE(all.rows.size() == 1);
+  CHECK(all.rows[0].at("status") == "diverged");
+  CHECK(all.rows[0].at("reason").find("diverged at iteration") != std::string::npos);
+  spec.grids[0].lrs = {1e30, 3e-3};
+  const LabSummary one = run_lab(spec);
+  REQUIRE(one.rows.size() == 1);
+  CHECK(one.rows[0].at("status") == "ok");
+  CHECK(one.rows[0].at("lr") == "0.003");
+  CHECK(one.rows[0].at("reason").rfind("diverged at lr 1e+30", 0) == 0);
+}
+
+TEST_CASE("lab program: bad input names the known choices and exits non-zero") {
+  const std::string lab = ATTOGRAD_LAB;
+  auto [status, output] = run_command(lab + " --mixers softmax,lineer --max-iters 1 --out /nonexistent/x");
+  CHECK(status != 0);
+  CHECK(output.find("softmax|linear|ssd") != std::string::npos);
+  std::tie(status, output) = run_command(lab + " --preset quik");
+  CHECK(status != 0);
+  CHECK(output.find("quick, recall, heads") != std::string::npos);
+  std::tie(status, output) = run_command(lab + " --n-embd 64,x");
+  CHECK(status != 0);
+  CHECK(output.find("--n-embd") != std::string::npos);
+  std::tie(status, output) = run_command(lab + " --help");
+  CHECK(status == 0);
+  CHECK(output.find("--mixers") != std::string::npos);
+  CHECK(output.find("--block-size") != std::string::npos);
+}
