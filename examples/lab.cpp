@@ -111,10 +111,10 @@ int main(int argc, char** argv) {
     std::vector<double> lrs;
     for (const std::string& lr : lab::split_list(sweep)) lrs.push_back(option_from_string<double>(lr, "--lr"));
     for (auto axes : preset.grids) {
-      for (const auto& [name, text] : given) {
-        const auto same = std::find_if(axes.begin(), axes.end(), [&](const auto& axis) { return axis.first == name; });
-        if (same != axes.end()) same->second = text;
-        else axes.emplace_back(name, text);
+      for (const auto& option : given) {  // not a structured binding: clang 14's lambdas cannot capture one
+        const auto same = std::find_if(axes.begin(), axes.end(), [&](const auto& axis) { return axis.first == option.first; });
+        if (same != axes.end()) same->second = option.second;
+        else axes.push_back(option);
       }
       lab::Grid grid{.axes = {}, .mixers = lab::split_list(spec.options.mixers), .lrs = lrs};
       for (const auto& [name, text] : axes) grid.axes.push_back({name, lab::split_list(text)});
