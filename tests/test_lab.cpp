@@ -26,6 +26,22 @@ TaskOptions task_of(Task kind) {
   task.task = kind;
   return task;
 }
+// A lab of one-layer width-16 softmax models on mqar (T 16, 2 pairs, V 32) writing to `dir`: `steps`
+// steps, scored every 10 (or at the end) on `examples` held-out examples, batches of `batch`.
+LabSpec small_lab(const TempDir& dir, int64_t steps, int64_t examples, int64_t batch) {
+  LabSpec spec;
+  spec.quiet = true;
+  spec.options.out = dir.dir.string();
+  spec.options.max_iters = steps;
+  spec.options.eval_interval = std::min<int64_t>(steps, 10);
+  spec.options.eval_examples = examples;
+  spec.defaults.model.n_layer = 1;
+  spec.defaults.model.n_embd = 16;
+  spec.defaults.model.n_head = 2;
+  spec.defaults.optim.batch_size = batch;
+  spec.grids = {Grid{.axes = {{"block_size", {"16"}}, {"pairs", {"2"}}, {"vocab", {"32"}}}, .mixers = {"softmax"}, .lrs = {}}};
+  return spec;
+}
 }  // namespace
 
 TEST_CASE("lab mqar: distinct keys, labels only at the queries and equal to the key's value, the same for a seed") {
@@ -159,18 +175,9 @@ TEST_CASE("lab results.csv: rows round-trip, quotes, commas and all") {
 
 TEST_CASE("lab: a three-cell lab trains two, records the refused one and goes on, and a rerun skips the finished cells") {
   const TempDir tmp("lab");
-  LabSpec spec;
-  spec.quiet = true;
-  spec.options.out = tmp.dir.string();
-  spec.options.max_iters = 30;
-  spec.options.eval_interval = 10;
-  spec.options.eval_examples = 64;
-  spec.defaults.model.n_layer = 1;
-  spec.defaults.model.n_embd = 16;
-  spec.defaults.model.n_head = 2;
-  spec.defaults.optim.batch_size = 8;
-  spec.grids = {Grid{.axes = {{"block_size", {"16"}}, {"pairs", {"2"}}, {"vocab", {"32"}}},
-                     .mixers = {"softmax", "linear:position=alibi", "linear:elu1"}, .lrs = {3e-3}}};
+  LabSpec spec = small_lab(tmp, 30, 64, 8);
+  spec.grids[0].mixers = {"softmax", "linear:position=alibi", "linear:elu1"};
+  spec.grids[0].lrs = {3e-3};
   const LabSummary first = run_lab(spec);
   CHECK(first.cells == 3);
   CHECK(first.trained == 3);
@@ -227,17 +234,7 @@ TEST_CASE("lab: passkey, copy and text cells train and are scored only where the
 
 TEST_CASE("lab: a cell whose every learning rate diverges is recorded as diverged; one rate diverging is noted") {
   const TempDir tmp("lab_diverged");
-  LabSpec spec;
-  spec.quiet = true;
-  spec.options.out = tmp.dir.string();
-  spec.options.max_iters = 5;
-  spec.options.eval_interval = 5;
-  spec.options.eval_examples = 8;
-  spec.defaults.model.n_layer = 1;
-  spec.defaults.model.n_embd = 16;
-  spec.defaults.optim.batch_size = 4;
-  const Grid grid{.axes = {{"block_size", {"16"}}, {"pairs", {"2"}}, {"vocab", {"32"}}}, .mixers = {"softmax"}, .lrs = {}};
-  spec.grids = {grid};
+  LabSpec spec = small_lab(tmp, 5, 8, 4);
   spec.grids[0].lrs = {1e30};  // the first step's update overflows
   const LabSummary all = run_lab(spec);
   REQUIRE(all.rows.size() == 1);
