@@ -72,7 +72,8 @@ class Communicator {
   // local_rank() (one GPU per process) and joins the processes' NCCL
   // communicator. A collective; call it before any other CUDA work.
   virtual void use_device(Device device) = 0;
-  // Ends every process of the run with `code`, at once (MPI_Abort). Alone: returns.
+  // Ends every process of the run with `code` (MPI_Abort), at once when every process is ending
+  // this way, else within a few seconds (dist/mpi.cpp says why it waits). Alone: returns.
   virtual void abort(int code) = 0;
 
   // The processes that pass the same `color`, ranked by `key` (ties by rank):

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <climits>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -114,7 +115,22 @@ class MpiCommunicator final : public Communicator {
     gpus_ = connect_gpus(*this);
   }
 
-  void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
+  // A check every process makes alike (the grid, the block) fails on all of them, each printing why;
+  // MPI_Abort from the first would kill the others before they print. So the failing processes meet
+  // in a non-blocking barrier first, which completes once all have failed; a process still working
+  // (or waiting in another collective) never joins it, and the abort comes after kAbortGrace.
+  void abort(int code) override {
+    constexpr auto kAbortGrace = std::chrono::seconds(5);
+    MPI_Request all_failed;
+    if (MPI_Ibarrier(MPI_COMM_WORLD, &all_failed) == MPI_SUCCESS) {
+      const auto deadline = std::chrono::steady_clock::now() + kAbortGrace;
+      int done = 0;
+      while (MPI_Test(&all_failed, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
+             std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     const CollectiveTimer timer(collective_ms_);
