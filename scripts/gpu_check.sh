@@ -14,7 +14,12 @@
 #
 #   bash scripts/gpu_check.sh LOG_DIR
 #
-# Where the machine lacks OpenBLAS, doctest or nlohmann-json, run
+# TESTS=cuda builds only the test program and char_lm and runs only the cuda:
+# cases (the CPU suite is CI's), to spend less of a short lease. A failed cuda:
+# case is run again alone under compute-sanitizer (memcheck), each kernel checked
+# at its launch (AG_CUDA_SYNC), so that the log names the kernel that failed.
+#
+# Where the machine lacks OpenBLAS, doctest, nlohmann-json, CLI11 or Boost, run
 # scripts/fetch_gpu_deps.sh here first and carry .deps/; the packages are
 # unpacked into .deps/root. The text is found by scripts/get_data.sh
 # ($ATTOGRAD_DATA, data/ (carry it), or ../shared/data/).
@@ -26,7 +31,12 @@ exec > >(tee "$log_dir/gpu_check.log") 2>&1
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || echo "nvidia-smi failed"
 deps=$PWD/.deps/root
-if [ ! -e /usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ] || [ ! -e /usr/include/boost/graph/boykov_kolmogorov_max_flow.hpp ]; then
+missing=0
+for header in x86_64-linux-gnu/openblas-openmp/cblas.h boost/graph/boykov_kolmogorov_max_flow.hpp CLI/CLI.hpp \
+              doctest/doctest.h nlohmann/json.hpp; do
+  [ -e "/usr/include/$header" ] || missing=1
+done
+if [ "$missing" = 1 ]; then
   mkdir -p "$deps"
   for deb in .deps/*.deb; do dpkg -x "$deb" "$deps"; done
   export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu/openblas-openmp:$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
@@ -47,19 +57,32 @@ echo "== build"
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DATTOGRAD_DEPS_ROOT="$deps" "${mpi_args[@]}" \
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >"$log_dir/configure.log" 2>&1 || { cat "$log_dir/configure.log"; exit 1; }
 grep "attograd: MPI" "$log_dir/configure.log"
-cmake --build build-gpu -j "$(nproc)" >"$log_dir/build.log" 2>&1 || { tail -50 "$log_dir/build.log"; exit 1; }
-echo "built"
+targets=()
+[ "${TESTS:-all}" = cuda ] && targets=(--target attograd_tests char_lm)
+SECONDS=0
+cmake --build build-gpu -j "$(nproc)" "${targets[@]}" >"$log_dir/build.log" 2>&1 || { grep -B2 -A8 -m5 "error" "$log_dir/build.log"; tail -20 "$log_dir/build.log"; exit 1; }
+echo "built in $SECONDS s"
 
 echo "== tests (AG_REQUIRE_CUDA: a cuda test that finds no device fails instead of skipping)"
 export AG_REQUIRE_CUDA=1
-if ! (cd build-gpu && ctest -j 8 --timeout 600 --output-on-failure >"$log_dir/ctest.log" 2>&1); then
-  tail -40 "$log_dir/ctest.log"
-  echo "== cuda tests again, each kernel checked at its launch (AG_CUDA_SYNC) under compute-sanitizer"
-  AG_CUDA_SYNC=1 compute-sanitizer --tool memcheck ./build-gpu/attograd_tests -tc="cuda*" 2>&1 | tail -40
+ctest_filter=()
+[ "${TESTS:-all}" = cuda ] && ctest_filter=(-R "^cuda: ")
+SECONDS=0
+if ! (cd build-gpu && ctest -j 8 --timeout 120 "${ctest_filter[@]}" --output-on-failure >"$log_dir/ctest.log" 2>&1); then
+  grep -E "tests passed|tests failed" "$log_dir/ctest.log"
+  sed -n '/The following tests FAILED/,$p' "$log_dir/ctest.log"
+  grep -E "ERROR:|CHECK|error" "$log_dir/ctest.log" | head -60
+  echo "== the failed cuda cases again, alone, under compute-sanitizer with AG_CUDA_SYNC=1 (three at most)"
+  sed -n 's/^[[:space:]]*[0-9]* - \(cuda: .*\) (.*$/\1/p' "$log_dir/ctest.log" | head -3 | while read -r name; do
+    echo "-- $name"
+    # doctest splits a filter at commas; '?' matches the comma instead.
+    AG_CUDA_SYNC=1 timeout 60 compute-sanitizer --tool memcheck --print-limit 5 ./build-gpu/attograd_tests -tc="${name//,/?}" 2>&1 |
+      grep -v "^\[doctest\] \(doctest version\|run with\)" | tail -25
+  done
 else
   tail -3 "$log_dir/ctest.log"
 fi
-./build-gpu/attograd_tests -tc="cuda*" 2>&1 | tail -3
+echo "tests took $SECONDS s"
 
 echo "== timing: 200 iterations each (median ms/iter of iterations 10..199)"
 # name | options shared by both programs
@@ -72,10 +95,10 @@ for entry in "${configs[@]}"; do
   name=${entry%%|*}
   opts=${entry#*|}
   tokens=$(awk -v o="$opts" 'BEGIN {n = split(o, w, " "); for (i = 1; i < n; i++) {if (w[i] == "--block-size") t = w[i+1]; if (w[i] == "--batch-size") b = w[i+1]}; print t * b}')
-  a=$(./build-gpu/char_lm train --device cuda --data "$data" --out "$log_dir/run-$name" --max-iters 200 \
+  a=$(timeout 100 ./build-gpu/char_lm train --device cuda --data "$data" --out "$log_dir/run-$name" --max-iters 200 \
       --eval-interval 100000 --eval-iters 1 --sample-tokens 0 --log-interval 50 $opts | tee "$log_dir/attograd-$name.log" |
       sed -n 's/.*median \([0-9.]*\) ms\/iter.*/\1/p')
-  t=$(python3 bench/torch_char_lm.py --device cuda --data "$data" --iters 200 $opts | tee "$log_dir/torch-$name.log" |
+  t=$(timeout 100 python3 bench/torch_char_lm.py --device cuda --data "$data" --iters 200 $opts | tee "$log_dir/torch-$name.log" |
       sed -n 's/^ms\/iter \([0-9.]*\).*/\1/p')
   awk -v n="$name" -v a="$a" -v t="$t" -v k="$tokens" 'BEGIN {
     if (a == "" || t == "") { printf "%-12s %12s %12s %12s %12s %8s\n", n, a, "-", t, "-", "-"; exit }
@@ -84,7 +107,7 @@ done
 
 echo "== sampling 200 tokens on the GPU from the nanogpt-gpu run, with and without the KV cache (greedy: same text)"
 for flag in "" --no-kv-cache; do
-  ./build-gpu/char_lm sample --device cuda --ckpt "$log_dir/run-nanogpt-gpu" --tokens 200 --top-k 1 $flag \
+  timeout 45 ./build-gpu/char_lm sample --device cuda --ckpt "$log_dir/run-nanogpt-gpu" --tokens 200 --top-k 1 $flag \
     >"$log_dir/sample$flag.txt" 2>"$log_dir/sample$flag.log"
   tail -1 "$log_dir/sample$flag.log"
 done
@@ -101,8 +124,8 @@ mpiexec=$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' build-gpu/CMakeCache.txt)
 if grep -q "NCCL on" "$log_dir/configure.log" && [ -n "$mpiexec" ]; then
   opts="--device cuda --data $data --n-layer 2 --n-head 2 --n-embd 64 --block-size 32 --batch-size 8 --dropout 0
         --max-iters 20 --lr-decay-iters 20 --warmup-iters 5 --eval-interval 10 --eval-iters 2 --log-interval 1 --sample-tokens 0"
-  ./build-gpu/char_lm train $opts --out "$log_dir/run-alone" >"$log_dir/nccl-alone.log" 2>&1
-  timeout 300 "$mpiexec" --allow-run-as-root --bind-to none -np 1 ./build-gpu/char_lm train $opts --out "$log_dir/run-nccl" \
+  timeout 60 ./build-gpu/char_lm train $opts --out "$log_dir/run-alone" >"$log_dir/nccl-alone.log" 2>&1
+  timeout 60 "$mpiexec" --allow-run-as-root --bind-to none -np 1 ./build-gpu/char_lm train $opts --out "$log_dir/run-nccl" \
     >"$log_dir/nccl-mpi.log" 2>&1
   echo "exit status $?; last lines:"
   tail -2 "$log_dir/nccl-mpi.log"
@@ -117,7 +140,7 @@ fi
 
 echo "== ring attention (context parallelism) on one GPU: P = 1, its gradient's hop over NCCL"
 if grep -q "NCCL on" "$log_dir/configure.log" && [ -n "$mpiexec" ]; then
-  timeout 300 "$mpiexec" --allow-run-as-root --bind-to none -np 1 ./build-gpu/attograd_tests \
+  timeout 60 "$mpiexec" --allow-run-as-root --bind-to none -np 1 ./build-gpu/attograd_tests \
     -tc="cuda: context parallel*" 2>&1 | tail -3
 else
   echo "ring over NCCL SKIPPED: this build has no MPI or no NCCL"
