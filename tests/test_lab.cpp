@@ -207,6 +207,60 @@ TEST_CASE("lab: a three-cell lab trains two, records the refused one and goes on
   CHECK(again.rows == first.rows);
 }
 
+TEST_CASE("lab: passkey cells at two depths and two lengths draw the accuracy-by-depth plot, a line per length") {
+  const TempDir tmp("lab_passkey");
+  LabSpec spec = small_lab(tmp, 5, 8, 4);
+  spec.grids = {Grid{.axes = {{"task", {"passkey"}}, {"block_size", {"24", "32"}}, {"depth", {"0", "1"}},
+                              {"digits", {"2"}}, {"vocab", {"16"}}},
+                     .mixers = {"softmax"}, .lrs = {3e-3}}};
+  const LabSummary lab = run_lab(spec);
+  REQUIRE(lab.rows.size() == 4);
+  std::ifstream svg(tmp.dir / "passkey_by_depth.svg"), html(tmp.dir / "lab_report.html");
+  std::stringstream picture, page;
+  picture << svg.rdbuf();
+  page << html.rdbuf();
+  const std::string text = picture.str();
+  CHECK(text.find("softmax T=24") != std::string::npos);
+  CHECK(text.find("softmax T=32") != std::string::npos);
+  size_t lines = 0;
+  for (size_t at = text.find("class=\"series\""); at != std::string::npos; at = text.find("class=\"series\"", at + 1)) ++lines;
+  CHECK(lines == 2);
+  CHECK(page.str().find("<section id=\"passkey-depth\">") != std::string::npos);
+}
+
+TEST_CASE("lab program: --jobs 2 and two MPI processes give the rows of one process") {
+  const std::string lab = std::string(ATTOGRAD_LAB) +
+                          " --task mqar --block-size 16 --pairs 2 --vocab 32 --n-layer 1 --n-embd 16 --n-head 2"
+                          " --batch-size 8 --mixers softmax,linear:elu1,ssd --lr 0.003 --max-iters 20 --eval-interval 10"
+                          " --eval-examples 32 --threads 1 --out ";
+  // What a cell learned, not how fast: the columns that must not depend on how the cells were spread.
+  const auto learned = [](const std::filesystem::path& dir) {
+    std::ifstream csv(dir / "results.csv");
+    std::stringstream text;
+    text << csv.rdbuf();
+    std::vector<std::string> rows;
+    for (const Row& row : parse_csv(text.str()))
+      rows.push_back(row.at("cell") + " " + row.at("status") + " " + row.at("steps") + " " + row.at("accuracy") + " " +
+                     row.at("loss"));
+    std::sort(rows.begin(), rows.end());
+    return rows;
+  };
+  const TempDir one("lab_one"), jobs("lab_jobs"), mpi("lab_mpi");
+  auto [status, output] = run_command(lab + one.dir.string());
+  REQUIRE_MESSAGE(status == 0, output);
+  const std::vector<std::string> alone = learned(one.dir);
+  CHECK(alone.size() == 3);
+  std::tie(status, output) = run_command(lab + jobs.dir.string() + " --jobs 2");
+  REQUIRE_MESSAGE(status == 0, output);
+  CHECK(output.find("[1/2]") != std::string::npos);  // the second process's progress
+  CHECK(learned(jobs.dir) == alone);
+  const std::string mpirun = ag::test::mpirun_or_skip(2);
+  if (mpirun.empty()) return;
+  std::tie(status, output) = run_command(mpirun + " " + lab + mpi.dir.string());
+  REQUIRE_MESSAGE(status == 0, output);
+  CHECK(learned(mpi.dir) == alone);
+}
+
 TEST_CASE("lab: passkey, copy and text cells train and are scored only where their task asks") {
   const TextData text{"generated", generated_text(english, 4000)};
   for (const Task kind : {Task::Passkey, Task::Copy, Task::Text}) {

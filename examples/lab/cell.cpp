@@ -43,12 +43,14 @@ class Batches {
   char_lm::Dataset data_;
 };
 
-// The held-out score over `examples` examples, in chunks whose logits stay small.
+// The held-out score over `examples` examples, in chunks no larger than a
+// training batch: scoring then never needs more memory than a training step
+// (which holds the same logits and their gradient), so the cell's peak_mb is
+// the training's.
 Score score(nn::GPT& model, const Batches& batches, const Cell& cell, int64_t examples) {
   NoGradGuard no_grad;
   model.eval();
-  const int64_t T = cell.model.block_size, V = model.config().vocab_size;
-  const int64_t chunk = std::clamp<int64_t>((int64_t{1} << 22) / (T * V), 1, 256);
+  const int64_t T = cell.model.block_size, V = model.config().vocab_size, chunk = cell.optim.batch_size;
   Generator gen(cell.optim.seed + kHeldOutStream);
   int64_t scored = 0, correct = 0;
   double loss = 0;
@@ -56,14 +58,15 @@ Score score(nn::GPT& model, const Batches& batches, const Cell& cell, int64_t ex
     const int64_t B = std::min(chunk, examples - first);
     Tensor x, y;
     batches.held_out(B, gen, x, y);
-    const std::vector<double> logits = model.forward(x).to_vector();  // [B, T, V]
+    const Tensor logits = model.forward(x);  // [B, T, V], float32
+    const float* values = logits.data<float>();
     const std::vector<int64_t> targets = y.to_indices();
     for (int64_t row = 0; row < B * T; ++row) {
       if (targets[row] == kIgnore) continue;
-      const auto begin = logits.begin() + row * V, end = begin + V;
+      const float *begin = values + row * V, *end = begin + V;
       const double top = *std::max_element(begin, end);
       double sum = 0;
-      for (auto it = begin; it != end; ++it) sum += std::exp(*it - top);
+      for (const float* it = begin; it != end; ++it) sum += std::exp(*it - top);
       loss += top + std::log(sum) - begin[targets[row]];
       correct += std::max_element(begin, end) - begin == targets[row];
       ++scored;

@@ -114,6 +114,22 @@ std::string loss_vs_time(const std::vector<Row>& rows, const std::vector<Curve>&
                                  .left = series, .right = {}});
 }
 
+// Passkey's needle-in-a-haystack picture: accuracy against the needle's depth,
+// one line per mixer and length, so that both where the number sits and how
+// long the haystack is can be read off.
+std::string passkey_by_depth(const std::vector<Row>& rows) {
+  SeriesSet set;
+  const bool widths = varies(rows, "n_embd"), heads = varies(rows, "n_head");
+  for (const Row& row : rows)
+    if (trained(row) && field(row, "task") == "passkey")
+      set.add(series_name(row, widths, heads) + " T=" + field(row, "block_size"), number(row, "depth"),
+              number(row, "accuracy"));
+  if (set.empty()) return "";
+  return interp::line_chart_svg({.title = "passkey: held-out digit accuracy by the number's depth and the length T",
+                                 .x_label = "depth of the number in the filler (0: the start, 1: just before the question)",
+                                 .left_label = "accuracy", .right_label = "", .left = set.series(), .right = {}});
+}
+
 std::string cost_vs_length(const std::vector<Row>& rows) {
   SeriesSet ms, mb;
   for (const Row& row : rows) {
@@ -171,6 +187,8 @@ void write_report(const std::string& dir, const std::vector<Row>& rows, const st
     by_length += "<div>" + svg + "</div>\n";
   }
   const std::string by_state = accuracy_vs_state(rows), by_time = loss_vs_time(rows, curves), cost = cost_vs_length(rows);
+  const std::string by_depth = passkey_by_depth(rows);
+  if (!by_depth.empty()) char_lm::replace_file(dir + "/passkey_by_depth.svg", by_depth);
   if (!by_state.empty()) char_lm::replace_file(dir + "/accuracy_vs_state.svg", by_state);
   if (!by_time.empty()) char_lm::replace_file(dir + "/loss_vs_time.svg", by_time);
   if (!cost.empty()) char_lm::replace_file(dir + "/cost_vs_length.svg", cost);
@@ -198,7 +216,9 @@ void write_report(const std::string& dir, const std::vector<Row>& rows, const st
       std::to_string(rows.size()) + " cells; each trained at every learning rate of its sweep, the best held-out "
       "score kept.</p></section>\n"
       "<section id=\"accuracy-length\"><h2>Accuracy against sequence length</h2>\n" + none(by_length, "it") +
-      (text_rows.empty() ? "" : "<p>The text cells (scored by val loss):</p><ul>" + text_rows + "</ul>\n") + "</section>\n"
+      (text_rows.empty() ? "" : "<p>The text cells (scored by val loss):</p><ul>" + text_rows + "</ul>\n") + "</section>\n" +
+      (by_depth.empty() ? "" : "<section id=\"passkey-depth\"><h2>Passkey: accuracy by length and depth</h2>\n<div>" +
+                                   by_depth + "</div></section>\n") +
       "<section id=\"accuracy-state\"><h2>Accuracy against state size</h2>\n<p>Softmax attention's state is its KV "
       "cache, which grows with T; linear attention's and ssd's is a fixed recurrent state.</p>\n" +
       none(by_state, "it") + "</section>\n"

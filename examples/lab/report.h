@@ -1,9 +1,10 @@
 // The lab's pictures and its page, from results.csv's rows and the cells'
 // curves: accuracy against sequence length per mixer (Zoology's figure 2),
 // accuracy against the decoder's state size (the recall–memory trade-off),
-// training loss against wall-clock time, and ms/iter and peak memory against T
-// (SVG, examples/interp/svg.h), each written to DIR and inlined in one
-// self-contained DIR/lab_report.html.
+// training loss against wall-clock time, ms/iter and peak memory against T, and
+// for passkey cells accuracy by the needle's depth and the length (SVG,
+// examples/interp/svg.h), each written to DIR and inlined in one self-contained
+// DIR/lab_report.html.
 #pragma once
 #include <string>
 #include <vector>
@@ -21,7 +22,8 @@ struct Curve {
 std::vector<CurvePoint> parse_curve(const std::string& text);
 
 // Writes accuracy_vs_length.svg, accuracy_vs_state.svg, loss_vs_time.svg,
-// cost_vs_length.svg and lab_report.html to `dir`. `command` is the lab's
+// cost_vs_length.svg, passkey_by_depth.svg (with passkey cells) and
+// lab_report.html to `dir`. `command` is the lab's
 // command line, shown on the page.
 void write_report(const std::string& dir, const std::vector<Row>& rows, const std::vector<Curve>& curves,
                   const std::string& command);
