@@ -88,6 +88,8 @@ def main():
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--profile", type=int, default=0,
+                   help="after the timed iterations, N more under torch.profiler: a table of the kernels' GPU time")
     a = p.parse_args()
     torch.set_num_threads(a.torch_threads)
     torch.manual_seed(a.seed)
@@ -101,9 +103,7 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.99))
 
-    times = []
-    for it in range(a.iters):
-        t0 = time.perf_counter()
+    def step(it):
         ix = torch.randint(len(data) - a.block_size - 1, (a.batch_size,))
         x = torch.stack([data[i:i + a.block_size] for i in ix])
         y = torch.stack([data[i + 1:i + 1 + a.block_size] for i in ix])
@@ -115,12 +115,30 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        loss_value = loss.item()  # waits for the GPU, as attograd's loop does
+        return loss.item()  # waits for the GPU, as attograd's loop does
+
+    times = []
+    for it in range(a.iters):
+        t0 = time.perf_counter()
+        loss_value = step(it)
         times.append(time.perf_counter() - t0)
         if it % 50 == 0:
             print(f"iter {it} loss {loss_value:.4f}")
     steady = sorted(times[10:])
     print(f"ms/iter {1000 * steady[len(steady) // 2]:.2f} (median of iters 10..{a.iters - 1})")
+    if a.profile:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for it in range(a.iters, a.iters + a.profile):
+                step(it)
+        events = prof.key_averages()
+        # PyTorch 2.4 renamed cuda_time_total to device_time_total; 1.13 knows only the first.
+        for sort_by in (["device_time_total", "cuda_time_total"] if a.device == "cuda" else ["cpu_time_total"]):
+            try:
+                print(events.table(sort_by=sort_by, row_limit=30, max_name_column_width=60))
+                break
+            except AttributeError:
+                continue
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@
 #   4. train 20 iterations on one MPI process with --device cuda (NCCL collectives)
 #      and compare its losses with one process alone,
 #   5. run the ring-attention cases on one MPI process (a ring of one, its hop over NCCL),
-#   6. with FULL=1, train the GPU config to 5000 iterations (val loss target <= 1.50).
+#   6. with PROFILE=1, 20 iterations at nanoGPT's config under attograd's kernel
+#      profiler (AG_PROFILE=1) and under torch.profiler: where each one's step goes,
+#   7. with FULL=1, train the GPU config to 5000 iterations (val loss target <= 1.50).
 # Everything printed also goes to LOG_DIR/gpu_check.log.
 #
 #   bash scripts/gpu_check.sh LOG_DIR
@@ -147,6 +149,17 @@ else
 fi
 echo "ring attention with P >= 2 on GPUs needs 2 GPUs (one per process): not run on this machine;"
 echo "  mpirun -np 2 ./build-gpu/char_lm train --device cuda --context-parallel 2 ... would run it"
+
+if [ "${PROFILE:-0}" = 1 ]; then
+  echo "== where a step's time goes at the nanoGPT size: 20 iterations under each program's profiler"
+  # attograd: AG_PROFILE=1 (core/profiler.h) waits for the device around each kernel, so each row is one kernel's own time.
+  AG_PROFILE=1 timeout 100 ./build-gpu/char_lm train --device cuda --data "$data" --out "$log_dir/run-profile" \
+    --max-iters 20 --eval-interval 100000 --eval-iters 1 --sample-tokens 0 --log-interval 10 \
+    --n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --batch-size 64 --dropout 0.2 2>&1 |
+    sed -n '/kernel profile/,$p' | head -60
+  timeout 100 python3 bench/torch_char_lm.py --device cuda --data "$data" --iters 20 --profile 20 \
+    --n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --batch-size 64 --dropout 0.2 | tail -36
+fi
 
 if [ "${FULL:-0}" = 1 ]; then
   echo "== nanoGPT GPU config, 5000 iterations"
