@@ -7,6 +7,7 @@
 
 #include "bench/measure.h"
 #include "core/autograd.h"
+#include "core/caching_allocator.h"
 #include "nn/kv_cache.h"
 #include "optim/adam.h"
 
@@ -114,6 +115,10 @@ int64_t state_floats(const nn::GPTConfig& config) {
 }
 
 RunResult train_run(const Cell& cell, double lr, const Budget& budget, const TextData* text, const StepReport& report) {
+  // The runs before this one in the process left their blocks in the host
+  // allocator's cache: resident, and reused by this run without a new page. Freed
+  // first, they leave the baseline, and peak_mb counts every byte of this run.
+  host_empty_cache();
   bench::return_freed_memory_to_the_system();
   const bench::PeakMemory peak;
   const Batches batches(cell, text);
