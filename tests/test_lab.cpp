@@ -207,6 +207,17 @@ TEST_CASE("lab: a three-cell lab trains two, records the refused one and goes on
   CHECK(again.rows == first.rows);
 }
 
+TEST_CASE("lab: a cell named twice, in one list or by two grids, is one cell") {
+  const TempDir tmp("lab_twice");
+  LabSpec spec = small_lab(tmp, 1, 1, 1);
+  spec.grids[0].mixers = {"softmax", "linear:elu1", "softmax"};
+  spec.grids.push_back(spec.grids[0]);
+  const std::vector<Cell> cells = lab_cells(spec);
+  REQUIRE(cells.size() == 2);
+  CHECK(cells[0].mixer == "softmax");
+  CHECK(cells[1].mixer == "linear:elu1");
+}
+
 TEST_CASE("lab: passkey cells at two depths and two lengths draw the accuracy-by-depth plot, a line per length") {
   const TempDir tmp("lab_passkey");
   LabSpec spec = small_lab(tmp, 5, 8, 4);

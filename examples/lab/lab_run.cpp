@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "dist/communicator.h"
@@ -58,10 +59,10 @@ Preset preset(const std::string& name) {
 
 std::vector<Cell> lab_cells(const LabSpec& spec) {
   std::vector<Cell> cells;
-  for (const Grid& grid : spec.grids) {
-    const std::vector<Cell> some = expand(grid, spec.defaults);
-    cells.insert(cells.end(), some.begin(), some.end());
-  }
+  std::set<std::string> ids;
+  for (const Grid& grid : spec.grids)
+    for (const Cell& cell : expand(grid, spec.defaults))
+      if (ids.insert(cell.id()).second) cells.push_back(cell);
   return cells;
 }
 

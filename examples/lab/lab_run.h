@@ -37,7 +37,9 @@ struct Preset {
 };
 Preset preset(const std::string& name);
 
-// Every cell of the spec's grids, in order.
+// Every cell of the spec's grids, in order; a cell named again (a value repeated
+// in a list, or two grids that meet, as a preset's do when an option replaces
+// the axis they differ in) appears once.
 std::vector<Cell> lab_cells(const LabSpec& spec);
 
 struct LabSummary {
