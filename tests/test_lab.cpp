@@ -239,6 +239,24 @@ TEST_CASE("lab: passkey cells at two depths and two lengths draw the accuracy-by
   CHECK(page.str().find("<section id=\"passkey-depth\">") != std::string::npos);
 }
 
+TEST_CASE("lab: where the heads vary, accuracy against the number of heads is drawn, a line per task and mixer") {
+  const TempDir tmp("lab_heads");
+  LabSpec spec = small_lab(tmp, 3, 4, 2);
+  spec.grids[0].axes.push_back({"n_head", {"1", "2"}});
+  spec.grids[0].mixers = {"softmax", "softmax:gqa=1"};
+  const LabSummary lab = run_lab(spec);
+  REQUIRE(lab.rows.size() == 4);
+  CHECK_FALSE(std::filesystem::exists(tmp.dir / "loss_vs_heads.svg"));  // no text cell
+  std::ifstream svg(tmp.dir / "accuracy_vs_heads.svg");
+  std::stringstream picture;
+  picture << svg.rdbuf();
+  const std::string text = picture.str();
+  CHECK(text.find("mqar softmax:gqa=1") != std::string::npos);
+  size_t lines = 0;
+  for (size_t at = text.find("class=\"series\""); at != std::string::npos; at = text.find("class=\"series\"", at + 1)) ++lines;
+  CHECK(lines == 2);
+}
+
 TEST_CASE("lab program: --jobs 2 and two MPI processes give the rows of one process") {
   const std::string lab = std::string(ATTOGRAD_LAB) +
                           " --task mqar --block-size 16 --pairs 2 --vocab 32 --n-layer 1 --n-embd 16 --n-head 2"

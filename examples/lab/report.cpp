@@ -130,6 +130,25 @@ std::string passkey_by_depth(const std::vector<Row>& rows) {
                                  .left_label = "accuracy", .right_label = "", .left = set.series(), .right = {}});
 }
 
+// The heads question ("how few heads suffice?"): the score against the number
+// of query heads, a line per task and mixer; `text` true draws the text task's
+// val loss (lower is better), false the other tasks' accuracy.
+std::string score_vs_heads(const std::vector<Row>& rows, bool text) {
+  if (!varies(rows, "n_head")) return "";
+  SeriesSet set;
+  const bool widths = varies(rows, "n_embd"), lengths = varies(rows, "block_size");
+  for (const Row& row : rows)
+    if (trained(row) && (field(row, "task") == "text") == text)
+      set.add(field(row, "task") + " " + series_name(row, widths, false) + (lengths ? " T=" + field(row, "block_size") : ""),
+              number(row, "n_head"), number(row, text ? "loss" : "accuracy"));
+  if (set.empty()) return "";
+  return interp::line_chart_svg(
+      {.title = std::string(text ? "text: val loss" : "held-out accuracy") +
+                " against the number of query heads (softmax:gqa=1: one K/V head for all)",
+       .x_label = "query heads H (--n-head)", .left_label = text ? "val loss" : "accuracy", .right_label = "",
+       .left = set.series(), .right = {}});
+}
+
 std::string cost_vs_length(const std::vector<Row>& rows) {
   SeriesSet ms, mb;
   for (const Row& row : rows) {
@@ -189,6 +208,13 @@ void write_report(const std::string& dir, const std::vector<Row>& rows, const st
   const std::string by_state = accuracy_vs_state(rows), by_time = loss_vs_time(rows, curves), cost = cost_vs_length(rows);
   const std::string by_depth = passkey_by_depth(rows);
   if (!by_depth.empty()) char_lm::replace_file(dir + "/passkey_by_depth.svg", by_depth);
+  std::string by_heads;
+  for (const bool text : {false, true}) {
+    const std::string svg = score_vs_heads(rows, text);
+    if (svg.empty()) continue;
+    char_lm::replace_file(dir + (text ? "/loss_vs_heads.svg" : "/accuracy_vs_heads.svg"), svg);
+    by_heads += "<div>" + svg + "</div>\n";
+  }
   if (!by_state.empty()) char_lm::replace_file(dir + "/accuracy_vs_state.svg", by_state);
   if (!by_time.empty()) char_lm::replace_file(dir + "/loss_vs_time.svg", by_time);
   if (!cost.empty()) char_lm::replace_file(dir + "/cost_vs_length.svg", cost);
@@ -219,6 +245,8 @@ void write_report(const std::string& dir, const std::vector<Row>& rows, const st
       (text_rows.empty() ? "" : "<p>The text cells (scored by val loss):</p><ul>" + text_rows + "</ul>\n") + "</section>\n" +
       (by_depth.empty() ? "" : "<section id=\"passkey-depth\"><h2>Passkey: accuracy by length and depth</h2>\n<div>" +
                                    by_depth + "</div></section>\n") +
+      (by_heads.empty() ? "" : "<section id=\"heads\"><h2>Score against the number of heads</h2>\n" + by_heads +
+                                   "</section>\n") +
       "<section id=\"accuracy-state\"><h2>Accuracy against state size</h2>\n<p>Softmax attention's state is its KV "
       "cache, which grows with T; linear attention's and ssd's is a fixed recurrent state.</p>\n" +
       none(by_state, "it") + "</section>\n"
