@@ -173,7 +173,7 @@ TEST_CASE("lab results.csv: rows round-trip, quotes, commas and all") {
   CHECK(text.rfind("task,mixer,block_size,", 0) == 0);
 }
 
-TEST_CASE("lab: a three-cell lab trains two, records the refused one and goes on, and a rerun skips the finished cells") {
+TEST_CASE("lab: a three-cell lab trains two, records the refused one and goes on, a rerun skips the finished cells, and --report-only trains none") {
   const TempDir tmp("lab");
   LabSpec spec = small_lab(tmp, 30, 64, 8);
   spec.grids[0].mixers = {"softmax", "linear:position=alibi", "linear:elu1"};
@@ -205,6 +205,16 @@ TEST_CASE("lab: a three-cell lab trains two, records the refused one and goes on
   CHECK(again.trained == 0);
   CHECK(again.skipped == 3);
   CHECK(again.rows == first.rows);
+
+  // A grid grown by a cell, reported without training: the finished cells' rows, nothing trained.
+  spec.grids[0].mixers.push_back("ssd");
+  spec.options.report_only = true;
+  const LabSummary report = run_lab(spec);
+  CHECK(report.cells == 4);
+  CHECK(report.trained == 0);
+  CHECK(report.skipped == 3);
+  CHECK(report.rows == first.rows);
+  CHECK_FALSE(std::filesystem::exists(tmp.dir / "cells" / (lab_cells(spec)[3].id() + ".csv")));
 }
 
 TEST_CASE("lab: a cell named twice, in one list or by two grids, is one cell") {

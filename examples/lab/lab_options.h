@@ -31,4 +31,5 @@
   X(Local, int64_t,     eval_interval, 100,     1,   int64_t{1} << 40, "score the held-out examples every N iterations (the progress line and the curves)") \
   X(Local, int64_t,     eval_examples, 500,     1,   1 << 24,          "held-out examples scored (text: batches of --batch-size windows, this many windows)") \
   X(Local, int64_t,     jobs,          1,       1,   1024,             "cells trained at once, each in a process of its own") \
-  X(Local, std::string, shard,         "",      0,   0,                "this process's share of the cells, i/N (what --jobs gives its processes; mpirun's ranks take theirs)")
+  X(Local, std::string, shard,         "",      0,   0,                "this process's share of the cells, i/N (what --jobs gives its processes; mpirun's ranks take theirs)") \
+  X(Local, bool,        report_only,   false,   0,   0,                "train nothing: write results.csv, the plots and lab_report.html from the cells finished so far (a long grid's results while it runs)")

@@ -191,11 +191,13 @@ LabSummary run_lab(const LabSpec& spec) {
   dist::Communicator& comm = dist::world();
   const bool worker = !o.shard.empty();
   Shard shard = worker ? parse_shard(o.shard) : Shard{comm.rank(), comm.size()};
-  if (!worker && comm.size() == 1 && o.jobs > 1) {
-    const auto finished = [&] {
-      return std::count_if(cells.begin(), cells.end(),
-                           [&](const Cell& cell) { return fs::exists(o.out + "/cells/" + cell.id() + ".csv"); });
-    };
+  const auto finished = [&] {
+    return std::count_if(cells.begin(), cells.end(),
+                         [&](const Cell& cell) { return fs::exists(o.out + "/cells/" + cell.id() + ".csv"); });
+  };
+  if (o.report_only) {
+    summary.skipped = finished();
+  } else if (!worker && comm.size() == 1 && o.jobs > 1) {
     summary.skipped = finished();
     run_jobs(spec);
     summary.trained = finished() - summary.skipped;
