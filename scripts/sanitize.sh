@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export UBSAN_OPTIONS="print_stacktrace=1:${UBSAN_OPTIONS:-}"
 bash scripts/build_sanitize.sh
-mpirun_tests='^(data|context) parallel:'  # the cases that start processes with mpirun
+mpirun_tests='^((data|context) parallel|lab processes):'  # the cases that start processes with mpirun
 (cd build-sanitize && ctest --output-on-failure -j "$(nproc)" --timeout 900 -E "$mpirun_tests")
 # The tests that start processes with mpirun: Open MPI leaves blocks of MPI_Init
 # and of its plugins unfreed at exit, and unloads the plugins first, so

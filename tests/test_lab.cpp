@@ -267,7 +267,7 @@ TEST_CASE("lab: where the heads vary, accuracy against the number of heads is dr
   CHECK(lines == 2);
 }
 
-TEST_CASE("lab program: --jobs 2 and two MPI processes give the rows of one process") {
+TEST_CASE("lab processes: --jobs 2 and two MPI processes give the rows of one process") {
   const std::string lab = std::string(ATTOGRAD_LAB) +
                           " --task mqar --block-size 16 --pairs 2 --vocab 32 --n-layer 1 --n-embd 16 --n-head 2"
                           " --batch-size 8 --mixers softmax,linear:elu1,ssd --lr 0.003 --max-iters 20 --eval-interval 10"
