@@ -19,6 +19,8 @@ using ag::test::TempDir;
 using ag::test::run_command;
 using ag::test::english;
 using ag::test::generated_text;
+using ag::test::occurrences;
+using ag::test::read_file;
 
 namespace {
 TaskOptions task_of(Task kind) {
@@ -236,17 +238,11 @@ TEST_CASE("lab: passkey cells at two depths and two lengths draw the accuracy-by
                      .mixers = {"softmax"}, .lrs = {3e-3}}};
   const LabSummary lab = run_lab(spec);
   REQUIRE(lab.rows.size() == 4);
-  std::ifstream svg(tmp.dir / "passkey_by_depth.svg"), html(tmp.dir / "lab_report.html");
-  std::stringstream picture, page;
-  picture << svg.rdbuf();
-  page << html.rdbuf();
-  const std::string text = picture.str();
-  CHECK(text.find("softmax T=24") != std::string::npos);
-  CHECK(text.find("softmax T=32") != std::string::npos);
-  size_t lines = 0;
-  for (size_t at = text.find("class=\"series\""); at != std::string::npos; at = text.find("class=\"series\"", at + 1)) ++lines;
-  CHECK(lines == 2);
-  CHECK(page.str().find("<section id=\"passkey-depth\">") != std::string::npos);
+  const std::string picture = read_file(tmp.file("passkey_by_depth.svg"));
+  CHECK(picture.find("softmax T=24") != std::string::npos);
+  CHECK(picture.find("softmax T=32") != std::string::npos);
+  CHECK(occurrences(picture, "class=\"series\"") == 2);
+  CHECK(read_file(tmp.file("lab_report.html")).find("<section id=\"passkey-depth\">") != std::string::npos);
 }
 
 TEST_CASE("lab: where the heads vary, accuracy against the number of heads is drawn, a line per task and mixer") {
@@ -257,14 +253,9 @@ TEST_CASE("lab: where the heads vary, accuracy against the number of heads is dr
   const LabSummary lab = run_lab(spec);
   REQUIRE(lab.rows.size() == 4);
   CHECK_FALSE(std::filesystem::exists(tmp.dir / "loss_vs_heads.svg"));  // no text cell
-  std::ifstream svg(tmp.dir / "accuracy_vs_heads.svg");
-  std::stringstream picture;
-  picture << svg.rdbuf();
-  const std::string text = picture.str();
-  CHECK(text.find("mqar softmax:gqa=1") != std::string::npos);
-  size_t lines = 0;
-  for (size_t at = text.find("class=\"series\""); at != std::string::npos; at = text.find("class=\"series\"", at + 1)) ++lines;
-  CHECK(lines == 2);
+  const std::string picture = read_file(tmp.file("accuracy_vs_heads.svg"));
+  CHECK(picture.find("mqar softmax:gqa=1") != std::string::npos);
+  CHECK(occurrences(picture, "class=\"series\"") == 2);
 }
 
 TEST_CASE("lab processes: --jobs 2 and two MPI processes give the rows of one process") {
@@ -274,11 +265,8 @@ TEST_CASE("lab processes: --jobs 2 and two MPI processes give the rows of one pr
                           " --eval-examples 32 --threads 1 --out ";
   // What a cell learned, not how fast: the columns that must not depend on how the cells were spread.
   const auto learned = [](const std::filesystem::path& dir) {
-    std::ifstream csv(dir / "results.csv");
-    std::stringstream text;
-    text << csv.rdbuf();
     std::vector<std::string> rows;
-    for (const Row& row : parse_csv(text.str()))
+    for (const Row& row : parse_csv(read_file((dir / "results.csv").string())))
       rows.push_back(row.at("cell") + " " + row.at("status") + " " + row.at("steps") + " " + row.at("accuracy") + " " +
                      row.at("loss"));
     std::sort(rows.begin(), rows.end());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -66,27 +67,47 @@ bool varies(const std::vector<Row>& rows, const std::string& column) {
   return values.size() > 1;
 }
 
-std::string accuracy_vs_length(const std::vector<Row>& rows, const std::string& task) {
+struct Labels {
+  std::string title, x, y;
+};
+
+// The picture every per-cell plot is: one line per name(row) through (x(row),
+// the row's `y` column) of the trained rows `keep` takes; "" when none is taken.
+std::string rows_chart(const std::vector<Row>& rows, const std::function<bool(const Row&)>& keep,
+                       const std::function<std::string(const Row&)>& name, const std::function<double(const Row&)>& x,
+                       const std::string& y, const Labels& labels) {
   SeriesSet set;
-  const bool widths = varies(rows, "n_embd"), heads = varies(rows, "n_head");
   for (const Row& row : rows)
-    if (trained(row) && field(row, "task") == task)
-      set.add(series_name(row, widths, heads), number(row, "block_size"), number(row, "accuracy"));
+    if (trained(row) && keep(row)) set.add(name(row), x(row), number(row, y));
   if (set.empty()) return "";
-  return interp::line_chart_svg({.title = task + ": held-out accuracy against sequence length",
-                                 .x_label = "sequence length T (--block-size)", .left_label = "accuracy",
+  return interp::line_chart_svg({.title = labels.title, .x_label = labels.x, .left_label = labels.y,
                                  .right_label = "", .left = set.series(), .right = {}});
 }
 
+std::function<double(const Row&)> column(const std::string& name) {
+  return [name](const Row& row) { return number(row, name); };
+}
+
+std::function<bool(const Row&)> task_is(const std::string& task) {
+  return [task](const Row& row) { return field(row, "task") == task; };
+}
+
+std::string accuracy_vs_length(const std::vector<Row>& rows, const std::string& task) {
+  const bool widths = varies(rows, "n_embd"), heads = varies(rows, "n_head");
+  return rows_chart(rows, task_is(task), [&](const Row& row) { return series_name(row, widths, heads); },
+                    column("block_size"), "accuracy",
+                    {.title = task + ": held-out accuracy against sequence length",
+                     .x = "sequence length T (--block-size)", .y = "accuracy"});
+}
+
 std::string accuracy_vs_state(const std::vector<Row>& rows) {
-  SeriesSet set;
-  for (const Row& row : rows)
-    if (trained(row) && field(row, "task") != "text")
-      set.add(field(row, "task") + " " + field(row, "mixer"), std::log2(number(row, "state_floats")), number(row, "accuracy"));
-  if (set.empty()) return "";
-  return interp::line_chart_svg({.title = "held-out accuracy against the decoder's state (every cell)",
-                                 .x_label = "log2 of the floats a decoder holds after T positions (KV cache or recurrent state)",
-                                 .left_label = "accuracy", .right_label = "", .left = set.series(), .right = {}});
+  return rows_chart(
+      rows, [](const Row& row) { return field(row, "task") != "text"; },
+      [](const Row& row) { return field(row, "task") + " " + field(row, "mixer"); },
+      [](const Row& row) { return std::log2(number(row, "state_floats")); }, "accuracy",
+      {.title = "held-out accuracy against the decoder's state (every cell)",
+       .x = "log2 of the floats a decoder holds after T positions (KV cache or recurrent state)",
+       .y = "accuracy"});
 }
 
 // The cells at the longest T of the first task, each its winning run's training loss over time.
@@ -118,16 +139,14 @@ std::string loss_vs_time(const std::vector<Row>& rows, const std::vector<Curve>&
 // one line per mixer and length, so that both where the number sits and how
 // long the haystack is can be read off.
 std::string passkey_by_depth(const std::vector<Row>& rows) {
-  SeriesSet set;
   const bool widths = varies(rows, "n_embd"), heads = varies(rows, "n_head");
-  for (const Row& row : rows)
-    if (trained(row) && field(row, "task") == "passkey")
-      set.add(series_name(row, widths, heads) + " T=" + field(row, "block_size"), number(row, "depth"),
-              number(row, "accuracy"));
-  if (set.empty()) return "";
-  return interp::line_chart_svg({.title = "passkey: held-out digit accuracy by the number's depth and the length T",
-                                 .x_label = "depth of the number in the filler (0: the start, 1: just before the question)",
-                                 .left_label = "accuracy", .right_label = "", .left = set.series(), .right = {}});
+  return rows_chart(
+      rows, task_is("passkey"),
+      [&](const Row& row) { return series_name(row, widths, heads) + " T=" + field(row, "block_size"); },
+      column("depth"), "accuracy",
+      {.title = "passkey: held-out digit accuracy by the number's depth and the length T",
+       .x = "depth of the number in the filler (0: the start, 1: just before the question)",
+       .y = "accuracy"});
 }
 
 // The heads question ("how few heads suffice?"): the score against the number
@@ -135,18 +154,17 @@ std::string passkey_by_depth(const std::vector<Row>& rows) {
 // val loss (lower is better), false the other tasks' accuracy.
 std::string score_vs_heads(const std::vector<Row>& rows, bool text) {
   if (!varies(rows, "n_head")) return "";
-  SeriesSet set;
   const bool widths = varies(rows, "n_embd"), lengths = varies(rows, "block_size");
-  for (const Row& row : rows)
-    if (trained(row) && (field(row, "task") == "text") == text)
-      set.add(field(row, "task") + " " + series_name(row, widths, false) + (lengths ? " T=" + field(row, "block_size") : ""),
-              number(row, "n_head"), number(row, text ? "loss" : "accuracy"));
-  if (set.empty()) return "";
-  return interp::line_chart_svg(
+  return rows_chart(
+      rows, [&](const Row& row) { return (field(row, "task") == "text") == text; },
+      [&](const Row& row) {
+        return field(row, "task") + " " + series_name(row, widths, false) +
+               (lengths ? " T=" + field(row, "block_size") : "");
+      },
+      column("n_head"), text ? "loss" : "accuracy",
       {.title = std::string(text ? "text: val loss" : "held-out accuracy") +
                 " against the number of query heads (softmax:gqa=1: one K/V head for all)",
-       .x_label = "query heads H (--n-head)", .left_label = text ? "val loss" : "accuracy", .right_label = "",
-       .left = set.series(), .right = {}});
+       .x = "query heads H (--n-head)", .y = text ? "val loss" : "accuracy"});
 }
 
 std::string cost_vs_length(const std::vector<Row>& rows) {
