@@ -38,9 +38,9 @@ Preset preset(const std::string& name) {
                             {"warmup", "0.25"}, {"eval_interval", "500"}, {"eval_examples", "1000"}, {"jobs", "3"},
                             {"threads", "1"}}};
   if (name == "recall") {
-    // Zoology's figure 2: the pairs grow with the length. 15000 steps: at V = 1024
-    // softmax left MQAR's plateau only after step 4000 of such a run, and not in
-    // 5000-step runs (docs/lab.md).
+    // Zoology's figure 2: the pairs grow with the length. The step count is what
+    // softmax attention was measured to need to leave MQAR's plateau at this
+    // vocabulary (docs/lab.md, "The recall preset").
     Preset p{.grids = {}, .lab_options = {{"mixers", recall_mixers}, {"lr", "0.001,0.003"}, {"max_iters", "15000"},
                                           {"warmup", "0.2"}, {"eval_interval", "500"}, {"eval_examples", "1000"},
                                           {"jobs", "2"}, {"threads", "1"}}};
