@@ -11,7 +11,10 @@
 #   5. run the ring-attention cases on one MPI process (a ring of one, its hop over NCCL),
 #   6. with PROFILE=1, 20 iterations at nanoGPT's config under attograd's kernel
 #      profiler (AG_PROFILE=1) and under torch.profiler: where each one's step goes,
-#   7. with FULL=1, train the GPU config to 5000 iterations (val loss target <= 1.50).
+#   7. with FULL=1, train the GPU config to 5000 iterations (val loss target <= 1.50),
+#   8. with LAB=1, the lab on the GPU: `lab --preset quick --device cuda` (softmax's
+#      mqar accuracy >= 0.99, as on the CPU) and 50 steps of every cell of
+#      `--preset recall` for its ms/iter and memory on the GPU.
 # Everything printed also goes to LOG_DIR/gpu_check.log.
 #
 #   bash scripts/gpu_check.sh LOG_DIR
@@ -60,7 +63,7 @@ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DATTOGRAD_DEPS_ROOT="$deps" 
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >"$log_dir/configure.log" 2>&1 || { cat "$log_dir/configure.log"; exit 1; }
 grep "attograd: MPI" "$log_dir/configure.log"
 targets=()
-[ "${TESTS:-all}" = cuda ] && targets=(--target attograd_tests char_lm)
+[ "${TESTS:-all}" = cuda ] && targets=(--target attograd_tests char_lm lab)
 SECONDS=0
 cmake --build build-gpu -j "$(nproc)" "${targets[@]}" >"$log_dir/build.log" 2>&1 || { grep -B2 -A8 -m5 "error" "$log_dir/build.log"; tail -20 "$log_dir/build.log"; exit 1; }
 echo "built in $SECONDS s"
@@ -166,4 +169,23 @@ if [ "${FULL:-0}" = 1 ]; then
   ./build-gpu/char_lm train --device cuda --data "$data" --out "$log_dir/run-full" --n-layer 6 --n-head 6 \
     --n-embd 384 --block-size 256 --batch-size 64 --dropout 0.2 --max-iters 5000 --lr-decay-iters 5000 \
     --eval-interval 500 --eval-iters 200 --log-interval 100 --warmup-iters 100 --min-lr 1e-4 | grep -E "eval|done"
+fi
+
+if [ "${LAB:-0}" = 1 ]; then
+  # The columns of a lab's results.csv named in $2.. (the fields read here hold no commas).
+  columns() {
+    awk -F, -v want="${*:2}" 'NR == 1 {n = split(want, w, " "); for (i = 1; i <= NF; i++) at[$i] = i}
+      {line = ""; for (j = 1; j <= n; j++) line = line (j > 1 ? "\t" : "") $(at[w[j]]); print line}' "$1"
+  }
+  echo "== the lab on the GPU: --preset quick"
+  SECONDS=0
+  timeout 400 ./build-gpu/lab --preset quick --device cuda --out "$log_dir/lab-quick" >"$log_dir/lab-quick.log" 2>&1
+  echo "exit status $?, $SECONDS s"
+  columns "$log_dir/lab-quick/results.csv" mixer block_size accuracy ms_per_iter peak_mb device status
+  echo "== 50 steps of each cell of --preset recall on the GPU (ms/iter, MB)"
+  SECONDS=0
+  timeout 400 ./build-gpu/lab --preset recall --device cuda --max-iters 50 --lr 0.003 --eval-interval 50 \
+    --eval-examples 64 --jobs 1 --out "$log_dir/lab-recall-cost" >"$log_dir/lab-recall-cost.log" 2>&1
+  echo "exit status $?, $SECONDS s"
+  columns "$log_dir/lab-recall-cost/results.csv" mixer block_size pairs n_embd ms_per_iter peak_mb status
 fi

@@ -308,11 +308,37 @@ TEST_CASE("lab: passkey, copy and text cells train and are scored only where the
                                                .eval_examples = 8}, &text, nullptr);
     REQUIRE(r.row.at("status") == "ok");
     CHECK(r.row.at("steps") == "5");
+    CHECK(r.row.at("device") == "cpu");
     CHECK(r.curve.size() == 5);
     // Five steps leave the held-out loss near a uniform guess's log V: a mean per scored position.
     const double V = kind == Task::Text ? static_cast<double>(cell_model(cell, &text).vocab_size) : 32.0;
     CHECK(std::stod(r.row.at("loss")) == doctest::Approx(std::log(V)).epsilon(0.25));
   }
+}
+
+TEST_CASE("cuda: a lab cell trains on CUDA as on the CPU: the same losses step by step and held out") {
+  if (!ag::test::cuda_or_skip()) return;
+  Cell cell;
+  cell.task.vocab = 32;
+  cell.task.pairs = 2;
+  cell.model.block_size = 16;
+  cell.model.n_layer = 1;
+  cell.model.n_embd = 16;
+  cell.optim.batch_size = 8;
+  cell.lrs = {3e-3};
+  Budget budget{.max_iters = 20, .max_seconds = 0, .warmup = 0.1, .eval_interval = 10, .eval_examples = 64};
+  const CellResult cpu = run_cell(cell, budget, nullptr, nullptr);
+  budget.device = Device::CUDA;
+  const CellResult gpu = run_cell(cell, budget, nullptr, nullptr);
+  REQUIRE(gpu.row.at("status") == "ok");
+  CHECK(gpu.row.at("device") == "cuda");
+  CHECK(std::stod(gpu.row.at("peak_mb")) > 0);
+  REQUIRE(gpu.curve.size() == cpu.curve.size());
+  for (size_t i = 0; i < cpu.curve.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::abs(gpu.curve[i].loss - cpu.curve[i].loss) < 5e-5);
+  }
+  CHECK(std::stod(gpu.row.at("loss")) == doctest::Approx(std::stod(cpu.row.at("loss"))).epsilon(1e-4));
 }
 
 TEST_CASE("lab: a cell whose every learning rate diverges is recorded as diverged; one rate diverging is noted") {
@@ -342,6 +368,11 @@ TEST_CASE("lab program: bad input names the known choices and exits non-zero") {
   std::tie(status, output) = run_command(lab + " --n-embd 64,x");
   CHECK(status != 0);
   CHECK(output.find("--n-embd") != std::string::npos);
+  if (!cuda::available()) {
+    std::tie(status, output) = run_command(lab + " --device cuda --max-iters 1 --out /nonexistent/x");
+    CHECK(status != 0);
+    CHECK(output.find("--device cuda: " + cuda::describe_device()) != std::string::npos);
+  }
   std::tie(status, output) = run_command(lab + " --help");
   CHECK(status == 0);
   CHECK(output.find("--mixers") != std::string::npos);

@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "cuda/context.h"
 #include "dist/communicator.h"
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/compare.h"
@@ -42,10 +41,6 @@ using namespace ag;
 using namespace ag::char_lm;
 
 namespace {
-void require_device(Device device) {
-  AG_CHECK(device == Device::CPU || cuda::available(), "--device cuda: " << cuda::describe_device());
-}
-
 int run_train(const cli::Command& command, TrainConfig config) {
   config.given = command.given_names();
   require_device(config.run.device);

@@ -8,6 +8,7 @@
 #include "bench/measure.h"
 #include "core/autograd.h"
 #include "core/caching_allocator.h"
+#include "cuda/context.h"
 #include "nn/kv_cache.h"
 #include "optim/adam.h"
 
@@ -48,7 +49,7 @@ class Batches {
 // training batch: scoring then never needs more memory than a training step
 // (which holds the same logits and their gradient), so the cell's peak_mb is
 // the training's.
-Score score(nn::GPT& model, const Batches& batches, const Cell& cell, int64_t examples) {
+Score score(nn::GPT& model, const Batches& batches, const Cell& cell, int64_t examples, Device device) {
   NoGradGuard no_grad;
   model.eval();
   const int64_t T = cell.model.block_size, V = model.config().vocab_size, chunk = cell.optim.batch_size;
@@ -59,7 +60,7 @@ Score score(nn::GPT& model, const Batches& batches, const Cell& cell, int64_t ex
     const int64_t B = std::min(chunk, examples - first);
     Tensor x, y;
     batches.held_out(B, gen, x, y);
-    const Tensor logits = model.forward(x);  // [B, T, V], float32
+    const Tensor logits = model.forward(x.to(device)).to(Device::CPU);  // [B, T, V], float32
     const float* values = logits.data<float>();
     const std::vector<int64_t> targets = y.to_indices();
     for (int64_t row = 0; row < B * T; ++row) {
@@ -118,19 +119,23 @@ RunResult train_run(const Cell& cell, double lr, const Budget& budget, const Tex
   // The runs before this one in the process left their blocks in the host
   // allocator's cache: resident, and reused by this run without a new page. Freed
   // first, they leave the baseline, and peak_mb counts every byte of this run.
+  // On CUDA the device's allocator, emptied the same way, holds at the end the
+  // most it held: it keeps every block it was given until emptied again.
   host_empty_cache();
+  cuda::empty_cache();
   bench::return_freed_memory_to_the_system();
   const bench::PeakMemory peak;
   const Batches batches(cell, text);
   const optim::TrainOptions options = run_schedule(cell, lr, budget);
   Generator init(options.seed);
   nn::GPT model(cell_model(cell, text), init);
+  model.to(budget.device);
   model.train();
   optim::AdamW optimizer(optim::decay_groups(model.named_parameters(), options.weight_decay),
                          {options.lr, options.beta1, options.beta2, 1e-8});
   optim::TrainStep step(optimizer, options,
                         [&](const Tensor& x, const Tensor& y) { return model.loss(x, y, Reduction::Sum, kIgnore); },
-                        Device::CPU, kIgnore);
+                        budget.device, kIgnore);
   Generator draws(options.seed + 1);
   RunResult result;
   result.lr = lr;
@@ -140,22 +145,27 @@ RunResult train_run(const Cell& cell, double lr, const Budget& budget, const Tex
     if (budget.max_seconds > 0 && result.seconds >= budget.max_seconds) break;
     const auto t0 = Clock::now();
     std::vector<optim::Batch> micro(options.grad_accum);
-    for (optim::Batch& b : micro) batches.train(options.batch_size, draws, b.x, b.y);
+    for (optim::Batch& b : micro) {
+      batches.train(options.batch_size, draws, b.x, b.y);
+      b.x = b.x.to(budget.device), b.y = b.y.to(budget.device);
+    }
     const optim::StepResult r = step.run(iter, micro);
     step.check_finite();
     step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     result.seconds += step_ms.back() / 1000;
     result.steps = iter + 1;
     const bool evaluate = (iter + 1) % budget.eval_interval == 0;
-    if (evaluate) accuracy = score(model, batches, cell, std::min<int64_t>(budget.eval_examples, 200)).accuracy;
+    if (evaluate) accuracy = score(model, batches, cell, std::min<int64_t>(budget.eval_examples, 200), budget.device).accuracy;
     result.curve.push_back({result.seconds, iter + 1, r.loss.item(), evaluate ? accuracy : kNaN});
     if (report) report(iter + 1, result.curve.back().loss, accuracy);
   }
-  result.score = score(model, batches, cell, budget.eval_examples);
+  result.score = score(model, batches, cell, budget.eval_examples, budget.device);
   result.ms_per_iter = median(step_ms);
   result.tokens_per_s = 1000.0 * static_cast<double>(options.batch_size * options.grad_accum * cell.model.block_size) /
                         result.ms_per_iter;
-  result.peak_mb = peak.extra_mb();
+  const MemoryStats held = cuda::memory_stats();
+  result.peak_mb = budget.device == Device::CUDA ? static_cast<double>(held.in_use_bytes + held.cached_bytes) / (1 << 20)
+                                                 : peak.extra_mb();
   return result;
 }
 
@@ -224,6 +234,7 @@ CellResult run_cell(const Cell& cell, const Budget& budget, const TextData* text
   row["tokens_per_s"] = fixed(best->tokens_per_s, "%.0f");
   row["peak_mb"] = fixed(best->peak_mb, "%.1f");
   row["seconds"] = fixed(best->seconds, "%.1f");
+  row["device"] = name_of(budget.device);
   out.curve = std::move(best->curve);
   return out;
 }

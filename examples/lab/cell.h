@@ -16,13 +16,14 @@
 
 namespace ag::lab {
 
-// How long each run trains and how it is scored.
+// How long each run trains, where, and how it is scored.
 struct Budget {
   int64_t max_iters = 1000;
   double max_seconds = 0;      // 0: no limit
   double warmup = 0.1;         // the fraction of max_iters the learning rate warms up over
   int64_t eval_interval = 100; // held-out scores on the way, for the progress line and the curve
   int64_t eval_examples = 500;
+  Device device = Device::CPU;  // where the model, its optimizer state and the batches live
 };
 
 struct Score {
@@ -43,7 +44,8 @@ struct RunResult {
   Score score;
   double ms_per_iter = 0;  // median
   double tokens_per_s = 0;
-  double peak_mb = 0;      // resident memory above the level before the model was made
+  double peak_mb = 0;      // CPU: resident memory above the level before the model was made;
+                           // CUDA: the device memory the run's allocator held at most
   double seconds = 0;      // training time
   std::vector<CurvePoint> curve;
 };

@@ -126,7 +126,7 @@ void run_jobs(const LabSpec& spec) {
 void run_share(const LabSpec& spec, const std::vector<Cell>& cells, const Shard& shard, const TextData* text,
                LabSummary& summary) {
   const LabOptions& o = spec.options;
-  const Budget budget{o.max_iters, o.max_seconds, o.warmup, o.eval_interval, o.eval_examples};
+  const Budget budget{o.max_iters, o.max_seconds, o.warmup, o.eval_interval, o.eval_examples, o.device};
   const std::string prefix =
       shard.count > 1 ? std::string("[").append(std::to_string(shard.index)).append("/").append(std::to_string(shard.count)).append("] ")
                       : std::string();
@@ -184,6 +184,7 @@ LabSummary run_lab(const LabSpec& spec) {
   const auto start = Clock::now();
   const LabOptions& o = spec.options;
   check_option_ranges(o, "lab");
+  char_lm::require_device(o.device);
   const std::vector<Cell> cells = lab_cells(spec);
   AG_CHECK(!cells.empty(), "lab: the grid has no cells");
   LabSummary summary;
