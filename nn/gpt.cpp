@@ -192,13 +192,17 @@ void GPT::init_weights(Generator& gen) {
   load_state(values);
 }
 
-Tensor GPT::forward(const Tensor& idx) {
+Tensor GPT::forward(const Tensor& idx) { return forward_embedded(checked_token_embeddings(idx)); }
+
+Tensor GPT::checked_token_embeddings(const Tensor& idx) {
   AG_CHECK(idx.dim() == 2 && idx.dtype() == DType::Int64,
            "GPT: idx " << describe(idx) << " is not int64 [B, T]");
-  return forward_embedded(tok_emb_->forward(idx));
+  return tok_emb_->forward(idx);
 }
 
-Tensor GPT::forward_embedded(const Tensor& E) {
+Tensor GPT::forward_embedded(const Tensor& E) { return head(blocks_output(E)); }
+
+Tensor GPT::blocks_output(const Tensor& E) {
   AG_CHECK(E.dim() == 3 && E.size(2) == config_.n_embd,
            "GPT: token embeddings " << describe(E) << " are not [B, T, C = " << config_.n_embd << "]");
   const int64_t T = E.size(1) * (context_ ? context_->size() : 1);  // the whole sequence's, under context parallelism
@@ -207,7 +211,7 @@ Tensor GPT::forward_embedded(const Tensor& E) {
                                        << "] (learned positions end there)");
   Tensor x = embed(E, 0);
   for (const std::shared_ptr<Block>& block : blocks_) x = block->forward(x);
-  return head(x);
+  return x;
 }
 
 Tensor GPT::embed(const Tensor& E, int64_t start) {
@@ -230,10 +234,12 @@ Tensor GPT::embed(const Tensor& E, int64_t start) {
 }
 
 Tensor GPT::head(const Tensor& x) {
-  const int64_t B = x.size(0), T = x.size(1), C = config_.n_embd, V = config_.vocab_size;
+  Shape logits_shape = x.shape();
+  logits_shape.back() = config_.vocab_size;
   // The head is tied: logits = h · W_embᵀ with W_emb = tok_emb.weight [V, C]. One
   // parameter, so its gradient sums the lookup's and the head's contributions.
-  return matmul(ln_f_->forward(x).reshape({B * T, C}), transpose(tok_emb_->weight(), 0, 1)).reshape({B, T, V});
+  return matmul(ln_f_->forward(x).reshape({-1, config_.n_embd}), transpose(tok_emb_->weight(), 0, 1))
+      .reshape(logits_shape);
 }
 
 Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) {
@@ -268,8 +274,26 @@ int64_t GPT::rolling_kv_cache_capacity(int64_t T_new) const {
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, int64_t ignore_index) {
   AG_CHECK(targets.shape() == idx.shape(),
            "GPT::loss: targets " << describe(targets) << " and idx " << describe(idx) << " differ in shape");
-  const Tensor logits = forward(idx);  // [B, T, V]
-  return cross_entropy(logits.reshape({-1, config_.vocab_size}), targets.reshape({-1}), ignore_index, reduction);
+  const Tensor x = blocks_output(checked_token_embeddings(idx)).reshape({-1, config_.n_embd});  // [BT, C]
+  const Tensor y = targets.reshape({-1});
+  // Positions whose target is ignored skip the head and its softmax, the
+  // costliest layer at a large vocabulary: a task scored at a few positions
+  // (the lab's recall tasks) pays for those alone. The loss and every gradient
+  // are the same, since ignored positions add nothing to either. Only on the
+  // CPU, where reading the targets is free: on a device it waits for the device.
+  if (y.device() == Device::CPU) {
+    const std::vector<int64_t> all = y.to_indices();
+    std::vector<int64_t> rows, scored;
+    for (size_t i = 0; i < all.size(); ++i)
+      if (all[i] != ignore_index) rows.push_back(static_cast<int64_t>(i)), scored.push_back(all[i]);
+    if (!rows.empty() && rows.size() < all.size()) {
+      const int64_t n = static_cast<int64_t>(rows.size());
+      // embedding() is a row gather: its backward adds each row's gradient back into x's.
+      const Tensor x_scored = embedding(x, Tensor::from_indices(rows, {n}));
+      return cross_entropy(head(x_scored), Tensor::from_indices(scored, {n}), ignore_index, reduction);
+    }
+  }
+  return cross_entropy(head(x), y, ignore_index, reduction);
 }
 
 int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T) {

@@ -135,7 +135,11 @@ class GPT : public Module {
   void init_weights(Generator& gen);
   // x [B, T, C] from the token embeddings E [B, T, C] at positions start … start + T − 1.
   Tensor embed(const Tensor& E, int64_t start);
-  // logits [B, T, V] from the last block's output x [B, T, C].
+  // idx checked to be int64 [B, T], then its token embeddings E [B, T, C].
+  Tensor checked_token_embeddings(const Tensor& idx);
+  // The last block's output x [B, T, C] from the token embeddings E.
+  Tensor blocks_output(const Tensor& E);
+  // logits [..., V] from the last block's output x [..., C].
   Tensor head(const Tensor& x);
 
   GPTConfig config_;

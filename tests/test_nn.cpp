@@ -223,6 +223,37 @@ TEST_CASE("nn: GPT output head is tied to tok_emb (one parameter, both gradients
   for (const NamedTensor& p : gpt.named_parameters()) CHECK(p.name.find("head") == std::string::npos);
 }
 
+TEST_CASE("nn: GPT loss with ignored targets: the head at the scored positions alone gives the full head's loss and gradients") {
+  Generator gen(30);
+  GPT gpt(tiny_config(), gen);
+  gpt.to(DType::Float64);
+  const Tensor idx = random_tokens({2, 6}, 11, 31);
+  std::vector<int64_t> t = random_tokens({2, 6}, 11, 32).to_indices();
+  for (const size_t ignored : {0, 3, 4, 8, 11}) t[ignored] = -100;
+  const Tensor targets = Tensor::from_indices(t, {2, 6});
+  for (const Reduction reduction : {Reduction::Mean, Reduction::Sum}) {
+    // The loss of every position's logits, as forward() gives them.
+    gpt.zero_grad();
+    const Tensor full = cross_entropy(gpt.forward(idx).reshape({-1, 11}), targets.reshape({-1}), -100, reduction);
+    full.backward();
+    std::vector<Tensor> full_grads;
+    for (const NamedTensor& p : gpt.named_parameters()) full_grads.push_back(p.tensor.grad().clone());
+    gpt.zero_grad();
+    const Tensor scored = gpt.loss(idx, targets, reduction);
+    scored.backward();
+    CHECK(scored.item() == doctest::Approx(full.item()).epsilon(1e-12));
+    // Normwise over the whole gradient: w_k.bias's is zero exactly (softmax ignores
+    // a shift shared by every key), so both computations leave only rounding there.
+    double scale = 0;
+    for (const Tensor& g : full_grads) scale = std::max(scale, ag::test::max_abs_error(g, Tensor::zeros(g.shape(), g.dtype())));
+    const std::vector<NamedTensor> params = gpt.named_parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      CAPTURE(params[i].name);
+      CHECK(ag::test::max_abs_error(params[i].tensor.grad(), full_grads[i]) <= 1e-12 * scale);
+    }
+  }
+}
+
 TEST_CASE("nn: GPT initialisation statistics") {
   const GPTConfig config{.vocab_size = 256, .block_size = 64, .n_layer = 8, .n_head = 4, .n_embd = 64};
   Generator gen(17);
