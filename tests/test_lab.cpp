@@ -28,6 +28,18 @@ TaskOptions task_of(Task kind) {
   task.task = kind;
   return task;
 }
+// A cell of a one-layer width-16 softmax model on `kind` at length T, vocabulary 32, batches of `batch`, lr 3e-3.
+Cell small_cell(Task kind, int64_t T, int64_t batch) {
+  Cell cell;
+  cell.task.task = kind;
+  cell.task.vocab = 32;
+  cell.model.block_size = T;
+  cell.model.n_layer = 1;
+  cell.model.n_embd = 16;
+  cell.optim.batch_size = batch;
+  cell.lrs = {3e-3};
+  return cell;
+}
 // A lab of one-layer width-16 softmax models on mqar (T 16, 2 pairs, V 32) writing to `dir`: `steps`
 // steps, scored every 10 (or at the end) on `examples` held-out examples, batches of `batch`.
 LabSpec small_lab(const TempDir& dir, int64_t steps, int64_t examples, int64_t batch) {
@@ -294,16 +306,9 @@ TEST_CASE("lab: passkey, copy and text cells train and are scored only where the
   const TextData text{"generated", generated_text(english, 4000)};
   for (const Task kind : {Task::Passkey, Task::Copy, Task::Text}) {
     CAPTURE(name_of(kind));
-    Cell cell;
-    cell.task.task = kind;
-    cell.task.vocab = 32;
+    Cell cell = small_cell(kind, 32, 4);
     cell.task.digits = 3;
     cell.task.copy_tokens = 4;
-    cell.model.block_size = 32;
-    cell.model.n_layer = 1;
-    cell.model.n_embd = 16;
-    cell.optim.batch_size = 4;
-    cell.lrs = {3e-3};
     const CellResult r = run_cell(cell, Budget{.max_iters = 5, .max_seconds = 0, .warmup = 0.1, .eval_interval = 5,
                                                .eval_examples = 8}, &text, nullptr);
     REQUIRE(r.row.at("status") == "ok");
@@ -318,14 +323,8 @@ TEST_CASE("lab: passkey, copy and text cells train and are scored only where the
 
 TEST_CASE("cuda: a lab cell trains on CUDA as on the CPU: the same losses step by step and held out") {
   if (!ag::test::cuda_or_skip()) return;
-  Cell cell;
-  cell.task.vocab = 32;
+  Cell cell = small_cell(Task::Mqar, 16, 8);
   cell.task.pairs = 2;
-  cell.model.block_size = 16;
-  cell.model.n_layer = 1;
-  cell.model.n_embd = 16;
-  cell.optim.batch_size = 8;
-  cell.lrs = {3e-3};
   Budget budget{.max_iters = 20, .max_seconds = 0, .warmup = 0.1, .eval_interval = 10, .eval_examples = 64};
   const CellResult cpu = run_cell(cell, budget, nullptr, nullptr);
   budget.device = Device::CUDA;
