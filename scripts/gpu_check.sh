@@ -182,6 +182,9 @@ if [ "${LAB:-0}" = 1 ]; then
   timeout 400 ./build-gpu/lab --preset quick --device cuda --out "$log_dir/lab-quick" >"$log_dir/lab-quick.log" 2>&1
   echo "exit status $?, $SECONDS s"
   columns "$log_dir/lab-quick/results.csv" mixer block_size accuracy ms_per_iter peak_mb device status
+  columns "$log_dir/lab-quick/results.csv" mixer accuracy | awk '$1 == "softmax" {found = 1
+    print "lab quick: softmax reaches " $2 ($2 >= 0.99 ? " (>= 0.99, as on the CPU)" : ": FAILED, below 0.99")}
+    END {if (!found) print "lab quick: FAILED, no softmax row"}'
   echo "== 50 steps of each cell of --preset recall on the GPU (ms/iter, MB)"
   SECONDS=0
   timeout 400 ./build-gpu/lab --preset recall --device cuda --max-iters 50 --lr 0.003 --eval-interval 50 \
