@@ -46,9 +46,9 @@ LabSpec small_lab(const TempDir& dir, int64_t steps, int64_t examples, int64_t b
   LabSpec spec;
   spec.quiet = true;
   spec.options.out = dir.dir.string();
-  spec.options.max_iters = steps;
   spec.options.eval_interval = std::min<int64_t>(steps, 10);
-  spec.options.eval_examples = examples;
+  spec.defaults.budget.max_iters = steps;
+  spec.defaults.budget.eval_examples = examples;
   spec.defaults.model.n_layer = 1;
   spec.defaults.model.n_embd = 16;
   spec.defaults.model.n_head = 2;
@@ -187,7 +187,7 @@ TEST_CASE("lab results.csv: rows round-trip, quotes, commas and all") {
   CHECK(text.rfind("task,mixer,block_size,", 0) == 0);
 }
 
-TEST_CASE("lab: a three-cell lab trains two, records the refused one and goes on, a rerun skips the finished cells, and --report-only trains none") {
+TEST_CASE("lab: a three-cell lab trains two, records the refused one and goes on, a rerun skips the finished cells, --report-only trains none, and a longer budget trains anew") {
   const TempDir tmp("lab");
   LabSpec spec = small_lab(tmp, 30, 64, 8);
   spec.grids[0].mixers = {"softmax", "linear:position=alibi", "linear:elu1"};
@@ -229,6 +229,16 @@ TEST_CASE("lab: a three-cell lab trains two, records the refused one and goes on
   CHECK(report.skipped == 3);
   CHECK(report.rows == first.rows);
   CHECK_FALSE(std::filesystem::exists(tmp.dir / "cells" / (lab_cells(spec)[3].id() + ".csv")));
+
+  // The budget is the cell's: the same grid given more steps is a different experiment, trained anew.
+  spec.grids[0].mixers.pop_back();
+  spec.grids[0].axes.push_back({"max_iters", {"31"}});
+  spec.options.report_only = false;
+  const LabSummary longer = run_lab(spec);
+  CHECK(longer.trained == 3);
+  CHECK(longer.skipped == 0);
+  REQUIRE(longer.rows.size() == 3);
+  CHECK(longer.rows[0].at("steps") == "31");
 }
 
 TEST_CASE("lab: a cell named twice, in one list or by two grids, is one cell") {
@@ -309,8 +319,9 @@ TEST_CASE("lab: passkey, copy and text cells train and are scored only where the
     Cell cell = small_cell(kind, 32, 4);
     cell.task.digits = 3;
     cell.task.copy_tokens = 4;
-    const CellResult r = run_cell(cell, Budget{.max_iters = 5, .max_seconds = 0, .warmup = 0.1, .eval_interval = 5,
-                                               .eval_examples = 8}, &text, nullptr);
+    cell.budget.max_iters = 5;
+    cell.budget.eval_examples = 8;
+    const CellResult r = run_cell(cell, RunSettings{.eval_interval = 5, .device = Device::CPU}, &text, nullptr);
     REQUIRE(r.row.at("status") == "ok");
     CHECK(r.row.at("steps") == "5");
     CHECK(r.row.at("device") == "cpu");
@@ -325,10 +336,12 @@ TEST_CASE("cuda: a lab cell trains on CUDA as on the CPU: the same losses step b
   if (!ag::test::cuda_or_skip()) return;
   Cell cell = small_cell(Task::Mqar, 16, 8);
   cell.task.pairs = 2;
-  Budget budget{.max_iters = 20, .max_seconds = 0, .warmup = 0.1, .eval_interval = 10, .eval_examples = 64};
-  const CellResult cpu = run_cell(cell, budget, nullptr, nullptr);
-  budget.device = Device::CUDA;
-  const CellResult gpu = run_cell(cell, budget, nullptr, nullptr);
+  cell.budget.max_iters = 20;
+  cell.budget.eval_examples = 64;
+  RunSettings settings{.eval_interval = 10, .device = Device::CPU};
+  const CellResult cpu = run_cell(cell, settings, nullptr, nullptr);
+  settings.device = Device::CUDA;
+  const CellResult gpu = run_cell(cell, settings, nullptr, nullptr);
   REQUIRE(gpu.row.at("status") == "ok");
   CHECK(gpu.row.at("device") == "cuda");
   CHECK(std::stod(gpu.row.at("peak_mb")) > 0);

@@ -80,7 +80,8 @@ Score score(nn::GPT& model, const Batches& batches, const Cell& cell, int64_t ex
 
 // The training step's schedule, fitted to the run whatever its length and
 // rate: warmup over its first budget.warmup, the cosine decay to lr/10 at its end.
-optim::TrainOptions run_schedule(const Cell& cell, double lr, const Budget& budget) {
+optim::TrainOptions run_schedule(const Cell& cell, double lr) {
+  const Budget& budget = cell.budget;
   optim::TrainOptions o = cell.optim;
   o.lr = lr;
   o.min_lr = lr / 10;
@@ -115,7 +116,7 @@ int64_t state_floats(const nn::GPTConfig& config) {
   return cache.bytes() / static_cast<int64_t>(sizeof(float));
 }
 
-RunResult train_run(const Cell& cell, double lr, const Budget& budget, const TextData* text, const StepReport& report) {
+RunResult train_run(const Cell& cell, double lr, const RunSettings& settings, const TextData* text, const StepReport& report) {
   // The runs before this one in the process left their blocks in the host
   // allocator's cache: resident, and reused by this run without a new page. Freed
   // first, they leave the baseline, and peak_mb counts every byte of this run.
@@ -126,16 +127,17 @@ RunResult train_run(const Cell& cell, double lr, const Budget& budget, const Tex
   bench::return_freed_memory_to_the_system();
   const bench::PeakMemory peak;
   const Batches batches(cell, text);
-  const optim::TrainOptions options = run_schedule(cell, lr, budget);
+  const optim::TrainOptions options = run_schedule(cell, lr);
+  const Budget& budget = cell.budget;
   Generator init(options.seed);
   nn::GPT model(cell_model(cell, text), init);
-  model.to(budget.device);
+  model.to(settings.device);
   model.train();
   optim::AdamW optimizer(optim::decay_groups(model.named_parameters(), options.weight_decay),
                          {options.lr, options.beta1, options.beta2, 1e-8});
   optim::TrainStep step(optimizer, options,
                         [&](const Tensor& x, const Tensor& y) { return model.loss(x, y, Reduction::Sum, kIgnore); },
-                        budget.device, kIgnore);
+                        settings.device, kIgnore);
   Generator draws(options.seed + 1);
   RunResult result;
   result.lr = lr;
@@ -147,29 +149,29 @@ RunResult train_run(const Cell& cell, double lr, const Budget& budget, const Tex
     std::vector<optim::Batch> micro(options.grad_accum);
     for (optim::Batch& b : micro) {
       batches.train(options.batch_size, draws, b.x, b.y);
-      b.x = b.x.to(budget.device), b.y = b.y.to(budget.device);
+      b.x = b.x.to(settings.device), b.y = b.y.to(settings.device);
     }
     const optim::StepResult r = step.run(iter, micro);
     step.check_finite();
     step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     result.seconds += step_ms.back() / 1000;
     result.steps = iter + 1;
-    const bool evaluate = (iter + 1) % budget.eval_interval == 0;
-    if (evaluate) accuracy = score(model, batches, cell, std::min<int64_t>(budget.eval_examples, 200), budget.device).accuracy;
+    const bool evaluate = (iter + 1) % settings.eval_interval == 0;
+    if (evaluate) accuracy = score(model, batches, cell, std::min<int64_t>(budget.eval_examples, 200), settings.device).accuracy;
     result.curve.push_back({result.seconds, iter + 1, r.loss.item(), evaluate ? accuracy : kNaN});
     if (report) report(iter + 1, result.curve.back().loss, accuracy);
   }
-  result.score = score(model, batches, cell, budget.eval_examples, budget.device);
+  result.score = score(model, batches, cell, budget.eval_examples, settings.device);
   result.ms_per_iter = median(step_ms);
   result.tokens_per_s = 1000.0 * static_cast<double>(options.batch_size * options.grad_accum * cell.model.block_size) /
                         result.ms_per_iter;
   const MemoryStats held = cuda::memory_stats();
-  result.peak_mb = budget.device == Device::CUDA ? static_cast<double>(held.in_use_bytes + held.cached_bytes) / (1 << 20)
+  result.peak_mb = settings.device == Device::CUDA ? static_cast<double>(held.in_use_bytes + held.cached_bytes) / (1 << 20)
                                                  : peak.extra_mb();
   return result;
 }
 
-CellResult run_cell(const Cell& cell, const Budget& budget, const TextData* text,
+CellResult run_cell(const Cell& cell, const RunSettings& settings, const TextData* text,
                     const std::function<void(double lr, int64_t step, double loss, double accuracy)>& report) {
   CellResult out;
   Row& row = out.row;
@@ -202,7 +204,7 @@ CellResult run_cell(const Cell& cell, const Budget& budget, const TextData* text
   std::string diverged;
   for (const double lr : cell.lrs) {
     try {
-      RunResult r = train_run(cell, lr, budget, text, [&](int64_t step, double loss, double accuracy) {
+      RunResult r = train_run(cell, lr, settings, text, [&](int64_t step, double loss, double accuracy) {
         if (report) report(lr, step, loss, accuracy);
       });
       const bool better = !best || (cell.task.task == Task::Text
@@ -234,7 +236,7 @@ CellResult run_cell(const Cell& cell, const Budget& budget, const TextData* text
   row["tokens_per_s"] = fixed(best->tokens_per_s, "%.0f");
   row["peak_mb"] = fixed(best->peak_mb, "%.1f");
   row["seconds"] = fixed(best->seconds, "%.1f");
-  row["device"] = name_of(budget.device);
+  row["device"] = name_of(settings.device);
   out.curve = std::move(best->curve);
   return out;
 }

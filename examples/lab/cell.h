@@ -16,13 +16,12 @@
 
 namespace ag::lab {
 
-// How long each run trains, where, and how it is scored.
-struct Budget {
-  int64_t max_iters = 1000;
-  double max_seconds = 0;      // 0: no limit
-  double warmup = 0.1;         // the fraction of max_iters the learning rate warms up over
-  int64_t eval_interval = 100; // held-out scores on the way, for the progress line and the curve
-  int64_t eval_examples = 500;
+// Where a cell's runs train and how often they are scored on the way: the
+// invocation's, not the cell's (its budget is the cell's own, cell.budget), so
+// the same cell trained on either device, or drawn with a finer curve, is the
+// same experiment and a resumed lab keeps it.
+struct RunSettings {
+  int64_t eval_interval = 100;  // held-out scores on the way, for the progress line and the curve
   Device device = Device::CPU;  // where the model, its optimizer state and the batches live
 };
 
@@ -50,7 +49,7 @@ struct RunResult {
   std::vector<CurvePoint> curve;
 };
 
-// Where a run is, for the progress line: step (of budget.max_iters), its loss, the last held-out accuracy.
+// Where a run is, for the progress line: step (of cell.budget.max_iters), its loss, the last held-out accuracy.
 using StepReport = std::function<void(int64_t step, double loss, double accuracy)>;
 
 // The text of the text task (its tokens per cell, as the cell's block size asks).
@@ -65,7 +64,7 @@ nn::GPTConfig cell_model(const Cell& cell, const TextData* text);
 void check_cell(const Cell& cell, const TextData* text);
 
 // One run at `lr`. Throws ag::Error when it diverges (the training step's check_finite).
-RunResult train_run(const Cell& cell, double lr, const Budget& budget, const TextData* text, const StepReport& report);
+RunResult train_run(const Cell& cell, double lr, const RunSettings& settings, const TextData* text, const StepReport& report);
 
 // Floats a decoder of this model holds after T positions, in every layer
 // (nn::KVCache): keys and values for softmax (T of them, or a rolling window's),
@@ -79,7 +78,7 @@ struct CellResult {
   Row row;
   std::vector<CurvePoint> curve;
 };
-CellResult run_cell(const Cell& cell, const Budget& budget, const TextData* text,
+CellResult run_cell(const Cell& cell, const RunSettings& settings, const TextData* text,
                     const std::function<void(double lr, int64_t step, double loss, double accuracy)>& report);
 
 }  // namespace ag::lab

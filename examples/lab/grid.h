@@ -23,20 +23,27 @@
 
 namespace ag::lab {
 
-// One cell: what the model computes, how it trains, on what.
+// How long each run of a cell trains and how it is scored (examples/lab/lab_options.h).
+struct Budget {
+  AG_DECLARE_OPTIONS(AG_LAB_BUDGET_OPTIONS)
+};
+
+// One cell: what the model computes, how it trains, on what, for how long.
 struct Cell {
   std::string mixer = "softmax";
   nn::GPTConfig model;
   optim::TrainOptions optim;
   TaskOptions task;
+  Budget budget;
   std::vector<double> lrs;  // the sweep (each a value of optim.lr)
   std::vector<std::string> axes;  // the names of the options that vary over the grid, for label()
 
-  // Calls visit(table) for the model's, the training step's and the task's table.
+  // Calls visit(table) for the model's, the training step's, the task's and the budget's table.
   template <class Self, class Visit> static void for_each_table(Self& self, Visit&& visit) {
     visit(self.model);
     visit(self.optim);
     visit(self.task);
+    visit(self.budget);
   }
   // "mqar softmax:window=16 block-size=128 pairs=8": the task, the mixer and the varying options.
   std::string label() const;

@@ -1,8 +1,8 @@
 // The lab's own options, one line each (core/options.h explains the columns;
 // the model's are in nn/gpt_options.h, the training step's in
-// optim/train_options.h). On the lab's command line every Model option of the
-// task table, like those of the model and training tables, takes a comma list:
-// the lists span the grid (examples/lab/grid.h).
+// optim/train_options.h). On the lab's command line every option of the task
+// and budget tables, like those of the model and training tables, takes a comma
+// list: the lists span the grid (examples/lab/grid.h).
 #pragma once
 #include "examples/char_lm/device_option.h"
 
@@ -21,17 +21,25 @@
   X(Model,   int64_t,     copy_tokens, 16,         1,   1 << 20, "copy: data tokens n scattered among the noise (2n <= T)") \
   X(Setting, std::string, data,        "",         0,   0,       "text: the training text (default: $ATTOGRAD_DATA, then data/tinyshakespeare.txt, then ../shared/data/tinyshakespeare.txt)")
 
+// How long each run of a cell trains and how many held-out examples score it.
+// They belong to the cell, not to the invocation: a list spans the grid as the
+// task's options do, a preset may give each of its grids its own, and a cell's
+// id (its files) covers them, so a lab resumed with another budget trains its
+// cells again instead of keeping the results of a different experiment.
+//  kind  type     name           default  min  max               help
+#define AG_LAB_BUDGET_OPTIONS(X) \
+  X(Run,  int64_t, max_iters,     1000,    1,   int64_t{1} << 40, "training iterations per run (each learning rate of each cell)") \
+  X(Run,  double,  max_seconds,   0,       0,   kNoLimit,         "also stop a run after this many seconds (0: no limit)") \
+  X(Run,  double,  warmup,        0.1,     0,   0.99,             "the learning rate's linear warmup over this fraction of each run (then the cosine decay to lr/10 at its end)") \
+  X(Run,  int64_t, eval_examples, 500,     1,   1 << 24,          "held-out examples scored (text: batches of --batch-size windows, this many windows)")
+
 //  kind   type         name           default  min  max               help
 #define AG_LAB_OPTIONS(X) \
   AG_CHAR_LM_DEVICE_OPTION(X) \
   X(Local, std::string, preset,        "",      0,   0,                "a ready grid: quick (a handful of cells, minutes), recall (Zoology's MQAR grid) or heads (1 to 8 heads and GQA); options given as well replace the preset's") \
   X(Local, std::string, mixers,        "softmax", 0, 0,                "attention functions with options, comma-separated: softmax, softmax:window=16, softmax:gqa=1, softmax:position=alibi, linear:elu1, linear:favor, ssd (any model option as :name=value)") \
   X(Local, std::string, out,           "lab",   0,   0,                "directory of results.csv, the plots and lab_report.html (finished cells are kept: run again to resume)") \
-  X(Local, int64_t,     max_iters,     1000,    1,   int64_t{1} << 40, "training iterations per run (each learning rate of each cell)") \
-  X(Local, double,      max_seconds,   0,       0,   kNoLimit,         "also stop a run after this many seconds (0: no limit)") \
-  X(Local, double,      warmup,        0.1,     0,   0.99,             "the learning rate's linear warmup over this fraction of each run (then the cosine decay to lr/10 at its end)") \
   X(Local, int64_t,     eval_interval, 100,     1,   int64_t{1} << 40, "score the held-out examples every N iterations (the progress line and the curves)") \
-  X(Local, int64_t,     eval_examples, 500,     1,   1 << 24,          "held-out examples scored (text: batches of --batch-size windows, this many windows)") \
   X(Local, int64_t,     jobs,          1,       1,   1024,             "cells trained at once, each in a process of its own") \
   X(Local, std::string, shard,         "",      0,   0,                "this process's share of the cells, i/N (what --jobs gives its processes; mpirun's ranks take theirs)") \
   X(Local, bool,        report_only,   false,   0,   0,                "train nothing: write results.csv, the plots and lab_report.html from the cells finished so far (a long grid's results while it runs)")

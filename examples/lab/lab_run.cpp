@@ -33,29 +33,32 @@ Preset preset(const std::string& name) {
   const std::string recall_mixers = "softmax,softmax:window=16,linear:elu1,linear:favor,ssd";
   if (name == "quick")
     return {.grids = {{{"task", "mqar"}, {"block_size", "64"}, {"pairs", "4"}, {"vocab", "256"}, {"n_embd", "64"},
-                       {"n_layer", "2"}, {"n_head", "2"}}},
-            .lab_options = {{"mixers", "softmax,linear:elu1,ssd"}, {"lr", "0.003"}, {"max_iters", "4000"},
-                            {"warmup", "0.25"}, {"eval_interval", "500"}, {"eval_examples", "1000"}, {"jobs", "3"},
-                            {"threads", "1"}}};
+                       {"n_layer", "2"}, {"n_head", "2"}, {"max_iters", "4000"}, {"warmup", "0.25"},
+                       {"eval_examples", "1000"}}},
+            .lab_options = {{"mixers", "softmax,linear:elu1,ssd"}, {"lr", "0.003"}, {"eval_interval", "500"},
+                            {"jobs", "3"}, {"threads", "1"}}};
   if (name == "recall") {
     // Zoology's figure 2: the pairs grow with the length. The step count is what
     // softmax attention was measured to need to leave MQAR's plateau at this
     // vocabulary (docs/lab.md, "The recall preset").
-    Preset p{.grids = {}, .lab_options = {{"mixers", recall_mixers}, {"lr", "0.001,0.003"}, {"max_iters", "15000"},
-                                          {"warmup", "0.2"}, {"eval_interval", "500"}, {"eval_examples", "1000"},
+    Preset p{.grids = {}, .lab_options = {{"mixers", recall_mixers}, {"lr", "0.001,0.003"}, {"eval_interval", "500"},
                                           {"jobs", "2"}, {"threads", "1"}}};
     for (const auto& [T, pairs] : {std::pair{"64", "4"}, {"128", "8"}, {"256", "16"}, {"512", "64"}})
       p.grids.push_back({{"task", "mqar"}, {"block_size", T}, {"pairs", pairs}, {"n_embd", "64,128"}, {"n_layer", "2"},
-                         {"n_head", "2"}});
+                         {"n_head", "2"}, {"max_iters", "15000"}, {"warmup", "0.2"}, {"eval_examples", "1000"}});
     return p;
   }
-  if (name == "heads")
-    return {.grids = {{{"task", "mqar"}, {"block_size", "64"}, {"pairs", "4"}, {"vocab", "256"}, {"n_embd", "64"},
-                       {"n_layer", "2"}, {"n_head", "1,2,4,8"}},
-                      {{"task", "text"}, {"block_size", "64"}, {"n_embd", "64"}, {"n_layer", "2"}, {"n_head", "1,2,4,8"}}},
-            .lab_options = {{"mixers", "softmax,softmax:gqa=1"}, {"lr", "0.003"}, {"max_iters", "5000"},
-                            {"warmup", "0.2"}, {"eval_interval", "500"}, {"eval_examples", "1000"}, {"jobs", "2"},
-                            {"threads", "1"}}};
+  if (name == "heads") {
+    const std::vector<std::pair<std::string, std::string>> budget = {
+        {"max_iters", "5000"}, {"warmup", "0.2"}, {"eval_examples", "1000"}};
+    Preset p{.grids = {{{"task", "mqar"}, {"block_size", "64"}, {"pairs", "4"}, {"vocab", "256"}, {"n_embd", "64"},
+                        {"n_layer", "2"}, {"n_head", "1,2,4,8"}},
+                       {{"task", "text"}, {"block_size", "64"}, {"n_embd", "64"}, {"n_layer", "2"}, {"n_head", "1,2,4,8"}}},
+             .lab_options = {{"mixers", "softmax,softmax:gqa=1"}, {"lr", "0.003"}, {"eval_interval", "500"},
+                             {"jobs", "2"}, {"threads", "1"}}};
+    for (auto& grid : p.grids) grid.insert(grid.end(), budget.begin(), budget.end());
+    return p;
+  }
   throw Error("--preset '" + name + "' is not one of quick, recall, heads");
 }
 
@@ -126,7 +129,7 @@ void run_jobs(const LabSpec& spec) {
 void run_share(const LabSpec& spec, const std::vector<Cell>& cells, const Shard& shard, const TextData* text,
                LabSummary& summary) {
   const LabOptions& o = spec.options;
-  const Budget budget{o.max_iters, o.max_seconds, o.warmup, o.eval_interval, o.eval_examples, o.device};
+  const RunSettings settings{o.eval_interval, o.device};
   const std::string prefix =
       shard.count > 1 ? std::string("[").append(std::to_string(shard.index)).append("/").append(std::to_string(shard.count)).append("] ")
                       : std::string();
@@ -144,16 +147,16 @@ void run_share(const LabSpec& spec, const std::vector<Cell>& cells, const Shard&
     const double runs = static_cast<double>(cell.lrs.size());
     size_t run = 0;
     double last_lr = cell.lrs.front();
-    const CellResult result = run_cell(cell, budget, text, [&](double lr, int64_t step, double loss, double accuracy) {
+    const CellResult result = run_cell(cell, settings, text, [&](double lr, int64_t step, double loss, double accuracy) {
       if (lr != last_lr) ++run, last_lr = lr;
       if (spec.quiet || (step % o.eval_interval != 0 && step != 1)) return;
-      const double done = static_cast<double>(n) + (static_cast<double>(run) + static_cast<double>(step) / static_cast<double>(o.max_iters)) / runs;
+      const double done = static_cast<double>(n) + (static_cast<double>(run) + static_cast<double>(step) / static_cast<double>(cell.budget.max_iters)) / runs;
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       char held_out[32] = "-";
       if (!std::isnan(accuracy)) std::snprintf(held_out, sizeof held_out, "%.3f", accuracy);
       std::printf("%scell %zu/%zu %s | lr %g step %lld/%lld loss %.4f held-out acc %s | %zu of %zu cells here done | ETA %s\n",
                   prefix.c_str(), mine[n] + 1, cells.size(), cell.label().c_str(), lr, static_cast<long long>(step),
-                  static_cast<long long>(o.max_iters), loss, held_out, n, mine.size(),
+                  static_cast<long long>(cell.budget.max_iters), loss, held_out, n, mine.size(),
                   duration_text(elapsed / done * (static_cast<double>(mine.size()) - done)).c_str());
       std::fflush(stdout);
     });
