@@ -100,9 +100,10 @@ void prefix_product_one(const PrefixProduct& how, const T* A, const T* B, const 
     return;
   }
   const int64_t chunks = (T_ + chunk - 1) / chunk;
+  const bool causal = how.direction == PrefixDirection::Causal;
   T* scores = scratch.scores.data();
   for (int64_t n = 0; n < chunks; ++n) {
-    const int64_t index = how.direction == PrefixDirection::Causal ? n : chunks - 1 - n;
+    const int64_t index = causal ? n : chunks - 1 - n;
     const int64_t j0 = index * chunk, j1 = std::min(j0 + chunk, T_), width = j1 - j0;
     for (int64_t g = 0; g < summed; ++g) {
       T* bt = scratch.bt.data() + g * r * width;
@@ -112,25 +113,27 @@ void prefix_product_one(const PrefixProduct& how, const T* A, const T* B, const 
       }
     }
     for (int64_t i = j0; i < j1; ++i) {
-      read_state(i);  // the chunks already passed
-      const T* ai = A + how.a.at(b, h, i);
       T* out = Out + how.out.at(b, h, i);
+      if (n > 0) read_state(i);  // the chunks already passed (none before the first: the state is 0)
+      else std::fill_n(out, e, T(0));
+      const T* ai = A + how.a.at(b, h, i);
+      // this chunk: the masked quadratic form over its visible positions [lo, hi), scores_j = A_i · B_j
+      const int64_t lo = causal ? 0 : i - j0, hi = causal ? i - j0 + 1 : width;
       for (int64_t g = 0; g < summed; ++g) {
-        // this chunk: the masked quadratic form, scores_j = A_i · B_j
         const T* bt = scratch.bt.data() + g * r * width;
-        std::fill_n(scores, width, T(0));
+        std::fill(scores + lo, scores + hi, T(0));
         for (int64_t p = 0; p < r; ++p) {
           const T ap = ai[p];
-          for (int64_t j = 0; j < width; ++j) scores[j] += ap * bt[p * width + j];
+          const T* bt_row = bt + p * width;
+          for (int64_t j = lo; j < hi; ++j) scores[j] += ap * bt_row[j];
         }
-        for (int64_t j = 0; j < width; ++j) {
-          if (!how.visible(i, j0 + j)) continue;
+        for (int64_t j = lo; j < hi; ++j) {
           const T* cj = c_row(g, j0 + j);
           for (int64_t c = 0; c < e; ++c) out[c] += scores[j] * cj[c];
         }
       }
     }
-    add_to_state(j0, j1);
+    if (n + 1 < chunks) add_to_state(j0, j1);  // no chunk reads the last one's
   }
 }
 
