@@ -116,7 +116,8 @@ int main(int argc, char** argv) {
         if (same != axes.end()) same->second = option.second;
         else axes.push_back(option);
       }
-      lab::Grid grid{.axes = {}, .mixers = lab::split_list(spec.options.mixers), .lrs = lrs};
+      lab::Grid grid{.axes = {}, .mixers = lab::split_list(spec.options.mixers), .lrs = lrs,
+                     .zipped = lab::split_list(spec.options.zip)};
       for (const auto& [name, text] : axes) grid.axes.push_back({name, lab::split_list(text)});
       spec.grids.push_back(std::move(grid));
     }

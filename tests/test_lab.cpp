@@ -241,6 +241,32 @@ TEST_CASE("lab: a three-cell lab trains two, records the refused one and goes on
   CHECK(longer.rows[0].at("steps") == "31");
 }
 
+TEST_CASE("lab: zipped axes go together item by item; a zip of unequal lists or of no axis is refused") {
+  Grid grid{.axes = {{"block_size", {"32", "64", "128"}}, {"n_embd", {"16", "32"}}, {"pairs", {"2", "4", "8"}},
+                     {"max_iters", {"300", "200", "100"}}},
+            .mixers = {"softmax", "ssd"},
+            .lrs = {},
+            .zipped = {"block-size", "pairs", "max_iters"}};
+  const std::vector<Cell> cells = expand(grid, Cell{});
+  REQUIRE(cells.size() == 3 * 2 * 2);
+  for (size_t i = 0; i < cells.size(); ++i) {
+    CAPTURE(i);
+    const size_t k = i / 4;  // the zipped axis stands first: then the widths, then the mixers
+    CHECK(cells[i].model.block_size == std::vector<int64_t>{32, 64, 128}[k]);
+    CHECK(cells[i].task.pairs == std::vector<int64_t>{2, 4, 8}[k]);
+    CHECK(cells[i].budget.max_iters == std::vector<int64_t>{300, 200, 100}[k]);
+    CHECK(cells[i].model.n_embd == (i / 2 % 2 == 0 ? 16 : 32));
+    CHECK(cells[i].mixer == (i % 2 == 0 ? "softmax" : "ssd"));
+  }
+  CHECK(cells[7].label() == "mqar ssd block-size=64 n-embd=32 pairs=4 max-iters=200");
+
+  grid.axes[2].values.pop_back();
+  CHECK_THROWS_WITH_AS(expand(grid, Cell{}), doctest::Contains("--block-size has 3 values and --pairs 2"), Error);
+  grid.axes[2].values.push_back("8");
+  grid.zipped.push_back("depth");
+  CHECK_THROWS_WITH_AS(expand(grid, Cell{}), doctest::Contains("--zip depth: the grid has no such axis"), Error);
+}
+
 TEST_CASE("lab: a cell named twice, in one list or by two grids, is one cell") {
   const TempDir tmp("lab_twice");
   LabSpec spec = small_lab(tmp, 1, 1, 1);

@@ -13,6 +13,10 @@ std::string snake(std::string name) {
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }
+std::string dashed(std::string name) {
+  std::replace(name.begin(), name.end(), '_', '-');
+  return name;
+}
 
 // Mixer options' short names: the model option each stands for.
 const std::map<std::string, std::string>& mixer_aliases() {
@@ -121,11 +125,7 @@ std::vector<std::string> split_list(const std::string& text) {
 
 std::string Cell::label() const {
   std::string text = std::string(name_of(task.task)) + " " + mixer;
-  for (const std::string& axis : axes) {
-    std::string dashed = axis;
-    std::replace(dashed.begin(), dashed.end(), '_', '-');
-    text += " " + dashed + "=" + get_option(*this, axis);
-  }
+  for (const std::string& axis : axes) text += " " + dashed(axis) + "=" + get_option(*this, axis);
   return text;
 }
 
@@ -148,12 +148,29 @@ std::vector<Cell> expand(const Grid& grid, const Cell& defaults) {
   for (const Axis& axis : grid.axes) {
     if (axis.values.size() > 1) cells[0].axes.push_back(axis.name);
   }
+  // The zipped axes, checked: each an axis of the grid, all lists of the first one's length.
+  std::vector<const Axis*> zipped;
+  for (const std::string& name : grid.zipped) {
+    const auto axis = std::find_if(grid.axes.begin(), grid.axes.end(), [&](const Axis& a) { return a.name == snake(name); });
+    AG_CHECK(axis != grid.axes.end(), "--zip " << name << ": the grid has no such axis (give --" << dashed(name) << " a list)");
+    AG_CHECK(zipped.empty() || axis->values.size() == zipped[0]->values.size(),
+             "--zip: --" << dashed(zipped[0]->name) << " has " << zipped[0]->values.size() << " values and --" << dashed(name) << " "
+                         << axis->values.size() << "; zipped lists go together item by item");
+    zipped.push_back(&*axis);
+  }
+  const auto is_zipped = [&](const Axis& axis) { return std::find(zipped.begin(), zipped.end(), &axis) != zipped.end(); };
+  bool zipped_done = false;
   for (const Axis& axis : grid.axes) {
+    const bool zip = is_zipped(axis);
+    if (zip && zipped_done) continue;  // set with the first zipped axis
+    zipped_done = zipped_done || zip;
+    const std::vector<const Axis*> together = zip ? zipped : std::vector<const Axis*>{&axis};
     std::vector<Cell> next;
     for (const Cell& cell : cells)
-      for (const std::string& value : axis.values) {
+      for (size_t k = 0; k < axis.values.size(); ++k) {
         Cell c = cell;
-        AG_CHECK(set_option(c, axis.name, value), "the lab has no option --" << axis.name);
+        for (const Axis* a : together)
+          AG_CHECK(set_option(c, a->name, a->values[k]), "the lab has no option --" << a->name);
         next.push_back(std::move(c));
       }
     cells = std::move(next);

@@ -70,14 +70,19 @@ struct Axis {
 };
 
 // A grid: its axes (each value checked), its mixers and its learning rates.
+// The zipped axes go together, item by item, as one axis (Zoology's lengths and
+// pairs: --block-size 64,128 --pairs 4,8 --zip block-size,pairs is two cells, not four).
 struct Grid {
   std::vector<Axis> axes;
   std::vector<std::string> mixers;
   std::vector<double> lrs;
+  std::vector<std::string> zipped = {};  // axis names (snake_case or dashed), their lists of one length
 };
 
 // Every combination of the axes and the mixers, each from `defaults`, in order
-// (the last axis varying fastest, the mixers fastest of all).
+// (the last axis varying fastest, the mixers fastest of all; zipped axes where
+// the first of them stands). Throws ag::Error when a zipped name is no axis of
+// the grid or the zipped lists differ in length.
 std::vector<Cell> expand(const Grid& grid, const Cell& defaults);
 
 // --- results.csv: one row per cell ----------------------------------------------------
