@@ -5,14 +5,15 @@
 // "Linear attention".
 //
 // Thread mapping: OpenMP over rows (features) and over the problems (batch
-// entry × head of the product's output); each problem's sums run in order on one thread, so the bits do not
-// depend on the thread count.
+// entry × head of the product's output); each problem's sums run in order on one thread (its GEMMs too),
+// so the bits do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/loops.h"
+#include "core/cpu/tile_gemm.h"
 
 namespace ag::cpu {
 namespace {
@@ -48,92 +49,59 @@ void features_backward_row(const T* x, const T* omega, FeatureMap map, const T* 
   for (int64_t c = 0; c < d; ++c) dx[c] = math::favor_input_gradient(dx[c], weight_sum, x[c], s);
 }
 
-// Per-thread scratch of the prefix product: the running state [r, e], one
-// chunk of each summed B transposed [heads][r, chunk], and one row of the
-// chunk's scores [chunk].
+// Per-thread scratch of the prefix product: the running state [r, e] and one
+// chunk's scores [chunk, chunk].
 template <class T> struct ProductScratch {
-  std::vector<T> state, bt, scores;
-  ProductScratch(const PrefixProduct& how, int64_t chunk)
-      : state(how.r * how.e), bt(how.heads_summed() * how.r * chunk), scores(chunk) {}
+  std::vector<T> state, scores;
+  ProductScratch(const PrefixProduct& how, int64_t chunk) : state(how.r * how.e), scores(chunk * chunk) {}
 };
 
 // One problem of the prefix product (PrefixProduct): head h of batch entry b.
 // The chunks go forward for Causal and backward for Anticausal; the state holds
 // Σ B_jᵀ C_j over the chunks already passed (and every in-head h sums), so
-// chunk by chunk:
-//   Out_i = A_i · state + Σ_{j in the chunk, visible} (A_i · B_j) C_j,   then state += Σ_{j in the chunk} B_jᵀ C_j.
-// All is one chunk of every position read through the finished state. Every
-// inner loop runs along a contiguous row (the scores along Bᵀ's), so it
-// vectorises without reassociating a sum.
+// chunk by chunk, with the chunk's rows A_c, B_c, C_c:
+//   Out_c = A_c · state + Σ_g (mask ∘ A_c B_cgᵀ) C_cg,   then state += Σ_g B_cgᵀ C_cg
+// (mask: j ≤ i for Causal, j ≥ i for Anticausal), each term one GEMM of the
+// chunk; ssd's decayed product (core/cpu/ssd.cpp) is this with a decay in the
+// mask and the state. All is one chunk of every position read through the
+// finished state. No state is read before the first chunk or made after the last.
 template <class T>
 void prefix_product_one(const PrefixProduct& how, const T* A, const T* B, const T* C, T* Out, int64_t b, int64_t h,
                         int64_t chunk, ProductScratch<T>& scratch) {
   const int64_t T_ = how.T, r = how.r, e = how.e, summed = how.heads_summed(), first = how.first_in_head(h);
-  const auto b_row = [&](int64_t g, int64_t j) { return B + how.b.at(b, first + g, j); };
-  const auto c_row = [&](int64_t g, int64_t j) { return C + how.c.at(b, first + g, j); };
-  std::vector<T>& state = scratch.state;
-  std::fill(state.begin(), state.end(), T(0));
-  const auto add_to_state = [&](int64_t j0, int64_t j1) {
+  T* state = scratch.state.data();
+  T* G = scratch.scores.data();
+  const auto add_to_state = [&](int64_t j0, int64_t m) {
     for (int64_t g = 0; g < summed; ++g)
-      for (int64_t j = j0; j < j1; ++j) {
-        const T *bj = b_row(g, j), *cj = c_row(g, j);
-        for (int64_t p = 0; p < r; ++p) {
-          const T bp = bj[p];
-          T* row = state.data() + p * e;
-          for (int64_t c = 0; c < e; ++c) row[c] += bp * cj[c];
-        }
-      }
+      tile_gemm(true, false, r, e, m, B + how.b.at(b, first + g, j0), how.b.row, C + how.c.at(b, first + g, j0),
+                how.c.row, T(1), state, e);
   };
-  const auto read_state = [&](int64_t i) {
-    const T* ai = A + how.a.at(b, h, i);
-    T* out = Out + how.out.at(b, h, i);
-    std::fill_n(out, e, T(0));
-    for (int64_t p = 0; p < r; ++p) {
-      const T ap = ai[p];
-      const T* row = state.data() + p * e;
-      for (int64_t c = 0; c < e; ++c) out[c] += ap * row[c];
-    }
-  };
+  std::fill_n(state, r * e, T(0));
   if (how.direction == PrefixDirection::All) {
     add_to_state(0, T_);
-    for (int64_t i = 0; i < T_; ++i) read_state(i);
+    tile_gemm(false, false, T_, e, r, A + how.a.at(b, h, 0), how.a.row, state, e, T(0), Out + how.out.at(b, h, 0),
+              how.out.row);
     return;
   }
-  const int64_t chunks = (T_ + chunk - 1) / chunk;
   const bool causal = how.direction == PrefixDirection::Causal;
-  T* scores = scratch.scores.data();
+  const int64_t chunks = (T_ + chunk - 1) / chunk;
   for (int64_t n = 0; n < chunks; ++n) {
     const int64_t index = causal ? n : chunks - 1 - n;
-    const int64_t j0 = index * chunk, j1 = std::min(j0 + chunk, T_), width = j1 - j0;
+    const int64_t j0 = index * chunk, m = std::min(j0 + chunk, T_) - j0;
+    const T* Ac = A + how.a.at(b, h, j0);
+    T* Oc = Out + how.out.at(b, h, j0);
+    if (n > 0) tile_gemm(false, false, m, e, r, Ac, how.a.row, state, e, T(0), Oc, how.out.row);
     for (int64_t g = 0; g < summed; ++g) {
-      T* bt = scratch.bt.data() + g * r * width;
-      for (int64_t j = 0; j < width; ++j) {
-        const T* bj = b_row(g, j0 + j);
-        for (int64_t p = 0; p < r; ++p) bt[p * width + j] = bj[p];
+      const T *Bc = B + how.b.at(b, first + g, j0), *Cc = C + how.c.at(b, first + g, j0);
+      tile_gemm(false, true, m, m, r, Ac, how.a.row, Bc, how.b.row, T(0), G, m);
+      for (int64_t i = 0; i < m; ++i) {  // the mask: what position i may not see
+        T* row = G + i * m;
+        if (causal) std::fill(row + i + 1, row + m, T(0));
+        else std::fill(row, row + i, T(0));
       }
+      tile_gemm(false, false, m, e, m, G, m, Cc, how.c.row, n > 0 || g > 0 ? T(1) : T(0), Oc, how.out.row);
     }
-    for (int64_t i = j0; i < j1; ++i) {
-      T* out = Out + how.out.at(b, h, i);
-      if (n > 0) read_state(i);  // the chunks already passed (none before the first: the state is 0)
-      else std::fill_n(out, e, T(0));
-      const T* ai = A + how.a.at(b, h, i);
-      // this chunk: the masked quadratic form over its visible positions [lo, hi), scores_j = A_i · B_j
-      const int64_t lo = causal ? 0 : i - j0, hi = causal ? i - j0 + 1 : width;
-      for (int64_t g = 0; g < summed; ++g) {
-        const T* bt = scratch.bt.data() + g * r * width;
-        std::fill(scores + lo, scores + hi, T(0));
-        for (int64_t p = 0; p < r; ++p) {
-          const T ap = ai[p];
-          const T* bt_row = bt + p * width;
-          for (int64_t j = lo; j < hi; ++j) scores[j] += ap * bt_row[j];
-        }
-        for (int64_t j = lo; j < hi; ++j) {
-          const T* cj = c_row(g, j0 + j);
-          for (int64_t c = 0; c < e; ++c) out[c] += scores[j] * cj[c];
-        }
-      }
-    }
-    if (n + 1 < chunks) add_to_state(j0, j1);  // no chunk reads the last one's
+    if (n + 1 < chunks) add_to_state(j0, m);
   }
 }
 
