@@ -241,6 +241,24 @@ TEST_CASE("lab: a three-cell lab trains two, records the refused one and goes on
   CHECK(longer.rows[0].at("steps") == "31");
 }
 
+TEST_CASE("lab: a decoder's state: T positions' keys and values, a window's whatever the positions, a fixed recurrent state") {
+  nn::GPTConfig model;
+  model.vocab_size = 64;
+  model.block_size = 256;
+  model.n_layer = 2;
+  model.n_embd = 64;
+  model.n_head = 2;
+  const int64_t kv = 2 * model.n_layer * model.n_embd;  // K and V floats per position, all layers
+  CHECK(state_floats(model) == 256 * kv);
+  apply_mixer("softmax:window=16", model);
+  CHECK(state_floats(model) == 16 * kv);  // learned positions: the cache would not roll, the window's state is still 16
+  apply_mixer("softmax:window=16:rope", model);
+  CHECK(state_floats(model) == 16 * kv);
+  nn::GPTConfig linear = model;
+  apply_mixer("linear:elu1:window=0:learned", linear);
+  CHECK(state_floats(linear) == model.n_layer * model.n_head * 32 * 33);  // per head φ(k)ᵀ[v 1]: r × (d + 1)
+}
+
 TEST_CASE("lab: zipped axes go together item by item; a zip of unequal lists or of no axis is refused") {
   Grid grid{.axes = {{"block_size", {"32", "64", "128"}}, {"n_embd", {"16", "32"}}, {"pairs", {"2", "4", "8"}},
                      {"max_iters", {"300", "200", "100"}}},

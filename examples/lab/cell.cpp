@@ -108,8 +108,14 @@ void check_cell(const Cell& cell, const TextData* text) {
 }
 
 int64_t state_floats(const nn::GPTConfig& config) {
+  // The function's state, not the position table's limit: a learned table stops
+  // a decoder at block_size, so attograd's cache of such a model never rolls, but
+  // a windowed one needs only its window's keys and values all the same. So the
+  // state is asked of the model with positions that never end (they hold none).
+  nn::GPTConfig unbounded = config;
+  if (unbounded.positions_end_at_block_size()) unbounded.position = PositionEncoding::None;
   Generator init(0);
-  nn::GPT model(config, init);
+  nn::GPT model(unbounded, init);
   NoGradGuard no_grad;
   nn::KVCache cache = model.make_kv_cache(1, model.kv_cache_rolls() ? model.rolling_kv_cache_capacity(1) : config.block_size);
   model.forward_cached(Tensor::from_indices({0}, {1, 1}), cache);
