@@ -67,7 +67,7 @@ void check_cell(const Cell& cell, const TextData* text);
 RunResult train_run(const Cell& cell, double lr, const RunSettings& settings, const TextData* text, const StepReport& report);
 
 // Floats a decoder of this model holds after T positions, in every layer
-// (nn::KVCache): keys and values for softmax (T of them, or a rolling window's),
+// (nn::KVCache): keys and values for softmax (T of them, or a window's whatever the positions),
 // the recurrent state for linear attention and ssd, whatever T.
 int64_t state_floats(const nn::GPTConfig& model);
 
