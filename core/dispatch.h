@@ -10,6 +10,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/attention_math.h"
@@ -59,6 +60,19 @@ struct GemmShape {
   int64_t row_stride_a() const { return std::max<int64_t>(1, lda ? lda : (trans_a ? M : K)); }
   int64_t row_stride_b() const { return std::max<int64_t>(1, ldb ? ldb : (trans_b ? K : N)); }
   int64_t row_stride_c() const { return std::max<int64_t>(1, ldc ? ldc : N); }
+
+  // The same products with the two levels' roles exchanged: the batch repeats
+  // `batch` times, over what were the groups. A library with one level of
+  // strides (cuBLAS's strided batch) then makes fewer calls, one per group,
+  // when the heads are few and the batch entries many.
+  GemmShape levels_swapped() const {
+    GemmShape s = *this;
+    std::swap(s.batch, s.groups);
+    std::swap(s.a_batch_stride, s.a_group_stride);
+    std::swap(s.b_batch_stride, s.b_group_stride);
+    std::swap(s.c_batch_stride, s.c_group_stride);
+    return s;
+  }
 };
 
 // Adam, in torch.optim's form, at step t >= 1:

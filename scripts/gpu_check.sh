@@ -13,14 +13,21 @@
 #      profiler (AG_PROFILE=1) and under torch.profiler: where each one's step goes,
 #   7. with FULL=1, train the GPU config to 5000 iterations (val loss target <= 1.50),
 #   8. with LAB=1, the lab on the GPU: `lab --preset quick --device cuda` (softmax's
-#      mqar accuracy >= 0.99, as on the CPU) and 50 steps of every cell of
-#      `--preset recall` for its ms/iter and memory on the GPU.
+#      mqar accuracy >= 0.99, as on the CPU), 100 steps of every cell of
+#      `--preset recall` for its ms/iter and memory with LAB_JOBS processes
+#      sharing the GPU, then the recall preset itself until LAB_UNTIL seconds
+#      after the script began (default 540): at its two learning rates if those
+#      100 steps say it fits, else at 3e-3 alone. Its cells finished by then are
+#      reported (lab_report.html) and packed into LOG_DIR/lab-recall.tar.gz.
+#      The labs live in build-gpu/lab/, so the same command again on the same
+#      machine resumes them, skipping finished cells.
 # Everything printed also goes to LOG_DIR/gpu_check.log.
 #
 #   bash scripts/gpu_check.sh LOG_DIR
 #
-# TESTS=cuda builds only the test program and char_lm and runs only the cuda:
-# cases (the CPU suite is CI's), to spend less of a short lease. A failed cuda:
+# TESTS=cuda builds only the test program, char_lm and the lab and runs only the
+# cuda: cases (the CPU suite is CI's), to spend less of a short lease; TESTS=none
+# runs no tests, and CHECKS=0 skips stages 3 to 5. A failed cuda:
 # case is run again alone under compute-sanitizer (memcheck), each kernel checked
 # at its launch (AG_CUDA_SYNC), so that the log names the kernel that failed.
 #
@@ -29,6 +36,7 @@
 # unpacked into .deps/root. The text is found by scripts/get_data.sh
 # ($ATTOGRAD_DATA, data/ (carry it), or ../shared/data/).
 set -uo pipefail
+started=$(date +%s)
 cd "$(dirname "$0")/.."
 log_dir=$(realpath -m "${1:-gpu_logs}")
 mkdir -p "$log_dir"
@@ -64,10 +72,12 @@ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DATTOGRAD_DEPS_ROOT="$deps" 
 grep "attograd: MPI" "$log_dir/configure.log"
 targets=()
 [ "${TESTS:-all}" = cuda ] && targets=(--target attograd_tests char_lm lab)
+[ "${TESTS:-all}" = none ] && targets=(--target char_lm lab)
 SECONDS=0
 cmake --build build-gpu -j "$(nproc)" "${targets[@]}" >"$log_dir/build.log" 2>&1 || { grep -B2 -A8 -m5 "error" "$log_dir/build.log"; tail -20 "$log_dir/build.log"; exit 1; }
 echo "built in $SECONDS s"
 
+if [ "${TESTS:-all}" != none ]; then
 echo "== tests (AG_REQUIRE_CUDA: a cuda test that finds no device fails instead of skipping)"
 export AG_REQUIRE_CUDA=1
 ctest_filter=()
@@ -88,6 +98,9 @@ else
   tail -3 "$log_dir/ctest.log"
 fi
 echo "tests took $SECONDS s"
+fi
+
+if [ "${CHECKS:-1}" = 1 ]; then
 
 echo "== timing: 200 iterations each (median ms/iter of iterations 10..199)"
 # name | options shared by both programs
@@ -152,6 +165,7 @@ else
 fi
 echo "ring attention with P >= 2 on GPUs needs 2 GPUs (one per process): not run on this machine;"
 echo "  mpirun -np 2 ./build-gpu/char_lm train --device cuda --context-parallel 2 ... would run it"
+fi
 
 if [ "${PROFILE:-0}" = 1 ]; then
   echo "== where a step's time goes at the nanoGPT size: 20 iterations under each program's profiler"
@@ -177,18 +191,43 @@ if [ "${LAB:-0}" = 1 ]; then
     awk -F, -v want="${*:2}" 'NR == 1 {n = split(want, w, " "); for (i = 1; i <= NF; i++) at[$i] = i}
       {line = ""; for (j = 1; j <= n; j++) line = line (j > 1 ? "\t" : "") $(at[w[j]]); print line}' "$1"
   }
+  labs=build-gpu/lab
+  jobs=${LAB_JOBS:-16}
+  mkdir -p "$labs"
   echo "== the lab on the GPU: --preset quick"
   SECONDS=0
-  timeout 400 ./build-gpu/lab --preset quick --device cuda --out "$log_dir/lab-quick" >"$log_dir/lab-quick.log" 2>&1
+  timeout 400 ./build-gpu/lab --preset quick --device cuda --out "$labs/quick" >"$log_dir/lab-quick.log" 2>&1
   echo "exit status $?, $SECONDS s"
-  columns "$log_dir/lab-quick/results.csv" mixer block_size accuracy ms_per_iter peak_mb device status
-  columns "$log_dir/lab-quick/results.csv" mixer accuracy | awk '$1 == "softmax" {found = 1
+  cp "$labs/quick/results.csv" "$log_dir/lab-quick.csv"
+  columns "$labs/quick/results.csv" mixer block_size accuracy ms_per_iter peak_mb device status
+  columns "$labs/quick/results.csv" mixer accuracy | awk '$1 == "softmax" {found = 1
     print "lab quick: softmax reaches " $2 ($2 >= 0.99 ? " (>= 0.99, as on the CPU)" : ": FAILED, below 0.99")}
     END {if (!found) print "lab quick: FAILED, no softmax row"}'
-  echo "== 50 steps of each cell of --preset recall on the GPU (ms/iter, MB)"
+
+  echo "== 100 steps of each cell of --preset recall, $jobs processes sharing the GPU (ms/iter, MB)"
   SECONDS=0
-  timeout 400 ./build-gpu/lab --preset recall --device cuda --max-iters 50 --lr 0.003 --eval-interval 50 \
-    --eval-examples 64 --jobs 1 --out "$log_dir/lab-recall-cost" >"$log_dir/lab-recall-cost.log" 2>&1
+  timeout 300 ./build-gpu/lab --preset recall --device cuda --max-iters 100 --lr 0.003 --eval-interval 100 \
+    --eval-examples 64 --jobs "$jobs" --out "$labs/recall-cost" >"$log_dir/lab-recall-cost.log" 2>&1
   echo "exit status $?, $SECONDS s"
-  columns "$log_dir/lab-recall-cost/results.csv" mixer block_size pairs n_embd ms_per_iter peak_mb status
+  cp "$labs/recall-cost/results.csv" "$log_dir/lab-recall-cost.csv"
+  columns "$labs/recall-cost/results.csv" mixer block_size pairs n_embd ms_per_iter peak_mb status
+
+  # The preset's steps at its two rates, at those ms/iter, shared out over the processes.
+  left=$(( started + ${LAB_UNTIL:-540} - $(date +%s) ))
+  if [ ! -f "$labs/recall.lr" ]; then
+    columns "$labs/recall-cost/results.csv" ms_per_iter | awk -v jobs="$jobs" -v left="$left" '
+      NR > 1 {total += $1 * 15000 * 2 / 1000} END {
+        printf "the recall preset at two rates: about %.0f s on %d processes; %d s left\n", total / jobs, jobs, left
+        exit !(total / jobs < 0.8 * left)}' && echo "0.001,0.003" >"$labs/recall.lr" || echo "0.003" >"$labs/recall.lr"
+  fi
+  lr=$(cat "$labs/recall.lr")
+  echo "== --preset recall --lr $lr on the GPU, $jobs processes, for $left s at most"
+  SECONDS=0
+  [ "$left" -gt 10 ] && timeout "$left" ./build-gpu/lab --preset recall --lr "$lr" --device cuda --jobs "$jobs" --out "$labs/recall" \
+    >"$log_dir/lab-recall.log" 2>&1
+  echo "exit status $? (124: stopped at LAB_UNTIL), $SECONDS s"
+  ./build-gpu/lab --preset recall --lr "$lr" --report-only --out "$labs/recall" >>"$log_dir/lab-recall.log" 2>&1
+  tail -3 "$log_dir/lab-recall.log"
+  columns "$labs/recall/results.csv" mixer block_size pairs n_embd lr accuracy steps ms_per_iter status
+  tar czf "$log_dir/lab-recall.tar.gz" -C "$labs" recall recall.lr
 fi

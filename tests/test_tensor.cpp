@@ -127,11 +127,12 @@ void check_gemm_reads_column_blocks(Device device) {
 namespace {
 // The same per head, for each batch entry of X [B, T, H·d] in one call: a batch
 // over the heads, a group per entry (heads d apart, entries T·H·d apart), into C
-// [B, H, T, T], on one thread and on two (which share the B·H products out).
+// [B, H, T, T], on one thread and on two (which share the B·H products out);
+// and the same with the levels swapped (a batch over the entries, a group per
+// head), as cuBLAS runs it when the entries outnumber the heads.
 void check_gemm_groups(Device device) {
   const int64_t B = 3, T = 5, H = 2, d = 4;
   const Tensor x = ag::test::random({B, T, H * d}, 8, DType::Float64, false);
-  Tensor c = Tensor::zeros({B, H, T, T}, DType::Float64, device);
   kernel::GemmShape shape{H, T, T, d};
   shape.trans_b = true;
   shape.a_batch_stride = shape.b_batch_stride = d;
@@ -141,10 +142,15 @@ void check_gemm_groups(Device device) {
   shape.a_group_stride = shape.b_group_stride = T * H * d;
   shape.c_group_stride = H * T * T;
   const int before = ag::num_threads();
-  for (int threads : {1, 2}) {
+  const std::pair<int, kernel::GemmShape> runs[] = {{1, shape}, {2, shape}, {1, shape.levels_swapped()}};
+  for (const auto& run : runs) {
+    const int threads = run.first;  // named, not bound: doctest's CAPTURE is a lambda
+    const kernel::GemmShape& levels = run.second;
     CAPTURE(threads);
+    CAPTURE(levels.groups);
     ag::set_num_threads(threads);
-    kernel::gemm(shape, x.to(device), x.to(device), c);
+    Tensor c = Tensor::zeros({B, H, T, T}, DType::Float64, device);
+    kernel::gemm(levels, x.to(device), x.to(device), c);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < H; ++h) {
         const Tensor xbh = slice(slice(x, 0, b, b + 1).reshape({T, H * d}), 1, h * d, (h + 1) * d);

@@ -200,13 +200,17 @@ void head_product(const AttentionShape& shape, BatchRange batches, const GemmOpe
 // rest of the step by chunks than over the whole batch at once
 // (docs/performance.md). Chunks hold at least kMinChunk batch
 // entries, so that a chunk's softmax is still work enough for the threads
-// (core/cpu/loops.h: kParallelGrain).
+// (core/cpu/loops.h: kParallelGrain). A GPU takes the whole batch at once: its
+// L2 holds tens of megabytes, and each chunk would cost launches of kernels
+// too small to fill it (16 chunks a layer and pass at nanoGPT's size).
 constexpr int64_t kChunkBytes = 512 << 10;
 constexpr int64_t kMinChunk = 4;
 
-// Batch entries per chunk (at most B).
-int64_t batch_chunk(const AttentionShape& s, int64_t element_size) {
+// Batch entries per chunk (at most B) for operands like `q`.
+int64_t batch_chunk(const AttentionShape& s, const Tensor& q) {
+  if (q.device() == Device::CUDA) return s.B;
   const int64_t scores = 2 * s.Hq * s.Tq * s.Tk, rows = 2 * (s.Hq * s.Tq + 2 * s.Hkv * s.Tk) * s.d;
+  const auto element_size = static_cast<int64_t>(dtype_size(q.dtype()));
   return std::min(s.B, std::max(kMinChunk, kChunkBytes / ((scores + rows) * element_size)));
 }
 
@@ -236,7 +240,7 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
   // L only for the caller: the backward needs A alone.
   Tensor L = internals ? Tensor::empty({B, Hq, Tq}, DType::Float64, q.device()) : Tensor();
   Tensor Z = detail::empty_like(q);
-  for_batch_chunks(B, batch_chunk(shape, dtype_size(q.dtype())), [&](BatchRange r) {
+  for_batch_chunks(B, batch_chunk(shape, q), [&](BatchRange r) {
     head_product(shape, r, {.data = k, .heads = kv_at, .by_kv_head = true}, {.data = q, .transposed = true, .heads = q_at}, A,
                  {.data = A, .heads = scores_at}, {.M = Tk, .N = Tq, .K = d, .alpha = scale});  // Sᵀ = scale·KQᵀ
     Tensor A_r = chunk_of(A, r), L_r = L.defined() ? chunk_of(L, r) : Tensor();
@@ -253,7 +257,7 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                   const HeadStrides q_at = shape.q, kv_at = shape.kv;
                   Tensor dV = kv_gradient(V, shape), dQ = detail::empty_like(Q), dK = kv_gradient(K, shape);
                   // dAᵀ, then dSᵀ in its place: one chunk's worth, reused by every chunk (it stays in cache).
-                  const int64_t chunk = batch_chunk(shape, dtype_size(Q.dtype()));
+                  const int64_t chunk = batch_chunk(shape, Q);
                   Tensor dS = detail::empty_as({chunk, Hq, Tk, Tq}, A);
                   for_batch_chunks(shape.B, chunk, [&](BatchRange r) {
                     Tensor dS_r = chunk_of(dS, {0, r.count});
