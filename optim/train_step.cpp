@@ -107,7 +107,7 @@ void TrainStep::check_finite(const std::vector<Batch>* rerun) {
       }
     }
     message << ". Try a lower learning rate" << (rerun ? "." : " (or --detect-anomaly to find the op).");
-    throw Error(message.str());
+    throw Diverged(message.str());
   }
 }
 

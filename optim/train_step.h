@@ -35,6 +35,13 @@
 
 namespace ag::optim {
 
+// What check_finite throws: an ag::Error that a caller training many runs (the
+// lab) can tell from the others, recording the run as diverged and going on.
+class Diverged : public Error {
+ public:
+  using Error::Error;
+};
+
 // The training step's options, from the table in optim/train_options.h.
 struct TrainOptions {
   AG_DECLARE_OPTIONS(AG_TRAIN_OPTIONS)
@@ -77,7 +84,7 @@ class TrainStep {
   // Iteration `iter` (from 0) over `micro_batches` (at least one).
   StepResult run(int64_t iter, const std::vector<Batch>& micro_batches);
 
-  // Throws ag::Error for the first step run since the last check whose loss or
+  // Throws Diverged for the first step run since the last check whose loss or
   // gradient norm was not finite: its iteration, learning rate and values, and
   // the first parameter (in the model's order) whose gradient holds a NaN or an
   // infinity — exact when that step is the latest, as it is when the caller

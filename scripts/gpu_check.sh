@@ -19,7 +19,7 @@
 #      after the script began (default 540): at its two learning rates if those
 #      100 steps say it fits, else at 3e-3 alone. Its cells finished by then are
 #      reported (lab_report.html) and packed into LOG_DIR/lab-recall.tar.gz.
-#      The labs live in build-gpu/lab/, so the same command again on the same
+#      The labs live in build-gpu/labs/, so the same command again on the same
 #      machine resumes them, skipping finished cells.
 # Everything printed also goes to LOG_DIR/gpu_check.log.
 #
@@ -191,7 +191,7 @@ if [ "${LAB:-0}" = 1 ]; then
     awk -F, -v want="${*:2}" 'NR == 1 {n = split(want, w, " "); for (i = 1; i <= NF; i++) at[$i] = i}
       {line = ""; for (j = 1; j <= n; j++) line = line (j > 1 ? "\t" : "") $(at[w[j]]); print line}' "$1"
   }
-  labs=build-gpu/lab
+  labs=build-gpu/labs
   jobs=${LAB_JOBS:-16}
   mkdir -p "$labs"
   echo "== the lab on the GPU: --preset quick"

@@ -386,7 +386,7 @@ TEST_CASE("cuda: a lab cell trains on CUDA as on the CPU: the same losses step b
   const CellResult cpu = run_cell(cell, settings, nullptr, nullptr);
   settings.device = Device::CUDA;
   const CellResult gpu = run_cell(cell, settings, nullptr, nullptr);
-  REQUIRE(gpu.row.at("status") == "ok");
+  REQUIRE_MESSAGE(gpu.row.at("status") == "ok", gpu.row.at("reason"));
   CHECK(gpu.row.at("device") == "cuda");
   CHECK(std::stod(gpu.row.at("peak_mb")) > 0);
   REQUIRE(gpu.curve.size() == cpu.curve.size());

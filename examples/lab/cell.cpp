@@ -153,10 +153,7 @@ RunResult train_run(const Cell& cell, double lr, const RunSettings& settings, co
     if (budget.max_seconds > 0 && result.seconds >= budget.max_seconds) break;
     const auto t0 = Clock::now();
     std::vector<optim::Batch> micro(options.grad_accum);
-    for (optim::Batch& b : micro) {
-      batches.train(options.batch_size, draws, b.x, b.y);
-      b.x = b.x.to(settings.device), b.y = b.y.to(settings.device);
-    }
+    for (optim::Batch& b : micro) batches.train(options.batch_size, draws, b.x, b.y);  // the step moves them
     const optim::StepResult r = step.run(iter, micro);
     step.check_finite();
     step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
@@ -218,7 +215,7 @@ CellResult run_cell(const Cell& cell, const RunSettings& settings, const TextDat
                                         : std::make_pair(r.score.accuracy, -r.score.loss) >
                                               std::make_pair(best->score.accuracy, -best->score.loss));
       if (better) best = std::move(r);
-    } catch (const Error& e) {
+    } catch (const optim::Diverged& e) {
       diverged = "lr " + option_to_string(lr) + ": " + e.what();
     }
   }
