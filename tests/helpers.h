@@ -20,6 +20,7 @@
 #include "core/gradcheck.h"
 #include "core/ops.h"
 #include "cuda/context.h"
+#include "nn/gpt.h"
 #include "nn/module.h"
 
 namespace ag::test {
@@ -42,6 +43,17 @@ struct TempDir {
   std::string file(const std::string& name) const { return (dir / name).string(); }
   std::string path() const { return dir.string(); }
 };
+
+// A GPT's sizes, every other option at its default.
+inline nn::GPTConfig gpt_sizes(int64_t vocab_size, int64_t block_size, int64_t n_layer, int64_t n_head, int64_t n_embd) {
+  nn::GPTConfig config;
+  config.vocab_size = vocab_size;
+  config.block_size = block_size;
+  config.n_layer = n_layer;
+  config.n_head = n_head;
+  config.n_embd = n_embd;
+  return config;
+}
 
 // A whole file's bytes, and a file made of `bytes`.
 inline std::string read_file(const std::string& path) {

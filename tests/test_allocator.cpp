@@ -36,12 +36,7 @@ TEST_CASE("allocator: steady-state GPT training steps allocate no tensor memory 
   // loss, backward, clip, AdamW. The optimizer's flat buffers hold the
   // parameters, gradients and AdamW's state from its construction, so step 1
   // already has every block a step needs; from step 2 on each is served from a list.
-  nn::GPTConfig config;
-  config.vocab_size = 13;
-  config.block_size = 8;
-  config.n_layer = 2;
-  config.n_head = 2;
-  config.n_embd = 16;
+  const nn::GPTConfig config = test::gpt_sizes(13, 8, 2, 2, 16);
   Generator init(3);
   nn::GPT model(config, init);
   optim::AdamW optimizer(optim::decay_groups(model.named_parameters(), 0.1), {1e-3, 0.9, 0.99, 1e-8});

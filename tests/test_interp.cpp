@@ -30,12 +30,7 @@ namespace {
 
 // A GPT of float64 random weights: no training needed where only the algebra is tested.
 std::unique_ptr<nn::GPT> random_gpt(int64_t n_layer = 2, int64_t n_head = 2) {
-  nn::GPTConfig c;
-  c.vocab_size = 11;
-  c.block_size = 8;
-  c.n_layer = n_layer;
-  c.n_head = n_head;
-  c.n_embd = 8;
+  nn::GPTConfig c = test::gpt_sizes(11, 8, n_layer, n_head, 8);
   Generator gen(7);
   auto model = std::make_unique<nn::GPT>(c, gen);
   model->to(DType::Float64);

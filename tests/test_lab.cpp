@@ -242,12 +242,7 @@ TEST_CASE("lab: a three-cell lab trains two, records the refused one and goes on
 }
 
 TEST_CASE("lab: a decoder's state: T positions' keys and values, a window's whatever the positions, a fixed recurrent state") {
-  nn::GPTConfig model;
-  model.vocab_size = 64;
-  model.block_size = 256;
-  model.n_layer = 2;
-  model.n_embd = 64;
-  model.n_head = 2;
+  nn::GPTConfig model = test::gpt_sizes(64, 256, 2, 2, 64);
   const int64_t kv = 2 * model.n_layer * model.n_embd;  // K and V floats per position, all layers
   CHECK(state_floats(model) == 256 * kv);
   apply_mixer("softmax:window=16", model);

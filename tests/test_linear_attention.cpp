@@ -322,12 +322,7 @@ TEST_CASE("linear attention: FAVOR+ approaches softmax attention as m grows (16 
 TEST_CASE("linear attention: a GPT generating token by token from its state (in its KV cache) gives the full forward's logits") {
   for (FeatureMap map : {FeatureMap::Elu1, FeatureMap::Favor}) {
     CAPTURE(std::string(name_of(map)));
-    nn::GPTConfig config;
-    config.vocab_size = 11;
-    config.block_size = 20;
-    config.n_layer = 2;
-    config.n_head = 2;
-    config.n_embd = 16;
+    nn::GPTConfig config = test::gpt_sizes(11, 20, 2, 2, 16);
     config.attention = AttentionFunction::Linear;
     config.feature_map = map;
     config.n_features = 12;

@@ -372,13 +372,8 @@ const ModelCase kModels[] = {{4, true, 0, PositionEncoding::Learned},
                              {3, true, 1, PositionEncoding::None}};
 
 nn::GPTConfig ssd_model(const ModelCase& m) {
-  nn::GPTConfig config;
-  config.vocab_size = 11;
-  config.block_size = 20;
-  config.n_layer = 2;
-  config.n_head = 2;
+  nn::GPTConfig config = test::gpt_sizes(11, 20, 2, 2, 16);
   config.n_kv_head = m.kv_heads;
-  config.n_embd = 16;
   config.attention = AttentionFunction::Ssd;
   config.ssd_conv = m.conv;
   config.ssd_gate = m.gate;

@@ -21,12 +21,7 @@ constexpr int64_t kVocab = 11, kBlock = 8;
 
 // A float64 GPT of its own, from a fixed seed, so two copies start identical.
 std::unique_ptr<nn::GPT> tiny_gpt(Device device = Device::CPU, int64_t n_layer = 2) {
-  nn::GPTConfig config;
-  config.vocab_size = kVocab;
-  config.block_size = kBlock;
-  config.n_layer = n_layer;
-  config.n_head = 2;
-  config.n_embd = 8;
+  const nn::GPTConfig config = test::gpt_sizes(kVocab, kBlock, n_layer, 2, 8);
   Generator gen(3);
   auto model = std::make_unique<nn::GPT>(config, gen);
   model->to(DType::Float64);

@@ -48,17 +48,14 @@ Preset preset(const std::string& name) {
                          {"n_head", "2"}, {"max_iters", "15000"}, {"warmup", "0.2"}, {"eval_examples", "1000"}});
     return p;
   }
-  if (name == "heads") {
-    const std::vector<std::pair<std::string, std::string>> budget = {
-        {"max_iters", "5000"}, {"warmup", "0.2"}, {"eval_examples", "1000"}};
-    Preset p{.grids = {{{"task", "mqar"}, {"block_size", "64"}, {"pairs", "4"}, {"vocab", "256"}, {"n_embd", "64"},
-                        {"n_layer", "2"}, {"n_head", "1,2,4,8"}},
-                       {{"task", "text"}, {"block_size", "64"}, {"n_embd", "64"}, {"n_layer", "2"}, {"n_head", "1,2,4,8"}}},
-             .lab_options = {{"mixers", "softmax,softmax:gqa=1"}, {"lr", "0.003"}, {"eval_interval", "500"},
-                             {"jobs", "2"}, {"threads", "1"}}};
-    for (auto& grid : p.grids) grid.insert(grid.end(), budget.begin(), budget.end());
-    return p;
-  }
+  if (name == "heads")
+    return {.grids = {{{"task", "mqar"}, {"block_size", "64"}, {"pairs", "4"}, {"vocab", "256"}, {"n_embd", "64"},
+                       {"n_layer", "2"}, {"n_head", "1,2,4,8"}, {"max_iters", "5000"}, {"warmup", "0.2"},
+                       {"eval_examples", "1000"}},
+                      {{"task", "text"}, {"block_size", "64"}, {"n_embd", "64"}, {"n_layer", "2"}, {"n_head", "1,2,4,8"},
+                       {"max_iters", "5000"}, {"warmup", "0.2"}, {"eval_examples", "1000"}}},
+            .lab_options = {{"mixers", "softmax,softmax:gqa=1"}, {"lr", "0.003"}, {"eval_interval", "500"},
+                            {"jobs", "2"}, {"threads", "1"}}};
   throw Error("--preset '" + name + "' is not one of quick, recall, heads");
 }
 
