@@ -13,7 +13,8 @@
 #      profiler (AG_PROFILE=1) and under torch.profiler: where each one's step goes,
 #   7. with FULL=1, train the GPU config to 5000 iterations (val loss target <= 1.50),
 #   8. with LAB=1, the lab on the GPU: `lab --preset quick --device cuda` (softmax's
-#      mqar accuracy >= 0.99, as on the CPU), 100 steps of every cell of
+#      mqar accuracy >= 0.99, as on the CPU), the kernel profile of an ssd and a
+#      linear-attention step at T = 512, 100 steps of every cell of
 #      `--preset recall` for its ms/iter and memory with LAB_JOBS processes
 #      sharing the GPU, then the recall preset itself until LAB_UNTIL seconds
 #      after the script began (default 540): at its two learning rates if those
@@ -203,6 +204,15 @@ if [ "${LAB:-0}" = 1 ]; then
   columns "$labs/quick/results.csv" mixer accuracy | awk '$1 == "softmax" {found = 1
     print "lab quick: softmax reaches " $2 ($2 >= 0.99 ? " (>= 0.99, as on the CPU)" : ": FAILED, below 0.99")}
     END {if (!found) print "lab quick: FAILED, no softmax row"}'
+
+  echo "== where a step of ssd and of linear attention goes at T = 512, width 128 (AG_PROFILE=1, 20 steps)"
+  # Alone on the GPU they took 71 and 35 ms/iter against softmax's 11 (docs/performance.md).
+  for mixer in ssd linear:elu1; do
+    echo "-- $mixer"
+    AG_PROFILE=1 timeout 120 ./build-gpu/lab --task mqar --vocab 1024 --block-size 512 --pairs 64 --n-embd 128 \
+      --n-head 2 --n-layer 2 --mixers "$mixer" --lr 0.003 --max-iters 20 --eval-interval 20 --eval-examples 64 \
+      --threads 1 --jobs 1 --device cuda --out "$labs/profile-${mixer%%:*}" 2>&1 | sed -n '/kernel profile/,$p' | head -25
+  done
 
   echo "== 100 steps of each cell of --preset recall, $jobs processes sharing the GPU (ms/iter, MB)"
   SECONDS=0
