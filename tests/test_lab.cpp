@@ -408,6 +408,18 @@ TEST_CASE("lab: a cell whose every learning rate diverges is recorded as diverge
   CHECK(one.rows[0].at("reason").rfind("diverged at lr 1e+30", 0) == 0);
 }
 
+TEST_CASE("lab: an error that is not a divergence stops the cell instead of passing for one") {
+  // A fault of the run itself (here thrown from its progress report; on a GPU, a
+  // refused batch or a full memory) must not be recorded as the learning rate's fault.
+  Cell cell = small_cell(Task::Mqar, 16, 4);
+  cell.budget.max_iters = 5;
+  const RunSettings settings{.eval_interval = 5, .device = Device::CPU};
+  const auto fault = [](double, int64_t step, double, double) {
+    if (step == 3) throw Error("a fault at step 3");
+  };
+  CHECK_THROWS_WITH_AS(run_cell(cell, settings, nullptr, fault), "a fault at step 3", Error);
+}
+
 TEST_CASE("lab program: bad input names the known choices and exits non-zero") {
   const std::string lab = ATTOGRAD_LAB;
   auto [status, output] = run_command(lab + " --mixers softmax,lineer --max-iters 1 --out /nonexistent/x");
