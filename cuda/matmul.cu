@@ -64,7 +64,7 @@ void gemm(const GemmShape& s, const Tensor& A, const Tensor& B, Tensor& C) {
     if (s.a_group_stride == s.batch * s.a_batch_stride && s.b_group_stride == s.batch * s.b_batch_stride &&
         s.c_group_stride == s.batch * s.c_batch_stride)
       return cuda::gemm(whole, A, B, C);
-    if (s.groups > s.batch) return cuda::gemm(s.levels_swapped(), A, B, C);  // the fewer calls
+    if (s.batch > 0 && s.groups > s.batch) return cuda::gemm(s.levels_swapped(), A, B, C);  // the fewer calls
     for (int64_t g = 0; g < s.groups; ++g) {  // else one strided batch per group
       GemmShape group = s;
       group.groups = 1;
