@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "examples/char_lm/checkpoint.h"
-#include "examples/common/command_line.h"
+#include "examples/common/program_header.h"
 
 namespace ag::char_lm {
 

@@ -16,7 +16,7 @@
 #include "examples/char_lm/data.h"
 #include "examples/char_lm/eval.h"
 #include "examples/char_lm/sample.h"
-#include "examples/common/command_line.h"
+#include "examples/common/program_header.h"
 #include "examples/interp/analysis.h"
 #include "examples/interp/faithfulness.h"
 #include "examples/interp/svg.h"

@@ -36,6 +36,7 @@
 #include "examples/char_lm/sample.h"
 #include "examples/char_lm/train.h"
 #include "examples/common/command_line.h"
+#include "examples/common/program_header.h"
 
 using namespace ag;
 using namespace ag::char_lm;

@@ -15,7 +15,7 @@
 #include "examples/char_lm/data.h"
 #include "examples/char_lm/inspect.h"
 #include "examples/char_lm/sample.h"
-#include "examples/common/command_line.h"
+#include "examples/common/program_header.h"
 #include "optim/adam.h"
 #include "optim/data_parallel.h"
 

@@ -6,18 +6,12 @@
 #include <optional>
 
 #include "core/threads.h"
-#include "cuda/context.h"
 #include "dist/communicator.h"
 
 namespace ag::cli {
 
 void ProcessOptions::apply() const {
   set_num_threads(threads > 0 ? static_cast<int>(threads) : default_num_threads(dist::world().local_size()));
-}
-
-std::string header(const nn::GPTConfig& model, Device device) {
-  const std::string where = device == Device::CPU ? "cpu, " : "cuda (" + cuda::describe_device() + "); host ";
-  return "model: " + nn::describe(model) + "\nruns on: " + where + cpu_runtime_summary();
 }
 
 Command& Command::allow_config_file() {

@@ -14,7 +14,6 @@
 
 #include "core/options.h"
 #include "examples/common/process_options.h"
-#include "nn/gpt.h"
 
 namespace ag::cli {
 
@@ -126,10 +125,5 @@ int parse(CLI::App& app, int argc, char** argv);
 // 2 after a usage error or an invalid option, whose message it printed as
 // "<program>: message".
 int parse_and_apply(CLI::App& app, int argc, char** argv, Command& command, const ProcessOptions& process);
-
-// A program's header, two lines: "model: " what the model computes (nn::describe),
-// "runs on: " the device, the CPU threads and OpenBLAS's kernel set (with the
-// note, when OPENBLAS_CORETYPE names older kernels than the CPU runs).
-std::string header(const nn::GPTConfig& model, Device device);
 
 }  // namespace ag::cli
