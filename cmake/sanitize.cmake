@@ -20,8 +20,9 @@ endif()
 if(ATTOGRAD_SANITIZE)
   # -fno-sanitize-recover: UBSan otherwise reports and carries on, and a test
   # that passes despite undefined behaviour would hide it. Frame pointers and
-  # line tables make the reports' stacks readable.
-  add_compile_options(-fsanitize=${ATTOGRAD_SANITIZE} -fno-sanitize-recover=all -fno-omit-frame-pointer -g)
+  # line tables make the reports' stacks readable; -g1 keeps only those (over the
+  # build type's -g, whose types and variables no report reads: 8% of compile time).
+  add_compile_options(-fsanitize=${ATTOGRAD_SANITIZE} -fno-sanitize-recover=all -fno-omit-frame-pointer -g1)
   # clang warns for each `omp simd` loop it cannot vectorise (a speed matter,
   # already seen in the plain clang build); here it would only bury findings.
   add_compile_options($<$<CXX_COMPILER_ID:Clang>:-Wno-pass-failed>)
