@@ -21,15 +21,15 @@ if(ATTOGRAD_SANITIZE)
   # -fno-sanitize-recover: UBSan otherwise reports and carries on, and a test
   # that passes despite undefined behaviour would hide it. Frame pointers and
   # line tables make the reports' stacks readable; -g1 keeps only those (over the
-  # build type's -g, whose types and variables no report reads: 8% of compile time).
+  # build type's -g, whose types and variables no report reads).
   add_compile_options(-fsanitize=${ATTOGRAD_SANITIZE} -fno-sanitize-recover=all -fno-omit-frame-pointer -g1)
   # clang warns for each `omp simd` loop it cannot vectorise (a speed matter,
   # already seen in the plain clang build); here it would only bury findings.
   add_compile_options($<$<CXX_COMPILER_ID:Clang>:-Wno-pass-failed>)
   add_link_options(-fsanitize=${ATTOGRAD_SANITIZE})
-  # Position-dependent programs: a sanitized test binary is PIE with ~800,000
-  # relative relocations, which the loader applied at every start (0.22 s; 0.15
-  # without), and CTest starts one process per test case.
+  # Position-dependent programs: as PIE, a sanitized test binary's relocations are
+  # applied by the loader at every start, and CTest starts one process per test
+  # case (docs/performance.md, "Build and test times").
   add_link_options($<$<STREQUAL:$<TARGET_PROPERTY:TYPE>,EXECUTABLE>:-no-pie>)
   message(STATUS "attograd: sanitizers ${ATTOGRAD_SANITIZE}")
 endif()
