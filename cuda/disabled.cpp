@@ -9,7 +9,7 @@
 namespace ag::cuda {
 
 std::string describe_device() {
-  return "no CUDA device found: attograd was built without CUDA (nvcc was not found at configure time)";
+  return "no CUDA device found: attograd was built without CUDA (nvcc was not found at configure time, or -DATTOGRAD_WITH_CUDA=OFF)";
 }
 
 namespace {
