@@ -13,6 +13,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work_dir"
 cmake --install "$build_dir" --prefix "$work_dir/prefix" >"$work_dir.install.log" 2>&1 ||
   { cat "$work_dir.install.log"; exit 1; }
+# The licence is installed beside the headers and the library.
+cmp "$here/../../LICENSE" "$work_dir/prefix/share/doc/attograd/LICENSE"
 cmake -S "$here" -B "$work_dir/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$work_dir/prefix" \
   -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF ${compiler} >/dev/null
 cmake --build "$work_dir/build"
