@@ -27,6 +27,8 @@
 #include <set>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "core/enum_names.h"
 #include "core/error.h"
@@ -65,6 +67,31 @@ struct OptionInfo {
   template <class Self, class Visit> static void for_each_option(Self& self, Visit&& visit) { \
     LIST(AG_OPTION_VISIT)                                                            \
   }
+
+// An error about the values of options: one outside its range, or several that
+// do not fit together. options() names them (snake_case), the one the message
+// is about first, so that a caller that knows where each value came from (a
+// checkpoint rather than the command line) can say so: the range checks below
+// and the configs' check() throw it.
+class OptionError : public Error {
+ public:
+  OptionError(std::vector<std::string> options, const std::string& message)
+      : Error(message), options_(std::move(options)) {}
+  const std::vector<std::string>& options() const { return options_; }
+
+ private:
+  std::vector<std::string> options_;
+};
+
+// AG_CHECK about options: AG_CHECK_OPTIONS(min_lr <= lr, "--min-lr ... --lr ...", "min_lr", "lr").
+#define AG_CHECK_OPTIONS(cond, message, ...)                           \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
+      std::ostringstream ag_check_stream_;                             \
+      ag_check_stream_ << message;                                     \
+      throw ::ag::OptionError({__VA_ARGS__}, ag_check_stream_.str());  \
+    }                                                                  \
+  } while (0)
 
 // --- values as text -----------------------------------------------------------------
 // The one text form of each option type, for the command line and metadata
@@ -116,7 +143,7 @@ template <class T> void check_option_range(const T& value, const OptionInfo& inf
     std::string bound = finite ? "" : "a finite number ";
     if (info.max == kNoLimit) bound += "≥ " + option_to_string(static_cast<T>(info.min));
     else bound += "in [" + option_to_string(static_cast<T>(info.min)) + ", " + option_to_string(static_cast<T>(info.max)) + "]";
-    throw Error(what + " must be " + bound + ", got " + option_to_string(value));
+    throw OptionError({info.name}, what + " must be " + bound + ", got " + option_to_string(value));
   }
 }
 

@@ -27,27 +27,39 @@ Tensor Block::forward_cached(const Tensor& x, LayerKVCache& cache) {
   return y + mlp_->forward(normed);
 }
 
+// Each rule names the options it relates (OptionError), so that a caller that read some of them from a checkpoint
+// can say so.
 void GPTConfig::check() const {
   check_option_ranges(*this);
-  AG_CHECK(n_embd % n_head == 0, "--n-embd " << n_embd << " is not a multiple of --n-head " << n_head
-                                             << " (each head gets C / H dims)");
-  AG_CHECK(n_head % kv_heads() == 0, "--n-head " << n_head << " is not a multiple of --n-kv-head " << n_kv_head
-                                                 << " (each kv head serves n_head / n_kv_head query heads)");
+  AG_CHECK_OPTIONS(n_embd % n_head == 0, "--n-embd " << n_embd << " is not a multiple of --n-head " << n_head
+                                                     << " (each head gets C / H dims)",
+                   "n_embd", "n_head");
+  AG_CHECK_OPTIONS(n_head % kv_heads() == 0, "--n-head " << n_head << " is not a multiple of --n-kv-head " << n_kv_head
+                                                         << " (each kv head serves n_head / n_kv_head query heads)",
+                   "n_kv_head", "n_head");
   head_gates();  // throws on a malformed head_mask
-  check_sparse_pattern(attention_pattern(*this, 0), "--attn-window, --attn-dilation, --attn-global, --attn-random-blocks");
+  try {
+    check_sparse_pattern(attention_pattern(*this, 0), "--attn-window, --attn-dilation, --attn-global, --attn-random-blocks");
+  } catch (const Error& e) {
+    throw OptionError({"attn_window", "attn_dilation", "attn_global", "attn_random_blocks"}, e.what());
+  }
   const AttentionFunctionTraits& traits = attention_function_traits(attention);
-  AG_CHECK(traits.reads_pattern || !attention_pattern(*this, 0).limited(),
-           "--attention " << name_of(attention) << " sums over every earlier key: it takes no sparse pattern (--attn-window ...)");
+  AG_CHECK_OPTIONS(traits.reads_pattern || !attention_pattern(*this, 0).limited(),
+                   "--attention " << name_of(attention) << " sums over every earlier key: it takes no sparse pattern (--attn-window ...)",
+                   "attn_window", "attention");
   // Accepting it would claim a speed-up the model never gets.
-  AG_CHECK(traits.reads_impl || attn_impl == kDefaultAttentionImpl,
-           "--attn-impl " << name_of(attn_impl) << " chooses how softmax attention is computed; a model with --attention "
-                          << name_of(attention) << " has one implementation: leave --attn-impl out");
-  AG_CHECK(traits.reads_alibi || position != PositionEncoding::Alibi,
-           "position alibi (--position) biases softmax attention's scores; --attention " << name_of(attention)
-                                                                                        << " has none: use rope or none");
-  AG_CHECK(position != PositionEncoding::Rope || (n_embd / n_head) % 2 == 0,
-           "position rope (--position) rotates pairs of dims: head size n_embd / n_head = " << n_embd / n_head << " is odd");
-  AG_CHECK(rope_base > 0, "rope_base (--rope-base) must be > 0, got " << rope_base);
+  AG_CHECK_OPTIONS(traits.reads_impl || attn_impl == kDefaultAttentionImpl,
+                   "--attn-impl " << name_of(attn_impl) << " chooses how softmax attention is computed; a model with --attention "
+                                  << name_of(attention) << " has one implementation: leave --attn-impl out",
+                   "attn_impl", "attention");
+  AG_CHECK_OPTIONS(traits.reads_alibi || position != PositionEncoding::Alibi,
+                   "position alibi (--position) biases softmax attention's scores; --attention " << name_of(attention)
+                                                                                                << " has none: use rope or none",
+                   "position", "attention");
+  AG_CHECK_OPTIONS(position != PositionEncoding::Rope || (n_embd / n_head) % 2 == 0,
+                   "position rope (--position) rotates pairs of dims: head size n_embd / n_head = " << n_embd / n_head << " is odd",
+                   "position", "n_embd", "n_head");
+  AG_CHECK_OPTIONS(rope_base > 0, "rope_base (--rope-base) must be > 0, got " << rope_base, "rope_base");
 }
 
 bool GPTConfig::applies(std::string_view option) const {
@@ -84,16 +96,16 @@ std::vector<std::vector<double>> GPTConfig::head_gates() const {
   std::vector<std::vector<double>> gates(n_layer, std::vector<double>(n_head, 1.0));
   if (head_mask.empty()) return gates;
   const std::string shape = std::to_string(n_layer) + " groups of " + std::to_string(n_head) + " 0s and 1s split by '/'";
-  AG_CHECK(static_cast<int64_t>(head_mask.size()) == n_layer * (n_head + 1) - 1,
-           "head_mask '" << head_mask << "' is not " << shape);
+  AG_CHECK_OPTIONS(static_cast<int64_t>(head_mask.size()) == n_layer * (n_head + 1) - 1,
+                   "head_mask '" << head_mask << "' is not " << shape, "head_mask");
   for (int64_t layer = 0; layer < n_layer; ++layer) {
     for (int64_t h = 0; h < n_head; ++h) {
       const char c = head_mask[layer * (n_head + 1) + h];
-      AG_CHECK(c == '0' || c == '1', "head_mask '" << head_mask << "' is not " << shape);
+      AG_CHECK_OPTIONS(c == '0' || c == '1', "head_mask '" << head_mask << "' is not " << shape, "head_mask");
       gates[layer][h] = c == '1' ? 1.0 : 0.0;
     }
-    AG_CHECK(layer + 1 == n_layer || head_mask[layer * (n_head + 1) + n_head] == '/',
-             "head_mask '" << head_mask << "' is not " << shape);
+    AG_CHECK_OPTIONS(layer + 1 == n_layer || head_mask[layer * (n_head + 1) + n_head] == '/',
+                     "head_mask '" << head_mask << "' is not " << shape, "head_mask");
   }
   return gates;
 }
