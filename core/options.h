@@ -147,6 +147,19 @@ template <class T> void check_option_range(const T& value, const OptionInfo& inf
   }
 }
 
+// A value read from metadata: `text` parsed as a T and range-checked, or an
+// OptionError about the option, naming `what` (its key).
+template <class T> T option_from_metadata(const std::string& text, const OptionInfo& info, const std::string& what) {
+  T value{};
+  try {
+    value = option_from_string<T>(text, what);
+  } catch (const Error& e) {
+    throw OptionError({info.name}, e.what());
+  }
+  check_option_range(value, info, what);
+  return value;
+}
+
 // --- whole configs ---------------------------------------------------------------------
 
 inline bool has_kind(std::initializer_list<OptionKind> kinds, OptionKind kind) {
@@ -190,10 +203,7 @@ void read_options(Config& config, const Metadata& metadata, std::initializer_lis
     const std::string key = option_key(info, style);
     const auto found = metadata.find(key);
     if (!has_kind(kinds, info.kind) || found == metadata.end()) return;
-    using T = std::decay_t<decltype(value)>;
-    const std::string what = metadata_key_origin(where, key);
-    value = option_from_string<T>(found->second, what);
-    check_option_range(value, info, what);
+    value = option_from_metadata<std::decay_t<decltype(value)>>(found->second, info, metadata_key_origin(where, key));
     used.insert(key);
   });
 }
@@ -203,28 +213,50 @@ void read_options(Config& config, const Metadata& metadata, std::initializer_lis
 void reject_unknown_keys(const Metadata& metadata, const std::set<std::string>& used,
                          std::initializer_list<const char*> known, const std::string& where);
 
+// What resume_options did with the saved options it found.
+struct ResumedValues {
+  std::set<std::string> taken;  // not given on the command line: they took the saved values (snake_case)
+  // Given with another value than the run's, and not a Setting: (option, "--lr: the run has 0.001, this call gives 0.002").
+  std::vector<std::pair<std::string, std::string>> conflicts;
+};
+
 // Continuing a run saved with `saved` (training-state keys). For each saved
-// option: one not `given` on this command line takes the saved value; one
-// given with another value is a conflict unless its kind is Setting. Returns
-// the conflicts, a line each ("--lr: the run has 0.001, this call gives 0.002").
+// option: one not `given` on this command line takes the saved value (an
+// OptionError if it is none of the option's values); one given replaces it,
+// and is a conflict if it differs, unless its kind is Setting. A saved text
+// that is no value of its option is an OptionError too, unless `typed`: the
+// given options are a user's, who may replace a saved value that way (a
+// program's own call gives every option, and must match the run).
 template <class Config>
-std::string resume_options(Config& config, const Metadata& saved, const std::set<std::string>& given,
-                           const std::string& where, std::set<std::string>& used) {
-  std::string conflicts;
+void resume_options(Config& config, const Metadata& saved, const std::set<std::string>& given, bool typed,
+                    const std::string& where, std::set<std::string>& used, ResumedValues& resumed) {
   Config::for_each_option(config, [&](auto& value, const OptionInfo& info) {
     const auto found = saved.find(info.dashed());
     if (info.kind == OptionKind::Local || info.kind == OptionKind::Derived || found == saved.end()) return;
-    using T = std::decay_t<decltype(value)>;
-    const std::string what = metadata_key_origin(where, info.dashed());
-    const T saved_value = option_from_string<T>(found->second, what);
-    check_option_range(saved_value, info, what);
     used.insert(info.dashed());
-    if (!given.count(info.name)) value = saved_value;
-    else if (info.kind != OptionKind::Setting && !(value == saved_value))
-      conflicts += "\n  " + info.flag() + ": the run has " + option_to_string(saved_value) + ", this call gives " +
-                   option_to_string(value);
+    using T = std::decay_t<decltype(value)>;
+    const bool is_given = given.count(info.name) > 0;
+    T saved_value{};
+    try {
+      saved_value = option_from_metadata<T>(found->second, info, metadata_key_origin(where, info.dashed()));
+    } catch (const OptionError&) {
+      if (is_given && typed) return;
+      throw;
+    }
+    if (!is_given) {
+      value = saved_value;
+      resumed.taken.insert(info.name);
+    } else if (info.kind != OptionKind::Setting && !(value == saved_value)) {
+      resumed.conflicts.push_back({info.name, info.flag() + ": the run has " + option_to_string(saved_value) +
+                                                  ", this call gives " + option_to_string(value)});
+    }
   });
-  return conflicts;
 }
+
+// The keys and values of `metadata` (in `style`) that an OptionError is about,
+// where its options took their values there (`taken`, snake_case):
+// "__metadata__ 'min-lr' = '0.0001' and 'lr' = '0'"; "" if none did.
+std::string saved_values_of(const OptionError& error, const std::set<std::string>& taken, const Metadata& metadata,
+                            KeyStyle style);
 
 }  // namespace ag

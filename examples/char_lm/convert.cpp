@@ -36,8 +36,7 @@ ConvertResult convert_kv_heads(const ConvertOptions& o) {
 
   // The run's options, all from its training state (none given here).
   TrainConfig c;
-  c.given = std::set<std::string>{};
-  resume_options(c, state);
+  read_run_options(c, state);
   c.quiet = true;
   const int64_t H_kv = c.model.kv_heads(), G = o.n_kv_head, d_h = c.model.n_embd / c.model.n_head;
   AG_CHECK(H_kv % G == 0, "convert: the checkpoint's " << H_kv << " kv heads do not split into --n-kv-head " << G
