@@ -17,14 +17,17 @@ Block::Block(const MultiHeadSelfAttention::Config& attention, GeluApprox gelu, G
                                       MLP::Config{.C = attention.C, .gelu = gelu, .dropout = attention.dropout}, gen))) {}
 
 // Y = X + O and LN2(Y) in one pass (add_layer_norm); Y goes on as the residual stream.
+// Each sub-layer's output is observed (Module::observe) under its module's name; ln2's is LN2(X + O).
 Tensor Block::forward(const Tensor& x) {
-  const auto [y, normed] = ln2_->forward_residual(x, attn_->forward(ln1_->forward(x)));
-  return y + mlp_->forward(normed);
+  const Tensor o = observe("attn", attn_->forward(observe("ln1", ln1_->forward(x))));
+  const auto [y, normed] = ln2_->forward_residual(x, o);
+  return observe("", y + observe("mlp", mlp_->forward(observe("ln2", normed))));
 }
 
 Tensor Block::forward_cached(const Tensor& x, LayerKVCache& cache) {
-  const auto [y, normed] = ln2_->forward_residual(x, attn_->forward_cached(ln1_->forward(x), cache));
-  return y + mlp_->forward(normed);
+  const Tensor o = observe("attn", attn_->forward_cached(observe("ln1", ln1_->forward(x)), cache));
+  const auto [y, normed] = ln2_->forward_residual(x, o);
+  return observe("", y + observe("mlp", mlp_->forward(observe("ln2", normed))));
 }
 
 // Each rule names the options it relates (OptionError), so that a caller that read some of them from a checkpoint
@@ -221,7 +224,7 @@ Tensor GPT::blocks_output(const Tensor& E) {
   AG_CHECK(T >= 1 && (T <= config_.block_size || !config_.positions_end_at_block_size()),
            "GPT: sequence length T = " << T << " is outside [1, block_size = " << config_.block_size
                                        << "] (learned positions end there)");
-  Tensor x = embed(E, 0);
+  Tensor x = embed(observe("tok_emb", E), 0);
   for (const std::shared_ptr<Block>& block : blocks_) x = block->forward(x);
   return x;
 }
@@ -236,13 +239,13 @@ Tensor GPT::embed(const Tensor& E, int64_t start) {
       for (int64_t i = 0; i < T_local; ++i) positions[static_cast<size_t>(i)] = split.position(i);
       context_positions_ = Tensor::from_indices(positions, {T_local}).to(E.device());
     }
-    return dropout_->forward(E + pos_emb_->forward(context_positions_));
+    return observe("pos_emb", dropout_->forward(E + pos_emb_->forward(context_positions_)));
   }
   // Positions 0..block_size−1, uploaded once per device: a fresh upload each forward would make the host wait for the device.
   if (!positions_.defined() || positions_.device() != E.device())
     positions_ = Tensor::arange(config_.block_size, DType::Int64, E.device());
   const Tensor pos = positions_.view(start, {E.size(1)});
-  return dropout_->forward(E + pos_emb_->forward(pos));  // [B, T, C] + [T, C]
+  return observe("pos_emb", dropout_->forward(E + pos_emb_->forward(pos)));  // [B, T, C] + [T, C]
 }
 
 Tensor GPT::head(const Tensor& x) {
@@ -250,8 +253,8 @@ Tensor GPT::head(const Tensor& x) {
   logits_shape.back() = config_.vocab_size;
   // The head is tied: logits = h · W_embᵀ with W_emb = tok_emb.weight [V, C]. One
   // parameter, so its gradient sums the lookup's and the head's contributions.
-  return matmul(ln_f_->forward(x).reshape({-1, config_.n_embd}), transpose(tok_emb_->weight(), 0, 1))
-      .reshape(logits_shape);
+  const Tensor h = observe("ln_f", ln_f_->forward(x));
+  return observe("logits", matmul(h.reshape({-1, config_.n_embd}), transpose(tok_emb_->weight(), 0, 1)).reshape(logits_shape));
 }
 
 Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) {
@@ -264,7 +267,7 @@ Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) {
   AG_CHECK(T_new >= 1 && (start + T_new <= config_.block_size || !config_.positions_end_at_block_size()),
            "GPT: positions " << start << " … " << start + T_new - 1 << " reach past block_size = "
                              << config_.block_size << " (learned positions end there)");
-  Tensor x = embed(tok_emb_->forward(idx), start);  // each token's embedding at its true position
+  Tensor x = embed(observe("tok_emb", tok_emb_->forward(idx)), start);  // each token's embedding at its true position
   for (int64_t i = 0; i < config_.n_layer; ++i) x = blocks_[i]->forward_cached(x, cache.layer(i));  // each layer's cache advances
   return head(x);
 }
