@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -160,6 +162,41 @@ LoadedModel model_from(const SafetensorsFile& file, DType dtype, const nn::GPTCo
 LoadedModel load_model(const std::string& path, DType dtype, const nn::GPTConfig& settings) {
   const SafetensorsFile file = load_safetensors(path);  // its own errors name the file
   return naming_file(file, [&] { return model_from(file, dtype, settings); });
+}
+
+namespace {
+// The activation `name` (Module::observe's) in words, with the parameters that computed it.
+std::string activation_words(const std::string& name) {
+  if (name == "logits") return "the logits (ln_f's output times tok_emb.weight, the tied head)";
+  if (name == "tok_emb") return "the token embeddings (tok_emb.weight's rows)";
+  return "the output of " + name + " (parameters " + name + ".*)";
+}
+}  // namespace
+
+// Why parameters are checked before running, besides the activations while it runs: a huge but finite weight may
+// never reach an activation that overflows. An embedding row of a character the prompt lacks is never read, nor a
+// position past the prompt; a LayerNorm bias of 3e38 gives logits of about 1e36, finite and meaningless. The bound
+// is the largest value whose square float32 holds, since a LayerNorm's variance and every dot product square their
+// inputs; no trained model comes near it (its weights are O(1)), so the check refuses only damaged files, and it
+// covers every tensor of the checkpoint, read or not.
+LoadedModel load_model_to_run(const std::string& path, const nn::GPTConfig& settings) {
+  LoadedModel loaded = load_model(path, DType::Float32, settings);
+  const double bound = std::sqrt(static_cast<double>(std::numeric_limits<float>::max()));
+  for (const NamedTensor& p : loaded.model->named_parameters()) {
+    const std::vector<double> values = p.tensor.to_vector();
+    const auto huge = std::find_if(values.begin(), values.end(), [&](double v) { return std::fabs(v) > bound; });
+    AG_CHECK(huge == values.end(),
+             "checkpoint '" << path << "': parameter '" << p.name << "' holds " << *huge << " (element "
+                            << huge - values.begin() << "): finite, but over √FLT_MAX ≈ 1.8e19 in magnitude, so its "
+                            "square overflows float32 (a LayerNorm's variance, a dot product) and the model cannot run; "
+                            "no trained model holds such a value (a damaged file?)");
+  }
+  loaded.model->set_activation_hook([path](const std::string& name, const Tensor& activation) {
+    AG_CHECK(all_finite(activation), "checkpoint '" << path << "': running the model gave a NaN or an infinity, first in "
+                                                    << activation_words(name) << ": its weights are finite but too "
+                                                    "large for float32 arithmetic; the model is refused");
+  });
+  return loaded;
 }
 
 void save_train_state(const std::string& path, const TrainState& state, const TrainConfig& config,

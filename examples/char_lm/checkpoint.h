@@ -58,6 +58,16 @@ void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& 
 // the file's tensors before anything is allocated.
 LoadedModel load_model(const std::string& path, DType dtype = DType::Float32, const nn::GPTConfig& settings = {});
 
+// load_model for a command that only runs the model (sample, eval, convert and
+// the inspect commands): a model whose float32 arithmetic cannot stay finite is
+// refused before the command prints or writes its result. A parameter holding
+// a value over √FLT_MAX ≈ 1.8e19 in magnitude is refused at once, naming it;
+// and every forward of the model is watched (Module::set_activation_hook):
+// the first activation, in the order computed, that holds a NaN or an infinity
+// is an ag::Error naming the module that computed it (blocks.1.attn: the one
+// whose parameters are blocks.1.attn.*).
+LoadedModel load_model_to_run(const std::string& path, const nn::GPTConfig& settings = {});
+
 // Everything besides the weights that decides how training continues.
 struct TrainState {
   int64_t iter = 0;                               // the next iteration to run
