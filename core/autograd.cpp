@@ -1,5 +1,6 @@
 #include "core/autograd.h"
 
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 #include <unordered_set>
@@ -97,11 +98,16 @@ bool anomaly_mode() { return anomaly; }
 AnomalyModeGuard::AnomalyModeGuard() : previous_(anomaly) { anomaly = true; }
 AnomalyModeGuard::~AnomalyModeGuard() { anomaly = previous_; }
 
+// One pass over the elements in their own dtype (a tensor on a device is copied to the host first): no float64 copy,
+// since a check of every activation (char_lm's read-only commands) runs it on every forward.
 bool all_finite(const Tensor& t) {
   if (!is_floating(t.dtype())) return true;
-  for (double v : t.to_vector())
-    if (!std::isfinite(v)) return false;
-  return true;
+  const Tensor host = t.to(Device::CPU);
+  return visit_dtype(host.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* p = host.data<T>();
+    return std::all_of(p, p + host.numel(), [](T v) { return std::isfinite(v); });
+  });
 }
 
 NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }

@@ -22,4 +22,20 @@ void reject_unknown_keys(const Metadata& metadata, const std::set<std::string>& 
   }
 }
 
+std::string saved_values_of(const OptionError& error, const std::set<std::string>& taken, const Metadata& metadata,
+                            KeyStyle style) {
+  std::vector<std::string> values;
+  for (const std::string& option : error.options()) {
+    if (!taken.count(option)) continue;
+    std::string key = option;
+    if (style == KeyStyle::Dashed) std::replace(key.begin(), key.end(), '_', '-');
+    const auto found = metadata.find(key);
+    if (found != metadata.end()) values.push_back("'" + key + "' = '" + found->second + "'");
+  }
+  std::string text;
+  for (size_t i = 0; i < values.size(); ++i)
+    text += (i == 0 ? "__metadata__ " : i + 1 == values.size() ? " and " : ", ") + values[i];
+  return text;
+}
+
 }  // namespace ag

@@ -27,6 +27,8 @@
 #include <set>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "core/enum_names.h"
 #include "core/error.h"
@@ -65,6 +67,31 @@ struct OptionInfo {
   template <class Self, class Visit> static void for_each_option(Self& self, Visit&& visit) { \
     LIST(AG_OPTION_VISIT)                                                            \
   }
+
+// An error about the values of options: one outside its range, or several that
+// do not fit together. options() names them (snake_case), the one the message
+// is about first, so that a caller that knows where each value came from (a
+// checkpoint rather than the command line) can say so: the range checks below
+// and the configs' check() throw it.
+class OptionError : public Error {
+ public:
+  OptionError(std::vector<std::string> options, const std::string& message)
+      : Error(message), options_(std::move(options)) {}
+  const std::vector<std::string>& options() const { return options_; }
+
+ private:
+  std::vector<std::string> options_;
+};
+
+// AG_CHECK about options: AG_CHECK_OPTIONS(min_lr <= lr, "--min-lr ... --lr ...", "min_lr", "lr").
+#define AG_CHECK_OPTIONS(cond, message, ...)                           \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
+      std::ostringstream ag_check_stream_;                             \
+      ag_check_stream_ << message;                                     \
+      throw ::ag::OptionError({__VA_ARGS__}, ag_check_stream_.str());  \
+    }                                                                  \
+  } while (0)
 
 // --- values as text -----------------------------------------------------------------
 // The one text form of each option type, for the command line and metadata
@@ -116,8 +143,21 @@ template <class T> void check_option_range(const T& value, const OptionInfo& inf
     std::string bound = finite ? "" : "a finite number ";
     if (info.max == kNoLimit) bound += "≥ " + option_to_string(static_cast<T>(info.min));
     else bound += "in [" + option_to_string(static_cast<T>(info.min)) + ", " + option_to_string(static_cast<T>(info.max)) + "]";
-    throw Error(what + " must be " + bound + ", got " + option_to_string(value));
+    throw OptionError({info.name}, what + " must be " + bound + ", got " + option_to_string(value));
   }
+}
+
+// A value read from metadata: `text` parsed as a T and range-checked, or an
+// OptionError about the option, naming `what` (its key).
+template <class T> T option_from_metadata(const std::string& text, const OptionInfo& info, const std::string& what) {
+  T value{};
+  try {
+    value = option_from_string<T>(text, what);
+  } catch (const Error& e) {
+    throw OptionError({info.name}, e.what());
+  }
+  check_option_range(value, info, what);
+  return value;
 }
 
 // --- whole configs ---------------------------------------------------------------------
@@ -163,10 +203,7 @@ void read_options(Config& config, const Metadata& metadata, std::initializer_lis
     const std::string key = option_key(info, style);
     const auto found = metadata.find(key);
     if (!has_kind(kinds, info.kind) || found == metadata.end()) return;
-    using T = std::decay_t<decltype(value)>;
-    const std::string what = metadata_key_origin(where, key);
-    value = option_from_string<T>(found->second, what);
-    check_option_range(value, info, what);
+    value = option_from_metadata<std::decay_t<decltype(value)>>(found->second, info, metadata_key_origin(where, key));
     used.insert(key);
   });
 }
@@ -176,28 +213,50 @@ void read_options(Config& config, const Metadata& metadata, std::initializer_lis
 void reject_unknown_keys(const Metadata& metadata, const std::set<std::string>& used,
                          std::initializer_list<const char*> known, const std::string& where);
 
+// What resume_options did with the saved options it found.
+struct ResumedValues {
+  std::set<std::string> taken;  // not given on the command line: they took the saved values (snake_case)
+  // Given with another value than the run's, and not a Setting: (option, "--lr: the run has 0.001, this call gives 0.002").
+  std::vector<std::pair<std::string, std::string>> conflicts;
+};
+
 // Continuing a run saved with `saved` (training-state keys). For each saved
-// option: one not `given` on this command line takes the saved value; one
-// given with another value is a conflict unless its kind is Setting. Returns
-// the conflicts, a line each ("--lr: the run has 0.001, this call gives 0.002").
+// option: one not `given` on this command line takes the saved value (an
+// OptionError if it is none of the option's values); one given replaces it,
+// and is a conflict if it differs, unless its kind is Setting. A saved text
+// that is no value of its option is an OptionError too, unless `typed`: the
+// given options are a user's, who may replace a saved value that way (a
+// program's own call gives every option, and must match the run).
 template <class Config>
-std::string resume_options(Config& config, const Metadata& saved, const std::set<std::string>& given,
-                           const std::string& where, std::set<std::string>& used) {
-  std::string conflicts;
+void resume_options(Config& config, const Metadata& saved, const std::set<std::string>& given, bool typed,
+                    const std::string& where, std::set<std::string>& used, ResumedValues& resumed) {
   Config::for_each_option(config, [&](auto& value, const OptionInfo& info) {
     const auto found = saved.find(info.dashed());
     if (info.kind == OptionKind::Local || info.kind == OptionKind::Derived || found == saved.end()) return;
-    using T = std::decay_t<decltype(value)>;
-    const std::string what = metadata_key_origin(where, info.dashed());
-    const T saved_value = option_from_string<T>(found->second, what);
-    check_option_range(saved_value, info, what);
     used.insert(info.dashed());
-    if (!given.count(info.name)) value = saved_value;
-    else if (info.kind != OptionKind::Setting && !(value == saved_value))
-      conflicts += "\n  " + info.flag() + ": the run has " + option_to_string(saved_value) + ", this call gives " +
-                   option_to_string(value);
+    using T = std::decay_t<decltype(value)>;
+    const bool is_given = given.count(info.name) > 0;
+    T saved_value{};
+    try {
+      saved_value = option_from_metadata<T>(found->second, info, metadata_key_origin(where, info.dashed()));
+    } catch (const OptionError&) {
+      if (is_given && typed) return;
+      throw;
+    }
+    if (!is_given) {
+      value = saved_value;
+      resumed.taken.insert(info.name);
+    } else if (info.kind != OptionKind::Setting && !(value == saved_value)) {
+      resumed.conflicts.push_back({info.name, info.flag() + ": the run has " + option_to_string(saved_value) +
+                                                  ", this call gives " + option_to_string(value)});
+    }
   });
-  return conflicts;
 }
+
+// The keys and values of `metadata` (in `style`) that an OptionError is about,
+// where its options took their values there (`taken`, snake_case):
+// "__metadata__ 'min-lr' = '0.0001' and 'lr' = '0'"; "" if none did.
+std::string saved_values_of(const OptionError& error, const std::set<std::string>& taken, const Metadata& metadata,
+                            KeyStyle style);
 
 }  // namespace ag

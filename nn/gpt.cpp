@@ -17,37 +17,52 @@ Block::Block(const MultiHeadSelfAttention::Config& attention, GeluApprox gelu, G
                                       MLP::Config{.C = attention.C, .gelu = gelu, .dropout = attention.dropout}, gen))) {}
 
 // Y = X + O and LN2(Y) in one pass (add_layer_norm); Y goes on as the residual stream.
+// Each sub-layer's output is observed (Module::observe) under its module's name; ln2's is LN2(X + O).
 Tensor Block::forward(const Tensor& x) {
-  const auto [y, normed] = ln2_->forward_residual(x, attn_->forward(ln1_->forward(x)));
-  return y + mlp_->forward(normed);
+  const Tensor o = observe("attn", attn_->forward(observe("ln1", ln1_->forward(x))));
+  const auto [y, normed] = ln2_->forward_residual(x, o);
+  return observe("", y + observe("mlp", mlp_->forward(observe("ln2", normed))));
 }
 
 Tensor Block::forward_cached(const Tensor& x, LayerKVCache& cache) {
-  const auto [y, normed] = ln2_->forward_residual(x, attn_->forward_cached(ln1_->forward(x), cache));
-  return y + mlp_->forward(normed);
+  const Tensor o = observe("attn", attn_->forward_cached(observe("ln1", ln1_->forward(x)), cache));
+  const auto [y, normed] = ln2_->forward_residual(x, o);
+  return observe("", y + observe("mlp", mlp_->forward(observe("ln2", normed))));
 }
 
+// Each rule names the options it relates (OptionError), so that a caller that read some of them from a checkpoint
+// can say so.
 void GPTConfig::check() const {
   check_option_ranges(*this);
-  AG_CHECK(n_embd % n_head == 0, "--n-embd " << n_embd << " is not a multiple of --n-head " << n_head
-                                             << " (each head gets C / H dims)");
-  AG_CHECK(n_head % kv_heads() == 0, "--n-head " << n_head << " is not a multiple of --n-kv-head " << n_kv_head
-                                                 << " (each kv head serves n_head / n_kv_head query heads)");
+  AG_CHECK_OPTIONS(n_embd % n_head == 0, "--n-embd " << n_embd << " is not a multiple of --n-head " << n_head
+                                                     << " (each head gets C / H dims)",
+                   "n_embd", "n_head");
+  AG_CHECK_OPTIONS(n_head % kv_heads() == 0, "--n-head " << n_head << " is not a multiple of --n-kv-head " << n_kv_head
+                                                         << " (each kv head serves n_head / n_kv_head query heads)",
+                   "n_kv_head", "n_head");
   head_gates();  // throws on a malformed head_mask
-  check_sparse_pattern(attention_pattern(*this, 0), "--attn-window, --attn-dilation, --attn-global, --attn-random-blocks");
+  try {
+    check_sparse_pattern(attention_pattern(*this, 0), "--attn-window, --attn-dilation, --attn-global, --attn-random-blocks");
+  } catch (const Error& e) {
+    throw OptionError({"attn_window", "attn_dilation", "attn_global", "attn_random_blocks"}, e.what());
+  }
   const AttentionFunctionTraits& traits = attention_function_traits(attention);
-  AG_CHECK(traits.reads_pattern || !attention_pattern(*this, 0).limited(),
-           "--attention " << name_of(attention) << " sums over every earlier key: it takes no sparse pattern (--attn-window ...)");
+  AG_CHECK_OPTIONS(traits.reads_pattern || !attention_pattern(*this, 0).limited(),
+                   "--attention " << name_of(attention) << " sums over every earlier key: it takes no sparse pattern (--attn-window ...)",
+                   "attn_window", "attention");
   // Accepting it would claim a speed-up the model never gets.
-  AG_CHECK(traits.reads_impl || attn_impl == kDefaultAttentionImpl,
-           "--attn-impl " << name_of(attn_impl) << " chooses how softmax attention is computed; a model with --attention "
-                          << name_of(attention) << " has one implementation: leave --attn-impl out");
-  AG_CHECK(traits.reads_alibi || position != PositionEncoding::Alibi,
-           "position alibi (--position) biases softmax attention's scores; --attention " << name_of(attention)
-                                                                                        << " has none: use rope or none");
-  AG_CHECK(position != PositionEncoding::Rope || (n_embd / n_head) % 2 == 0,
-           "position rope (--position) rotates pairs of dims: head size n_embd / n_head = " << n_embd / n_head << " is odd");
-  AG_CHECK(rope_base > 0, "rope_base (--rope-base) must be > 0, got " << rope_base);
+  AG_CHECK_OPTIONS(traits.reads_impl || attn_impl == kDefaultAttentionImpl,
+                   "--attn-impl " << name_of(attn_impl) << " chooses how softmax attention is computed; a model with --attention "
+                                  << name_of(attention) << " has one implementation: leave --attn-impl out",
+                   "attn_impl", "attention");
+  AG_CHECK_OPTIONS(traits.reads_alibi || position != PositionEncoding::Alibi,
+                   "position alibi (--position) biases softmax attention's scores; --attention " << name_of(attention)
+                                                                                                << " has none: use rope or none",
+                   "position", "attention");
+  AG_CHECK_OPTIONS(position != PositionEncoding::Rope || (n_embd / n_head) % 2 == 0,
+                   "position rope (--position) rotates pairs of dims: head size n_embd / n_head = " << n_embd / n_head << " is odd",
+                   "position", "n_embd", "n_head");
+  AG_CHECK_OPTIONS(rope_base > 0, "rope_base (--rope-base) must be > 0, got " << rope_base, "rope_base");
 }
 
 bool GPTConfig::applies(std::string_view option) const {
@@ -84,16 +99,16 @@ std::vector<std::vector<double>> GPTConfig::head_gates() const {
   std::vector<std::vector<double>> gates(n_layer, std::vector<double>(n_head, 1.0));
   if (head_mask.empty()) return gates;
   const std::string shape = std::to_string(n_layer) + " groups of " + std::to_string(n_head) + " 0s and 1s split by '/'";
-  AG_CHECK(static_cast<int64_t>(head_mask.size()) == n_layer * (n_head + 1) - 1,
-           "head_mask '" << head_mask << "' is not " << shape);
+  AG_CHECK_OPTIONS(static_cast<int64_t>(head_mask.size()) == n_layer * (n_head + 1) - 1,
+                   "head_mask '" << head_mask << "' is not " << shape, "head_mask");
   for (int64_t layer = 0; layer < n_layer; ++layer) {
     for (int64_t h = 0; h < n_head; ++h) {
       const char c = head_mask[layer * (n_head + 1) + h];
-      AG_CHECK(c == '0' || c == '1', "head_mask '" << head_mask << "' is not " << shape);
+      AG_CHECK_OPTIONS(c == '0' || c == '1', "head_mask '" << head_mask << "' is not " << shape, "head_mask");
       gates[layer][h] = c == '1' ? 1.0 : 0.0;
     }
-    AG_CHECK(layer + 1 == n_layer || head_mask[layer * (n_head + 1) + n_head] == '/',
-             "head_mask '" << head_mask << "' is not " << shape);
+    AG_CHECK_OPTIONS(layer + 1 == n_layer || head_mask[layer * (n_head + 1) + n_head] == '/',
+                     "head_mask '" << head_mask << "' is not " << shape, "head_mask");
   }
   return gates;
 }
@@ -209,7 +224,7 @@ Tensor GPT::blocks_output(const Tensor& E) {
   AG_CHECK(T >= 1 && (T <= config_.block_size || !config_.positions_end_at_block_size()),
            "GPT: sequence length T = " << T << " is outside [1, block_size = " << config_.block_size
                                        << "] (learned positions end there)");
-  Tensor x = embed(E, 0);
+  Tensor x = embed(observe("tok_emb", E), 0);
   for (const std::shared_ptr<Block>& block : blocks_) x = block->forward(x);
   return x;
 }
@@ -224,13 +239,13 @@ Tensor GPT::embed(const Tensor& E, int64_t start) {
       for (int64_t i = 0; i < T_local; ++i) positions[static_cast<size_t>(i)] = split.position(i);
       context_positions_ = Tensor::from_indices(positions, {T_local}).to(E.device());
     }
-    return dropout_->forward(E + pos_emb_->forward(context_positions_));
+    return observe("pos_emb", dropout_->forward(E + pos_emb_->forward(context_positions_)));
   }
   // Positions 0..block_size−1, uploaded once per device: a fresh upload each forward would make the host wait for the device.
   if (!positions_.defined() || positions_.device() != E.device())
     positions_ = Tensor::arange(config_.block_size, DType::Int64, E.device());
   const Tensor pos = positions_.view(start, {E.size(1)});
-  return dropout_->forward(E + pos_emb_->forward(pos));  // [B, T, C] + [T, C]
+  return observe("pos_emb", dropout_->forward(E + pos_emb_->forward(pos)));  // [B, T, C] + [T, C]
 }
 
 Tensor GPT::head(const Tensor& x) {
@@ -238,8 +253,8 @@ Tensor GPT::head(const Tensor& x) {
   logits_shape.back() = config_.vocab_size;
   // The head is tied: logits = h · W_embᵀ with W_emb = tok_emb.weight [V, C]. One
   // parameter, so its gradient sums the lookup's and the head's contributions.
-  return matmul(ln_f_->forward(x).reshape({-1, config_.n_embd}), transpose(tok_emb_->weight(), 0, 1))
-      .reshape(logits_shape);
+  const Tensor h = observe("ln_f", ln_f_->forward(x));
+  return observe("logits", matmul(h.reshape({-1, config_.n_embd}), transpose(tok_emb_->weight(), 0, 1)).reshape(logits_shape));
 }
 
 Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) {
@@ -252,7 +267,7 @@ Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) {
   AG_CHECK(T_new >= 1 && (start + T_new <= config_.block_size || !config_.positions_end_at_block_size()),
            "GPT: positions " << start << " … " << start + T_new - 1 << " reach past block_size = "
                              << config_.block_size << " (learned positions end there)");
-  Tensor x = embed(tok_emb_->forward(idx), start);  // each token's embedding at its true position
+  Tensor x = embed(observe("tok_emb", tok_emb_->forward(idx)), start);  // each token's embedding at its true position
   for (int64_t i = 0; i < config_.n_layer; ++i) x = blocks_[i]->forward_cached(x, cache.layer(i));  // each layer's cache advances
   return head(x);
 }

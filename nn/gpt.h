@@ -7,6 +7,12 @@
 //       and positions enter each attention layer instead)
 //   each block:  x = x + attn(ln1(x));  x = x + mlp(ln2(x))
 //   logits = ln_f(x) · tok_embᵀ                       [B, T, V]
+//
+// A forward observes (Module::set_activation_hook) its activations in order,
+// each under the name of the module that computed it: tok_emb (the token
+// embeddings), pos_emb (x, when positions are learned), then per block
+// blocks.i.ln1, blocks.i.attn (O), blocks.i.ln2 (LN2(x + O)), blocks.i.mlp and
+// blocks.i (the block's output), then ln_f and logits (the tied head).
 #pragma once
 #include <string_view>
 

@@ -42,6 +42,21 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module) 
   children_.emplace_back(name, std::move(module));
 }
 
+void Module::set_activation_hook(ActivationHook hook) {
+  set_hook(hook ? std::make_shared<const ActivationHook>(std::move(hook)) : nullptr, "");
+}
+
+void Module::set_hook(const std::shared_ptr<const ActivationHook>& hook, const std::string& path) {
+  hook_ = hook;
+  path_ = path;
+  for (const auto& [name, child] : children_) child->set_hook(hook, path.empty() ? name : path + "." + name);
+}
+
+Tensor Module::observe(const std::string& part, Tensor activation) const {
+  if (hook_) (*hook_)(path_.empty() || part.empty() ? path_ + part : path_ + "." + part, activation);
+  return activation;
+}
+
 // Own parameters first, then each child's subtree, in registration order.
 void Module::collect(const std::string& prefix, std::vector<NamedTensor>& out) const {
   for (const auto& [name, tensor] : parameters_) out.push_back({prefix + name, tensor});

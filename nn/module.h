@@ -8,6 +8,7 @@
 // defines its own forward with the shapes it takes (an embedding takes indices,
 // a block takes activations), so the base class declares none.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -52,7 +53,23 @@ class Module {
   void to(DType dtype);
   void to(Device device);
 
+  // What a program that looks at activations registers (PyTorch's forward
+  // hooks): called with each activation a forward names (observe), in the
+  // order computed, by the name of the module that produced it as its
+  // parameters are named ("blocks.0.attn": the output of the module whose
+  // parameters are blocks.0.attn.*). Set on a module, it reaches the subtree
+  // registered by then; an empty function removes it. The modules themselves
+  // only name their activations: what is done with them is the hook's.
+  using ActivationHook = std::function<void(const std::string& name, const Tensor& activation)>;
+  void set_activation_hook(ActivationHook hook);
+  ActivationHook activation_hook() const { return hook_ ? *hook_ : ActivationHook(); }
+
  protected:
+  // Hands `activation` to the hook, if one is set, named by this module's path
+  // and `part`: a submodule's name ("attn"), or "" for this module's own
+  // output. Returns it.
+  Tensor observe(const std::string& part, Tensor activation) const;
+
   // Registers `value` as parameter `name` (no dots) and sets requires_grad.
   // Returns the registered tensor; subclasses keep it as a member.
   Tensor register_parameter(const std::string& name, Tensor value);
@@ -67,9 +84,13 @@ class Module {
   void add_child(const std::string& name, std::shared_ptr<Module> module);
   void collect(const std::string& prefix, std::vector<NamedTensor>& out) const;
 
+  void set_hook(const std::shared_ptr<const ActivationHook>& hook, const std::string& path);
+
   std::vector<std::pair<std::string, Tensor>> parameters_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  std::shared_ptr<const ActivationHook> hook_;  // set_activation_hook's, shared by the subtree
+  std::string path_;                            // this module's name from where the hook was set ("blocks.0")
 };
 
 }  // namespace ag::nn

@@ -12,9 +12,10 @@ namespace ag::optim {
 
 void TrainOptions::check() const {
   check_option_ranges(*this);
-  AG_CHECK(warmup_iters < lr_decay_iters, "--warmup-iters (" << warmup_iters << ") must be below --lr-decay-iters ("
-                                                             << lr_decay_iters << ")");
-  AG_CHECK(min_lr <= lr, "--min-lr (" << min_lr << ") must not exceed --lr (" << lr << ")");
+  AG_CHECK_OPTIONS(warmup_iters < lr_decay_iters, "--warmup-iters (" << warmup_iters << ") must be below --lr-decay-iters ("
+                                                                     << lr_decay_iters << ")",
+                   "warmup_iters", "lr_decay_iters");
+  AG_CHECK_OPTIONS(min_lr <= lr, "--min-lr (" << min_lr << ") must not exceed --lr (" << lr << ")", "min_lr", "lr");
 }
 
 TrainStep::TrainStep(Optimizer& optimizer, const TrainOptions& options, SummedLoss summed_loss, Device device,

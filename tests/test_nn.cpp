@@ -2,8 +2,10 @@
 // conversions, modes; gradchecks of Linear, LayerNorm, Embedding and MLP; the
 // GPT's parameter names and count, tied head, initialisation, loss at init,
 // and a gradcheck of its loss over every parameter.
+#include <algorithm>
 #include <cmath>
 
+#include "core/autograd.h"
 #include "nn/gpt.h"
 #include "tests/helpers.h"
 
@@ -202,6 +204,54 @@ TEST_CASE("nn: GPT parameter names and count") {
   const int64_t V = 11, T = 6, C = 8, N = 2;
   const int64_t per_block = 2 * C + 4 * (C * C + C) + 2 * C + (C * 4 * C + 4 * C) + (4 * C * C + C);
   CHECK(gpt.num_parameters() == V * C + T * C + N * per_block + 2 * C);
+}
+
+TEST_CASE("nn: a GPT's forward hands each activation to the hook, in order, named by its module's parameter prefix") {
+  const GPTConfig config = tiny_config();
+  Generator gen(15);
+  GPT gpt(config, gen);
+  gpt.eval();
+  std::vector<std::string> seen;
+  std::vector<Tensor> values;
+  gpt.set_activation_hook([&](const std::string& name, const Tensor& activation) {
+    seen.push_back(name);
+    values.push_back(activation);
+  });
+  std::vector<std::string> expected = {"tok_emb", "pos_emb"};
+  for (const char* block : {"blocks.0", "blocks.1"})
+    for (const char* part : {".ln1", ".attn", ".ln2", ".mlp", ""}) expected.push_back(block + std::string(part));
+  expected.push_back("ln_f");
+  expected.push_back("logits");
+  const Tensor idx = random_tokens({2, 5}, config.vocab_size, 3);
+  const Tensor logits = gpt.forward(idx);
+  CHECK(seen == expected);
+  CHECK(values.back().shape() == logits.shape());
+  CHECK(values.back().to_vector() == logits.to_vector());  // the tensors themselves
+  // Every name but the logits is the prefix of the parameters that computed it: what a checkpoint calls them.
+  for (const std::string& name : seen) {
+    CAPTURE(name);
+    const std::vector<std::string> names = names_of(gpt);
+    CHECK((name == "logits" ||
+           std::any_of(names.begin(), names.end(), [&](const std::string& p) { return p.starts_with(name + "."); })));
+  }
+
+  // Generation through a KV cache names the same activations, and loss() those of forward().
+  seen.clear();
+  {
+    NoGradGuard no_grad;
+    KVCache cache = gpt.make_kv_cache(2);
+    gpt.forward_cached(idx, cache);
+  }
+  CHECK(seen == expected);
+  seen.clear();
+  gpt.loss(idx, idx);
+  CHECK(seen == expected);
+
+  // Removed, it sees nothing; and the forward is the same with or without it.
+  seen.clear();
+  gpt.set_activation_hook({});
+  CHECK(gpt.forward(idx).to_vector() == logits.to_vector());
+  CHECK(seen.empty());
 }
 
 TEST_CASE("nn: GPT output head is tied to tok_emb (one parameter, both gradients)") {

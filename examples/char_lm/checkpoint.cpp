@@ -4,9 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <optional>
 #include <nlohmann/json.hpp>
 
@@ -103,21 +106,32 @@ void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& 
 }
 
 namespace {
+// What follows an error about a model's options as its file holds them.
+constexpr const char* kModelOptionsAdvice =
+    ". A model's options are saved with its weights, and no command line replaces them: this file is damaged or "
+    "another program wrote it (the run's other checkpoints, ckpt-*, may be intact)";
+
 // load_model's checks and construction; its caller names the file in every error.
 LoadedModel model_from(const SafetensorsFile& file, DType dtype, const nn::GPTConfig& settings) {
   nn::GPTConfig config = settings;
   std::set<std::string> used;
   for (const char* key : kRequiredModelKeys) AG_CHECK(file.metadata.count(key), "__metadata__ has no '" << key << "'");
-  read_options(config, file.metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake, "", used);
-  reject_unknown_keys(file.metadata, used, {"chars", "iter"}, "");
-  // The file's options alone first, so that a bad key is blamed on the file, and a setting that does not
-  // apply to its model (--attn-impl flash on linear attention) on the call that gave it.
+  // The file's options alone first, so that a bad value is blamed on the file (its key and value), and a setting
+  // that does not apply to its model (--attn-impl flash on linear attention) on the call that gave it.
   nn::GPTConfig file_only;
-  read_options(file_only, file.metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake, "", used);
+  try {
+    read_options(config, file.metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake, "", used);
+    read_options(file_only, file.metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake, "", used);
+  } catch (const OptionError& e) {
+    throw OptionError(e.options(), e.what() + std::string(kModelOptionsAdvice));
+  }
+  reject_unknown_keys(file.metadata, used, {"chars", "iter"}, "");
   try {
     file_only.check();
-  } catch (const Error& e) {
-    throw Error(std::string("__metadata__ describes no valid model: ") + e.what());
+  } catch (const OptionError& e) {
+    const std::string values = saved_values_of(e, used, file.metadata, KeyStyle::Snake);
+    throw OptionError(e.options(), "the model's " + (values.empty() ? "__metadata__" : values) +
+                                       " describes no valid model: " + e.what() + kModelOptionsAdvice);
   }
   config.check();
   check_sizes_against_tensors(file, config);
@@ -148,6 +162,41 @@ LoadedModel model_from(const SafetensorsFile& file, DType dtype, const nn::GPTCo
 LoadedModel load_model(const std::string& path, DType dtype, const nn::GPTConfig& settings) {
   const SafetensorsFile file = load_safetensors(path);  // its own errors name the file
   return naming_file(file, [&] { return model_from(file, dtype, settings); });
+}
+
+namespace {
+// The activation `name` (Module::observe's) in words, with the parameters that computed it.
+std::string activation_words(const std::string& name) {
+  if (name == "logits") return "the logits (ln_f's output times tok_emb.weight, the tied head)";
+  if (name == "tok_emb") return "the token embeddings (tok_emb.weight's rows)";
+  return "the output of " + name + " (parameters " + name + ".*)";
+}
+}  // namespace
+
+// Why parameters are checked before running, besides the activations while it runs: a huge but finite weight may
+// never reach an activation that overflows. An embedding row of a character the prompt lacks is never read, nor a
+// position past the prompt; a LayerNorm bias of 3e38 gives logits of about 1e36, finite and meaningless. The bound
+// is the largest value whose square float32 holds, since a LayerNorm's variance and every dot product square their
+// inputs; no trained model comes near it (its weights are O(1)), so the check refuses only damaged files, and it
+// covers every tensor of the checkpoint, read or not.
+LoadedModel load_model_to_run(const std::string& path, const nn::GPTConfig& settings) {
+  LoadedModel loaded = load_model(path, DType::Float32, settings);
+  const double bound = std::sqrt(static_cast<double>(std::numeric_limits<float>::max()));
+  for (const NamedTensor& p : loaded.model->named_parameters()) {
+    const std::vector<double> values = p.tensor.to_vector();
+    const auto huge = std::find_if(values.begin(), values.end(), [&](double v) { return std::fabs(v) > bound; });
+    AG_CHECK(huge == values.end(),
+             "checkpoint '" << path << "': parameter '" << p.name << "' holds " << *huge << " (element "
+                            << huge - values.begin() << "): finite, but over √FLT_MAX ≈ 1.8e19 in magnitude, so its "
+                            "square overflows float32 (a LayerNorm's variance, a dot product) and the model cannot run; "
+                            "no trained model holds such a value (a damaged file?)");
+  }
+  loaded.model->set_activation_hook([path](const std::string& name, const Tensor& activation) {
+    AG_CHECK(all_finite(activation), "checkpoint '" << path << "': running the model gave a NaN or an infinity, first in "
+                                                    << activation_words(name) << ": its weights are finite but too "
+                                                    "large for float32 arithmetic; the model is refused");
+  });
+  return loaded;
 }
 
 void save_train_state(const std::string& path, const TrainState& state, const TrainConfig& config,
@@ -205,23 +254,103 @@ TrainState restore_train_state(const SafetensorsFile& file, optim::Optimizer& op
   });
 }
 
-void resume_options(TrainConfig& config, const SafetensorsFile& file) {
-  std::set<std::string> given, used;
-  if (config.given) given = *config.given;
-  else TrainConfig::for_each_table(config, [&](const auto& table) {
+namespace {
+// The options given on the command line: config.given, or every option (a program's own call).
+std::set<std::string> given_options(const TrainConfig& config) {
+  if (config.given) return *config.given;
+  std::set<std::string> given;
+  TrainConfig::for_each_table(config, [&](const auto& table) {
     std::decay_t<decltype(table)>::for_each_option(table, [&](const auto&, const OptionInfo& info) { given.insert(info.name); });
   });
-  std::string conflicts;
-  naming_file(file, [&] {
-    TrainConfig::for_each_table(config, [&](auto& table) {
-      conflicts += ag::resume_options(table, file.metadata, given, "", used);
-    });
-    reject_unknown_keys(file.metadata, used, {}, "");
+  return given;
+}
+
+// Takes the saved options not in `given` (ag::resume_options: `typed`, by a user), and rejects the keys no table knows.
+ResumedValues merge_saved(TrainConfig& config, const Metadata& saved, const std::set<std::string>& given, bool typed) {
+  ResumedValues resumed;
+  std::set<std::string> used;
+  TrainConfig::for_each_table(config, [&](auto& table) { ag::resume_options(table, saved, given, typed, "", used, resumed); });
+  reject_unknown_keys(saved, used, {}, "");
+  return resumed;
+}
+
+// What follows an error about values a resumed run took from its training state
+// (snake_case names, the first the one the error is about): how to replace them
+// on the command line. A model option must keep the value its weights have.
+std::string replace_advice(const TrainConfig& config, const std::vector<std::string>& options) {
+  std::map<std::string, OptionInfo> infos;
+  TrainConfig::for_each_table(config, [&](const auto& table) {
+    std::decay_t<decltype(table)>::for_each_option(table, [&](const auto&, const OptionInfo& info) { infos.emplace(info.name, info); });
   });
-  AG_CHECK(conflicts.empty(), "train --resume: '" << config.run.out << "' holds a run with other options (only Settings "
-                                                     "such as --max-iters, --data, --log-interval, and --out, --device, "
-                                                     "--threads may change; leave the others out to keep the run's):"
-                                                  << conflicts);
+  std::string advice = ". To replace a saved value, give it again: char_lm train --resume --out " + config.run.out;
+  bool model_option = false;
+  for (size_t i = 0; i < options.size(); ++i) {
+    const OptionInfo& info = infos.at(options[i]);
+    advice += (i == 0 ? " " : i == 1 ? " (or " : ", or ") + info.flag() + " VALUE";
+    model_option = model_option || info.kind == OptionKind::Model;
+  }
+  if (options.size() > 1) advice += ")";
+  if (model_option) advice += "; a model option must keep the value the weights were trained with (model.safetensors has it)";
+  return advice;
+}
+
+// The options of `e` that took the file's values, in e's order.
+std::vector<std::string> taken_from_file(const OptionError& e, const ResumedValues& values) {
+  std::vector<std::string> taken;
+  for (const std::string& option : e.options())
+    if (values.taken.count(option)) taken.push_back(option);
+  return taken;
+}
+}  // namespace
+
+void read_run_options(TrainConfig& config, const SafetensorsFile& file) {
+  naming_file(file, [&] { merge_saved(config, file.metadata, {}, false); });
+}
+
+ResumedOptions resume_options(TrainConfig& config, const SafetensorsFile& file) {
+  ResumedOptions resumed{file.path, file.metadata, given_options(config), config.given.has_value(), {}};
+  naming_file(file, [&] {
+    try {
+      resumed.values = merge_saved(config, file.metadata, resumed.given, resumed.typed);
+    } catch (const OptionError& e) {  // a saved value not given again that is none of its option's
+      throw OptionError(e.options(), e.what() + replace_advice(config, e.options()));
+    }
+  });
+  return resumed;
+}
+
+void check_resumed_options(const TrainConfig& config, const ResumedOptions& resumed) {
+  std::vector<std::pair<std::string, std::string>> conflicts = resumed.values.conflicts;
+  if (!conflicts.empty() && resumed.typed) {
+    // The run as saved, but for what the command line may change anyway (Settings, Local options): a saved value
+    // its checks refuse is one the user may replace.
+    TrainConfig as_saved = config;
+    std::set<std::string> given = resumed.given;
+    for (const auto& [option, line] : conflicts) given.erase(option);
+    merge_saved(as_saved, resumed.saved, given, true);
+    try {
+      as_saved.check();
+    } catch (const OptionError& e) {
+      std::erase_if(conflicts, [&](const auto& conflict) {
+        return std::find(e.options().begin(), e.options().end(), conflict.first) != e.options().end();
+      });
+    }
+  }
+  std::string lines;
+  for (const auto& [option, line] : conflicts) lines += "\n  " + line;
+  AG_CHECK(lines.empty(), "train --resume: '" << config.run.out << "' holds a run with other options (only Settings "
+                                                 "such as --max-iters, --data, --log-interval, and --out, --device, "
+                                                 "--threads may change; leave the others out to keep the run's):"
+                                              << lines);
+  try {
+    config.check();
+  } catch (const OptionError& e) {
+    const std::vector<std::string> taken = taken_from_file(e, resumed.values);
+    if (taken.empty()) throw;  // about values given on this command line
+    throw OptionError(e.options(), "checkpoint '" + resumed.path + "': the run was saved with " +
+                                       saved_values_of(e, resumed.values.taken, resumed.saved, KeyStyle::Dashed) +
+                                       ", which its checks refuse: " + e.what() + replace_advice(config, taken));
+  }
 }
 
 // --- units -------------------------------------------------------------------------------

@@ -27,6 +27,7 @@
 // A __metadata__ key this build does not know is an error.
 #pragma once
 #include <memory>
+#include <set>
 #include <string>
 
 #include "core/safetensors.h"
@@ -56,6 +57,16 @@ void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& 
 // unknown or bad key, or a parameter of the wrong shape or dtype; sizes are checked against
 // the file's tensors before anything is allocated.
 LoadedModel load_model(const std::string& path, DType dtype = DType::Float32, const nn::GPTConfig& settings = {});
+
+// load_model for a command that only runs the model (sample, eval, convert and
+// the inspect commands): a model whose float32 arithmetic cannot stay finite is
+// refused before the command prints or writes its result. A parameter holding
+// a value over √FLT_MAX ≈ 1.8e19 in magnitude is refused at once, naming it;
+// and every forward of the model is watched (Module::set_activation_hook):
+// the first activation, in the order computed, that holds a NaN or an infinity
+// is an ag::Error naming the module that computed it (blocks.1.attn: the one
+// whose parameters are blocks.1.attn.*).
+LoadedModel load_model_to_run(const std::string& path, const nn::GPTConfig& settings = {});
 
 // Everything besides the weights that decides how training continues.
 struct TrainState {
@@ -115,9 +126,31 @@ SafetensorsFile load_train_state(const std::string& path);
 int64_t train_state_iter(const SafetensorsFile& file);  // the next iteration the saved run would run
 // Restores the optimizer from a loaded train_state file and returns the rest.
 TrainState restore_train_state(const SafetensorsFile& file, optim::Optimizer& optimizer);
-// The run's options, as a train_state file saved them: the ones a command line
-// did not give again take these values; one it gave another value is an error
-// (unless a Setting). A key no table knows is an error.
-void resume_options(TrainConfig& config, const SafetensorsFile& file);
+// The run's options as a train_state file saved them, every one: for the
+// commands that read a run (eval, info, convert). A key no table knows, or a
+// value that is none of its option's (its type, its range), is an error naming
+// the file and the key.
+void read_run_options(TrainConfig& config, const SafetensorsFile& file);
+
+// --resume, in two steps. resume_options: the options a command line did not
+// give again take the file's values (a key no table knows is an error; so is a
+// value that is none of its option's, unless the command line gives that
+// option, which replaces it). check_resumed_options, once the program has set
+// the rest (vocab_size, from the text): TrainConfig::check, where an error
+// about a value taken from the file is told as the file's: the file, the key,
+// the value, the rule, and how to replace it on the command line. A given
+// option whose value differs from the run's is an error (unless a Setting),
+// except where the checks refuse the run's own value: then the given one
+// replaces it (train --resume --lr 3e-4 over a saved lr of 0). A program's own
+// call (TrainConfig::given unset) replaces nothing: it must match the run.
+struct ResumedOptions {
+  std::string path;             // the train_state file
+  Metadata saved;               // its __metadata__
+  std::set<std::string> given;  // the options given (snake_case): a command line's, or every one
+  bool typed = false;           // given on a command line (TrainConfig::given), so they may replace saved values
+  ResumedValues values;         // the options that took the file's values, and the conflicts
+};
+ResumedOptions resume_options(TrainConfig& config, const SafetensorsFile& file);
+void check_resumed_options(const TrainConfig& config, const ResumedOptions& resumed);
 
 }  // namespace ag::char_lm

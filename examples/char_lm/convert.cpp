@@ -36,14 +36,13 @@ ConvertResult convert_kv_heads(const ConvertOptions& o) {
 
   // The run's options, all from its training state (none given here).
   TrainConfig c;
-  c.given = std::set<std::string>{};
-  resume_options(c, state);
+  read_run_options(c, state);
   c.quiet = true;
   const int64_t H_kv = c.model.kv_heads(), G = o.n_kv_head, d_h = c.model.n_embd / c.model.n_head;
   AG_CHECK(H_kv % G == 0, "convert: the checkpoint's " << H_kv << " kv heads do not split into --n-kv-head " << G
                                                         << " equal groups");
 
-  LoadedModel source = load_model(model_path(unit));
+  LoadedModel source = load_model_to_run(model_path(unit));
   const Dataset data = make_dataset(read_text(c.run.data), c.model.block_size);
   const optim::ProcessGrid alone(dist::world(), 1);
   ConvertResult result{source.iter, evaluate(*source.model, data, c, source.iter, alone).val_loss, 0.0};
@@ -59,6 +58,7 @@ ConvertResult convert_kv_heads(const ConvertOptions& o) {
   Generator unused(0);  // every weight comes from the file
   nn::GPT model(c.model, unused);
   model.load_state(weights.tensors);
+  model.set_activation_hook(source.model->activation_hook());  // the source's check of its forward
   optim::AdamW optimizer(optim::decay_groups(model.named_parameters(), c.optim.weight_decay),
                          {c.optim.lr, c.optim.beta1, c.optim.beta2, 1e-8});
   const TrainState train_state = restore_train_state(state, optimizer);

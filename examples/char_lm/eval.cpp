@@ -7,9 +7,8 @@ namespace ag::char_lm {
 EvalResult evaluate_checkpoint(const EvalOptions& o) {
   const std::string unit = find_checkpoint(o.ckpt);
   TrainConfig c;  // the run's options, all from its training state (its data, batch size, eval batches)
-  c.given = std::set<std::string>{};
-  resume_options(c, load_train_state(train_state_path(unit)));
-  LoadedModel loaded = load_model(model_path(unit));
+  read_run_options(c, load_train_state(train_state_path(unit)));
+  LoadedModel loaded = load_model_to_run(model_path(unit));
   loaded.model->to(o.device);
   const nn::GPTConfig& model = loaded.model->config();
   const int64_t T = o.block_size > 0 ? o.block_size : model.block_size;

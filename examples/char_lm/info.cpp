@@ -47,8 +47,7 @@ std::string checkpoint_info(const InfoOptions& o) {
   out << "model options: " << as_flags(model, {OptionKind::Model}, model) << "\n";
   if (fs::exists(train_state_path(unit))) {
     TrainConfig run;
-    run.given = std::set<std::string>{};  // nothing given: every option takes the run's value
-    resume_options(run, load_train_state(train_state_path(unit)));
+    read_run_options(run, load_train_state(train_state_path(unit)));
     out << "run options: " << as_flags(run.model, {OptionKind::Run, OptionKind::Setting}, model) << " "
         << as_flags(run.optim, {OptionKind::Run, OptionKind::Setting}, model) << " "
         << as_flags(run.run, {OptionKind::Run, OptionKind::Setting}, model) << "\n";

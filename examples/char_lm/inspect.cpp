@@ -34,7 +34,7 @@ struct Inspected {
 Inspected load(const std::string& ckpt) {
   Inspected in;
   in.unit = find_checkpoint(ckpt);
-  in.loaded = load_model(model_path(in.unit));
+  in.loaded = load_model_to_run(model_path(in.unit));
   AG_CHECK(in.loaded.tokenizer.vocab_size() > 0, "'" << in.unit << "' has no tokenizer characters");
   std::fprintf(stderr, "reading %s\n%s\n", in.unit.c_str(), cli::header(in.loaded.model->config(), Device::CPU).c_str());
   return in;

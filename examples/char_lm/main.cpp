@@ -59,7 +59,7 @@ int run_sample(const SampleOptions& o, const nn::GPTConfig& settings) {
   require_device(o.device);
   const std::string unit = find_checkpoint(o.ckpt);
   std::fprintf(stderr, "sampling from %s\n", unit.c_str());
-  LoadedModel loaded = load_model(model_path(unit), DType::Float32, settings);
+  LoadedModel loaded = load_model_to_run(model_path(unit), settings);
   loaded.model->to(o.device);
   AG_CHECK(loaded.tokenizer.vocab_size() > 0, "sample: the checkpoint has no tokenizer characters");
   std::fprintf(stderr, "%s\n", cli::header(loaded.model->config(), o.device).c_str());

@@ -21,6 +21,12 @@
 
 namespace ag::char_lm {
 
+void TrainConfig::check() const {
+  model.check();
+  optim.check();
+  check_option_ranges(run);
+}
+
 namespace {
 using Clock = std::chrono::steady_clock;
 
@@ -35,13 +41,13 @@ std::string duration_text(double seconds) {
   return buffer;
 }
 
-// Checks every option and their relations, before anything is written.
+// Checks every option and their relations, before anything is written; on
+// --resume a value the run's checkpoint holds is blamed on it (check_resumed_options).
 // The process grid's checks too (optim::ProcessGrid), before any collective, so
 // that every process of a run that cannot start says why and ends.
-void check_options(const TrainConfig& c, const dist::Communicator& comm) {
-  c.model.check();
-  c.optim.check();
-  check_option_ranges(c.run);
+void check_options(const TrainConfig& c, const dist::Communicator& comm, const std::optional<ResumedOptions>& resumed) {
+  if (resumed) check_resumed_options(c, *resumed);
+  else c.check();
   const int64_t P = c.run.context_parallel;
   optim::ProcessGrid::check(comm.size(), P, c.optim.batch_size, c.model.block_size);
 }
@@ -141,17 +147,18 @@ struct RunInputs {
 // checked before --out is touched.
 RunInputs read_inputs(TrainConfig& c, const dist::Communicator& comm) {
   RunInputs in;
+  std::optional<ResumedOptions> resumed;
   if (c.run.resume) {
     in.resumed_unit = find_checkpoint(c.run.out, &in.passed_over);
     in.saved_state = load_train_state(train_state_path(in.resumed_unit));
-    resume_options(c, *in.saved_state);
+    resumed = resume_options(c, *in.saved_state);
   }
   in.data_path = resolve_data_path(c.run.data);
   const std::string text = read_text(in.data_path);
   in.data = make_dataset(text, c.model.block_size);
   c.model.vocab_size = in.data.tokenizer.vocab_size();
   c.run.data = in.data_path;  // remembered with the run, so --resume finds the text without --data
-  check_options(c, comm);
+  check_options(c, comm, resumed);
   if (!c.run.resume) check_output_directory("train", c.run.out, OutputKind::Run, c.run.overwrite, "--resume to continue it, ");
   in.description = run_description(c, text, in.saved_state);
   return in;

@@ -34,6 +34,10 @@ struct TrainConfig {
   std::optional<std::set<std::string>> given;
   bool quiet = false;  // no progress lines (tests)
 
+  // Every option's range and the rules that relate them (the model's, the
+  // training step's): an OptionError naming the options.
+  void check() const;
+
   // Calls visit(config, kinds) for each of the three tables, so code that reads
   // or writes options handles all of them alike.
   template <class Self, class Visit> static void for_each_table(Self& self, Visit&& visit) {

@@ -227,6 +227,7 @@ std::unique_ptr<nn::GPT> float64_copy(const nn::GPT& model) {
   for (const NamedTensor& p : model.state()) weights.push_back({p.name, p.tensor.to(Device::CPU).to(DType::Float64)});
   copy->load_state(weights);
   copy->eval();
+  copy->set_activation_hook(model.activation_hook());  // it computes the model's function: whatever watches one watches both
   return copy;
 }
 
