@@ -39,23 +39,63 @@ constexpr const char* kMetadataKey = "__metadata__";
 // is not a safetensors file, and must not turn into an allocation.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
-// One dtype as stored on disk, and the attograd dtype it loads as.
+// IEEE binary16 to binary32. Exact: every half is a float. The exponent is
+// rebiased (15 -> 127) and the 10-bit significand moved to the top of the
+// 23-bit one; a subnormal half, significand · 2^-24, is a normal float; an
+// infinity stays one, and a NaN keeps its sign and payload (quiet bit included).
+float float_from_f16(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, significand = h & 0x3ffu;
+  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | significand << 13);
+  if (exponent != 0) return std::bit_cast<float>(sign | (exponent + 127 - 15) << 23 | significand << 13);
+  return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(float(significand) * 0x1p-24f));  // 0 or subnormal
+}
+// bfloat16 is the top half of a float32's bits, so widening is a shift (NaN payloads kept).
+float float_from_bf16(uint16_t b) { return std::bit_cast<float>(uint32_t(b) << 16); }
+int64_t int64_from_i32(int32_t i) { return i; }
+
+// Converts n elements from their bytes on disk to the loaded type, one by one.
+template <class Disk, class Loaded, Loaded (*convert)(Disk)>
+void widen(const char* disk, int64_t n, void* loaded) {
+  Loaded* out = static_cast<Loaded*>(loaded);
+  for (int64_t i = 0; i < n; ++i) {
+    Disk d;
+    std::memcpy(&d, disk + i * sizeof(Disk), sizeof(Disk));
+    out[i] = convert(d);
+  }
+}
+
+// One dtype as stored on disk, and the attograd dtype it loads as. Narrower
+// dtypes are widened exactly, so a file from another tool loads with every
+// value it holds: I32 token ids as int64, F16 and BF16 weights as float32.
+// Other dtypes (BOOL, U8, F8_E4M3, U64, ...) are refused: a U64 may not fit in
+// int64, and booleans and bytes are no tensor attograd computes with.
 struct FileDType {
   const char* name;
   size_t size;  // bytes per element on disk
   DType dtype;
+  void (*widen)(const char* disk, int64_t n, void* loaded);  // null: the bytes are the loaded dtype's
 };
 constexpr FileDType kFileDTypes[] = {
-    {"F32", 4, DType::Float32},
-    {"F64", 8, DType::Float64},
-    {"I64", 8, DType::Int64},
-    {"I32", 4, DType::Int64},  // widened on load: attograd indices are int64
+    {"F32", 4, DType::Float32, nullptr},
+    {"F64", 8, DType::Float64, nullptr},
+    {"I64", 8, DType::Int64, nullptr},
+    {"I32", 4, DType::Int64, widen<int32_t, int64_t, int64_from_i32>},  // attograd indices are int64
+    {"F16", 2, DType::Float32, widen<uint16_t, float, float_from_f16>},
+    {"BF16", 2, DType::Float32, widen<uint16_t, float, float_from_bf16>},
 };
+
+// "F32, F64, ... and BF16", for the message that refuses any other dtype.
+std::string file_dtype_names() {
+  std::string names;
+  for (size_t i = 0; i < std::size(kFileDTypes); ++i)
+    names += (i == 0 ? "" : i + 1 == std::size(kFileDTypes) ? " and " : ", ") + std::string(kFileDTypes[i].name);
+  return names;
+}
 
 // The file dtype a tensor is written as: the row that stores it unwidened.
 const char* file_dtype_name(DType t) {
   for (const FileDType& d : kFileDTypes)
-    if (d.dtype == t && d.size == dtype_size(t)) return d.name;
+    if (d.dtype == t && !d.widen) return d.name;
   throw Error("save_safetensors: no file dtype stores " + std::string(dtype_name(t)));
 }
 
@@ -207,8 +247,7 @@ Entry parse_entry(const std::string& where, const std::string& name, const Json&
   AG_CHECK(dtype.is_string(), at << "\"dtype\" is not a string");
   for (const FileDType& d : kFileDTypes)
     if (dtype.get<std::string>() == d.name) e.file_dtype = &d;
-  AG_CHECK(e.file_dtype, at << "unsupported dtype " << dtype.dump()
-                            << " (attograd reads F32, F64, I64 and I32)");
+  AG_CHECK(e.file_dtype, at << "unsupported dtype " << dtype.dump() << " (attograd reads " << file_dtype_names() << ")");
   const std::optional<DType> required = e.requirements.dtype;
   AG_CHECK(!required || *required == e.file_dtype->dtype,
            at << "dtype " << e.file_dtype->name << " (loads as " << e.file_dtype->dtype
@@ -286,12 +325,12 @@ Tensor read_tensor(std::ifstream& in, const Entry& e, uint64_t data_start, const
   const std::string at = where + "tensor \"" + e.name + "\": ";
   Tensor t = Tensor::empty(e.shape, e.file_dtype->dtype);
   const uint64_t pos = data_start + e.begin, nbytes = e.end - e.begin;
-  if (e.file_dtype->size == dtype_size(t.dtype())) {
+  if (!e.file_dtype->widen) {
     read_exact(in, t.raw_data(), nbytes, pos, at);
-  } else {  // I32, the one on-disk dtype that is widened
-    std::vector<int32_t> narrow(t.numel());
-    read_exact(in, narrow.data(), nbytes, pos, at);
-    std::copy(narrow.begin(), narrow.end(), t.data<int64_t>());
+  } else {  // no larger than the file: nbytes was checked against it
+    std::vector<char> disk(nbytes);
+    read_exact(in, disk.data(), nbytes, pos, at);
+    e.file_dtype->widen(disk.data(), t.numel(), t.raw_data());
   }
   if (e.requirements.finite && is_floating(t.dtype())) check_finite(at, t);
   return t;

@@ -10,8 +10,10 @@
 //   [rest]     the tensors' raw little-endian bytes; [begin, end) counts from the
 //              first byte after the header. Shape [] is a scalar (one element).
 //
-// attograd writes F32, F64 and I64. It reads those and I32, which it widens to
-// Int64: token-id files written by other tools often store int32.
+// attograd writes F32, F64 and I64. It reads those, and widens three narrower
+// dtypes that other tools write, exactly: I32 (token ids) to Int64, F16 and
+// BF16 (half-precision weights) to Float32, every value of which is a float.
+// Any other dtype is refused.
 #pragma once
 #include <functional>
 #include <map>
@@ -46,7 +48,7 @@ struct SafetensorsFile {
 // What a caller demands of one tensor beyond a well-formed file: a checkpoint
 // knows its parameters are float32 and finite, the file format does not.
 struct TensorRequirements {
-  std::optional<DType> dtype;  // the dtype it must load as (I32 on disk loads as Int64)
+  std::optional<DType> dtype;  // the dtype it must load as (I32 on disk loads as Int64, F16 and BF16 as Float32)
   bool finite = false;         // no NaN or ±Inf among its elements
 };
 // The requirements of the tensor called `name`; {} demands nothing.
@@ -54,7 +56,8 @@ using RequirementsOf = std::function<TensorRequirements(const std::string& name)
 
 // Reads the whole file, treating it as untrusted. A file that is not exactly a
 // safetensors file gives an ag::Error naming the file and the problem, never a
-// crash or an allocation larger than the file: missing or truncated; a header
+// crash or an allocation out of proportion to the file (the loaded tensors take
+// at most twice its bytes, a widened dtype's share): missing or truncated; a header
 // over 100 MB, nested deeper than a header is, not JSON, or with a key twice;
 // an unknown dtype; offsets that disagree with the shape or do not tile the data
 // region exactly (sorted, contiguous, no overlap, no hole, no trailing byte).

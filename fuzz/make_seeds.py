@@ -28,7 +28,7 @@ def header_bytes(entries, metadata=None, pad=True):
     return text
 
 
-PACK = {"F32": "f", "F64": "d", "I64": "q", "I32": "i"}
+PACK = {"F32": "f", "F64": "d", "I64": "q", "I32": "i", "F16": "e", "BF16": "H"}  # BF16: values given as their 16 bits
 
 
 def safetensors(tensors, metadata=None, pad=True):
@@ -79,6 +79,11 @@ def seeds():
         ("empty", "F32", [0, 3], []),
         ("ids", "I64", [2], [-1, 9223372036854775807]),
     ])
+    # Half precision, widened to float32 on load: subnormal, infinity, NaN; BF16 1.0, -2.0, +inf.
+    yield "valid_half", safetensors([
+        ("h", "F16", [2, 2], [1.0, 2.0**-24, float("inf"), NAN]),
+        ("b", "BF16", [3], [0x3f80, 0xc000, 0x7f80]),
+    ])
     # The header lists tensors out of data order, as other writers may.
     yield "valid_unordered", with_header(
         '{"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
@@ -99,7 +104,7 @@ def seeds():
     yield "bad_duplicate_key", with_header(
         '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}',
         struct.pack("<2f", 1.0, 2.0))
-    yield "bad_dtype_bf16", with_header('{"a":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}}', b"\0" * 4)
+    yield "bad_dtype_bool", with_header('{"a":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}}', b"\0" * 2)
     yield "bad_shape_overflow", with_header(
         '{"a":{"dtype":"F32","shape":[4611686018427387904,4611686018427387904,0],"data_offsets":[0,0]}}')
     yield "bad_nested", with_header('{"a":{"dtype":"F32","shape":' + "[" * 9 + "]" * 9 + ',"data_offsets":[0,0]}}')

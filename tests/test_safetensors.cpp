@@ -1,9 +1,11 @@
 // safetensors checkpoints: round trips are bit-exact, files written by hand in
-// the reference layout load, every kind of corrupt file gives an ag::Error that
+// the reference layout load (F16 and BF16 widened to float32 exactly), every kind of corrupt file gives an ag::Error that
 // names the file and the problem, and saving is atomic.
 #include <doctest/doctest.h>
 
 #include <bit>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -174,6 +176,85 @@ TEST_CASE("safetensors: files from other writers: I32 widens to int64, tensors c
   CHECK(file.at("w").to_vector() == std::vector<double>{1.5, -2});
 }
 
+namespace {
+// The value of the IEEE binary16 with bits h, from the format's definition:
+// (-1)^s · 2^(e-15) · 1.m, or 2^-14 · 0.m when e = 0 (NaN for every NaN).
+double f16_value(uint16_t h) {
+  const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  const double sign = (h & 0x8000) ? -1 : 1;
+  if (e == 0x1f) return m == 0 ? sign * std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+  return sign * (e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25));
+}
+// "0x3c00"
+std::string hex16(uint32_t bits) {
+  char text[8];
+  std::snprintf(text, sizeof text, "0x%04x", bits);
+  return text;
+}
+}  // namespace
+
+TEST_CASE("safetensors: F16 and BF16 widen to float32 exactly, every one of their 65,536 values") {
+  ag::test::TempDir tmp("safetensors_half");
+  const std::string path = tmp.file("half.safetensors");
+  std::vector<uint16_t> all(1 << 16);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = uint16_t(i);
+  const std::string bytes = bytes_of(all);  // 128 KB, once as F16 and once as BF16
+  write_safetensors_by_hand(path,
+                            R"({"h":{"dtype":"F16","shape":[256,256],"data_offsets":[0,131072]},)"
+                            R"("b":{"dtype":"BF16","shape":[65536],"data_offsets":[131072,262144]}})",
+                            bytes + bytes);
+  const ag::SafetensorsFile file = ag::load_safetensors(path);
+  const Tensor &h = file.at("h"), &b = file.at("b");
+  REQUIRE(h.dtype() == DType::Float32);
+  REQUIRE(b.dtype() == DType::Float32);
+  CHECK(h.shape() == ag::Shape{256, 256});
+  CHECK(b.shape() == ag::Shape{65536});
+  int wrong_f16 = 0, wrong_bf16 = 0;
+  for (uint32_t bits = 0; bits < (1u << 16); ++bits) {
+    const float x = h.data<float>()[bits];
+    const uint32_t x_bits = std::bit_cast<uint32_t>(x);
+    const double expected = f16_value(uint16_t(bits));
+    // A NaN keeps its sign and payload (as NumPy's float16 -> float32 does); -0 stays -0.
+    const bool ok = std::isnan(expected) ? x_bits == ((bits & 0x8000u) << 16 | 0x7f800000u | (bits & 0x3ffu) << 13)
+                                         : double(x) == expected && std::signbit(x) == std::signbit(expected);
+    if (!ok && ++wrong_f16 <= 5) FAIL_CHECK("F16 bits " << hex16(bits) << " load as " << x << ", not " << expected);
+    // A bfloat16 is the top half of a float32's bits, by definition.
+    if (std::bit_cast<uint32_t>(b.data<float>()[bits]) != bits << 16 && ++wrong_bf16 <= 5)
+      FAIL_CHECK("BF16 bits " << hex16(bits) << " load as " << b.data<float>()[bits]);
+  }
+  CHECK(wrong_f16 == 0);
+  CHECK(wrong_bf16 == 0);
+  // A few by name: the largest half, the smallest subnormal, BF16's 1.0 and 3.0.
+  CHECK(h.data<float>()[0x7bff] == 65504.0f);
+  CHECK(h.data<float>()[0x0001] == std::ldexp(1.0f, -24));
+  CHECK(h.data<float>()[0x8000] == 0.0f);
+  CHECK(std::signbit(h.data<float>()[0x8000]));
+  CHECK(b.data<float>()[0x3f80] == 1.0f);
+  CHECK(b.data<float>()[0x4040] == 3.0f);
+}
+
+TEST_CASE("safetensors: F16 and BF16 tensors are checked like any other") {
+  ag::test::TempDir tmp("safetensors_half_checks");
+  const std::string path = tmp.file("half.safetensors");
+  const std::string four = bytes_of(std::vector<uint16_t>{0x3c00, 0x7c00});  // F16 1.0 and +inf
+  // Two elements of two bytes span 4 bytes, not 8: the width on disk counts, not the loaded one.
+  write_safetensors_by_hand(path, R"({"w":{"dtype":"F16","shape":[2],"data_offsets":[0,8]}})", four + four);
+  check_load_error(path, R"(tensor "w": mis-shaped: shape [2] of F16 needs 4 bytes but data_offsets [0,8] span 8)");
+  write_safetensors_by_hand(path, R"({"w":{"dtype":"BF16","shape":[4],"data_offsets":[0,4]}})", four);
+  check_load_error(path, R"(tensor "w": mis-shaped: shape [4] of BF16 needs 8 bytes)");
+  // Widened to float32, they meet a float32 demand, and the finite one sees the infinity.
+  write_safetensors_by_hand(path, R"({"w":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", four);
+  const ag::RequirementsOf float32 = [](const std::string&) { return ag::TensorRequirements{.dtype = DType::Float32}; };
+  CHECK(ag::load_safetensors(path, float32).at("w").to_vector() == std::vector<double>{1, INFINITY});
+  check_error([&] { ag::load_safetensors(path, [](const std::string&) { return ag::TensorRequirements{.dtype = DType::Float32, .finite = true}; }); },
+              path, R"(tensor "w": element 1 is inf)");
+  check_error([&] { ag::load_safetensors(path, [](const std::string&) { return ag::TensorRequirements{.dtype = DType::Int64}; }); },
+              path, "dtype F16 (loads as float32) where the tensor must be int64");
+  // Saving a widened tensor writes it at its loaded width: F32.
+  ag::save_safetensors(path, {{"w", ag::load_safetensors(path).at("w")}});
+  CHECK(read_file(path).find(R"("dtype":"F32")") != std::string::npos);
+}
+
 TEST_CASE("safetensors: corrupt files give an ag::Error naming the file and the problem") {
   ag::test::TempDir tmp("safetensors_corrupt");
   const std::string path = tmp.file("bad.safetensors");
@@ -237,8 +318,8 @@ TEST_CASE("safetensors: corrupt files give an ag::Error naming the file and the 
     check_load_error(path, R"("data_offsets" is not a pair)");
   }
   SUBCASE("unsupported dtype") {
-    write_entry(R"("dtype":"BF16",)" + shape + "," + offsets);
-    check_load_error(path, "unsupported dtype \"BF16\"");
+    write_entry(R"("dtype":"BOOL",)" + shape + "," + offsets);
+    check_load_error(path, "unsupported dtype \"BOOL\" (attograd reads F32, F64, I64, I32, F16 and BF16)");
   }
   SUBCASE("negative dim") {
     write_entry(dtype + R"(,"shape":[-2],)" + offsets);
@@ -385,7 +466,8 @@ TEST_CASE("safetensors: the tensors' bytes must tile the data region exactly") {
 TEST_CASE("safetensors: unknown dtypes are errors") {
   ag::test::TempDir tmp("safetensors_dtypes");
   const std::string path = tmp.file("dtype.safetensors");
-  for (const std::string dtype : {"F16", "BF16", "BOOL", "U8", "I8", "F8_E4M3", "f32", "F32 ", ""}) {
+  for (const std::string dtype : {"BOOL", "U8", "I8", "I16", "U16", "U32", "U64", "F8_E4M3", "F8_E5M2", "f32", "F32 ",
+                                  "bf16", "F16 ", ""}) {
     CAPTURE(dtype);
     write_safetensors_by_hand(path, R"({"w":{"dtype":")" + dtype + R"(","shape":[2],"data_offsets":[0,8]}})",
                               bytes_of(std::vector<float>{1, 2}));
