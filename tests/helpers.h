@@ -25,6 +25,9 @@
 
 namespace ag::test {
 
+// Whether `part` occurs in `text` (messages checked by their words).
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 // A fresh directory for one test case (unique per process, so parallel CTest
 // runs never share one), removed when it goes out of scope.
 struct TempDir {

@@ -18,7 +18,7 @@ using namespace ag;
 using namespace ag::char_lm;
 
 namespace {
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using ag::test::contains;
 
 const std::string& saved_unit() {
   static const ag::test::TempDir dir("finite_run");

@@ -14,7 +14,7 @@ using namespace ag;
 using namespace ag::char_lm;
 
 namespace {
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using ag::test::contains;
 }  // namespace
 
 TEST_CASE("describe: each attention function names what it computes, and only the options that apply") {

@@ -16,7 +16,7 @@ using namespace ag;
 using namespace ag::char_lm;
 
 namespace {
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using ag::test::contains;
 
 // tiny_run, two iterations: the run every test here copies and damages.
 TrainConfig two_iterations(const std::string& out) {

@@ -80,7 +80,7 @@ Tensor rope_by_ops(const Tensor& x, int64_t first, double base = kDefaultRopeBas
 
 using ag::test::defined_visible;
 
-struct Problem {
+struct PositionsProblem {
   int64_t B, Hq, Hkv, Tq, Tk, d;
   SparsePattern pattern;
   bool causal = true;
@@ -113,7 +113,7 @@ struct Problem {
   }
 };
 
-std::string describe(const Problem& p) {
+std::string describe(const PositionsProblem& p) {
   const SparsePattern& s = p.pattern;
   return "Hq " + std::to_string(p.Hq) + " Hkv " + std::to_string(p.Hkv) + " Tq " + std::to_string(p.Tq) + " Tk " +
          std::to_string(p.Tk) + " d " + std::to_string(p.d) + (p.causal ? " causal" : " not causal") + " window " +
@@ -127,7 +127,7 @@ using ag::test::run_attention;
 
 // softmax(scale·Q'K'ᵀ + B + M) V by plain ops on the CPU: Q', K' rotated by rope_by_ops (q at
 // q_offset + i, k at j), B the bias matrix (alibi), M the visibility mask, kv heads repeated.
-Result reference(const Problem& p, PositionEncoding position, AttentionLayout layout, const Inputs& in,
+Result reference(const PositionsProblem& p, PositionEncoding position, AttentionLayout layout, const Inputs& in,
                  const Tensor& upstream) {
   Inputs x;
   for (const Tensor& t : in) x.push_back(t.detach().clone().requires_grad_());
@@ -150,8 +150,8 @@ std::vector<SparsePattern> patterns() {  // none, and every pattern the sparse t
   return all;
 }
 
-std::vector<Problem> problems() {
-  std::vector<Problem> all = {{1, 4, 2, 30, 30, 8, {}, false}, {1, 4, 1, 9, 33, 4, {}, false}};  // not causal
+std::vector<PositionsProblem> positions_problems() {
+  std::vector<PositionsProblem> all = {{1, 4, 2, 30, 30, 8, {}, false}, {1, 4, 1, 9, 33, 4, {}, false}};  // not causal
   for (const SparsePattern& pattern : patterns()) {
     all.push_back({1, 4, 2, 50, 50, 8, pattern});
     all.push_back({2, 4, 1, 19, 45, 4, pattern});  // fewer queries than keys: q_offset = Tk − Tq
@@ -164,7 +164,7 @@ std::vector<Problem> problems() {
 }
 
 void check_every_impl_equals_reference(Device device) {
-  for (const Problem& p : problems())
+  for (const PositionsProblem& p : positions_problems())
     for (PositionEncoding position : {PositionEncoding::Rope, PositionEncoding::Alibi})
       for (AttentionLayout layout : kLayouts) {
         if (position == PositionEncoding::Alibi && !p.causal) continue;  // ALiBi needs causal attention
@@ -297,12 +297,12 @@ TEST_CASE_EVERY_DEVICE("positions: every implementation with rope and with alibi
 
 // On a device: Z and the gradients in float64 within 1e-12 of the CPU's.
 TEST_CASE_EVERY_DEVICE("positions: gradcheck of every implementation with rope and with alibi (GQA, every pattern)") {
-  const std::vector<Problem> small = {
+  const std::vector<PositionsProblem> small = {
       {1, 4, 2, 6, 9, 4, {}},                                                 // GQA, q_offset 3
       {1, 4, 1, 5, 5, 2, {}, false},                                          // not causal
       {1, 2, 1, 34, 34, 2, {.window = 3, .dilation = 2, .global = 2, .random_blocks = 1, .seed = 3}},
   };
-  const auto check = [device](const Problem& p, AttentionImpl impl, PositionEncoding position) {
+  const auto check = [device](const PositionsProblem& p, AttentionImpl impl, PositionEncoding position) {
     if (position == PositionEncoding::Alibi && !p.causal) return;  // ALiBi needs causal attention
     CAPTURE(describe(p));
     CAPTURE(name_of(position));
@@ -314,7 +314,7 @@ TEST_CASE_EVERY_DEVICE("positions: gradcheck of every implementation with rope a
     else ag::test::check_device_matches_cpu(device, f, p.inputs(200, layout), 1e-12, DType::Float64);
   };
   for (PositionEncoding position : {PositionEncoding::Rope, PositionEncoding::Alibi}) {
-    for (const Problem& p : small)
+    for (const PositionsProblem& p : small)
       for (AttentionImpl impl : ag::test::attention_impls()) check(p, impl, position);
     // every pattern, at a size where a random block can be drawn (query block 1 draws block 0)
     for (const SparsePattern& pattern : patterns())
@@ -329,7 +329,7 @@ TEST_CASE_EVERY_DEVICE("positions: rope and alibi in float32 - flash's error bud
     for (PositionEncoding position : {PositionEncoding::Rope, PositionEncoding::Alibi}) {
       CAPTURE(name_of(position));
       CAPTURE(pattern.window);
-      const Problem p{2, 8, 4, 200, 200, 32, pattern};
+      const PositionsProblem p{2, 8, 4, 200, 200, 32, pattern};
       const Inputs in = p.inputs(300, AttentionLayout::BHTD);
       if (device == Device::CPU) {
         const Tensor upstream = random({p.B, p.Hq, p.Tq, p.d}, 303, DType::Float64, false);
@@ -363,7 +363,7 @@ TEST_CASE_EVERY_DEVICE("positions: rope and alibi in float32 - flash's error bud
 TEST_CASE_EVERY_DEVICE("positions: under alibi a query that sees one key gets P = 1 exactly (Z = V and dQ = dK = 0)") {
   for (AttentionImpl impl : ag::test::attention_impls()) {
     CAPTURE(name_of(impl));
-    const Problem p{2, 4, 2, 150, 150, 16, {.window = 1}};
+    const PositionsProblem p{2, 4, 2, 150, 150, 16, {.window = 1}};
     Inputs x;
     for (const Tensor& t : p.inputs(350, AttentionLayout::BHTD))
       x.push_back(t.detach().to(DType::Float32).to(device).clone().requires_grad_());
@@ -509,7 +509,7 @@ TEST_CASE("positions: a full cache that cannot roll is an error that says why") 
 }
 
 TEST_CASE("positions: learned and none leave the op as it is (the model adds learned positions to X)") {
-  const Problem p{1, 4, 2, 10, 10, 4, {.window = 3, .global = 1}};
+  const PositionsProblem p{1, 4, 2, 10, 10, 4, {.window = 3, .global = 1}};
   const Inputs in = p.inputs(800, AttentionLayout::BHTD);
   for (AttentionImpl impl : ag::test::attention_impls()) {
     CAPTURE(name_of(impl));

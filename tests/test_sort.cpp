@@ -70,12 +70,12 @@ TEST_CASE("sort: about a quarter of inputs are held out, and each draw stays in 
 
 TEST_CASE("sort: a short run learns to sort held-out sequences") {
   ThreadCount one_thread(1);
-  TrainConfig c;
+  sort_task::TrainConfig c;
   c.run.max_iters = 250;
   c.optim.lr_decay_iters = 250;
   c.run.eval_sequences = 500;
   c.quiet = true;
-  const TrainResult r = train(c);
+  const sort_task::TrainResult r = sort_task::train(c);
   // The loss starts near ln 10 ≈ 2.30. A model blind to the input cannot go
   // below 1.37 nats per sorted digit (the entropy of the sorted sequence, 8.22
   // nats, over its 6 digits), so a mean over the last 25 batches under 0.2 means

@@ -39,7 +39,7 @@ Tensor defined_mask(const SparsePattern& pattern, int64_t Hq, int64_t Tq, int64_
   return Tensor::from_vector(m, {Hq, Tq, Tk}, DType::Float64);
 }
 
-struct Problem {
+struct SparseProblem {
   int64_t B, Hq, Hkv, Tq, Tk, d;
   SparsePattern pattern;
   AttentionSpec spec(AttentionImpl impl) const { return {.causal = true, .impl = impl, .pattern = pattern}; }
@@ -53,7 +53,7 @@ using ag::test::max_abs_error;
 using ag::test::run_attention;
 
 // softmax(scale·QKᵀ + M) V with the test's own M, K and V repeated over each group, by ops.
-Result explicit_mask_reference(const Problem& p, const Inputs& in, const Tensor& upstream) {
+Result explicit_mask_reference(const SparseProblem& p, const Inputs& in, const Tensor& upstream) {
   Inputs x;
   for (const Tensor& t : in) x.push_back(t.detach().clone().requires_grad_());
   const int64_t group = p.Hq / p.Hkv;
@@ -66,8 +66,8 @@ Result explicit_mask_reference(const Problem& p, const Inputs& in, const Tensor&
   return {.Z = Z.detach(), .dQ = x[0].grad(), .dK = x[1].grad(), .dV = x[2].grad()};
 }
 
-std::vector<Problem> problems() {
-  std::vector<Problem> all;
+std::vector<SparseProblem> sparse_problems() {
+  std::vector<SparseProblem> all;
   for (const SparsePattern& pattern : sparse_patterns()) {
     all.push_back({2, 4, 2, 100, 100, 8, pattern});
     all.push_back({1, 2, 1, 37, 150, 4, pattern});  // fewer queries than keys: q_offset = Tk − Tq
@@ -78,7 +78,7 @@ std::vector<Problem> problems() {
 
 // Every implementation equals attention with the explicit mask, Z and every gradient ≤ 1e-12.
 void check_patterns_equal_explicit_mask(Device device) {
-  for (const Problem& p : problems()) {
+  for (const SparseProblem& p : sparse_problems()) {
     CAPTURE(describe(p.pattern));
     CAPTURE(p.Tq);
     CAPTURE(p.Tk);
@@ -101,7 +101,7 @@ void check_patterns_equal_explicit_mask(Device device) {
 void check_flash_error_budget(Device device) {
   for (const SparsePattern& pattern : sparse_patterns())
     for (int64_t T : {63, 65, 300}) {
-      const Problem p{2, 8, 4, T, T, 32, pattern};
+      const SparseProblem p{2, 8, 4, T, T, 32, pattern};
       CAPTURE(describe(pattern));
       CAPTURE(T);
       const Inputs in = p.inputs(600 + T);
@@ -248,7 +248,7 @@ TEST_CASE_EVERY_DEVICE("sparse attention: gradcheck of dense and flash with each
     for (AttentionImpl impl : {AttentionImpl::Dense, AttentionImpl::Flash}) {
       CAPTURE(describe(pattern));
       CAPTURE(name_of(impl));
-      const Problem p{1, 2, 1, 40, 40, 3, pattern};  // 40 > two random blocks of 16
+      const SparseProblem p{1, 2, 1, 40, 40, 3, pattern};  // 40 > two random blocks of 16
       const AttentionSpec spec = p.spec(impl);
       const GradcheckFn f = [spec](const Inputs& x) { return attention(x[0], x[1], x[2], spec); };
       if (device == Device::CPU) CHECK_GRADCHECK(f, p.inputs(700));

@@ -27,11 +27,11 @@ namespace {
 // The inputs {q, k, v, Δ, a_log, D} of one problem: q [B, Hq, T, d] and k, v [B, Hkv, T, d] (or
 // BTHD), Δ ∈ [0.05, 0.35), a_log around −2 (decays near 0.97 per step, so the state matters across
 // 200 positions), D ∈ [0.5, 1.5).
-struct Problem {
+struct SsdProblem {
   int64_t B = 2, Hq = 2, Hkv = 2, T = 5, d = 4;
   AttentionLayout layout = AttentionLayout::BHTD;
 };
-std::vector<Tensor> inputs_for(const Problem& p, uint64_t seed, DType dtype = DType::Float64) {
+std::vector<Tensor> inputs_for(const SsdProblem& p, uint64_t seed, DType dtype = DType::Float64) {
   const bool bthd = p.layout == AttentionLayout::BTHD;
   const auto rows = [&](int64_t H) { return bthd ? Shape{p.B, p.T, H, p.d} : Shape{p.B, H, p.T, p.d}; };
   Generator gen(seed + 1000);

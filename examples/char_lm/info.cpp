@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "examples/char_lm/checkpoint.h"
+#include "examples/common/format.h"
 #include "examples/common/program_header.h"
 
 namespace ag::char_lm {
@@ -29,11 +30,6 @@ std::string as_flags(const Config& config, std::initializer_list<OptionKind> kin
   return flags;
 }
 
-std::string fixed(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.4f", value);
-  return text;
-}
 }  // namespace
 
 std::string checkpoint_info(const InfoOptions& o) {

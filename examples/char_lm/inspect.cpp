@@ -16,6 +16,7 @@
 #include "examples/char_lm/data.h"
 #include "examples/char_lm/eval.h"
 #include "examples/char_lm/sample.h"
+#include "examples/common/format.h"
 #include "examples/common/program_header.h"
 #include "examples/interp/analysis.h"
 #include "examples/interp/faithfulness.h"
@@ -60,11 +61,6 @@ std::vector<std::string> characters(const Inspected& in, const std::vector<int64
   return chars;
 }
 
-std::string fixed(double v, const char* format = "%.4f") {
-  char text[32];
-  std::snprintf(text, sizeof text, format, v);
-  return text;
-}
 
 // The report's column at a 1000 px window (its CSS: 24 px margins): a picture no
 // wider is drawn at its own size, its text as large as svg.cpp writes it.
