@@ -4,5 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+# Ninja (a build/ configured before keeps its generator) and unity batches
+# (ATTOGRAD_UNITY): docs/performance.md, "Build and test times".
+generator=(-G Ninja)
+[ -f build/CMakeCache.txt ] && generator=()
+cmake "${generator[@]}" -S . -B build -DCMAKE_BUILD_TYPE=Release -DATTOGRAD_UNITY=ON >/dev/null
 cmake --build build -j "$(nproc)" ${1:+--target "$@"}

@@ -10,6 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh clang libclang-rt-14-dev libomp-14-dev python3
 # RelWithDebInfo: optimised enough that the suite stays fast, with line tables for the reports.
-CC=clang CXX=clang++ cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+# Ninja and unity batches, as scripts/build.sh.
+generator=(-G Ninja)
+[ -f build-sanitize/CMakeCache.txt ] && generator=()
+CC=clang CXX=clang++ cmake "${generator[@]}" -S . -B build-sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTOGRAD_UNITY=ON \
   -DATTOGRAD_SANITIZE=address,undefined -DATTOGRAD_FUZZ=ON >/dev/null
 cmake --build build-sanitize -j "$(nproc)" --target attograd_tests fuzz_load_safetensors check_safetensors

@@ -4,7 +4,7 @@
 # Arguments name further packages a script needs (scripts/test.sh: chromium; scripts/build_sanitize.sh: clang).
 set -euo pipefail
 # python3: tests parse the SVGs and HTML they write with Python's XML parser.
-packages=(build-essential cmake libopenblas-openmp-dev doctest-dev nlohmann-json3-dev libcli11-dev python3 "$@")
+packages=(build-essential cmake ninja-build libopenblas-openmp-dev doctest-dev nlohmann-json3-dev libcli11-dev python3 "$@")
 # Data-parallel training under mpirun (dist/mpi.cpp); without it programs run as one process.
 packages+=(libopenmpi-dev openmpi-bin)
 # Attention flow's max-flow (examples/interp/analysis.cpp): Boost.Graph, header-only.

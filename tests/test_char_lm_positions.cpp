@@ -183,7 +183,7 @@ TEST_CASE("char_lm positions: cached greedy decode equals full recomputation pas
   }
 }
 
-TEST_CASE("char_lm positions: sample stops at --max-context with a message; learned says why it restarts") {
+TEST_CASE("char_lm positions: sample stops at --max-context with a message — learned says why it restarts") {
   const std::string rope = trained_run("stop_rope", PositionEncoding::Rope);
   const auto [status, output] = ag::test::run_char_lm("sample --ckpt '" + rope + "' --tokens 100 --max-context 40 --top-k 1");
   CHECK(status == 0);

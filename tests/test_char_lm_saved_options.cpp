@@ -129,7 +129,8 @@ TEST_CASE("char_lm: a bad model option in a model file names the file, the key a
   const ag::test::TempDir tmp("saved_options_model");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"rope_base", "0"}, {"head_mask", "abc"}, {"n_head", "3"}, {"attn_dilation", "2"}};
-  for (const auto& [key, value] : cases) {
+  for (const auto& entry : cases) {  // not a structured binding: clang 14's lambdas (CAPTURE) cannot capture one
+    const std::string &key = entry.first, &value = entry.second;
     CAPTURE(key);
     const std::string dir = damaged_copy(tmp, key, {}, {{key, value}});
     const std::string expected_start = "checkpoint '" + model_path(dir) + "': the model's __metadata__ ";

@@ -63,7 +63,7 @@ TEST_CASE("cuda: a flat kernel longer than the grid cap (grid-stride loop)") {
   check_cuda_matches_cpu([](const Inputs& x) { return relu(x[0] * 2.0 + 0.5); }, {input({(1 << 24) + 3}, 17)});
 }
 
-TEST_CASE("cuda: TF32 is off by default; switched on it changes matmul's result, which stays close") {
+TEST_CASE("cuda: TF32 is off by default — switched on it changes matmul's result, which stays close") {
   if (!ag::test::cuda_or_skip()) return;
   CHECK_FALSE(cuda::allow_tf32());
   const Tensor a = input({64, 256}, 46).detach().to(Device::CUDA), b = input({256, 64}, 47).detach().to(Device::CUDA);

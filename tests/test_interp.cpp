@@ -752,7 +752,7 @@ TEST_CASE("faithfulness: a linear-attention model is explained through the weigh
   for (const double f : ex.scores[2]) CHECK((f >= 0.0 && f <= 1.0 + 1e-12));
 }
 
-TEST_CASE("faithfulness: char_lm faithfulness prints the table and writes its charts; heads --curve its three orders") {
+TEST_CASE("faithfulness: char_lm faithfulness prints the table and writes its charts — heads --curve its three orders") {
   const TrainedRun& run = trained_run();
   test::TempDir out("faithfulness_command");
   const std::string data = " --data '" + test::generated_text_file() + "'";
@@ -790,7 +790,7 @@ TEST_CASE("faithfulness: char_lm faithfulness prints the table and writes its ch
   CHECK(output.find("--positions 9: a window of block_size 16 has 8 positions") != std::string::npos);
 }
 
-TEST_CASE("faithfulness: attention --decompose: softmax of norm part × angle part is each head's A; rope is refused") {
+TEST_CASE("faithfulness: attention --decompose: softmax of norm part × angle part is each head's A — rope is refused") {
   auto model = random_gpt(2, 2);
   const std::vector<int64_t> ids = {4, 0, 4, 10, 2, 6};
   const std::vector<interp::ScoreParts> parts = interp::score_decomposition(*model, ids);

@@ -179,7 +179,7 @@ void check_cached_logits_equal_full_forward(Device device) {
 }
 }  // namespace
 
-TEST_CASE_EVERY_DEVICE("kv cache: the attention op reads the first kv_length rows in place; the rest get zero gradient") {
+TEST_CASE_EVERY_DEVICE("kv cache: the attention op reads the first kv_length rows in place — the rest get zero gradient") {
   check_kv_length_reads_a_prefix(device);
 }
 

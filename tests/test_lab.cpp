@@ -158,7 +158,7 @@ TEST_CASE("lab copy: the targets are the data tokens in order, after the marker"
   }
 }
 
-TEST_CASE("lab mixers: named as char_lm train names the options; an unknown name lists the known ones") {
+TEST_CASE("lab mixers: named as char_lm train names the options — an unknown name lists the known ones") {
   nn::GPTConfig model;
   apply_mixer("softmax:window=16", model);
   CHECK(model.attention == AttentionFunction::Softmax);
@@ -254,7 +254,7 @@ TEST_CASE("lab: a decoder's state: T positions' keys and values, a window's what
   CHECK(state_floats(linear) == model.n_layer * model.n_head * 32 * 33);  // per head φ(k)ᵀ[v 1]: r × (d + 1)
 }
 
-TEST_CASE("lab: zipped axes go together item by item; a zip of unequal lists or of no axis is refused") {
+TEST_CASE("lab: zipped axes go together item by item — a zip of unequal lists or of no axis is refused") {
   Grid grid{.axes = {{"block_size", {"32", "64", "128"}}, {"n_embd", {"16", "32"}}, {"pairs", {"2", "4", "8"}},
                      {"max_iters", {"300", "200", "100"}}},
             .mixers = {"softmax", "ssd"},
@@ -392,7 +392,7 @@ TEST_CASE("cuda: a lab cell trains on CUDA as on the CPU: the same losses step b
   CHECK(std::stod(gpu.row.at("loss")) == doctest::Approx(std::stod(cpu.row.at("loss"))).epsilon(1e-4));
 }
 
-TEST_CASE("lab: a cell whose every learning rate diverges is recorded as diverged; one rate diverging is noted") {
+TEST_CASE("lab: a cell whose every learning rate diverges is recorded as diverged — one rate diverging is noted") {
   const TempDir tmp("lab_diverged");
   LabSpec spec = small_lab(tmp, 5, 8, 4);
   spec.grids[0].lrs = {1e30};  // the first step's update overflows

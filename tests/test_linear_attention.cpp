@@ -349,7 +349,7 @@ TEST_CASE("linear attention: a GPT generating token by token from its state (in 
   }
 }
 
-TEST_CASE("linear attention: char_lm trains a linear model; greedy text is the same from the state as recomputed") {
+TEST_CASE("linear attention: char_lm trains a linear model — greedy text is the same from the state as recomputed") {
   for (FeatureMap map : {FeatureMap::Elu1, FeatureMap::Favor}) {
     CAPTURE(std::string(name_of(map)));
     const ag::test::TempDir dir("linear_attention_char_lm");

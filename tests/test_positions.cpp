@@ -227,7 +227,7 @@ Tensor full(const Inputs& qkv, AttentionSpec spec) {
 
 // --- the rope op --------------------------------------------------------------------------------
 
-TEST_CASE("positions: rope equals the rotate_half definition (both layouts, first_position, base; float64)") {
+TEST_CASE("positions: rope equals the rotate_half definition (both layouts, first_position, base — float64)") {
   for (AttentionLayout layout : kLayouts)
     for (int64_t first : {0, 5, 1000})
       for (double base : {kDefaultRopeBase, 100.0}) {
@@ -273,7 +273,7 @@ TEST_CASE("positions: rope's q'(p)·k'(p') depends only on p − p', and rope ke
   CHECK_CLOSE(sum(rotated * rotated, 3), norms, 1e-14);
 }
 
-TEST_CASE_EVERY_DEVICE("positions: gradcheck of the rope op; on a device forward and backward as on the CPU") {
+TEST_CASE_EVERY_DEVICE("positions: gradcheck of the rope op — on a device forward and backward as on the CPU") {
   for (AttentionLayout layout : kLayouts) {
     CAPTURE(layout_name(layout));
     const GradcheckFn f = [layout](const Inputs& x) { return rope(x[0], layout, 3, 50.0); };
@@ -324,7 +324,7 @@ TEST_CASE_EVERY_DEVICE("positions: gradcheck of every implementation with rope a
 
 // On the CPU: flash in float32 within twice dense float32's error against float64 (FlashAttention's
 // recipe). On a device: dense and flash in float32, forward and backward, as on the CPU.
-TEST_CASE_EVERY_DEVICE("positions: rope and alibi in float32 - flash's error budget; dense and flash on a device as on the CPU") {
+TEST_CASE_EVERY_DEVICE("positions: rope and alibi in float32 - flash's error budget — dense and flash on a device as on the CPU") {
   for (const SparsePattern& pattern : {SparsePattern{}, SparsePattern{.window = 20, .global = 3}})
     for (PositionEncoding position : {PositionEncoding::Rope, PositionEncoding::Alibi}) {
       CAPTURE(name_of(position));

@@ -330,7 +330,7 @@ Tensor conv_reference(const Tensor& x, const Tensor& w, const Tensor& bias) {
   return Tensor::from_vector(y, x.shape(), DType::Float64);
 }
 
-TEST_CASE("ssd layers: the causal depthwise convolution equals its loops and passes gradcheck (W 1, 3, 4; T < W and T ≥ W)") {
+TEST_CASE("ssd layers: the causal depthwise convolution equals its loops and passes gradcheck (W 1, 3, 4 — T < W and T ≥ W)") {
   for (int64_t W : {1, 3, 4})
     for (int64_t T : {2, 9})
       for (bool with_bias : {true, false}) {
@@ -507,7 +507,7 @@ TEST_CASE("ssd attention: bad options and checkpoints are clear errors naming th
   CHECK(wrong_shape.find("'blocks.0.attn.conv.weight' is [3,48] but __metadata__ (ssd_conv") != std::string::npos);
 }
 
-TEST_CASE("ssd attention: char_lm trains an ssd model; greedy text is the same from the state as recomputed; maps") {
+TEST_CASE("ssd attention: char_lm trains an ssd model — greedy text is the same from the state as recomputed — maps") {
   const ag::test::TempDir dir("ssd_char_lm");
   char_lm::TrainConfig c = ag::test::tiny_run(dir.path());
   c.model.attention = AttentionFunction::Ssd;
