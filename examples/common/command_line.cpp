@@ -14,6 +14,27 @@ void ProcessOptions::apply() const {
   set_num_threads(threads > 0 ? static_cast<int>(threads) : default_num_threads(dist::world().local_size()));
 }
 
+void Command::bind_switch(const OptionInfo& info, bool on, Setter set) {
+  std::string& text = texts_.emplace_back();
+  const CLI::Option* option =
+      app_->add_option(info.flag(), text, info.help)
+          ->expected(0, 1)
+          ->type_name(on ? "[true|false]=true" : "[true|false]")  // (a default string would be taken as the value of --x alone)
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  bindings_.push_back({info, std::move(set), option, &text, true});
+}
+
+void Command::bind_value(const OptionInfo& info, const std::string& type_name, const std::string& default_text,
+                         Setter set) {
+  std::string& text = texts_.emplace_back();
+  const CLI::Option* option =
+      app_->add_option(info.flag(), text, info.help)
+          ->type_name(type_name)
+          ->default_str(default_text)
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // as argparse, and as over a --config file
+  bindings_.push_back({info, std::move(set), option, &text, false});
+}
+
 Command& Command::allow_config_file() {
   app_->add_option("--config", config_file_,
                    "read options from a TOML file (key = value per line, e.g. n-layer = 6); the command line's win")
@@ -46,8 +67,8 @@ void Command::apply_config_file(const std::string& path) {
 void Command::apply() {
   if (!config_file_.empty()) apply_config_file(config_file_);
   for (Binding& b : bindings_) {
-    if (!b.on_command_line()) continue;
-    b.set(b.command_line_text(), b.info.flag());
+    if (b.option->count() == 0) continue;
+    b.set(b.is_switch && b.text->empty() ? std::string("true") : *b.text, b.info.flag());
     given_.insert(b.info.name);
   }
 }

@@ -63,11 +63,15 @@ class Command {
   CLI::App* app() const { return app_; }
 
  private:
+  // Parses `text` as the option's type, range-checks it and assigns it;
+  // `what` names the option in an error.
+  using Setter = std::function<void(const std::string& text, const std::string& what)>;
   struct Binding {
     OptionInfo info;
-    std::function<void(const std::string& text, const std::string& what)> set;  // parse, check, assign
-    std::function<bool()> on_command_line;
-    std::function<std::string()> command_line_text;
+    Setter set;
+    const CLI::Option* option;  // its count() says whether the command line gave it
+    const std::string* text;    // the command line's text, CLI11's target
+    bool is_switch;             // a bool: --x alone means true
   };
 
   // The value's kind in --help: INT, NUMBER, TEXT, or an enum's choices.
@@ -79,35 +83,22 @@ class Command {
   }
 
   template <class T> void bind_one(T& value, const OptionInfo& info) {
-    const std::string help = info.help;
-    Binding binding{info, [&value, info](const std::string& text, const std::string& what) {
-                      value = option_from_string<T>(text, what);
-                      check_option_range(value, info, what);
-                    }, {}, {}};
-    if constexpr (std::is_same_v<T, bool>) {
-      // A switch: --x alone is true, and --x true|false sets it either way (a switch on by default can be turned off).
-      std::string& text = texts_.emplace_back();
-      app_->add_option(info.flag(), text, help)
-          ->expected(0, 1)
-          ->type_name(value ? "[true|false]=true" : "[true|false]")  // (a default string would be taken as the value of --x alone)
-          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-      binding.on_command_line = [this, flag = info.flag()] { return app_->count(flag) > 0; };
-      binding.command_line_text = [&text] { return text.empty() ? std::string("true") : text; };
-    } else {
-      std::string& text = texts_.emplace_back();
-      app_->add_option(info.flag(), text, help)
-          ->type_name(type_name<T>())
-          ->default_str(option_to_string(value))
-          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // as argparse, and as over a --config file
-      binding.on_command_line = [this, flag = info.flag()] { return app_->count(flag) > 0; };
-      binding.command_line_text = [&text] { return text; };
-    }
-    bindings_.push_back(std::move(binding));
+    Setter set = [&value, info](const std::string& text, const std::string& what) {
+      value = option_from_string<T>(text, what);
+      check_option_range(value, info, what);
+    };
+    if constexpr (std::is_same_v<T, bool>) bind_switch(info, value, std::move(set));
+    else bind_value(info, type_name<T>(), option_to_string(value), std::move(set));
   }
+  // Adds the bound option to CLI11, as text for `set` to parse when applied: a
+  // switch (--x alone is true, and --x true|false sets it either way, so a
+  // switch on by default can be turned off), or an option with a value.
+  void bind_switch(const OptionInfo& info, bool on, Setter set);
+  void bind_value(const OptionInfo& info, const std::string& type_name, const std::string& default_text, Setter set);
   void apply_config_file(const std::string& path);
 
   CLI::App* app_;
-  std::deque<std::string> texts_;  // deques: CLI11 keeps pointers into them
+  std::deque<std::string> texts_;  // a deque: CLI11 keeps pointers into it
   std::vector<Binding> bindings_;
   std::string config_file_;
   std::set<std::string> given_;
