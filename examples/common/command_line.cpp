@@ -14,6 +14,49 @@ void ProcessOptions::apply() const {
   set_num_threads(threads > 0 ? static_cast<int>(threads) : default_num_threads(dist::world().local_size()));
 }
 
+Option& Option::expected(int n) {
+  option_->expected(n);
+  return *this;
+}
+
+Option& Option::one_of(const std::vector<std::string>& values) {
+  option_->check(CLI::IsMember(values));
+  return *this;
+}
+
+Option& Option::type_name(const std::string& name) {
+  option_->type_name(name);
+  return *this;
+}
+
+Option& Option::default_text(const std::string& text) {
+  option_->default_str(text);
+  return *this;
+}
+
+Option& Option::take_last() {
+  option_->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  return *this;
+}
+
+bool Option::given() const { return option_->count() > 0; }
+
+Option Command::option(const std::string& name, int& value, const std::string& help) {
+  return Option(app_->add_option(name, value, help));
+}
+Option Command::option(const std::string& name, int64_t& value, const std::string& help) {
+  return Option(app_->add_option(name, value, help));
+}
+Option Command::option(const std::string& name, double& value, const std::string& help) {
+  return Option(app_->add_option(name, value, help));
+}
+Option Command::option(const std::string& name, std::string& value, const std::string& help) {
+  return Option(app_->add_option(name, value, help));
+}
+Option Command::option(const std::string& name, std::vector<std::string>& value, const std::string& help) {
+  return Option(app_->add_option(name, value, help));
+}
+
 void Command::bind_switch(const OptionInfo& info, bool on, Setter set) {
   std::string& text = texts_.emplace_back();
   const CLI::Option* option =
@@ -73,6 +116,10 @@ void Command::apply() {
   }
 }
 
+bool Command::parsed() const { return app_->parsed(); }
+
+std::string Command::help() const { return app_->help(); }
+
 namespace {
 // Edit distance, for "did you mean".
 size_t distance(const std::string& a, const std::string& b) {
@@ -128,7 +175,19 @@ std::optional<std::string> unknown_command(const CLI::App& app, int argc, char**
 }
 }  // namespace
 
-int parse(CLI::App& app, int argc, char** argv) {
+Program::Program(const std::string& description, const std::string& name)
+    : app_(std::make_unique<CLI::App>(description, name)), command_(app_.get()) {}
+
+Program::~Program() = default;
+
+Command& Program::add_subcommand(const std::string& name, const std::string& help) {
+  return subcommands_.emplace_back(app_->add_subcommand(name, help));
+}
+
+void Program::require_subcommand(int n) { app_->require_subcommand(n); }
+
+int Program::parse(int argc, char** argv) {
+  CLI::App& app = *app_;
   if (const std::optional<std::string> error = unknown_command(app, argc, argv)) {
     std::fprintf(stderr, "%s: %s\n", app.get_name().c_str(), error->c_str());
     return 2;
@@ -152,14 +211,23 @@ int parse(CLI::App& app, int argc, char** argv) {
   return -1;
 }
 
-int parse_and_apply(CLI::App& app, int argc, char** argv, Command& command, const ProcessOptions& process) {
-  if (const int code = parse(app, argc, argv); code >= 0) return code;
+int Program::parse_and_apply(int argc, char** argv, const ProcessOptions& process) {
+  if (const int code = parse(argc, argv); code >= 0) return code;
   try {
-    command.apply();
+    command_.apply();
     process.apply();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", app.get_name().c_str(), e.what());
+    std::fprintf(stderr, "%s: %s\n", app_->get_name().c_str(), e.what());
     return 2;
+  }
+  return -1;
+}
+
+int Program::parse_plain(int argc, char** argv) {
+  try {
+    app_->parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app_->exit(e);
   }
   return -1;
 }

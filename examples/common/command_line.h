@@ -6,8 +6,10 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,8 +25,24 @@ struct ProcessOptions {
   void apply() const;  // sets the thread count
 };
 
+// An option added with Command::option (one not from a table), for its few
+// modifiers and, after parsing, whether it was given.
+class Option {
+ public:
+  explicit Option(CLI::Option* option) : option_(option) {}
+  Option& expected(int n);                                // exactly n values (a std::vector's)
+  Option& one_of(const std::vector<std::string>& values);  // the value must be one of them (CLI::IsMember)
+  Option& type_name(const std::string& name);             // the value's kind in --help (TEXT, INT, ...)
+  Option& default_text(const std::string& text);          // the default --help shows
+  Option& take_last();                                    // given twice, the last value wins
+  bool given() const;                                     // on the command line, after parsing
+
+ private:
+  CLI::Option* option_;
+};
+
 // One command (a program, or a subcommand such as `char_lm train`) and the
-// configs bound to it.
+// configs bound to it. A Program makes them.
 class Command {
  public:
   explicit Command(CLI::App* app) : app_(app) {}
@@ -54,13 +72,23 @@ class Command {
   // names with - or _), applied before the command line's, which win.
   Command& allow_config_file();
 
-  // After CLI11 has parsed: sets each option given in the config file or on
-  // the command line (range-checked) and records it as given. Throws ag::Error
+  // An option that no table describes (a benchmark's, a positional argument
+  // when `name` has no dashes), which CLI11 parses into `value` itself, with
+  // CLI11's own messages for a bad value.
+  Option option(const std::string& name, int& value, const std::string& help = "");
+  Option option(const std::string& name, int64_t& value, const std::string& help = "");
+  Option option(const std::string& name, double& value, const std::string& help = "");
+  Option option(const std::string& name, std::string& value, const std::string& help = "");
+  Option option(const std::string& name, std::vector<std::string>& value, const std::string& help = "");
+
+  // After parsing: sets each option given in the config file or on the
+  // command line (range-checked) and records it as given. Throws ag::Error
   // naming the option.
   void apply();
   bool given(const std::string& name) const { return given_.count(name) > 0; }  // snake_case name
   const std::set<std::string>& given_names() const { return given_; }
-  CLI::App* app() const { return app_; }
+  bool parsed() const;       // after parsing: whether the command line chose this command
+  std::string help() const;  // what --help prints
 
  private:
   // Parses `text` as the option's type, range-checks it and assigns it;
@@ -104,17 +132,42 @@ class Command {
   std::set<std::string> given_;
 };
 
-// Parses argv with CLI11. An unknown option becomes "unknown option --x (did
-// you mean --y?)", an unknown subcommand "unknown command 'x' (did you mean
-// y?); the commands are y, z (see --help)"; an option given twice takes the
-// last value. Returns -1 to go on, else the exit code to return (0 after
-// --help, 2 after a usage error, whose message it printed).
-int parse(CLI::App& app, int argc, char** argv);
+// A program's command line: its own command and its subcommands, which own
+// the CLI11 parser between them.
+class Program {
+ public:
+  // `name` is what messages start with; without one, CLI11 takes argv[0].
+  explicit Program(const std::string& description, const std::string& name = "");
+  ~Program();
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
 
-// A program of one command: parse (above), then apply the command's options and
-// the process options. Returns -1 to go on, else the exit code: 0 after --help,
-// 2 after a usage error or an invalid option, whose message it printed as
-// "<program>: message".
-int parse_and_apply(CLI::App& app, int argc, char** argv, Command& command, const ProcessOptions& process);
+  Command& command() { return command_; }  // the program's own options
+  Command& add_subcommand(const std::string& name, const std::string& help);
+  void require_subcommand(int n);  // exactly n of the subcommands on each command line
+
+  // Parses argv. An unknown option becomes "unknown option --x (did you mean
+  // --y?)", an unknown subcommand "unknown command 'x' (did you mean y?); the
+  // commands are y, z (see --help)"; an option given twice takes the last
+  // value. Returns -1 to go on, else the exit code to return (0 after --help,
+  // 2 after a usage error, whose message it printed).
+  int parse(int argc, char** argv);
+
+  // A program of one command: parse (above), then apply the command's options
+  // and the process options. Returns -1 to go on, else the exit code: 0 after
+  // --help, 2 after a usage error or an invalid option, whose message it
+  // printed as "<program>: message".
+  int parse_and_apply(int argc, char** argv, const ProcessOptions& process);
+
+  // Parses argv as CLI11 alone does (CLI11_PARSE), with its own messages: for
+  // the benchmarks, whose options no table describes. Returns -1 to go on,
+  // else the exit code CLI11 gives (0 after --help).
+  int parse_plain(int argc, char** argv);
+
+ private:
+  std::unique_ptr<CLI::App> app_;
+  Command command_;
+  std::deque<Command> subcommands_;  // a deque: Commands do not move
+};
 
 }  // namespace ag::cli
