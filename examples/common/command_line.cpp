@@ -1,5 +1,7 @@
 #include "examples/common/command_line.h"
 
+#include <CLI/CLI.hpp>  // here alone (command_line.h says why)
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>

@@ -3,9 +3,12 @@
 // with its help line and its current value as the default, and its text is
 // converted by the table's own parser (option_from_string) and range-checked,
 // the same code that reads checkpoint metadata.
+//
+// CLI11 is included by command_line.cpp alone: it is header-only and slow to
+// compile (each file that included it took seconds more, docs/performance.md),
+// so the programs see only this facade, a Program with its Commands, and the
+// handful of CLI11's features they use.
 #pragma once
-#include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -16,6 +19,11 @@
 
 #include "core/options.h"
 #include "examples/common/process_options.h"
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
 
 namespace ag::cli {
 
