@@ -21,7 +21,6 @@
 // --positions none,rope,alibi times each case with each position encoding
 // (AttentionSpec::position; alibi: softmax only): what rope's rotation of q and k
 // and ALiBi's bias in the scores cost beside the same case without them.
-#include <CLI/CLI.hpp>
 #include <cblas.h>
 #include <unistd.h>
 
@@ -29,10 +28,13 @@
 #include <cstdio>
 #include <functional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "bench/measure.h"
 #include "core/ops.h"
 #include "core/threads.h"
+#include "examples/common/command_line.h"
 
 using namespace ag;
 
@@ -158,26 +160,27 @@ std::vector<std::string> split_list(const std::string& list) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Time and memory of the attention op, every implementation (see the top of bench/attention.cpp)"};
+  cli::Program program{"Time and memory of the attention op, every implementation (see the top of bench/attention.cpp)"};
+  cli::Command& command = program.command();
   int threads = 2;
   std::string impls = "composed,dense,flash", lengths = "64,256,1024,4096,16384", widths = "32,64";
   std::string masks = "none,causal", positions = "none";
   double memory_limit_gb = 4, budget_s = 2;
   std::string clock = "wall";
   std::vector<std::string> one_case;
-  app.add_option("--threads", threads, "CPU threads (OpenMP and OpenBLAS)");
-  app.add_option("--impls", impls, "implementations, comma-separated: composed, dense, flash, linear-elu1, linear-favor, ssd");
-  app.add_option("--T", lengths, "sequence lengths, comma-separated");
-  app.add_option("--d", widths, "head widths, comma-separated");
-  app.add_option("--masks", masks, "masks, comma-separated: none, causal, w<W>[d<dilation>][g<G>][r<R>]");
-  app.add_option("--positions", positions, "position encodings, comma-separated: none, rope, alibi");
-  app.add_option("--memory-limit-gb", memory_limit_gb, "skip cases estimated to need more");
-  app.add_option("--budget-s", budget_s, "seconds of repeats per timing (at least one run, at most 10)");
-  app.add_option("--clock", clock, "wall, or cpu: the process's CPU time (for one thread on a busy machine)")
-      ->check(CLI::IsMember({"wall", "cpu"}));
-  app.add_option("--case", one_case, "internal: run one case (impl T d mask position) and print its numbers")
-      ->expected(5);
-  CLI11_PARSE(app, argc, argv);
+  command.option("--threads", threads, "CPU threads (OpenMP and OpenBLAS)");
+  command.option("--impls", impls, "implementations, comma-separated: composed, dense, flash, linear-elu1, linear-favor, ssd");
+  command.option("--T", lengths, "sequence lengths, comma-separated");
+  command.option("--d", widths, "head widths, comma-separated");
+  command.option("--masks", masks, "masks, comma-separated: none, causal, w<W>[d<dilation>][g<G>][r<R>]");
+  command.option("--positions", positions, "position encodings, comma-separated: none, rope, alibi");
+  command.option("--memory-limit-gb", memory_limit_gb, "skip cases estimated to need more");
+  command.option("--budget-s", budget_s, "seconds of repeats per timing (at least one run, at most 10)");
+  command.option("--clock", clock, "wall, or cpu: the process's CPU time (for one thread on a busy machine)")
+      .one_of({"wall", "cpu"});
+  command.option("--case", one_case, "internal: run one case (impl T d mask position) and print its numbers")
+      .expected(5);
+  if (const int code = program.parse_plain(argc, argv); code >= 0) return code;
   const bench::Clock timing = clock == "cpu" ? bench::Clock::Cpu : bench::Clock::Wall;
   set_num_threads(threads);
   bench::return_freed_memory_to_the_system();

@@ -21,14 +21,16 @@
 // and each process prints its line, with the milliseconds per step its ring
 // waited for transfers (bench/context_parallel.sh runs it against one process):
 //   mpirun -np 2 ./build/bench_attention_model --threads 1 --context-parallel 2 --case flash 16384
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <cstdio>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "bench/measure.h"
 #include "core/threads.h"
+#include "examples/common/command_line.h"
 #include "nn/gpt.h"
 #include "optim/adam.h"
 #include "optim/data_parallel.h"
@@ -102,26 +104,27 @@ void run_case(const std::string& impl, const Model& m, int iters, int64_t contex
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Training steps of a 1-layer GPT at a long block size (see the top of bench/attention_model.cpp)"};
+  cli::Program program{"Training steps of a 1-layer GPT at a long block size (see the top of bench/attention_model.cpp)"};
+  cli::Command& command = program.command();
   int threads = 2, iters = 5;
   std::string impls = "dense,flash", lengths = "4096";
   Model m{0, 1, 4, 128, 1};
   double memory_limit_gb = 6;
   std::vector<std::string> one_case;
   int64_t context_parallel = 1;
-  app.add_option("--threads", threads, "CPU threads (OpenMP and OpenBLAS)");
-  app.add_option("--impls", impls, "implementations, comma-separated: dense, flash, composed, linear-elu1, linear-favor, ssd");
-  app.add_option("--T", lengths, "block sizes, comma-separated");
-  app.add_option("--iters", iters, "training steps per case");
-  app.add_option("--n-layer", m.layers);
-  app.add_option("--n-head", m.heads);
-  app.add_option("--n-embd", m.width);
-  app.add_option("--batch-size", m.batch);
-  app.add_option("--memory-limit-gb", memory_limit_gb, "skip cases estimated to need more");
-  app.add_option("--case", one_case, "internal: run one case (impl T)")->expected(2);
-  app.add_option("--context-parallel", context_parallel,
+  command.option("--threads", threads, "CPU threads (OpenMP and OpenBLAS)");
+  command.option("--impls", impls, "implementations, comma-separated: dense, flash, composed, linear-elu1, linear-favor, ssd");
+  command.option("--T", lengths, "block sizes, comma-separated");
+  command.option("--iters", iters, "training steps per case");
+  command.option("--n-layer", m.layers);
+  command.option("--n-head", m.heads);
+  command.option("--n-embd", m.width);
+  command.option("--batch-size", m.batch);
+  command.option("--memory-limit-gb", memory_limit_gb, "skip cases estimated to need more");
+  command.option("--case", one_case, "internal: run one case (impl T)").expected(2);
+  command.option("--context-parallel", context_parallel,
                  "with --case under mpirun: split the sequence over groups of P processes (ring attention)");
-  CLI11_PARSE(app, argc, argv);
+  if (const int code = program.parse_plain(argc, argv); code >= 0) return code;
   set_num_threads(threads);
   bench::return_freed_memory_to_the_system();
 

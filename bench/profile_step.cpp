@@ -193,16 +193,16 @@ double time_sgemm(const kernel::GemmShape& g, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Profiles one training step of the char_lm model: per kernel, per family, per GEMM shape, "
-               "and the sgemm floor of the step's GEMMs.", "profile_step"};
+  cli::Program program{"Profiles one training step of the char_lm model: per kernel, per family, per GEMM shape, "
+                       "and the sgemm floor of the step's GEMMs.", "profile_step"};
   ProfileOptions profile;
   nn::GPTConfig config;  // char_lm's defaults, from the model's options table
   optim::TrainOptions train_options;
   cli::ProcessOptions process;
   process.threads = 1;
-  cli::Command command(&app);
+  cli::Command& command = program.command();
   command.bind(profile).bind(config).bind(train_options).bind(process);
-  if (const int code = cli::parse_and_apply(app, argc, argv, command, process); code >= 0) return code;
+  if (const int code = program.parse_and_apply(argc, argv, process); code >= 0) return code;
   config.vocab_size = profile.vocab;
   const int steps = static_cast<int>(profile.steps), warmup = static_cast<int>(profile.warmup),
             floor_reps = static_cast<int>(profile.floor_reps);

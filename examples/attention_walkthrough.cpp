@@ -111,16 +111,16 @@ struct WalkthroughOptions {
 };
 
 int main(int argc, char** argv) {
-  CLI::App app("Prints every step of causal multi-head self-attention, forward and backward, each backward step "
-               "under the docs/backprop.md section it comes from, and checks the gradients against backward() and "
-               "finite differences. By default: 4 tokens, d_model = 8, 2 heads, random weights.",
-               "attention_walkthrough");
+  cli::Program program("Prints every step of causal multi-head self-attention, forward and backward, each backward "
+                       "step under the docs/backprop.md section it comes from, and checks the gradients against "
+                       "backward() and finite differences. By default: 4 tokens, d_model = 8, 2 heads, random weights.",
+                       "attention_walkthrough");
   WalkthroughOptions options;
   cli::ProcessOptions process;
   process.threads = 1;
-  cli::Command command(&app);
+  cli::Command& command = program.command();
   command.bind(options).bind(process);
-  if (const int code = cli::parse_and_apply(app, argc, argv, command, process); code >= 0) return code;
+  if (const int code = program.parse_and_apply(argc, argv, process); code >= 0) return code;
   const uint64_t seed = options.seed;
   const bool tiny = options.tiny, digits_given = command.given("digits");
   digits = static_cast<int>(options.digits);

@@ -45,13 +45,14 @@ struct TourOptions {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("A two-layer MLP learns two spirals, with gradient descent written out by hand.", "autograd_tour");
+  cli::Program program("A two-layer MLP learns two spirals, with gradient descent written out by hand.",
+                       "autograd_tour");
   TourOptions options;
   cli::ProcessOptions process;
   process.threads = 1;  // 400 points: more threads only wait for each other
-  cli::Command command(&app);
+  cli::Command& command = program.command();
   command.bind(options).bind(process);
-  if (const int code = cli::parse_and_apply(app, argc, argv, command, process); code >= 0) return code;
+  if (const int code = program.parse_and_apply(argc, argv, process); code >= 0) return code;
   const int64_t steps = options.steps;
 
   Tensor points, labels;

@@ -47,7 +47,7 @@ bool derived_by_the_lab(const std::string& name) {
 struct ListFlag {
   std::string name;
   const std::string* text;
-  CLI::Option* option;
+  cli::Option option;
 };
 
 // Sets option `name` of `options` (the lab's or the process's) from a preset's
@@ -65,13 +65,13 @@ bool set_preset_option(Options& options, const cli::Command& command, const std:
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("Attention functions trained side by side on recall tasks and text: a grid of cells, each trained at the "
-               "best of a small learning-rate sweep, with results.csv, plots and lab_report.html.",
-               "lab");
+  cli::Program program("Attention functions trained side by side on recall tasks and text: a grid of cells, each "
+                       "trained at the best of a small learning-rate sweep, with results.csv, plots and lab_report.html.",
+                       "lab");
   lab::LabSpec spec;
   spec.defaults = lab_defaults();
   cli::ProcessOptions process;
-  cli::Command command(&app);
+  cli::Command& command = program.command();
   command.bind(spec.options).bind(process);
   std::deque<std::string> texts;
   std::vector<ListFlag> lists;
@@ -80,16 +80,16 @@ int main(int argc, char** argv) {
       if (info.kind == OptionKind::Derived || derived_by_the_lab(info.name)) return;
       const bool sweep = std::string(info.name) == "lr";
       std::string& text = texts.emplace_back();
-      CLI::Option* option = app.add_option(info.flag(), text, std::string(info.help) +
-                                                                  (sweep ? " (a comma list: the sweep, each cell keeping its best)"
-                                                                         : " (a comma list: a cell for each)"))
-                                ->type_name("LIST")
-                                ->default_str(sweep ? kDefaultSweep : option_to_string(value))
-                                ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+      const cli::Option option = command.option(info.flag(), text, std::string(info.help) +
+                                                  (sweep ? " (a comma list: the sweep, each cell keeping its best)"
+                                                         : " (a comma list: a cell for each)"))
+                                     .type_name("LIST")
+                                     .default_text(sweep ? kDefaultSweep : option_to_string(value))
+                                     .take_last();
       lists.push_back({info.name, &text, option});
     });
   });
-  if (const int code = cli::parse_and_apply(app, argc, argv, command, process); code >= 0) return code;
+  if (const int code = program.parse_and_apply(argc, argv, process); code >= 0) return code;
   try {
     for (int i = 0; i < argc; ++i) spec.command += (i ? " " : "") + std::string(i ? argv[i] : "lab");
     spec.arguments.assign(argv + 1, argv + argc);
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
     process.apply();
     std::vector<std::pair<std::string, std::string>> given;
     for (const ListFlag& flag : lists)
-      if (flag.option->count() > 0) {
+      if (flag.option.given()) {
         if (flag.name == "lr") sweep = *flag.text;
         else given.emplace_back(flag.name, *flag.text);
       }

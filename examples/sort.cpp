@@ -21,13 +21,14 @@
 using namespace ag;
 
 int main(int argc, char** argv) {
-  CLI::App app("Trains a small GPT to sort six digits, then scores exact-sequence accuracy on held-out inputs.", "sort");
+  cli::Program program("Trains a small GPT to sort six digits, then scores exact-sequence accuracy on held-out inputs.",
+                       "sort");
   sort_task::TrainConfig config;
   cli::ProcessOptions process;
   process.threads = 1;
-  cli::Command command(&app);
+  cli::Command& command = program.command();
   command.bind(config.model).bind(config.optim).bind(config.run).bind(process);
-  if (const int code = cli::parse_and_apply(app, argc, argv, command, process); code >= 0) return code;
+  if (const int code = program.parse_and_apply(argc, argv, process); code >= 0) return code;
   try {
     if (!command.given("lr_decay_iters")) config.optim.lr_decay_iters = config.run.max_iters;  // decay over the whole run
     const sort_task::TrainResult r = sort_task::train(config);

@@ -19,15 +19,15 @@ namespace {
 // Parses `args` (after the program name) for `config` as char_lm train does.
 // Returns the given options; throws what the command line would print.
 std::set<std::string> parse_train(TrainConfig& config, std::vector<std::string> args, std::string* help = nullptr) {
-  CLI::App app("test", "char_lm");
-  cli::Command command(app.add_subcommand("train", "train"));
+  cli::Program program("test", "char_lm");
+  cli::Command& command = program.add_subcommand("train", "train");
   cli::ProcessOptions process;
   command.bind(config.model).bind(config.optim).bind(config.run).bind(process);
-  if (help) *help = command.app()->help();
+  if (help) *help = command.help();
   args.insert(args.begin(), {"char_lm", "train"});
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
-  REQUIRE(cli::parse(app, static_cast<int>(argv.size()), argv.data()) == -1);
+  REQUIRE(program.parse(static_cast<int>(argv.size()), argv.data()) == -1);
   command.apply();
   return command.given_names();
 }

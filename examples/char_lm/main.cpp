@@ -18,7 +18,6 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
-#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -107,22 +106,22 @@ int run_convert(const ConvertOptions& o) {
 // One subcommand: its command line, bound to the options it takes, and what
 // runs it once they are applied.
 struct Subcommand {
-  std::unique_ptr<cli::Command> command;
+  cli::Command* command;
   std::function<int(const cli::Command&)> run;
 };
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("A character-level GPT: train it, sample from it, compare its gradients with other frameworks.",
-               "char_lm");
-  app.require_subcommand(1);
+  cli::Program program("A character-level GPT: train it, sample from it, compare its gradients with other frameworks.",
+                       "char_lm");
+  program.require_subcommand(1);
   cli::ProcessOptions process;
 
   // Every subcommand is one entry here, in the order --help lists them; a name
-  // that is none of them is an error naming them all (cli::parse).
+  // that is none of them is an error naming them all (cli::Program::parse).
   std::vector<Subcommand> subcommands;
   const auto add = [&](const char* name, const char* help, std::function<int(const cli::Command&)> run) -> cli::Command& {
-    subcommands.push_back({std::make_unique<cli::Command>(app.add_subcommand(name, help)), std::move(run)});
+    subcommands.push_back({&program.add_subcommand(name, help), std::move(run)});
     return *subcommands.back().command;
   };
   TrainConfig train_config;
@@ -194,17 +193,17 @@ int main(int argc, char** argv) {
   add("compare", "the validation loss of several runs on one SVG chart, each named by the options it differs in",
       [&](const cli::Command&) { return run_compare(compare_options); })
       .bind(compare_options).bind(process)
-      .app()->add_option("runs", compare_options.runs, "run directories (of char_lm train), two or more");
+      .option("runs", compare_options.runs, "run directories (of char_lm train), two or more");
 
-  if (const int code = cli::parse(app, argc, argv); code >= 0) return code;
+  if (const int code = program.parse(argc, argv); code >= 0) return code;
   try {
     for (const Subcommand& subcommand : subcommands) {
-      if (!subcommand.command->app()->parsed()) continue;
+      if (!subcommand.command->parsed()) continue;
       subcommand.command->apply();
       process.apply();
       return subcommand.run(*subcommand.command);
     }
-    return 2;  // not reached: cli::parse accepts exactly one of the subcommands (require_subcommand)
+    return 2;  // not reached: program.parse accepts exactly one of the subcommands (require_subcommand)
   } catch (const std::exception& e) {  // ag::Error, and I/O errors from the standard library
     std::fprintf(stderr, "char_lm%s: %s\n", dist::process_label().c_str(), e.what());
     std::fflush(stderr);

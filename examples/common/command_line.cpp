@@ -1,5 +1,7 @@
 #include "examples/common/command_line.h"
 
+#include <CLI/CLI.hpp>  // here alone (command_line.h says why)
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +14,70 @@ namespace ag::cli {
 
 void ProcessOptions::apply() const {
   set_num_threads(threads > 0 ? static_cast<int>(threads) : default_num_threads(dist::world().local_size()));
+}
+
+Option& Option::expected(int n) {
+  option_->expected(n);
+  return *this;
+}
+
+Option& Option::one_of(const std::vector<std::string>& values) {
+  option_->check(CLI::IsMember(values));
+  return *this;
+}
+
+Option& Option::type_name(const std::string& name) {
+  option_->type_name(name);
+  return *this;
+}
+
+Option& Option::default_text(const std::string& text) {
+  option_->default_str(text);
+  return *this;
+}
+
+Option& Option::take_last() {
+  option_->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  return *this;
+}
+
+bool Option::given() const { return option_->count() > 0; }
+
+Option Command::option(const std::string& name, int& value, const std::string& help) {
+  return Option(app_->add_option(name, value, help));
+}
+Option Command::option(const std::string& name, int64_t& value, const std::string& help) {
+  return Option(app_->add_option(name, value, help));
+}
+Option Command::option(const std::string& name, double& value, const std::string& help) {
+  return Option(app_->add_option(name, value, help));
+}
+Option Command::option(const std::string& name, std::string& value, const std::string& help) {
+  return Option(app_->add_option(name, value, help));
+}
+Option Command::option(const std::string& name, std::vector<std::string>& value, const std::string& help) {
+  return Option(app_->add_option(name, value, help));
+}
+
+void Command::bind_switch(const OptionInfo& info, bool on, Setter set) {
+  std::string& text = texts_.emplace_back();
+  const CLI::Option* option =
+      app_->add_option(info.flag(), text, info.help)
+          ->expected(0, 1)
+          ->type_name(on ? "[true|false]=true" : "[true|false]")  // (a default string would be taken as the value of --x alone)
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  bindings_.push_back({info, std::move(set), option, &text, true});
+}
+
+void Command::bind_value(const OptionInfo& info, const std::string& type_name, const std::string& default_text,
+                         Setter set) {
+  std::string& text = texts_.emplace_back();
+  const CLI::Option* option =
+      app_->add_option(info.flag(), text, info.help)
+          ->type_name(type_name)
+          ->default_str(default_text)
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // as argparse, and as over a --config file
+  bindings_.push_back({info, std::move(set), option, &text, false});
 }
 
 Command& Command::allow_config_file() {
@@ -46,11 +112,15 @@ void Command::apply_config_file(const std::string& path) {
 void Command::apply() {
   if (!config_file_.empty()) apply_config_file(config_file_);
   for (Binding& b : bindings_) {
-    if (!b.on_command_line()) continue;
-    b.set(b.command_line_text(), b.info.flag());
+    if (b.option->count() == 0) continue;
+    b.set(b.is_switch && b.text->empty() ? std::string("true") : *b.text, b.info.flag());
     given_.insert(b.info.name);
   }
 }
+
+bool Command::parsed() const { return app_->parsed(); }
+
+std::string Command::help() const { return app_->help(); }
 
 namespace {
 // Edit distance, for "did you mean".
@@ -107,7 +177,19 @@ std::optional<std::string> unknown_command(const CLI::App& app, int argc, char**
 }
 }  // namespace
 
-int parse(CLI::App& app, int argc, char** argv) {
+Program::Program(const std::string& description, const std::string& name)
+    : app_(std::make_unique<CLI::App>(description, name)), command_(app_.get()) {}
+
+Program::~Program() = default;
+
+Command& Program::add_subcommand(const std::string& name, const std::string& help) {
+  return subcommands_.emplace_back(app_->add_subcommand(name, help));
+}
+
+void Program::require_subcommand(int n) { app_->require_subcommand(n); }
+
+int Program::parse(int argc, char** argv) {
+  CLI::App& app = *app_;
   if (const std::optional<std::string> error = unknown_command(app, argc, argv)) {
     std::fprintf(stderr, "%s: %s\n", app.get_name().c_str(), error->c_str());
     return 2;
@@ -131,14 +213,23 @@ int parse(CLI::App& app, int argc, char** argv) {
   return -1;
 }
 
-int parse_and_apply(CLI::App& app, int argc, char** argv, Command& command, const ProcessOptions& process) {
-  if (const int code = parse(app, argc, argv); code >= 0) return code;
+int Program::parse_and_apply(int argc, char** argv, const ProcessOptions& process) {
+  if (const int code = parse(argc, argv); code >= 0) return code;
   try {
-    command.apply();
+    command_.apply();
     process.apply();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", app.get_name().c_str(), e.what());
+    std::fprintf(stderr, "%s: %s\n", app_->get_name().c_str(), e.what());
     return 2;
+  }
+  return -1;
+}
+
+int Program::parse_plain(int argc, char** argv) {
+  try {
+    app_->parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app_->exit(e);
   }
   return -1;
 }
