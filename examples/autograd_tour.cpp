@@ -1,5 +1,6 @@
-// A first look at attograd's API: a two-layer MLP learns to tell two interleaved
-// spirals apart, with plain gradient descent written out by hand.
+// A first look at attograd's API: an MLP with two hidden layers (three weight
+// matrices) learns to tell two interleaved spirals apart, with plain gradient
+// descent written out by hand.
 //
 //   ./build/autograd_tour [--steps N] [--threads N]
 #include <cmath>
@@ -45,7 +46,7 @@ struct TourOptions {
 }  // namespace
 
 int main(int argc, char** argv) {
-  cli::Program program("A two-layer MLP learns two spirals, with gradient descent written out by hand.",
+  cli::Program program("An MLP with two hidden layers learns two spirals, with gradient descent written out by hand.",
                        "autograd_tour");
   TourOptions options;
   cli::ProcessOptions process;

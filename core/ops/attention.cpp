@@ -15,11 +15,12 @@
 //
 //   composed: the formulas as ops (matmul, +M, softmax, matmul); each op's own
 //             backward gives the gradient. The reference the others are tested against.
-//   dense:    forms S and A [B, Hq, Tq, Tk] (A overwrites S), saves A, and runs
-//             the three lines above as GEMMs and one softmax-backward kernel.
+//   dense:    forms Sᵀ and Aᵀ [B, Hq, Tk, Tq] (key j's row holds its score with
+//             every query; Aᵀ overwrites Sᵀ), saves Aᵀ, and runs the three lines
+//             above as GEMMs and one softmax-backward kernel.
 //   flash:    FlashAttention: tiles and the online softmax, never forming S or
-//             A; saves only L = log Σ_j exp(S_ij + M_ij), one number per row, and
-//             recomputes P = exp(S − L) tile by tile in the backward (the kernels:
+//             A; saves only lse = log Σ_j exp(S_ij + M_ij), one number per row (L
+//             in the code), and recomputes P = exp(S − lse) tile by tile in the backward (the kernels:
 //             core/cpu/attention.cpp, cuda/attention.cu).
 #include <algorithm>
 #include <cmath>
