@@ -31,7 +31,8 @@ MultiHeadSelfAttention::MultiHeadSelfAttention(const Config& config, Generator* 
                                         CausalConv1d::Config{.channels = C + 2 * kv_width, .width = config.ssd_conv}, gen));
   w_dt_ = register_module("w_dt", std::make_shared<Linear>(Linear::Config{.in = C, .out = H}, gen));
   // Mamba's initialisation: decay rates exp(a_log) ∈ [1, 16] and steps Δ log-uniform in [1e-3, 0.1]
-  // at x = 0, so that the heads start with memories from about ten to a thousand positions.
+  // at x = 0, so that a head keeps a = exp(−rate·Δ) between e^−1.6 and e^−0.001 per step: memories
+  // from under one position to about a thousand (docs/backprop.md §30).
   const Tensor rate = Tensor::uniform({H}, 1.0, 16.0, DType::Float32, gen);
   a_log_ = register_parameter("a_log", log(rate).detach());
   const Tensor step = exp(Tensor::uniform({H}, std::log(1e-3), std::log(0.1), DType::Float64, gen));
