@@ -88,8 +88,7 @@ MultiHeadSelfAttention::Config attention_config(const GPTConfig& config, int64_t
           .feature_map = config.feature_map, .n_features = config.n_features,
           .seed = static_cast<uint64_t>(config.attn_seed), .stream = static_cast<uint64_t>(layer),  // each layer its own FAVOR+ features
           .position = config.position, .rope_base = config.rope_base, .alibi_slopes = config.alibi_slopes,
-          .ssd_conv = config.ssd_conv,
-          .ssd_gate = config.ssd_gate};
+          .ssd_conv = config.ssd_conv, .ssd_gate = config.ssd_gate};
 }
 
 SparsePattern attention_pattern(const GPTConfig& config, int64_t layer) {
