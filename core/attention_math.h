@@ -75,6 +75,13 @@ struct RandomBlocks {
 // loops skip None, mask element by element only in Partial, and run All plain.
 enum class TileVisibility { None, Partial, All };
 
+// ALiBi's slopes for a head count H that is not a power of two (AttentionMask::alibi_slope;
+// the model option alibi_slopes). Both rules agree when H is a power of two.
+enum class AlibiSlopes {
+  Reference,  // Press et al.'s get_slopes (and BLOOM's)
+  Geometric,  // 2^(−8(h+1)/H) for every H: attograd's models saved before the option existed
+};
+
 // Which keys each query sees, and ALiBi's bias on what it sees. Query i
 // (0 ≤ i < Tq) sits at key position p = i + q_offset; with `causal` it sees the
 // keys j ≤ p allowed by `pattern`, without it every key (a pattern needs
@@ -90,12 +97,22 @@ struct AttentionMask {
   // positions of the sequence, found at j + first_key (and p + first_key).
   int64_t first_key = 0;
   // ALiBi (Press et al. 2021; docs/backprop.md, "ALiBi"): the score of query i
-  // with key j gets −m_h·(p − j) before the mask, m_h = 2^(−8(h+1)/H) over H =
-  // alibi_heads query heads; 0: no bias. A constant: dS passes through it.
+  // with key j gets −m_h·(p − j) before the mask, m_h the slope of head h of
+  // H = alibi_heads query heads (alibi_slope); 0: no bias. A constant: dS passes through it.
   int64_t alibi_heads = 0;
+  AlibiSlopes alibi_slopes = AlibiSlopes::Reference;
 
+  // m_h. For H a power of two, 2^(−8(h+1)/H) under either rule. Otherwise the
+  // reference rule (Press et al.'s get_slopes, BLOOM's) takes the c = 2^⌊log2 H⌋
+  // slopes of c heads, then every other slope of 2c heads, 2^(−8(2(h−c)+1)/(2c)),
+  // for the H − c heads left; geometric keeps 2^(−8(h+1)/H) (attograd's rule before it).
   AG_HOST_DEVICE double alibi_slope(int64_t h) const {
-    return alibi_heads > 0 ? exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(alibi_heads)) : 0.0;
+    if (alibi_heads <= 0) return 0.0;
+    if (alibi_slopes == AlibiSlopes::Geometric) return exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(alibi_heads));
+    int64_t c = 1;
+    while (2 * c <= alibi_heads) c *= 2;
+    if (h < c) return exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(c));
+    return exp2(-8.0 * static_cast<double>(2 * (h - c) + 1) / static_cast<double>(2 * c));
   }
   // The bias on query i's score with key j, from the head's slope (alibi_slope, in T):
   // −slope·(p − j), exactly 0 (a score unchanged) when slope is 0.

@@ -191,7 +191,7 @@ enum class AttentionLayout {
 enum class PositionEncoding {
   Learned,  // a table pos_emb [block_size, C] added to the token embeddings
   Rope,     // q and k rotated at their positions (rotary embeddings, core/attention_math.h)
-  Alibi,    // the scores biased by −m_h·(i − j) (AttentionMask::alibi_heads); causal softmax attention only
+  Alibi,    // the scores biased by −m_h·(i − j) (AttentionMask::alibi_slope); causal softmax attention only
   None,     // nothing: the causal mask alone carries order (NoPE)
 };
 template <> struct EnumNames<PositionEncoding> {
@@ -199,6 +199,10 @@ template <> struct EnumNames<PositionEncoding> {
                                                                          {PositionEncoding::Rope, "rope"},
                                                                          {PositionEncoding::Alibi, "alibi"},
                                                                          {PositionEncoding::None, "none"}};
+};
+template <> struct EnumNames<AlibiSlopes> {
+  static constexpr std::pair<AlibiSlopes, const char*> values[] = {{AlibiSlopes::Reference, "reference"},
+                                                                    {AlibiSlopes::Geometric, "geometric"}};
 };
 inline constexpr double kDefaultRopeBase = 10000;
 
@@ -243,6 +247,7 @@ struct AttentionSpec {
   // frequencies rope_base^(−2i/d), d even. alibi: causal softmax only. learned, none: nothing.
   PositionEncoding position = PositionEncoding::None;
   double rope_base = kDefaultRopeBase;  // must be > 0
+  AlibiSlopes alibi_slopes = AlibiSlopes::Reference;  // alibi: the slopes' rule when Hq is not a power of two
   // --- softmax only ---
   AttentionImpl impl = kDefaultAttentionImpl;
   // Window, dilation, global tokens and random blocks (core/attention_math.h); needs

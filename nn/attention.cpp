@@ -15,7 +15,8 @@ MultiHeadSelfAttention::MultiHeadSelfAttention(const Config& config, Generator* 
            "MultiHeadSelfAttention: H = " << H << " is not a multiple of H_kv = " << H_kv);
   const int64_t d_h = C / H, kv_width = H_kv * d_h;  // H_kv heads of d_h columns
   spec_ = {.function = config.function, .causal = config.causal, .layout = AttentionLayout::BTHD,
-           .position = config.position, .rope_base = config.rope_base, .impl = config.impl, .pattern = config.pattern,
+           .position = config.position, .rope_base = config.rope_base, .alibi_slopes = config.alibi_slopes,
+           .impl = config.impl, .pattern = config.pattern,
            .feature_map = config.feature_map};
   if (attention_function_traits(config.function).reads_feature_map && config.feature_map == FeatureMap::Favor)
     omega_ = favor_projection(config.n_features, d_h, config.seed, config.stream);

@@ -60,6 +60,7 @@ class MultiHeadSelfAttention : public Module {
     // learned and none leave attention as it is.
     PositionEncoding position = PositionEncoding::None;
     double rope_base = kDefaultRopeBase;
+    AlibiSlopes alibi_slopes = AlibiSlopes::Reference;
     // ssd only: the convolution's width W (0: none) and whether a SiLU gate scales the merged heads.
     int64_t ssd_conv = 4;
     bool ssd_gate = true;

@@ -77,6 +77,7 @@ bool GPTConfig::applies(std::string_view option) const {
   if (option == "feature_map") return traits.reads_feature_map;
   if (option == "n_features") return favor;
   if (option == "rope_base") return position == PositionEncoding::Rope;
+  if (option == "alibi_slopes") return position == PositionEncoding::Alibi;
   if (option == "ssd_conv" || option == "ssd_gate") return traits.reads_decay;
   return true;
 }
@@ -86,8 +87,8 @@ MultiHeadSelfAttention::Config attention_config(const GPTConfig& config, int64_t
           .function = config.attention, .impl = config.attn_impl, .pattern = attention_pattern(config, layer),
           .feature_map = config.feature_map, .n_features = config.n_features,
           .seed = static_cast<uint64_t>(config.attn_seed), .stream = static_cast<uint64_t>(layer),  // each layer its own FAVOR+ features
-          .position = config.position, .rope_base = config.rope_base, .ssd_conv = config.ssd_conv,
-          .ssd_gate = config.ssd_gate};
+          .position = config.position, .rope_base = config.rope_base, .alibi_slopes = config.alibi_slopes,
+          .ssd_conv = config.ssd_conv, .ssd_gate = config.ssd_gate};
 }
 
 SparsePattern attention_pattern(const GPTConfig& config, int64_t layer) {
@@ -139,11 +140,19 @@ std::string describe(const GPTConfig& c) {
   switch (c.position) {
     case PositionEncoding::Learned: line << "; learned absolute positions"; break;
     case PositionEncoding::Rope: line << "; rotary positions (RoPE, base " << option_to_string(c.rope_base) << ")"; break;
-    case PositionEncoding::Alibi: line << "; ALiBi positions (distance-biased scores)"; break;
+    case PositionEncoding::Alibi:
+      line << "; ALiBi positions (distance-biased scores";
+      if ((c.n_head & (c.n_head - 1)) != 0) line << ", " << option_to_string(c.alibi_slopes) << " slopes";  // the rules differ
+      line << ")";
+      break;
     case PositionEncoding::None: line << "; no positions (the causal mask alone)"; break;
   }
   line << "; GELU " << option_to_string(c.gelu);
   return line.str();
+}
+
+void add_older_files_options(Metadata& metadata, KeyStyle style) {
+  metadata.try_emplace(style == KeyStyle::Snake ? "alibi_slopes" : "alibi-slopes", option_to_string(AlibiSlopes::Geometric));
 }
 
 std::string head_mask_text(const std::vector<std::vector<double>>& gates) {

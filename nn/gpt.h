@@ -60,6 +60,13 @@ struct GPTConfig {
   // the model leaves them out.
   bool applies(std::string_view option) const;
 };
+// Fills in the model options that a file saved before they existed lacks, where
+// the function such a file's model computed is not the option's default: absent
+// alibi_slopes is geometric (attograd's slopes until then). Every reader of saved
+// model options (a model's __metadata__, KeyStyle::Snake; a training state's,
+// Dashed) calls it first, so that no saved model changes its function silently.
+void add_older_files_options(Metadata& metadata, KeyStyle style);
+
 // The head_mask text of gates of 0 and 1 ("1111/1011"; empty if every gate is 1).
 std::string head_mask_text(const std::vector<std::vector<double>>& gates);
 

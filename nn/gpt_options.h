@@ -25,5 +25,6 @@
   X(Model,   int64_t,           n_features, 64,                    1,   1 << 16,   "FAVOR+ random features m per head (--feature-map favor)") \
   X(Model,   PositionEncoding,  position,   PositionEncoding::Learned, 0, 0,        "positions: learned (a table of block_size rows added to X), rope (q, k rotated), alibi (scores biased by distance; softmax only) or none (the causal mask alone)") \
   X(Model,   double,            rope_base,  kDefaultRopeBase,      0,   kNoLimit,  "RoPE's frequency base: f_i = base^(-2i/d_h) (--position rope; > 0)") \
+  X(Model,   AlibiSlopes,       alibi_slopes, AlibiSlopes::Reference, 0, 0,       "ALiBi's slopes when n_head is not a power of two: reference (Press et al.'s and BLOOM's) or geometric (2^(-8(h+1)/H), models saved without this key); equal for a power of two (--position alibi)") \
   X(Model,   int64_t,           ssd_conv,   4,                     0,   1024,      "ssd: width W of the causal depthwise convolution (then SiLU) over [q|k|v] (0: none)") \
   X(Model,   bool,              ssd_gate,   true,                  0,   0,         "ssd: the output gated by SiLU(x W_g + b_g) before W_O")

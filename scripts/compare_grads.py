@@ -14,8 +14,8 @@ o_i = Σ_{j≤i} (φ(q_i)·φ(k_j)) v_j / (Σ_{j≤i} φ(q_i)·φ(k_j) + 1e-6) w
 φ(x) = elu(x) + 1 and no 1/√d_h; then the positions: "rope" rotates q and k
 of every head at positions 0 … T−1 (GPT-NeoX rotate_half, f_i = base^(−2i/d_h)),
 "rope_gqa" the same with rope_base 500 and 4 query heads over 2 kv heads (k
-rotated per kv head), "alibi" adds −m_h·(i − j), m_h = 2^(−8(h+1)/H), to the
-scores before the mask, "alibi_sparse" with the sparse pattern, and "none"
+rotated per kv head), "alibi" adds −m_h·(i − j), m_h = 2^(−8(h+1)/H) (H = 2: either
+alibi_slopes rule), to the scores before the mask, "alibi_sparse" with the sparse pattern, and "none"
 adds nothing; these have no pos_emb, and T may exceed block_size; then ssd,
 below: "ssd" with its defaults ssd_conv 4 and ssd_gate true, "ssd_plain" with
 neither convolution nor gate, "ssd_gqa_conv3" with a convolution of width 3,
@@ -265,9 +265,25 @@ def rope(t, base):
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
 
 
+def get_slopes(n):
+    """ALiBi's slopes for n heads, as Press et al.'s get_slopes (ofirpress/attention_with_linear_biases)."""
+    def power_of_2(n):
+        start = 2 ** (-2 ** -(math.log2(n) - 3))
+        return [start * start ** i for i in range(n)]
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    c = 2 ** math.floor(math.log2(n))
+    return power_of_2(c) + get_slopes(2 * c)[0::2][: n - c]
+
+
 def alibi_bias(Tn, H):
-    """[H, T, T]: −m_h·(i − j), m_h = 2^(−8(h+1)/H)."""
-    slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / H) for h in range(H)], dtype=torch.float64)
+    """[H, T, T]: −m_h·(i − j); m_h = get_slopes(H)[h] under alibi_slopes = reference, 2^(−8(h+1)/H)
+    under geometric, which a config without the key means (as attograd reads a file without it).
+    The two agree for H a power of two, as in every variant here."""
+    if CONFIG.get("alibi_slopes", "geometric") == "reference":
+        slopes = torch.tensor(get_slopes(H), dtype=torch.float64)
+    else:
+        slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / H) for h in range(H)], dtype=torch.float64)
     distance = torch.arange(Tn, dtype=torch.float64)[:, None] - torch.arange(Tn, dtype=torch.float64)[None, :]
     return -slopes[:, None, None] * distance[None, :, :]
 

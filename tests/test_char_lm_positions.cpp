@@ -1,6 +1,7 @@
 // char_lm with positions other than learned (issue 24): `position` and
 // `rope_base` in checkpoints (absent = learned, so older checkpoints load
-// unchanged), no pos_emb.weight for rope, alibi and none, generation past
+// unchanged), `alibi_slopes` (absent = geometric, the slopes of older ALiBi
+// models; issue 47), no pos_emb.weight for rope, alibi and none, generation past
 // block_size (the cache grows to --max-context, or rolls for a window model at
 // constant memory) equal to full recomputation, `char_lm eval --block-size`,
 // and the bad inputs, each an error naming its key with nothing written.
@@ -98,6 +99,63 @@ TEST_CASE("char_lm positions: position is saved, rope, alibi and none have no po
   const std::string old = scratch().file("old.safetensors");
   save_safetensors(old, learned.tensors, learned.metadata);
   CHECK(load_model(old).model->config().position == PositionEncoding::Learned);
+}
+
+// ALiBi's slopes for 6 heads (issue 47): the reference rule (get_slopes) is not the geometric one that attograd's
+// models were trained with before the model option alibi_slopes existed, so a file without the key keeps them.
+TEST_CASE("char_lm positions: an alibi model of 6 heads saved without alibi_slopes keeps the geometric slopes") {
+  const std::string dir = trained_run("alibi_6_heads", PositionEncoding::Alibi, [](TrainConfig& c) {
+    c.model.n_head = 6;
+    c.model.n_embd = 24;
+  });
+  const std::string unit = find_checkpoint(dir);
+  SafetensorsFile file = load_safetensors(model_path(unit));
+  CHECK(file.metadata.at("alibi_slopes") == "reference");  // a new model records its rule
+  const LoadedModel now = load_model(model_path(unit));
+  CHECK(now.model->config().alibi_slopes == AlibiSlopes::Reference);
+  CHECK(nn::describe(now.model->config()).find("ALiBi positions (distance-biased scores, reference slopes)") != std::string::npos);
+
+  // The file as the code before the option wrote it (no alibi_slopes), and the same weights with the old rule said.
+  file.metadata.erase("alibi_slopes");
+  const std::string old_path = scratch().file("alibi_6_heads_old.safetensors");
+  save_safetensors(old_path, file.tensors, file.metadata);
+  file.metadata["alibi_slopes"] = "geometric";
+  const std::string said_path = scratch().file("alibi_6_heads_geometric.safetensors");
+  save_safetensors(said_path, file.tensors, file.metadata);
+  const LoadedModel old = load_model(old_path), said = load_model(said_path);
+  CHECK(old.model->config().alibi_slopes == AlibiSlopes::Geometric);
+  CHECK(nn::describe(old.model->config()).find("geometric slopes") != std::string::npos);
+
+  // Logits over one window: the old file computes the geometric model's function exactly, not the reference one's
+  // (which the test would see if the old file took the new default).
+  NoGradGuard no_grad;
+  for (const LoadedModel* m : {&now, &old, &said}) m->model->eval();
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < 16; ++t) ids.push_back((5 * t + 1) % now.model->config().vocab_size);
+  const Tensor idx = Tensor::from_indices(ids, {1, 16});
+  const Tensor old_logits = old.model->forward(idx), said_logits = said.model->forward(idx);
+  CHECK(ag::test::max_abs_error(old_logits, said_logits) == 0.0);
+  CHECK(ag::test::max_abs_error(old_logits, now.model->forward(idx)) > 1e-4);
+
+  // Sampled text: the old file's, through the cache and by recomputation, is the geometric model's.
+  const auto [old_cached, old_full] = greedy_both_ways(*old.model, old.tokenizer, 40);
+  const auto [said_cached, said_full] = greedy_both_ways(*said.model, said.tokenizer, 40);
+  CHECK(old_cached == said_cached);
+  CHECK(old_full == said_full);
+  CHECK(old_cached == old_full);
+
+  // The run's training state from before the option (no alibi-slopes) resumes with the geometric slopes too.
+  SafetensorsFile state = load_safetensors(train_state_path(unit));
+  CHECK(state.metadata.at("alibi-slopes") == "reference");
+  state.metadata.erase("alibi-slopes");
+  const std::string old_state = scratch().file("alibi_6_heads_old_state.safetensors");
+  save_safetensors(old_state, state.tensors, state.metadata);
+  TrainConfig resumed = ag::test::tiny_run(dir);
+  read_run_options(resumed, load_train_state(old_state));
+  CHECK(resumed.model.alibi_slopes == AlibiSlopes::Geometric);
+  TrainConfig current = ag::test::tiny_run(dir);
+  read_run_options(current, load_train_state(train_state_path(unit)));
+  CHECK(current.model.alibi_slopes == AlibiSlopes::Reference);
 }
 
 TEST_CASE("char_lm positions: pos_emb.weight present or missing against position is an error naming the key") {

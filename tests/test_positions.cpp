@@ -3,7 +3,8 @@
 // relative property, norms and gradcheck; every implementation with rope and
 // with alibi, every sparse pattern and grouped kv heads, both layouts, against
 // a reference made of plain ops (the rotation by cos/sin tables, the bias
-// matrix −m_h·(p − j) and the visibility mask built here); linear attention on
+// matrix −m_h·(p − j) with get_slopes' m_h, and the visibility mask built here);
+// ALiBi's slopes for H = 6 and 12 against the values written out; linear attention on
 // rotated q, k; decoding through a LayerKVCache against the full causal
 // computation; a window cache that rolls far past its capacity; and the
 // errors. Every implementation (EnumNames<AttentionImpl>) on every device
@@ -80,13 +81,35 @@ Tensor rope_by_ops(const Tensor& x, int64_t first, double base = kDefaultRopeBas
 
 using ag::test::defined_visible;
 
+// ALiBi's slopes for n heads as Press et al.'s get_slopes computes them
+// (ofirpress/attention_with_linear_biases; BLOOM's too): for n a power of two
+// start·start^i with start = 2^(−8/n); otherwise, with c = 2^⌊log2 n⌋,
+// get_slopes(c) + get_slopes(2c)[0::2][:n − c].
+std::vector<double> get_slopes(int64_t n) {
+  const auto power_of_2 = [](int64_t heads) {
+    const double start = std::pow(2.0, -8.0 / static_cast<double>(heads));
+    std::vector<double> slopes;
+    for (int64_t i = 0; i < heads; ++i) slopes.push_back(start * std::pow(start, static_cast<double>(i)));
+    return slopes;
+  };
+  int64_t c = 1;
+  while (2 * c <= n) c *= 2;
+  if (c == n) return power_of_2(n);
+  std::vector<double> slopes = power_of_2(c);
+  const std::vector<double> next = get_slopes(2 * c);
+  for (int64_t i = 0; static_cast<int64_t>(slopes.size()) < n; i += 2) slopes.push_back(next[i]);
+  return slopes;
+}
+
 struct PositionsProblem {
   int64_t B, Hq, Hkv, Tq, Tk, d;
   SparsePattern pattern;
   bool causal = true;
+  AlibiSlopes slopes = AlibiSlopes::Reference;
   int64_t q_offset() const { return Tk - Tq; }
   AttentionSpec spec(AttentionImpl impl, PositionEncoding position, AttentionLayout layout) const {
-    return {.causal = causal, .layout = layout, .position = position, .impl = impl, .pattern = pattern};
+    return {.causal = causal, .layout = layout, .position = position, .alibi_slopes = slopes, .impl = impl,
+            .pattern = pattern};
   }
   Inputs inputs(uint64_t seed, AttentionLayout layout) const {
     return {random(shape_of(layout, B, Hq, Tq, d), seed), random(shape_of(layout, B, Hkv, Tk, d), seed + 1),
@@ -101,11 +124,15 @@ struct PositionsProblem {
           m[(h * Tq + i) * Tk + j] = !causal || defined_visible(pattern, h, i + q_offset(), j) ? 0.0 : -kInfinity;
     return Tensor::from_vector(m, {Hq, Tq, Tk}, DType::Float64);
   }
-  // ALiBi's bias [Hq, Tq, Tk]: −m_h·(p − j), m_h = 2^(−8(h+1)/Hq), for every (i, j), visible or not.
+  // ALiBi's bias [Hq, Tq, Tk]: −m_h·(p − j), for every (i, j), visible or not; m_h = get_slopes(Hq)[h],
+  // or 2^(−8(h+1)/Hq) under the geometric rule.
   Tensor alibi_bias() const {
+    const std::vector<double> reference = get_slopes(Hq);
     std::vector<double> m(Hq * Tq * Tk);
     for (int64_t h = 0; h < Hq; ++h) {
-      const double slope = std::pow(2.0, -8.0 * static_cast<double>(h + 1) / static_cast<double>(Hq));
+      const double slope = slopes == AlibiSlopes::Reference
+                               ? reference[h]
+                               : std::pow(2.0, -8.0 * static_cast<double>(h + 1) / static_cast<double>(Hq));
       for (int64_t i = 0; i < Tq; ++i)
         for (int64_t j = 0; j < Tk; ++j) m[(h * Tq + i) * Tk + j] = -slope * static_cast<double>(i + q_offset() - j);
     }
@@ -160,6 +187,10 @@ std::vector<PositionsProblem> positions_problems() {
   all.push_back({1, 2, 1, 270, 270, 8, {}});
   all.push_back({1, 4, 2, 270, 270, 4, {.window = 5, .dilation = 3, .global = 3}});
   all.push_back({1, 2, 1, 130, 300, 4, {.window = 7, .global = 2, .random_blocks = 3, .seed = 11, .layer = 2}});
+  // Head counts that are not powers of two, where ALiBi's reference slopes are not 2^(−8(h+1)/Hq)
+  all.push_back({1, 6, 3, 40, 40, 4, {}});
+  all.push_back({1, 12, 4, 17, 29, 4, {.window = 5, .global = 2}});
+  all.push_back({1, 6, 2, 40, 40, 4, {}, true, AlibiSlopes::Geometric});  // the slopes of models saved before the rule
   return all;
 }
 
@@ -290,6 +321,39 @@ TEST_CASE_EVERY_DEVICE("positions: gradcheck of the rope op — on a device forw
 }
 
 // --- every implementation, every pattern, GQA, both layouts -------------------------------------
+
+TEST_CASE("positions: alibi slopes for H = 6 and 12 are get_slopes' (Press et al., BLOOM), geometric keeps 2^(-8(h+1)/H)") {
+  // The reference rule by hand: H = 6 takes the 4 slopes of 4 heads, 2^-2, 2^-4, 2^-6, 2^-8, then every
+  // other slope of 8 heads (2^-1, 2^-2, ...): 2^-1, 2^-3. H = 12: the 8 slopes of 8 heads, 2^-1 ... 2^-8,
+  // then 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5 from the 16 of 16 heads.
+  const std::vector<std::pair<int64_t, std::vector<double>>> reference = {
+      {6, {0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125}},
+      {12, {0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625, 0.70710678118654752,
+            0.35355339059327376, 0.17677669529663688, 0.088388347648318440}}};
+  for (const auto& entry : reference) {
+    CAPTURE(entry.first);
+    const AttentionMask mask{.causal = true, .alibi_heads = entry.first};
+    const std::vector<double> python = get_slopes(entry.first);  // the test's port of get_slopes, as the reference tests use
+    for (int64_t h = 0; h < entry.first; ++h) {
+      CAPTURE(h);
+      CHECK(mask.alibi_slope(h) == doctest::Approx(entry.second[h]).epsilon(1e-15));
+      CHECK(python[h] == doctest::Approx(entry.second[h]).epsilon(1e-15));
+    }
+  }
+  // H = 6 under the geometric rule: 2^(-4/3), 2^(-8/3), 2^-4, 2^(-16/3), 2^(-20/3), 2^-8.
+  const std::vector<double> geometric = {0.39685026299204987, 0.15749013123685915, 0.0625,
+                                         0.024803141437003117, 0.0098431332023036966, 0.00390625};
+  const AttentionMask old{.causal = true, .alibi_heads = 6, .alibi_slopes = AlibiSlopes::Geometric};
+  for (int64_t h = 0; h < 6; ++h) CHECK(old.alibi_slope(h) == doctest::Approx(geometric[h]).epsilon(1e-15));
+  // A power of two: both rules give 2^(-8(h+1)/H), so no model with such H changes.
+  for (const int64_t H : {1, 2, 4, 8, 16, 32})
+    for (int64_t h = 0; h < H; ++h) {
+      const AttentionMask ref{.causal = true, .alibi_heads = H};
+      const AttentionMask geo{.causal = true, .alibi_heads = H, .alibi_slopes = AlibiSlopes::Geometric};
+      CHECK(ref.alibi_slope(h) == geo.alibi_slope(h));
+      CHECK(ref.alibi_slope(h) == std::exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(H)));
+    }
+}
 
 TEST_CASE_EVERY_DEVICE("positions: every implementation with rope and with alibi equals the plain-ops reference (patterns, GQA)") {
   check_every_impl_equals_reference(device);

@@ -97,7 +97,7 @@ AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& 
   AG_CHECK(scale > 0 && std::isfinite(scale), shapes_of(q, k, v) << ": scale " << scale << " is not a positive number");
   return {.B = B, .Hq = Hq, .Hkv = Hkv, .Tq = Tq, .Tk = Tk, .d = d, .scale = scale,
           .mask = {.causal = spec.causal, .q_offset = spec.q_offset.value_or(Tk - Tq), .pattern = spec.pattern,
-                   .alibi_heads = spec.position == PositionEncoding::Alibi ? Hq : 0},
+                   .alibi_heads = spec.position == PositionEncoding::Alibi ? Hq : 0, .alibi_slopes = spec.alibi_slopes},
           .q = detail::head_strides(q, layout), .kv = detail::head_strides(k, layout)};
 }
 

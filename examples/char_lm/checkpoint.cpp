@@ -116,12 +116,14 @@ LoadedModel model_from(const SafetensorsFile& file, DType dtype, const nn::GPTCo
   nn::GPTConfig config = settings;
   std::set<std::string> used;
   for (const char* key : kRequiredModelKeys) AG_CHECK(file.metadata.count(key), "__metadata__ has no '" << key << "'");
+  Metadata metadata = file.metadata;
+  nn::add_older_files_options(metadata, KeyStyle::Snake);
   // The file's options alone first, so that a bad value is blamed on the file (its key and value), and a setting
   // that does not apply to its model (--attn-impl flash on linear attention) on the call that gave it.
   nn::GPTConfig file_only;
   try {
-    read_options(config, file.metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake, "", used);
-    read_options(file_only, file.metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake, "", used);
+    read_options(config, metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake, "", used);
+    read_options(file_only, metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake, "", used);
   } catch (const OptionError& e) {
     throw OptionError(e.options(), e.what() + std::string(kModelOptionsAdvice));
   }
@@ -129,7 +131,7 @@ LoadedModel model_from(const SafetensorsFile& file, DType dtype, const nn::GPTCo
   try {
     file_only.check();
   } catch (const OptionError& e) {
-    const std::string values = saved_values_of(e, used, file.metadata, KeyStyle::Snake);
+    const std::string values = saved_values_of(e, used, metadata, KeyStyle::Snake);
     throw OptionError(e.options(), "the model's " + (values.empty() ? "__metadata__" : values) +
                                        " describes no valid model: " + e.what() + kModelOptionsAdvice);
   }
@@ -265,8 +267,11 @@ std::set<std::string> given_options(const TrainConfig& config) {
   return given;
 }
 
-// Takes the saved options not in `given` (ag::resume_options: `typed`, by a user), and rejects the keys no table knows.
-ResumedValues merge_saved(TrainConfig& config, const Metadata& saved, const std::set<std::string>& given, bool typed) {
+// Takes the saved options not in `given` (ag::resume_options: `typed`, by a user; an older file's absent ones as
+// nn::add_older_files_options fills them), and rejects the keys no table knows.
+ResumedValues merge_saved(TrainConfig& config, const Metadata& file_metadata, const std::set<std::string>& given, bool typed) {
+  Metadata saved = file_metadata;
+  nn::add_older_files_options(saved, KeyStyle::Dashed);
   ResumedValues resumed;
   std::set<std::string> used;
   TrainConfig::for_each_table(config, [&](auto& table) { ag::resume_options(table, saved, given, typed, "", used, resumed); });
@@ -309,6 +314,7 @@ void read_run_options(TrainConfig& config, const SafetensorsFile& file) {
 
 ResumedOptions resume_options(TrainConfig& config, const SafetensorsFile& file) {
   ResumedOptions resumed{file.path, file.metadata, given_options(config), config.given.has_value(), {}};
+  nn::add_older_files_options(resumed.saved, KeyStyle::Dashed);  // as merge_saved reads it
   naming_file(file, [&] {
     try {
       resumed.values = merge_saved(config, file.metadata, resumed.given, resumed.typed);
