@@ -1,5 +1,7 @@
 #include "optim/optimizer.h"
 
+#include <cmath>
+
 #include "core/dispatch.h"
 
 namespace ag::optim {
@@ -33,6 +35,28 @@ const double* Optimizer::guard_pointer(const Tensor& skip_unless_finite) const {
            kind_ << ": step: skip_unless_finite " << describe(skip_unless_finite)
                  << " is not one float64 on the parameters' device");
   return static_cast<const double*>(skip_unless_finite.raw_data());
+}
+
+int64_t Optimizer::applied_steps() const {
+  return applied_ + (pending_guard_.defined() && std::isfinite(pending_guard_.item()) ? 1 : 0);
+}
+
+int64_t Optimizer::begin_step() {
+  applied_ = applied_steps();
+  pending_guard_ = Tensor();
+  return applied_;
+}
+
+void Optimizer::end_step(const Tensor& skip_unless_finite) {
+  if (skip_unless_finite.defined())
+    pending_guard_ = skip_unless_finite.clone();  // the caller may overwrite its own
+  else
+    ++applied_;
+}
+
+void Optimizer::restore_applied_steps(int64_t steps) {
+  applied_ = steps;
+  pending_guard_ = Tensor();
 }
 
 void Optimizer::set_lr(double lr) {
