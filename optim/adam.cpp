@@ -56,7 +56,7 @@ void Adam::step(const Tensor& skip_unless_finite) {
   NoGradGuard no_grad;
   flat_.check_in_place(kind_);
   const double* guard = guard_pointer(skip_unless_finite);
-  const int64_t t = begin_step() + 1;  // a skipped step left m and v, so it leaves t too
+  const int64_t t = applied_steps() + 1;  // a skipped step left m and v, so it left t too
   for (const FlatParameters::Segment& s : flat_.segments()) {
     const FlatParameters::Buffer& buffer = flat_.buffers()[s.buffer];
     Tensor p = FlatParameters::range(buffer.values, s), m = FlatParameters::range(exp_avg_[s.buffer], s),
@@ -65,7 +65,7 @@ void Adam::step(const Tensor& skip_unless_finite) {
                                   t, decoupled_, guard};
     kernel::adam_step(p, FlatParameters::range(buffer.grads, s), m, v, hyper);
   }
-  end_step(skip_unless_finite);
+  count_step(skip_unless_finite);
 }
 
 NamedTensors Adam::state() const {

@@ -37,26 +37,9 @@ const double* Optimizer::guard_pointer(const Tensor& skip_unless_finite) const {
   return static_cast<const double*>(skip_unless_finite.raw_data());
 }
 
-int64_t Optimizer::applied_steps() const {
-  return applied_ + (pending_guard_.defined() && std::isfinite(pending_guard_.item()) ? 1 : 0);
-}
-
-int64_t Optimizer::begin_step() {
-  applied_ = applied_steps();
-  pending_guard_ = Tensor();
-  return applied_;
-}
-
-void Optimizer::end_step(const Tensor& skip_unless_finite) {
-  if (skip_unless_finite.defined())
-    pending_guard_ = skip_unless_finite.clone();  // the caller may overwrite its own
-  else
-    ++applied_;
-}
-
-void Optimizer::restore_applied_steps(int64_t steps) {
-  applied_ = steps;
-  pending_guard_ = Tensor();
+void Optimizer::count_step(const Tensor& skip_unless_finite) {
+  const bool on_host = skip_unless_finite.defined() && skip_unless_finite.device() == Device::CPU;
+  if (!on_host || std::isfinite(*static_cast<const double*>(skip_unless_finite.raw_data()))) ++applied_;
 }
 
 void Optimizer::set_lr(double lr) {

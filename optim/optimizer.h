@@ -34,9 +34,9 @@ class Optimizer {
   // One update of every parameter, in place, under NoGradGuard. With
   // skip_unless_finite (a float64 scalar on the parameters' device, such as the
   // gradient norm) the update is skipped when it is not finite, decided on the
-  // device: a diverged step changes nothing (the parameters, the state, and the
-  // step count that bias corrections use), as torch's GradScaler skips the whole
-  // step; nothing waits for this step's guard until the next step (see begin_step).
+  // device, nothing waiting for it: a diverged step changes no parameter and no
+  // state. On the CPU it leaves the step count too (bias corrections, SGD's first
+  // step), as torch's GradScaler skips the whole step; see applied_steps().
   virtual void step(const Tensor& skip_unless_finite = Tensor()) = 0;
   // Zeroes every gradient: one fill per flat buffer.
   void zero_grad() { flat_.zero_grad(); }
@@ -74,18 +74,16 @@ class Optimizer {
   // Copies checked state into the optimizer's buffer view `dst`, converting dtype and device.
   static void copy_state(const Tensor& saved, Tensor dst);
 
-  // The step count: updates applied so far, a skipped one not counted. Whether
-  // the latest step was skipped is known only on the device, in its guard; it is
-  // read at the next step's begin_step() (or here), which so waits at most for
-  // that step's gradient norm, long done while the next step's kernels queue.
-  int64_t applied_steps() const;
-  // step() calls begin_step() first (it returns the updates applied before this
-  // step) and end_step() after its kernels (this step counts now, or with a
-  // guard once the guard is read).
-  int64_t begin_step();
-  void end_step(const Tensor& skip_unless_finite);
+  // The step count: steps taken so far. A step skipped by a guard on the CPU is
+  // not counted (the guard is host memory, already computed). A guard on a GPU
+  // is not read: that would make every step wait for the device, so there a
+  // skipped step still counts (issue 47: a count kept on the device would mend it).
+  // TrainStep stops such a run at its next check_finite, before any save.
+  int64_t applied_steps() const { return applied_; }
+  // step() calls this after its kernels.
+  void count_step(const Tensor& skip_unless_finite);
   // load_state's: the step count of the loaded state.
-  void restore_applied_steps(int64_t steps);
+  void restore_applied_steps(int64_t steps) { applied_ = steps; }
 
   const char* kind_;
   std::vector<ParamGroup> groups_;
@@ -94,8 +92,7 @@ class Optimizer {
 
  private:
   std::unordered_map<std::string, const NamedParameter*> by_name_;
-  int64_t applied_ = 0;  // updates applied, up to the step before pending_guard_'s
-  Tensor pending_guard_;  // the latest step's guard (a copy), not yet read; or undefined
+  int64_t applied_ = 0;
 };
 
 }  // namespace ag::optim

@@ -25,7 +25,7 @@ void SGD::step(const Tensor& skip_unless_finite) {
   NoGradGuard no_grad;
   flat_.check_in_place(kind_);
   const double* guard = guard_pointer(skip_unless_finite);
-  const bool first_step = begin_step() == 0;  // after a skipped first step, still the first
+  const bool first_step = applied_steps() == 0;  // after a skipped first step, still the first
   for (const FlatParameters::Segment& s : flat_.segments()) {
     const FlatParameters::Buffer& buffer = flat_.buffers()[s.buffer];
     Tensor p = FlatParameters::range(buffer.values, s);
@@ -36,7 +36,7 @@ void SGD::step(const Tensor& skip_unless_finite) {
                                  .first_step = first_step, .skip_unless_finite = guard};
     kernel::sgd_step(p, FlatParameters::range(buffer.grads, s), b, hyper);
   }
-  end_step(skip_unless_finite);
+  count_step(skip_unless_finite);
 }
 
 NamedTensors SGD::state() const {

@@ -159,7 +159,7 @@ TEST_CASE("optim: AdamW decays the weights directly") {
 }
 
 // Issue 47: a step skipped by its guard (the divergence guard: a non-finite
-// gradient norm) leaves everything as it was, the step count included, as torch's
+// gradient norm) on the CPU leaves everything as it was, the step count included, as torch's
 // GradScaler skips the whole step. Advancing t alone made the next bias
 // corrections those of t = 3 for moments of two steps: for this constant
 // gradient the third step moved 0.86 of its length (0.74 after a skipped first).
