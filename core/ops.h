@@ -62,6 +62,7 @@ Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);  // values; gradient to the argmax
 Tensor cumsum(const Tensor& x, int64_t dim);  // y_j = Σ_{j' ≤ j} x_j' along dim; same shape
+Tensor reverse_cumsum(const Tensor& x, int64_t dim);  // y_j = Σ_{j' ≥ j} x_j' along dim; same shape
 // Sums x down to `shape` (the adjoint of broadcasting `shape` up to x.shape()).
 // Every broadcasting op's backward uses it.
 Tensor reduce_to_shape(const Tensor& x, const Shape& shape);

@@ -1,8 +1,9 @@
 // The per-element optimizer updates, written once for the CPU loops
 // (core/cpu/optimizer.cpp) and the CUDA kernels (cuda/optimizer.cu). Each is a
 // small functor: built on the host from the step's hyperparameters, then called
-// for every element index i. The arithmetic follows torch.optim's single-tensor
-// code line by line, so float64 runs agree with PyTorch to rounding.
+// for every element index i. The arithmetic is torch.optim's single-tensor code's,
+// so float64 runs agree with PyTorch to rounding; not rounding for rounding:
+// torch >= 2.0 forms Adam's m by lerp, m + (1 − β1)(g − m), here β1·m + (1 − β1)·g.
 #pragma once
 #include <cmath>
 

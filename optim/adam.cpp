@@ -32,7 +32,8 @@ Adam::Adam(const char* kind, std::vector<ParamGroup> groups, AdamOptions options
     : Optimizer(kind, std::move(groups), options.lr), options_(options), decoupled_(decay == WeightDecay::Decoupled) {
   AG_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
            kind_ << ": betas must lie in [0, 1), got (" << options.beta1 << ", " << options.beta2 << ")");
-  AG_CHECK(options.eps >= 0, kind_ << ": eps must be >= 0, got " << options.eps);
+  // ε = 0 would make a zero gradient's update 0/0 = NaN (m = v = 0).
+  AG_CHECK(options.eps > 0, kind_ << ": eps must be > 0 (with eps = 0 a zero gradient gives 0/0), got " << options.eps);
   for (size_t b = 0; b < flat_.buffers().size(); ++b) {
     exp_avg_.push_back(flat_.zeros_like_buffer(b));
     exp_avg_sq_.push_back(flat_.zeros_like_buffer(b));
@@ -55,26 +56,28 @@ void Adam::step(const Tensor& skip_unless_finite) {
   NoGradGuard no_grad;
   flat_.check_in_place(kind_);
   const double* guard = guard_pointer(skip_unless_finite);
-  ++step_;
+  const int64_t t = applied_steps() + 1;  // a skipped step left m and v, so it left t too
   for (const FlatParameters::Segment& s : flat_.segments()) {
     const FlatParameters::Buffer& buffer = flat_.buffers()[s.buffer];
     Tensor p = FlatParameters::range(buffer.values, s), m = FlatParameters::range(exp_avg_[s.buffer], s),
            v = FlatParameters::range(exp_avg_sq_[s.buffer], s);
     const kernel::AdamHyper hyper{lr_, options_.beta1, options_.beta2, options_.eps, groups_[s.group].weight_decay,
-                                  step_, decoupled_, guard};
+                                  t, decoupled_, guard};
     kernel::adam_step(p, FlatParameters::range(buffer.grads, s), m, v, hyper);
   }
+  count_step(skip_unless_finite);
 }
 
 NamedTensors Adam::state() const {
   NamedTensors out;
-  if (step_ == 0) return out;
+  const int64_t t = applied_steps();
+  if (t == 0) return out;
   for (const FlatParameters::Segment& s : flat_.segments()) {
     for (size_t i = 0; i < s.params.size(); ++i) {
       const std::string& name = s.params[i].name;
       out.push_back({"exp_avg." + name, FlatParameters::param_view(exp_avg_[s.buffer], s, i).clone()});
       out.push_back({"exp_avg_sq." + name, FlatParameters::param_view(exp_avg_sq_[s.buffer], s, i).clone()});
-      out.push_back({"step." + name, Tensor::from_indices({step_}, {1})});
+      out.push_back({"step." + name, Tensor::from_indices({t}, {1})});
     }
   }
   return out;
@@ -128,7 +131,7 @@ void Adam::load_state(const NamedTensors& state) {
       copy_state(*pieces.exp_avg_sq, FlatParameters::param_view(exp_avg_sq_[s.buffer], s, i));
     }
   }
-  step_ = step;
+  restore_applied_steps(step);
 }
 
 }  // namespace ag::optim

@@ -8,6 +8,8 @@
 // group updates p, m and v together). State per parameter, for checkpoints:
 // "exp_avg.<name>" (m), "exp_avg_sq.<name>" (v), both shaped like p, and
 // "step.<name>" (t, an int64 tensor of shape [1]; the same for every parameter).
+// t counts the updates applied: a step skipped by its guard on the CPU leaves p,
+// m, v and t; on CUDA t still advances (optim/optimizer.h). eps must be > 0: with eps = 0 a zero gradient gives 0/0.
 #pragma once
 #include "optim/optimizer.h"
 
@@ -40,10 +42,12 @@ class Adam : public Optimizer {
   AdamOptions options_;  // options_.lr is only the initial value; lr() is current
   bool decoupled_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;  // m and v, one per flat buffer
-  int64_t step_ = 0;                          // updates so far
 };
 
-// torch.optim.AdamW: Adam with decoupled weight decay, 0.01 by default as in torch.
+// torch.optim.AdamW: Adam with decoupled weight decay. The one-group constructor
+// decays by 0.01 by default, as torch; with groups, each names its own. torch's
+// decay is multiplied by lr: λ_torch = λ_paper / α (Loshchilov & Hutter's α, the
+// learning rate; their decay is scaled by the schedule's multiplier only).
 class AdamW : public Adam {
  public:
   AdamW(std::vector<ParamGroup> groups, AdamOptions options = {});

@@ -1,5 +1,7 @@
 #include "optim/optimizer.h"
 
+#include <cmath>
+
 #include "core/dispatch.h"
 
 namespace ag::optim {
@@ -33,6 +35,11 @@ const double* Optimizer::guard_pointer(const Tensor& skip_unless_finite) const {
            kind_ << ": step: skip_unless_finite " << describe(skip_unless_finite)
                  << " is not one float64 on the parameters' device");
   return static_cast<const double*>(skip_unless_finite.raw_data());
+}
+
+void Optimizer::count_step(const Tensor& skip_unless_finite) {
+  const bool on_host = skip_unless_finite.defined() && skip_unless_finite.device() == Device::CPU;
+  if (!on_host || std::isfinite(*static_cast<const double*>(skip_unless_finite.raw_data()))) ++applied_;
 }
 
 void Optimizer::set_lr(double lr) {

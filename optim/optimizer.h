@@ -34,7 +34,9 @@ class Optimizer {
   // One update of every parameter, in place, under NoGradGuard. With
   // skip_unless_finite (a float64 scalar on the parameters' device, such as the
   // gradient norm) the update is skipped when it is not finite, decided on the
-  // device: a diverged step changes nothing, and nothing waits for the device.
+  // device, nothing waiting for it: a diverged step changes no parameter and no
+  // state. On the CPU it leaves the step count too (bias corrections, SGD's first
+  // step), as torch's GradScaler skips the whole step; see applied_steps().
   virtual void step(const Tensor& skip_unless_finite = Tensor()) = 0;
   // Zeroes every gradient: one fill per flat buffer.
   void zero_grad() { flat_.zero_grad(); }
@@ -72,6 +74,17 @@ class Optimizer {
   // Copies checked state into the optimizer's buffer view `dst`, converting dtype and device.
   static void copy_state(const Tensor& saved, Tensor dst);
 
+  // The step count: steps taken so far. A step skipped by a guard on the CPU is
+  // not counted (the guard is host memory, already computed). A guard on a GPU
+  // is not read: that would make every step wait for the device, so there a
+  // skipped step still counts (issue 47: a count kept on the device would mend it).
+  // TrainStep stops such a run at its next check_finite, before any save.
+  int64_t applied_steps() const { return applied_; }
+  // step() calls this after its kernels.
+  void count_step(const Tensor& skip_unless_finite);
+  // load_state's: the step count of the loaded state.
+  void restore_applied_steps(int64_t steps) { applied_ = steps; }
+
   const char* kind_;
   std::vector<ParamGroup> groups_;
   FlatParameters flat_;
@@ -79,6 +92,7 @@ class Optimizer {
 
  private:
   std::unordered_map<std::string, const NamedParameter*> by_name_;
+  int64_t applied_ = 0;
 };
 
 }  // namespace ag::optim

@@ -18,7 +18,7 @@ struct ParamGroup {
 // Optimizer state by name, e.g. {"exp_avg.blocks.0.attn.w_q.weight", m}.
 using NamedTensors = std::vector<NamedTensor>;
 
-// GPT-2's split: matrices (dim() >= 2: linear weights, embeddings) decay; biases
+// nanoGPT's split (its configure_optimizers): matrices (dim() >= 2: linear weights, embeddings) decay; biases
 // and LayerNorm gains (dim() < 2) don't. Returns {decayed group, undecayed group}.
 std::vector<ParamGroup> decay_groups(const std::vector<NamedParameter>& params, double weight_decay);
 

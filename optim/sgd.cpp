@@ -25,6 +25,7 @@ void SGD::step(const Tensor& skip_unless_finite) {
   NoGradGuard no_grad;
   flat_.check_in_place(kind_);
   const double* guard = guard_pointer(skip_unless_finite);
+  const bool first_step = applied_steps() == 0;  // after a skipped first step, still the first
   for (const FlatParameters::Segment& s : flat_.segments()) {
     const FlatParameters::Buffer& buffer = flat_.buffers()[s.buffer];
     Tensor p = FlatParameters::range(buffer.values, s);
@@ -32,15 +33,15 @@ void SGD::step(const Tensor& skip_unless_finite) {
     Tensor b = momentum_.empty() ? p : FlatParameters::range(momentum_[s.buffer], s);
     const kernel::SgdHyper hyper{.lr = lr_, .momentum = options_.momentum, .dampening = options_.dampening,
                                  .weight_decay = groups_[s.group].weight_decay, .nesterov = options_.nesterov,
-                                 .first_step = !started_, .skip_unless_finite = guard};
+                                 .first_step = first_step, .skip_unless_finite = guard};
     kernel::sgd_step(p, FlatParameters::range(buffer.grads, s), b, hyper);
   }
-  started_ = true;
+  count_step(skip_unless_finite);
 }
 
 NamedTensors SGD::state() const {
   NamedTensors out;
-  if (momentum_.empty() || !started_) return out;
+  if (momentum_.empty() || applied_steps() == 0) return out;
   for (const FlatParameters::Segment& s : flat_.segments())
     for (size_t i = 0; i < s.params.size(); ++i)
       out.push_back({"momentum." + s.params[i].name, FlatParameters::param_view(momentum_[s.buffer], s, i).clone()});
@@ -63,7 +64,7 @@ void SGD::load_state(const NamedTensors& state) {
   for (const FlatParameters::Segment& s : flat_.segments())
     for (size_t i = 0; !loaded.empty() && i < s.params.size(); ++i)
       copy_state(*loaded[s.params[i].name], FlatParameters::param_view(momentum_[s.buffer], s, i));
-  started_ = !loaded.empty();
+  restore_applied_steps(loaded.empty() ? 0 : 1);  // only whether b holds a first step counts
 }
 
 }  // namespace ag::optim

@@ -32,7 +32,6 @@ class SGD : public Optimizer {
  private:
   SgdOptions options_;  // options_.lr is only the initial value; lr() is current
   std::vector<Tensor> momentum_;  // one per flat buffer, when momentum != 0
-  bool started_ = false;          // the buffers hold a first step's gradient
 };
 
 }  // namespace ag::optim

@@ -215,6 +215,51 @@ TEST_CASE("context parallel (every process): ssd attention over the processes gi
   }
 }
 
+// Issue 47: the float32 error of the split at a long chunk. Each chunk's state S_c weighs key j by
+// exp(Σ_{r=j+1..e} λ_r); formed as exp(total − cum) from prefix sums (total = Σ_{r∈c} λ_r, hundreds
+// in size over thousands of positions), the exponent of the keys that matter (those near e, whose
+// exponent is near 0) carries the rounding of |total|, up to 2^-24·(|total| + |cum_j|) ≈ 2^-23·|total|,
+// and that error is shared by those keys: S_c, and the rows that read it, are off by a relative
+// 2^-23·|total| ≈ 2.4e-5 at |total| = 200 (measured: 2.4e-6 of max |y| over all rows, 22 times the
+// one process's 1.1e-7, on one process). A direct reverse running sum rounds each exponent once,
+// 2^-24·|x_j|: the weights are right to a few units of float32 roundoff, and the read rows are as
+// accurate as the chunked kernel's own rows (measured: 1.1e-7, the one process's). The bound: the split's error within twice the error of the
+// whole sequence computed by one process in float32 (the chunked kernel, which forms no such difference),
+// both against float64 from the same float32 inputs.
+TEST_CASE("context parallel (every process): ssd attention in float32 over chunks of 4096 positions is as accurate as one process") {
+  dist::Communicator& world = dist::world();
+  const int64_t P = world.size(), B = 1, H = 2, d = 8, C = 4096;
+  const int64_t T = 2 * P * C;
+  const ZigzagSplit split(T, P, world.rank());
+  Generator gen(11);
+  // Mamba's ranges: Δ in [1e-3, 0.1], a = exp(a_log) in [1, 16] (here 1 and 4): λ = −aΔ, a chunk's
+  // Σ λ about −200 and −820.
+  const auto as_float32 = [](const Tensor& t) { return t.to(DType::Float32).to(DType::Float64); };
+  const std::vector<Tensor> inputs64{as_float32(ag::test::random({B, H, T, d}, 1, DType::Float64, false)),
+                                     as_float32(ag::test::random({B, H, T, d}, 2, DType::Float64, false)),
+                                     as_float32(ag::test::random({B, H, T, d}, 3, DType::Float64, false)),
+                                     as_float32(Tensor::uniform({B, H, T}, 1e-3, 0.1, DType::Float64, &gen)),
+                                     as_float32(log(Tensor::from_vector({1.0, 4.0}, {H}, DType::Float64))),
+                                     Tensor::zeros({H}, DType::Float64)};  // no skip: the product alone
+  const auto ssd = [](const std::vector<Tensor>& x, dist::Communicator* context) {
+    return attention(x[0], x[1], x[2], {.function = AttentionFunction::Ssd, .causal = true, .chunk = 64, .dt = x[3],
+                                        .a_log = x[4], .d_skip = x[5], .context = context});
+  };
+  const auto mine = [&](const Tensor& t) { return zigzag_rows(t, AttentionLayout::BHTD, split); };
+  const auto to32 = [](std::vector<Tensor> x) {
+    for (Tensor& t : x) t = t.to(DType::Float32);
+    return x;
+  };
+  NoGradGuard no_grad;
+  const Tensor exact = mine(ssd(inputs64, nullptr));
+  std::vector<Tensor> local64 = inputs64;
+  for (size_t i = 0; i < 4; ++i) local64[i] = mine(inputs64[i]);
+  const double split_error = ag::test::relative_error(ssd(to32(local64), &world), exact);
+  const double one_process_error = ag::test::relative_error(mine(ssd(to32(inputs64), nullptr)), exact);
+  MESSAGE("float32 against float64: split " << split_error << ", one process " << one_process_error);
+  CHECK(split_error <= 2 * one_process_error);
+}
+
 // The ssd module: its convolution reads, before each chunk, the inputs another process holds.
 TEST_CASE("context parallel (every process): an ssd attention layer over the processes gives one process's output and gradients (float64)") {
   dist::Communicator& world = dist::world();

@@ -150,19 +150,23 @@ TEST_CASE_EVERY_DEVICE("ops: matmul 2-D, batched, and broadcast batch dims") {
            {random({70000, 2, 3}, 44), random({70000, 3, 2}, 45)});
 }
 
-TEST_CASE_EVERY_DEVICE("ops: cumsum along each dim") {
+TEST_CASE_EVERY_DEVICE("ops: cumsum and reverse_cumsum along each dim") {
   const Tensor x = random({3, 7, 5}, 30);
   for (int64_t dim : {0, 1, -1}) {
     CAPTURE(dim);
     check_op(device, [dim](const Inputs& in) { return cumsum(in[0], dim); }, {x});
+    check_op(device, [dim](const Inputs& in) { return reverse_cumsum(in[0], dim); }, {x});
   }
   if (device == Device::CPU) {
     const Tensor ramp = cumsum(Tensor::ones({2, 4}, DType::Float64), 1);
     CHECK(ramp.to_vector() == std::vector<double>{1, 2, 3, 4, 1, 2, 3, 4});
+    const Tensor down = reverse_cumsum(Tensor::ones({2, 4}, DType::Float64), 1);
+    CHECK(down.to_vector() == std::vector<double>{4, 3, 2, 1, 4, 3, 2, 1});
     return;
   }
   check_op(device, [](const Inputs& in) { return cumsum(in[0], 1); }, {random({3, 5000}, 31)}, kLongReduction);
   check_op(device, [](const Inputs& in) { return cumsum(in[0], 0); }, {random({300, 700}, 32)});
+  check_op(device, [](const Inputs& in) { return reverse_cumsum(in[0], 1); }, {random({3, 5000}, 31)}, kLongReduction);
 }
 
 TEST_CASE_EVERY_DEVICE("ops: softmax and log_softmax over the last dim") {

@@ -158,6 +158,76 @@ TEST_CASE("optim: AdamW decays the weights directly") {
   check_near(q.item(), 1.0 * (1 - 0.1 * 0.01) - 0.1 / (1.0 + kEps), 1e-14);
 }
 
+// Issue 47: a step skipped by its guard (the divergence guard: a non-finite
+// gradient norm) on the CPU leaves everything as it was, the step count included, as torch's
+// GradScaler skips the whole step. Advancing t alone made the next bias
+// corrections those of t = 3 for moments of two steps: for this constant
+// gradient the third step moved 0.86 of its length (0.74 after a skipped first).
+TEST_CASE("optim: a skipped step leaves the parameters, the moments and the step count") {
+  const Tensor finite = Tensor::from_vector({1.0}, {1}, DType::Float64);
+  const Tensor diverged = Tensor::from_vector({NAN}, {1}, DType::Float64);
+  SUBCASE("AdamW") {
+    Tensor p = param({1.0}, {1}), q = param({1.0}, {1});
+    AdamW skipping({{"p", p}}, {.lr = 0.1}), plain({{"q", q}}, {.lr = 0.1});
+    set_grad(p, {1.0});
+    skipping.step(finite);
+    set_grad(p, {NAN});
+    skipping.step(diverged);
+    const double after_one = p.item();
+    CHECK(skipping.state()[2].tensor.to_indices() == std::vector<int64_t>{1});  // step.p: still 1
+    set_grad(p, {1.0});
+    skipping.step(finite);
+    set_grad(q, {1.0});
+    plain.step();
+    CHECK(q.item() == after_one);
+    plain.step();
+    CHECK(p.item() == q.item());  // bit for bit: two plain steps
+    const NamedTensors a = skipping.state(), b = plain.state();
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      INFO(a[i].name);
+      CHECK(a[i].tensor.to_vector() == b[i].tensor.to_vector());  // m, v and t = 2
+    }
+  }
+  SUBCASE("AdamW: a checkpoint after a skipped step resumes on the same step count") {
+    Tensor p = param({1.0}, {1});
+    AdamW skipping({{"p", p}}, {.lr = 0.1});
+    set_grad(p, {1.0});
+    skipping.step(finite);
+    set_grad(p, {NAN});
+    skipping.step(diverged);
+    Tensor r = param({p.item()}, {1});  // the checkpoint: the parameter and the state
+    AdamW resumed({{"p", r}}, {.lr = 0.1});
+    resumed.load_state(skipping.state());
+    set_grad(p, {1.0});
+    skipping.step(finite);
+    set_grad(r, {1.0});
+    resumed.step(finite);
+    CHECK(r.item() == p.item());
+  }
+  SUBCASE("SGD: after a skipped first step, the next is the first (b ← g)") {
+    Tensor p = param({1.0}, {1}), q = param({1.0}, {1});
+    const SgdOptions options{.lr = 0.5, .momentum = 0.9, .dampening = 0.5};
+    SGD skipping({{"p", p}}, options), plain({{"q", q}}, options);
+    set_grad(p, {NAN});
+    skipping.step(diverged);
+    CHECK(p.item() == 1.0);
+    CHECK(skipping.state().empty());
+    set_grad(p, {1.0});
+    skipping.step(finite);
+    set_grad(q, {1.0});
+    plain.step();
+    CHECK(p.item() == q.item());  // 0.5, where b ← 0.5·g (dampened) would give 0.75
+  }
+}
+
+TEST_CASE("optim: Adam refuses eps <= 0 (a zero gradient would give 0/0)") {
+  Tensor p = param({1.0}, {1});
+  CHECK_THROWS_WITH_AS(AdamW({{"p", p}}, {.eps = 0.0}),
+                       "adamw: eps must be > 0 (with eps = 0 a zero gradient gives 0/0), got 0", Error);
+  CHECK_THROWS_AS(Adam({{"p", p}}, {.eps = -1e-8}), Error);
+}
+
 TEST_CASE("optim: a parameter without a gradient steps with a zero one, on the shared step count") {
   // Flat buffers give every parameter a gradient (zero after zero_grad): the
   // semantics of torch's zero_grad(set_to_none=False), with one step count.

@@ -101,21 +101,32 @@ Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
   });
 }
 
-// Y = cumsum(X) along dim: y_j = Σ_{j' ≤ j} x_j'. x_j' feeds every y_j with j ≥ j', so
-// dx_j' = Σ_{j ≥ j'} dy_j: the running sum from the other end. Saves nothing.
-Tensor cumsum(const Tensor& x, int64_t dim) {
-  detail::check_floating("cumsum", x);
-  dim = wrap_dim("cumsum", dim, x.dim());
+namespace {
+// A running sum along dim, from the front (y_j = Σ_{j' ≤ j} x_j') or from the back
+// (y_j = Σ_{j' ≥ j} x_j'). Each output is one running sum of the terms it names,
+// never a difference of two: a sum of same-signed terms keeps float32's digits.
+Tensor running_sum(const char* name, const Tensor& x, int64_t dim, bool reverse) {
+  detail::check_floating(name, x);
+  dim = wrap_dim(name, dim, x.dim());
   kernel::ReduceDims dims{1, x.size(dim), 1};
   for (int64_t d = 0; d < dim; ++d) dims.outer *= x.size(d);
   for (int64_t d = dim + 1; d < x.dim(); ++d) dims.inner *= x.size(d);
   Tensor y = detail::empty_like(x);
-  kernel::cumsum(x, dims, false, y);
-  return record("cumsum", {x}, y, [dims](const Tensor& dY) -> Gradients {
+  kernel::cumsum(x, dims, reverse, y);
+  return record(name, {x}, y, [dims, reverse](const Tensor& dY) -> Gradients {
     Tensor dX = detail::empty_like(dY);
-    kernel::cumsum(dY, dims, true, dX);
+    kernel::cumsum(dY, dims, !reverse, dX);
     return {dX};
   });
 }
+}  // namespace
+
+// Y = cumsum(X) along dim: y_j = Σ_{j' ≤ j} x_j'. x_j' feeds every y_j with j ≥ j', so
+// dx_j' = Σ_{j ≥ j'} dy_j: the running sum from the other end. Saves nothing.
+Tensor cumsum(const Tensor& x, int64_t dim) { return running_sum("cumsum", x, dim, false); }
+
+// Y = reverse_cumsum(X): y_j = Σ_{j' ≥ j} x_j'. x_j' feeds every y_j with j ≤ j', so
+// dx_j' = Σ_{j ≤ j'} dy_j: cumsum's running sum. Saves nothing.
+Tensor reverse_cumsum(const Tensor& x, int64_t dim) { return running_sum("reverse_cumsum", x, dim, true); }
 
 }  // namespace ag

@@ -129,6 +129,12 @@ Tensor decayed_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
 // position, [B, H, d, d_v] per query head) and its decay Λ_c = exp(Σ_{r∈c} λ_r), E runs
 // E_0 = 0, E_{c+1} = Λ_c E_c + S_c over the 2P chunks' (S_c, log Λ_c), gathered once. All ops:
 // autograd gives the backward, the gathered states' gradients summed over the group.
+// Key j's exponent ρ_j = Σ_{r=j+1..e} λ_r is a reverse running sum of its own terms, not the
+// difference ℓ_e − ℓ_j of prefix sums ℓ_i = Σ_{r=s..i} λ_r: over thousands of positions |ℓ_e| reaches
+// hundreds, and the difference carries its rounding, 2^-24·|ℓ_e| in float32, into the exponents near 0
+// that matter (issue 47; docs/backprop.md, "State-space attention split the same way"). Backward, by
+// autograd through the ops: reverse_cumsum's adjoint is cumsum, dλ_r += Σ_{j<r} dρ_j; cumsum's is
+// reverse_cumsum, dλ_r += Σ_{i≥r} dℓ_i.
 Tensor context_parallel_product(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dt,
                                 const Tensor& log_a, const AttentionSpec& spec) {
   dist::Communicator& group = *spec.context;
@@ -141,10 +147,13 @@ Tensor context_parallel_product(const Tensor& q, const Tensor& k, const Tensor& 
   std::vector<Tensor> own, states, log_decays, rising;
   for (int64_t h = 0; h < 2; ++h) {
     own.push_back(decayed_attention(half(q, h), half(k, h), half(v, h), half(dt, h), half(log_a, h), spec));
-    const Tensor cum = cumsum(half(log_a, h), dim);  // Σ_{r=s..i} λ_r
+    const Tensor lambda = half(log_a, h);
+    const Tensor cum = cumsum(lambda, dim);          // Σ_{r=s..i} λ_r
     const Tensor total = slice(cum, dim, C - 1, C);  // log Λ_c
     rising.push_back(exp(cum));
-    const Tensor weighted_k = query_heads(half(k, h), H, layout) * per_row(exp(total - cum) * half(dt, h));
+    // Σ_{r=j+1..e} λ_r: the running sum from the back of λ_{s+1..e}, and 0 for j = e.
+    const Tensor to_end = concat({reverse_cumsum(slice(lambda, dim, 1, C), dim), slice(lambda, dim, 0, 1) * 0.0}, dim);
+    const Tensor weighted_k = query_heads(half(k, h), H, layout) * per_row(exp(to_end) * half(dt, h));
     const Tensor S = matmul(transpose(heads_first(weighted_k, layout), 2, 3),
                             heads_first(query_heads(half(v, h), H, layout), layout));  // [B, H, d, d_v]
     states.push_back(S.reshape({1, B, H, S.size(2), S.size(3)}));
