@@ -253,14 +253,18 @@ int main(int argc, char** argv) {
     const Tensor dZ = head(dConcat, h, d_h);
     print_matrix("dZ_h", dZ, "§11: columns of dConcat");
     const Tensor dA = matmul(dZ, T(V_h)), dV = matmul(T(A), dZ);
-    print_matrix("dA = dZ V_hᵀ", dA, "§10 Z = AV");
+    print_matrix("dA = dZ V_hᵀ", dA,
+                 "§10 Z = AV. Not 0 above the diagonal: dA_ij = dZ_i·V_j is how L would move if A_ij did, "
+                 "masked or not; the mask zeroes dS, next");
     print_matrix("dV_h = Aᵀ dZ", dV, "§10: only the queries that see token j send it gradient");
     constexpr bool keepdim = true;
     const Tensor dS = A * (dA - sum(dA * A, 1, keepdim));
     print_matrix("dS = A ∘ (dA − rowsum(dA ∘ A))", dS,
                  "§7 Softmax, §9 The causal mask: 0 where A is 0; each row sums to 0");
     const Tensor dQ = matmul(dS, K_h) * scale, dK = matmul(T(dS), Q_h) * scale;
-    print_matrix("dQ_h = dS K_h / √d_k", dQ, "§8 The scaled dot product");
+    print_matrix("dQ_h = dS K_h / √d_k", dQ,
+                 "§8 The scaled dot product. Row 0 is exactly 0: query 0 sees key 0 alone, so A_00 = 1 and "
+                 "dS_00 = 1·(dA_00 − dA_00) = 0");
     print_matrix("dK_h = dSᵀ Q_h / √d_k", dK, "§8");
     dQ_heads.push_back(dQ);
     dK_heads.push_back(dK);
