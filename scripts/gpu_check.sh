@@ -68,7 +68,7 @@ if ! command -v mpiexec >/dev/null && compgen -G ".deps/openmpi/*.deb" >/dev/nul
 fi
 
 echo "== build"
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DATTOGRAD_DEPS_ROOT="$deps" "${mpi_args[@]}" \
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DATTOGRAD_UNITY=ON -DATTOGRAD_DEPS_ROOT="$deps" "${mpi_args[@]}" \
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >"$log_dir/configure.log" 2>&1 || { cat "$log_dir/configure.log"; exit 1; }
 grep "attograd: MPI" "$log_dir/configure.log"
 targets=()
