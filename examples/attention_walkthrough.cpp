@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "core/autograd.h"
@@ -79,6 +80,35 @@ void print_pair(const std::string& left, const Tensor& a, const std::string& rig
   const int width = static_cast<int>(cell_width() * a.size(-1));
   std::printf("\n%-*s  |  %s  %s\n", width, left.c_str(), right.c_str(), shape_string(a).c_str());
   for (int64_t r = 0; r < rows(a); ++r) std::printf("%s  |%s\n", row(a, r).c_str(), row(b, r).c_str());
+}
+
+// §21 on one query row i, for --tiny: flash's online softmax over key tiles of
+// one key each (the visible keys j ≤ i), printing the running max m, sum l and
+// accumulator a after each tile, then Z_i = a / l and lse_i = m + ln l, and the
+// backward's D_i both ways: rowsum(dZ_i ∘ Z_i), as flash forms it, and
+// rowsum(dA_i ∘ A_i), as §20 does. S: [n, n] scaled scores, V: [n, d].
+void print_flash_row(const Tensor& S, const Tensor& V, const Tensor& A, const Tensor& dA, const Tensor& dZ, int64_t i) {
+  const std::vector<double> s = S.to_vector(), v = V.to_vector(), a_row = A.to_vector(), da = dA.to_vector(),
+                            dz = dZ.to_vector();
+  const int64_t n = S.size(0), d = V.size(1);
+  std::printf("\nflash, query row %lld as %lld key tiles of one key (§21): start (m, l, a) = (-inf, 0, 0)\n",
+              static_cast<long long>(i), static_cast<long long>(i + 1));
+  double m = -std::numeric_limits<double>::infinity(), l = 0;
+  std::vector<double> acc(static_cast<size_t>(d), 0.0);
+  for (int64_t j = 0; j <= i; ++j) {  // key tiles after i are hidden: skipped, never computed
+    const double score = s[i * n + j], m_new = std::max(m, score), rescale = std::exp(m - m_new), p = std::exp(score - m_new);
+    l = l * rescale + p;
+    for (int64_t c = 0; c < d; ++c) acc[c] = acc[c] * rescale + p * v[j * d + c];
+    m = m_new;
+    std::printf("  after key tile %lld: (m, l, a) = (%.6f, %.6f, %.6f)\n", static_cast<long long>(j), m, l, acc[0]);
+  }
+  double D_flash = 0, D_dense = 0;
+  for (int64_t c = 0; c < d; ++c) D_flash += dz[i * d + c] * acc[c] / l;
+  for (int64_t j = 0; j < n; ++j) D_dense += da[i * n + j] * a_row[i * n + j];
+  std::printf("  Z_%lld = a / l = %.6f   lse_%lld = m + ln l = %.6f\n", static_cast<long long>(i), acc[0] / l,
+              static_cast<long long>(i), m + std::log(l));
+  std::printf("  D_%lld = rowsum(dZ ∘ Z) = %.6f = rowsum(dA ∘ A) = %.6f (§20)\n", static_cast<long long>(i), D_flash,
+              D_dense);
 }
 
 double max_abs(const Tensor& t) {
@@ -259,6 +289,10 @@ int main(int argc, char** argv) {
     print_matrix("dV_h = Aᵀ dZ", dV, "§10: only the queries that see token j send it gradient");
     constexpr bool keepdim = true;
     const Tensor dS = A * (dA - sum(dA * A, 1, keepdim));
+    if (tiny) {
+      const Tensor S = matmul(Q_h, T(K_h)) * (1.0 / std::sqrt(static_cast<double>(d_h)));
+      print_flash_row(S, V_h, A, dA, dZ, n - 1);
+    }
     print_matrix("dS = A ∘ (dA − rowsum(dA ∘ A))", dS,
                  "§7 Softmax, §9 The causal mask: 0 where A is 0; each row sums to 0");
     const Tensor dQ = matmul(dS, K_h) * scale, dK = matmul(T(dS), Q_h) * scale;
