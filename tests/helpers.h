@@ -28,6 +28,16 @@ namespace ag::test {
 // Whether `part` occurs in `text` (messages checked by their words).
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// The message of the ag::Error that `call` throws, or "" if it returns.
+template <class Call> std::string error_of(Call&& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // A fresh directory for one test case (unique per process, so parallel CTest
 // runs never share one), removed when it goes out of scope.
 struct TempDir {

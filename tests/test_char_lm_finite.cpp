@@ -56,12 +56,7 @@ Outputs run_apart(const ag::test::TempDir& tmp, const std::string& args) {
 }
 
 std::string eval_error(const std::string& dir) {
-  try {
-    evaluate_checkpoint({.ckpt = dir});
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return ag::test::error_of([&] { evaluate_checkpoint({.ckpt = dir}); });
 }
 }  // namespace
 

@@ -60,12 +60,7 @@ std::string resume(const std::string& dir, const std::set<std::string>& given = 
   c.given = std::set<std::string>{"max_iters", "resume", "out"};
   c.given->insert(given.begin(), given.end());
   give(c);
-  try {
-    train(c);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return ag::test::error_of([&] { train(c); });
 }
 }  // namespace
 
@@ -135,12 +130,7 @@ TEST_CASE("char_lm: a bad model option in a model file names the file, the key a
     const std::string dir = damaged_copy(tmp, key, {}, {{key, value}});
     const std::string expected_start = "checkpoint '" + model_path(dir) + "': the model's __metadata__ ";
     const std::string key_value = "'" + key + "' = '" + value + "'";
-    std::string message;
-    try {
-      evaluate_checkpoint({.ckpt = dir});
-    } catch (const Error& e) {
-      message = e.what();
-    }
+    const std::string message = ag::test::error_of([&] { evaluate_checkpoint({.ckpt = dir}); });
     CAPTURE(message);
     CHECK(message.starts_with(expected_start));
     CHECK(contains(message, key_value));
