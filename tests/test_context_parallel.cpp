@@ -12,6 +12,7 @@
 #include "core/ops.h"
 #include "dist/communicator.h"
 #include "nn/attention.h"
+#include "nn/ssd.h"
 #include "tests/helpers.h"
 
 using namespace ag;
@@ -266,7 +267,7 @@ TEST_CASE("context parallel (every process): an ssd attention layer over the pro
   const int64_t P = world.size(), B = 2, C = 16, T = 2 * P * 6;  // chunks of 6, W − 1 = 3 before each
   const ZigzagSplit split(T, P, world.rank());
   Generator gen(3);
-  nn::MultiHeadSelfAttention attn({.C = C, .H = 4, .H_kv = 2, .function = AttentionFunction::Ssd, .ssd_conv = 4}, &gen);
+  nn::SsdSelfAttention attn({.C = C, .H = 4, .H_kv = 2}, {.conv = 4}, &gen);
   attn.to(DType::Float64);
   const Tensor x = ag::test::random({B, T, C}, 8), upstream = ag::test::random({B, T, C}, 9, DType::Float64, false);
   const auto mine = [&](const Tensor& t) { return zigzag_rows(t.detach(), AttentionLayout::BTHD, split); };
