@@ -1,20 +1,22 @@
 #include "nn/gpt.h"
 
 #include <cmath>
+#include <set>
 #include <sstream>
 #include <string>
 
 #include "core/context_parallel.h"
 #include "dist/communicator.h"
+#include "nn/linear_attention.h"
+#include "nn/ssd.h"
 
 namespace ag::nn {
 
-Block::Block(const MultiHeadSelfAttention::Config& attention, GeluApprox gelu, Generator* gen)
-    : ln1_(register_module("ln1", std::make_shared<LayerNorm>(attention.C))),
-      attn_(register_module("attn", std::make_shared<MultiHeadSelfAttention>(attention, gen))),
-      ln2_(register_module("ln2", std::make_shared<LayerNorm>(attention.C))),
-      mlp_(register_module("mlp", std::make_shared<MLP>(
-                                      MLP::Config{.C = attention.C, .gelu = gelu, .dropout = attention.dropout}, gen))) {}
+Block::Block(std::shared_ptr<Mixer> mixer, const MLP::Config& mlp, Generator* gen)
+    : ln1_(register_module("ln1", std::make_shared<LayerNorm>(mlp.C))),
+      attn_(register_module("attn", std::move(mixer))),
+      ln2_(register_module("ln2", std::make_shared<LayerNorm>(mlp.C))),
+      mlp_(register_module("mlp", std::make_shared<MLP>(mlp, gen))) {}
 
 // Y = X + O and LN2(Y) in one pass (add_layer_norm); Y goes on as the residual stream.
 // Each sub-layer's output is observed (Module::observe) under its module's name; ln2's is LN2(X + O).
@@ -82,13 +84,26 @@ bool GPTConfig::applies(std::string_view option) const {
   return true;
 }
 
-MultiHeadSelfAttention::Config attention_config(const GPTConfig& config, int64_t layer) {
-  return {.C = config.n_embd, .H = config.n_head, .H_kv = config.kv_heads(), .causal = true, .dropout = config.dropout,
-          .function = config.attention, .impl = config.attn_impl, .pattern = attention_pattern(config, layer),
-          .feature_map = config.feature_map, .n_features = config.n_features,
-          .seed = static_cast<uint64_t>(config.attn_seed), .stream = static_cast<uint64_t>(layer),  // each layer its own FAVOR+ features
-          .position = config.position, .rope_base = config.rope_base, .alibi_slopes = config.alibi_slopes,
-          .ssd_conv = config.ssd_conv, .ssd_gate = config.ssd_gate};
+std::shared_ptr<Mixer> make_mixer(const GPTConfig& config, int64_t layer, Generator* gen) {
+  const AttentionConfig shared{.C = config.n_embd, .H = config.n_head, .H_kv = config.kv_heads(), .causal = true,
+                               .dropout = config.dropout, .position = config.position, .rope_base = config.rope_base,
+                               .alibi_slopes = config.alibi_slopes};
+  switch (config.attention) {
+    case AttentionFunction::Softmax:
+      return std::make_shared<MultiHeadSelfAttention>(
+          shared, MultiHeadSelfAttention::Options{.impl = config.attn_impl, .pattern = attention_pattern(config, layer)}, gen);
+    case AttentionFunction::Linear:
+      return std::make_shared<LinearSelfAttention>(
+          shared,
+          LinearSelfAttention::Options{.feature_map = config.feature_map, .n_features = config.n_features,
+                                       .seed = static_cast<uint64_t>(config.attn_seed),
+                                       .stream = static_cast<uint64_t>(layer)},  // each layer its own FAVOR+ features
+          gen);
+    case AttentionFunction::Ssd:
+      return std::make_shared<SsdSelfAttention>(
+          shared, SsdSelfAttention::Options{.conv = config.ssd_conv, .gate = config.ssd_gate}, gen);
+  }
+  throw Error("make_mixer: attention function " + std::to_string(static_cast<int>(config.attention)) + " has no mixer");
 }
 
 SparsePattern attention_pattern(const GPTConfig& config, int64_t layer) {
@@ -177,8 +192,10 @@ GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
     pos_emb_ = register_module("pos_emb", std::make_shared<Embedding>(config.block_size, C, &gen));
   dropout_ = register_module("dropout", std::make_shared<Dropout>(config.dropout));
   for (int64_t i = 0; i < config.n_layer; ++i)
-    blocks_.push_back(register_module("blocks." + std::to_string(i),
-                                      std::make_shared<Block>(attention_config(config, i), config.gelu, &gen)));
+    blocks_.push_back(register_module(
+        "blocks." + std::to_string(i),
+        std::make_shared<Block>(make_mixer(config, i, &gen), MLP::Config{.C = C, .gelu = config.gelu, .dropout = config.dropout},
+                                &gen)));
   ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(C));
   init_weights(gen);
   set_head_mask(config.head_mask);
@@ -199,14 +216,16 @@ void GPT::set_head_mask(const std::string& head_mask) {
 // stream's variance from growing with depth. LayerNorms keep their 1 and 0.
 void GPT::init_weights(Generator& gen) {
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
+  std::set<std::string> own_init;  // the mixers' parameters whose initialisation is part of their function
+  for (int64_t i = 0; i < config_.n_layer; ++i)
+    for (const NamedTensor& p : blocks_[i]->attn().named_parameters())
+      if (blocks_[i]->attn().keeps_own_init(p.name)) own_init.insert("blocks." + std::to_string(i) + ".attn." + p.name);
   std::vector<NamedTensor> values = named_parameters();
   for (NamedTensor& p : values) {
     const std::string path = p.name.substr(0, p.name.rfind('.'));  // "blocks.0.attn.w_o"
     const std::string module = path.substr(path.rfind('.') + 1);   // "w_o" (npos + 1 = 0)
     if (module.starts_with("ln")) continue;                         // ln1, ln2, ln_f
-    if (const size_t attn = p.name.find(".attn."); attn != std::string::npos &&
-        MultiHeadSelfAttention::keeps_own_init(std::string_view(p.name).substr(attn + 6)))
-      continue;  // ssd's decays, steps and convolution
+    if (own_init.contains(p.name)) continue;  // ssd's decays, steps and convolution
     const bool residual = p.name.ends_with("attn.w_o.weight") || p.name.ends_with("mlp.proj.weight");
     if (p.name.ends_with(".bias"))
       p.tensor = Tensor::zeros(p.tensor.shape());
@@ -288,11 +307,11 @@ KVCache GPT::make_kv_cache(int64_t B, int64_t capacity) const {
 // Every layer's pattern differs from the first's only in its random draws, which a rolling cache has none of.
 bool GPT::kv_cache_rolls() const {
   if (config_.positions_end_at_block_size()) return false;  // no position past block_size to roll to
-  return attention_cache_rolls(blocks_.front()->attn().spec());
+  return blocks_.front()->attn().cache_rolls();
 }
 
 int64_t GPT::rolling_kv_cache_capacity(int64_t T_new) const {
-  return rolling_cache_capacity(blocks_.front()->attn().pattern(), T_new);
+  return blocks_.front()->attn().rolling_cache_capacity(T_new);
 }
 
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, int64_t ignore_index) {
@@ -340,7 +359,8 @@ void GPT::set_context_parallel(dist::Communicator* group) {
 
 void GPT::set_attention_impl(AttentionImpl impl) {
   config_.attn_impl = impl;
-  for (const std::shared_ptr<Block>& block : blocks_) block->attn().set_impl(impl);
+  if (config_.attention != AttentionFunction::Softmax) return;  // check() refuses another implementation for them
+  for (const std::shared_ptr<Block>& block : blocks_) block->attn_as<MultiHeadSelfAttention>().set_impl(impl);
 }
 
 }  // namespace ag::nn

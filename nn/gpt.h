@@ -19,26 +19,35 @@
 #include "core/options.h"
 #include "nn/gpt_options.h"
 #include "nn/attention.h"
+#include "nn/mixer.h"
 #include "nn/layers.h"
 #include "nn/module.h"
 
 namespace ag::nn {
 
 // Pre-LN transformer block: Y = X + O with O = attn(ln1(X)), then Y + mlp(ln2(Y)).
+// attn is the block's mixer (nn/mixer.h), registered as "attn" whatever its function.
 class Block : public Module {
  public:
-  // The attention's config (its C, dropout and all), and the MLP's GELU; the MLP shares C and dropout.
-  Block(const MultiHeadSelfAttention::Config& attention, GeluApprox gelu, Generator* gen = nullptr);
+  // The mixer (made with the block's C), and the MLP's width C, GELU and dropout.
+  Block(std::shared_ptr<Mixer> mixer, const MLP::Config& mlp, Generator* gen = nullptr);
   // x [B, T, C] -> [B, T, C]
   Tensor forward(const Tensor& x);
-  // The same for the positions after the cache's, attending through it (MultiHeadSelfAttention::forward_cached).
+  // The same for the positions after the cache's, attending through it (Mixer::forward_cached).
   Tensor forward_cached(const Tensor& x, LayerKVCache& cache);
 
-  MultiHeadSelfAttention& attn() { return *attn_; }
+  Mixer& attn() { return *attn_; }
+  // The mixer as the class of its function (MultiHeadSelfAttention, LinearSelfAttention,
+  // SsdSelfAttention, or their base AttentionMixer); throws if it is another.
+  template <class M> M& attn_as() {
+    M* mixer = dynamic_cast<M*>(attn_.get());
+    AG_CHECK(mixer, "Block: its mixer is not the class asked for");
+    return *mixer;
+  }
 
  private:
   std::shared_ptr<LayerNorm> ln1_;
-  std::shared_ptr<MultiHeadSelfAttention> attn_;
+  std::shared_ptr<Mixer> attn_;
   std::shared_ptr<LayerNorm> ln2_;
   std::shared_ptr<MLP> mlp_;
 };
@@ -75,8 +84,8 @@ std::string head_mask_text(const std::vector<std::vector<double>>& gates);
 // attention (dense), causal over all earlier keys; learned absolute positions; GELU erf".
 std::string describe(const GPTConfig& config);
 
-// Layer `layer`'s attention, from the attention options.
-MultiHeadSelfAttention::Config attention_config(const GPTConfig& config, int64_t layer);
+// Layer `layer`'s mixer, from the attention options: the class of config.attention with its options.
+std::shared_ptr<Mixer> make_mixer(const GPTConfig& config, int64_t layer, Generator* gen);
 
 // Layer `layer`'s sparse attention pattern, from the attn_* options (the random
 // blocks are drawn per layer and head).

@@ -21,7 +21,7 @@ using ag::test::attention_impls;
 // A float64 attention module with PyTorch-like random weights and biases.
 std::shared_ptr<MultiHeadSelfAttention> make_attention(bool causal, AttentionImpl impl, uint64_t seed) {
   Generator gen(seed);
-  auto attn = std::make_shared<MultiHeadSelfAttention>(MultiHeadSelfAttention::Config{.C = C, .H = H, .causal = causal, .impl = impl}, &gen);
+  auto attn = std::make_shared<MultiHeadSelfAttention>(AttentionConfig{.C = C, .H = H, .causal = causal}, SoftmaxOptions{.impl = impl}, &gen);
   attn->to(DType::Float64);
   return attn;
 }
@@ -104,20 +104,24 @@ TEST_CASE("attention module: perturbing token t changes no output before t, bit 
   }
 }
 
-TEST_CASE("attention module: keep_attention returns A [B, H, T, T] for every head, every impl") {
+TEST_CASE("attention module: a probe sees A [B, H, T, T] for every head, every impl") {
   const auto attn = make_attention(true, AttentionImpl::Composed, 8);
   const Tensor x = random({B, T, C}, 9, DType::Float64, false);
+  int64_t records = 0;
+  nn::MixerRecord last;
+  attn->set_probe([&records, &last](const nn::MixerRecord& r) { ++records, last = r; });
   attn->forward(x);
-  CHECK_FALSE(attn->attention().defined());
-
-  attn->set_keep_attention(true);
-  attn->forward(x);
-  const Tensor composed = attn->attention();
+  REQUIRE(records == 1);
+  const Tensor composed = last.weights;
+  CHECK(last.queries.shape() == Shape{B, T, H, C / H});
+  CHECK(last.keys.shape() == Shape{B, T, H, C / H});
+  CHECK(last.values.shape() == Shape{B, T, H, C / H});
+  CHECK_FALSE(last.decays.defined());  // ssd's alone
   for (AttentionImpl impl : {AttentionImpl::Dense, AttentionImpl::Flash}) {
     CAPTURE(name_of(impl));
     attn->set_impl(impl);
     attn->forward(x);
-    const Tensor kept = attn->attention();
+    const Tensor kept = last.weights;
     CHECK(kept.shape() == Shape{B, H, T, T});
     CHECK_FALSE(kept.requires_grad());
     CHECK_CLOSE(kept, composed, 1e-12);
@@ -134,9 +138,9 @@ TEST_CASE("attention module: keep_attention returns A [B, H, T, T] for every hea
     }
     CHECK(total == doctest::Approx(1.0).epsilon(1e-12));
   }
-  attn->set_keep_attention(false);
+  attn->set_probe({});
   attn->forward(x);
-  CHECK_FALSE(attn->attention().defined());  // never a stale A
+  CHECK(records == 3);  // removed: no more records
 }
 
 // b_K adds the same q_i·b_K/√d_h to every score S_ij of row i, and softmax is
@@ -166,7 +170,8 @@ TEST_CASE("attention module: gradcheck of a Block, input and every parameter") {
   for (AttentionImpl impl : attention_impls()) {
     CAPTURE(name_of(impl));
     Generator gen(10);
-    Block block({.C = C, .H = H, .impl = impl}, GeluApprox::Erf, &gen);
+    Block block(std::make_shared<MultiHeadSelfAttention>(AttentionConfig{.C = C, .H = H}, SoftmaxOptions{.impl = impl}, &gen),
+                {.C = C, .gelu = GeluApprox::Erf}, &gen);
     block.to(DType::Float64);
     ag::test::check_module_gradients(block, random({B, T, C}, 11), [&](const Tensor& x) { return block.forward(x); });
   }
@@ -183,7 +188,9 @@ TEST_CASE("attention module: Block matches PyTorch (golden file)") {
       CAPTURE(dtype);
       const double tolerance = dtype == DType::Float64 ? 1e-10 : 1e-5;
       Generator gen(15);
-      Block block({.C = golden_C, .H = golden_H, .impl = impl}, GeluApprox::Erf, &gen);
+      Block block(std::make_shared<MultiHeadSelfAttention>(AttentionConfig{.C = golden_C, .H = golden_H},
+                                                           SoftmaxOptions{.impl = impl}, &gen),
+                  {.C = golden_C, .gelu = GeluApprox::Erf}, &gen);
       block.to(dtype);
       std::vector<NamedTensor> state;
       for (const NamedTensor& p : block.named_parameters())

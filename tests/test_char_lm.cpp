@@ -115,7 +115,7 @@ TEST_CASE("char_lm: a sparse pattern is saved with the model and reloaded with t
   CHECK(file.metadata.at("attn_seed") == "9");
   const LoadedModel loaded = load_model(model_path(find_checkpoint(dir)));
   for (int64_t layer = 0; layer < 2; ++layer) {
-    const SparsePattern& p = loaded.model->block(layer).attn().pattern();
+    const SparsePattern& p = loaded.model->block(layer).attn_as<nn::MultiHeadSelfAttention>().pattern();
     CHECK(p.window == 4);
     CHECK(p.random_blocks == 1);
     CHECK(p.seed == 9);

@@ -384,7 +384,7 @@ TEST_CASE("interp: a head with gate 0 adds nothing to the output, and its W_Q, W
 
 TEST_CASE("interp: gated attention passes float64 gradcheck in the input, the gates and every weight") {
   Generator gen(11);
-  nn::MultiHeadSelfAttention attn({.C = 8, .H = 2, .impl = AttentionImpl::Dense}, &gen);
+  nn::MultiHeadSelfAttention attn({.C = 8, .H = 2}, {.impl = AttentionImpl::Dense}, &gen);
   Tensor gates = Tensor::from_vector({0.7, -1.3}, {2}, DType::Float64);
   gates.requires_grad_();
   attn.set_head_gates(gates);
@@ -662,8 +662,9 @@ TEST_CASE("faithfulness: attention × value norms are ‖Σ_h A^h[t, j] v^h_j W_
   const std::vector<double> norms = interp::attention_value_norms(*model, ids, 4);
   REQUIRE(norms.size() == 5);
   // The same from the kept A and V by tensor ops: per head (A^h[t, :] ⊙ V^h) W_O^h, summed over heads.
-  nn::MultiHeadSelfAttention& attn = model->block(1).attn();
-  attn.set_keep_attention(true);
+  nn::AttentionMixer& attn = model->block(1).attn_as<nn::AttentionMixer>();
+  nn::MixerRecord kept;
+  attn.set_probe([&kept](const nn::MixerRecord& r) { kept = r; });
   {
     NoGradGuard no_grad;
     model->forward(Tensor::from_indices(ids, {1, 6}));
@@ -672,11 +673,11 @@ TEST_CASE("faithfulness: attention × value norms are ‖Σ_h A^h[t, j] v^h_j W_
   const int64_t d_h = 4;
   Tensor added = Tensor::zeros({6, 8}, DType::Float64);
   for (int64_t h = 0; h < 2; ++h) {
-    const Tensor a = slice(slice(attn.attention(), 1, h, h + 1), 2, 4, 5).reshape({6, 1});   // A^h[4, :]
-    const Tensor v = slice(attn.values(), 2, h, h + 1).reshape({6, d_h});                    // v^h_j
+    const Tensor a = slice(slice(kept.weights, 1, h, h + 1), 2, 4, 5).reshape({6, 1});   // A^h[4, :]
+    const Tensor v = slice(kept.values, 2, h, h + 1).reshape({6, d_h});                    // v^h_j
     added = added + matmul(a * v, slice(W_O, 0, h * d_h, (h + 1) * d_h));
   }
-  attn.set_keep_attention(false);
+  attn.set_probe({});
   const std::vector<double> rows = added.to_vector();
   for (int64_t j = 0; j <= 4; ++j) {
     double squares = 0;

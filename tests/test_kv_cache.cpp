@@ -72,7 +72,7 @@ void check_gqa_equals_repeated_mha(Device device) {
       CAPTURE(name_of(impl));
       const int64_t group = H / H_kv, d_h = C / H;
       Generator gen(20 + H_kv);
-      MultiHeadSelfAttention gqa({.C = C, .H = H, .H_kv = H_kv, .impl = impl}, &gen), mha({.C = C, .H = H, .impl = impl}, &gen);
+      MultiHeadSelfAttention gqa({.C = C, .H = H, .H_kv = H_kv}, {.impl = impl}, &gen), mha({.C = C, .H = H}, {.impl = impl}, &gen);
       gqa.to(DType::Float64);
       mha.to(DType::Float64);
       // [..., H_kv·d_h] → [..., H_kv, 1, d_h] → [..., H_kv, group, d_h] → [..., H·d_h] (repeat_interleave over heads)
@@ -205,7 +205,7 @@ TEST_CASE("gqa: gradcheck of the module with H_kv ∈ {1, 2}, every implementati
       CAPTURE(H_kv);
       CAPTURE(name_of(impl));
       Generator gen(50);
-      MultiHeadSelfAttention attn({.C = 8, .H = 4, .H_kv = H_kv, .impl = impl}, &gen);
+      MultiHeadSelfAttention attn({.C = 8, .H = 4, .H_kv = H_kv}, {.impl = impl}, &gen);
       ag::test::check_module_gradients(attn, random({2, 5, 8}, 51), [&](const Tensor& x) { return attn.forward(x); });
     }
 }
@@ -236,4 +236,41 @@ TEST_CASE("kv cache: positions past block_size and forwards that record gradient
                        doctest::Contains("reach past block_size = 12"), Error);
   cache.clear();
   CHECK(model.forward_cached(Tensor::from_indices({1}, {1, 1}), cache).shape() == Shape{1, 1, 13});
+}
+
+TEST_CASE("mixers: each layer's state_floats is what its KV cache holds, for every function and a rolling window") {
+  struct Case {
+    const char* name;
+    GPTConfig config;
+  };
+  std::vector<Case> cases;
+  const auto with = [](const auto& change) {
+    GPTConfig c = tiny_gpt(2);
+    c.position = PositionEncoding::None;  // positions that never end, so that a window's cache rolls
+    change(c);
+    return c;
+  };
+  cases.push_back({"softmax", with([](GPTConfig&) {})});
+  cases.push_back({"softmax window 3, dilation 2, 1 global (rolls)", with([](GPTConfig& c) {
+                     c.attn_window = 3, c.attn_dilation = 2, c.attn_global = 1;
+                   })});
+  cases.push_back({"linear elu1", with([](GPTConfig& c) { c.attention = AttentionFunction::Linear; })});
+  cases.push_back({"linear favor", with([](GPTConfig& c) {
+                     c.attention = AttentionFunction::Linear, c.feature_map = FeatureMap::Favor, c.n_features = 6;
+                   })});
+  cases.push_back({"ssd", with([](GPTConfig& c) { c.attention = AttentionFunction::Ssd; })});
+  cases.push_back({"ssd without convolution", with([](GPTConfig& c) { c.attention = AttentionFunction::Ssd, c.ssd_conv = 0; })});
+  for (const Case& test : cases) {
+    CAPTURE(test.name);
+    Generator gen(7);
+    GPT model(test.config, gen);
+    NoGradGuard no_grad;
+    const int64_t T = test.config.block_size;
+    KVCache cache = model.make_kv_cache(1, model.kv_cache_rolls() ? model.rolling_kv_cache_capacity(1) : T);
+    for (int64_t t = 0; t < T; ++t) model.forward_cached(Tensor::from_indices({t % 13}, {1, 1}), cache);
+    int64_t floats = 0;
+    for (int64_t l = 0; l < test.config.n_layer; ++l) floats += model.block(l).attn().state_floats(T);
+    CHECK(floats > 0);
+    CHECK(floats * static_cast<int64_t>(sizeof(float)) == cache.bytes());
+  }
 }

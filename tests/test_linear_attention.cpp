@@ -14,6 +14,7 @@
 #include "examples/char_lm/sample.h"
 #include "examples/char_lm/train.h"
 #include "nn/gpt.h"
+#include "nn/linear_attention.h"
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
@@ -368,7 +369,7 @@ TEST_CASE("linear attention: char_lm trains a linear model — greedy text is th
     CHECK(!file.contains("blocks.0.attn.omega"));  // the features are recomputed from the seed, not saved
     char_lm::LoadedModel loaded = char_lm::load_model(path);
     if (map == FeatureMap::Favor)
-      CHECK(loaded.model->block(0).attn().favor_features().to_vector() == favor_projection(8, 16, 42, 0).to_vector());
+      CHECK(loaded.model->block(0).attn_as<nn::LinearSelfAttention>().favor_features().to_vector() == favor_projection(8, 16, 42, 0).to_vector());
     char_lm::SampleOptions greedy;
     greedy.top_k = 1;
     greedy.tokens = 15;  // with the start token, the 16 positions of block_size
@@ -399,8 +400,7 @@ TEST_CASE("linear attention: char_lm trains a linear model — greedy text is th
 
 TEST_CASE("linear attention: head gates apply as under softmax (a closed head adds nothing, full and cached alike)") {
   Generator gen(5);
-  nn::MultiHeadSelfAttention attn({.C = 8, .H = 2, .function = AttentionFunction::Linear, .feature_map = FeatureMap::Elu1},
-                                  &gen);
+  nn::LinearSelfAttention attn({.C = 8, .H = 2}, {.feature_map = FeatureMap::Elu1}, &gen);
   attn.to(DType::Float64);
   const Tensor x = random({1, 6, 8}, 9);
   const Tensor open = attn.forward(x);

@@ -115,7 +115,7 @@ TEST_CASE("nn: Dropout is the identity in eval mode, and train/eval reach every 
 }
 
 TEST_CASE("nn: hierarchical names of a Block, in registration order") {
-  Block block({.C = 8, .H = 2}, GeluApprox::Erf);
+  Block block(std::make_shared<MultiHeadSelfAttention>(AttentionConfig{.C = 8, .H = 2}), {.C = 8, .gelu = GeluApprox::Erf});
   CHECK(names_of(block) ==
         std::vector<std::string>{"ln1.weight",        "ln1.bias",        "attn.w_q.weight", "attn.w_q.bias",
                                  "attn.w_k.weight",   "attn.w_k.bias",   "attn.w_v.weight", "attn.w_v.bias",

@@ -16,6 +16,7 @@
 #include "examples/char_lm/sample.h"
 #include "examples/char_lm/train.h"
 #include "nn/gpt.h"
+#include "nn/ssd.h"
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
@@ -388,9 +389,7 @@ TEST_CASE("ssd attention: the module's float64 gradcheck over the input and ever
     CAPTURE(m.conv);
     CAPTURE(m.gate);
     Generator gen(3);
-    nn::MultiHeadSelfAttention attn({.C = 8, .H = 2, .H_kv = m.kv_heads, .function = AttentionFunction::Ssd,
-                                     .ssd_conv = m.conv, .ssd_gate = m.gate},
-                                    &gen);
+    nn::SsdSelfAttention attn({.C = 8, .H = 2, .H_kv = m.kv_heads}, {.conv = m.conv, .gate = m.gate}, &gen);
     std::vector<std::string> names;
     for (const NamedTensor& p : attn.named_parameters()) names.push_back(p.name);
     CHECK((std::find(names.begin(), names.end(), "conv.weight") != names.end()) == (m.conv > 0));

@@ -24,26 +24,29 @@ Device device_of(nn::GPT& model) { return model.parameters().at(0).device(); }
 DType dtype_of(nn::GPT& model) { return model.parameters().at(0).dtype(); }
 }  // namespace
 
-void forward_keeping_attention(nn::GPT& model, const std::vector<int64_t>& ids) {
+std::vector<nn::MixerRecord> forward_recording(nn::GPT& model, const std::vector<int64_t>& ids) {
   const int64_t T = static_cast<int64_t>(ids.size()), N = model.config().n_layer;
   NoGradGuard no_grad;
   model.eval();
-  for (int64_t l = 0; l < N; ++l) model.block(l).attn().set_keep_attention(true);
+  std::vector<nn::MixerRecord> records(static_cast<size_t>(N));
+  for (int64_t l = 0; l < N; ++l)
+    model.block(l).attn().set_probe([&records, l](const nn::MixerRecord& r) { records[static_cast<size_t>(l)] = r; });
   model.forward(Tensor::from_indices(ids, {1, T}).to(device_of(model)));
-  for (int64_t l = 0; l < N; ++l) model.block(l).attn().set_keep_attention(false);
+  for (int64_t l = 0; l < N; ++l) model.block(l).attn().set_probe({});
+  return records;
 }
 
 std::vector<Tensor> attention_maps(nn::GPT& model, const std::vector<int64_t>& ids,
                                    std::vector<std::vector<double>>* mean_decays) {
   const int64_t T = static_cast<int64_t>(ids.size()), N = model.config().n_layer;
-  forward_keeping_attention(model, ids);
+  const std::vector<nn::MixerRecord> records = forward_recording(model, ids);
   std::vector<Tensor> maps;
   for (int64_t l = 0; l < N; ++l) {
-    nn::MultiHeadSelfAttention& attn = model.block(l).attn();
-    const Tensor& A = attn.attention();  // [1, H, T, T]
+    const nn::MixerRecord& record = records[static_cast<size_t>(l)];
+    const Tensor& A = record.weights;  // [1, H, T, T]
     maps.push_back(A.to(Device::CPU).to(DType::Float64).reshape({A.size(1), T, T}).clone());
-    if (mean_decays && attn.decays().defined()) {
-      const std::vector<double> a = attn.decays().to(Device::CPU).to(DType::Float64).to_vector();  // [1, T, H]
+    if (mean_decays && record.decays.defined()) {
+      const std::vector<double> a = record.decays.to(Device::CPU).to(DType::Float64).to_vector();  // [1, T, H]
       const int64_t H = A.size(1);
       std::vector<double> mean(H, 0.0);
       for (size_t i = 0; i < a.size(); ++i) mean[i % H] += a[i] / static_cast<double>(T);
@@ -60,12 +63,12 @@ std::vector<ScoreParts> score_decomposition(nn::GPT& model, const std::vector<in
                << name_of(config.attention) << " with " << name_of(config.position)
                << " positions (rope rotates q and k inside the op; linear and ssd have no softmax scores)");
   const int64_t T = static_cast<int64_t>(ids.size()), N = config.n_layer, H = config.n_head;
-  forward_keeping_attention(model, ids);
+  const std::vector<nn::MixerRecord> records = forward_recording(model, ids);
   std::vector<ScoreParts> parts;
   for (int64_t l = 0; l < N; ++l) {
-    nn::MultiHeadSelfAttention& attn = model.block(l).attn();
-    const std::vector<double> q = attn.queries().to(Device::CPU).to_vector(), k = attn.keys().to(Device::CPU).to_vector();
-    const int64_t H_kv = attn.keys().size(2), d_h = attn.keys().size(3);
+    const nn::MixerRecord& record = records[static_cast<size_t>(l)];
+    const std::vector<double> q = record.queries.to(Device::CPU).to_vector(), k = record.keys.to(Device::CPU).to_vector();
+    const int64_t H_kv = record.keys.size(2), d_h = record.keys.size(3);
     std::vector<double> norm(H * T * T, 0.0), cosine(H * T * T, 0.0);
     for (int64_t h = 0; h < H; ++h) {
       const int64_t kv = h / (H / H_kv);

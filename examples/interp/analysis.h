@@ -20,9 +20,9 @@
 
 namespace ag::interp {
 
-// One forward of a sequence of token ids in eval mode, without a graph, every layer keeping its A, Q, K
-// and V (nn/attention.h), readable until the model's next forward.
-void forward_keeping_attention(nn::GPT& model, const std::vector<int64_t>& ids);
+// One forward of a sequence of token ids in eval mode, without a graph, with a probe on every layer's
+// mixer (nn/mixer.h): each layer's record of it (A, Q, K, V, and an ssd layer's decays), in layer order.
+std::vector<nn::MixerRecord> forward_recording(nn::GPT& model, const std::vector<int64_t>& ids);
 
 // For a sequence of T token ids (T <= block_size): A [H, T, T] of each of the N
 // layers (float64, on the CPU), from one forward in eval mode. An ssd model's

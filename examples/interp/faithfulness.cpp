@@ -120,10 +120,10 @@ std::vector<double> attention_value_norms(nn::GPT& exact, const std::vector<int6
   check_position(ids, t, "attention_value_norms");
   const nn::GPTConfig& config = exact.config();
   const int64_t T = static_cast<int64_t>(ids.size()), C = config.n_embd, H = config.n_head, d_h = C / H;
-  nn::MultiHeadSelfAttention& last = exact.block(config.n_layer - 1).attn();
-  forward_keeping_attention(exact, ids);
-  const std::vector<double> A = last.attention().to_vector();  // [1, H, T, T]
-  const Tensor& values = last.values();                        // [1, T, H_kv, d_h]
+  const nn::AttentionMixer& last = exact.block(config.n_layer - 1).attn_as<nn::AttentionMixer>();
+  const nn::MixerRecord record = forward_recording(exact, ids).back();
+  const std::vector<double> A = record.weights.to_vector();  // [1, H, T, T]
+  const Tensor& values = record.values;                     // [1, T, H_kv, d_h]
   const int64_t H_kv = values.size(2);
   const std::vector<double> v = values.to_vector(), W_O = last.w_o().weight().to_vector();  // W_O [C, C] (in, out)
   const std::vector<double> gates = config.head_gates().back();

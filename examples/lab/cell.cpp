@@ -110,16 +110,13 @@ void check_cell(const Cell& cell, const TextData* text) {
 int64_t state_floats(const nn::GPTConfig& config) {
   // The function's state, not the position table's limit: a learned table stops
   // a decoder at block_size, so attograd's cache of such a model never rolls, but
-  // a windowed one needs only its window's keys and values all the same. So the
-  // state is asked of the model with positions that never end (they hold none).
-  nn::GPTConfig unbounded = config;
-  if (unbounded.positions_end_at_block_size()) unbounded.position = PositionEncoding::None;
+  // a windowed one needs only its window's keys and values all the same, which
+  // is what each layer's mixer says (Mixer::state_floats, a rolling cache's).
   Generator init(0);
-  nn::GPT model(unbounded, init);
-  NoGradGuard no_grad;
-  nn::KVCache cache = model.make_kv_cache(1, model.kv_cache_rolls() ? model.rolling_kv_cache_capacity(1) : config.block_size);
-  model.forward_cached(Tensor::from_indices({0}, {1, 1}), cache);
-  return cache.bytes() / static_cast<int64_t>(sizeof(float));
+  nn::GPT model(config, init);
+  int64_t floats = 0;
+  for (int64_t l = 0; l < config.n_layer; ++l) floats += model.block(l).attn().state_floats(config.block_size);
+  return floats;
 }
 
 RunResult train_run(const Cell& cell, double lr, const RunSettings& settings, const TextData* text, const StepReport& report) {
