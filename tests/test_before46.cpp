@@ -21,7 +21,10 @@
 // Bitwise needs the same arithmetic: one thread, and OpenBLAS's Haswell kernels
 // (OPENBLAS_CORETYPE=HASWELL, which CMakeLists.txt sets for this file's CTest entry),
 // whose GEMMs round otherwise than SkylakeX's: attograd picks the kernels from the CPU
-// (core/threads.h), and CI's CPU may not be this one.
+// (core/threads.h), and CI's CPU may not be this one. Float32 training also depends on
+// the CPU's vector clones (runs_avx512_clones below). And the same compiler: the g++
+// build's (scripts/build.sh); clang's sanitizer build sums and calls libm otherwise in
+// places (the fixtures' README.md says where), and fails the model-level cases.
 #include <doctest/doctest.h>
 
 #include <bit>
