@@ -7,7 +7,7 @@
 //   ops.safetensors      ag::attention's Z, ℓ and gradients (float64) over every function,
 //                        implementation, sparse pattern, position, GQA, layout and decode
 //                        through a LayerKVCache (a rolling one too);
-//   modules.safetensors  nn::MultiHeadSelfAttention's O and gradients for each function,
+//   modules.safetensors  the attention mixers' (nn/mixer.h) O and gradients for each function,
 //                        its cached decode, and nn::GPT's logits, full and cached;
 //   context_parallel_P<P>_rank<r>.safetensors   process r's rows of ring, linear and ssd
 //                        attention (and an ssd layer) over P processes (1 here; 2 and 4
@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iomanip>
 #include <set>
 #include <sstream>
@@ -47,6 +48,8 @@
 #include "nn/attention.h"
 #include "nn/gpt.h"
 #include "nn/kv_cache.h"
+#include "nn/linear_attention.h"
+#include "nn/ssd.h"
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
@@ -353,14 +356,16 @@ namespace {
 
 // O, dX and every parameter's gradient of a float64 module drawn from Generator(seed_of(name)), on X [B, T, C];
 // then, if causal, O again fed through a LayerKVCache (a prefill of 4, then one position at a time).
-void run_module(Outputs& out, const std::string& name, const nn::MultiHeadSelfAttention::Config& config,
-                int64_t T = 8, int64_t B = 2) {
+// `make` builds the mixer (C = 8) from the generator.
+using MakeMixer = std::function<std::shared_ptr<nn::Mixer>(Generator* gen)>;
+void run_module(Outputs& out, const std::string& name, const MakeMixer& make, int64_t T = 8, int64_t B = 2) {
   CAPTURE(name);
   const uint64_t seed = seed_of(name);
   Generator gen(seed);
-  nn::MultiHeadSelfAttention attn(config, &gen);
+  const std::shared_ptr<nn::Mixer> mixer = make(&gen);
+  nn::Mixer& attn = *mixer;
   attn.to(DType::Float64);
-  const Tensor x = random({B, T, config.C}, seed + 1);
+  const Tensor x = random({B, T, 8}, seed + 1);
   const Tensor O = attn.forward(x);
   O.backward(random(O.shape(), seed + 2, DType::Float64, false));
   out.check(name + "/O", O);
@@ -418,18 +423,26 @@ nn::GPTConfig gpt(int64_t n_head, int64_t n_embd, int64_t block_size) {
 TEST_CASE("before 46: the attention module's and the GPT's outputs equal the commit before's, bitwise (float64)") {
   const FixtureArithmetic arithmetic;
   Outputs out("modules.safetensors");
-  using Config = nn::MultiHeadSelfAttention::Config;
-  run_module(out, "module/softmax dense", {.C = 8, .H = 2});
+  using nn::AttentionConfig;
+  const auto make_softmax = [](const AttentionConfig& config, const nn::SoftmaxOptions& options) -> MakeMixer {
+    return [config, options](Generator* gen) { return std::make_shared<nn::MultiHeadSelfAttention>(config, options, gen); };
+  };
+  const auto make_linear = [](const AttentionConfig& config, const nn::LinearOptions& options) -> MakeMixer {
+    return [config, options](Generator* gen) { return std::make_shared<nn::LinearSelfAttention>(config, options, gen); };
+  };
+  const auto make_ssd = [](const AttentionConfig& config, const nn::SsdOptions& options) -> MakeMixer {
+    return [config, options](Generator* gen) { return std::make_shared<nn::SsdSelfAttention>(config, options, gen); };
+  };
+  run_module(out, "module/softmax dense", make_softmax({.C = 8, .H = 2}, {}));
   run_module(out, "module/softmax flash GQA 4 over 2 rope",
-             {.C = 8, .H = 4, .H_kv = 2, .impl = AttentionImpl::Flash, .position = Rope});
+             make_softmax({.C = 8, .H = 4, .H_kv = 2, .position = Rope}, {.impl = AttentionImpl::Flash}));
   run_module(out, "module/softmax composed sparse alibi",
-             {.C = 8, .H = 2, .impl = AttentionImpl::Composed, .pattern = kSparse, .position = Alibi}, 36, 1);
-  run_module(out, "module/linear elu1", {.C = 8, .H = 2, .function = Linear});
+             make_softmax({.C = 8, .H = 2, .position = Alibi}, {.impl = AttentionImpl::Composed, .pattern = kSparse}), 36, 1);
+  run_module(out, "module/linear elu1", make_linear({.C = 8, .H = 2}, {}));
   run_module(out, "module/linear favor",
-             {.C = 8, .H = 2, .function = Linear, .feature_map = FeatureMap::Favor, .n_features = 6, .seed = 3, .stream = 1});
-  run_module(out, "module/ssd conv 4 gate GQA 4 over 2", {.C = 8, .H = 4, .H_kv = 2, .function = Ssd});
-  run_module(out, "module/ssd no conv no gate rope",
-             Config{.C = 8, .H = 2, .function = Ssd, .position = Rope, .ssd_conv = 0, .ssd_gate = false});
+             make_linear({.C = 8, .H = 2}, {.feature_map = FeatureMap::Favor, .n_features = 6, .seed = 3, .stream = 1}));
+  run_module(out, "module/ssd conv 4 gate GQA 4 over 2", make_ssd({.C = 8, .H = 4, .H_kv = 2}, {}));
+  run_module(out, "module/ssd no conv no gate rope", make_ssd({.C = 8, .H = 2, .position = Rope}, {.conv = 0, .gate = false}));
 
   nn::GPTConfig learned = gpt(2, 8, 16);
   run_gpt(out, "gpt/softmax dense learned", learned, 16);
@@ -512,7 +525,7 @@ TEST_CASE("before 46 (every process): context-parallel attention equals the comm
   }
   // The ssd layer: its convolution reads, before each chunk, the inputs another process holds.
   Generator gen(3);
-  nn::MultiHeadSelfAttention attn({.C = 8, .H = 4, .H_kv = 2, .function = Ssd, .ssd_conv = 4}, &gen);
+  nn::SsdSelfAttention attn({.C = 8, .H = 4, .H_kv = 2}, {.conv = 4}, &gen);
   attn.to(DType::Float64);
   attn.set_context(&world);
   const Tensor x = zigzag_rows(random({1, T, 8}, 8, DType::Float64, false), 1, split).requires_grad_();
