@@ -7,7 +7,8 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "examples/char_lm/checkpoint.h"
-#include "examples/char_lm/inspect.h"
+#include "examples/common/files.h"
+#include "examples/common/loss_log.h"
 #include "examples/interp/svg.h"
 
 namespace ag::char_lm {

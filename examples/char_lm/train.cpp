@@ -13,9 +13,10 @@
 #include "dist/communicator.h"
 #include "examples/char_lm/checkpoint.h"
 #include "examples/char_lm/data.h"
-#include "examples/char_lm/inspect.h"
 #include "examples/char_lm/sample.h"
+#include "examples/common/loss_log.h"
 #include "examples/common/program_header.h"
+#include "examples/common/timing.h"
 #include "optim/adam.h"
 #include "optim/data_parallel.h"
 
@@ -92,11 +93,6 @@ void collect_losses(std::vector<Tensor>& pending, std::vector<double>& losses, d
   pending.clear();
 }
 
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
-  return values[values.size() / 2];
-}
 }  // namespace
 
 // The batches come from a generator of their own, the same at every
