@@ -16,8 +16,6 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "examples/char_lm/checkpoint.h"
-#include "examples/char_lm/compare.h"
-#include "examples/char_lm/inspect.h"
 #include "examples/interp/analysis.h"
 #include "examples/interp/faithfulness.h"
 #include "examples/interp/svg.h"
