@@ -16,7 +16,7 @@
 
 #include "core/random.h"
 #include "examples/common/text_data.h"
-#include "examples/char_lm/train.h"
+#include "examples/common/train.h"
 #include "tests/helpers.h"
 
 namespace ag::test {

@@ -6,9 +6,9 @@
 
 #include "core/autograd.h"
 #include "core/safetensors.h"
-#include "examples/char_lm/checkpoint.h"
+#include "examples/common/checkpoint.h"
 #include "examples/char_lm/convert.h"
-#include "examples/char_lm/sample.h"
+#include "examples/common/sample.h"
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 

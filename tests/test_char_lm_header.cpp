@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "examples/char_lm/info.h"
-#include "examples/char_lm/train.h"
+#include "examples/common/train.h"
 #include "nn/gpt.h"
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"

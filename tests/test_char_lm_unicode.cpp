@@ -11,10 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/safetensors.h"
-#include "examples/char_lm/checkpoint.h"
+#include "examples/common/checkpoint.h"
 #include "examples/common/text_data.h"
-#include "examples/char_lm/sample.h"
-#include "examples/char_lm/train.h"
+#include "examples/common/sample.h"
+#include "examples/common/train.h"
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "examples/char_lm/checkpoint.h"
+#include "examples/common/checkpoint.h"
 #include "examples/char_lm/data.h"
 #include "examples/interp/analysis.h"
 #include "examples/interp/faithfulness.h"

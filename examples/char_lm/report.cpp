@@ -8,10 +8,10 @@
 
 #include "core/error.h"
 #include "core/safetensors.h"
-#include "examples/char_lm/eval.h"
+#include "examples/common/eval.h"
 #include "examples/char_lm/inspect.h"
 #include "examples/char_lm/inspect_model.h"
-#include "examples/char_lm/sample.h"
+#include "examples/common/sample.h"
 #include "examples/common/files.h"
 #include "examples/common/format.h"
 #include "examples/common/loss_log.h"

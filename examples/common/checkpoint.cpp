@@ -1,4 +1,4 @@
-#include "examples/char_lm/checkpoint.h"
+#include "examples/common/checkpoint.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -94,7 +94,7 @@ void check_sizes_against_tensors(const SafetensorsFile& file, const nn::GPTConfi
 std::string model_path(const std::string& dir) { return dir + "/model.safetensors"; }
 std::string train_state_path(const std::string& dir) { return dir + "/train_state.safetensors"; }
 
-void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& tokenizer, int64_t iter) {
+void save_model(const std::string& path, const nn::GPT& model, const text::Tokenizer& tokenizer, int64_t iter) {
   Metadata metadata;
   write_options(model.config(), metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake);
   if (model.config().head_mask.empty()) metadata.erase("head_mask");  // every head on: files as before pruning existed
@@ -139,7 +139,7 @@ LoadedModel model_from(const SafetensorsFile& file, DType dtype, const nn::GPTCo
   check_sizes_against_tensors(file, config);
 
   LoadedModel loaded;
-  loaded.tokenizer = Tokenizer::from_metadata(file.metadata);
+  loaded.tokenizer = text::Tokenizer::from_metadata(file.metadata);
   AG_CHECK(loaded.tokenizer.vocab_size() == 0 || loaded.tokenizer.vocab_size() == config.vocab_size,
            "__metadata__ 'chars' has " << loaded.tokenizer.vocab_size() << " characters for vocab_size " << config.vocab_size);
   if (file.metadata.count("iter")) {

@@ -1,7 +1,7 @@
-// char_lm checkpoints' units and run directories (examples/char_lm/checkpoint.h,
+// char_lm checkpoints' units and run directories (examples/common/checkpoint.h,
 // the top of the file): writing a unit in one rename, its manifest, finding the
 // newest complete one, the run's history, what a command may write over.
-#include "examples/char_lm/checkpoint.h"
+#include "examples/common/checkpoint.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -147,7 +147,7 @@ void remove_stale_temporaries(const std::string& run_dir) {
 }
 
 void save_checkpoint(const std::string& run_dir, int64_t iter, double val_loss, const nn::GPT& model,
-                     const Tokenizer& tokenizer, const TrainState& state, const TrainConfig& config,
+                     const text::Tokenizer& tokenizer, const TrainState& state, const TrainConfig& config,
                      const optim::Optimizer& optimizer, int64_t keep) {
   const std::string name = unit_name(iter), final_dir = run_dir + "/" + name;
   const std::string tmp = run_dir + "/." + name + ".tmp-" + std::to_string(getpid());
