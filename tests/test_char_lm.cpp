@@ -390,7 +390,7 @@ TEST_CASE("char_lm: a diverging run stops with a clear error and never overwrite
 
 TEST_CASE("char_lm: killed at every step of every checkpoint write, the run resumes and ends as if never killed") {
   // ATTOGRAD_CRASH_AT_WRITE=k kills the writer (no cleanup, as kill -9) at the
-  // k-th boundary of its saves (examples/char_lm/checkpoint.cpp): 7 per save,
+  // k-th boundary of its saves (examples/common/checkpoint_units.cpp): 7 per save,
   // 3 saves in this run.
   const std::string options = " --data " + ag::test::generated_text_file() +
                               " --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 2 --dropout 0.1"

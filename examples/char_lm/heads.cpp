@@ -18,7 +18,9 @@
 
 namespace ag::char_lm {
 
+namespace {
 namespace fs = std::filesystem;
+}  // namespace
 
 HeadsTable measure_heads(Inspected& in, const std::vector<interp::TokenBatch>& batches) {
   return {interp::head_importance(*in.loaded.model, batches), in.loaded.model->config().head_gates()};

@@ -15,7 +15,9 @@
 
 namespace ag::char_lm {
 
+namespace {
 namespace fs = std::filesystem;
+}  // namespace
 
 Inspected load(const std::string& ckpt) {
   Inspected in;
