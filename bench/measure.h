@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "examples/common/memory.h"
+#include "examples/common/timing.h"
 
 namespace bench {
 
@@ -59,8 +60,7 @@ template <class F> double median_ms(F&& f, Clock clock, int min_reps, int max_re
     f();
     times.push_back(now_ms(clock) - t0);
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return ag::median(std::move(times));
 }
 
 // How many [B, H, T, T] float32 tensors an attention implementation holds at
