@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "examples/common/timing.h"  // median
 
 int main(int argc, char** argv) {
   if (argc < 2) {
@@ -30,9 +31,8 @@ int main(int argc, char** argv) {
     comm.all_reduce_sum(buffer);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
   if (comm.rank() == 0)
     std::printf("all-reduce of %lld float32 over %d processes (%s): median %.3f ms\n", static_cast<long long>(elements),
-                comm.size(), comm.describe().c_str(), ms[ms.size() / 2]);
+                comm.size(), comm.describe().c_str(), ag::median(ms));
   return 0;
 }

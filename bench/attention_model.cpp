@@ -92,8 +92,7 @@ void run_case(const std::string& impl, const Model& m, int iters, int64_t contex
   // iterations 2..N: the first allocates AdamW's state
   const auto steady_median = [&](std::vector<double> v) {
     if (v.size() > 1) v.erase(v.begin());
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
+    return ag::median(std::move(v));
   };
   std::printf("%.1f %.1f %.1f %.1f", steady_median(wall_ms), steady_median(cpu_ms), bench::status_kb("VmHWM") / 1024.0,
               peak.extra_mb());

@@ -7,8 +7,6 @@
 //           its own, and blocks of 1 MB or more go back to the system when
 //           freed, so memory freed by an earlier run cannot hide a peak.
 #pragma once
-#include <malloc.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -20,41 +18,15 @@
 #include <vector>
 
 #include "core/error.h"
+#include "examples/common/memory.h"
+#include "examples/common/timing.h"
 
 namespace bench {
 
-// glibc otherwise raises its mmap threshold after the first large free and
-// keeps later large blocks on the heap, resident after they are freed.
-inline void return_freed_memory_to_the_system() {
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 20);
-}
-
-// A field of /proc/self/status in kB ("VmRSS", "VmHWM"); -1 if absent.
-inline int64_t status_kb(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
-  return -1;
-}
-
-// Peak resident memory above the level at construction, in MB; -1 where the
-// kernel does not let the high-water mark be reset.
-class PeakMemory {
- public:
-  PeakMemory() {
-    std::ofstream clear("/proc/self/clear_refs");
-    clear << "5";  // VmHWM := VmRSS
-    clear.flush();
-    resettable_ = clear.good();
-    baseline_kb_ = status_kb("VmRSS");
-  }
-  double extra_mb() const { return resettable_ ? (status_kb("VmHWM") - baseline_kb_) / 1024.0 : -1; }
-
- private:
-  bool resettable_ = false;
-  int64_t baseline_kb_ = 0;
-};
+// Memory is measured as the lab measures its cells (examples/common/memory.h).
+using ag::PeakMemory;
+using ag::return_freed_memory_to_the_system;
+using ag::status_kb;
 
 // CPU time of the whole process (every thread), in ms.
 inline double process_cpu_ms() {
@@ -88,8 +60,7 @@ template <class F> double median_ms(F&& f, Clock clock, int min_reps, int max_re
     f();
     times.push_back(now_ms(clock) - t0);
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return ag::median(std::move(times));
 }
 
 // How many [B, H, T, T] float32 tensors an attention implementation holds at

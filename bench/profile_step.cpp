@@ -33,6 +33,7 @@
 #include "core/profiler.h"
 #include "core/threads.h"
 #include "examples/common/command_line.h"
+#include "examples/common/timing.h"  // median
 #include "nn/gpt.h"
 #include "optim/adam.h"
 #include "optim/train_step.h"
@@ -66,10 +67,6 @@ double process_cpu_ms() {
   return 1e3 * static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_nsec);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 // profile_step's own options (core/options.h explains the columns; the model's
 // and the training step's come from their tables).

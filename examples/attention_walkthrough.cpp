@@ -145,6 +145,9 @@ int main(int argc, char** argv) {
                        "step under the docs/backprop.md section it comes from, and checks the gradients against "
                        "backward() and finite differences. By default: 4 tokens, d_model = 8, 2 heads, random weights.",
                        "attention_walkthrough");
+  // check_sizes: long on purpose — main reads as the walkthrough's script, top to bottom in the order of
+  // docs/backprop.md (the forward, then each backward step under its section); cut into functions, the
+  // steps' shared tensors would become long parameter lists and the script would no longer read in order.
   WalkthroughOptions options;
   cli::ProcessOptions process;
   process.threads = 1;

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/random.h"
-#include "examples/char_lm/data.h"
-#include "examples/char_lm/train.h"
+#include "examples/common/text_data.h"
+#include "examples/common/train.h"
 #include "tests/helpers.h"
 
 namespace ag::test {
@@ -24,7 +24,7 @@ namespace ag::test {
 // $ATTOGRAD_DATA, else data/tinyshakespeare.txt, else ../shared/data/tinyshakespeare.txt,
 // the last two relative to the checkout; fails, saying what to do, if there is none.
 inline std::string shakespeare_path() {
-  const std::string path = char_lm::resolve_data_path("", ATTOGRAD_SOURCE_DIR);
+  const std::string path = text::resolve_data_path("", ATTOGRAD_SOURCE_DIR);
   REQUIRE_MESSAGE(std::filesystem::is_regular_file(path),
                   "tiny Shakespeare not found at '" << path << "': set ATTOGRAD_DATA to its path, or run "
                                                        "scripts/get_data.sh (scripts/test.sh does)");

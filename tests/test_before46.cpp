@@ -44,7 +44,7 @@
 #include "core/safetensors.h"
 #include "core/threads.h"
 #include "dist/communicator.h"
-#include "examples/char_lm/checkpoint.h"
+#include "examples/common/checkpoint.h"
 #include "nn/attention.h"
 #include "nn/gpt.h"
 #include "nn/kv_cache.h"

@@ -9,14 +9,15 @@
 
 #include "core/autograd.h"
 #include "core/safetensors.h"
-#include "examples/char_lm/checkpoint.h"
-#include "examples/char_lm/data.h"
-#include "examples/char_lm/train.h"
+#include "examples/common/checkpoint.h"
+#include "examples/common/text_data.h"
+#include "examples/common/train.h"
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ag;
 using namespace ag::char_lm;
+using namespace ag::text;  // the text data (examples/common/text_data.h)
 using ag::test::write_file;
 
 namespace {
@@ -389,7 +390,7 @@ TEST_CASE("char_lm: a diverging run stops with a clear error and never overwrite
 
 TEST_CASE("char_lm: killed at every step of every checkpoint write, the run resumes and ends as if never killed") {
   // ATTOGRAD_CRASH_AT_WRITE=k kills the writer (no cleanup, as kill -9) at the
-  // k-th boundary of its saves (examples/char_lm/checkpoint.cpp): 7 per save,
+  // k-th boundary of its saves (examples/common/checkpoint_units.cpp): 7 per save,
   // 3 saves in this run.
   const std::string options = " --data " + ag::test::generated_text_file() +
                               " --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 2 --dropout 0.1"

@@ -7,10 +7,10 @@
 
 #include "core/safetensors.h"
 #include "core/threads.h"
-#include "examples/char_lm/checkpoint.h"
-#include "examples/char_lm/eval.h"
-#include "examples/char_lm/sample.h"
-#include "examples/char_lm/train.h"
+#include "examples/common/checkpoint.h"
+#include "examples/common/eval.h"
+#include "examples/common/sample.h"
+#include "examples/common/train.h"
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 

@@ -2,13 +2,13 @@
 // so older checkpoints load unchanged), sampling through the KV cache (greedy
 // gives the recomputed text; past block_size every step equals a full forward
 // of the cache's window), and convert followed by train --resume.
+#include <cstdio>
 #include <filesystem>
 
 #include "core/autograd.h"
 #include "core/safetensors.h"
-#include "examples/char_lm/checkpoint.h"
-#include "examples/char_lm/convert.h"
-#include "examples/char_lm/sample.h"
+#include "examples/common/checkpoint.h"
+#include "examples/common/sample.h"
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
@@ -146,10 +146,19 @@ TEST_CASE("char_lm gqa: convert mean-pools each group's W_K, W_V and train --res
   const std::string source = trained_run("convert_source", 0);
   const std::string out = scratch().file("converted");
   std::filesystem::remove_all(out);
-  const ConvertResult r = convert_kv_heads({.ckpt = source, .n_kv_head = 2, .out = out});
-  CHECK(r.iter == 20);
-  CHECK(std::isfinite(r.val_loss_before));
-  CHECK(std::isfinite(r.val_loss_after));
+  // char_lm convert (convert_kv_heads, examples/char_lm/convert.h), run as a user runs it.
+  const std::string convert = "convert --ckpt " + source + " --n-kv-head 2 --out " + out;
+  const auto [status, output] = ag::test::run_char_lm(convert);
+  REQUIRE(status == 0);
+  long long iter = 0;
+  double val_loss_before = 0, val_loss_after = 0;
+  const size_t at = output.find("iteration ");
+  REQUIRE(at != std::string::npos);
+  REQUIRE(std::sscanf(output.c_str() + at, "iteration %lld: val loss %lf with the source's kv heads, %lf", &iter,
+                      &val_loss_before, &val_loss_after) == 3);
+  CHECK(iter == 20);
+  CHECK(std::isfinite(val_loss_before));
+  CHECK(std::isfinite(val_loss_after));
 
   const SafetensorsFile before = load_safetensors(model_path(find_checkpoint(source)));
   const LoadedModel converted = load_model(model_path(find_checkpoint(out)));
@@ -171,8 +180,9 @@ TEST_CASE("char_lm gqa: convert mean-pools each group's W_K, W_V and train --res
   CHECK(std::isfinite(uptrained.evals.back().val_loss));
 
   // --out holds a run now: refused, unless --overwrite, which leaves no unit of the old run to be taken as newest.
-  CHECK_THROWS_WITH_AS(convert_kv_heads({.ckpt = source, .n_kv_head = 2, .out = out}),
-                       doctest::Contains(("convert: '" + out + "' holds a run already; pass --overwrite").c_str()), Error);
-  convert_kv_heads({.ckpt = source, .n_kv_head = 2, .out = out, .overwrite = true});
+  const auto [refused, refusal] = ag::test::run_char_lm(convert);
+  CHECK(refused != 0);
+  CHECK(ag::test::contains(refusal, "convert: '" + out + "' holds a run already; pass --overwrite"));
+  REQUIRE(ag::test::run_char_lm(convert + " --overwrite").first == 0);
   CHECK(find_checkpoint(out) == out + "/ckpt-00000020");
 }

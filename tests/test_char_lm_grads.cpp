@@ -1,4 +1,4 @@
-// char_lm grads: ag::char_lm::compute_grads against PyTorch's float64 loss and
+// char_lm grads (ag::char_lm::compute_grads) against PyTorch's float64 loss and
 // gradients, for both GELU variants, a sparse attention pattern, a grouped-query model, a
 // linear-attention model, rope, alibi and none positions, and ssd models. The golden files
 // tests/golden/grads_{erf,tanh,sparse,gqa,linear_elu1,rope,rope_gqa,alibi,alibi_sparse,none,
@@ -10,11 +10,12 @@
 //   batch/idx, targets   [B, T] I64 (T < block_size: the last pos_emb row gets no gradient)
 //   loss, grad/<name>    torch's float64 loss [] and gradients
 // Each test writes the weights and the batch to files as a user would, runs
-// compute_grads and reads its output file back.
+// the built char_lm grads on them and reads its output file back.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -23,7 +24,9 @@
 #include <vector>
 
 #include "core/safetensors.h"
-#include "examples/char_lm/grads.h"
+#include "core/options.h"
+#include "nn/gpt.h"
+#include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
 namespace {
@@ -149,12 +152,27 @@ void check_matches_torch(const SafetensorsFile& golden, const std::string& out_p
   CHECK(max_abs(std::vector<double>(dpos.begin() + T * C, dpos.end())) == 0.0);
 }
 
+// `char_lm grads` run as a user (and scripts/compare_grads.py) runs it, on CPU with
+// `settings`' attention implementation: the loss it prints to 17 significant
+// digits (every bit of a double). A run that fails is an ag::Error holding what
+// the program printed, its error message among it.
+double run_grads(const std::string& weights, const std::string& batch, const std::string& out,
+                 const nn::GPTConfig& settings = {}) {
+  const auto [status, output] = ag::test::run_char_lm("grads --weights " + weights + " --batch " + batch + " --out " + out +
+                                                      " --attn-impl " + option_to_string(settings.attn_impl));
+  if (status != 0) throw Error(output);
+  const size_t at = output.find("loss ");
+  double loss = 0;
+  AG_CHECK(at != std::string::npos && std::sscanf(output.c_str() + at, "loss %lf", &loss) == 1,
+           "char_lm grads printed no loss: " << output);
+  return loss;
+}
+
 // char_lm grads on the golden file's weights and int64 batch, against torch's loss and gradients.
 void check_variant(const SafetensorsFile& golden, const std::string& variant, const nn::GPTConfig& settings = {}) {
   ag::test::TempDir tmp("char_lm_grads_" + variant);
   const std::string out = tmp.file("G.safetensors");
-  const double loss =
-      char_lm::compute_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out, Device::CPU, settings);
+  const double loss = run_grads(write_weights(golden, tmp), write_int64_batch(golden, tmp), out, settings);
   check_matches_torch(golden, out, loss);
 }
 
@@ -248,7 +266,7 @@ TEST_CASE("char_lm grads: an int32 batch gives the same loss and gradients") {
   const SafetensorsFile golden = load_golden("erf");
   ag::test::TempDir tmp("char_lm_grads_int32");
   const std::string out = tmp.file("G.safetensors");
-  const double loss = char_lm::compute_grads(write_weights(golden, tmp), write_int32_batch(golden, tmp), out);
+  const double loss = run_grads(write_weights(golden, tmp), write_int32_batch(golden, tmp), out);
   check_matches_torch(golden, out, loss);
 }
 
@@ -261,7 +279,7 @@ TEST_CASE("char_lm grads: idx and targets of different shapes are an ag::Error n
   const std::string batch = tmp.file("B_mismatch.safetensors");
   save_safetensors(batch, {{"idx", idx},
                            {"targets", Tensor::from_indices(std::vector<int64_t>(ids.begin(), ids.end() - B), {B, T - 1})}});
-  CHECK_THROWS_WITH_AS(char_lm::compute_grads(write_weights(golden, tmp), batch, tmp.file("G.safetensors")),
+  CHECK_THROWS_WITH_AS(run_grads(write_weights(golden, tmp), batch, tmp.file("G.safetensors")),
                        doctest::Contains(batch.c_str()), Error);
 }
 
@@ -271,10 +289,10 @@ TEST_CASE("char_lm grads: a batch with nothing to score is an error, not a NaN l
   const Tensor& idx = golden.at("batch/idx");
   const std::string ignored = tmp.file("B_ignored.safetensors");
   save_safetensors(ignored, {{"idx", idx}, {"targets", Tensor::full(idx.shape(), -100, DType::Int64)}});
-  CHECK_THROWS_WITH_AS(char_lm::compute_grads(write_weights(golden, tmp), ignored, tmp.file("G.safetensors")),
+  CHECK_THROWS_WITH_AS(run_grads(write_weights(golden, tmp), ignored, tmp.file("G.safetensors")),
                        doctest::Contains("no target to score"), Error);
   const std::string empty = tmp.file("B_empty.safetensors");
   save_safetensors(empty, {{"idx", Tensor::from_indices({}, {0, 4})}, {"targets", Tensor::from_indices({}, {0, 4})}});
-  CHECK_THROWS_WITH_AS(char_lm::compute_grads(write_weights(golden, tmp), empty, tmp.file("G.safetensors")),
+  CHECK_THROWS_WITH_AS(run_grads(write_weights(golden, tmp), empty, tmp.file("G.safetensors")),
                        doctest::Contains("no target to score"), Error);
 }

@@ -14,14 +14,16 @@
 #include "core/autograd.h"
 #include "core/caching_allocator.h"
 #include "core/safetensors.h"
-#include "examples/char_lm/checkpoint.h"
-#include "examples/char_lm/eval.h"
-#include "examples/char_lm/sample.h"
+#include "examples/common/checkpoint.h"
+#include "examples/common/text_data.h"
+#include "examples/common/eval.h"
+#include "examples/common/sample.h"
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ag;
 using namespace ag::char_lm;
+using namespace ag::text;  // the text data (examples/common/text_data.h)
 
 namespace {
 const ag::test::TempDir& scratch() {

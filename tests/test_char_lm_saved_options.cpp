@@ -6,9 +6,9 @@
 #include <functional>
 
 #include "core/safetensors.h"
-#include "examples/char_lm/checkpoint.h"
-#include "examples/char_lm/eval.h"
-#include "examples/char_lm/train.h"
+#include "examples/common/checkpoint.h"
+#include "examples/common/eval.h"
+#include "examples/common/train.h"
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 

@@ -11,15 +11,16 @@
 #include <nlohmann/json.hpp>
 
 #include "core/safetensors.h"
-#include "examples/char_lm/checkpoint.h"
-#include "examples/char_lm/data.h"
-#include "examples/char_lm/sample.h"
-#include "examples/char_lm/train.h"
+#include "examples/common/checkpoint.h"
+#include "examples/common/text_data.h"
+#include "examples/common/sample.h"
+#include "examples/common/train.h"
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ag;
 using namespace ag::char_lm;
+using namespace ag::text;  // the text data (examples/common/text_data.h)
 using ag::test::TempDir;
 using ag::test::write_file;
 

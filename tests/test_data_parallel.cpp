@@ -18,7 +18,7 @@
 #include <tuple>
 
 #include "dist/communicator.h"
-#include "examples/char_lm/train.h"
+#include "examples/common/train.h"
 #include "nn/gpt.h"
 #include "optim/data_parallel.h"
 #include "tests/char_lm_helpers.h"

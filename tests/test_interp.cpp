@@ -15,9 +15,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "examples/char_lm/checkpoint.h"
-#include "examples/char_lm/compare.h"
-#include "examples/char_lm/inspect.h"
+#include "examples/common/checkpoint.h"
 #include "examples/interp/analysis.h"
 #include "examples/interp/faithfulness.h"
 #include "examples/interp/svg.h"

@@ -6,8 +6,8 @@
 #include <fstream>
 
 #include "core/safetensors.h"
-#include "examples/char_lm/checkpoint.h"
-#include "examples/char_lm/train.h"
+#include "examples/common/checkpoint.h"
+#include "examples/common/train.h"
 #include "examples/common/command_line.h"
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"

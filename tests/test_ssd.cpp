@@ -12,9 +12,9 @@
 #include "core/gradcheck.h"
 #include "core/ops.h"
 #include "core/safetensors.h"
-#include "examples/char_lm/checkpoint.h"
-#include "examples/char_lm/sample.h"
-#include "examples/char_lm/train.h"
+#include "examples/common/checkpoint.h"
+#include "examples/common/sample.h"
+#include "examples/common/train.h"
 #include "nn/gpt.h"
 #include "nn/ssd.h"
 #include "tests/char_lm_helpers.h"
@@ -480,7 +480,7 @@ TEST_CASE("ssd attention: bad options and checkpoints are clear errors naming th
   const ag::test::TempDir dir("ssd_checkpoints");
   nn::GPT model(config, gen);
   const std::string good = dir.file("good.safetensors");
-  char_lm::save_model(good, model, char_lm::Tokenizer::from_text("abcdefghijk"), 0);
+  char_lm::save_model(good, model, text::Tokenizer::from_text("abcdefghijk"), 0);
   const SafetensorsFile file = load_safetensors(good);
   const auto load_error = [&](const std::function<bool(NamedTensor&)>& edit) {
     std::vector<NamedTensor> tensors;

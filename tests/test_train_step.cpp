@@ -5,7 +5,7 @@
 // the device only to upload its batches.
 #include <memory>
 
-#include "examples/char_lm/data.h"
+#include "examples/common/text_data.h"
 #include "nn/gpt.h"
 #include "optim/adam.h"
 #include "core/autograd.h"
@@ -29,9 +29,9 @@ std::unique_ptr<nn::GPT> tiny_gpt(Device device = Device::CPU, int64_t n_layer =
   return model;
 }
 
-char_lm::TokenIds token_stream(size_t n) {
+text::TokenIds token_stream(size_t n) {
   Generator gen(4);
-  char_lm::TokenIds tokens(kVocab, n);
+  text::TokenIds tokens(kVocab, n);
   for (size_t i = 0; i < n; ++i) tokens.set(i, static_cast<int64_t>(gen.integer(kVocab)));
   return tokens;
 }
@@ -39,10 +39,10 @@ char_lm::TokenIds token_stream(size_t n) {
 // micro_batches of batch_size windows each, drawn in order from one generator:
 // 4 × 3 draws the same 12 windows as 1 × 12.
 std::vector<optim::Batch> draw(int64_t micro_batches, int64_t batch_size) {
-  const char_lm::TokenIds tokens = token_stream(500);
+  const text::TokenIds tokens = token_stream(500);
   Generator gen(5);
   std::vector<optim::Batch> out(micro_batches);
-  for (optim::Batch& b : out) char_lm::get_batch(tokens, batch_size, kBlock, gen, b.x, b.y);
+  for (optim::Batch& b : out) text::get_batch(tokens, batch_size, kBlock, gen, b.x, b.y);
   return out;
 }
 

@@ -6,8 +6,9 @@
 
 #include "core/error.h"
 #include "core/safetensors.h"
-#include "examples/char_lm/checkpoint.h"
-#include "examples/char_lm/inspect.h"
+#include "examples/common/checkpoint.h"
+#include "examples/common/files.h"
+#include "examples/common/loss_log.h"
 #include "examples/interp/svg.h"
 
 namespace ag::char_lm {

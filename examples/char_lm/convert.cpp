@@ -5,7 +5,8 @@
 
 #include "core/ops.h"
 #include "core/safetensors.h"
-#include "examples/char_lm/checkpoint.h"
+#include "examples/char_lm/data.h"
+#include "examples/common/checkpoint.h"
 #include "optim/adam.h"
 
 namespace ag::char_lm {

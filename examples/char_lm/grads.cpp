@@ -1,7 +1,7 @@
 #include "examples/char_lm/grads.h"
 
 #include "core/safetensors.h"
-#include "examples/char_lm/checkpoint.h"
+#include "examples/common/checkpoint.h"
 
 namespace ag::char_lm {
 

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/threads.h"
-#include "examples/char_lm/checkpoint.h"
+#include "examples/common/checkpoint.h"
 #include "examples/common/format.h"
 #include "examples/common/program_header.h"
 

@@ -8,12 +8,8 @@
 //   char_lm faithfulness --ckpt DIR [--prompts N --positions K --out DIR2]
 //   char_lm report    --ckpt DIR --prompt TEXT [--out report.html]
 //
-// They run on the CPU. And `char_lm train` keeps RUN/loss.svg (loss_chart_svg)
-// up to date at every evaluation.
+// They run on the CPU.
 #pragma once
-#include <string>
-#include <vector>
-
 #include "core/options.h"
 #include "examples/char_lm/inspect_options.h"
 
@@ -41,25 +37,5 @@ int run_explain(const ExplainOptions& options);
 int run_heads(const HeadsOptions& options);
 int run_faithfulness(const FaithfulnessOptions& options);
 int run_report(const ReportOptions& options);
-
-// A run's log.csv, by kind of row: each a curve of (iteration, value).
-struct LossLog {
-  struct Curve {
-    std::vector<double> iter, value;
-  };
-  Curve batch, train, val;  // the loss of each training batch, and the evaluations' mean losses
-  Curve lr;                 // the learning rate of each batch
-};
-LossLog read_loss_log(const std::string& log_csv_path);
-inline constexpr const char* kLossAxis = "cross-entropy (nats per character)";
-
-// `text` written to `path`, replacing it in one rename: a browser reloading it never reads half a file.
-void replace_file(const std::string& path, const std::string& text);
-
-// The training and validation loss of a run's log.csv against the iteration,
-// the batch loss faintly behind them, the learning rate on a second axis.
-std::string loss_chart_svg(const std::string& log_csv_path);
-// The same, written to svg_path (replace_file).
-void write_loss_chart(const std::string& log_csv_path, const std::string& svg_path);
 
 }  // namespace ag::char_lm

@@ -24,16 +24,16 @@
 
 #include "core/error.h"
 #include "dist/communicator.h"
-#include "examples/char_lm/checkpoint.h"
+#include "examples/common/checkpoint.h"
 #include "examples/char_lm/compare.h"
 #include "examples/char_lm/convert.h"
-#include "examples/char_lm/eval.h"
+#include "examples/common/eval.h"
 #include "examples/char_lm/grads.h"
 #include "examples/char_lm/info.h"
 #include "examples/char_lm/inspect.h"
 #include "examples/char_lm/mask.h"
-#include "examples/char_lm/sample.h"
-#include "examples/char_lm/train.h"
+#include "examples/common/sample.h"
+#include "examples/common/train.h"
 #include "examples/common/command_line.h"
 #include "examples/common/program_header.h"
 
@@ -109,6 +109,101 @@ struct Subcommand {
   cli::Command* command;
   std::function<int(const cli::Command&)> run;
 };
+// Every command's options: they live as long as main, since the commands bind
+// them and their runs read them once the command line is applied.
+struct AllOptions {
+  TrainConfig train_config;
+  SampleOptions sample_options;
+  nn::GPTConfig sample_settings;
+  GradsOptions grads_options;
+  nn::GPTConfig grads_settings;
+  EvalOptions eval_options;
+  ConvertOptions convert_options;
+  MaskOptions mask_options;
+  nn::GPTConfig mask_config;
+  InfoOptions info_options;
+  AttentionOptions attention_options;
+  ExplainOptions explain_options;
+  HeadsOptions heads_options;
+  FaithfulnessOptions faithfulness_options;
+  ReportOptions report_options;
+  CompareOptions compare_options;
+};
+
+// The subcommands in the order --help lists them, each bound to its options;
+// a name that is none of them is an error naming them all (cli::Program::parse).
+class Subcommands {
+ public:
+  explicit Subcommands(cli::Program& program) : program_(program) {}
+  cli::Command& add(const char* name, const char* help, std::function<int(const cli::Command&)> run) {
+    list.push_back({&program_.add_subcommand(name, help), std::move(run)});
+    return *list.back().command;
+  }
+  std::vector<Subcommand> list;
+
+ private:
+  cli::Program& program_;
+};
+
+// train, sample, grads, eval, convert, mask and info: the commands that train or run a model.
+void add_model_commands(Subcommands& subcommands, AllOptions* o, cli::ProcessOptions& process) {
+  subcommands.add("train", "train a character-level GPT, checkpointing to --out (defaults: nanoGPT's shakespeare_char CPU run)",
+      [o](const cli::Command& command) { return run_train(command, o->train_config); })
+      .bind(o->train_config.model).bind(o->train_config.optim).bind(o->train_config.run).bind(process).allow_config_file();
+
+  subcommands.add("sample", "generate text from a checkpoint",
+      [o](const cli::Command&) { return run_sample(o->sample_options, o->sample_settings); })
+      .bind(o->sample_options).bind(o->sample_settings, {OptionKind::Setting}).bind(process);
+
+  subcommands.add("grads", "float64 loss and gradients of a model on a batch, for comparison with other frameworks",
+      [o](const cli::Command&) { return run_grads(o->grads_options, o->grads_settings); })
+      .bind(o->grads_options).bind(o->grads_settings, {OptionKind::Setting}).bind(process);
+
+  subcommands.add("eval", "a checkpoint's train and val loss at a sequence length (--block-size; longer than training: extrapolation)",
+      [o](const cli::Command&) { return run_eval(o->eval_options); })
+      .bind(o->eval_options).bind(process);
+
+  subcommands.add("convert", "a checkpoint to fewer key/value heads (grouped-query attention), mean-pooling each group's W_K, W_V",
+      [o](const cli::Command&) { return run_convert(o->convert_options); })
+      .bind(o->convert_options).bind(process);
+
+  o->mask_config.vocab_size = 1;  // the mask does not depend on it
+  subcommands.add("mask", "print the attention mask of a sparse pattern (--attn-window ...)",
+      [o](const cli::Command&) { return std::printf("%s", mask_picture(o->mask_config, o->mask_options).c_str()) < 0; })
+      .bind(o->mask_options).bind_only(o->mask_config, kMaskModelOptions);
+
+  subcommands.add("info", "what a checkpoint holds: the model, the run's options, its checkpoints and best val loss",
+      [o](const cli::Command&) { return std::printf("%s", checkpoint_info(o->info_options).c_str()) < 0; })
+      .bind(o->info_options).bind(process);
+}
+
+// Commands that look inside a model or its runs (examples/char_lm/inspect.h, compare.h).
+void add_inspect_commands(Subcommands& subcommands, AllOptions* o, cli::ProcessOptions& process) {
+  subcommands.add("attention", "attention maps of a prompt: one SVG per layer (a heatmap of A per head), the rollout and the flow; --decompose: q·k as norm × angle",
+      [o](const cli::Command&) { return run_attention(o->attention_options); })
+      .bind(o->attention_options).bind(process);
+
+  subcommands.add("explain", "integrated gradients: each prompt character's share of the predicted next character's logit",
+      [o](const cli::Command&) { return run_explain(o->explain_options); })
+      .bind(o->explain_options).bind(process);
+
+  subcommands.add("heads", "head importance (mean |dL/dg_h| on validation batches); --prune K writes a model without the K least important; --curve: val loss as heads go",
+      [o](const cli::Command&) { return run_heads(o->heads_options); })
+      .bind(o->heads_options).bind(process);
+
+  subcommands.add("faithfulness", "is attention an explanation? each explanation's rank correlation with erasure, and deletion curves",
+      [o](const cli::Command&) { return run_faithfulness(o->faithfulness_options); })
+      .bind(o->faithfulness_options).bind(process);
+
+  subcommands.add("report", "one self-contained HTML page: config, loss curves, a sample, attention maps, rollout, attributions, faithfulness, heads",
+      [o](const cli::Command&) { return run_report(o->report_options); })
+      .bind(o->report_options).bind(process);
+
+  subcommands.add("compare", "the validation loss of several runs on one SVG chart, each named by the options it differs in",
+      [o](const cli::Command&) { return run_compare(o->compare_options); })
+      .bind(o->compare_options).bind(process)
+      .option("runs", o->compare_options.runs, "run directories (of char_lm train), two or more");
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,88 +211,14 @@ int main(int argc, char** argv) {
                        "char_lm");
   program.require_subcommand(1);
   cli::ProcessOptions process;
-
-  // Every subcommand is one entry here, in the order --help lists them; a name
-  // that is none of them is an error naming them all (cli::Program::parse).
-  std::vector<Subcommand> subcommands;
-  const auto add = [&](const char* name, const char* help, std::function<int(const cli::Command&)> run) -> cli::Command& {
-    subcommands.push_back({&program.add_subcommand(name, help), std::move(run)});
-    return *subcommands.back().command;
-  };
-  TrainConfig train_config;
-  add("train", "train a character-level GPT, checkpointing to --out (defaults: nanoGPT's shakespeare_char CPU run)",
-      [&](const cli::Command& command) { return run_train(command, train_config); })
-      .bind(train_config.model).bind(train_config.optim).bind(train_config.run).bind(process).allow_config_file();
-
-  SampleOptions sample_options;
-  nn::GPTConfig sample_settings;
-  add("sample", "generate text from a checkpoint",
-      [&](const cli::Command&) { return run_sample(sample_options, sample_settings); })
-      .bind(sample_options).bind(sample_settings, {OptionKind::Setting}).bind(process);
-
-  GradsOptions grads_options;
-  nn::GPTConfig grads_settings;
-  add("grads", "float64 loss and gradients of a model on a batch, for comparison with other frameworks",
-      [&](const cli::Command&) { return run_grads(grads_options, grads_settings); })
-      .bind(grads_options).bind(grads_settings, {OptionKind::Setting}).bind(process);
-
-  EvalOptions eval_options;
-  add("eval", "a checkpoint's train and val loss at a sequence length (--block-size; longer than training: extrapolation)",
-      [&](const cli::Command&) { return run_eval(eval_options); })
-      .bind(eval_options).bind(process);
-
-  ConvertOptions convert_options;
-  add("convert", "a checkpoint to fewer key/value heads (grouped-query attention), mean-pooling each group's W_K, W_V",
-      [&](const cli::Command&) { return run_convert(convert_options); })
-      .bind(convert_options).bind(process);
-
-  MaskOptions mask_options;
-  nn::GPTConfig mask_config;
-  mask_config.vocab_size = 1;  // the mask does not depend on it
-  add("mask", "print the attention mask of a sparse pattern (--attn-window ...)",
-      [&](const cli::Command&) { return std::printf("%s", mask_picture(mask_config, mask_options).c_str()) < 0; })
-      .bind(mask_options).bind_only(mask_config, kMaskModelOptions);
-
-  InfoOptions info_options;
-  add("info", "what a checkpoint holds: the model, the run's options, its checkpoints and best val loss",
-      [&](const cli::Command&) { return std::printf("%s", checkpoint_info(info_options).c_str()) < 0; })
-      .bind(info_options).bind(process);
-
-  // Commands that look inside a model or its runs (examples/char_lm/inspect.h, compare.h).
-  AttentionOptions attention_options;
-  add("attention", "attention maps of a prompt: one SVG per layer (a heatmap of A per head), the rollout and the flow; --decompose: q·k as norm × angle",
-      [&](const cli::Command&) { return run_attention(attention_options); })
-      .bind(attention_options).bind(process);
-
-  ExplainOptions explain_options;
-  add("explain", "integrated gradients: each prompt character's share of the predicted next character's logit",
-      [&](const cli::Command&) { return run_explain(explain_options); })
-      .bind(explain_options).bind(process);
-
-  HeadsOptions heads_options;
-  add("heads", "head importance (mean |dL/dg_h| on validation batches); --prune K writes a model without the K least important; --curve: val loss as heads go",
-      [&](const cli::Command&) { return run_heads(heads_options); })
-      .bind(heads_options).bind(process);
-
-  FaithfulnessOptions faithfulness_options;
-  add("faithfulness", "is attention an explanation? each explanation's rank correlation with erasure, and deletion curves",
-      [&](const cli::Command&) { return run_faithfulness(faithfulness_options); })
-      .bind(faithfulness_options).bind(process);
-
-  ReportOptions report_options;
-  add("report", "one self-contained HTML page: config, loss curves, a sample, attention maps, rollout, attributions, faithfulness, heads",
-      [&](const cli::Command&) { return run_report(report_options); })
-      .bind(report_options).bind(process);
-
-  CompareOptions compare_options;
-  add("compare", "the validation loss of several runs on one SVG chart, each named by the options it differs in",
-      [&](const cli::Command&) { return run_compare(compare_options); })
-      .bind(compare_options).bind(process)
-      .option("runs", compare_options.runs, "run directories (of char_lm train), two or more");
+  AllOptions options;
+  Subcommands subcommands(program);
+  add_model_commands(subcommands, &options, process);
+  add_inspect_commands(subcommands, &options, process);
 
   if (const int code = program.parse(argc, argv); code >= 0) return code;
   try {
-    for (const Subcommand& subcommand : subcommands) {
+    for (const Subcommand& subcommand : subcommands.list) {
       if (!subcommand.command->parsed()) continue;
       subcommand.command->apply();
       process.apply();

@@ -5,10 +5,11 @@
 #include <cmath>
 #include <limits>
 
-#include "bench/measure.h"
 #include "core/autograd.h"
 #include "core/caching_allocator.h"
 #include "cuda/context.h"
+#include "examples/common/memory.h"
+#include "examples/common/timing.h"
 #include "nn/kv_cache.h"
 #include "optim/adam.h"
 
@@ -20,29 +21,24 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // The held-out examples' generator: a stream no training batch draws from (Zoology: another seed).
 constexpr uint64_t kHeldOutStream = 0x5EED0000;
 
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
-  return values[values.size() / 2];
-}
 
 // Where a cell's batches come from: the task's generator, or the text's windows.
 class Batches {
  public:
   Batches(const Cell& cell, const TextData* text) : cell_(cell), T_(cell.model.block_size) {
-    if (cell.task.task == Task::Text) data_ = char_lm::make_dataset(text->text, T_);
+    if (cell.task.task == Task::Text) data_ = text::make_dataset(text->text, T_);
   }
   void train(int64_t B, Generator& gen, Tensor& x, Tensor& y) const { draw(B, gen, x, y, false); }
   void held_out(int64_t B, Generator& gen, Tensor& x, Tensor& y) const { draw(B, gen, x, y, true); }
 
  private:
   void draw(int64_t B, Generator& gen, Tensor& x, Tensor& y, bool held_out) const {
-    if (cell_.task.task == Task::Text) char_lm::get_batch(held_out ? data_.val : data_.train, B, T_, gen, x, y);
+    if (cell_.task.task == Task::Text) text::get_batch(held_out ? data_.val : data_.train, B, T_, gen, x, y);
     else synthetic_batch(cell_.task, T_, B, gen, x, y);
   }
   const Cell& cell_;
   int64_t T_;
-  char_lm::Dataset data_;
+  text::Dataset data_;
 };
 
 // The held-out score over `examples` examples, in chunks no larger than a
@@ -61,15 +57,13 @@ Score score(nn::GPT& model, const Batches& batches, const Cell& cell, int64_t ex
     Tensor x, y;
     batches.held_out(B, gen, x, y);
     const Tensor logits = model.forward(x.to(device)).to(Device::CPU);  // [B, T, V], float32
+    // The chunk's cross-entropy summed over its scored positions: the training step's loss op.
+    loss += cross_entropy(logits, y, kIgnore, Reduction::Sum).item();
     const float* values = logits.data<float>();
     const std::vector<int64_t> targets = y.to_indices();
     for (int64_t row = 0; row < B * T; ++row) {
       if (targets[row] == kIgnore) continue;
       const float *begin = values + row * V, *end = begin + V;
-      const double top = *std::max_element(begin, end);
-      double sum = 0;
-      for (const float* it = begin; it != end; ++it) sum += std::exp(*it - top);
-      loss += top + std::log(sum) - begin[targets[row]];
       correct += std::max_element(begin, end) - begin == targets[row];
       ++scored;
     }
@@ -97,7 +91,7 @@ nn::GPTConfig cell_model(const Cell& cell, const TextData* text) {
     model.vocab_size = cell.task.vocab;
   } else {
     AG_CHECK(text, "the text task needs a text (--data)");
-    model.vocab_size = char_lm::Tokenizer::from_text(text->text).vocab_size();
+    model.vocab_size = text::Tokenizer::from_text(text->text).vocab_size();
   }
   return model;
 }
@@ -127,8 +121,8 @@ RunResult train_run(const Cell& cell, double lr, const RunSettings& settings, co
   // most it held: it keeps every block it was given until emptied again.
   host_empty_cache();
   cuda::empty_cache();
-  bench::return_freed_memory_to_the_system();
-  const bench::PeakMemory peak;
+  return_freed_memory_to_the_system();
+  const PeakMemory peak;
   const Batches batches(cell, text);
   const optim::TrainOptions options = run_schedule(cell, lr);
   const Budget& budget = cell.budget;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "examples/char_lm/data.h"
+#include "examples/common/text_data.h"
 #include "examples/lab/grid.h"
 
 namespace ag::lab {

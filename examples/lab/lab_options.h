@@ -4,7 +4,7 @@
 // and budget tables, like those of the model and training tables, takes a comma
 // list: the lists span the grid (examples/lab/grid.h).
 #pragma once
-#include "examples/char_lm/device_option.h"
+#include "examples/common/device_option.h"
 
 // What each task is (examples/lab/tasks.h). The default vocabulary is 1024, not
 // Zoology's 8192: the tied output head costs 2·B·T·C·V per forward, which at
@@ -35,7 +35,7 @@
 
 //  kind   type         name           default  min  max               help
 #define AG_LAB_OPTIONS(X) \
-  AG_CHAR_LM_DEVICE_OPTION(X) \
+  AG_DEVICE_OPTION(X) \
   X(Local, std::string, preset,        "",      0,   0,                "a ready grid: quick (a handful of cells, minutes), recall (Zoology's MQAR grid) or heads (1 to 8 heads and GQA); options given as well replace the preset's") \
   X(Local, std::string, mixers,        "softmax", 0, 0,                "attention functions with options, comma-separated: softmax, softmax:window=16, softmax:gqa=1, softmax:position=alibi, linear:elu1, linear:favor, ssd (any model option as :name=value)") \
   X(Local, std::string, zip,           "",      0,   0,                "options whose lists go together item by item instead of spanning the grid, comma-separated (--block-size 64,128 --pairs 4,8 --zip block-size,pairs: two cells, not four)") \

@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "dist/communicator.h"
-#include "examples/char_lm/inspect.h"  // replace_file
+#include "examples/common/files.h"
 #include "examples/lab/report.h"
 
 extern char** environ;
@@ -162,8 +162,8 @@ void run_share(const LabSpec& spec, const std::vector<Cell>& cells, const Shard&
       curve += option_to_string(p.seconds) + "," + std::to_string(p.step) + "," + option_to_string(p.loss) + "," +
                (std::isnan(p.accuracy) ? "" : option_to_string(p.accuracy)) + "\n";
     const std::string base = o.out + "/cells/" + cell.id();
-    char_lm::replace_file(base + ".curve.csv", curve);
-    char_lm::replace_file(base + ".csv", csv_text({result.row}));  // last: its presence marks the cell finished
+    replace_file(base + ".curve.csv", curve);
+    replace_file(base + ".csv", csv_text({result.row}));  // last: its presence marks the cell finished
     ++summary.trained;
     if (!spec.quiet) {
       const Row& r = result.row;
@@ -184,7 +184,7 @@ LabSummary run_lab(const LabSpec& spec) {
   const auto start = Clock::now();
   const LabOptions& o = spec.options;
   check_option_ranges(o, "lab");
-  char_lm::require_device(o.device);
+  require_device(o.device);
   const std::vector<Cell> cells = lab_cells(spec);
   AG_CHECK(!cells.empty(), "lab: the grid has no cells");
   LabSummary summary;
@@ -208,8 +208,8 @@ LabSummary run_lab(const LabSpec& spec) {
     std::optional<TextData> text;
     for (const Cell& cell : cells)
       if (cell.task.task == Task::Text && !text) {
-        const std::string path = char_lm::resolve_data_path(cell.task.data);
-        text = TextData{path, char_lm::read_text(path)};
+        const std::string path = text::resolve_data_path(cell.task.data);
+        text = TextData{path, text::read_text(path)};
       }
     run_share(spec, cells, shard, text ? &*text : nullptr, summary);
     // Every rank's cells written before rank 0 reads them (the sums wait for all of them).
@@ -228,7 +228,7 @@ LabSummary run_lab(const LabSpec& spec) {
     if (fs::exists(base + ".curve.csv")) curves.push_back({cell.label(), parse_curve(read_file(base + ".curve.csv"))});
     else curves.push_back({cell.label(), {}});
   }
-  char_lm::replace_file(o.out + "/results.csv", csv_text(summary.rows));
+  replace_file(o.out + "/results.csv", csv_text(summary.rows));
   write_report(o.out, summary.rows, curves, spec.command);
   return summary;
 }

@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "examples/char_lm/inspect.h"  // replace_file
+#include "examples/common/files.h"
 #include "examples/interp/svg.h"
 
 namespace ag::lab {
@@ -220,22 +220,22 @@ void write_report(const std::string& dir, const std::vector<Row>& rows, const st
   for (const std::string& task : tasks) {
     const std::string svg = accuracy_vs_length(rows, task);
     if (svg.empty()) continue;
-    char_lm::replace_file(dir + "/accuracy_vs_length" + (task == "mqar" ? "" : "_" + task) + ".svg", svg);
+    replace_file(dir + "/accuracy_vs_length" + (task == "mqar" ? "" : "_" + task) + ".svg", svg);
     by_length += "<div>" + svg + "</div>\n";
   }
   const std::string by_state = accuracy_vs_state(rows), by_time = loss_vs_time(rows, curves), cost = cost_vs_length(rows);
   const std::string by_depth = passkey_by_depth(rows);
-  if (!by_depth.empty()) char_lm::replace_file(dir + "/passkey_by_depth.svg", by_depth);
+  if (!by_depth.empty()) replace_file(dir + "/passkey_by_depth.svg", by_depth);
   std::string by_heads;
   for (const bool text : {false, true}) {
     const std::string svg = score_vs_heads(rows, text);
     if (svg.empty()) continue;
-    char_lm::replace_file(dir + (text ? "/loss_vs_heads.svg" : "/accuracy_vs_heads.svg"), svg);
+    replace_file(dir + (text ? "/loss_vs_heads.svg" : "/accuracy_vs_heads.svg"), svg);
     by_heads += "<div>" + svg + "</div>\n";
   }
-  if (!by_state.empty()) char_lm::replace_file(dir + "/accuracy_vs_state.svg", by_state);
-  if (!by_time.empty()) char_lm::replace_file(dir + "/loss_vs_time.svg", by_time);
-  if (!cost.empty()) char_lm::replace_file(dir + "/cost_vs_length.svg", cost);
+  if (!by_state.empty()) replace_file(dir + "/accuracy_vs_state.svg", by_state);
+  if (!by_time.empty()) replace_file(dir + "/loss_vs_time.svg", by_time);
+  if (!cost.empty()) replace_file(dir + "/cost_vs_length.svg", cost);
 
   std::string problems;
   for (const Row& row : rows)
@@ -273,7 +273,7 @@ void write_report(const std::string& dir, const std::vector<Row>& rows, const st
       "<section id=\"results\"><h2>Every cell (results.csv)</h2>\n" + table_html(rows) +
       (problems.empty() ? "" : "<h3>Cells not trained</h3><ul>" + problems + "</ul>\n") + "</section>\n"
       "</body></html>\n";
-  char_lm::replace_file(dir + "/lab_report.html", html);
+  replace_file(dir + "/lab_report.html", html);
 }
 
 }  // namespace ag::lab

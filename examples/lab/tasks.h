@@ -14,7 +14,7 @@
 //            12 … V−1 filler; the needle starts at round(depth·(T − 2k − 2)))
 //   copy     noise d1 noise noise d2 … dn noise | M d1 … d(n−1)    y = d1 … dn after M
 //            (Mamba's selective copying: 0 noise, 1 the marker M, 2 … V−1 data)
-//   text     the char LM of char_lm on a text (examples/char_lm/data.h)
+//   text     the char LM of char_lm on a text (examples/common/text_data.h)
 #pragma once
 #include <cstdint>
 #include <vector>

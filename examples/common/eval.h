@@ -7,8 +7,8 @@
 #include <string>
 
 #include "core/options.h"
-#include "examples/char_lm/eval_options.h"
-#include "examples/char_lm/train.h"
+#include "examples/common/eval_options.h"
+#include "examples/common/train.h"
 
 namespace ag::char_lm {
 

@@ -1,4 +1,4 @@
-#include "examples/char_lm/data.h"
+#include "examples/common/text_data.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 
-namespace ag::char_lm {
+namespace ag::text {
 
 std::string resolve_data_path(const std::string& flag, const std::string& root) {
   if (!flag.empty()) return flag;
@@ -267,4 +267,4 @@ void get_batch(const TokenIds& tokens, int64_t B, int64_t T, Generator& gen, Ten
   y = Tensor::from_indices(ys, {B, T});
 }
 
-}  // namespace ag::char_lm
+}  // namespace ag::text

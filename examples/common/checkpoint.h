@@ -31,8 +31,8 @@
 #include <string>
 
 #include "core/safetensors.h"
-#include "examples/char_lm/data.h"
-#include "examples/char_lm/train.h"
+#include "examples/common/text_data.h"
+#include "examples/common/train.h"
 #include "nn/gpt.h"
 #include "optim/optimizer.h"
 
@@ -40,7 +40,7 @@ namespace ag::char_lm {
 
 struct LoadedModel {
   std::unique_ptr<nn::GPT> model;
-  Tokenizer tokenizer;
+  text::Tokenizer tokenizer;
   int64_t iter = -1;  // the training iteration it was saved at, if recorded
 };
 
@@ -49,7 +49,7 @@ std::string train_state_path(const std::string& dir);
 
 // `iter` (if >= 0) is recorded, so a resume can check that the model and the
 // train state are from the same checkpoint.
-void save_model(const std::string& path, const nn::GPT& model, const Tokenizer& tokenizer, int64_t iter = -1);
+void save_model(const std::string& path, const nn::GPT& model, const text::Tokenizer& tokenizer, int64_t iter = -1);
 // Builds the model its metadata describes and loads its weights, converted to
 // `dtype`. The model's options come from the file; `settings` supplies the
 // others (dropout, the attention implementation: choices of a run, not
@@ -81,7 +81,7 @@ std::string unit_name(int64_t iter);  // "ckpt-00000250"
 // Writes the unit of `iter` into run_dir (see the top of the file), points
 // `best` at it if val_loss is the lowest so far, and keeps the newest `keep` units.
 void save_checkpoint(const std::string& run_dir, int64_t iter, double val_loss, const nn::GPT& model,
-                     const Tokenizer& tokenizer, const TrainState& state, const TrainConfig& config,
+                     const text::Tokenizer& tokenizer, const TrainState& state, const TrainConfig& config,
                      const optim::Optimizer& optimizer, int64_t keep);
 // The newest complete unit of a run directory; or `dir` itself when it is a
 // unit, or holds model.safetensors directly. Units whose files do not match

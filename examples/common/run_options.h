@@ -3,7 +3,7 @@
 // optim/train_options.h). Run and Setting options are saved with the training
 // state under their dashed names.
 #pragma once
-#include "examples/char_lm/device_option.h"
+#include "examples/common/device_option.h"
 
 //  kind     type         name           default      min  max               help
 #define AG_CHAR_LM_RUN_OPTIONS(X) \
@@ -19,4 +19,4 @@
   X(Setting, int64_t,     sample_tokens, 500,         0,   1 << 24,          "characters to generate at the end (0: none)") \
   X(Local,   int64_t,     context_parallel, 1,        1,   1 << 20,          "split each sequence over groups of P processes (ring attention; linear and ssd gather chunk states): the processes form a dp x P grid, P dividing their count, block_size a multiple of 2P") \
   X(Local,   bool,        detect_anomaly, false,      0,   0,                "check every step, and rerun a diverged one checking every op, to name the op that went non-finite (slow)") \
-  AG_CHAR_LM_DEVICE_OPTION(X)
+  AG_DEVICE_OPTION(X)

@@ -1,4 +1,4 @@
-#include "examples/char_lm/train.h"
+#include "examples/common/train.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,11 +11,12 @@
 
 #include "core/autograd.h"
 #include "dist/communicator.h"
-#include "examples/char_lm/checkpoint.h"
-#include "examples/char_lm/data.h"
-#include "examples/char_lm/inspect.h"
-#include "examples/char_lm/sample.h"
+#include "examples/common/checkpoint.h"
+#include "examples/common/text_data.h"
+#include "examples/common/sample.h"
+#include "examples/common/loss_log.h"
 #include "examples/common/program_header.h"
+#include "examples/common/timing.h"
 #include "optim/adam.h"
 #include "optim/data_parallel.h"
 
@@ -92,11 +93,6 @@ void collect_losses(std::vector<Tensor>& pending, std::vector<double>& losses, d
   pending.clear();
 }
 
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
-  return values[values.size() / 2];
-}
 }  // namespace
 
 // The batches come from a generator of their own, the same at every
@@ -104,7 +100,7 @@ double median(std::vector<double> values) {
 // draws the same batches) and every evaluation scores the same windows. Each
 // process scores its shard of every batch; the shards are equal, so the mean of
 // their means is the batches' mean.
-EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, int64_t iter,
+EvalRecord evaluate(nn::GPT& model, const text::Dataset& data, const TrainConfig& c, int64_t iter,
                     const optim::ProcessGrid& grid) {
   NoGradGuard no_grad;
   model.eval();
@@ -112,12 +108,12 @@ EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, i
   // is scored on windows cut down to that.
   const int64_t split_into = grid.ring() ? 2 * grid.context_parallel() : 1;
   const int64_t window = data.eval_window - data.eval_window % split_into;
-  auto mean_loss = [&](const TokenIds& tokens, uint64_t stream) {
+  auto mean_loss = [&](const text::TokenIds& tokens, uint64_t stream) {
     Generator gen(c.optim.seed + stream);
     Tensor total;
     Tensor x, y;
     for (int64_t i = 0; i < c.run.eval_iters; ++i) {
-      get_batch(tokens, c.optim.batch_size, window, gen, x, y);
+      text::get_batch(tokens, c.optim.batch_size, window, gen, x, y);
       const Tensor loss = model.loss(grid.part(x).to(c.run.device), grid.part(y).to(c.run.device));
       total = total.defined() ? add(total, loss) : loss;
     }
@@ -136,7 +132,7 @@ namespace {
 // --resume the checkpoint it continues.
 struct RunInputs {
   std::string data_path;
-  Dataset data;
+  text::Dataset data;
   Metadata description;                        // what every process must agree on (run_description)
   std::string resumed_unit;                    // on --resume: the checkpoint it continues from,
   std::optional<SafetensorsFile> saved_state;  // its training state,
@@ -153,9 +149,9 @@ RunInputs read_inputs(TrainConfig& c, const dist::Communicator& comm) {
     in.saved_state = load_train_state(train_state_path(in.resumed_unit));
     resumed = resume_options(c, *in.saved_state);
   }
-  in.data_path = resolve_data_path(c.run.data);
-  const std::string text = read_text(in.data_path);
-  in.data = make_dataset(text, c.model.block_size);
+  in.data_path = text::resolve_data_path(c.run.data);
+  const std::string text = text::read_text(in.data_path);
+  in.data = text::make_dataset(text, c.model.block_size);
   c.model.vocab_size = in.data.tokenizer.vocab_size();
   c.run.data = in.data_path;  // remembered with the run, so --resume finds the text without --data
   check_options(c, comm, resumed);
@@ -313,7 +309,7 @@ void Progress::logged(int64_t iter, double loss, double lr) {
 // generator, and the default generator (dropout masks).
 class Trainer {
  public:
-  Trainer(const TrainConfig& c, const Dataset& data, std::unique_ptr<nn::GPT> model, const optim::ProcessGrid& grid);
+  Trainer(const TrainConfig& c, const text::Dataset& data, std::unique_ptr<nn::GPT> model, const optim::ProcessGrid& grid);
   Trainer(const Trainer&) = delete;  // the step's loss points into it
   Trainer& operator=(const Trainer&) = delete;
 
@@ -330,7 +326,7 @@ class Trainer {
   std::vector<optim::Batch> draw_step_batches();         // this process's shards of the step's micro-batches
 
   const TrainConfig& c_;
-  const Dataset& data_;
+  const text::Dataset& data_;
   const optim::ProcessGrid& grid_;
   dist::Communicator& comm_;  // grid_.world
   std::unique_ptr<nn::GPT> model_;  // on the run's device, in training mode
@@ -345,7 +341,7 @@ std::unique_ptr<nn::GPT> ready_to_train(std::unique_ptr<nn::GPT> model, Device d
   return model;
 }
 
-Trainer::Trainer(const TrainConfig& c, const Dataset& data, std::unique_ptr<nn::GPT> model,
+Trainer::Trainer(const TrainConfig& c, const text::Dataset& data, std::unique_ptr<nn::GPT> model,
                  const optim::ProcessGrid& grid)
     : c_(c), data_(data), grid_(grid), comm_(grid.world()), model_(ready_to_train(std::move(model), c.run.device)),
       optimizer_(optim::decay_groups(model_->named_parameters(), c.optim.weight_decay),
@@ -407,7 +403,7 @@ TrainResult Trainer::run(int64_t start, Progress& progress) {
 std::vector<optim::Batch> Trainer::draw_step_batches() {
   std::vector<optim::Batch> micro(c_.optim.grad_accum);
   for (optim::Batch& b : micro) {
-    get_batch(data_.train, c_.optim.batch_size, c_.model.block_size, batches_, b.x, b.y);
+    text::get_batch(data_.train, c_.optim.batch_size, c_.model.block_size, batches_, b.x, b.y);
     b = {grid_.part(b.x), grid_.part(b.y)};
   }
   return micro;

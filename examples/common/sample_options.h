@@ -1,6 +1,6 @@
 // char_lm sample's options, one line each (core/options.h explains the columns).
 #pragma once
-#include "examples/char_lm/device_option.h"
+#include "examples/common/device_option.h"
 
 //  kind   type         name         default  min   max       help
 #define AG_CHAR_LM_SAMPLE_OPTIONS(X) \
@@ -12,4 +12,4 @@
   X(Local, uint64_t,    seed,        1337,    0,    kNoLimit, "random seed") \
   X(Local, bool,        no_kv_cache, false,   0,    0,        "rerun the whole context for every character instead of caching each layer's keys and values (a linear-attention or ssd model: its recurrent state)") \
   X(Local, int64_t,     max_context, 0,       0,    1 << 24,  "positions a rope, alibi or none model conditions on before generation stops (0: 4 x block_size); a model with an attention window rolls its cache instead and goes on") \
-  AG_CHAR_LM_DEVICE_OPTION(X)
+  AG_DEVICE_OPTION(X)

@@ -1,6 +1,10 @@
 // char_lm's training loop (nanoGPT's shakespeare_char recipe): the one training
 // step (optim/train_step.h) with AdamW, warmup + cosine decay and gradient
 // clipping, periodic evaluation, checkpoints and a CSV log.
+// It lives in examples/common, the machinery of the character-level GPT
+// (namespace ag::char_lm) beside its checkpoints (checkpoint.h), sampling
+// (sample.h) and evaluation (eval.h): char_lm's commands are built on them, and
+// the tests drive them in-process.
 #pragma once
 #include <optional>
 #include <set>
@@ -9,15 +13,15 @@
 
 #include "core/options.h"
 #include "dist/communicator.h"
-#include "examples/char_lm/data.h"
-#include "examples/char_lm/run_options.h"
+#include "examples/common/text_data.h"
+#include "examples/common/run_options.h"
 #include "nn/gpt.h"
 #include "optim/data_parallel.h"
 #include "optim/train_step.h"
 
 namespace ag::char_lm {
 
-// char_lm train's own options, from the table in examples/char_lm/run_options.h.
+// char_lm train's own options, from the table in examples/common/run_options.h.
 struct RunOptions {
   AG_DECLARE_OPTIONS(AG_CHAR_LM_RUN_OPTIONS)
 };
@@ -64,7 +68,7 @@ TrainResult train(TrainConfig config);
 
 // Mean loss of `model` over c.run.eval_iters batches of each split, as train()
 // evaluates (char_lm convert reports a converted model's loss this way).
-EvalRecord evaluate(nn::GPT& model, const Dataset& data, const TrainConfig& c, int64_t iter,
+EvalRecord evaluate(nn::GPT& model, const text::Dataset& data, const TrainConfig& c, int64_t iter,
                     const optim::ProcessGrid& grid);
 
 }  // namespace ag::char_lm

@@ -1,16 +1,18 @@
+// Sampling from a character-level GPT (char_lm sample, train's closing sample,
+// the report's): the character-level GPT's machinery in examples/common (train.h says why).
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/options.h"
-#include "examples/char_lm/sample_options.h"
-#include "examples/char_lm/data.h"
+#include "examples/common/sample_options.h"
+#include "examples/common/text_data.h"
 #include "nn/gpt.h"
 
 namespace ag::char_lm {
 
-// char_lm sample's options, from the table in examples/char_lm/sample_options.h.
+// char_lm sample's options, from the table in examples/common/sample_options.h.
 struct SampleOptions {
   AG_DECLARE_OPTIONS(AG_CHAR_LM_SAMPLE_OPTIONS)
 };
@@ -108,10 +110,10 @@ class CachedLogits : public NextTokenLogits {
 // characters, one at a time, each drawn from softmax(logits / temperature) over
 // the top_k most likely next characters (top_k = 1: greedy). Returns the prompt
 // and its continuation.
-std::string generate(NextTokenLogits& logits, const Tokenizer& tokenizer, const std::string& prompt,
+std::string generate(NextTokenLogits& logits, const text::Tokenizer& tokenizer, const std::string& prompt,
                      const SampleOptions& options);
 // The same from a model, through its KV cache unless options.no_kv_cache.
-std::string generate(nn::GPT& model, const Tokenizer& tokenizer, const std::string& prompt,
+std::string generate(nn::GPT& model, const text::Tokenizer& tokenizer, const std::string& prompt,
                      const SampleOptions& options);
 
 }  // namespace ag::char_lm

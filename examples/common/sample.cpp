@@ -1,4 +1,4 @@
-#include "examples/char_lm/sample.h"
+#include "examples/common/sample.h"
 
 #include <algorithm>
 #include <cmath>
@@ -83,7 +83,7 @@ std::vector<double> CachedLogits::next(const std::vector<int64_t>& ids) {
   return last_row(logits);
 }
 
-std::string generate(NextTokenLogits& logits, const Tokenizer& tokenizer, const std::string& prompt,
+std::string generate(NextTokenLogits& logits, const text::Tokenizer& tokenizer, const std::string& prompt,
                      const SampleOptions& options) {
   AG_CHECK(options.temperature > 0, "sample: temperature " << options.temperature << " must be positive");
   NoGradGuard no_grad;
@@ -138,7 +138,7 @@ std::string generate(NextTokenLogits& logits, const Tokenizer& tokenizer, const 
   return tokenizer.decode({ids.begin() + static_cast<std::ptrdiff_t>(start_length), ids.end()});
 }
 
-std::string generate(nn::GPT& model, const Tokenizer& tokenizer, const std::string& prompt,
+std::string generate(nn::GPT& model, const text::Tokenizer& tokenizer, const std::string& prompt,
                      const SampleOptions& options) {
   model.eval();
   const Context context = context_of(model, options);

@@ -1,6 +1,6 @@
-#include "examples/char_lm/eval.h"
+#include "examples/common/eval.h"
 
-#include "examples/char_lm/checkpoint.h"
+#include "examples/common/checkpoint.h"
 
 namespace ag::char_lm {
 
@@ -18,7 +18,7 @@ EvalResult evaluate_checkpoint(const EvalOptions& o) {
   if (o.eval_iters > 0) c.run.eval_iters = o.eval_iters;
   if (!o.data.empty()) c.run.data = o.data;
   c.run.device = o.device;
-  const Dataset data = make_dataset(read_text(c.run.data), T);
+  const text::Dataset data = text::make_dataset(text::read_text(c.run.data), T);
   const optim::ProcessGrid data_parallel(dist::world(), 1);
   return {evaluate(*loaded.model, data, c, loaded.iter, data_parallel), data.eval_window, model.block_size,
           nn::describe(model)};

@@ -1,0 +1,190 @@
+#include "examples/interp/pictures.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/attention_math.h"
+#include "core/ops.h"
+#include "examples/common/format.h"
+#include "examples/interp/svg.h"
+
+namespace ag::interp {
+
+// One colour per line of a chart, in a fixed order (the methods keep their colour in every chart).
+const std::vector<std::string> kPalette = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                           "#8c564b", "#7f7f7f", "#111111"};
+
+
+namespace {
+// The report's column at a 1000 px window (its CSS: 24 px margins): a picture no
+// wider is drawn at its own size, its text as large as svg.cpp writes it.
+constexpr double kReportColumn = 1000 - 2 * 24;
+
+// What flows through the layers: a causal mask hides key j > i from query i
+// (a sparse pattern hides more in each layer, but rollout composes them).
+bool causal_visible(size_t, int64_t i, int64_t j) { return j <= i; }
+
+std::vector<Tensor> magnitudes(const std::vector<Tensor>& maps, bool rows_to_one) {
+  std::vector<Tensor> out;
+  for (const Tensor& A : maps) {  // [H, T, T], float64 on the CPU
+    std::vector<double> m = A.to_vector();
+    const int64_t T = A.size(2);
+    for (double& x : m) x = std::fabs(x);
+    for (size_t row = 0; rows_to_one && row < m.size() / T; ++row) {
+      double total = 0;
+      for (int64_t j = 0; j < T; ++j) total += m[row * T + j];
+      for (int64_t j = 0; j < T && total > 0; ++j) m[row * T + j] /= total;
+    }
+    out.push_back(Tensor::from_vector(m, A.shape(), DType::Float64));
+  }
+  return out;
+}
+}  // namespace
+
+// Weights that are not a distribution over the keys (ssd's: signed, unnormalised) are
+// drawn as magnitudes |A|, and rolled out with each row of |A| scaled to sum 1.
+bool weights_are_distributions(const nn::GPTConfig& config) {
+  return attention_function_traits(config.attention).weights_sum_to_one;
+}
+// Each layer hatches what its own mask hides: the causal mask and, in a sparse
+// model, the layer's pattern (per head, with random blocks). A pruned head still
+// computes its A (its gate drops it after), so it is drawn, and labelled pruned.
+std::vector<std::string> layer_svgs(const std::vector<Tensor>& maps, const std::vector<std::string>& labels,
+                                    const nn::GPTConfig& config) {
+  const std::vector<std::vector<double>> gates = config.head_gates();
+  const bool distributions = weights_are_distributions(config);
+  std::vector<std::string> svgs;
+  for (size_t l = 0; l < maps.size(); ++l) {
+    const AttentionMask mask{.causal = true, .q_offset = 0, .pattern = nn::attention_pattern(config, static_cast<int64_t>(l))};
+    const int64_t H = maps[l].size(0), T = maps[l].size(1);
+    const std::vector<double> a = (distributions ? maps[l] : magnitudes({maps[l]}, false)[0]).to_vector();
+    const double full_scale = distributions ? 1.0 : std::max(1e-300, *std::max_element(a.begin(), a.end()));
+    std::vector<interp::Heatmap> panels;
+    for (int64_t h = 0; h < H; ++h)
+      panels.push_back({"head " + std::to_string(h) + (gates[l][h] == 0.0 ? " (pruned: gate 0)" : ""),
+                        {a.begin() + h * T * T, a.begin() + (h + 1) * T * T}, full_scale});
+    const std::string what = std::string(attention_function_traits(config.attention).weights) +
+                             (distributions ? "" : ", as |A| (dark blue: " + fixed(full_scale, "%.3g") + ")");
+    svgs.push_back(interp::heatmap_grid_svg(
+        "layer " + std::to_string(l) + ": " + what + " of each head (row: query, column: key; hatched: masked)",
+        panels, labels, [&mask](size_t head, int64_t i, int64_t j) { return mask.visible(static_cast<int64_t>(head), i, j); },
+        kReportColumn, "layer" + std::to_string(l)));
+  }
+  return svgs;
+}
+
+// Rollout and flow route distributions over the keys; ssd's weights become ones (rows of |A| scaled to sum 1).
+std::vector<Tensor> routable(const std::vector<Tensor>& maps, const nn::GPTConfig& config) {
+  return weights_are_distributions(config) ? maps : magnitudes(maps, true);
+}
+Tensor rollout_of(const std::vector<Tensor>& maps, const nn::GPTConfig& config) {
+  return interp::attention_rollout(routable(maps, config), config.head_gates());
+}
+
+// An ssd model's decays: per layer and head the mean a over the prompt, and the positions it takes
+// a state to fall to 1/e of itself, −1 / log ā (its memory).
+std::string decay_table(const std::vector<std::vector<double>>& mean_decays) {
+  std::string html = "<table class=\"decays\"><tr><th>layer</th><th>head</th><th>mean decay ā</th><th>memory −1/log ā "
+                     "(positions)</th></tr>\n";
+  for (size_t l = 0; l < mean_decays.size(); ++l)
+    for (size_t h = 0; h < mean_decays[l].size(); ++h) {
+      const double a = mean_decays[l][h];
+      html += "<tr><td>" + std::to_string(l) + "</td><td>" + std::to_string(h) + "</td><td>" + fixed(a) + "</td><td>" +
+              (a < 1 ? fixed(-1 / std::log(a), "%.1f") : std::string("∞")) + "</td></tr>\n";
+    }
+  return html + "</table>\n";
+}
+
+// Rollout and flow spread each row over many positions, so their colours are scaled to
+// the largest weight below the first row (whose one visible cell is always 1).
+std::string through_layers_svg(const Tensor& R, const std::vector<std::string>& labels, const std::string& title,
+                               const std::string& id) {
+  const std::vector<double> r = R.to_vector();
+  const size_t T = labels.size();
+  const double largest = T > 1 ? *std::max_element(r.begin() + T, r.end()) : 1.0;
+  return interp::heatmap_grid_svg(title, {{id + " (dark blue: " + fixed(largest, "%.3g") + " and above)", r, largest}},
+                                  labels, causal_visible, kReportColumn, id);
+}
+std::string rollout_svg(const Tensor& rollout, const std::vector<std::string>& labels) {
+  return through_layers_svg(rollout, labels, "attention rollout through all layers: ½(mean of heads' A) + ½I, multiplied",
+                            "rollout");
+}
+
+// Per layer, each head's norm part and angle part side by side: a head that selects by direction has
+// a flat norm panel and a sharp angle panel; one that selects by magnitude, the reverse.
+std::vector<std::string> decomposition_svgs(const std::vector<interp::ScoreParts>& parts, const std::vector<std::string>& labels) {
+  std::vector<std::string> svgs;
+  for (size_t l = 0; l < parts.size(); ++l) {
+    const int64_t H = parts[l].norm.size(0), T = parts[l].norm.size(1);
+    const std::vector<double> norm = parts[l].norm.to_vector(), cosine = parts[l].cosine.to_vector();
+    const double largest = std::max(1e-300, *std::max_element(norm.begin(), norm.end()));
+    std::vector<interp::Heatmap> panels;
+    // One colour scale serves every panel of a grid: both parts are drawn in [0, 1].
+    for (int64_t h = 0; h < H; ++h) {
+      std::vector<double> magnitude(norm.begin() + h * T * T, norm.begin() + (h + 1) * T * T);
+      for (double& n : magnitude) n /= largest;
+      std::vector<double> angle(cosine.begin() + h * T * T, cosine.begin() + (h + 1) * T * T);
+      for (double& c : angle) c = 0.5 * (1 + c);  // cos θ from −1 (white) to 1 (dark blue)
+      panels.push_back({"head " + std::to_string(h) + ": ‖q‖‖k‖/√d_h ÷ " + fixed(largest, "%.3g"), magnitude, 1.0});
+      panels.push_back({"head " + std::to_string(h) + ": (1 + cos θ)/2", angle, 1.0});
+    }
+    svgs.push_back(interp::heatmap_grid_svg(
+        "layer " + std::to_string(l) + ": each head's score q·k/√d_h = norm part × angle part (row: query, column: key)",
+        panels, labels, [](size_t, int64_t i, int64_t j) { return j <= i; }, kReportColumn, "decompose" + std::to_string(l)));
+  }
+  return svgs;
+}
+
+std::string explain_line(const interp::Attribution& a) {
+  char line[256];
+  const double D = a.f_input - a.f_baseline;
+  std::snprintf(line, sizeof line,
+                "completeness: attributions sum %.6f, F(x) − F(baseline) %.6f, residual |S − D| %.3g (%.3f %% of |D|)",
+                a.sum, D, a.residual(), 100.0 * a.residual() / std::fabs(D));
+  return line;
+}
+
+// Each method's ρ, sorted, against the fraction of the predictions below it: the spread at a glance.
+std::string spearman_svg(const interp::Faithfulness& f) {
+  std::vector<interp::Series> series;
+  for (size_t m = 0; m + 1 < f.methods.size(); ++m) {  // erasure against itself is 1 throughout
+    std::vector<double> rho;
+    for (const double r : f.methods[m].rho)
+      if (!std::isnan(r)) rho.push_back(r);
+    std::sort(rho.begin(), rho.end());
+    interp::Series s{f.methods[m].method, kPalette[m], {}, rho, false};
+    for (size_t i = 0; i < rho.size(); ++i) s.x.push_back((static_cast<double>(i) + 0.5) / static_cast<double>(rho.size()));
+    series.push_back(s);
+  }
+  return interp::line_chart_svg({.title = "Spearman ρ of each explanation with erasure, one prediction per point, sorted",
+                                 .x_label = "fraction of predictions", .left_label = "Spearman ρ with erasure",
+                                 .right_label = "", .left = series, .right = {}});
+}
+
+std::string deletion_svg(const interp::Faithfulness& f) {
+  std::vector<interp::Series> series;
+  for (size_t m = 0; m < f.methods.size(); ++m) {
+    interp::Series s{f.methods[m].method, kPalette[m], {}, f.methods[m].deletion, true};
+    for (int64_t k = 1; k <= interp::kDeletionSteps; ++k) s.x.push_back(static_cast<double>(k));
+    series.push_back(s);
+  }
+  return interp::line_chart_svg({.title = "deletion curves: the target logit's mean drop after erasing each method's top k",
+                                 .x_label = "positions erased k", .left_label = "mean drop of the target logit",
+                                 .right_label = "", .left = series, .right = {}});
+}
+
+std::string faithfulness_table_html(const interp::Faithfulness& f) {
+  std::string html = "<table class=\"faithfulness\"><tr><th>method</th><th>Spearman ρ with erasure: mean ± sd (n)</th>";
+  for (int64_t k = 1; k <= interp::kDeletionSteps; ++k) html += "<th>k = " + std::to_string(k) + "</th>";
+  html += "</tr>\n";
+  for (const interp::MethodSummary& m : f.methods) {
+    html += "<tr><td>" + interp::escape_xml(m.method) + "</td><td>" + fixed(m.mean_rho(), "%+.3f") + " ± " +
+            fixed(m.spread_rho(), "%.3f") + " (" + std::to_string(m.defined()) + ")</td>";
+    for (const double d : m.deletion) html += "<td>" + fixed(d, "%+.3f") + "</td>";
+    html += "</tr>\n";
+  }
+  return html + "</table>\n";
+}
+
+}  // namespace ag::interp
