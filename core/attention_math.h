@@ -293,6 +293,16 @@ template <class T> AG_HOST_DEVICE inline T log_sum_exp(T row_max, T row_sum) {
   return row_sum == T(0) ? kInf<T> : row_max + std::log(row_sum);
 }
 
+// The flash backward's P = exp(S − lse) in T: lse = hi + lo in T (lo = 0 for
+// float64), so that S − lse is formed as (S − hi) − lo with one rounding where
+// it matters: near a row's max, S and hi are close and S − hi is exact. lse
+// itself is float64 (core/kernels.inc, flash_attention). +∞ (a row that sees no
+// key) gives hi = +∞, lo = 0, and P = 0.
+template <class T> AG_HOST_DEVICE inline void split_lse(double lse, T& hi, T& lo) {
+  hi = static_cast<T>(lse);
+  lo = std::isinf(lse) ? T(0) : static_cast<T>(lse - static_cast<double>(hi));
+}
+
 // Two softmax attentions of one query over disjoint sets of keys, (Z₁, L₁) and
 // (Z₂, L₂), merge into the attention over their union (ring attention's blocks;
 // docs/backprop.md, "Ring attention"):

@@ -108,13 +108,6 @@ __device__ T score(const T* q, const T* k, int64_t d, T scale, const AttentionMa
   return scale * dot(q, k, d) + mask.bias(slope, i, j);
 }
 
-// L = hi + lo in T (lo = 0 for float64), so that S − L is formed as (S − hi) − lo
-// with one rounding where it matters (core/cpu/attention.cpp, `split`).
-template <class T> __device__ void split(double L, T& hi, T& lo) {
-  hi = static_cast<T>(L);
-  lo = isinf(L) ? T(0) : static_cast<T>(L - static_cast<double>(hi));
-}
-
 // The backward's tile of one (query tile, key tile) pair: for query row r and
 // key column c,  P = exp(scale·q·k − L),  dP = dZ·v,  both 0 where the key is
 // hidden or outside the problem. q, dz: `tile` rows of d of query head h; k, v likewise.
@@ -140,7 +133,7 @@ template <class T> __device__ void score_gradient_tile(const T* p, const T* D, i
 
 // L of one query tile's rows (from lse_at on), split, into shared memory.
 template <class T> __device__ void load_lse(const double* L, int64_t lse_at, int64_t rows, T* lse_hi, T* lse_lo) {
-  for (int r = threadIdx.x; r < rows; r += blockDim.x) split(L[lse_at + r], lse_hi[r], lse_lo[r]);
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) math::split_lse(L[lse_at + r], lse_hi[r], lse_lo[r]);
 }
 
 // The largest tile of 32, 16, 8 whose `floats(tile)` elements of T fit in the budget.

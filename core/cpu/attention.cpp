@@ -237,14 +237,6 @@ void tile_product(int64_t M, int64_t N, int64_t K, Left<T> a, const T* b, int64_
   tile_gemm(a.transposed, false, M, N, K, a.data, a.ld, b, ldb, accumulate ? T(1) : T(0), c, ldc);
 }
 
-// L = hi + lo in T (lo = 0 for float64), so that S − L can be formed as
-// (S − hi) − lo with one rounding where it matters: near a row's max, S and hi
-// are close and S − hi is exact. L itself is float64 (see flash_attention_backward).
-template <class T> void split(double L, T& hi, T& lo) {
-  hi = static_cast<T>(L);
-  lo = std::isinf(L) ? T(0) : static_cast<T>(L - static_cast<double>(hi));
-}
-
 // --- the tiles of one (batch, head) ------------------------------------------------------
 
 // Where one query tile and one key tile sit: queries [i0, i0 + rows), keys [j0, j0 + cols).
@@ -422,7 +414,7 @@ template <class T>
         for (int64_t r = 0; r < rows; ++r) D[r] = given_D[shape.lse_at(b, h, i0 + r)];
       else
         std::fill_n(D, rows, T(0));
-      for (int64_t r = 0; r < rows; ++r) split(L[shape.lse_at(b, h, i0 + r)], lse_hi[r], lse_lo[r]);
+      for (int64_t r = 0; r < rows; ++r) math::split_lse(L[shape.lse_at(b, h, i0 + r)], lse_hi[r], lse_lo[r]);
       const std::span<const KeyTile> key_tiles = in.blocks.key_tiles(h, i0);
       // pass 1: P, dP and (unless given) D; the n-th visible key tile's P and dP go to the n-th slot of the stripe
       for (size_t n = 0; n < key_tiles.size(); ++n) {
