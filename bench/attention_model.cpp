@@ -67,7 +67,9 @@ void run_case(const std::string& impl, const Model& m, int iters, int64_t contex
   optim::TrainOptions options;
   options.batch_size = m.batch;
   optim::TrainStep train_step(
-      optimizer, options, [&](const Tensor& x, const Tensor& y) { return model.loss(x, y, Reduction::Sum); },
+      optimizer, options, [&](const Tensor& x, const Tensor& y, std::span<const int64_t> y_host) {
+        return model.loss(x, y, Reduction::Sum, -100, y_host);
+      },
       Device::CPU);
   optim::make_data_parallel(train_step, world);
   model.train();

@@ -94,7 +94,9 @@ struct Trainer {
         optimizer(optim::decay_groups(model.named_parameters(), options.weight_decay),
                   {options.lr, options.beta1, options.beta2, 1e-8}),
         train_step(optimizer, options,
-                   [this](const Tensor& x, const Tensor& y) { return model.loss(x, y, Reduction::Sum); }, Device::CPU),
+                   [this](const Tensor& x, const Tensor& y, std::span<const int64_t> y_host) {
+                     return model.loss(x, y, Reduction::Sum, -100, y_host);
+                   }, Device::CPU),
         B(options.batch_size),
         T(config.block_size),
         V(config.vocab_size),

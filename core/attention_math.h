@@ -226,8 +226,8 @@ struct HeadStrides {
 // One attention problem, as the kernels see it: B batch entries, Hq query
 // heads over Hkv key/value heads (query head h reads kv head h / (Hq / Hkv):
 // grouped-query attention without a copy), Tq queries and Tk keys of width d,
-//   S = scale · Q Kᵀ,  A = softmax(S + M),  Z = A V,  L = log Σ_j exp(S_ij + M_ij).
-// Q, Z, dQ, dZ are laid out by `q`; K, V, dK, dV by `kv`; L [B, Hq, Tq] is contiguous.
+//   S = scale · Q Kᵀ,  A = softmax(S + M),  Z = A V,  lse = log Σ_j exp(S_ij + M_ij).
+// Q, Z, dQ, dZ are laid out by `q`; K, V, dK, dV by `kv`; lse [B, Hq, Tq] is contiguous.
 struct AttentionShape {
   int64_t B, Hq, Hkv, Tq, Tk, d;
   double scale;
@@ -286,27 +286,38 @@ template <class T> AG_HOST_DEVICE inline T softmax_reference(T running_max) {
   return running_max == -kInf<T> ? T(0) : running_max;
 }
 
-// L = m + log l from the row max m and the sum l = Σ_j exp(S_ij − m). A row
-// that sees no key has l = 0 and gets L = +∞, so that the backward's
-// P = exp(S − L) is exactly 0 there (and Z = 0: no probability mass).
+// lse = m + log l from the row max m and the sum l = Σ_j exp(S_ij − m). A row
+// that sees no key has l = 0 and gets lse = +∞, so that the backward's
+// P = exp(S − lse) is exactly 0 there (and Z = 0: no probability mass).
 template <class T> AG_HOST_DEVICE inline T log_sum_exp(T row_max, T row_sum) {
   return row_sum == T(0) ? kInf<T> : row_max + std::log(row_sum);
 }
 
-// Two softmax attentions of one query over disjoint sets of keys, (Z₁, L₁) and
-// (Z₂, L₂), merge into the attention over their union (ring attention's blocks;
+// The flash backward's P = exp(S − lse) in T: lse = hi + lo in T (lo = 0 for
+// float64), so that S − lse is formed as (S − hi) − lo with one rounding where
+// it matters: near a row's max, S and hi are close and S − hi is exact. lse
+// itself is float64 (core/kernels.inc, flash_attention). +∞ (a row that sees no
+// key) gives hi = +∞, lo = 0, and P = 0.
+template <class T> AG_HOST_DEVICE inline void split_lse(double lse, T& hi, T& lo) {
+  hi = static_cast<T>(lse);
+  lo = std::isinf(lse) ? T(0) : static_cast<T>(lse - static_cast<double>(hi));
+}
+
+// Two softmax attentions of one query over disjoint sets of keys, (Z₁, lse₁) and
+// (Z₂, lse₂), merge into the attention over their union (ring attention's blocks;
 // docs/backprop.md, "Ring attention"):
-//   L = log(e^L₁ + e^L₂) = max(L₁, L₂) + log1p(e^(−|L₁ − L₂|)),   Z = e^(L₁ − L) Z₁ + e^(L₂ − L) Z₂,
-// every exponent ≤ 0, so nothing overflows. L = +∞ marks a part that saw no
+//   lse = log(e^lse₁ + e^lse₂) = max(lse₁, lse₂) + log1p(e^(−|lse₁ − lse₂|)),
+//   Z = e^(lse₁ − lse) Z₁ + e^(lse₂ − lse) Z₂,
+// every exponent ≤ 0, so nothing overflows. lse = +∞ marks a part that saw no
 // key (log_sum_exp above): it gets weight 0 and the other part is kept as it is.
 struct SoftmaxMerge {
   double log_sum_exp, weight_1, weight_2;
 };
-AG_HOST_DEVICE inline SoftmaxMerge merge_softmax_parts(double L1, double L2) {
-  if (L2 == kInf<double>) return {L1, 1.0, 0.0};
-  if (L1 == kInf<double>) return {L2, 0.0, 1.0};
-  const double L = (L1 > L2 ? L1 : L2) + log1p(exp(-fabs(L1 - L2)));
-  return {L, exp(L1 - L), exp(L2 - L)};
+AG_HOST_DEVICE inline SoftmaxMerge merge_softmax_parts(double lse_1, double lse_2) {
+  if (lse_2 == kInf<double>) return {lse_1, 1.0, 0.0};
+  if (lse_1 == kInf<double>) return {lse_2, 0.0, 1.0};
+  const double lse = (lse_1 > lse_2 ? lse_1 : lse_2) + log1p(exp(-fabs(lse_1 - lse_2)));
+  return {lse, exp(lse_1 - lse), exp(lse_2 - lse)};
 }
 
 }  // namespace math

@@ -7,7 +7,7 @@
 #pragma once
 #include <cmath>
 
-#include "core/dispatch.h"
+#include "core/kernel_args.h"  // AdamHyper, SgdHyper
 #include "core/random.h"  // AG_HOST_DEVICE
 
 namespace ag::math {
@@ -19,7 +19,7 @@ AG_HOST_DEVICE inline double clip_coefficient(double sum_of_squares, double max_
   return coef < 1.0 ? coef : 1.0;
 }
 
-// Adam / AdamW (contract in core/dispatch.h). The per-step scalars are computed
+// Adam / AdamW (contract in core/kernel_args.h). The per-step scalars are computed
 // once, in double, as torch computes them in Python.
 template <class T> struct AdamUpdate {
   T *p, *m, *v;
@@ -50,7 +50,7 @@ template <class T> struct AdamUpdate {
   }
 };
 
-// SGD with optional momentum and Nesterov (contract in core/dispatch.h). Without
+// SGD with optional momentum and Nesterov (contract in core/kernel_args.h). Without
 // momentum there is no buffer (as in torch): b is null and never read.
 template <class T> struct SgdUpdate {
   T* p;

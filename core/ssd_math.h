@@ -41,4 +41,30 @@ struct DecayedProduct {
   AG_HOST_DEVICE bool causal() const { return direction == PrefixDirection::Causal; }
 };
 
+namespace math {
+
+// The decay's gradient (contract: core/kernels.inc, ssd_decay_gradient) for
+// problem n = b·heads + h: the suffix sums dλ_t = Σ_{s ≥ t} (dY_s · Y_s − Δ_s dΔ_s),
+// from t = T − 1 down, on one thread. Called for every n by the CPU rows
+// (core/cpu/ssd.cpp) and by one CUDA thread each (cuda/ssd.cu), so both sum in
+// the same order.
+template <class T> struct DecayGradient {
+  const T *dy, *y, *dt, *d_dt;
+  T* d_log_a;
+  DecayedProduct how;
+  AG_HOST_DEVICE void operator()(int64_t n) const {
+    const int64_t b = n / how.heads, h = n % how.heads;
+    T suffix = 0;
+    for (int64_t t = how.T - 1; t >= 0; --t) {
+      const T *dyt = dy + how.out.at(b, h, t), *yt = y + how.out.at(b, h, t);
+      T dot = 0;
+      for (int64_t c = 0; c < how.e; ++c) dot += dyt[c] * yt[c];
+      const int64_t at = how.decay.at(b, h, t);
+      suffix += dot - dt[at] * d_dt[at];
+      d_log_a[at] = suffix;
+    }
+  }
+};
+
+}  // namespace math
 }  // namespace ag

@@ -8,7 +8,7 @@
 // memory with K, V (and Q, dZ) tiles; `tile` is the largest of 32, 16, 8 whose
 // buffers fit in 48 KB (so it depends on d and the dtype).
 //   forward:        one block per (b, query head h, query tile); each owns its
-//                   rows of Z and L. Threads split the S tile's entries, then
+//                   rows of Z and lse. Threads split the S tile's entries, then
 //                   one warp per row does the online-softmax update, then the
 //                   threads split the accumulator's entries.
 //   backward, dK dV: one block per (b, kv head, key tile), looping over the
@@ -35,7 +35,7 @@ constexpr size_t kSharedBudget = 48 * 1024;
 // --- the dense implementation's softmax -------------------------------------------------
 
 // One thread per query column c = (b·Hq + h)·Tq + i of Sᵀ [B, Hq, Tk, Tq]
-// (core/kernels.inc): A = softmax over the visible keys, 0 elsewhere; L = the
+// (core/kernels.inc): A = softmax over the visible keys, 0 elsewhere; lse = the
 // column's log-sum-exp (unless lse is null). Adjacent threads read adjacent
 // queries of a key's row. A may be S.
 template <class T> struct MaskedSoftmaxColumns {
@@ -108,15 +108,8 @@ __device__ T score(const T* q, const T* k, int64_t d, T scale, const AttentionMa
   return scale * dot(q, k, d) + mask.bias(slope, i, j);
 }
 
-// L = hi + lo in T (lo = 0 for float64), so that S − L is formed as (S − hi) − lo
-// with one rounding where it matters (core/cpu/attention.cpp, `split`).
-template <class T> __device__ void split(double L, T& hi, T& lo) {
-  hi = static_cast<T>(L);
-  lo = isinf(L) ? T(0) : static_cast<T>(L - static_cast<double>(hi));
-}
-
 // The backward's tile of one (query tile, key tile) pair: for query row r and
-// key column c,  P = exp(scale·q·k − L),  dP = dZ·v,  both 0 where the key is
+// key column c,  P = exp(scale·q·k − lse),  dP = dZ·v,  both 0 where the key is
 // hidden or outside the problem. q, dz: `tile` rows of d of query head h; k, v likewise.
 template <class T>
 __device__ void probability_tile(const T* q, const T* dz, const T* k, const T* v, const T* lse_hi, const T* lse_lo,
@@ -128,7 +121,7 @@ __device__ void probability_tile(const T* q, const T* dz, const T* k, const T* v
     const bool shown =
         r < rows && c < cols && (visibility == TileVisibility::All || mask.visible(h, i0 + r, j0 + c));
     p[idx] = shown ? std::exp(score(q + r * d, k + c * d, d, scale, mask, slope, i0 + r, j0 + c) - lse_hi[r] - lse_lo[r])
-                   : T(0);  // L = +inf: 0
+                   : T(0);  // lse = +inf: 0
     dp[idx] = shown ? dot(dz + r * d, v + c * d, d) : T(0);
   }
 }
@@ -138,9 +131,9 @@ template <class T> __device__ void score_gradient_tile(const T* p, const T* D, i
   for (int idx = threadIdx.x; idx < tile * tile; idx += blockDim.x) dp[idx] = p[idx] * (dp[idx] - D[idx / tile]);
 }
 
-// L of one query tile's rows (from lse_at on), split, into shared memory.
-template <class T> __device__ void load_lse(const double* L, int64_t lse_at, int64_t rows, T* lse_hi, T* lse_lo) {
-  for (int r = threadIdx.x; r < rows; r += blockDim.x) split(L[lse_at + r], lse_hi[r], lse_lo[r]);
+// lse of one query tile's rows (from lse_at on), split, into shared memory.
+template <class T> __device__ void load_lse(const double* lse, int64_t lse_at, int64_t rows, T* lse_hi, T* lse_lo) {
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) math::split_lse(lse[lse_at + r], lse_hi[r], lse_lo[r]);
 }
 
 // The largest tile of 32, 16, 8 whose `floats(tile)` elements of T fit in the budget.
@@ -207,7 +200,7 @@ int64_t forward_floats(int tile, int64_t d) { return 4 * tile * d + tile * tile 
 
 template <class T>
 __global__ void flash_forward_kernel(const T* Q, const T* K, const T* V, AttentionShape shape, int tile, T* Z,
-                                     double* L) {
+                                     double* lse) {
   const int64_t d = shape.d;
   SharedBuffers<T> shared;
   T *sQ = shared.take(tile * d), *sK = shared.take(tile * d), *sV = shared.take(tile * d);
@@ -265,13 +258,13 @@ __global__ void flash_forward_kernel(const T* Q, const T* K, const T* V, Attenti
       }
     });
     __syncthreads();
-    // Z = acc / l (0 on a row that saw no key), L = m + log l
+    // Z = acc / l (0 on a row that saw no key), lse = m + log l
     for (int64_t idx = threadIdx.x; idx < q.rows * d; idx += blockDim.x) {
       const int64_t r = idx / d;
       Z[q_at(q.i0 + r) + idx % d] = l[r] == T(0) ? T(0) : acc[idx] / l[r];
     }
     for (int r = threadIdx.x; r < q.rows; r += blockDim.x)
-      L[shape.lse_at(q.b, q.h, q.i0 + r)] = math::log_sum_exp<double>(m[r], l[r]);
+      lse[shape.lse_at(q.b, q.h, q.i0 + r)] = math::log_sum_exp<double>(m[r], l[r]);
   }
 }
 
@@ -280,7 +273,7 @@ __global__ void flash_forward_kernel(const T* Q, const T* K, const T* V, Attenti
 // dS subtracts it from (as the CPU does); the key kernel, launched after it,
 // reads D and recomputes P and dP with the same arithmetic, so the same bits.
 
-// Shared memory: Q, dZ, dQ [tile][d]; K, V [tile][d]; P, dP [tile][tile]; L (hi, lo), D [tile].
+// Shared memory: Q, dZ, dQ [tile][d]; K, V [tile][d]; P, dP [tile][tile]; lse (hi, lo), D [tile].
 int64_t query_floats(int tile, int64_t d) { return 5 * tile * d + 2 * tile * tile + 3 * tile; }
 
 // For one query tile, over every visible key tile:
@@ -288,7 +281,7 @@ int64_t query_floats(int tile, int64_t d) { return 5 * tile * d + 2 * tile * til
 //   pass 2:  dQ = scale · Σ_j dS K_j,  dS = P ∘ (dP − D)
 // With D given (given_D), pass 1 is skipped and D only read.
 template <class T>
-__global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, const double* L, const T* dZ,
+__global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, const double* lse, const T* dZ,
                                             AttentionShape shape, int tile, bool given_D, bool accumulate, T* D,
                                             T* dQ) {
   const int64_t d = shape.d;
@@ -305,7 +298,7 @@ __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, 
     __syncthreads();
     load_tile(Q, q_at, q.i0, q.rows, tile, d, sQ);
     load_tile(dZ, q_at, q.i0, q.rows, tile, d, sdZ);
-    load_lse(L, shape.lse_at(q.b, q.h, q.i0), q.rows, lse_hi, lse_lo);
+    load_lse(lse, shape.lse_at(q.b, q.h, q.i0), q.rows, lse_hi, lse_lo);
     for (int64_t idx = threadIdx.x; idx < tile * d; idx += blockDim.x) dq[idx] = 0;
     for (int r = threadIdx.x; r < tile; r += blockDim.x) sD[r] = given_D && r < q.rows ? D[shape.lse_at(q.b, q.h, q.i0 + r)] : T(0);
     for (int pass = given_D ? 2 : 1; pass <= 2; ++pass)
@@ -342,13 +335,13 @@ __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, 
   }
 }
 
-// Shared memory: K, V, dK, dV [tile][d]; Q, dZ [tile][d]; P, dP [tile][tile]; L (hi, lo), D [tile].
+// Shared memory: K, V, dK, dV [tile][d]; Q, dZ [tile][d]; P, dP [tile][tile]; lse (hi, lo), D [tile].
 int64_t key_floats(int tile, int64_t d) { return 6 * tile * d + 2 * tile * tile + 3 * tile; }
 
 // For one key tile: dV = Σ Pᵀ dZ and dK = scale · Σ dSᵀ Q over every visible
 // query tile of every query head that reads its kv head.
 template <class T>
-__global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, const double* L, const T* D,
+__global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, const double* lse, const T* D,
                                           const T* dZ, AttentionShape shape, int tile, bool accumulate, T* dK,
                                           T* dV) {
   const int64_t d = shape.d, g = shape.group();
@@ -377,7 +370,7 @@ __global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, co
         const auto q_at = [&](int64_t t) { return shape.q.at(b, h, t); };
         load_tile(Q, q_at, i0, rows, tile, d, sQ);
         load_tile(dZ, q_at, i0, rows, tile, d, sdZ);
-        load_lse(L, shape.lse_at(b, h, i0), rows, lse_hi, lse_lo);
+        load_lse(lse, shape.lse_at(b, h, i0), rows, lse_hi, lse_lo);
         for (int r = threadIdx.x; r < rows; r += blockDim.x) sD[r] = D[shape.lse_at(b, h, i0 + r)];
         __syncthreads();
         probability_tile(sQ, sdZ, sK, sV, lse_hi, lse_lo, h, i0, rows, j0, cols, tile, d, scale, shape.mask,
@@ -423,16 +416,16 @@ template <class T> struct RotatePairs {
 // Ring attention's merge: one thread per row (b, h, i), the row's index being lse_at(b, h, i).
 template <class T> struct MergeSoftmaxParts {
   T* z;
-  double* l;
+  double* lse;
   const T* z_part;
-  const double* l_part;
+  const double* lse_part;
   AttentionShape shape;
   __device__ void operator()(int64_t row) const {
     const int64_t at = shape.q.at(row / (shape.Hq * shape.Tq), row / shape.Tq % shape.Hq, row % shape.Tq);
-    const math::SoftmaxMerge merged = math::merge_softmax_parts(l[row], l_part[row]);
+    const math::SoftmaxMerge merged = math::merge_softmax_parts(lse[row], lse_part[row]);
     const T w1 = static_cast<T>(merged.weight_1), w2 = static_cast<T>(merged.weight_2);
     for (int64_t e = 0; e < shape.d; ++e) z[at + e] = w1 * z[at + e] + w2 * z_part[at + e];
-    l[row] = merged.log_sum_exp;
+    lse[row] = merged.log_sum_exp;
   }
 };
 
@@ -447,12 +440,12 @@ void launch_tiles(void (*kernel)(Params...), int64_t tasks, int64_t floats, Args
 
 }  // namespace
 
-void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Tensor& L) {
+void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Tensor& lse) {
   visit_floating(S.dtype(), "attention_softmax", [&](auto zero) {
     using T = decltype(zero);
     const int64_t Hq = S.size(1), Tk = S.size(2), Tq = S.size(3);
     for_each_index(S.numel() / Tk, MaskedSoftmaxColumns<T>{ptr<const T>(S), ptr<T>(A),
-                                                          L.defined() ? ptr<double>(L) : nullptr, Hq, Tq, Tk, mask});
+                                                          lse.defined() ? ptr<double>(lse) : nullptr, Hq, Tq, Tk, mask});
   });
 }
 
@@ -471,43 +464,43 @@ void rotary_embedding(const Tensor& X, const RotaryShape& shape, Tensor& Y) {
   });
 }
 void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const AttentionShape& shape, Tensor& Z,
-                     Tensor& L) {
+                     Tensor& lse) {
   visit_floating(Q.dtype(), "flash_attention", [&](auto zero) {
     using T = decltype(zero);
     const int tile = choose_tile<T>("flash_attention", shape.d, [&](int t) { return forward_floats(t, shape.d); });
     launch_tiles<T>(flash_forward_kernel<T>, shape.B * shape.Hq * tiles_of(shape.Tq, tile),
                     forward_floats(tile, shape.d), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V), shape, tile,
-                    ptr<T>(Z), ptr<double>(L));
+                    ptr<T>(Z), ptr<double>(lse));
   });
 }
 
-void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& L, const Tensor& dZ,
+void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& lse, const Tensor& dZ,
                               const Tensor& given_D, const AttentionShape& shape, bool accumulate, Tensor& dQ,
                               Tensor& dK, Tensor& dV) {
   visit_floating(Q.dtype(), "flash_attention_backward", [&](auto zero) {
     using T = decltype(zero);
     // rowsum(P ∘ dP) [B, Hq, Tq]: the query kernel's, or the caller's
-    const Tensor D = given_D.defined() ? given_D : Tensor::empty(L.shape(), Q.dtype(), Device::CUDA);
+    const Tensor D = given_D.defined() ? given_D : Tensor::empty(lse.shape(), Q.dtype(), Device::CUDA);
     const int query_tile =
         choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return query_floats(t, shape.d); });
     launch_tiles<T>(flash_backward_query_kernel<T>, shape.B * shape.Hq * tiles_of(shape.Tq, query_tile),
                     query_floats(query_tile, shape.d), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V),
-                    ptr<const double>(L), ptr<const T>(dZ), shape, query_tile, given_D.defined(), accumulate, ptr<T>(D),
+                    ptr<const double>(lse), ptr<const T>(dZ), shape, query_tile, given_D.defined(), accumulate, ptr<T>(D),
                     ptr<T>(dQ));
     const int key_tile =
         choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return key_floats(t, shape.d); });
     launch_tiles<T>(flash_backward_key_kernel<T>, shape.B * shape.Hkv * tiles_of(shape.Tk, key_tile),
                     key_floats(key_tile, shape.d), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V),
-                    ptr<const double>(L), ptr<const T>(D), ptr<const T>(dZ), shape, key_tile, accumulate, ptr<T>(dK),
+                    ptr<const double>(lse), ptr<const T>(D), ptr<const T>(dZ), shape, key_tile, accumulate, ptr<T>(dK),
                     ptr<T>(dV));
   });
 }
 
-void attention_merge(Tensor& Z, Tensor& L, const Tensor& Z_part, const Tensor& L_part, const AttentionShape& shape) {
+void attention_merge(Tensor& Z, Tensor& lse, const Tensor& Z_part, const Tensor& lse_part, const AttentionShape& shape) {
   visit_floating(Z.dtype(), "attention_merge", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(shape.B * shape.Hq * shape.Tq, MergeSoftmaxParts<T>{ptr<T>(Z), ptr<double>(L), ptr<const T>(Z_part),
-                                                                      ptr<const double>(L_part), shape});
+    for_each_index(shape.B * shape.Hq * shape.Tq, MergeSoftmaxParts<T>{ptr<T>(Z), ptr<double>(lse), ptr<const T>(Z_part),
+                                                                      ptr<const double>(lse_part), shape});
   });
 }
 

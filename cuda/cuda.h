@@ -8,7 +8,7 @@
 // Builds without nvcc get cuda/disabled.cpp, whose stubs, generated from the
 // same list, throw "built without CUDA".
 #pragma once
-#include "core/dispatch.h"
+#include "core/kernel_args.h"
 
 namespace ag::cuda {
 

@@ -1,4 +1,6 @@
-// State-space attention on CUDA: the decayed product and the decay's gradient.
+// State-space attention on CUDA: the decayed product and the decay's gradient
+// (one thread per problem running math::DecayGradient, core/ssd_math.h, as the
+// CPU does).
 // Reference: core/cpu/ssd.cpp; contract: core/ssd_math.h (DecayedProduct).
 //
 // The product runs as the recurrence the CPU's chunks compute in blocks: one
@@ -48,25 +50,6 @@ __global__ void decayed_product_kernel(const T* A, const T* B, const T* C, const
   }
 }
 
-// dλ of problem n = b·heads + h: the suffix sums of dY_t·Y_t − Δ_t dΔ_t, on one thread.
-template <class T> struct DecayGradient {
-  const T *dy, *y, *dt, *d_dt;
-  T* d_log_a;
-  DecayedProduct how;
-  __device__ void operator()(int64_t n) const {
-    const int64_t b = n / how.heads, h = n % how.heads;
-    T suffix = 0;
-    for (int64_t t = how.T - 1; t >= 0; --t) {
-      const T *dyt = dy + how.out.at(b, h, t), *yt = y + how.out.at(b, h, t);
-      T dot = 0;
-      for (int64_t c = 0; c < how.e; ++c) dot += dyt[c] * yt[c];
-      const int64_t at = how.decay.at(b, h, t);
-      suffix += dot - dt[at] * d_dt[at];
-      d_log_a[at] = suffix;
-    }
-  }
-};
-
 }  // namespace
 
 void ssd_product(const Tensor& A, const Tensor& B, const Tensor& C, const Tensor& dt, const Tensor& log_a,
@@ -84,8 +67,8 @@ void ssd_decay_gradient(const Tensor& dY, const Tensor& Y, const Tensor& dt, con
                         const DecayedProduct& how, Tensor& d_log_a) {
   visit_floating(Y.dtype(), "ssd_decay_gradient", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(how.batch * how.heads, DecayGradient<T>{ptr<const T>(dY), ptr<const T>(Y), ptr<const T>(dt),
-                                                           ptr<const T>(d_dt), ptr<T>(d_log_a), how});
+    for_each_index(how.batch * how.heads, math::DecayGradient<T>{ptr<const T>(dY), ptr<const T>(Y), ptr<const T>(dt),
+                                                                 ptr<const T>(d_dt), ptr<T>(d_log_a), how});
   });
 }
 

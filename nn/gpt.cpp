@@ -314,9 +314,12 @@ int64_t GPT::rolling_kv_cache_capacity(int64_t T_new) const {
   return blocks_.front()->attn().rolling_cache_capacity(T_new);
 }
 
-Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, int64_t ignore_index) {
+Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, int64_t ignore_index,
+                 std::span<const int64_t> targets_on_host) {
   AG_CHECK(targets.shape() == idx.shape(),
            "GPT::loss: targets " << describe(targets) << " and idx " << describe(idx) << " differ in shape");
+  AG_CHECK(targets_on_host.empty() || static_cast<int64_t>(targets_on_host.size()) == targets.numel(),
+           "GPT::loss: " << targets_on_host.size() << " targets read on the host for targets " << describe(targets));
   const Tensor x = blocks_output(checked_token_embeddings(idx)).reshape({-1, config_.n_embd});  // [BT, C]
   const Tensor y = targets.reshape({-1});
   // Positions whose target is ignored skip the head and its softmax, the
@@ -324,8 +327,10 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, 
   // (the lab's recall tasks) pays for those alone. The loss and every gradient
   // are the same, since ignored positions add nothing to either. Only on the
   // CPU, where reading the targets is free: on a device it waits for the device.
+  // The targets are read here unless the caller has read them already.
   if (y.device() == Device::CPU) {
-    const std::vector<int64_t> all = y.to_indices();
+    const std::vector<int64_t> read = targets_on_host.empty() ? y.to_indices() : std::vector<int64_t>();
+    const std::span<const int64_t> all = targets_on_host.empty() ? std::span<const int64_t>(read) : targets_on_host;
     std::vector<int64_t> rows, scored;
     for (size_t i = 0; i < all.size(); ++i)
       if (all[i] != ignore_index) rows.push_back(static_cast<int64_t>(i)), scored.push_back(all[i]);

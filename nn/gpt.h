@@ -14,6 +14,7 @@
 // blocks.i.ln1, blocks.i.attn (O), blocks.i.ln2 (LN2(x + O)), blocks.i.mlp and
 // blocks.i (the block's output), then ln_f and logits (the tied head).
 #pragma once
+#include <span>
 #include <string_view>
 
 #include "core/options.h"
@@ -139,8 +140,11 @@ class GPT : public Module {
   int64_t rolling_kv_cache_capacity(int64_t T_new) const;
   // idx, targets int64 [B, T] -> cross-entropy of the next-token logits, [],
   // averaged or summed over the targets that are not ignore_index.
+  // targets_on_host: the targets' values when the caller has read them on the
+  // host already (a training step, which counts them; optim::TrainStep), so that
+  // the loss does not read them again; empty, it reads them itself.
   Tensor loss(const Tensor& idx, const Tensor& targets, Reduction reduction = Reduction::Mean,
-              int64_t ignore_index = -100);
+              int64_t ignore_index = -100, std::span<const int64_t> targets_on_host = {});
 
   void set_attention_impl(AttentionImpl impl);
   // Context parallelism (optim::ProcessGrid): forward and loss then take this

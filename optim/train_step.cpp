@@ -10,6 +10,19 @@
 
 namespace ag::optim {
 
+namespace {
+// The targets of every micro-batch, read on the host once: the step counts the
+// scored ones from them and hands them to the loss.
+std::vector<std::vector<int64_t>> read_targets(const std::vector<Batch>& micro_batches) {
+  std::vector<std::vector<int64_t>> y_host;
+  for (const Batch& b : micro_batches) {
+    AG_CHECK(b.y.device() == Device::CPU, "TrainStep: targets must come from the host, got " << describe(b.y));
+    y_host.push_back(b.y.to_indices());
+  }
+  return y_host;
+}
+}  // namespace
+
 void TrainOptions::check() const {
   check_option_ranges(*this);
   AG_CHECK_OPTIONS(warmup_iters < lr_decay_iters, "--warmup-iters (" << warmup_iters << ") must be below --lr-decay-iters ("
@@ -31,14 +44,13 @@ StepResult TrainStep::run(int64_t iter, const std::vector<Batch>& micro_batches)
   result.lr = warmup_cosine_lr(iter, {options_.lr, options_.min_lr, options_.warmup_iters, options_.lr_decay_iters});
   optimizer_.set_lr(result.lr);
   // n, the step's scored targets, counted on the host where the batches are made.
-  for (const Batch& b : micro_batches) {
-    AG_CHECK(b.y.device() == Device::CPU, "TrainStep: targets must come from the host, got " << describe(b.y));
-    for (int64_t t : b.y.to_indices()) result.scored += t != ignore_index_;
-  }
+  const std::vector<std::vector<int64_t>> y_host = read_targets(micro_batches);
+  for (const std::vector<int64_t>& targets : y_host)
+    for (int64_t t : targets) result.scored += t != ignore_index_;
   if (total_scored) result.scored = total_scored(result.scored);
   AG_CHECK(result.scored > 0, "TrainStep: iteration " << iter << " has no scored target (every one is ignore_index "
                                                       << ignore_index_ << ")");
-  result.loss = accumulate_gradients(micro_batches, result.scored);
+  result.loss = accumulate_gradients(micro_batches, y_host, result.scored);
   if (after_backward) after_backward(optimizer_);
   const double max_norm = options_.grad_clip > 0 ? options_.grad_clip : INFINITY;
   result.grad_norm = clip_grad_norm(optimizer_, max_norm);
@@ -53,12 +65,14 @@ StepResult TrainStep::run(int64_t iter, const std::vector<Batch>& micro_batches)
   return result;
 }
 
-Tensor TrainStep::accumulate_gradients(const std::vector<Batch>& micro_batches, int64_t scored) {
+Tensor TrainStep::accumulate_gradients(const std::vector<Batch>& micro_batches,
+                                       const std::vector<std::vector<int64_t>>& y_host, int64_t scored) {
   const double inverse_count = 1.0 / static_cast<double>(scored);
   optimizer_.zero_grad();
   Tensor loss;
-  for (const Batch& b : micro_batches) {
-    const Tensor summed = summed_loss_(b.x.to(device_), b.y.to(device_));
+  for (size_t m = 0; m < micro_batches.size(); ++m) {
+    const Batch& b = micro_batches[m];
+    const Tensor summed = summed_loss_(b.x.to(device_), b.y.to(device_), y_host[m]);
     const Tensor share = mul(summed, inverse_count);  // L_m / n
     share.backward();
     NoGradGuard no_grad;
@@ -101,7 +115,7 @@ void TrainStep::check_finite(const std::vector<Batch>* rerun) {
     if (rerun && is_latest) {
       try {
         AnomalyModeGuard anomaly;
-        accumulate_gradients(*rerun, checked[i].scored);
+        accumulate_gradients(*rerun, read_targets(*rerun), checked[i].scored);
         message << ". Rerun in anomaly mode, it stayed finite (dropout draws other masks)";
       } catch (const Error& e) {
         message << ". Rerun in " << e.what();

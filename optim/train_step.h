@@ -27,6 +27,7 @@
 // calls it before every save, so a diverged run never overwrites a checkpoint.
 #pragma once
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "core/options.h"
@@ -65,9 +66,12 @@ struct StepResult {
 
 class TrainStep {
  public:
-  // summed_loss(x, y): the loss of one micro-batch summed over its scored
-  // targets (cross_entropy with Reduction::Sum), x and y on `device`.
-  using SummedLoss = std::function<Tensor(const Tensor& x, const Tensor& y)>;
+  // summed_loss(x, y, y_host): the loss of one micro-batch summed over its
+  // scored targets (cross_entropy with Reduction::Sum), x and y on `device`;
+  // y_host holds y's values as the step read them on the host to count the
+  // scored targets, so that the loss need not read them again (GPT::loss takes
+  // them as targets_on_host).
+  using SummedLoss = std::function<Tensor(const Tensor& x, const Tensor& y, std::span<const int64_t> y_host)>;
 
   TrainStep(Optimizer& optimizer, const TrainOptions& options, SummedLoss summed_loss, Device device,
             int64_t ignore_index = -100);
@@ -101,9 +105,11 @@ class TrainStep {
     int64_t scored;
     Tensor loss, grad_norm;
   };
-  // Forward and backward of every micro-batch into the zeroed gradient buffer;
-  // returns the step's mean loss.
-  Tensor accumulate_gradients(const std::vector<Batch>& micro_batches, int64_t scored);
+  // Forward and backward of every micro-batch into the zeroed gradient buffer,
+  // y_host[m] holding micro-batch m's targets as read on the host; returns the
+  // step's mean loss.
+  Tensor accumulate_gradients(const std::vector<Batch>& micro_batches, const std::vector<std::vector<int64_t>>& y_host,
+                              int64_t scored);
 
   Optimizer& optimizer_;
   TrainOptions options_;

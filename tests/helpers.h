@@ -90,7 +90,7 @@ inline Tensor random(const Shape& shape, uint64_t seed, DType dtype = DType::Flo
 }
 
 // attention(q, k, v, spec) on copies of in = {q, k, v} converted to `dtype` on `device`,
-// backward from `upstream` (float64 on the CPU, converted likewise): Z, L (softmax's dense
+// backward from `upstream` (float64 on the CPU, converted likewise): Z, lse (softmax's dense
 // and flash; else undefined) and the gradients of q, k, v, back on the CPU in float64.
 // f's output and every input's gradient, with upstream(output) as the output's gradient.
 inline std::vector<Tensor> output_and_gradients(const GradcheckFn& f, const std::vector<Tensor>& inputs,
@@ -105,7 +105,7 @@ inline std::vector<Tensor> output_and_gradients(const GradcheckFn& f, const std:
 }
 
 struct AttentionRun {
-  Tensor Z = {}, L = {}, dQ = {}, dK = {}, dV = {};
+  Tensor Z = {}, lse = {}, dQ = {}, dK = {}, dV = {};
 };
 inline AttentionRun run_attention(const std::vector<Tensor>& in, const AttentionSpec& spec, Device device, DType dtype,
                                   const Tensor& upstream) {

@@ -41,7 +41,9 @@ TEST_CASE("allocator: steady-state GPT training steps allocate no tensor memory 
   nn::GPT model(config, init);
   optim::AdamW optimizer(optim::decay_groups(model.named_parameters(), 0.1), {1e-3, 0.9, 0.99, 1e-8});
   optim::TrainStep step(optimizer, {},
-                        [&](const Tensor& x, const Tensor& y) { return model.loss(x, y, Reduction::Sum); },
+                        [&](const Tensor& x, const Tensor& y, std::span<const int64_t> y_host) {
+                          return model.loss(x, y, Reduction::Sum, -100, y_host);
+                        },
                         Device::CPU);
   Generator batches(4);
   auto run = [&](int64_t iter) {

@@ -93,7 +93,7 @@ std::vector<Problem> agreement_problems() {
 }
 
 // Every implementation on `device` agrees with composed on the CPU, in float64:
-// Z and every gradient ≤ 1e-10 (normwise relative), and L of dense and flash.
+// Z and every gradient ≤ 1e-10 (normwise relative), and lse of dense and flash.
 void check_implementations_agree(Device device) {
   for (const Problem& p : agreement_problems()) {
     CAPTURE(describe(p));
@@ -103,7 +103,7 @@ void check_implementations_agree(Device device) {
     spec.impl = AttentionImpl::Composed;
     const Result reference = run_attention(in, spec, Device::CPU, DType::Float64, upstream);
     spec.impl = AttentionImpl::Dense;
-    const Tensor reference_L = run_attention(in, spec, Device::CPU, DType::Float64, upstream).L;
+    const Tensor reference_lse = run_attention(in, spec, Device::CPU, DType::Float64, upstream).lse;
     for (AttentionImpl impl : attention_impls()) {
       CAPTURE(name_of(impl));
       spec.impl = impl;
@@ -112,14 +112,14 @@ void check_implementations_agree(Device device) {
       CHECK_CLOSE(r.dQ, reference.dQ, 1e-10);
       CHECK_CLOSE(r.dK, reference.dK, 1e-10);
       CHECK_CLOSE(r.dV, reference.dV, 1e-10);
-      if (impl != AttentionImpl::Composed) CHECK_CLOSE(r.L, reference_L, 1e-12);
+      if (impl != AttentionImpl::Composed) CHECK_CLOSE(r.lse, reference_lse, 1e-12);
     }
   }
 }
 
 // FlashAttention's test recipe: in float32, flash's error against a float64
 // reference must stay within twice the dense float32 computation's error
-// against it, for Z, L, dQ, dK and dV. The max over elements is the recipe's
+// against it, for Z, lse, dQ, dK and dV. The max over elements is the recipe's
 // statistic; as it is set by a few rows (the first rows of a causal mask, where
 // attention is concentrated), the problems hold 32 heads so that it is a max over
 // many such rows. The root-mean-square error, which every element sets, must
@@ -147,7 +147,7 @@ void check_flash_error_budget(Device device) {
         CHECK(flash_rms <= 1.25 * dense_rms);
       };
       check("Z", flash.Z, dense.Z, reference.Z);
-      check("L", flash.L, dense.L, reference.L);
+      check("lse", flash.lse, dense.lse, reference.lse);
       check("dQ", flash.dQ, dense.dQ, reference.dQ);
       check("dK", flash.dK, dense.dK, reference.dK);
       check("dV", flash.dV, dense.dV, reference.dV);
@@ -155,7 +155,7 @@ void check_flash_error_budget(Device device) {
 }
 
 // A query that sees no key (causal, placed before the first key) gets Z = 0
-// and L = +inf, and sends no gradient anywhere: exact zeros, no NaN.
+// and lse = +inf, and sends no gradient anywhere: exact zeros, no NaN.
 void check_rows_without_keys(Device device) {
   // Tq = 5 over Tk = 3, bottom-right aligned: q_offset = −2, so queries 0 and 1 see nothing.
   const Problem p{1, 2, 1, 5, 3, 4, {.causal = true}};
@@ -181,9 +181,10 @@ void check_rows_without_keys(Device device) {
             }
           }
       if (impl != AttentionImpl::Composed) {
-        const std::vector<double> L = r.L.to_vector();
+        const std::vector<double> lse = r.lse.to_vector();
         for (int64_t h = 0; h < p.Hq; ++h)
-          for (int64_t i = 0; i < p.Tq; ++i) CHECK((i < 2 ? std::isinf(L[h * p.Tq + i]) && L[h * p.Tq + i] > 0 : std::isfinite(L[h * p.Tq + i])));
+          for (int64_t i = 0; i < p.Tq; ++i)
+            CHECK((i < 2 ? std::isinf(lse[h * p.Tq + i]) && lse[h * p.Tq + i] > 0 : std::isfinite(lse[h * p.Tq + i])));
       }
     }
 }
@@ -338,7 +339,7 @@ TEST_CASE_EVERY_DEVICE("attention op: composed, dense and flash agree to 1e-10 i
   check_implementations_agree(device);
 }
 
-TEST_CASE_EVERY_DEVICE("attention op: flash's float32 error is within twice dense's, for Z, L, dQ, dK, dV") {
+TEST_CASE_EVERY_DEVICE("attention op: flash's float32 error is within twice dense's, for Z, lse, dQ, dK, dV") {
   check_flash_error_budget(device);
 }
 
@@ -388,7 +389,7 @@ TEST_CASE_EVERY_DEVICE("attention op: A has rows summing to 1 and an exactly zer
         CHECK(row == doctest::Approx(1.0).epsilon(1e-14));
       }
   }
-  // Flash never forms A; it hands back L.
+  // Flash never forms A; it hands back lse.
   const Inputs in = on_device(p.inputs(5));
   AttentionSpec flash = p.spec;
   flash.impl = AttentionImpl::Flash;

@@ -153,8 +153,8 @@ TEST_CASE("context parallel (every process): softmax (the ring) and linear atten
     const ag::test::AttentionRun local =
         ag::test::run_attention({mine(q), mine(k), mine(v)}, ring, Device::CPU, DType::Float64, mine(upstream));
     CHECK(ag::test::relative_error(local.Z, mine(whole.Z)) < 1e-12);
-    if (whole.L.defined())  // softmax's
-      CHECK(ag::test::max_abs_error(local.L, zigzag_rows(whole.L.reshape({B, c.Hq, T, 1}), AttentionLayout::BHTD, split)
+    if (whole.lse.defined())  // softmax's
+      CHECK(ag::test::max_abs_error(local.lse, zigzag_rows(whole.lse.reshape({B, c.Hq, T, 1}), AttentionLayout::BHTD, split)
                                                  .reshape({B, c.Hq, 2 * chunk})) < 1e-12);
     CHECK(ag::test::relative_error(local.dQ, mine(whole.dQ)) < 1e-12);
     CHECK(ag::test::relative_error(local.dK, mine(whole.dK)) < 1e-12);
@@ -372,7 +372,7 @@ TEST_CASE_EVERY_DEVICE("context parallel: a group of one process computes what t
     const ag::test::AttentionRun want = ag::test::run_attention(qkv, flash, Device::CPU, DType::Float64, upstream);
     const ag::test::AttentionRun got = ag::test::run_attention(qkv, ring, device, DType::Float64, upstream);
     CHECK(ag::test::relative_error(got.Z, want.Z) < 1e-12);
-    if (want.L.defined()) CHECK(ag::test::max_abs_error(got.L, want.L) < 1e-12);
+    if (want.lse.defined()) CHECK(ag::test::max_abs_error(got.lse, want.lse) < 1e-12);
     CHECK(ag::test::relative_error(got.dQ, want.dQ) < 1e-12);
     CHECK(ag::test::relative_error(got.dK, want.dK) < 1e-12);
     CHECK(ag::test::relative_error(got.dV, want.dV) < 1e-12);

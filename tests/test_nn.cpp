@@ -292,6 +292,8 @@ TEST_CASE("nn: GPT loss with ignored targets: the head at the scored positions a
     const Tensor scored = gpt.loss(idx, targets, reduction);
     scored.backward();
     CHECK(scored.item() == doctest::Approx(full.item()).epsilon(1e-12));
+    // Handed the targets as read on the host (a training step's), the loss reads nothing and is the same.
+    CHECK(gpt.loss(idx, targets, reduction, -100, t).item() == scored.item());
     // Normwise over the whole gradient: w_k.bias's is zero exactly (softmax ignores
     // a shift shared by every key), so both computations leave only rounding there.
     double scale = 0;

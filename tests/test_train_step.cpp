@@ -46,6 +46,14 @@ std::vector<optim::Batch> draw(int64_t micro_batches, int64_t batch_size) {
   return out;
 }
 
+// The step's loss: the model's, summed over the scored targets, with the
+// targets as the step read them on the host.
+optim::TrainStep::SummedLoss summed_loss(nn::GPT& model, int64_t ignore_index = -100) {
+  return [&model, ignore_index](const Tensor& x, const Tensor& y, std::span<const int64_t> y_host) {
+    return model.loss(x, y, Reduction::Sum, ignore_index, y_host);
+  };
+}
+
 struct StepOutcome {
   std::vector<double> grads, params;
   double loss, norm;
@@ -62,7 +70,7 @@ StepOutcome one_step(const std::vector<optim::Batch>& batches, int64_t ignore_in
   options.grad_accum = static_cast<int64_t>(batches.size());
   options.grad_clip = 0;
   optim::TrainStep step(optimizer, options,
-                        [&](const Tensor& x, const Tensor& y) { return model->loss(x, y, Reduction::Sum, ignore_index); },
+                        summed_loss(*model, ignore_index),
                         Device::CPU, ignore_index);
   std::vector<optim::Batch> shards = batches;
   if (comm) {
@@ -160,7 +168,7 @@ TEST_CASE("train step: after_backward sees the finished gradients, once per step
   optim::TrainOptions options;
   options.grad_clip = 1e-3;  // far below the norm: clipping changes the gradients
   optim::TrainStep step(optimizer, options,
-                        [&](const Tensor& x, const Tensor& y) { return model->loss(x, y, Reduction::Sum); }, Device::CPU);
+                        summed_loss(*model), Device::CPU);
   int calls = 0;
   double norm_in_hook = 0;
   step.after_backward = [&](optim::Optimizer& o) {
@@ -180,7 +188,7 @@ TEST_CASE("train step: after_backward sees the finished gradients, once per step
 TEST_CASE("train step: a step whose targets are all ignored is an error, not a NaN update") {
   const std::unique_ptr<nn::GPT> model = tiny_gpt();
   optim::AdamW optimizer(model->named_parameters());
-  optim::TrainStep step(optimizer, {}, [&](const Tensor& x, const Tensor& y) { return model->loss(x, y, Reduction::Sum); },
+  optim::TrainStep step(optimizer, {}, summed_loss(*model),
                         Device::CPU);
   std::vector<optim::Batch> batches = draw(1, 2);
   batches[0].y = Tensor::full(batches[0].y.shape(), -100, DType::Int64);
@@ -196,7 +204,7 @@ TEST_CASE("cuda: a training step waits for the device only to upload its batches
     optim::TrainOptions options;
     options.grad_accum = 2;
     optim::TrainStep step(optimizer, options,
-                          [&](const Tensor& x, const Tensor& y) { return model->loss(x, y, Reduction::Sum); },
+                          summed_loss(*model),
                           Device::CUDA);
     const std::vector<optim::Batch> batches = draw(2, 3);
     step.run(0, batches);  // the first step may create the cuBLAS handle and fill the caches
@@ -213,7 +221,7 @@ TEST_CASE("train step: a diverged step changes no parameter, and check_finite na
   optim::TrainOptions options;
   options.warmup_iters = 0;
   optim::TrainStep step(optimizer, options,
-                        [&](const Tensor& x, const Tensor& y) { return model->loss(x, y, Reduction::Sum); }, Device::CPU);
+                        summed_loss(*model), Device::CPU);
   const std::vector<optim::Batch> batches = draw(1, 2);
   step.run(0, batches);
   step.check_finite();  // a finite step passes

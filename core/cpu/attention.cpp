@@ -8,7 +8,7 @@
 // entirely are not there), and masks element by element only the Partial ones.
 //
 // Thread mapping. Forward: one task per (batch b, query head h, query tile),
-// OpenMP over all of them; each owns its rows of Z and L. Backward: one task
+// OpenMP over all of them; each owns its rows of Z and lse. Backward: one task
 // per (b, kv head): it owns dK and dV of that kv head, and dQ of the query heads
 // that read it (a query head reads exactly one kv head), so no element is
 // written by two threads: no atomics, and the same bits whatever the thread
@@ -73,14 +73,14 @@ constexpr int64_t kShortRow = 256;
 
 // Queries [i0, i0 + lanes) of head h, lanes ≤ W, in one [Tk, Tq]
 // matrix of Sᵀ (s) and Aᵀ (a, possibly s): A = softmax over each query's visible
-// keys, 0 elsewhere, and L [lanes] unless L is null. The mask is applied first (−inf where
+// keys, 0 elsewhere, and lse [lanes] unless lse is null. The mask is applied first (−inf where
 // hidden) so that the passes after it have no condition in them
 // (exp_nonpositive(−inf) = 0); keys after the last query's position are hidden
 // from every lane and cost nothing but their zeros.
 template <int64_t W, class T>
 [[gnu::always_inline]] inline void masked_softmax_columns_of(const T* s, T* a, int64_t Tk, int64_t Tq,
                                                              const AttentionMask& mask, int64_t h, int64_t i0,
-                                                             int64_t lanes, double* L) {
+                                                             int64_t lanes, double* lse) {
   const int64_t first_p = mask.row(h, i0).p, last_p = mask.row(h, i0 + lanes - 1).p;
   const int64_t end = last_p < 0 ? 0 : std::min(Tk, last_p + 1);  // keys j ≤ p for some lane
   const T slope = static_cast<T>(mask.alibi_slope(h));            // 0 without ALiBi: S + 0 = S
@@ -139,29 +139,29 @@ template <int64_t W, class T>
       std::fill_n(aj, lanes, T(0));
     }
   }
-  if (L)
-    for (int64_t l = 0; l < lanes; ++l) L[l] = math::log_sum_exp<double>(max[l], sum[l]);
+  if (lse)
+    for (int64_t l = 0; l < lanes; ++l) lse[l] = math::log_sum_exp<double>(max[l], sum[l]);
 }
 // A full block of lanes is its own call, so that its loops have a constant trip count.
 template <class T>
 [[gnu::always_inline]] inline void masked_softmax_block(const T* s, T* a, int64_t Tk, int64_t Tq,
                                                         const AttentionMask& mask, int64_t h, int64_t i0, int64_t lanes,
-                                                        double* L) {
+                                                        double* lse) {
   if (Tq > kShortRow) {
-    if (lanes == kWideBlock) masked_softmax_columns_of<kWideBlock>(s, a, Tk, Tq, mask, h, i0, kWideBlock, L);
-    else masked_softmax_columns_of<kWideBlock>(s, a, Tk, Tq, mask, h, i0, lanes, L);
+    if (lanes == kWideBlock) masked_softmax_columns_of<kWideBlock>(s, a, Tk, Tq, mask, h, i0, kWideBlock, lse);
+    else masked_softmax_columns_of<kWideBlock>(s, a, Tk, Tq, mask, h, i0, lanes, lse);
   } else {
-    if (lanes == kNarrowBlock) masked_softmax_columns_of<kNarrowBlock>(s, a, Tk, Tq, mask, h, i0, kNarrowBlock, L);
-    else masked_softmax_columns_of<kNarrowBlock>(s, a, Tk, Tq, mask, h, i0, lanes, L);
+    if (lanes == kNarrowBlock) masked_softmax_columns_of<kNarrowBlock>(s, a, Tk, Tq, mask, h, i0, kNarrowBlock, lse);
+    else masked_softmax_columns_of<kNarrowBlock>(s, a, Tk, Tq, mask, h, i0, lanes, lse);
   }
 }
 AG_VECTOR_CLONES void masked_softmax_columns(const float* s, float* a, int64_t Tk, int64_t Tq, const AttentionMask& mask,
-                                             int64_t h, int64_t i0, int64_t lanes, double* L) {
-  masked_softmax_block(s, a, Tk, Tq, mask, h, i0, lanes, L);
+                                             int64_t h, int64_t i0, int64_t lanes, double* lse) {
+  masked_softmax_block(s, a, Tk, Tq, mask, h, i0, lanes, lse);
 }
 void masked_softmax_columns(const double* s, double* a, int64_t Tk, int64_t Tq, const AttentionMask& mask, int64_t h,
-                            int64_t i0, int64_t lanes, double* L) {
-  masked_softmax_block(s, a, Tk, Tq, mask, h, i0, lanes, L);
+                            int64_t i0, int64_t lanes, double* lse) {
+  masked_softmax_block(s, a, Tk, Tq, mask, h, i0, lanes, lse);
 }
 
 // dSᵀ = Aᵀ ∘ (dAᵀ − colsum(dAᵀ ∘ Aᵀ)) for queries [0, lanes) of one [Tk, Tq]
@@ -237,14 +237,6 @@ void tile_product(int64_t M, int64_t N, int64_t K, Left<T> a, const T* b, int64_
   tile_gemm(a.transposed, false, M, N, K, a.data, a.ld, b, ldb, accumulate ? T(1) : T(0), c, ldc);
 }
 
-// L = hi + lo in T (lo = 0 for float64), so that S − L can be formed as
-// (S − hi) − lo with one rounding where it matters: near a row's max, S and hi
-// are close and S − hi is exact. L itself is float64 (see flash_attention_backward).
-template <class T> void split(double L, T& hi, T& lo) {
-  hi = static_cast<T>(L);
-  lo = std::isinf(L) ? T(0) : static_cast<T>(L - static_cast<double>(hi));
-}
-
 // --- the tiles of one (batch, head) ------------------------------------------------------
 
 // Where one query tile and one key tile sit: queries [i0, i0 + rows), keys [j0, j0 + cols).
@@ -276,7 +268,7 @@ template <class T> void mask_tile(T* st, const TilePair& t, const AttentionMask&
 
 // Sᵀ = scale·(the tile's products) + ALiBi's bias of head h, in place: the one
 // formula the forward and the backward both use, so that the backward's
-// S − L cancels the forward's to the bit (a one-key row gets P = 1 exactly).
+// S − lse cancels the forward's to the bit (a one-key row gets P = 1 exactly).
 template <class T> void score_tile(T* st, const TilePair& t, const AttentionShape& shape, int64_t h) {
   const T scale = static_cast<T>(shape.scale);
   if (shape.mask.alibi_heads == 0) {
@@ -323,14 +315,14 @@ template <class T> struct ForwardScratch {
         running_sum(kQueryTile), reference(kQueryTile), rescale(kQueryTile), tile_sum(kQueryTile) {}
 };
 
-// Rows [i0, i0 + rows) of head h of batch entry b: Z and L. With m the running
+// Rows [i0, i0 + rows) of head h of batch entry b: Z and lse. With m the running
 // max and l the running sum of each row, for each visible key tile:
 //   Sᵀ = scale·K_tile Qᵀ,   m_new = max(m, max_j S_ij),   P = exp(S − m_new),
 //   l ← l·e^(m − m_new) + rowsum(P),   acc ← acc·e^(m − m_new) + P V_tile
-// and at the end Z = acc / l, L = m + log l.
+// and at the end Z = acc / l, lse = m + log l.
 template <class T>
 [[gnu::always_inline]] inline void flash_forward_tile(const Operands<T>& in, int64_t b, int64_t h, int64_t i0,
-                                                      ForwardScratch<T>& s, T* Z, double* L) {
+                                                      ForwardScratch<T>& s, T* Z, double* lse) {
   const AttentionShape& shape = in.shape;
   const int64_t d = shape.d, rows = std::min(kQueryTile, shape.Tq - i0), kvh = h / shape.group();
   transpose_rows(in.Q + shape.q.at(b, h, i0), shape.q.row, rows, d, s.qt.data());
@@ -373,11 +365,11 @@ template <class T>
     }
     tile_product(rows, d, t.cols, Left<T>{st, kQueryTile, true}, v, shape.kv.row, acc, d, true);
   }
-  // Z = acc / l (0 for a row that saw no key: l = 0, acc = 0),  L = m + log l
+  // Z = acc / l (0 for a row that saw no key: l = 0, acc = 0),  lse = m + log l
   for (int64_t r = 0; r < rows; ++r) {
     T* z = Z + shape.q.at(b, h, i0 + r);
     for (int64_t c = 0; c < d; ++c) z[c] = l[r] == T(0) ? T(0) : acc[r * d + c] / l[r];
-    L[shape.lse_at(b, h, i0 + r)] = math::log_sum_exp<double>(m[r], l[r]);
+    lse[shape.lse_at(b, h, i0 + r)] = math::log_sum_exp<double>(m[r], l[r]);
   }
 }
 
@@ -395,12 +387,12 @@ template <class T> struct BackwardScratch {
 
 // dK and dV of kv head kvh of batch entry b, and dQ of the query heads that
 // read it. Per query tile i of each of those heads, over its visible key tiles j:
-//   pass 1:  S = scale·Q_i K_jᵀ,  P = exp(S − L_i),  dP = dZ_i V_jᵀ,  D_i = rowsum(P ∘ dP)
+//   pass 1:  S = scale·Q_i K_jᵀ,  P = exp(S − lse_i),  dP = dZ_i V_jᵀ,  D_i = rowsum(P ∘ dP)
 //   pass 2:  dS = P ∘ (dP − D_i),  dV_j += Pᵀ dZ_i,  dK_j += scale·dSᵀ Q_i,  dQ_i += scale·dS K_j
 // D is summed from the same rounded P and dP that dS subtracts it from, as the
 // dense softmax backward does (docs/backprop.md: why not rowsum(dZ ∘ Z) here).
 template <class T>
-[[gnu::always_inline]] inline void flash_backward_group(const Operands<T>& in, const double* L, const T* dZ,
+[[gnu::always_inline]] inline void flash_backward_group(const Operands<T>& in, const double* lse, const T* dZ,
                                                         const T* given_D, bool accumulate, int64_t b, int64_t kvh,
                                                         BackwardScratch<T>& s, T* dQ, T* dK, T* dV) {
   const AttentionShape& shape = in.shape;
@@ -422,17 +414,17 @@ template <class T>
         for (int64_t r = 0; r < rows; ++r) D[r] = given_D[shape.lse_at(b, h, i0 + r)];
       else
         std::fill_n(D, rows, T(0));
-      for (int64_t r = 0; r < rows; ++r) split(L[shape.lse_at(b, h, i0 + r)], lse_hi[r], lse_lo[r]);
+      for (int64_t r = 0; r < rows; ++r) math::split_lse(lse[shape.lse_at(b, h, i0 + r)], lse_hi[r], lse_lo[r]);
       const std::span<const KeyTile> key_tiles = in.blocks.key_tiles(h, i0);
       // pass 1: P, dP and (unless given) D; the n-th visible key tile's P and dP go to the n-th slot of the stripe
       for (size_t n = 0; n < key_tiles.size(); ++n) {
         const TilePair t = pair_of(i0, rows, key_tiles[n]);
         T *p = s.P.data() + n * kKeyTile * kQueryTile, *dp = s.dP.data() + n * kKeyTile * kQueryTile;
         const T *k = in.K + shape.kv.at(b, kvh, t.j0), *v = in.V + shape.kv.at(b, kvh, t.j0);
-        // S = scale·Q Kᵀ (+ bias), P = exp(S − L)   (L = +inf on a row that sees no key: P = 0)
+        // S = scale·Q Kᵀ (+ bias), P = exp(S − lse)   (lse = +inf on a row that sees no key: P = 0)
         tile_product(t.cols, rows, d, Left<T>{k, kv_row}, s.qt.data(), kQueryTile, p, kQueryTile, false);
         // S is formed and stored first, as the forward does: the rounded S, not an
-        // FMA's unrounded scale·S − L (with it a one-key row got P = 1 − ε: dS ≠ 0).
+        // FMA's unrounded scale·S − lse (with it a one-key row got P = 1 − ε: dS ≠ 0).
         score_tile(p, t, shape, h);
         if (t.visibility == TileVisibility::Partial) mask_tile(p, t, shape.mask, h);
         for (int64_t c = 0; c < t.cols; ++c)
@@ -470,27 +462,28 @@ template <class T>
 // a flash forward+backward in the baseline's 4-wide SSE (docs/performance.md).
 // Overload resolution picks them over the templates for float.
 AG_VECTOR_CLONES void flash_forward_tile(const Operands<float>& in, int64_t b, int64_t h, int64_t i0,
-                                         ForwardScratch<float>& s, float* Z, double* L) {
-  flash_forward_tile<float>(in, b, h, i0, s, Z, L);
+                                         ForwardScratch<float>& s, float* Z, double* lse) {
+  flash_forward_tile<float>(in, b, h, i0, s, Z, lse);
 }
-AG_VECTOR_CLONES void flash_backward_group(const Operands<float>& in, const double* L, const float* dZ,
+AG_VECTOR_CLONES void flash_backward_group(const Operands<float>& in, const double* lse, const float* dZ,
                                            const float* given_D, bool accumulate, int64_t b, int64_t kvh,
                                            BackwardScratch<float>& s, float* dQ, float* dK, float* dV) {
-  flash_backward_group<float>(in, L, dZ, given_D, accumulate, b, kvh, s, dQ, dK, dV);
+  flash_backward_group<float>(in, lse, dZ, given_D, accumulate, b, kvh, s, dQ, dK, dV);
 }
 
 }  // namespace
 
-void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Tensor& L) {
+void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Tensor& lse) {
   visit_floating(S.dtype(), "attention_softmax", [&](auto zero) {
     using T = decltype(zero);
     const int64_t Hq = S.size(1), Tk = S.size(2), Tq = S.size(3);
     const T* s = S.data<T>();
     T* a = A.data<T>();
-    double* l = L.defined() ? L.data<double>() : nullptr;
+    double* row_lse = lse.defined() ? lse.data<double>() : nullptr;
     for_query_blocks(S.numel() / (Tk * Tq), Tk, Tq, kNarrowBlock, [&](int64_t matrix, int64_t i0, int64_t lanes) {
       const int64_t at = matrix * Tk * Tq + i0;
-      masked_softmax_columns(s + at, a + at, Tk, Tq, mask, matrix % Hq, i0, lanes, l ? l + matrix * Tq + i0 : nullptr);
+      masked_softmax_columns(s + at, a + at, Tk, Tq, mask, matrix % Hq, i0, lanes,
+                             row_lse ? row_lse + matrix * Tq + i0 : nullptr);
     });
   });
 }
@@ -539,13 +532,13 @@ void rotary_embedding(const Tensor& X, const RotaryShape& shape, Tensor& Y) {
 }
 
 void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const AttentionShape& shape, Tensor& Z,
-                     Tensor& L) {
+                     Tensor& lse) {
   visit_floating(Q.dtype(), "flash_attention", [&](auto zero) {
     using T = decltype(zero);
     const auto blocks = attention_block_map(shape, kQueryTile, kKeyTile);
     const Operands<T> in{Q.data<T>(), K.data<T>(), V.data<T>(), shape, *blocks};
     T* z = Z.data<T>();
-    double* l = L.data<double>();
+    double* row_lse = lse.data<double>();
     const int64_t tiles = (shape.Tq + kQueryTile - 1) / kQueryTile, tasks = shape.B * shape.Hq * tiles;
 #pragma omp parallel if (worth_threads(shape, tasks))
     {
@@ -553,13 +546,13 @@ void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const At
 #pragma omp for schedule(dynamic)
       for (int64_t task = 0; task < tasks; ++task) {
         const int64_t bh = task / tiles, i0 = task % tiles * kQueryTile;
-        flash_forward_tile(in, bh / shape.Hq, bh % shape.Hq, i0, scratch, z, l);
+        flash_forward_tile(in, bh / shape.Hq, bh % shape.Hq, i0, scratch, z, row_lse);
       }
     }
   });
 }
 
-void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& L, const Tensor& dZ,
+void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& lse, const Tensor& dZ,
                               const Tensor& D, const AttentionShape& shape, bool accumulate, Tensor& dQ, Tensor& dK,
                               Tensor& dV) {
   visit_floating(Q.dtype(), "flash_attention_backward", [&](auto zero) {
@@ -572,26 +565,26 @@ void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V,
       BackwardScratch<T> scratch(shape.d, shape.Tk);
 #pragma omp for schedule(dynamic)
       for (int64_t task = 0; task < tasks; ++task)
-        flash_backward_group(in, L.data<double>(), dZ.data<T>(), D.defined() ? D.data<T>() : nullptr, accumulate,
+        flash_backward_group(in, lse.data<double>(), dZ.data<T>(), D.defined() ? D.data<T>() : nullptr, accumulate,
                              task / shape.Hkv, task % shape.Hkv, scratch, dQ.data<T>(), dK.data<T>(), dV.data<T>());
     }
   });
 }
 
-void attention_merge(Tensor& Z, Tensor& L, const Tensor& Z_part, const Tensor& L_part, const AttentionShape& shape) {
+void attention_merge(Tensor& Z, Tensor& lse, const Tensor& Z_part, const Tensor& lse_part, const AttentionShape& shape) {
   visit_floating(Z.dtype(), "attention_merge", [&](auto zero) {
     using T = decltype(zero);
     T* z = Z.data<T>();
     const T* z_part = Z_part.data<T>();
-    double* l = L.data<double>();
-    const double* l_part = L_part.data<double>();
+    double* row_lse = lse.data<double>();
+    const double* part_lse = lse_part.data<double>();
     const int64_t d = shape.d;
     for_rows(shape.B * shape.Hq * shape.Tq, d, [&](int64_t row) {  // row = lse_at(b, h, i)
       const int64_t at = shape.q.at(row / (shape.Hq * shape.Tq), row / shape.Tq % shape.Hq, row % shape.Tq);
-      const math::SoftmaxMerge merged = math::merge_softmax_parts(l[row], l_part[row]);
+      const math::SoftmaxMerge merged = math::merge_softmax_parts(row_lse[row], part_lse[row]);
       const T w1 = static_cast<T>(merged.weight_1), w2 = static_cast<T>(merged.weight_2);
       for (int64_t e = 0; e < d; ++e) z[at + e] = w1 * z[at + e] + w2 * z_part[at + e];
-      l[row] = merged.log_sum_exp;
+      row_lse[row] = merged.log_sum_exp;
     });
   });
 }

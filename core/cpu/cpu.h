@@ -2,7 +2,7 @@
 // and OpenBLAS for products, one file per family (core/cpu/<family>.cpp). The
 // list and the contracts are core/kernels.inc's; only the dispatcher calls these.
 #pragma once
-#include "core/dispatch.h"
+#include "core/kernel_args.h"
 
 namespace ag::cpu {
 

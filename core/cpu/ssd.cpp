@@ -1,6 +1,7 @@
 // State-space attention's kernels on the CPU: the chunked decayed product
 // (Mamba-2's SSD algorithm) that every sum of the forward and the backward is,
-// and the decay's gradient. Contract: core/ssd_math.h (DecayedProduct);
+// and the decay's gradient (its loop shared with CUDA: math::DecayGradient in
+// core/ssd_math.h). Contract: core/ssd_math.h (DecayedProduct);
 // derivations: docs/backprop.md, "State-space attention".
 //
 // Thread mapping: OpenMP over the problems (batch entry × head); each
@@ -136,20 +137,8 @@ void ssd_decay_gradient(const Tensor& dY, const Tensor& Y, const Tensor& dt, con
                         const DecayedProduct& how, Tensor& d_log_a) {
   visit_floating(Y.dtype(), "ssd_decay_gradient", [&](auto zero) {
     using T = decltype(zero);
-    const T *dy = dY.data<T>(), *y = Y.data<T>(), *w = dt.data<T>(), *dw = d_dt.data<T>();
-    T* dla = d_log_a.data<T>();
-    for_rows(how.batch * how.heads, how.T * how.e, [&](int64_t n) {
-      const int64_t b = n / how.heads, h = n % how.heads;
-      T suffix = 0;
-      for (int64_t t = how.T - 1; t >= 0; --t) {
-        const T *dyt = dy + how.out.at(b, h, t), *yt = y + how.out.at(b, h, t);
-        T dot = 0;
-        for (int64_t c = 0; c < how.e; ++c) dot += dyt[c] * yt[c];
-        const int64_t at = how.decay.at(b, h, t);
-        suffix += dot - w[at] * dw[at];
-        dla[at] = suffix;
-      }
-    });
+    for_rows(how.batch * how.heads, how.T * how.e,
+             math::DecayGradient<T>{dY.data<T>(), Y.data<T>(), dt.data<T>(), d_dt.data<T>(), d_log_a.data<T>(), how});
   });
 }
 

@@ -19,8 +19,8 @@
 //             every query; Aᵀ overwrites Sᵀ), saves Aᵀ, and runs the three lines
 //             above as GEMMs and one softmax-backward kernel.
 //   flash:    FlashAttention: tiles and the online softmax, never forming S or
-//             A; saves only lse = log Σ_j exp(S_ij + M_ij), one number per row (L
-//             in the code), and recomputes P = exp(S − lse) tile by tile in the backward (the kernels:
+//             A; saves only lse = log Σ_j exp(S_ij + M_ij), one number per row,
+//             and recomputes P = exp(S − lse) tile by tile in the backward (the kernels:
 //             core/cpu/attention.cpp, cuda/attention.cu).
 #include <algorithm>
 #include <cmath>
@@ -238,18 +238,18 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
     return t.view(r.first * (t.numel() / t.size(0)), shape);
   };
   Tensor A = detail::empty_as({B, Hq, Tk, Tq}, q);  // Aᵀ
-  // L only for the caller: the backward needs A alone.
-  Tensor L = internals ? Tensor::empty({B, Hq, Tq}, DType::Float64, q.device()) : Tensor();
+  // lse only for the caller: the backward needs A alone.
+  Tensor lse = internals ? Tensor::empty({B, Hq, Tq}, DType::Float64, q.device()) : Tensor();
   Tensor Z = detail::empty_like(q);
   for_batch_chunks(B, batch_chunk(shape, q), [&](BatchRange r) {
     head_product(shape, r, {.data = k, .heads = kv_at, .by_kv_head = true}, {.data = q, .transposed = true, .heads = q_at}, A,
                  {.data = A, .heads = scores_at}, {.M = Tk, .N = Tq, .K = d, .alpha = scale});  // Sᵀ = scale·KQᵀ
-    Tensor A_r = chunk_of(A, r), L_r = L.defined() ? chunk_of(L, r) : Tensor();
-    kernel::attention_softmax(A_r, mask, A_r, L_r);  // A = softmax(S + M), in place of Sᵀ
+    Tensor A_r = chunk_of(A, r), lse_r = lse.defined() ? chunk_of(lse, r) : Tensor();
+    kernel::attention_softmax(A_r, mask, A_r, lse_r);  // A = softmax(S + M), in place of Sᵀ
     head_product(shape, r, {.data = A, .transposed = true, .heads = scores_at}, {.data = v, .heads = kv_at, .by_kv_head = true},
                  Z, {.data = Z, .heads = q_at}, {.M = Tq, .N = d, .K = Tk, .alpha = 1.0});  // Z = AV
   });
-  if (internals) *internals = {permute(A.detach(), {0, 1, 3, 2}), L};  // A [B, Hq, Tq, Tk] for the user
+  if (internals) *internals = {permute(A.detach(), {0, 1, 3, 2}), lse};  // A [B, Hq, Tq, Tk] for the user
 
   return record("attention", {q, k, v}, Z,
                 [Q = q.detach(), K = k.detach(), V = v.detach(), A, shape, scores_at, chunk_of](const Tensor& dZ) -> Gradients {
@@ -289,15 +289,15 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
 Tensor flash(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape,
              AttentionInternals* internals) {
   Tensor Z = detail::empty_like(q);
-  Tensor L = Tensor::empty({shape.B, shape.Hq, shape.Tq}, DType::Float64, q.device());
-  kernel::flash_attention(q, k, v, shape, Z, L);
-  if (internals) internals->log_sum_exp = L;
+  Tensor lse = Tensor::empty({shape.B, shape.Hq, shape.Tq}, DType::Float64, q.device());
+  kernel::flash_attention(q, k, v, shape, Z, lse);
+  if (internals) internals->log_sum_exp = lse;
 
-  // Saves L (for P = exp(S − L)) besides the inputs: O(T), never O(T²).
+  // Saves lse (for P = exp(S − lse)) besides the inputs: O(T), never O(T²).
   return record("attention", {q, k, v}, Z,
-                [Q = q.detach(), K = k.detach(), V = v.detach(), L, shape](const Tensor& dZ) -> Gradients {
+                [Q = q.detach(), K = k.detach(), V = v.detach(), lse, shape](const Tensor& dZ) -> Gradients {
                   Tensor dQ = detail::empty_like(Q), dK = kv_gradient(K, shape), dV = kv_gradient(V, shape);
-                  kernel::flash_attention_backward(Q, K, V, L, dZ, Tensor(), shape, false, dQ, dK, dV);
+                  kernel::flash_attention_backward(Q, K, V, lse, dZ, Tensor(), shape, false, dQ, dK, dV);
                   return {dQ, dK, dV};
                 });
 }

@@ -9,13 +9,13 @@
 // c_b) of the block at hand: flash on the pair, with the query sitting
 // (c_a − c_b)·chunk keys after key 0 and key 0 at sequence position c_b·chunk
 // (AttentionMask::first_key), skipped when the mask leaves nothing visible
-// (under the causal mask, c_b > c_a). The parts (Z_ab, L_ab) merge by the
+// (under the causal mask, c_b > c_a). The parts (Z_ab, lse_ab) merge by the
 // log-sum-exp rule (math::merge_softmax_parts, the attention_merge kernel) into
-// each query half's (Z_a, L_a): the attention over every key.
+// each query half's (Z_a, lse_a): the attention over every key.
 //
-// Backward: with the merged L and D = rowsum(dZ ∘ Z) of the merged Z, each
+// Backward: with the merged lse and D = rowsum(dZ ∘ Z) of the merged Z, each
 // pair's
-//   P = exp(S − L),  dP = dZ Vᵀ,  dS = P ∘ (dP − D)
+//   P = exp(S − lse),  dP = dZ Vᵀ,  dS = P ∘ (dP − D)
 // are exactly the entries of the whole problem's (D sums over every key, which
 // no pair sees alone, so it is given to the kernel). dQ sums over the pairs
 // here; the block's dK, dV are summed on each process it visits and travel the
@@ -123,8 +123,8 @@ struct Ring {
     const int64_t offset = head_strides(x, layout).at(0, 0, h * chunk);
     return x.view(offset, {x.numel() - offset});
   }
-  // The rows of L [B, Hq, 2·chunk] of half h: [B, Hq, chunk] (a copy).
-  Tensor lse_half(const Tensor& L, int64_t h) const { return slice(L, 2, h * chunk, (h + 1) * chunk); }
+  // The rows of x [B, Hq, 2·chunk] (lse, D) of half h: [B, Hq, chunk] (a copy).
+  Tensor lse_half(const Tensor& x, int64_t h) const { return slice(x, 2, h * chunk, (h + 1) * chunk); }
 };
 
 }  // namespace
@@ -146,14 +146,14 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const A
   // with the strides describe_problem gave); each part of a block is a contiguous tensor of its own.
   ring.pair.kv = ring.half_strides(k);
 
-  std::array<Tensor, 2> L;
+  std::array<Tensor, 2> lse;
   std::optional<KvBlock> own;
   Tensor Z = Tensor::zeros(q.shape(), q.dtype(), q.device());
   {
     const NoGradGuard no_grad;  // the pieces are the op's own: one autograd node below
     own = ring.pack(k, v);
     for (int64_t a = 0; a < 2; ++a)
-      L[a] = Tensor::full({whole.B, whole.Hq, chunk}, math::kInf<double>, DType::Float64, q.device());  // no key yet
+      lse[a] = Tensor::full({whole.B, whole.Hq, chunk}, math::kInf<double>, DType::Float64, q.device());  // no key yet
     Arrivals arriving(own->part_shape, k);
     const Tensor part = empty_like(q);  // one pair's Z, at its half's rows
     const KvBlock* block = &*own;
@@ -164,18 +164,18 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const A
       for (int64_t a = 0; a < 2; ++a)
         for (int64_t b = 0; b < 2; ++b)
           if (const std::optional<AttentionShape> shape = ring.pair_shape(a, ring.source(step), b)) {
-            Tensor Z_part = ring.from_half(part, a), L_part = empty_like(L[a]), Z_half = ring.from_half(Z, a);
-            kernel::flash_attention(ring.from_half(q, a), block->k(b), block->v(b), *shape, Z_part, L_part);
-            kernel::attention_merge(Z_half, L[a], Z_part, L_part, *shape);
+            Tensor Z_part = ring.from_half(part, a), lse_part = empty_like(lse[a]), Z_half = ring.from_half(Z, a);
+            kernel::flash_attention(ring.from_half(q, a), block->k(b), block->v(b), *shape, Z_part, lse_part);
+            kernel::attention_merge(Z_half, lse[a], Z_part, lse_part, *shape);
           }
       transfer.wait();
       block = &arriving.at(step);
     }
-    if (internals) internals->log_sum_exp = concat({L[0], L[1]}, 2);
+    if (internals) internals->log_sum_exp = concat({lse[0], lse[1]}, 2);
   }
 
   // The group must outlive the backward (it runs the ring again).
-  return record("attention", {q, k, v}, Z, [ring, Q = q.detach(), L, own = *own, Z](const Tensor& dZ) -> Gradients {
+  return record("attention", {q, k, v}, Z, [ring, Q = q.detach(), lse, own = *own, Z](const Tensor& dZ) -> Gradients {
     dist::Communicator& group = *ring.group;
     // D = rowsum(dZ ∘ Z) [B, Hq, 2·chunk], then its halves
     Tensor D = sum(mul(dZ, Z), 3);
@@ -205,7 +205,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const A
           for (int64_t b = 0; b < 2; ++b)
             if (const std::optional<AttentionShape> shape = ring.pair_shape(a, ring.source(step), b)) {
               Tensor dQ_half = ring.from_half(dQ, a), dK_sum = summed.k(b), dV_sum = summed.v(b);
-              kernel::flash_attention_backward(ring.from_half(Q, a), block->k(b), block->v(b), L[a],
+              kernel::flash_attention_backward(ring.from_half(Q, a), block->k(b), block->v(b), lse[a],
                                                ring.from_half(dZ, a), D_half[a], *shape, true, dQ_half, dK_sum,
                                                dV_sum);
             }

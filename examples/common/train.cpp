@@ -346,7 +346,9 @@ Trainer::Trainer(const TrainConfig& c, const text::Dataset& data, std::unique_pt
     : c_(c), data_(data), grid_(grid), comm_(grid.world()), model_(ready_to_train(std::move(model), c.run.device)),
       optimizer_(optim::decay_groups(model_->named_parameters(), c.optim.weight_decay),
                  {c.optim.lr, c.optim.beta1, c.optim.beta2, 1e-8}),
-      step_(optimizer_, c.optim, [this](const Tensor& x, const Tensor& y) { return model_->loss(x, y, Reduction::Sum); },
+      step_(optimizer_, c.optim, [this](const Tensor& x, const Tensor& y, std::span<const int64_t> y_host) {
+              return model_->loss(x, y, Reduction::Sum, -100, y_host);
+            },
             c.run.device),
       batches_(c.optim.seed + 1) {
   optim::replicate(model_->parameters(), comm_);

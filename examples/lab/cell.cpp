@@ -133,7 +133,9 @@ RunResult train_run(const Cell& cell, double lr, const RunSettings& settings, co
   optim::AdamW optimizer(optim::decay_groups(model.named_parameters(), options.weight_decay),
                          {options.lr, options.beta1, options.beta2, 1e-8});
   optim::TrainStep step(optimizer, options,
-                        [&](const Tensor& x, const Tensor& y) { return model.loss(x, y, Reduction::Sum, kIgnore); },
+                        [&](const Tensor& x, const Tensor& y, std::span<const int64_t> y_host) {
+                          return model.loss(x, y, Reduction::Sum, kIgnore, y_host);
+                        },
                         settings.device, kIgnore);
   Generator draws(options.seed + 1);
   RunResult result;

@@ -117,7 +117,9 @@ TrainResult train(const TrainConfig& c) {
   optim::AdamW optimizer(optim::decay_groups(model.named_parameters(), c.optim.weight_decay),
                          {c.optim.lr, c.optim.beta1, c.optim.beta2, 1e-8});
   optim::TrainStep step(optimizer, c.optim,
-                        [&](const Tensor& x, const Tensor& y) { return model.loss(x, y, Reduction::Sum, kIgnore); },
+                        [&](const Tensor& x, const Tensor& y, std::span<const int64_t> y_host) {
+                          return model.loss(x, y, Reduction::Sum, kIgnore, y_host);
+                        },
                         Device::CPU, kIgnore);
   const int64_t iters = c.run.max_iters;
   if (!c.quiet)
