@@ -290,8 +290,8 @@ void print_heads(const HeadsTable& table) {
 }
 
 // One colour per line of a chart, in a fixed order (the methods keep their colour in every chart).
-const std::vector<std::string> kPalette = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                                           "#8c564b", "#7f7f7f", "#111111"};
+const std::vector<std::string> kPalette = {"#1f77b4", "#ff7f0e", "#2ca02c", "#17becf", "#d62728",
+                                           "#9467bd", "#8c564b", "#bcbd22", "#7f7f7f", "#111111"};
 
 // Val loss as the heads go, in three orders: least important first, most important first, random.
 struct HeadCurves {
@@ -431,29 +431,50 @@ std::string padded(const std::string& text, size_t width) {
 
 void print_faithfulness(const FaithfulnessRun& run, int64_t steps) {
   std::printf("faithfulness against erasure: %s\n", faithfulness_caption(run, steps).c_str());
-  std::printf("%s  %s  mean drop of the target logit after erasing the top k\n", padded("method", 11).c_str(),
-              padded("Spearman ρ mean ± sd", 22).c_str());
-  std::printf("%s  %s ", padded("", 11).c_str(), padded("(predictions)", 22).c_str());
+  std::printf("%s  %s  ρ with    partial ρ  mean drop of the target logit after erasing the top k\n",
+              padded("method", 12).c_str(), padded("Spearman ρ mean ± sd", 22).c_str());
+  std::printf("%s  %s  position  | position ", padded("", 12).c_str(), padded("(predictions)", 22).c_str());
   for (int64_t k = 1; k <= interp::kDeletionSteps; ++k) std::printf("  k=%-4lld", static_cast<long long>(k));
   std::printf("\n");
   for (const interp::MethodSummary& m : run.result.methods) {
     char rho[64];
     std::snprintf(rho, sizeof rho, "%+.3f ± %.3f (%lld)", m.mean_rho(), m.spread_rho(), static_cast<long long>(m.defined()));
-    std::printf("%s  %s ", padded(m.method, 11).c_str(), padded(rho, 22).c_str());
+    std::printf("%s  %s  %+.3f    %+.3f    ", padded(m.method, 12).c_str(), padded(rho, 22).c_str(),
+                interp::defined_mean(m.rho_position), interp::defined_mean(m.rho_partial));
     for (const double d : m.deletion) std::printf("  %+6.3f", d);
     std::printf("\n");
+  }
+  std::printf("paired tests of ρ with erasure: Wilcoxon signed-rank over the windows, each window's mean ρ difference\n");
+  for (const auto& [a, b] : interp::kComparisons) {
+    const interp::MethodComparison c = interp::compare_methods(run.result, a, b);
+    std::string pair = a;
+    pair += " − ";
+    pair += b;
+    std::printf("  %s  mean Δρ %+.3f  windows %lld (nonzero %lld)  W+ %.1f  z %+.2f  p %.2g%s\n",
+                padded(pair, 27).c_str(), c.mean_difference, static_cast<long long>(c.windows),
+                static_cast<long long>(c.test.n), c.test.w_plus, c.test.z, c.test.p, c.test.exact ? " (exact)" : "");
   }
 }
 
 std::string faithfulness_table_html(const interp::Faithfulness& f) {
-  std::string html = "<table class=\"faithfulness\"><tr><th>method</th><th>Spearman ρ with erasure: mean ± sd (n)</th>";
+  std::string html = "<table class=\"faithfulness\"><tr><th>method</th><th>Spearman ρ with erasure: mean ± sd (n)</th>"
+                     "<th>ρ with position</th><th>partial ρ | position</th>";
   for (int64_t k = 1; k <= interp::kDeletionSteps; ++k) html += "<th>k = " + std::to_string(k) + "</th>";
   html += "</tr>\n";
   for (const interp::MethodSummary& m : f.methods) {
     html += "<tr><td>" + interp::escape_xml(m.method) + "</td><td>" + fixed(m.mean_rho(), "%+.3f") + " ± " +
-            fixed(m.spread_rho(), "%.3f") + " (" + std::to_string(m.defined()) + ")</td>";
+            fixed(m.spread_rho(), "%.3f") + " (" + std::to_string(m.defined()) + ")</td><td>" +
+            fixed(interp::defined_mean(m.rho_position), "%+.3f") + "</td><td>" + fixed(interp::defined_mean(m.rho_partial), "%+.3f") + "</td>";
     for (const double d : m.deletion) html += "<td>" + fixed(d, "%+.3f") + "</td>";
     html += "</tr>\n";
+  }
+  html += "</table>\n<table class=\"paired\"><tr><th>paired test of ρ with erasure</th><th>mean Δρ over windows</th>"
+          "<th>windows (nonzero)</th><th>W+</th><th>p (Wilcoxon signed-rank)</th></tr>\n";
+  for (const auto& [a, b] : interp::kComparisons) {
+    const interp::MethodComparison c = interp::compare_methods(f, a, b);
+    html += "<tr class=\"paired\"><td>" + interp::escape_xml(a + " − " + b) + "</td><td>" + fixed(c.mean_difference, "%+.3f") +
+            "</td><td>" + std::to_string(c.windows) + " (" + std::to_string(c.test.n) + ")</td><td>" + fixed(c.test.w_plus, "%.1f") + "</td><td>" +
+            fixed(c.test.p, "%.2g") + (c.test.exact ? " (exact)" : "") + "</td></tr>\n";
   }
   return html + "</table>\n";
 }
