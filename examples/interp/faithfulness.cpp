@@ -250,11 +250,11 @@ Faithfulness measure_faithfulness(const nn::GPT& model, const std::vector<std::v
   Faithfulness result;
   for (size_t p = 0; p < prompts.size(); ++p)
     for (const int64_t t : positions[p]) {
-      std::vector<double> position(t + 1);  // ρ with j: how much of a ranking is where the positions are
-      std::iota(position.begin(), position.end(), 0.0);
       AG_CHECK(t >= kDeletionSteps, "faithfulness: position " << t << " has fewer than " << kDeletionSteps + 1
                                                               << " positions to erase (a deletion curve erases up to "
                                                               << kDeletionSteps << ")");
+      std::vector<double> position(t + 1);  // ρ with j: how much of a ranking is where the positions are
+      std::iota(position.begin(), position.end(), 0.0);
       Explanations ex = explain_all(*exact, prompts[p], t, steps);
       const std::vector<int64_t> prefix(prompts[p].begin(), prompts[p].begin() + t + 1);
       const std::vector<double> erasure = erasure_effects(*exact, prefix, ex.prediction);
