@@ -44,9 +44,9 @@ done
 layers=$(sed -n '/<section id="attention">/,/<\/section>/p' "$dom" | grep -c '<svg')
 [ "$layers" = 2 ] || fail "the attention section has $layers SVGs for 2 layers"
 grep -q 'completeness: attributions sum' "$dom" || fail "no completeness line"
-# Faithfulness: a table row per method (six, random and erasure) and two charts; the head curve: one chart of three orders.
+# Faithfulness: a table row per method (seven, the uniform-flow and random controls, erasure) and two charts; the head curve: one chart of three orders.
 rows=$(sed -n '/<section id="faithfulness">/,/<\/section>/p' "$dom" | grep -c '<tr><td>')
-[ "$rows" = 8 ] || fail "the faithfulness table has $rows method rows, not 8"
+[ "$rows" = 10 ] || fail "the faithfulness table has $rows method rows, not 10"
 charts=$(sed -n '/<section id="faithfulness">/,/<\/section>/p' "$dom" | grep -c '<svg')
 [ "$charts" = 2 ] || fail "the faithfulness section has $charts SVGs, not 2"
 sed -n '/<section id="head-curve">/,/<\/section>/p' "$dom" | grep -q 'most important first' ||

@@ -613,6 +613,126 @@ TEST_CASE("faithfulness: Spearman's rho with average ranks on known rankings, ti
   CHECK(interp::order_by_score({0.1, 0.7, 0.7, -1}) == std::vector<int64_t>{1, 2, 0, 3});
 }
 
+TEST_CASE("faithfulness: the content-free control — uniform attention's flow ranks the positions by distance from t") {
+  // Every layer's A uniform over the causal mask, A[i, j] = 1/(i+1): Ã[i, j] = 1/(2(i+1)) for j < i and
+  // Ã[i, i] = ½ + 1/(2(i+1)). A path from (N, t) down to (0, j) visits positions in j … t only (causal: it can only
+  // go to earlier positions, and it ends at j), so the farther j is, the more paths — the min-cut grows with t − j.
+  // The sink t itself has one path, the diagonal t → t → … → t: its flow is its smallest edge, ½ + 1/(2(t+1)).
+  const auto uniform_stack = [](int64_t N, int64_t T) {
+    std::vector<double> causal(T * T, 0.0);
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j <= i; ++j) causal[i * T + j] = 0.7;  // any weights: only where they are not 0 counts
+    return interp::uniform_attention_like(std::vector<Tensor>(N, Tensor::from_vector(causal, {1, T, T}, DType::Float64)));
+  };
+  // Two layers: the paths t → i → j, i = j … t, share no edge; each carries min(Ã[t, i], Ã[i, j]) = 1/(2(t+1)), so
+  // flow[t, j] = (t − j + 1)/(2(t+1)) for j < t, linear in the distance. Ranked against j the flows to j < t are
+  // exactly reversed and t is on top: Σd² = n(n−1)(n−2)/3 over n = t+1 ranks, ρ(flow, j) = −(t − 4)/(t + 2).
+  const std::vector<std::vector<double>> two = interp::residual_mixed(uniform_stack(2, 16));
+  for (int64_t t = 1; t < 16; ++t) {
+    const std::vector<double> flow = interp::max_flows_from(two, 16, t);
+    std::vector<double> position(t + 1);
+    std::iota(position.begin(), position.end(), 0.0);
+    INFO("t = " << t);
+    for (int64_t j = 0; j < t; ++j) CHECK(flow[j] == doctest::Approx((t - j + 1) / (2.0 * (t + 1))).epsilon(1e-12));
+    CHECK(flow[t] == doctest::Approx(0.5 + 0.5 / (t + 1)).epsilon(1e-12));
+    CHECK(interp::spearman({flow.begin(), flow.begin() + t + 1}, position) ==
+          doctest::Approx(-(t - 4.0) / (t + 2.0)).epsilon(1e-12));
+  }
+  // The default model's depth and window, N = 4 and T = 64: for every t the flows to j < t still strictly grow with
+  // the distance (ρ with j exactly −1 over them), the diagonal is still ½ + 1/(2(t+1)), and over the whole row,
+  // t included, ρ(flow, j) <= −0.92 at every t >= 8 that faithfulness explains (−0.927 at t = 9, −0.989 at t = 63).
+  for (int64_t t = 1; t < 64; ++t) {  // the flows from t reach positions <= t only: the prefix's stack is enough
+    const std::vector<double> flow = interp::max_flows_from(interp::residual_mixed(uniform_stack(4, t + 1)), t + 1, t);
+    std::vector<double> position(t + 1);
+    std::iota(position.begin(), position.end(), 0.0);
+    INFO("t = " << t << ", flows " << doctest::toString(flow));
+    for (int64_t j = 0; j + 1 < t; ++j) CHECK(flow[j] > flow[j + 1] + 1e-12);
+    if (t >= 2)
+      CHECK(interp::spearman({flow.begin(), flow.begin() + t}, {position.begin(), position.begin() + t}) ==
+            doctest::Approx(-1.0).epsilon(1e-15));
+    CHECK(flow[t] == doctest::Approx(0.5 + 0.5 / (t + 1)).epsilon(1e-12));
+    if (t >= interp::kDeletionSteps) CHECK(interp::spearman(flow, position) <= -0.92);
+  }
+  // The mask is read from the maps: a head's zeros that another head fills are in it, a window's are not.
+  const Tensor windowed = Tensor::from_vector({1, 0, 0, 0.3, 0.7, 0, 0, 0.2, 0.8,    //
+                                               1, 0, 0, 1, 0, 0, 0, 1, 0}, {2, 3, 3}, DType::Float64);
+  CHECK(interp::uniform_attention_like({windowed})[0].to_vector() ==
+        std::vector<double>{1, 0, 0, 0.5, 0.5, 0, 0, 0.5, 0.5,    //
+                            1, 0, 0, 0.5, 0.5, 0, 0, 0.5, 0.5});
+}
+
+TEST_CASE("faithfulness: partial Spearman ρ given the position on a constructed case, and undefined where nothing is left") {
+  // x and y both rise with z but not with each other: with no ties ρ = 1 − 6Σd²/(n(n²−1)), n = 4:
+  // ρ_xz = 1 − 6·2/60 = 0.8, ρ_yz = 1 − 6·4/60 = 0.6, ρ_xy = 1 − 6·10/60 = 0; given z they are exactly opposed:
+  // (0 − 0.8·0.6)/√((1 − 0.64)(1 − 0.36)) = −0.48/0.48 = −1.
+  const std::vector<double> z = {1, 2, 3, 4}, x = {1, 3, 2, 4}, y = {2, 1, 4, 3};
+  CHECK(interp::spearman(x, z) == doctest::Approx(0.8).epsilon(1e-15));
+  CHECK(interp::spearman(y, z) == doctest::Approx(0.6).epsilon(1e-15));
+  CHECK(interp::spearman(x, y) == doctest::Approx(0.0).epsilon(1e-15));
+  CHECK(interp::partial_spearman(x, y, z) == doctest::Approx(-1.0).epsilon(1e-14));
+  CHECK(interp::partial_correlation(0.5, 0.0, 0.0) == 0.5);  // z unrelated to either: the plain ρ
+  CHECK(interp::partial_correlation(1.0, 0.6, 0.6) == doctest::Approx(1.0).epsilon(1e-15));  // x = y
+  CHECK(std::isnan(interp::partial_spearman(z, y, z)));  // x is z's own ranking
+  CHECK(std::isnan(interp::partial_correlation(std::nan(""), 0.1, 0.2)));
+}
+
+TEST_CASE("faithfulness: Wilcoxon's signed-rank test — exact counts, ties and zeros, the normal approximation") {
+  // All five positive: W+ = 15, the one pattern of 2^5 as high: p = 2/32.
+  interp::SignedRankTest s = interp::wilcoxon_signed_rank({0.1, 0.2, 0.3, 0.4, 0.5});
+  CHECK(s.exact);
+  CHECK(s.n == 5);
+  CHECK(s.w_plus == 15);
+  CHECK(s.p == doctest::Approx(2.0 / 32).epsilon(1e-15));
+  // Ranks 1 … 6, the negative ones 1 and 4: W+ = 2 + 3 + 5 + 6 = 16. By symmetry P(W+ >= 16) = P(W+ <= 21 − 16 = 5);
+  // the subsets of {1 … 6} with sum <= 5: {}, {1}, {2}, {3}, {1,2}, {4}, {1,3}, {5}, {1,4}, {2,3}: 10 of 64, p = 20/64.
+  s = interp::wilcoxon_signed_rank({-1, 2, 3, -4, 5, 6});
+  CHECK(s.w_plus == 16);
+  CHECK(s.p == doctest::Approx(20.0 / 64).epsilon(1e-15));
+  CHECK(interp::wilcoxon_signed_rank({1, -2, -3, 4, -5, -6}).p == doctest::Approx(20.0 / 64).epsilon(1e-15));  // mirrored
+  // Ties (|d| = 1, 1 and 3, 3, 3) and a zero, dropped: n = 8, ranks 1.5 1.5 3 5 5 5 7 8, W+ = 1.5 + 1.5 + 5·3 + 8 = 26.
+  // E = 8·9/4 = 18, Var = 8·9·17/24 − ((2³ − 2) + (3³ − 3))/48 = 51 − 0.625 = 50.375, z = 8/√50.375,
+  // p = erfc(z/√2) = 0.2596782522097899 (Python's math.erfc).
+  s = interp::wilcoxon_signed_rank({1, 1, -2, 3, 0, 3, 3, -4, 5});
+  CHECK_FALSE(s.exact);
+  CHECK(s.n == 8);
+  CHECK(s.w_plus == 26);
+  CHECK(s.z == doctest::Approx(8 / std::sqrt(50.375)).epsilon(1e-14));
+  CHECK(s.p == doctest::Approx(0.2596782522097899).epsilon(1e-12));
+  // n = 60 > 50: the normal approximation, W+ = 1830, E = 915, Var = 60·61·121/24 = 18452.5, p = 1.6295557943119322e-11.
+  std::vector<double> rising(60);
+  std::iota(rising.begin(), rising.end(), 1.0);
+  s = interp::wilcoxon_signed_rank(rising);
+  CHECK_FALSE(s.exact);
+  CHECK(s.z == doctest::Approx(915 / std::sqrt(18452.5)).epsilon(1e-14));
+  CHECK(s.p == doctest::Approx(1.6295557943119322e-11).epsilon(1e-10));
+  CHECK(interp::wilcoxon_signed_rank({0, 0}).p == 1.0);  // nothing to test
+  // n = 50, ranks 1, 4, … 49 negative: W+ = 1275 − 425 = 850, exact p = 0.03996834652842374 (the same counts in
+  // Python's integers), within 1 % of the normal approximation's 0.0402 (z = 212.5/√10731.25).
+  std::vector<double> mixed(50);
+  for (int64_t i = 0; i < 50; ++i) mixed[i] = (i % 3 == 0 ? -1.0 : 1.0) * static_cast<double>(i + 1);
+  s = interp::wilcoxon_signed_rank(mixed);
+  CHECK(s.exact);
+  CHECK(s.w_plus == 850);
+  CHECK(s.p == doctest::Approx(0.03996834652842374).epsilon(1e-12));
+  CHECK(s.p == doctest::Approx(std::erfc(std::fabs(s.z) / std::sqrt(2.0))).epsilon(0.01));
+}
+
+TEST_CASE("faithfulness: paired comparisons average each window's predictions before the signed-rank test") {
+  interp::Faithfulness f;
+  f.windows = {0, 0, 1, 1, 2, 3};
+  const double nan = std::nan("");
+  f.methods = {{"a", {0.5, 0.3, 0.2, nan, 0.9, 0.4}, {}, {}, {}}, {"b", {0.1, 0.1, 0.3, 0.5, 0.1, 0.4}, {}, {}, {}}};
+  f.predictions = 6;
+  // Window means of ρ_a − ρ_b: (0.4 + 0.2)/2 = 0.3; −0.1 (the NaN prediction left out); 0.8; 0 (dropped by the test).
+  const interp::MethodComparison c = interp::compare_methods(f, "a", "b");
+  CHECK(c.windows == 4);
+  CHECK(c.test.n == 3);
+  CHECK(c.mean_difference == doctest::Approx((0.3 - 0.1 + 0.8 + 0.0) / 4).epsilon(1e-14));
+  CHECK(c.test.w_plus == 5);  // ranks of 0.1, 0.3, 0.8: 1, 2, 3; positive 0.3 and 0.8
+  CHECK(c.test.p == doctest::Approx(2 * 2.0 / 8).epsilon(1e-15));  // P(W+ >= 5) = #{ {2,3}, {1,2,3} } / 8
+  CHECK_THROWS_WITH(interp::compare_methods(f, "a", "c"), doctest::Contains("no method 'c'"));
+}
+
 TEST_CASE("faithfulness: gradient × input equals central differences of the logit in each row's scale") {
   // Σ_c E_jc ∂F/∂E_jc = d/dε F(E with row j scaled by 1 + ε) at ε = 0.
   auto model = random_gpt(2, 2);
@@ -695,13 +815,16 @@ TEST_CASE("faithfulness: on the trained run, erasure's own deletion curve is the
   for (size_t at = 0; at + 16 <= 48; at += 16) prompts.push_back(loaded.tokenizer.encode(text.substr(at, 16)));
   const interp::Faithfulness f = interp::measure_faithfulness(*loaded.model, prompts, {{15, 10}, {12}, {8, 15}}, 8, 1);
   CHECK(f.predictions == 5);
-  REQUIRE(f.methods.size() == 8);
+  CHECK(f.windows == std::vector<int64_t>{0, 0, 1, 2, 2});
+  REQUIRE(f.methods.size() == 10);
   REQUIRE(f.methods.back().method == "erasure");
   const interp::MethodSummary& erasure = f.methods.back();
   CHECK(erasure.mean_rho() == doctest::Approx(1.0));
   for (const interp::MethodSummary& m : f.methods) {
     INFO(m.method << ": k = 1 drop " << m.deletion[0] << ", erasure's " << erasure.deletion[0]);
     CHECK(m.rho.size() == 5);
+    CHECK(m.rho_position.size() == 5);
+    CHECK(m.rho_partial.size() == 5);
     CHECK(m.deletion.size() == static_cast<size_t>(interp::kDeletionSteps));
     CHECK(erasure.deletion[0] >= m.deletion[0] - 1e-12);  // the top single position is erasure's by definition
   }
@@ -709,6 +832,15 @@ TEST_CASE("faithfulness: on the trained run, erasure's own deletion curve is the
   REQUIRE(random.method == "random");
   const auto area = [](const interp::MethodSummary& m) { return std::accumulate(m.deletion.begin(), m.deletion.end(), 0.0); };
   CHECK(area(erasure) > area(random));
+  // The content-free control on this 2-layer model's causal mask: ρ(uniform flow, j) = −(t − 4)/(t + 2) exactly
+  // (the control's test above), whatever the text; erasure's partial ρ given the position is 1.
+  const interp::MethodSummary& uniform = f.methods[f.methods.size() - 3];
+  REQUIRE(uniform.method == "uniform flow");
+  const std::vector<int64_t> t = {15, 10, 12, 8, 15};
+  for (size_t i = 0; i < t.size(); ++i) {
+    CHECK(uniform.rho_position[i] == doctest::Approx(-(t[i] - 4.0) / (t[i] + 2.0)).epsilon(1e-12));
+    CHECK(erasure.rho_partial[i] == doctest::Approx(1.0).epsilon(1e-12));
+  }
   // Only k = 1 is erasure's by definition: positions interact, and on this model IG's top k, erased together,
   // drop the logit more over k = 1 … 8 (area 20.3 against erasure's 19.6; on the default model erasure leads at
   // every k, docs/interpretability.md).
@@ -740,7 +872,7 @@ TEST_CASE("faithfulness: a linear-attention model is explained through the weigh
   linear.to(DType::Float64);
   const std::vector<int64_t> ids = {1, 5, 2, 7, 3, 3, 8};
   const interp::Explanations ex = interp::explain_all(linear, ids, 6, 4);
-  REQUIRE(ex.scores.size() == 6);
+  REQUIRE(ex.scores.size() == 8);
   for (size_t m = 0; m < ex.scores.size(); ++m) {
     INFO(ex.methods[m]);
     CHECK(ex.scores[m].size() == 7);
@@ -762,10 +894,13 @@ TEST_CASE("faithfulness: char_lm faithfulness prints the table and writes its ch
   INFO(output);
   REQUIRE(status == 0);
   CHECK(output.find("faithfulness against erasure: 6 predictions") != std::string::npos);
-  for (const char* method : {"attention", "rollout", "flow", "grad×input", "IG", "‖αvW_O‖", "random", "erasure"})
+  for (const char* method : {"attention", "rollout", "flow", "flow÷uniform", "grad×input", "IG", "‖αvW_O‖", "uniform flow",
+                             "random", "erasure"})
     CHECK(output.find(std::string("\n") + method + " ") != std::string::npos);
-  CHECK(test::count_svg_elements(out.file("f/spearman.svg"))["polyline"] == 7);  // erasure against itself is left out
-  CHECK(test::count_svg_elements(out.file("f/deletion.svg"))["polyline"] == 8);
+  CHECK(output.find("paired tests of ρ with erasure: Wilcoxon signed-rank over the windows") != std::string::npos);
+  CHECK(output.find("  flow÷uniform − flow ") != std::string::npos);
+  CHECK(test::count_svg_elements(out.file("f/spearman.svg"))["polyline"] == 9);  // erasure against itself is left out
+  CHECK(test::count_svg_elements(out.file("f/deletion.svg"))["polyline"] == 10);
 
   std::tie(status, output) = test::run_char_lm("attention --ckpt '" + run.run() + "' --prompt 'the king' --decompose --out '" +
                                                 out.file("maps") + "'");

@@ -94,17 +94,28 @@ std::string padded(const std::string& text, size_t width) {
 
 void print_faithfulness(const FaithfulnessRun& run, int64_t steps) {
   std::printf("faithfulness against erasure: %s\n", faithfulness_caption(run, steps).c_str());
-  std::printf("%s  %s  mean drop of the target logit after erasing the top k\n", padded("method", 11).c_str(),
-              padded("Spearman ρ mean ± sd", 22).c_str());
-  std::printf("%s  %s ", padded("", 11).c_str(), padded("(predictions)", 22).c_str());
+  std::printf("%s  %s  ρ with    partial ρ  mean drop of the target logit after erasing the top k\n",
+              padded("method", 12).c_str(), padded("Spearman ρ mean ± sd", 22).c_str());
+  std::printf("%s  %s  position  | position ", padded("", 12).c_str(), padded("(predictions)", 22).c_str());
   for (int64_t k = 1; k <= interp::kDeletionSteps; ++k) std::printf("  k=%-4lld", static_cast<long long>(k));
   std::printf("\n");
   for (const interp::MethodSummary& m : run.result.methods) {
     char rho[64];
     std::snprintf(rho, sizeof rho, "%+.3f ± %.3f (%lld)", m.mean_rho(), m.spread_rho(), static_cast<long long>(m.defined()));
-    std::printf("%s  %s ", padded(m.method, 11).c_str(), padded(rho, 22).c_str());
+    std::printf("%s  %s  %+.3f    %+.3f    ", padded(m.method, 12).c_str(), padded(rho, 22).c_str(),
+                interp::defined_mean(m.rho_position), interp::defined_mean(m.rho_partial));
     for (const double d : m.deletion) std::printf("  %+6.3f", d);
     std::printf("\n");
+  }
+  std::printf("paired tests of ρ with erasure: Wilcoxon signed-rank over the windows, each window's mean ρ difference\n");
+  for (const auto& [a, b] : interp::kComparisons) {
+    const interp::MethodComparison c = interp::compare_methods(run.result, a, b);
+    std::string pair = a;
+    pair += " − ";
+    pair += b;
+    std::printf("  %s  mean Δρ %+.3f  windows %lld (nonzero %lld)  W+ %.1f  z %+.2f  p %.2g%s\n",
+                padded(pair, 27).c_str(), c.mean_difference, static_cast<long long>(c.windows),
+                static_cast<long long>(c.test.n), c.test.w_plus, c.test.z, c.test.p, c.test.exact ? " (exact)" : "");
   }
 }
 

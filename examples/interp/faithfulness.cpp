@@ -32,6 +32,16 @@ double spearman(const std::vector<double>& x, const std::vector<double>& y) {
   return pearson(average_ranks(x), average_ranks(y));
 }
 
+double partial_correlation(double r_xy, double r_xz, double r_yz) {
+  const double rest = (1 - r_xz * r_xz) * (1 - r_yz * r_yz);  // NaN propagates; 0 where x or y is z's ranking
+  if (std::isnan(rest) || rest <= 0) return std::numeric_limits<double>::quiet_NaN();
+  return (r_xy - r_xz * r_yz) / std::sqrt(rest);
+}
+
+double partial_spearman(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& z) {
+  return partial_correlation(spearman(x, y), spearman(x, z), spearman(y, z));
+}
+
 std::vector<int64_t> order_by_score(const std::vector<double>& scores) {
   std::vector<int64_t> order(scores.size());
   std::iota(order.begin(), order.end(), 0);
@@ -143,6 +153,26 @@ std::vector<double> attention_value_norms(nn::GPT& exact, const std::vector<int6
   return norms;
 }
 
+std::vector<Tensor> uniform_attention_like(const std::vector<Tensor>& maps) {
+  std::vector<Tensor> uniform;
+  for (const Tensor& A : maps) {
+    AG_CHECK(A.dim() == 3 && A.size(1) == A.size(2), "uniform attention: a map is " << describe(A) << ", not [H, T, T]");
+    const int64_t H = A.size(0), T = A.size(1);
+    const std::vector<double> a = A.to_vector();
+    std::vector<double> u(H * T * T, 0.0);
+    for (int64_t i = 0; i < T; ++i) {
+      std::vector<bool> mask(T, false);  // S_i: the keys some head weights
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t j = 0; j < T; ++j) mask[j] = mask[j] || a[(h * T + i) * T + j] != 0.0;
+      const auto keys = static_cast<double>(std::count(mask.begin(), mask.end(), true));
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t j = 0; j < T; ++j) u[(h * T + i) * T + j] = mask[j] ? 1.0 / keys : 0.0;
+    }
+    uniform.push_back(Tensor::from_vector(u, {H, T, T}, DType::Float64));
+  }
+  return uniform;
+}
+
 Explanations explain_all(nn::GPT& exact, const std::vector<int64_t>& ids, int64_t position, int64_t steps) {
   check_position(ids, position, "explain");
   AG_CHECK(attention_function_traits(exact.config().attention).weights_sum_to_one,
@@ -168,32 +198,47 @@ Explanations explain_all(nn::GPT& exact, const std::vector<int64_t>& ids, int64_
   const Attribution ig = integrated_gradients(exact, prefix, t, steps);
   AG_CHECK(ig.target == ex.prediction.target, "explain: integrated gradients explain character " << ig.target
                                                                                              << ", the prediction is " << ex.prediction.target);
-  ex.methods = {"attention", "rollout", "flow", "grad×input", "IG", "‖αvW_O‖"};
+  // Flow's paths from t to j stay within positions j … t, more of them the farther j is: even with no content
+  // the max-flow grows with t − j (docs/interpretability.md). The uniform stack on the same mask measures that
+  // part alone; the ratio keeps what the weights add to it. (Both are 0 only where no path reaches j.)
+  const std::vector<double> flow = max_flows_from(residual_mixed(maps, gates), T, t);
+  const std::vector<double> uniform = max_flows_from(residual_mixed(uniform_attention_like(maps), gates), T, t);
+  std::vector<double> debiased(T);
+  for (int64_t j = 0; j < T; ++j) debiased[j] = uniform[j] > 0 ? flow[j] / uniform[j] : 0.0;
+
+  ex.methods = {"attention", "rollout", "flow", "flow÷uniform", "grad×input", "IG", "‖αvW_O‖", "uniform flow"};
   ex.scores = {raw,
                {rollout.begin() + t * T, rollout.end()},
-               max_flows_from(residual_mixed(maps, gates), T, t),
+               flow,
+               debiased,
                gradient_times_input(exact, prefix, ex.prediction),
                ig.per_position,
-               attention_value_norms(exact, prefix, t)};
+               attention_value_norms(exact, prefix, t),
+               uniform};
   return ex;
 }
 
-double MethodSummary::mean_rho() const {
+double defined_mean(const std::vector<double>& values) {
   double total = 0;
-  for (const double r : rho) total += std::isnan(r) ? 0.0 : r;
-  return total / static_cast<double>(defined());
+  for (const double v : values) total += std::isnan(v) ? 0.0 : v;
+  return total / static_cast<double>(defined_count(values));
 }
 
-double MethodSummary::spread_rho() const {
-  const double mean = mean_rho();
+double defined_sd(const std::vector<double>& values) {
+  const double mean = defined_mean(values);
+  const int64_t n = defined_count(values);
   double squares = 0;
-  for (const double r : rho) squares += std::isnan(r) ? 0.0 : (r - mean) * (r - mean);
-  return defined() > 1 ? std::sqrt(squares / static_cast<double>(defined() - 1)) : 0.0;
+  for (const double v : values) squares += std::isnan(v) ? 0.0 : (v - mean) * (v - mean);
+  return n > 1 ? std::sqrt(squares / static_cast<double>(n - 1)) : 0.0;
 }
 
-int64_t MethodSummary::defined() const {
-  return std::count_if(rho.begin(), rho.end(), [](double r) { return !std::isnan(r); });
+int64_t defined_count(const std::vector<double>& values) {
+  return std::count_if(values.begin(), values.end(), [](double v) { return !std::isnan(v); });
 }
+
+double MethodSummary::mean_rho() const { return defined_mean(rho); }
+double MethodSummary::spread_rho() const { return defined_sd(rho); }
+int64_t MethodSummary::defined() const { return defined_count(rho); }
 
 Faithfulness measure_faithfulness(const nn::GPT& model, const std::vector<std::vector<int64_t>>& prompts,
                                   const std::vector<std::vector<int64_t>>& positions, int64_t steps, uint64_t seed) {
@@ -208,6 +253,8 @@ Faithfulness measure_faithfulness(const nn::GPT& model, const std::vector<std::v
       AG_CHECK(t >= kDeletionSteps, "faithfulness: position " << t << " has fewer than " << kDeletionSteps + 1
                                                               << " positions to erase (a deletion curve erases up to "
                                                               << kDeletionSteps << ")");
+      std::vector<double> position(t + 1);  // ρ with j: how much of a ranking is where the positions are
+      std::iota(position.begin(), position.end(), 0.0);
       Explanations ex = explain_all(*exact, prompts[p], t, steps);
       const std::vector<int64_t> prefix(prompts[p].begin(), prompts[p].begin() + t + 1);
       const std::vector<double> erasure = erasure_effects(*exact, prefix, ex.prediction);
@@ -219,11 +266,21 @@ Faithfulness measure_faithfulness(const nn::GPT& model, const std::vector<std::v
       for (const std::vector<double>& scores : ex.scores) orders.push_back(order_by_score(scores));
       const std::vector<std::vector<double>> curves = deletion_curves(*exact, prefix, ex.prediction, orders, kDeletionSteps);
       if (result.methods.empty())
-        for (const std::string& name : ex.methods) result.methods.push_back({name, {}, std::vector<double>(kDeletionSteps, 0.0)});
+        for (const std::string& name : ex.methods) {
+          MethodSummary summary;
+          summary.method = name;
+          summary.deletion.assign(kDeletionSteps, 0.0);
+          result.methods.push_back(summary);
+        }
+      const double erasure_by_position = spearman(erasure, position);
       for (size_t m = 0; m < ex.methods.size(); ++m) {
-        result.methods[m].rho.push_back(spearman(ex.scores[m], erasure));
-        for (int64_t k = 0; k < kDeletionSteps; ++k) result.methods[m].deletion[k] += curves[m][k];
+        MethodSummary& summary = result.methods[m];
+        summary.rho.push_back(spearman(ex.scores[m], erasure));
+        summary.rho_position.push_back(spearman(ex.scores[m], position));
+        summary.rho_partial.push_back(partial_correlation(summary.rho.back(), summary.rho_position.back(), erasure_by_position));
+        for (int64_t k = 0; k < kDeletionSteps; ++k) summary.deletion[k] += curves[m][k];
       }
+      result.windows.push_back(static_cast<int64_t>(p));
       ++result.predictions;
       // Each prediction's prefix has a length of its own, so its buffers are sizes the next one will not ask for:
       // the caching allocator would keep them all (6.5 GB over 128 predictions of the default model).
@@ -233,6 +290,80 @@ Faithfulness measure_faithfulness(const nn::GPT& model, const std::vector<std::v
   for (MethodSummary& m : result.methods)
     for (double& d : m.deletion) d /= static_cast<double>(result.predictions);
   return result;
+}
+
+SignedRankTest wilcoxon_signed_rank(const std::vector<double>& differences) {
+  std::vector<double> d;
+  for (const double x : differences) {
+    AG_CHECK(!std::isnan(x), "signed-rank test: a difference is NaN");
+    if (x != 0) d.push_back(x);
+  }
+  SignedRankTest test;
+  test.n = static_cast<int64_t>(d.size());
+  if (test.n == 0) return test;
+  std::vector<double> magnitude(d.size());
+  for (size_t i = 0; i < d.size(); ++i) magnitude[i] = std::fabs(d[i]);
+  const std::vector<double> ranks = average_ranks(magnitude);
+  for (size_t i = 0; i < d.size(); ++i) test.w_plus += d[i] > 0 ? ranks[i] : 0.0;
+
+  std::sort(magnitude.begin(), magnitude.end());
+  double ties = 0;  // Σ_g (t_g³ − t_g)
+  for (size_t first = 0; first < magnitude.size();) {
+    size_t last = first;
+    while (last + 1 < magnitude.size() && magnitude[last + 1] == magnitude[first]) ++last;
+    const auto size = static_cast<double>(last - first + 1);
+    ties += size * size * size - size;
+    first = last + 1;
+  }
+  const auto n = static_cast<double>(test.n);
+  const double mean = n * (n + 1) / 4, variance = n * (n + 1) * (2 * n + 1) / 24 - ties / 48;
+  test.z = variance > 0 ? (test.w_plus - mean) / std::sqrt(variance) : 0.0;
+  if (test.n <= 50 && ties == 0) {
+    // Without ties W+ is an integer in [0, n(n+1)/2]; count the sign patterns giving each value.
+    const int64_t top = test.n * (test.n + 1) / 2;
+    std::vector<uint64_t> count(top + 1, 0);  // c_k(w); at most 2^50, exact in 64 bits
+    count[0] = 1;
+    for (int64_t k = 1; k <= test.n; ++k)
+      for (int64_t w = top; w >= k; --w) count[w] += count[w - k];
+    const auto w = static_cast<int64_t>(std::llround(test.w_plus));
+    uint64_t below = 0, above = 0;  // #{W+ <= w}, #{W+ >= w}
+    for (int64_t v = 0; v <= top; ++v) (v <= w ? below : above) += count[v];
+    above += count[w];
+    const double all = std::ldexp(1.0, static_cast<int>(test.n));
+    test.p = std::min(1.0, 2 * static_cast<double>(std::min(below, above)) / all);
+    test.exact = true;
+  } else {
+    test.p = std::erfc(std::fabs(test.z) / std::sqrt(2.0));
+  }
+  return test;
+}
+
+namespace {
+const MethodSummary& summary_of(const Faithfulness& f, const std::string& method) {
+  const auto found = std::find_if(f.methods.begin(), f.methods.end(), [&method](const MethodSummary& m) { return m.method == method; });
+  AG_CHECK(found != f.methods.end(), "compare methods: no method '" << method << "' in the table");
+  return *found;
+}
+}  // namespace
+
+MethodComparison compare_methods(const Faithfulness& f, const std::string& a, const std::string& b) {
+  const MethodSummary &first = summary_of(f, a), &second = summary_of(f, b);
+  AG_CHECK(f.windows.size() == first.rho.size() && f.windows.size() == second.rho.size(),
+           "compare methods: " << f.windows.size() << " windows for " << first.rho.size() << " predictions");
+  std::vector<double> total, count;  // per window: Σ (ρ_a − ρ_b) and how many
+  for (size_t i = 0; i < f.windows.size(); ++i) {
+    const auto w = static_cast<size_t>(f.windows[i]);
+    if (w >= total.size()) total.resize(w + 1, 0.0), count.resize(w + 1, 0.0);
+    if (std::isnan(first.rho[i]) || std::isnan(second.rho[i])) continue;
+    total[w] += first.rho[i] - second.rho[i];
+    count[w] += 1;
+  }
+  std::vector<double> means;
+  for (size_t w = 0; w < total.size(); ++w)
+    if (count[w] > 0) means.push_back(total[w] / count[w]);
+  MethodComparison c{a, b, 0, wilcoxon_signed_rank(means), static_cast<int64_t>(means.size())};
+  c.mean_difference = means.empty() ? 0.0 : std::accumulate(means.begin(), means.end(), 0.0) / static_cast<double>(means.size());
+  return c;
 }
 
 }  // namespace ag::interp

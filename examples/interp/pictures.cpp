@@ -12,8 +12,8 @@
 namespace ag::interp {
 
 // One colour per line of a chart, in a fixed order (the methods keep their colour in every chart).
-const std::vector<std::string> kPalette = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                                           "#8c564b", "#7f7f7f", "#111111"};
+const std::vector<std::string> kPalette = {"#1f77b4", "#ff7f0e", "#2ca02c", "#17becf", "#d62728",
+                                           "#9467bd", "#8c564b", "#bcbd22", "#7f7f7f", "#111111"};
 
 
 namespace {
@@ -175,14 +175,24 @@ std::string deletion_svg(const interp::Faithfulness& f) {
 }
 
 std::string faithfulness_table_html(const interp::Faithfulness& f) {
-  std::string html = "<table class=\"faithfulness\"><tr><th>method</th><th>Spearman ρ with erasure: mean ± sd (n)</th>";
+  std::string html = "<table class=\"faithfulness\"><tr><th>method</th><th>Spearman ρ with erasure: mean ± sd (n)</th>"
+                     "<th>ρ with position</th><th>partial ρ | position</th>";
   for (int64_t k = 1; k <= interp::kDeletionSteps; ++k) html += "<th>k = " + std::to_string(k) + "</th>";
   html += "</tr>\n";
   for (const interp::MethodSummary& m : f.methods) {
     html += "<tr><td>" + interp::escape_xml(m.method) + "</td><td>" + fixed(m.mean_rho(), "%+.3f") + " ± " +
-            fixed(m.spread_rho(), "%.3f") + " (" + std::to_string(m.defined()) + ")</td>";
+            fixed(m.spread_rho(), "%.3f") + " (" + std::to_string(m.defined()) + ")</td><td>" +
+            fixed(interp::defined_mean(m.rho_position), "%+.3f") + "</td><td>" + fixed(interp::defined_mean(m.rho_partial), "%+.3f") + "</td>";
     for (const double d : m.deletion) html += "<td>" + fixed(d, "%+.3f") + "</td>";
     html += "</tr>\n";
+  }
+  html += "</table>\n<table class=\"paired\"><tr><th>paired test of ρ with erasure</th><th>mean Δρ over windows</th>"
+          "<th>windows (nonzero)</th><th>W+</th><th>p (Wilcoxon signed-rank)</th></tr>\n";
+  for (const auto& [a, b] : interp::kComparisons) {
+    const interp::MethodComparison c = interp::compare_methods(f, a, b);
+    html += "<tr class=\"paired\"><td>" + interp::escape_xml(a + " − " + b) + "</td><td>" + fixed(c.mean_difference, "%+.3f") +
+            "</td><td>" + std::to_string(c.windows) + " (" + std::to_string(c.test.n) + ")</td><td>" + fixed(c.test.w_plus, "%.1f") + "</td><td>" +
+            fixed(c.test.p, "%.2g") + (c.test.exact ? " (exact)" : "") + "</td></tr>\n";
   }
   return html + "</table>\n";
 }
