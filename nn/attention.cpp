@@ -14,18 +14,20 @@ MultiHeadSelfAttention::MultiHeadSelfAttention(const Config& config, Generator* 
   AG_CHECK(H_kv > 0 && H % H_kv == 0,
            "MultiHeadSelfAttention: H = " << H << " is not a multiple of H_kv = " << H_kv);
   const int64_t d_h = C / H, kv_width = H_kv * d_h;  // H_kv heads of d_h columns
-  spec_ = {.function = config.function, .causal = config.causal, .layout = AttentionLayout::BTHD,
-           .position = config.position, .rope_base = config.rope_base, .alibi_slopes = config.alibi_slopes,
-           .impl = config.impl, .pattern = config.pattern,
-           .feature_map = config.feature_map};
-  if (attention_function_traits(config.function).reads_feature_map && config.feature_map == FeatureMap::Favor)
+  // The function's own parameters from the config's; ω and ssd's Δ, a_log, D are added per call (attend).
+  AttentionParams function = SoftmaxAttention{.impl = config.impl, .pattern = config.pattern};
+  if (config.function == AttentionFunction::Linear) function = LinearAttention{.feature_map = config.feature_map};
+  if (config.function == AttentionFunction::Ssd) function = SsdAttention{};
+  spec_ = {.function = function, .causal = config.causal, .layout = AttentionLayout::BTHD,
+           .position = config.position, .rope_base = config.rope_base, .alibi_slopes = config.alibi_slopes};
+  if (config.function == AttentionFunction::Linear && config.feature_map == FeatureMap::Favor)
     omega_ = favor_projection(config.n_features, d_h, config.seed, config.stream);
   w_q_ = register_module("w_q", std::make_shared<Linear>(Linear::Config{.in = C, .out = C}, gen));
   w_k_ = register_module("w_k", std::make_shared<Linear>(Linear::Config{.in = C, .out = kv_width}, gen));
   w_v_ = register_module("w_v", std::make_shared<Linear>(Linear::Config{.in = C, .out = kv_width}, gen));
   w_o_ = register_module("w_o", std::make_shared<Linear>(Linear::Config{.in = C, .out = C}, gen));
   dropout_ = register_module("dropout", std::make_shared<Dropout>(config.dropout));
-  if (!attention_function_traits(config.function).reads_decay) return;
+  if (config.function != AttentionFunction::Ssd) return;
   AG_CHECK(config.ssd_conv >= 0, "MultiHeadSelfAttention: ssd_conv " << config.ssd_conv << " must be >= 0 (0: no convolution)");
   if (config.ssd_conv > 0)
     conv_ = register_module("conv", std::make_shared<CausalConv1d>(
@@ -77,15 +79,19 @@ MultiHeadSelfAttention::Heads MultiHeadSelfAttention::project(const Tensor& x, L
 Tensor MultiHeadSelfAttention::attend(const Heads& heads, LayerKVCache* cache) {
   AttentionSpec spec = spec_;
   spec.cache = cache;
-  spec.dt = heads.dt;
-  spec.a_log = a_log_;
-  spec.d_skip = d_skip_;
+  if (auto* ssd = std::get_if<SsdAttention>(&spec.function)) {
+    ssd->dt = heads.dt;
+    ssd->a_log = a_log_;
+    ssd->d_skip = d_skip_;
+  }
   if (omega_.defined()) {
     if (!omega_here_.defined() || omega_here_.dtype() != heads.q.dtype() || omega_here_.device() != heads.q.device())
       omega_here_ = omega_.to(heads.q.dtype()).to(heads.q.device());  // once per dtype and device, not every forward
-    spec.omega = omega_here_;
+    std::get<LinearAttention>(spec.function).omega = omega_here_;
   }
-  if (keep_attention_ && spec.impl == AttentionImpl::Flash) spec.impl = AttentionImpl::Dense;  // flash has no A
+  if (auto* softmax = std::get_if<SoftmaxAttention>(&spec.function); softmax && keep_attention_ &&
+                                                                      softmax->impl == AttentionImpl::Flash)
+    softmax->impl = AttentionImpl::Dense;  // flash has no A
   AttentionInternals internals;
   const Tensor Z = ag::attention(heads.q, heads.k, heads.v, spec, keep_attention_ ? &internals : nullptr);
   attention_ = internals.probabilities;  // undefined unless kept: never a stale A from an earlier forward
@@ -107,6 +113,17 @@ Tensor MultiHeadSelfAttention::output(const Tensor& Z, const Tensor& gate) {
   const int64_t B = Z.size(0), T = Z.size(1), C = Z.size(2) * Z.size(3);
   const Tensor merged = gated.reshape({B, T, C});
   return dropout_->forward(w_o_->forward(gate.defined() ? merged * gate : merged));  // O [B, T, C]
+}
+
+const SparsePattern& MultiHeadSelfAttention::pattern() const {
+  static const SparsePattern every_key;
+  const auto* softmax = std::get_if<SoftmaxAttention>(&spec_.function);
+  return softmax ? softmax->pattern : every_key;
+}
+
+AttentionImpl MultiHeadSelfAttention::impl() const {
+  const auto* softmax = std::get_if<SoftmaxAttention>(&spec_.function);
+  return softmax ? softmax->impl : kDefaultAttentionImpl;
 }
 
 Tensor MultiHeadSelfAttention::forward(const Tensor& x) { return attend(project(x, nullptr), nullptr); }

@@ -2,7 +2,7 @@
 //   Q = X W_Q,  K = X W_K,  V = X W_V          X [B, T, C], W_Q, W_O [C, C], W_K, W_V [C, H_kv·d_h]
 //   heads: [B, T, C] viewed as [B, T, H, d_h], d_h = C / H (head h owns columns h·d_h … (h+1)·d_h − 1)
 //   S = Q Kᵀ / √d_h,  A = softmax(S + M),  Z = A V   (per head; M the causal mask,
-//                                                    or a sparse pattern: set_pattern)
+//                                                    or a sparse pattern: Config::pattern)
 //   O = Concat(head_1..head_H) W_O                 Z [B, T, H, d_h] viewed as [B, T, C]
 // The residual (Y = X + O) is added by the Block, not here.
 //
@@ -85,13 +85,16 @@ class MultiHeadSelfAttention : public Module {
 
   const Tensor& favor_features() const { return omega_; }  // ω [m, d_h] float64 (favor only)
 
-  void set_impl(AttentionImpl impl) { spec_.impl = impl; }
+  // Softmax attention's implementation and pattern (a module of another function has neither:
+  // set_impl leaves it as it is, pattern() is the empty pattern, impl() the default).
+  void set_impl(AttentionImpl impl) {
+    if (auto* softmax = std::get_if<SoftmaxAttention>(&spec_.function)) softmax->impl = impl;
+  }
   // Context parallelism (AttentionSpec::context): x holds this process's rows of sequences split over `group`.
   void set_context(dist::Communicator* group) { spec_.context = group; }
-  void set_pattern(const SparsePattern& pattern) { spec_.pattern = pattern; }
-  const SparsePattern& pattern() const { return spec_.pattern; }
+  const SparsePattern& pattern() const;
   const AttentionSpec& spec() const { return spec_; }  // what every forward passes to ag::attention (but the cache)
-  AttentionImpl impl() const { return spec_.impl; }
+  AttentionImpl impl() const;
 
   // With keep_attention on, each forward stores A [B, H, T, T] (detached) for
   // attention() to return, so every head's pattern can be inspected. Flash never
