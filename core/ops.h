@@ -179,7 +179,7 @@ template <> struct EnumNames<AttentionImpl> {
   static constexpr std::pair<AttentionImpl, const char*> values[] = {
       {AttentionImpl::Composed, "composed"}, {AttentionImpl::Dense, "dense"}, {AttentionImpl::Flash, "flash"}};
 };
-// The implementation used where none is chosen: by the op (AttentionSpec), the
+// The implementation used where none is chosen: by the op (SoftmaxAttention), the
 // module, the model and char_lm's --attn-impl. Dense is what the default model
 // trains with (and what its committed results were made with); flash is the
 // one to choose for long T (memory O(T·d) instead of O(T²)).
