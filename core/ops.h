@@ -274,7 +274,7 @@ struct AttentionSpec {
   AttentionLayout layout = AttentionLayout::BHTD;
   // rope: q and k rotated at their positions (query i at q_offset + i, key j at j;
   // decoding, at the cache's positions; the cache keeps the rotated keys) with
-  // frequencies rope_base^(−2i/d), d even. alibi: causal softmax only (the other
+  // frequencies rope_base^(−2i/d), d even. alibi: causal softmax attention (the other
   // functions have no scores to bias). learned, none: nothing.
   PositionEncoding position = PositionEncoding::None;
   double rope_base = kDefaultRopeBase;  // must be > 0
