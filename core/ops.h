@@ -272,8 +272,9 @@ struct AttentionSpec {
   AttentionParams function = SoftmaxAttention{};
   bool causal = false;
   AttentionLayout layout = AttentionLayout::BHTD;
-  // rope: q and k rotated at their positions (query i at q_offset + i, key j at j;
-  // decoding, at the cache's positions; the cache keeps the rotated keys) with
+  // rope: q and k rotated at their positions (query i at i + SoftmaxAttention's q_offset, at i
+  // for the other functions; key j at j; decoding, at the cache's positions; the cache keeps
+  // the rotated keys) with
   // frequencies rope_base^(−2i/d), d even. alibi: causal softmax attention (the other
   // functions have no scores to bias). learned, none: nothing.
   PositionEncoding position = PositionEncoding::None;
