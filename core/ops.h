@@ -274,9 +274,8 @@ struct AttentionSpec {
   AttentionLayout layout = AttentionLayout::BHTD;
   // rope: q and k rotated at their positions (query i at i + SoftmaxAttention's q_offset, at i
   // for the other functions; key j at j; decoding, at the cache's positions; the cache keeps
-  // the rotated keys) with
-  // frequencies rope_base^(−2i/d), d even. alibi: causal softmax attention (the other
-  // functions have no scores to bias). learned, none: nothing.
+  // the rotated keys) with frequencies rope_base^(−2i/d), d even. alibi: causal softmax
+  // attention (the other functions have no scores to bias). learned, none: nothing.
   PositionEncoding position = PositionEncoding::None;
   double rope_base = kDefaultRopeBase;  // must be > 0
   AlibiSlopes alibi_slopes = AlibiSlopes::Reference;  // alibi: the slopes' rule when Hq is not a power of two
