@@ -49,20 +49,21 @@ struct Case {
   std::string position = "none";  // none, rope or alibi (AttentionSpec::position)
 };
 
-// The attention spec of a --masks entry.
+// The softmax attention spec of a --masks entry.
 AttentionSpec spec_of(const Case& c) {
   AttentionSpec spec{.causal = c.mask != "none"};  // the implementation is set where it runs
   spec.position = enum_from_name<PositionEncoding>(c.position, "--positions");
   if (c.mask == "none" || c.mask == "causal") return spec;
+  SparsePattern& pattern = std::get<SoftmaxAttention>(spec.function).pattern;
   std::istringstream in(c.mask);
   const std::string expected = "--masks " + c.mask + ": expected none, causal or w<W>[d<dilation>][g<G>][r<R>]";
   for (char part; in >> part;) {
     int64_t value;
     AG_CHECK(in >> value, expected);
-    if (part == 'w') spec.pattern.window = value;
-    else if (part == 'd') spec.pattern.dilation = value;
-    else if (part == 'g') spec.pattern.global = value;
-    else if (part == 'r') spec.pattern.random_blocks = value;
+    if (part == 'w') pattern.window = value;
+    else if (part == 'd') pattern.dilation = value;
+    else if (part == 'g') pattern.global = value;
+    else if (part == 'r') pattern.random_blocks = value;
     else throw Error(expected);
   }
   return spec;
@@ -71,7 +72,7 @@ AttentionSpec spec_of(const Case& c) {
 // The (query, key) pairs the mask shows, summed over the heads (random blocks differ by head).
 double visible_pairs(const Case& c) {
   const AttentionSpec spec = spec_of(c);
-  const AttentionMask mask{.causal = spec.causal, .q_offset = 0, .pattern = spec.pattern};
+  const AttentionMask mask{.causal = spec.causal, .q_offset = 0, .pattern = std::get<SoftmaxAttention>(spec.function).pattern};
   double pairs = 0;
   for (int64_t h = 0; h < kHeads; ++h)
     for (int64_t i = 0; i < c.T; ++i) pairs += static_cast<double>(mask.row(h, i).count(0, c.T));
@@ -100,23 +101,24 @@ void run_case(const Case& c, bench::Clock clock, double budget_s) {
   std::function<Tensor()> forward;
   if (c.impl == "ssd") {
     if (c.mask != "causal") throw Error("--masks " + c.mask + ": ssd attention is causal");
-    const AttentionSpec spec{.function = AttentionFunction::Ssd, .causal = true,
-                             .position = enum_from_name<PositionEncoding>(c.position, "--positions"),
-                             .dt = Tensor::uniform({kBatch, kHeads, c.T}, 1e-3, 0.1, DType::Float32, &gen).requires_grad_(),
-                             .a_log = Tensor::full({kHeads}, std::log(4.0)).requires_grad_(),
-                             .d_skip = Tensor::ones({kHeads}).requires_grad_()};
+    const AttentionSpec spec{
+        .function = SsdAttention{.dt = Tensor::uniform({kBatch, kHeads, c.T}, 1e-3, 0.1, DType::Float32, &gen).requires_grad_(),
+                                 .a_log = Tensor::full({kHeads}, std::log(4.0)).requires_grad_(),
+                                 .d_skip = Tensor::ones({kHeads}).requires_grad_()},
+        .causal = true, .position = enum_from_name<PositionEncoding>(c.position, "--positions")};
     forward = [&q, &k, &v, spec] { return attention(q, k, v, spec); };
   } else if (is_linear(c)) {
     const FeatureMap map = enum_from_name<FeatureMap>(c.impl.substr(7), "--impls");
     if (c.mask != "none" && c.mask != "causal") throw Error("--masks " + c.mask + ": linear attention takes none or causal");
-    const AttentionSpec spec{.function = AttentionFunction::Linear, .causal = c.mask == "causal",
-                             .position = enum_from_name<PositionEncoding>(c.position, "--positions"), .feature_map = map,
-                             .omega = map == FeatureMap::Favor ? favor_projection(64, c.d, 0).to(DType::Float32)
-                                                               : Tensor()};
+    const AttentionSpec spec{
+        .function = LinearAttention{.feature_map = map,
+                                    .omega = map == FeatureMap::Favor ? favor_projection(64, c.d, 0).to(DType::Float32)
+                                                                      : Tensor()},
+        .causal = c.mask == "causal", .position = enum_from_name<PositionEncoding>(c.position, "--positions")};
     forward = [&q, &k, &v, spec] { return attention(q, k, v, spec); };
   } else {
     AttentionSpec spec = spec_of(c);
-    spec.impl = enum_from_name<AttentionImpl>(c.impl, "--impls");
+    std::get<SoftmaxAttention>(spec.function).impl = enum_from_name<AttentionImpl>(c.impl, "--impls");
     forward = [&q, &k, &v, spec] { return attention(q, k, v, spec); };
   }
   const auto forward_backward = [&] {

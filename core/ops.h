@@ -4,6 +4,7 @@
 // dtype and a device (ag::Error otherwise).
 #pragma once
 #include <optional>
+#include <variant>
 #include <vector>
 
 #include "core/attention_math.h"
@@ -141,7 +142,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullpt
 //            attention without softmax, scale or normaliser, whose mask is a learned,
 //            input-dependent decay instead of 0 / −∞:
 //              z_i = Σ_{j≤i} exp(Σ_{r=j+1..i} λ_r) (q_i·k_j) Δ_j v_j + D·v_i,  λ_r = −exp(a_log)·Δ_r
-//            per query head (Δ = spec.dt, a_log, D = spec.d_skip, below); a head's decay
+//            per query head (Δ = dt, a_log, D = d_skip: SsdAttention, below); a head's decay
 //            a_r = exp(λ_r) ∈ (0, 1] says how fast it forgets. Chunked: time O(T·(Q + d)·d),
 //            the decode state S = Σ_j (decay) k_j Δ_j v_jᵀ [d, d].
 //
@@ -152,11 +153,13 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullpt
 // is multi-query). Z comes back in q's layout. Backward: docs/backprop.md,
 // "Attention" and "Linear attention".
 //
-// A new attention function is one more AttentionFunction (and its name), its
-// row in kAttentionFunctions (core/ops/attention.cpp: its traits, its forward,
-// its FLOP count), the fields it reads below and the file that computes it:
-// the module, the model, the cache and the programs reach it through this
-// contract alone.
+// A new attention function is its parameter type (one more alternative of
+// AttentionParams below, holding what only it reads), its case in the one
+// std::visit of attention() (core/ops/attention.cpp), its row in
+// kAttentionFunctions there (what the rest of the project needs to know of it:
+// its traits, its FLOP count), one more AttentionFunction (the name a model
+// saves), and the file that computes it: the module, the model, the cache and
+// the programs reach it through this contract alone.
 
 // The function a model's attention computes (a model property, saved in its
 // checkpoint); AttentionImpl only chooses how softmax attention is computed.
@@ -176,7 +179,7 @@ template <> struct EnumNames<AttentionImpl> {
   static constexpr std::pair<AttentionImpl, const char*> values[] = {
       {AttentionImpl::Composed, "composed"}, {AttentionImpl::Dense, "dense"}, {AttentionImpl::Flash, "flash"}};
 };
-// The implementation used where none is chosen: by the op (AttentionSpec), the
+// The implementation used where none is chosen: by the op (SoftmaxAttention), the
 // module, the model and char_lm's --attn-impl. Dense is what the default model
 // trains with (and what its committed results were made with); flash is the
 // one to choose for long T (memory O(T·d) instead of O(T²)).
@@ -207,7 +210,7 @@ template <> struct EnumNames<AlibiSlopes> {
 };
 inline constexpr double kDefaultRopeBase = 10000;
 
-// Positions per chunk of linear attention's and ssd's chunked sums (AttentionSpec::chunk).
+// Positions per chunk of linear attention's and ssd's chunked sums (LinearAttention::chunk, SsdAttention::chunk).
 inline constexpr int64_t kDefaultAttentionChunk = 64;
 
 // One attention layer's generation state, carried from one decoded position
@@ -234,40 +237,48 @@ struct LayerKVCache {
   int64_t bytes() const;  // what it holds now
 };
 
-struct AttentionSpec {
-  AttentionFunction function = AttentionFunction::Softmax;
-  bool causal = false;
-  // --- softmax only ---
-  std::optional<double> scale = std::nullopt;      // default 1/√d; must be > 0
-  std::optional<int64_t> q_offset = std::nullopt;  // query i sits at key position i + q_offset; default Tk − Tq (bottom-right
-                                                   // aligned: one new query over a cache of Tk keys sees all of them)
-  // --- every function ---
-  AttentionLayout layout = AttentionLayout::BHTD;
-  // rope: q and k rotated at their positions (query i at q_offset + i, key j at j;
-  // decoding, at the cache's positions; the cache keeps the rotated keys) with
-  // frequencies rope_base^(−2i/d), d even. alibi: causal softmax only. learned, none: nothing.
-  PositionEncoding position = PositionEncoding::None;
-  double rope_base = kDefaultRopeBase;  // must be > 0
-  AlibiSlopes alibi_slopes = AlibiSlopes::Reference;  // alibi: the slopes' rule when Hq is not a power of two
-  // --- softmax only ---
-  AttentionImpl impl = kDefaultAttentionImpl;
+// Each attention function's parameters: what it alone reads, as one type, so
+// that a spec cannot hold another function's (AttentionParams, in
+// AttentionFunction's order).
+struct SoftmaxAttention {  // A = softmax(scale·QKᵀ + M), Z = A V
+  AttentionImpl impl = kDefaultAttentionImpl;  // how it is computed
   // Window, dilation, global tokens and random blocks (core/attention_math.h); needs
   // `causal`. Every implementation reads it through AttentionMask.
   SparsePattern pattern = {};
+  std::optional<double> scale = std::nullopt;      // default 1/√d; must be > 0
+  std::optional<int64_t> q_offset = std::nullopt;  // query i sits at key position i + q_offset; default Tk − Tq (bottom-right
+                                                   // aligned: one new query over a cache of Tk keys sees all of them)
   // The keys and values are the first kv_length rows of k and v along T: a KV
   // cache allocated for more positions than it holds yet, read in place (Tk =
   // kv_length; the rows after it are neither read nor given a gradient).
   // Default: all of them.
   std::optional<int64_t> kv_length = std::nullopt;
-  // --- linear only ---
+};
+struct LinearAttention {  // Z = φ(Q)(φ(K)ᵀV), normalised; as many queries as keys (a cache for decoding)
   FeatureMap feature_map = FeatureMap::Elu1;
-  Tensor omega = {};   // favor: the random features ω [m, d] as rows (favor_projection), in q's dtype and device
-  // --- linear and ssd ---
+  Tensor omega = {};  // favor: the random features ω [m, d] as rows (favor_projection), in q's dtype and device
   int64_t chunk = kDefaultAttentionChunk;  // positions per chunk of the causal sums (any value gives the same result but for rounding)
-  // --- ssd only: inputs of the function, differentiable as q, k, v are ---
+};
+struct SsdAttention {  // causal; its inputs besides q, k, v, differentiable as they are
   Tensor dt = {};      // Δ > 0 per position and query head: [B, T, Hq] (BTHD) or [B, Hq, T] (BHTD)
   Tensor a_log = {};   // [Hq]: λ_r = −exp(a_log_h)·Δ_r, the log of head h's decay at r
   Tensor d_skip = {};  // [Hq]: D_h, the skip D_h·v_i added to each output
+  int64_t chunk = kDefaultAttentionChunk;  // as LinearAttention's
+};
+using AttentionParams = std::variant<SoftmaxAttention, LinearAttention, SsdAttention>;
+
+// What every function shares, and the function with its parameters.
+struct AttentionSpec {
+  AttentionParams function = SoftmaxAttention{};
+  bool causal = false;
+  AttentionLayout layout = AttentionLayout::BHTD;
+  // rope: q and k rotated at their positions (query i at i + SoftmaxAttention's q_offset, at i
+  // for the other functions; key j at j; decoding, at the cache's positions; the cache keeps
+  // the rotated keys) with frequencies rope_base^(−2i/d), d even. alibi: causal softmax
+  // attention (the other functions have no scores to bias). learned, none: nothing.
+  PositionEncoding position = PositionEncoding::None;
+  double rope_base = kDefaultRopeBase;  // must be > 0
+  AlibiSlopes alibi_slopes = AlibiSlopes::Reference;  // alibi: the slopes' rule when Hq is not a power of two
   // --- decode (every causal function) ---
   // Generation: k and v hold the new positions' keys and values only, and q
   // their queries (Tq = Tk). The op appends them to the cache, then each query
@@ -286,6 +297,9 @@ struct AttentionSpec {
   dist::Communicator* context = nullptr;
 };
 
+// The function a spec computes (the name a model saves in its checkpoint).
+AttentionFunction function_of(const AttentionSpec& spec);
+
 // Whether a full cache rolls under this spec (LayerKVCache), and how many
 // positions a rolling cache must hold to take T_new new ones at a time: the
 // global keys, the window's W·δ − 1 earlier keys, and the new ones.
@@ -295,11 +309,7 @@ int64_t rolling_cache_capacity(const SparsePattern& pattern, int64_t T_new);
 // What the rest of the project needs to know of each attention function, so that
 // nothing outside the contract branches on it.
 struct AttentionFunctionTraits {
-  bool reads_impl;         // AttentionSpec::impl chooses how it is computed
-  bool reads_pattern;      // it takes a sparse pattern
-  bool reads_feature_map;  // feature_map and omega
-  bool reads_alibi;        // it has scores for ALiBi to bias
-  bool reads_decay;        // dt, a_log and d_skip (ssd)
+  bool has_scores;         // it has scores for ALiBi to bias (position alibi)
   const char* weights;     // what AttentionInternals::probabilities holds for it
   bool weights_sum_to_one; // each row of those weights is a distribution over the keys (ssd's are signed and unnormalised)
   const char* cache_holds; // what its LayerKVCache holds

@@ -18,6 +18,9 @@
 // its kind. Adding an option is one line plus the code that uses it.
 //
 // min and max bound numbers (inclusive); other types ignore them (write 0, 0).
+// A line may end in one more column, the part of the config the option belongs
+// to (OptionInfo::part; nn/gpt_options.h: the attention function whose option
+// it is); without it, the option belongs to all of it.
 #pragma once
 #include <charconv>
 #include <cmath>
@@ -53,14 +56,15 @@ struct OptionInfo {
   OptionKind kind;
   double min, max;
   const char* help;
+  const char* part = nullptr;  // the part of its config it belongs to (a GPT's: an attention function's name); null: all
 
   std::string flag() const;  // "--n-layer"
   std::string dashed() const;  // "n-layer": the key in the training state's __metadata__
 };
 
-#define AG_OPTION_FIELD(kind, type, name, default_value, min, max, help) type name = default_value;
-#define AG_OPTION_VISIT(kind, type, name, default_value, min, max, help) \
-  visit(self.name, ::ag::OptionInfo{#name, ::ag::OptionKind::kind, min, max, help});
+#define AG_OPTION_FIELD(kind, type, name, default_value, min, max, help, ...) type name = default_value;
+#define AG_OPTION_VISIT(kind, type, name, default_value, min, max, help, ...) \
+  visit(self.name, ::ag::OptionInfo{#name, ::ag::OptionKind::kind, min, max, help __VA_OPT__(, __VA_ARGS__)});
 // The fields, and for_each_option(config, visit): visit(field, info) for each option in table order.
 #define AG_DECLARE_OPTIONS(LIST)                                                     \
   LIST(AG_OPTION_FIELD)                                                              \

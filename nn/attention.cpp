@@ -73,9 +73,7 @@ void AttentionMixer::set_head_gates(const Tensor& gates) {
 
 MultiHeadSelfAttention::MultiHeadSelfAttention(const AttentionConfig& config, const Options& options, Generator* gen)
     : AttentionMixer(config, gen) {
-  spec_.function = AttentionFunction::Softmax;
-  spec_.impl = options.impl;
-  spec_.pattern = options.pattern;
+  spec_.function = SoftmaxAttention{.impl = options.impl, .pattern = options.pattern};
 }
 
 Tensor MultiHeadSelfAttention::mix(const Tensor& x, LayerKVCache* cache) {
@@ -83,7 +81,8 @@ Tensor MultiHeadSelfAttention::mix(const Tensor& x, LayerKVCache* cache) {
   const Heads heads = split_heads(q, k, v);
   AttentionSpec spec = spec_;
   spec.cache = cache;
-  if (probe() && spec.impl == AttentionImpl::Flash) spec.impl = AttentionImpl::Dense;  // flash has no A
+  SoftmaxAttention& softmax = std::get<SoftmaxAttention>(spec.function);
+  if (probe() && softmax.impl == AttentionImpl::Flash) softmax.impl = AttentionImpl::Dense;  // flash has no A
   MixerRecord record;
   const Tensor Z = attend(heads, spec, &record);
   report(record);
@@ -97,7 +96,7 @@ int64_t MultiHeadSelfAttention::state_floats(int64_t positions) const {
 }
 
 int64_t MultiHeadSelfAttention::rolling_cache_capacity(int64_t T_new) const {
-  return ag::rolling_cache_capacity(spec_.pattern, T_new);
+  return ag::rolling_cache_capacity(pattern(), T_new);
 }
 
 }  // namespace ag::nn

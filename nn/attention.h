@@ -115,13 +115,16 @@ class MultiHeadSelfAttention : public AttentionMixer {
   bool cache_rolls() const override { return attention_cache_rolls(spec_); }
   int64_t rolling_cache_capacity(int64_t T_new) const override;
 
-  void set_impl(AttentionImpl impl) { spec_.impl = impl; }
-  AttentionImpl impl() const { return spec_.impl; }
-  void set_pattern(const SparsePattern& pattern) { spec_.pattern = pattern; }
-  const SparsePattern& pattern() const { return spec_.pattern; }
+  void set_impl(AttentionImpl impl) { own().impl = impl; }
+  AttentionImpl impl() const { return own().impl; }
+  void set_pattern(const SparsePattern& pattern) { own().pattern = pattern; }
+  const SparsePattern& pattern() const { return own().pattern; }
 
  private:
   Tensor mix(const Tensor& x, LayerKVCache* cache);
+  // Its parameters in the spec (always softmax's: the constructor puts them there).
+  SoftmaxAttention& own() { return std::get<SoftmaxAttention>(spec_.function); }
+  const SoftmaxAttention& own() const { return std::get<SoftmaxAttention>(spec_.function); }
 };
 
 }  // namespace ag::nn

@@ -48,16 +48,22 @@ void GPTConfig::check() const {
   } catch (const Error& e) {
     throw OptionError({"attn_window", "attn_dilation", "attn_global", "attn_random_blocks"}, e.what());
   }
-  const AttentionFunctionTraits& traits = attention_function_traits(attention);
-  AG_CHECK_OPTIONS(traits.reads_pattern || !attention_pattern(*this, 0).limited(),
-                   "--attention " << name_of(attention) << " sums over every earlier key: it takes no sparse pattern (--attn-window ...)",
-                   "attn_window", "attention");
-  // Accepting it would claim a speed-up the model never gets.
-  AG_CHECK_OPTIONS(traits.reads_impl || attn_impl == kDefaultAttentionImpl,
-                   "--attn-impl " << name_of(attn_impl) << " chooses how softmax attention is computed; a model with --attention "
-                                  << name_of(attention) << " has one implementation: leave --attn-impl out",
-                   "attn_impl", "attention");
-  AG_CHECK_OPTIONS(traits.reads_alibi || position != PositionEncoding::Alibi,
+  // Another function's option given a value of its own: accepting it would claim a part (a
+  // sparse pattern, a faster implementation, a feature map) that the model never has.
+  const GPTConfig default_config;
+  std::vector<std::string> defaults;
+  for_each_option(default_config, [&](const auto& value, const OptionInfo&) { defaults.push_back(option_to_string(value)); });
+  size_t i = 0;
+  for_each_option(*this, [&](const auto& value, const OptionInfo& info) {
+    const std::string& default_value = defaults[i++];
+    if (!info.part || info.part == std::string_view(name_of(attention))) return;
+    AG_CHECK_OPTIONS(option_to_string(value) == default_value,
+                     info.flag() << " " << option_to_string(value) << " is an option of " << info.part
+                                 << " attention; a model with --attention " << name_of(attention)
+                                 << " takes none of its options: leave " << info.flag() << " out",
+                     info.name, "attention");
+  });
+  AG_CHECK_OPTIONS(attention_function_traits(attention).has_scores || position != PositionEncoding::Alibi,
                    "position alibi (--position) biases softmax attention's scores; --attention " << name_of(attention)
                                                                                                 << " has none: use rope or none",
                    "position", "attention");
@@ -68,19 +74,23 @@ void GPTConfig::check() const {
 }
 
 bool GPTConfig::applies(std::string_view option) const {
-  // Each conditional option with the options that switch its part on, as the model's constructor reads them.
-  const AttentionFunctionTraits& traits = attention_function_traits(attention);
-  const bool favor = traits.reads_feature_map && feature_map == FeatureMap::Favor;
-  const bool sparse = traits.reads_pattern && attn_window > 0;
-  if (option == "attn_impl") return traits.reads_impl;
-  if (option == "attn_window") return traits.reads_pattern;
+  // An attention function's options apply to its models alone (the table's part column)...
+  const auto of_this_function = [this](std::string_view name) {
+    bool shared_or_own = true;
+    for_each_option(*this, [&](const auto&, const OptionInfo& info) {
+      if (info.name == name) shared_or_own = !info.part || info.part == std::string_view(name_of(attention));
+    });
+    return shared_or_own;
+  };
+  if (!of_this_function(option)) return false;
+  // ... and some only with the options that switch their part on, as the model's constructor reads them.
+  const bool favor = of_this_function("feature_map") && feature_map == FeatureMap::Favor;
+  const bool sparse = of_this_function("attn_window") && attn_window > 0;
   if (option == "attn_dilation" || option == "attn_global" || option == "attn_random_blocks") return sparse;
   if (option == "attn_seed") return (sparse && attn_random_blocks > 0) || favor;
-  if (option == "feature_map") return traits.reads_feature_map;
   if (option == "n_features") return favor;
   if (option == "rope_base") return position == PositionEncoding::Rope;
   if (option == "alibi_slopes") return position == PositionEncoding::Alibi;
-  if (option == "ssd_conv" || option == "ssd_gate") return traits.reads_decay;
   return true;
 }
 

@@ -4,8 +4,7 @@ namespace ag::nn {
 
 LinearSelfAttention::LinearSelfAttention(const AttentionConfig& config, const Options& options, Generator* gen)
     : AttentionMixer(config, gen) {
-  spec_.function = AttentionFunction::Linear;
-  spec_.feature_map = options.feature_map;
+  spec_.function = LinearAttention{.feature_map = options.feature_map};
   if (options.feature_map == FeatureMap::Favor)
     omega_ = favor_projection(options.n_features, d_h_, options.seed, options.stream);
 }
@@ -18,7 +17,7 @@ Tensor LinearSelfAttention::mix(const Tensor& x, LayerKVCache* cache) {
   if (omega_.defined()) {
     if (!omega_here_.defined() || omega_here_.dtype() != heads.q.dtype() || omega_here_.device() != heads.q.device())
       omega_here_ = omega_.to(heads.q.dtype()).to(heads.q.device());  // once per dtype and device, not every forward
-    spec.omega = omega_here_;
+    std::get<LinearAttention>(spec.function).omega = omega_here_;
   }
   MixerRecord record;
   const Tensor Z = attend(heads, spec, &record);

@@ -9,7 +9,7 @@ namespace ag::nn {
 
 SsdSelfAttention::SsdSelfAttention(const AttentionConfig& config, const Options& options, Generator* gen)
     : AttentionMixer(config, gen) {
-  spec_.function = AttentionFunction::Ssd;
+  spec_.function = SsdAttention{};
   const int64_t C = config.C, H = H_, kv_width = H_kv_ * d_h_;
   AG_CHECK(options.conv >= 0, "MultiHeadSelfAttention: ssd_conv " << options.conv << " must be >= 0 (0: no convolution)");
   if (options.conv > 0)
@@ -53,9 +53,10 @@ Tensor SsdSelfAttention::mix(const Tensor& x, LayerKVCache* cache) {
   const Tensor gate = w_g_ ? silu(w_g_->forward(x)) : Tensor();  // [B, T, C]
   AttentionSpec spec = spec_;
   spec.cache = cache;
-  spec.dt = dt;
-  spec.a_log = a_log_;
-  spec.d_skip = d_skip_;
+  SsdAttention& ssd = std::get<SsdAttention>(spec.function);
+  ssd.dt = dt;
+  ssd.a_log = a_log_;
+  ssd.d_skip = d_skip_;
   MixerRecord record;
   const Tensor Z = attend(heads, spec, &record);
   if (probe()) record.decays = exp(-(exp(a_log_.detach()) * dt.detach()));  // a_t [B, T, H]

@@ -25,6 +25,12 @@
 
 namespace ag::test {
 
+// A spec's softmax (linear) parameters, to set or read one in place: the spec must compute softmax (linear) attention.
+inline SoftmaxAttention& softmax_of(AttentionSpec& spec) { return std::get<SoftmaxAttention>(spec.function); }
+inline const SoftmaxAttention& softmax_of(const AttentionSpec& spec) { return std::get<SoftmaxAttention>(spec.function); }
+inline LinearAttention& linear_of(AttentionSpec& spec) { return std::get<LinearAttention>(spec.function); }
+inline const LinearAttention& linear_of(const AttentionSpec& spec) { return std::get<LinearAttention>(spec.function); }
+
 // Whether `part` occurs in `text` (messages checked by their words).
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -246,7 +252,7 @@ inline bool cuda_or_skip() {
 //   TEST_CASE_EVERY_DEVICE("attention op: gradients, every implementation") {
 //     const Inputs qkv = {random({1, 2, 5, 4}, 1), random({1, 2, 5, 4}, 2), random({1, 2, 5, 4}, 3)};
 //     for (AttentionImpl impl : ag::test::attention_impls()) {
-//       const GradcheckFn f = [impl](const Inputs& x) { return attention(x[0], x[1], x[2], {.impl = impl}); };
+//       const GradcheckFn f = [impl](const Inputs& x) { return attention(x[0], x[1], x[2], {.function = SoftmaxAttention{.impl = impl}}); };
 //       if (device == Device::CPU) CHECK_GRADCHECK(f, qkv);
 //       else ag::test::check_device_matches_cpu(device, f, qkv, 1e-10, DType::Float64);
 //     }

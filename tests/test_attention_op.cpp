@@ -13,6 +13,7 @@
 #include "tests/helpers.h"
 
 using namespace ag;
+using ag::test::softmax_of;
 using ag::test::random;
 
 namespace {
@@ -40,7 +41,7 @@ std::string describe(const Problem& p) {
   return "B " + std::to_string(p.B) + " Hq " + std::to_string(p.Hq) + " Hkv " + std::to_string(p.Hkv) + " Tq " +
          std::to_string(p.Tq) + " Tk " + std::to_string(p.Tk) + " d " + std::to_string(p.d) +
          (p.spec.causal ? " causal" : "") +
-         (p.spec.q_offset ? " q_offset " + std::to_string(*p.spec.q_offset) : "") +
+         (softmax_of(p.spec).q_offset ? " q_offset " + std::to_string(*softmax_of(p.spec).q_offset) : "") +
          (p.spec.layout == AttentionLayout::BTHD ? " BTHD" : " BHTD");
 }
 
@@ -87,8 +88,8 @@ std::vector<Problem> agreement_problems() {
       for (AttentionLayout layout : {AttentionLayout::BHTD, AttentionLayout::BTHD})
         problems.push_back({B, Hq, Hkv, Tq, Tk, d, {.causal = causal, .layout = layout}});
   // Explicit offsets: a query past the keys, and queries before the first key (rows that see nothing).
-  problems.push_back({1, 2, 1, 6, 10, 4, {.causal = true, .q_offset = 1}});
-  problems.push_back({1, 2, 2, 6, 6, 4, {.causal = true, .q_offset = -3}});
+  problems.push_back({1, 2, 1, 6, 10, 4, {.function = SoftmaxAttention{.q_offset = 1}, .causal = true}});
+  problems.push_back({1, 2, 2, 6, 6, 4, {.function = SoftmaxAttention{.q_offset = -3}, .causal = true}});
   return problems;
 }
 
@@ -100,13 +101,13 @@ void check_implementations_agree(Device device) {
     const Inputs in = p.inputs(10);
     const Tensor upstream = upstream_for(p, 13);
     AttentionSpec spec = p.spec;
-    spec.impl = AttentionImpl::Composed;
+    softmax_of(spec).impl = AttentionImpl::Composed;
     const Result reference = run_attention(in, spec, Device::CPU, DType::Float64, upstream);
-    spec.impl = AttentionImpl::Dense;
+    softmax_of(spec).impl = AttentionImpl::Dense;
     const Tensor reference_lse = run_attention(in, spec, Device::CPU, DType::Float64, upstream).lse;
     for (AttentionImpl impl : attention_impls()) {
       CAPTURE(name_of(impl));
-      spec.impl = impl;
+      softmax_of(spec).impl = impl;
       const Result r = run_attention(in, spec, device, DType::Float64, upstream);
       CHECK_CLOSE(r.Z, reference.Z, 1e-10);
       CHECK_CLOSE(r.dQ, reference.dQ, 1e-10);
@@ -133,10 +134,10 @@ void check_flash_error_budget(Device device) {
       const Inputs in = p.inputs(20 + T);
       const Tensor upstream = upstream_for(p, 23);
       AttentionSpec spec = p.spec;
-      spec.impl = AttentionImpl::Dense;
+      softmax_of(spec).impl = AttentionImpl::Dense;
       const Result reference = run_attention(in, spec, Device::CPU, DType::Float64, upstream);
       const Result dense = run_attention(in, spec, device, DType::Float32, upstream);
-      spec.impl = AttentionImpl::Flash;
+      softmax_of(spec).impl = AttentionImpl::Flash;
       const Result flash = run_attention(in, spec, device, DType::Float32, upstream);
       const auto check = [&](const char* name, const Tensor& ours, const Tensor& theirs, const Tensor& exact) {
         const double flash_max = max_abs_error(ours, exact), dense_max = max_abs_error(theirs, exact);
@@ -165,7 +166,7 @@ void check_rows_without_keys(Device device) {
       CAPTURE(name_of(impl));
       CAPTURE(dtype);
       AttentionSpec spec = p.spec;
-      spec.impl = impl;
+      softmax_of(spec).impl = impl;
       const Result r = run_attention(in, spec, device, dtype, upstream_for(p, 31));
       for (const Tensor& t : {r.Z, r.dQ, r.dK, r.dV}) CHECK(all_finite(t));
       const std::vector<double> Z = r.Z.to_vector(), dQ = r.dQ.to_vector();
@@ -199,9 +200,9 @@ void check_one_query_over_a_cache(Device device) {
   for (AttentionImpl impl : attention_impls()) {
     CAPTURE(name_of(impl));
     AttentionSpec causal = p.spec, full = p.spec, top_left = p.spec;
-    causal.impl = full.impl = top_left.impl = impl;
+    softmax_of(causal).impl = softmax_of(full).impl = softmax_of(top_left).impl = impl;
     full.causal = false;
-    top_left.q_offset = 0;
+    softmax_of(top_left).q_offset = 0;
     const Result seen = run_attention(in, causal, device, DType::Float64, upstream);
     const Result all = run_attention(in, full, device, DType::Float64, upstream);
     CHECK(max_abs_error(seen.Z, all.Z) == 0.0);
@@ -235,7 +236,7 @@ void check_grouped_kv_heads(Device device) {
       CAPTURE(name_of(impl));
       CAPTURE(layout == AttentionLayout::BTHD);
       AttentionSpec spec = grouped.spec;
-      spec.impl = impl;
+      softmax_of(spec).impl = impl;
       const Result g = run_attention(in, spec, device, DType::Float64, upstream);
       const Result m = run_attention(in_repeated, spec, device, DType::Float64, upstream);
       CHECK_CLOSE(g.Z, m.Z, 1e-12);
@@ -264,7 +265,7 @@ void check_layouts_agree(Device device) {
   for (AttentionImpl impl : attention_impls()) {
     CAPTURE(name_of(impl));
     AttentionSpec a = heads_first.spec, b = tokens_first.spec;
-    a.impl = b.impl = impl;
+    softmax_of(a).impl = softmax_of(b).impl = impl;
     const Result r = run_attention(in, a, device, DType::Float64, upstream);
     const Result s = run_attention(in_swapped, b, device, DType::Float64, swap(upstream));
     CHECK_CLOSE(swap(s.Z), r.Z, 1e-13);
@@ -276,7 +277,7 @@ void check_layouts_agree(Device device) {
 
 // The flash backward's bits do not depend on the run (nor, on the CPU, on the thread count).
 void check_flash_deterministic(Device device) {
-  const Problem p{1, 4, 2, 300, 300, 16, {.causal = true, .impl = AttentionImpl::Flash}};
+  const Problem p{1, 4, 2, 300, 300, 16, {.function = SoftmaxAttention{.impl = AttentionImpl::Flash}, .causal = true}};
   const Inputs in = p.inputs(70);
   const Tensor upstream = upstream_for(p, 71);
   const auto bits = [&] {
@@ -301,19 +302,19 @@ TEST_CASE_EVERY_DEVICE("attention op: flash gradcheck in float64 over T, d, Tq �
   for (int64_t T : {1, 2, 5, 33, 65})
     for (int64_t d : {1, 4, 16})
       for (bool causal : {false, true}) {
-        const Problem p{1, 2, 1, T, T, d, {.causal = causal, .impl = AttentionImpl::Flash}};
+        const Problem p{1, 2, 1, T, T, d, {.function = SoftmaxAttention{.impl = AttentionImpl::Flash}, .causal = causal}};
         CAPTURE(describe(p));
         check_gradients(device, p.spec, p.inputs(100 + T + d));
       }
   // Hkv in {1, 2, Hq}, Tq ≠ Tk with the default and explicit offsets, both layouts.
   for (const Problem& p : {Problem{2, 4, 1, 5, 7, 3, {.causal = true}}, Problem{1, 4, 2, 7, 5, 4, {.causal = true}},
-                           Problem{1, 4, 4, 6, 9, 2, {.causal = true, .q_offset = 1}},
-                           Problem{1, 4, 2, 6, 6, 4, {.causal = true, .q_offset = -2}},
+                           Problem{1, 4, 4, 6, 9, 2, {.function = SoftmaxAttention{.q_offset = 1}, .causal = true}},
+                           Problem{1, 4, 2, 6, 6, 4, {.function = SoftmaxAttention{.q_offset = -2}, .causal = true}},
                            Problem{2, 4, 2, 5, 8, 3, {.layout = AttentionLayout::BTHD}},
                            Problem{1, 2, 2, 9, 4, 5, {.causal = true, .layout = AttentionLayout::BTHD}}}) {
     CAPTURE(describe(p));
     AttentionSpec flash = p.spec;
-    flash.impl = AttentionImpl::Flash;
+    softmax_of(flash).impl = AttentionImpl::Flash;
     check_gradients(device, flash, p.inputs(200));
   }
 }
@@ -323,11 +324,11 @@ TEST_CASE_EVERY_DEVICE("attention op: dense gradcheck and float32 against float6
     const Problem p{2, 4, 2, 7, 9, 4, {.causal = causal}};
     CAPTURE(describe(p));
     AttentionSpec spec = p.spec;
-    spec.impl = AttentionImpl::Dense;
+    softmax_of(spec).impl = AttentionImpl::Dense;
     check_gradients(device, spec, p.inputs(300));
     for (AttentionImpl impl : attention_impls()) {
       CAPTURE(name_of(impl));
-      spec.impl = impl;
+      softmax_of(spec).impl = impl;
       // On a device: float32 against the CPU's float32, to the same 1e-5.
       if (device == Device::CPU) ag::test::check_float32_matches_float64(attention_fn(spec), p.inputs(310));
       else ag::test::check_device_matches_cpu(device, attention_fn(spec), p.inputs(310));
@@ -371,7 +372,7 @@ TEST_CASE_EVERY_DEVICE("attention op: A has rows summing to 1 and an exactly zer
   for (AttentionImpl impl : {AttentionImpl::Composed, AttentionImpl::Dense}) {
     CAPTURE(name_of(impl));
     AttentionSpec spec = p.spec;
-    spec.impl = impl;
+    softmax_of(spec).impl = impl;
     const Inputs in = on_device(p.inputs(5));
     AttentionInternals internals;
     attention(in[0], in[1], in[2], spec, &internals);
@@ -392,7 +393,7 @@ TEST_CASE_EVERY_DEVICE("attention op: A has rows summing to 1 and an exactly zer
   // Flash never forms A; it hands back lse.
   const Inputs in = on_device(p.inputs(5));
   AttentionSpec flash = p.spec;
-  flash.impl = AttentionImpl::Flash;
+  softmax_of(flash).impl = AttentionImpl::Flash;
   AttentionInternals internals;
   attention(in[0], in[1], in[2], flash, &internals);
   CHECK_FALSE(internals.probabilities.defined());
@@ -411,7 +412,7 @@ TEST_CASE_EVERY_DEVICE("attention op: scores around ±1e4 give finite outputs an
         Tensor q = (random(shape, 8, dtype, false) * 100.0).to(device).requires_grad_();
         Tensor k = (random(shape, 9, dtype, false) * 100.0).to(device).requires_grad_();
         Tensor v = random(shape, 10, dtype, false).to(device).requires_grad_();
-        const Tensor z = attention(q, k, v, {.causal = causal, .impl = impl});
+        const Tensor z = attention(q, k, v, {.function = SoftmaxAttention{.impl = impl}, .causal = causal});
         sum(z * z).backward();
         for (const Tensor& t : {z, q.grad(), k.grad(), v.grad()}) CHECK(all_finite(t));
       }
@@ -433,6 +434,6 @@ TEST_CASE("attention op: shape errors name the op, the shapes and the layout") {
                                  {.layout = AttentionLayout::BTHD}),
                        doctest::Contains("3 query heads are not a multiple of 2 kv heads"), Error);
   const Tensor x = Tensor::zeros({1, 1, 2, 2});
-  CHECK_THROWS_WITH_AS(attention(x, x, x, {.scale = -1.0}), doctest::Contains("scale -1 is not a positive number"),
+  CHECK_THROWS_WITH_AS(attention(x, x, x, {.function = SoftmaxAttention{.scale = -1.0}}), doctest::Contains("scale -1 is not a positive number"),
                        Error);
 }

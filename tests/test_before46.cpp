@@ -179,7 +179,7 @@ Shape operand(const OpCase& c, int64_t H, int64_t T) {
 std::vector<Tensor> op_inputs(const OpCase& c, uint64_t seed) {
   std::vector<Tensor> x = {random(operand(c, c.Hq, c.Tq), seed), random(operand(c, c.Hkv, c.Tk), seed + 1),
                            random(operand(c, c.Hkv, c.Tk), seed + 2)};
-  if (c.spec.function == AttentionFunction::Ssd) {
+  if (std::holds_alternative<SsdAttention>(c.spec.function)) {
     Generator gen(seed + 3);
     const bool bthd = c.spec.layout == AttentionLayout::BTHD;
     x.push_back(Tensor::uniform(bthd ? Shape{c.B, c.Tq, c.Hq} : Shape{c.B, c.Hq, c.Tq}, 0.05, 0.3, DType::Float64, &gen));
@@ -190,10 +190,10 @@ std::vector<Tensor> op_inputs(const OpCase& c, uint64_t seed) {
 }
 
 AttentionSpec with_decay(AttentionSpec spec, const std::vector<Tensor>& x) {
-  if (spec.function == AttentionFunction::Ssd) {
-    spec.dt = x[3];
-    spec.a_log = x[4];
-    spec.d_skip = x[5];
+  if (auto* ssd = std::get_if<SsdAttention>(&spec.function)) {
+    ssd->dt = x[3];
+    ssd->a_log = x[4];
+    ssd->d_skip = x[5];
   }
   return spec;
 }
@@ -246,7 +246,6 @@ void run_decode(Outputs& out, const OpCase& c, int64_t capacity, int64_t prefill
 
 const AttentionLayout BTHD = AttentionLayout::BTHD;
 const PositionEncoding Rope = PositionEncoding::Rope, Alibi = PositionEncoding::Alibi;
-const AttentionFunction Linear = AttentionFunction::Linear, Ssd = AttentionFunction::Ssd;
 // A window with dilation, global keys and a random block: at T = 36, queries in the
 // third block of 16 see a random earlier block.
 const SparsePattern kSparse = {.window = 4, .dilation = 2, .global = 3, .random_blocks = 1, .seed = 5, .layer = 1};
@@ -256,51 +255,51 @@ const SparsePattern kSparse = {.window = 4, .dilation = 2, .global = 3, .random_
 // q_offset, kv_length and scale.
 std::vector<OpCase> softmax_cases(AttentionImpl impl) {
   const std::string p = std::string("softmax/") + name_of(impl) + "/";
-  const AttentionSpec causal{.causal = true, .impl = impl};
-  const AttentionSpec causal_bthd{.causal = true, .layout = BTHD, .impl = impl};
+  const AttentionSpec causal{.function = SoftmaxAttention{.impl = impl}, .causal = true};
+  const AttentionSpec causal_bthd{.function = SoftmaxAttention{.impl = impl}, .causal = true, .layout = BTHD};
   return {
-      {p + "full", {.impl = impl}},
-      {p + "full rope", {.position = Rope, .impl = impl}},
+      {p + "full", {.function = SoftmaxAttention{.impl = impl}}},
+      {p + "full rope", {.function = SoftmaxAttention{.impl = impl}, .position = Rope}},
       {p + "causal", causal},
-      {p + "causal rope", {.causal = true, .position = Rope, .rope_base = 500, .impl = impl}},
-      {p + "causal alibi", {.causal = true, .position = Alibi, .impl = impl}},
-      {p + "causal alibi 3 heads reference", {.causal = true, .position = Alibi, .impl = impl}, 3, 3},
+      {p + "causal rope", {.function = SoftmaxAttention{.impl = impl}, .causal = true, .position = Rope, .rope_base = 500}},
+      {p + "causal alibi", {.function = SoftmaxAttention{.impl = impl}, .causal = true, .position = Alibi}},
+      {p + "causal alibi 3 heads reference", {.function = SoftmaxAttention{.impl = impl}, .causal = true, .position = Alibi}, 3, 3},
       {p + "causal alibi 3 heads geometric",
-       {.causal = true, .position = Alibi, .alibi_slopes = AlibiSlopes::Geometric, .impl = impl}, 3, 3},
-      {p + "sparse", {.causal = true, .impl = impl, .pattern = kSparse}, 2, 2, 36, 36, 1, 2},
-      {p + "sparse alibi", {.causal = true, .position = Alibi, .impl = impl, .pattern = kSparse}, 2, 2, 36, 36, 1, 2},
+       {.function = SoftmaxAttention{.impl = impl}, .causal = true, .position = Alibi, .alibi_slopes = AlibiSlopes::Geometric}, 3, 3},
+      {p + "sparse", {.function = SoftmaxAttention{.impl = impl, .pattern = kSparse}, .causal = true}, 2, 2, 36, 36, 1, 2},
+      {p + "sparse alibi", {.function = SoftmaxAttention{.impl = impl, .pattern = kSparse}, .causal = true, .position = Alibi}, 2, 2, 36, 36, 1, 2},
       {p + "GQA 4 over 2 sparse rope BTHD",
-       {.causal = true, .layout = BTHD, .position = Rope, .impl = impl, .pattern = kSparse}, 4, 2, 36, 36, 1, 2},
-      {p + "GQA 4 over 2 causal alibi BTHD", {.causal = true, .layout = BTHD, .position = Alibi, .impl = impl}, 4, 2},
+       {.function = SoftmaxAttention{.impl = impl, .pattern = kSparse}, .causal = true, .layout = BTHD, .position = Rope}, 4, 2, 36, 36, 1, 2},
+      {p + "GQA 4 over 2 causal alibi BTHD", {.function = SoftmaxAttention{.impl = impl}, .causal = true, .layout = BTHD, .position = Alibi}, 4, 2},
       {p + "MQA 4 over 1 causal", causal, 4, 1},
       {p + "batch 2 causal BTHD", causal_bthd, 2, 2, 8, 8, 2},
       {p + "3 queries at offset 4 over 8 keys causal scale 0.3",
-       {.causal = true, .scale = 0.3, .q_offset = 4, .impl = impl}, 2, 2, 3, 8},
-      {p + "kv_length 6 of 8 causal BTHD", {.causal = true, .layout = BTHD, .impl = impl, .kv_length = 6}, 2, 2, 6, 8},
+       {.function = SoftmaxAttention{.impl = impl, .scale = 0.3, .q_offset = 4}, .causal = true}, 2, 2, 3, 8},
+      {p + "kv_length 6 of 8 causal BTHD", {.function = SoftmaxAttention{.impl = impl, .kv_length = 6}, .causal = true, .layout = BTHD}, 2, 2, 6, 8},
   };
 }
 
 std::vector<OpCase> linear_and_ssd_cases() {
   const Tensor omega = favor_projection(6, 4, 7, 1);
   return {
-      {"linear/elu1 full", {.function = Linear}},
-      {"linear/elu1 causal", {.function = Linear, .causal = true}},
-      {"linear/elu1 causal chunk 5", {.function = Linear, .causal = true, .chunk = 5}},
+      {"linear/elu1 full", {.function = LinearAttention{}}},
+      {"linear/elu1 causal", {.function = LinearAttention{}, .causal = true}},
+      {"linear/elu1 causal chunk 5", {.function = LinearAttention{.chunk = 5}, .causal = true}},
       {"linear/elu1 GQA 4 over 2 causal rope BTHD chunk 4",
-       {.function = Linear, .causal = true, .layout = BTHD, .position = Rope, .chunk = 4}, 4, 2},
-      {"linear/elu1 causal T 36 chunk 16", {.function = Linear, .causal = true, .chunk = 16}, 2, 2, 36, 36, 1, 2},
-      {"linear/elu1 batch 2 causal BTHD chunk 3", {.function = Linear, .causal = true, .layout = BTHD, .chunk = 3}, 2, 2, 8, 8, 2},
-      {"linear/favor full", {.function = Linear, .feature_map = FeatureMap::Favor, .omega = omega}},
+       {.function = LinearAttention{.chunk = 4}, .causal = true, .layout = BTHD, .position = Rope}, 4, 2},
+      {"linear/elu1 causal T 36 chunk 16", {.function = LinearAttention{.chunk = 16}, .causal = true}, 2, 2, 36, 36, 1, 2},
+      {"linear/elu1 batch 2 causal BTHD chunk 3", {.function = LinearAttention{.chunk = 3}, .causal = true, .layout = BTHD}, 2, 2, 8, 8, 2},
+      {"linear/favor full", {.function = LinearAttention{.feature_map = FeatureMap::Favor, .omega = omega}}},
       {"linear/favor causal BTHD chunk 5",
-       {.function = Linear, .causal = true, .layout = BTHD, .feature_map = FeatureMap::Favor, .omega = omega, .chunk = 5}},
+       {.function = LinearAttention{.feature_map = FeatureMap::Favor, .omega = omega, .chunk = 5}, .causal = true, .layout = BTHD}},
       {"linear/favor MQA 4 over 1 causal",
-       {.function = Linear, .causal = true, .feature_map = FeatureMap::Favor, .omega = omega}, 4, 1},
-      {"ssd/causal chunk 5", {.function = Ssd, .causal = true, .chunk = 5}},
-      {"ssd/causal", {.function = Ssd, .causal = true}},
-      {"ssd/GQA 4 over 2 causal BTHD chunk 4", {.function = Ssd, .causal = true, .layout = BTHD, .chunk = 4}, 4, 2},
-      {"ssd/MQA 2 over 1 causal rope BTHD", {.function = Ssd, .causal = true, .layout = BTHD, .position = Rope}, 2, 1},
-      {"ssd/causal T 36 chunk 16", {.function = Ssd, .causal = true, .chunk = 16}, 2, 2, 36, 36, 1, 2},
-      {"ssd/batch 2 causal BTHD chunk 3", {.function = Ssd, .causal = true, .layout = BTHD, .chunk = 3}, 2, 2, 8, 8, 2},
+       {.function = LinearAttention{.feature_map = FeatureMap::Favor, .omega = omega}, .causal = true}, 4, 1},
+      {"ssd/causal chunk 5", {.function = SsdAttention{.chunk = 5}, .causal = true}},
+      {"ssd/causal", {.function = SsdAttention{}, .causal = true}},
+      {"ssd/GQA 4 over 2 causal BTHD chunk 4", {.function = SsdAttention{.chunk = 4}, .causal = true, .layout = BTHD}, 4, 2},
+      {"ssd/MQA 2 over 1 causal rope BTHD", {.function = SsdAttention{}, .causal = true, .layout = BTHD, .position = Rope}, 2, 1},
+      {"ssd/causal T 36 chunk 16", {.function = SsdAttention{.chunk = 16}, .causal = true}, 2, 2, 36, 36, 1, 2},
+      {"ssd/batch 2 causal BTHD chunk 3", {.function = SsdAttention{.chunk = 3}, .causal = true, .layout = BTHD}, 2, 2, 8, 8, 2},
   };
 }
 
@@ -318,13 +317,13 @@ TEST_CASE("before 46: ag::attention's outputs and gradients equal the commit bef
   const SparsePattern rolling = {.window = 3, .dilation = 2, .global = 2};
   for (AttentionImpl impl : ag::test::attention_impls()) {
     const std::string p = std::string("decode/softmax/") + name_of(impl) + "/";
-    const AttentionSpec causal{.causal = true, .layout = BTHD, .impl = impl};
+    const AttentionSpec causal{.function = SoftmaxAttention{.impl = impl}, .causal = true, .layout = BTHD};
     AttentionSpec rope = causal, alibi = causal, sparse = causal, rolls = causal, rolls_alibi = causal;
     rope.position = rolls.position = Rope;
     alibi.position = rolls_alibi.position = Alibi;
-    sparse.pattern = kSparse;
-    rolls.pattern = rolling;
-    rolls_alibi.pattern = {.window = 4};
+    std::get<SoftmaxAttention>(sparse.function).pattern = kSparse;
+    std::get<SoftmaxAttention>(rolls.function).pattern = rolling;
+    std::get<SoftmaxAttention>(rolls_alibi.function).pattern = {.window = 4};
     run_decode(out, {p + "causal batch 2", causal, 2, 2, 8, 8, 2}, 8, 5);
     run_decode(out, {p + "rope GQA 4 over 2", rope, 4, 2}, 8, 5);
     run_decode(out, {p + "alibi", alibi}, 8, 5);
@@ -333,15 +332,15 @@ TEST_CASE("before 46: ag::attention's outputs and gradients equal the commit bef
     run_decode(out, {p + "rolling window 3 dilation 2 global 2 rope", rolls, 2, 2, 36, 36, 1, 2},
                rolling_cache_capacity(rolling, 5), 5);
     run_decode(out, {p + "rolling window 4 alibi", rolls_alibi, 2, 2, 36, 36, 1, 2},
-               rolling_cache_capacity(rolls_alibi.pattern, 5), 5);
+               rolling_cache_capacity(std::get<SoftmaxAttention>(rolls_alibi.function).pattern, 5), 5);
   }
-  const AttentionSpec linear{.function = Linear, .causal = true, .layout = BTHD};
-  const AttentionSpec ssd{.function = Ssd, .causal = true, .layout = BTHD};
+  const AttentionSpec linear{.function = LinearAttention{}, .causal = true, .layout = BTHD};
+  const AttentionSpec ssd{.function = SsdAttention{}, .causal = true, .layout = BTHD};
   AttentionSpec linear_rope = linear, favor = linear, ssd_rope = ssd;
   linear_rope.position = ssd_rope.position = Rope;
-  linear_rope.chunk = ssd_rope.chunk = 4;
-  favor.feature_map = FeatureMap::Favor;
-  favor.omega = omega;
+  std::get<LinearAttention>(linear_rope.function).chunk = std::get<SsdAttention>(ssd_rope.function).chunk = 4;
+  std::get<LinearAttention>(favor.function).feature_map = FeatureMap::Favor;
+  std::get<LinearAttention>(favor.function).omega = omega;
   run_decode(out, {"decode/linear/elu1 batch 2", linear, 2, 2, 8, 8, 2}, 8, 5);
   run_decode(out, {"decode/linear/elu1 GQA 4 over 2 rope", linear_rope, 4, 2}, 8, 5);
   run_decode(out, {"decode/linear/favor", favor}, 8, 5);
@@ -462,13 +461,13 @@ TEST_CASE("before 46: the attention module's and the GPT's outputs equal the com
   alibi.attn_seed = 9;
   run_gpt(out, "gpt/softmax composed alibi GQA sparse", alibi, 36);
   nn::GPTConfig favor = gpt(2, 8, 16);
-  favor.attention = Linear;
+  favor.attention = AttentionFunction::Linear;
   favor.feature_map = FeatureMap::Favor;
   favor.n_features = 6;
   favor.attn_seed = 4;
   run_gpt(out, "gpt/linear favor", favor, 16);
   nn::GPTConfig ssd = gpt(2, 8, 16);
-  ssd.attention = Ssd;
+  ssd.attention = AttentionFunction::Ssd;
   ssd.position = PositionEncoding::None;
   run_gpt(out, "gpt/ssd none", ssd, 18);
   out.finish();
@@ -498,15 +497,15 @@ TEST_CASE("before 46 (every process): context-parallel attention equals the comm
   const ZigzagSplit split(T, P, world.rank());
   Outputs out("context_parallel_P" + std::to_string(P) + "_rank" + std::to_string(world.rank()) + ".safetensors");
   const std::vector<OpCase> cases = {
-      {"ring causal", {.causal = true, .impl = AttentionImpl::Flash}, 2, 2, T, T, 1, 2},
+      {"ring causal", {.function = SoftmaxAttention{.impl = AttentionImpl::Flash}, .causal = true}, 2, 2, T, T, 1, 2},
       {"ring causal alibi", {.causal = true, .position = Alibi}, 2, 2, T, T, 1, 2},
-      {"ring sparse GQA 4 over 2 rope BTHD", {.causal = true, .layout = BTHD, .position = Rope, .pattern = kSparse}, 4, 2, T, T, 1, 2},
+      {"ring sparse GQA 4 over 2 rope BTHD", {.function = SoftmaxAttention{.pattern = kSparse}, .causal = true, .layout = BTHD, .position = Rope}, 4, 2, T, T, 1, 2},
       {"linear elu1 GQA 4 over 2 causal rope BTHD chunk 5",
-       {.function = Linear, .causal = true, .layout = BTHD, .position = Rope, .chunk = 5}, 4, 2, T, T, 1, 2},
+       {.function = LinearAttention{.chunk = 5}, .causal = true, .layout = BTHD, .position = Rope}, 4, 2, T, T, 1, 2},
       {"linear favor causal",
-       {.function = Linear, .causal = true, .feature_map = FeatureMap::Favor, .omega = favor_projection(6, 2, 7, 1)}, 2, 2, T, T, 1, 2},
-      {"ssd causal chunk 4", {.function = Ssd, .causal = true, .chunk = 4}, 2, 2, T, T, 1, 2},
-      {"ssd GQA 4 over 2 causal BTHD", {.function = Ssd, .causal = true, .layout = BTHD}, 4, 2, T, T, 1, 2},
+       {.function = LinearAttention{.feature_map = FeatureMap::Favor, .omega = favor_projection(6, 2, 7, 1)}, .causal = true}, 2, 2, T, T, 1, 2},
+      {"ssd causal chunk 4", {.function = SsdAttention{.chunk = 4}, .causal = true}, 2, 2, T, T, 1, 2},
+      {"ssd GQA 4 over 2 causal BTHD", {.function = SsdAttention{}, .causal = true, .layout = BTHD}, 4, 2, T, T, 1, 2},
   };
   for (const OpCase& c : cases) {
     CAPTURE(c.name);

@@ -112,16 +112,16 @@ std::vector<RingCase> ring_cases() {
       {"causal, GQA", {.causal = true, .layout = BTHD}, 4, 2},
       {"causal, MQA, rope", {.causal = true, .layout = BTHD, .position = PositionEncoding::Rope}, 2, 1},
       {"causal, alibi", {.causal = true, .position = PositionEncoding::Alibi}, 2, 2},
-      {"window 5", {.causal = true, .pattern = {.window = 5}}, 2, 2},
-      {"window 4 dilation 3, global 3", {.causal = true, .pattern = {.window = 4, .dilation = 3, .global = 3}}, 2, 1},
+      {"window 5", {.function = SoftmaxAttention{.pattern = {.window = 5}}, .causal = true}, 2, 2},
+      {"window 4 dilation 3, global 3", {.function = SoftmaxAttention{.pattern = {.window = 4, .dilation = 3, .global = 3}}, .causal = true}, 2, 1},
       {"window 6, global 20, random blocks",
-       {.causal = true, .layout = BTHD, .pattern = {.window = 6, .global = 20, .random_blocks = 2, .seed = 7, .layer = 1}},
+       {.function = SoftmaxAttention{.pattern = {.window = 6, .global = 20, .random_blocks = 2, .seed = 7, .layer = 1}}, .causal = true, .layout = BTHD},
        4,
        2},
-      {"linear", {.function = AttentionFunction::Linear}, 2, 2},
-      {"linear, causal", {.function = AttentionFunction::Linear, .causal = true, .chunk = 5}, 2, 2},
+      {"linear", {.function = LinearAttention{}}, 2, 2},
+      {"linear, causal", {.function = LinearAttention{.chunk = 5}, .causal = true}, 2, 2},
       {"linear, causal, GQA, rope",
-       {.function = AttentionFunction::Linear, .causal = true, .layout = BTHD, .position = PositionEncoding::Rope},
+       {.function = LinearAttention{}, .causal = true, .layout = BTHD, .position = PositionEncoding::Rope},
        4,
        2},
   };
@@ -144,7 +144,7 @@ TEST_CASE("context parallel (every process): softmax (the ring) and linear atten
     const Tensor q = ag::test::random(operand(c.Hq), 1), k = ag::test::random(operand(c.Hkv), 2),
                  v = ag::test::random(operand(c.Hkv), 3), upstream = ag::test::random(operand(c.Hq), 4, DType::Float64, false);
     AttentionSpec alone = c.spec;
-    alone.impl = AttentionImpl::Flash;
+    if (auto* softmax = std::get_if<SoftmaxAttention>(&alone.function)) softmax->impl = AttentionImpl::Flash;  // linear has one
     const ag::test::AttentionRun whole = ag::test::run_attention({q, k, v}, alone, Device::CPU, DType::Float64, upstream);
 
     AttentionSpec ring = alone;
@@ -192,8 +192,7 @@ TEST_CASE("context parallel (every process): ssd attention over the processes gi
     const auto ssd_over = [&](dist::Communicator* context) {
       return [&c, context](const std::vector<Tensor>& x) {
         return attention(x[0], x[1], x[2],
-                         {.function = AttentionFunction::Ssd, .causal = true, .layout = c.layout, .position = c.position,
-                          .chunk = 16, .dt = x[3], .a_log = x[4], .d_skip = x[5], .context = context});
+                         {.function = SsdAttention{.dt = x[3], .a_log = x[4], .d_skip = x[5], .chunk = 16}, .causal = true, .layout = c.layout, .position = c.position, .context = context});
       };
     };
     const std::vector<Tensor> whole =
@@ -243,8 +242,7 @@ TEST_CASE("context parallel (every process): ssd attention in float32 over chunk
                                      as_float32(log(Tensor::from_vector({1.0, 4.0}, {H}, DType::Float64))),
                                      Tensor::zeros({H}, DType::Float64)};  // no skip: the product alone
   const auto ssd = [](const std::vector<Tensor>& x, dist::Communicator* context) {
-    return attention(x[0], x[1], x[2], {.function = AttentionFunction::Ssd, .causal = true, .chunk = 64, .dt = x[3],
-                                        .a_log = x[4], .d_skip = x[5], .context = context});
+    return attention(x[0], x[1], x[2], {.function = SsdAttention{.dt = x[3], .a_log = x[4], .d_skip = x[5], .chunk = 64}, .causal = true, .context = context});
   };
   const auto mine = [&](const Tensor& t) { return zigzag_rows(t, AttentionLayout::BHTD, split); };
   const auto to32 = [](std::vector<Tensor> x) {
@@ -279,15 +277,15 @@ TEST_CASE("context parallel (every process): ring attention's float32 error is w
                k = as_float32(ag::test::random({B, Hkv, T, d}, 32, DType::Float64, false)),
                v = as_float32(ag::test::random({B, Hkv, T, d}, 33, DType::Float64, false)),
                upstream = as_float32(ag::test::random({B, Hq, T, d}, 34, DType::Float64, false));
-  const AttentionSpec dense{.causal = true, .impl = AttentionImpl::Dense};
+  const AttentionSpec dense{.function = SoftmaxAttention{.impl = AttentionImpl::Dense}, .causal = true};
   AttentionSpec ring = dense;
-  ring.impl = AttentionImpl::Flash;
+  std::get<SoftmaxAttention>(ring.function).impl = AttentionImpl::Flash;
   ring.context = &world;
   const auto mine = [&](const Tensor& t) { return zigzag_rows(t.detach(), AttentionLayout::BHTD, split); };
   const ag::test::AttentionRun exact = ag::test::run_attention({q, k, v}, dense, Device::CPU, DType::Float64, upstream);
   const ag::test::AttentionRun alone = ag::test::run_attention({q, k, v}, dense, Device::CPU, DType::Float32, upstream);
   AttentionSpec flash_spec = dense;
-  flash_spec.impl = AttentionImpl::Flash;
+  std::get<SoftmaxAttention>(flash_spec.function).impl = AttentionImpl::Flash;
   const ag::test::AttentionRun flash = ag::test::run_attention({q, k, v}, flash_spec, Device::CPU, DType::Float32, upstream);
   const ag::test::AttentionRun split32 =
       ag::test::run_attention({mine(q), mine(k), mine(v)}, ring, Device::CPU, DType::Float32, mine(upstream));
@@ -351,7 +349,7 @@ TEST_CASE("context parallel (every process): ring attention refuses what it cann
   const Tensor x = ag::test::random({1, 2, 8, 4}, 2), shorter = ag::test::random({1, 2, 6, 4}, 3);
   CHECK_THROWS_WITH_AS(attention(x, shorter, shorter, {.context = &world}),
                        doctest::Contains("queries and keys at the same positions"), Error);
-  CHECK_THROWS_WITH_AS(attention(x, x, x, {.q_offset = 2, .context = &world}), doctest::Contains("q_offset"), Error);
+  CHECK_THROWS_WITH_AS(attention(x, x, x, {.function = SoftmaxAttention{.q_offset = 2}, .context = &world}), doctest::Contains("q_offset"), Error);
 }
 
 // A ring of one (this process alone: the gradient's one hop is a copy) on every device.
@@ -367,7 +365,7 @@ TEST_CASE_EVERY_DEVICE("context parallel: a group of one process computes what t
                                      ag::test::random(operand(c.Hkv), 7)};
     const Tensor upstream = ag::test::random(operand(c.Hq), 8, DType::Float64, false);
     AttentionSpec flash = c.spec, ring = c.spec;
-    flash.impl = AttentionImpl::Flash;
+    if (auto* softmax = std::get_if<SoftmaxAttention>(&flash.function)) softmax->impl = AttentionImpl::Flash;  // linear has one
     ring.context = &alone;
     const ag::test::AttentionRun want = ag::test::run_attention(qkv, flash, Device::CPU, DType::Float64, upstream);
     const ag::test::AttentionRun got = ag::test::run_attention(qkv, ring, device, DType::Float64, upstream);

@@ -14,6 +14,7 @@
 using namespace ag;
 using namespace ag::nn;
 using ag::test::random;
+using ag::test::softmax_of;
 
 namespace {
 using ag::test::attention_impls;
@@ -44,9 +45,9 @@ void check_kv_length_reads_a_prefix(Device device) {
         const Tensor k_used = on(device, slice(host(k).detach(), t_dim, 0, Tk)).requires_grad_(),
                      v_used = on(device, slice(host(v).detach(), t_dim, 0, Tk)).requires_grad_();
         const Tensor upstream = on(device, random(shape(Hq, Tq), 4, DType::Float64, false));
-        const AttentionSpec spec{.causal = true, .layout = layout, .impl = impl};
+        const AttentionSpec spec{.function = SoftmaxAttention{.impl = impl}, .causal = true, .layout = layout};
         AttentionSpec cached = spec;
-        cached.kv_length = Tk;
+        softmax_of(cached).kv_length = Tk;
         const Tensor Z = attention(q, k, v, cached);
         Z.backward(upstream);
         const Tensor Z_used = attention(q.detach(), k_used, v_used, spec);
@@ -188,7 +189,7 @@ TEST_CASE_EVERY_DEVICE("kv cache: gradcheck of attention over a longer cache, ev
   const std::vector<Tensor> qkv = {random({1, 2, 2, 3}, 5), random({1, 7, 1, 3}, 6), random({1, 7, 1, 3}, 7)};
   for (AttentionImpl impl : attention_impls()) {
     CAPTURE(name_of(impl));
-    const AttentionSpec spec{.causal = true, .layout = AttentionLayout::BTHD, .impl = impl, .kv_length = 5};
+    const AttentionSpec spec{.function = SoftmaxAttention{.impl = impl, .kv_length = 5}, .causal = true, .layout = AttentionLayout::BTHD};
     const GradcheckFn f = [spec](const std::vector<Tensor>& x) { return attention(x[0], x[1], x[2], spec); };
     if (device == Device::CPU) CHECK_GRADCHECK(f, qkv);
     else ag::test::check_device_matches_cpu(device, f, qkv, 1e-10, DType::Float64);

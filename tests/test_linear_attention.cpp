@@ -20,6 +20,7 @@
 
 using namespace ag;
 using ag::test::random;
+using ag::test::linear_of;
 
 namespace {
 
@@ -37,8 +38,8 @@ Tensor reference_features(const Tensor& x, FeatureMap map, const Tensor& omega) 
 // Z = A V / (rowsum(A) + 1e-6).
 Tensor quadratic_form(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
   const int64_t T = q.size(2);
-  Tensor A = matmul(reference_features(q, spec.feature_map, spec.omega),
-                    transpose(reference_features(k, spec.feature_map, spec.omega), 2, 3));  // [B, H, T, T]
+  Tensor A = matmul(reference_features(q, linear_of(spec).feature_map, linear_of(spec).omega),
+                    transpose(reference_features(k, linear_of(spec).feature_map, linear_of(spec).omega), 2, 3));  // [B, H, T, T]
   if (spec.causal) {
     std::vector<double> lower(T * T);
     for (int64_t i = 0; i < T; ++i)
@@ -56,8 +57,7 @@ const Case kCases[] = {{FeatureMap::Elu1, true}, {FeatureMap::Elu1, false}, {Fea
                        {FeatureMap::Favor, false}};
 
 AttentionSpec spec_for(const Case& c, int64_t d, int64_t m = 8, DType dtype = DType::Float64) {
-  return {.function = AttentionFunction::Linear, .causal = c.causal, .feature_map = c.map,
-          .omega = c.map == FeatureMap::Favor ? favor_projection(m, d, 7).to(dtype) : Tensor()};
+  return {.function = LinearAttention{.feature_map = c.map, .omega = c.map == FeatureMap::Favor ? favor_projection(m, d, 7).to(dtype) : Tensor()}, .causal = c.causal};
 }
 
 // [B, H, T, d] <-> [B, T, H, d]
@@ -126,7 +126,7 @@ TEST_CASE("linear attention: chunked equals unchunked, output and gradients (T =
       const auto run = [&](int64_t chunk, std::vector<Tensor>& grads) {
         const Tensor q = random({1, 2, T, 5}, 4), k = random({1, 2, T, 5}, 5), v = random({1, 2, T, 5}, 6);
         AttentionSpec spec = spec_for(c, 5);
-        spec.chunk = chunk;
+        linear_of(spec).chunk = chunk;
         const Tensor z = attention(q, k, v, spec);
         z.backward(random(z.shape(), 8, DType::Float64, false));
         grads = {q.grad(), k.grad(), v.grad()};
@@ -154,7 +154,7 @@ TEST_CASE("linear attention: float64 gradcheck of q, k, v (elu1 and favor, causa
       CAPTURE(c.causal);
       CAPTURE(T);
       AttentionSpec spec = spec_for(c, 3, 6);
-      spec.chunk = 3;  // T = 7 crosses two chunk boundaries
+      linear_of(spec).chunk = 3;  // T = 7 crosses two chunk boundaries
       const std::vector<Tensor> inputs = {random({2, 2, T, 3}, 11), random({2, 2, T, 3}, 12),
                                           random({2, 2, T, 3}, 13)};
       CHECK_GRADCHECK([&](const std::vector<Tensor>& x) { return attention(x[0], x[1], x[2], spec); }, inputs);
@@ -196,7 +196,7 @@ TEST_CASE_EVERY_DEVICE("linear attention: decoding through a LayerKVCache gives 
         const auto f = [&spec](const Tensor& a, const Tensor& b, const Tensor& cv) { return attention(a, b, cv, spec); };
         const std::vector<Tensor> cpu =
             output_and_gradients(f, leaf_on(q, Device::CPU), leaf_on(k, Device::CPU), leaf_on(v, Device::CPU), 34);
-        if (spec.omega.defined()) spec.omega = spec.omega.to(device);
+        if (linear_of(spec).omega.defined()) linear_of(spec).omega = linear_of(spec).omega.to(device);
         if (device != Device::CPU) {
           const std::vector<Tensor> here = output_and_gradients(f, leaf_on(q, device), leaf_on(k, device), leaf_on(v, device), 34);
           for (size_t i = 0; i < 4; ++i) {
@@ -214,7 +214,7 @@ TEST_CASE_EVERY_DEVICE("linear attention: decoding through a LayerKVCache gives 
         CHECK_CLOSE(concat(rows, 1).to(Device::CPU), cpu[0], tolerance);
         CHECK(cache.length == T);
         CHECK(!cache.k.defined());  // no keys or values kept
-        CHECK(cache.state.shape() == Shape{2, Hkv, spec.omega.defined() ? 8 : 4, 5});  // r × (d + 1) per kv head, whatever T is
+        CHECK(cache.state.shape() == Shape{2, Hkv, linear_of(spec).omega.defined() ? 8 : 4, 5});  // r × (d + 1) per kv head, whatever T is
         CHECK_THROWS_AS(attention(slice(qd, 1, 0, 1), slice(kd, 1, 0, 1), slice(vd, 1, 0, 1), spec), Error);  // full
       }
 }
@@ -233,9 +233,7 @@ TEST_CASE_EVERY_DEVICE("linear attention: elu1 and favor, causal and not, on eve
         const Tensor omega = favor_projection(24, 16, 9);
         const bool bthd = layout == AttentionLayout::BTHD;
         const GradcheckFn f = [&](const std::vector<Tensor>& x) {
-          const AttentionSpec spec{.function = AttentionFunction::Linear, .causal = c.causal, .layout = layout,
-                                   .feature_map = c.map,
-                                   .omega = c.map == FeatureMap::Favor ? omega.to(x[0].dtype()).to(x[0].device()) : Tensor()};
+          const AttentionSpec spec{.function = LinearAttention{.feature_map = c.map, .omega = c.map == FeatureMap::Favor ? omega.to(x[0].dtype()).to(x[0].device()) : Tensor()}, .causal = c.causal, .layout = layout};
           return attention(x[0], x[1], x[2], spec);
         };
         const std::vector<Tensor> inputs = {random(bthd ? Shape{2, T, 4, 16} : Shape{2, 4, T, 16}, 401),
@@ -309,8 +307,7 @@ TEST_CASE("linear attention: FAVOR+ approaches softmax attention as m grows (16 
       const Tensor k = random({1, 2, T, d}, 200 + seed, DType::Float64, false) * 0.5;
       const Tensor v = random({1, 2, T, d}, 300 + seed, DType::Float64, false);
       const Tensor exact = attention(q, k, v, {.causal = true});
-      const AttentionSpec spec{.function = AttentionFunction::Linear, .causal = true, .feature_map = FeatureMap::Favor,
-                               .omega = favor_projection(m, d, seed)};
+      const AttentionSpec spec{.function = LinearAttention{.feature_map = FeatureMap::Favor, .omega = favor_projection(m, d, seed)}, .causal = true};
       total += ag::test::relative_error(attention(q, k, v, spec), exact);
     }
     errors.push_back(total / 8);

@@ -108,8 +108,7 @@ struct PositionsProblem {
   AlibiSlopes slopes = AlibiSlopes::Reference;
   int64_t q_offset() const { return Tk - Tq; }
   AttentionSpec spec(AttentionImpl impl, PositionEncoding position, AttentionLayout layout) const {
-    return {.causal = causal, .layout = layout, .position = position, .alibi_slopes = slopes, .impl = impl,
-            .pattern = pattern};
+    return {.function = SoftmaxAttention{.impl = impl, .pattern = pattern}, .causal = causal, .layout = layout, .position = position, .alibi_slopes = slopes};
   }
   Inputs inputs(uint64_t seed, AttentionLayout layout) const {
     return {random(shape_of(layout, B, Hq, Tq, d), seed), random(shape_of(layout, B, Hkv, Tk, d), seed + 1),
@@ -227,7 +226,8 @@ Tensor decode(const Inputs& qkv, AttentionSpec spec, Device device, int64_t capa
   NoGradGuard no_grad;
   LayerKVCache cache{.capacity = capacity};
   spec.cache = &cache;
-  if (spec.omega.defined()) spec.omega = spec.omega.to(device);
+  if (auto* linear = std::get_if<LinearAttention>(&spec.function); linear && linear->omega.defined())
+    linear->omega = linear->omega.to(device);
   const Tensor q = qkv[0].detach().to(device), k = qkv[1].detach().to(device), v = qkv[2].detach().to(device);
   const int64_t T = q.size(1);
   std::vector<Tensor> rows;
@@ -455,8 +455,7 @@ TEST_CASE("positions: linear attention with rope equals linear attention on q an
         CAPTURE(name_of(map));
         CAPTURE(causal);
         CAPTURE(layout_name(layout));
-        AttentionSpec spec{.function = AttentionFunction::Linear, .causal = causal, .layout = layout,
-                           .feature_map = map, .omega = map == FeatureMap::Favor ? favor_projection(8, 8, 7) : Tensor()};
+        AttentionSpec spec{.function = LinearAttention{.feature_map = map, .omega = map == FeatureMap::Favor ? favor_projection(8, 8, 7) : Tensor()}, .causal = causal, .layout = layout};
         const Inputs in = {random(shape_of(layout, 2, 4, 70, 8), 400), random(shape_of(layout, 2, 2, 70, 8), 401),
                            random(shape_of(layout, 2, 2, 70, 8), 402)};
         const Tensor upstream = random(shape_of(layout, 2, 4, 70, 8), 403, DType::Float64, false);
@@ -484,7 +483,7 @@ TEST_CASE_EVERY_DEVICE("positions: decoding through a LayerKVCache equals the fu
     for (AttentionImpl impl : ag::test::attention_impls()) {
       CAPTURE(name_of(position));
       CAPTURE(name_of(impl));
-      const AttentionSpec spec{.causal = true, .layout = AttentionLayout::BTHD, .position = position, .impl = impl};
+      const AttentionSpec spec{.function = SoftmaxAttention{.impl = impl}, .causal = true, .layout = AttentionLayout::BTHD, .position = position};
       const Tensor expected = full(qkv, spec);
       CHECK_CLOSE(decode(qkv, spec, device, 40, 1, 1), expected, 1e-12);  // one position at a time
       CHECK_CLOSE(decode(qkv, spec, device, 45, 7, 1), expected, 1e-12);  // a prefill, then singles
@@ -495,9 +494,7 @@ TEST_CASE_EVERY_DEVICE("positions: decoding through a LayerKVCache equals the fu
     for (PositionEncoding position : {PositionEncoding::Rope, PositionEncoding::None}) {
       CAPTURE(name_of(map));
       CAPTURE(name_of(position));
-      const AttentionSpec spec{.function = AttentionFunction::Linear, .causal = true, .layout = AttentionLayout::BTHD,
-                               .position = position, .feature_map = map,
-                               .omega = map == FeatureMap::Favor ? favor_projection(8, 8, 7) : Tensor()};
+      const AttentionSpec spec{.function = LinearAttention{.feature_map = map, .omega = map == FeatureMap::Favor ? favor_projection(8, 8, 7) : Tensor()}, .causal = true, .layout = AttentionLayout::BTHD, .position = position};
       const Tensor expected = full(linear_qkv, spec);
       CHECK_CLOSE(decode(linear_qkv, spec, device, 70, 1, 1), expected, 1e-12);
       CHECK_CLOSE(decode(linear_qkv, spec, device, 70, 5, 1), expected, 1e-12);
@@ -528,8 +525,7 @@ TEST_CASE_EVERY_DEVICE("positions: a window cache rolls far past its capacity - 
         CAPTURE(name_of(c.position));
         CAPTURE(name_of(impl));
         CAPTURE(T_new);
-        const AttentionSpec spec{.causal = true, .layout = AttentionLayout::BTHD, .position = c.position, .impl = impl,
-                                 .pattern = c.pattern};
+        const AttentionSpec spec{.function = SoftmaxAttention{.impl = impl, .pattern = c.pattern}, .causal = true, .layout = AttentionLayout::BTHD, .position = c.position};
         CHECK(attention_cache_rolls(spec));
         const int64_t capacity = rolling_cache_capacity(c.pattern, T_new);
         CHECK(capacity == c.pattern.global + c.pattern.window * c.pattern.dilation - 1 + T_new);
@@ -557,8 +553,7 @@ TEST_CASE("positions: a full cache that cannot roll is an error that says why") 
   };
   for (const Full& c : cases) {
     CAPTURE(c.says);
-    const AttentionSpec spec{.causal = true, .layout = AttentionLayout::BTHD, .position = c.position,
-                             .impl = AttentionImpl::Flash, .pattern = c.pattern};
+    const AttentionSpec spec{.function = SoftmaxAttention{.impl = AttentionImpl::Flash, .pattern = c.pattern}, .causal = true, .layout = AttentionLayout::BTHD, .position = c.position};
     CHECK(attention_cache_rolls(spec) == (c.capacity == 6));
     NoGradGuard no_grad;
     LayerKVCache cache{.capacity = c.capacity};
@@ -580,7 +575,7 @@ TEST_CASE("positions: learned and none leave the op as it is (the model adds lea
     const Tensor none = attention(in[0], in[1], in[2], p.spec(impl, PositionEncoding::None, AttentionLayout::BHTD));
     const Tensor learned = attention(in[0], in[1], in[2], p.spec(impl, PositionEncoding::Learned, AttentionLayout::BHTD));
     CHECK(learned.to_vector() == none.to_vector());
-    const AttentionSpec plain{.causal = true, .impl = impl, .pattern = p.pattern};  // the default: none
+    const AttentionSpec plain{.function = SoftmaxAttention{.impl = impl, .pattern = p.pattern}, .causal = true};  // the default: none
     CHECK(attention(in[0], in[1], in[2], plain).to_vector() == none.to_vector());
   }
 }
@@ -593,7 +588,7 @@ TEST_CASE("positions: odd head size with rope, alibi with linear attention and r
                        doctest::Contains("position rope rotates pairs of a head's dims: head size 3 is odd"), Error);
   CHECK_THROWS_WITH_AS(rope(odd, AttentionLayout::BHTD), doctest::Contains("rope: x"), Error);
   CHECK_THROWS_WITH_AS(attention(even, even, even,
-                                 {.function = AttentionFunction::Linear, .causal = true, .position = PositionEncoding::Alibi}),
+                                 {.function = LinearAttention{}, .causal = true, .position = PositionEncoding::Alibi}),
                        doctest::Contains("position alibi biases softmax attention's scores"), Error);
   for (double base : {0.0, -2.0, std::nan(""), kInfinity}) {
     CAPTURE(base);

@@ -42,7 +42,7 @@ Tensor defined_mask(const SparsePattern& pattern, int64_t Hq, int64_t Tq, int64_
 struct SparseProblem {
   int64_t B, Hq, Hkv, Tq, Tk, d;
   SparsePattern pattern;
-  AttentionSpec spec(AttentionImpl impl) const { return {.causal = true, .impl = impl, .pattern = pattern}; }
+  AttentionSpec spec(AttentionImpl impl) const { return {.function = SoftmaxAttention{.impl = impl, .pattern = pattern}, .causal = true}; }
   Inputs inputs(uint64_t seed) const {
     return {random({B, Hq, Tq, d}, seed), random({B, Hkv, Tk, d}, seed + 1), random({B, Hkv, Tk, d}, seed + 2)};
   }
@@ -258,10 +258,10 @@ TEST_CASE_EVERY_DEVICE("sparse attention: gradcheck of dense and flash with each
 
 TEST_CASE("sparse attention: patterns need causal attention and a window") {
   const Tensor x = Tensor::zeros({1, 1, 4, 2});
-  CHECK_THROWS_WITH_AS(attention(x, x, x, {.pattern = {.window = 2}}),
+  CHECK_THROWS_WITH_AS(attention(x, x, x, {.function = SoftmaxAttention{.pattern = {.window = 2}}}),
                        doctest::Contains("a sparse pattern needs causal attention"), Error);
-  CHECK_THROWS_WITH_AS(attention(x, x, x, {.causal = true, .pattern = {.global = 2}}),
+  CHECK_THROWS_WITH_AS(attention(x, x, x, {.function = SoftmaxAttention{.pattern = {.global = 2}}, .causal = true}),
                        doctest::Contains("without one (window 0) every earlier key is visible already"), Error);
-  CHECK_THROWS_WITH_AS(attention(x, x, x, {.causal = true, .pattern = {.window = 2, .random_blocks = 17}}),
+  CHECK_THROWS_WITH_AS(attention(x, x, x, {.function = SoftmaxAttention{.pattern = {.window = 2, .random_blocks = 17}}, .causal = true}),
                        doctest::Contains("random <= 16"), Error);
 }

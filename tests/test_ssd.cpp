@@ -45,8 +45,7 @@ std::vector<Tensor> inputs_for(const SsdProblem& p, uint64_t seed, DType dtype =
 }
 
 AttentionSpec ssd_spec(const std::vector<Tensor>& x, AttentionLayout layout, int64_t chunk = kDefaultAttentionChunk) {
-  return {.function = AttentionFunction::Ssd, .causal = true, .layout = layout, .chunk = chunk,
-          .dt = x[3], .a_log = x[4], .d_skip = x[5]};
+  return {.function = SsdAttention{.dt = x[3], .a_log = x[4], .d_skip = x[5], .chunk = chunk}, .causal = true, .layout = layout};
 }
 Tensor ssd(const std::vector<Tensor>& x, AttentionLayout layout, int64_t chunk = kDefaultAttentionChunk) {
   return attention(x[0], x[1], x[2], ssd_spec(x, layout, chunk));
@@ -252,6 +251,13 @@ TEST_CASE_EVERY_DEVICE("ssd attention: decoding from the state in a LayerKVCache
     }
 }
 
+// Whether a function's parameter type holds softmax's own parameters, or ssd's decay inputs.
+template <class P>
+constexpr bool has_softmax_parameters = requires(P p) { p.pattern; } || requires(P p) { p.scale; } ||
+                                        requires(P p) { p.q_offset; } || requires(P p) { p.kv_length; };
+template <class P>
+constexpr bool has_decay = requires(P p) { p.dt; } || requires(P p) { p.a_log; } || requires(P p) { p.d_skip; };
+
 TEST_CASE("ssd attention: bad input is a clear error naming it") {
   const std::vector<Tensor> x = inputs_for({.T = 6}, 90);
   const auto message = [&](AttentionSpec spec) {
@@ -266,24 +272,22 @@ TEST_CASE("ssd attention: bad input is a clear error naming it") {
   AttentionSpec spec = good;
   spec.causal = false;
   CHECK(message(spec).find("causal") != std::string::npos);
-  spec = good;
-  spec.pattern.window = 2;
-  CHECK(message(spec).find("sparse pattern") != std::string::npos);
+  // A sparse pattern (and softmax's scale, offset and rows) is SoftmaxAttention's: an ssd spec has none to give.
+  static_assert(has_softmax_parameters<SoftmaxAttention> && !has_softmax_parameters<SsdAttention>);
   spec = good;
   spec.position = PositionEncoding::Alibi;
   CHECK(message(spec).find("alibi") != std::string::npos);
   spec = good;
-  spec.a_log = {};
+  std::get<SsdAttention>(spec.function).a_log = {};
   CHECK(message(spec).find("a_log [2] is missing") != std::string::npos);
   spec = good;
-  spec.dt = slice(x[3], 2, 0, 5);
+  std::get<SsdAttention>(spec.function).dt = slice(x[3], 2, 0, 5);
   CHECK(message(spec).find("dt") != std::string::npos);
   spec = good;
-  spec.d_skip = Tensor::ones({3}, DType::Float64);
+  std::get<SsdAttention>(spec.function).d_skip = Tensor::ones({3}, DType::Float64);
   CHECK(message(spec).find("d_skip") != std::string::npos);
-  spec = good;
-  spec.function = AttentionFunction::Softmax;  // Δ and friends are ssd's alone
-  CHECK(message(spec).find("ssd attention's") != std::string::npos);
+  // Δ and friends are ssd's alone: the other functions' parameters have no place for them.
+  static_assert(has_decay<SsdAttention> && !has_decay<SoftmaxAttention> && !has_decay<LinearAttention>);
   CHECK(message(good) == "no error");
 }
 
@@ -475,7 +479,7 @@ TEST_CASE("ssd attention: bad options and checkpoints are clear errors naming th
   CHECK(build_error(bad).find("alibi") != std::string::npos);
   bad = config;
   bad.attn_window = 4;
-  CHECK(build_error(bad).find("sparse pattern") != std::string::npos);
+  CHECK(build_error(bad).find("--attn-window 4 is an option of softmax attention") != std::string::npos);
 
   const ag::test::TempDir dir("ssd_checkpoints");
   nn::GPT model(config, gen);

@@ -24,7 +24,10 @@
 //             core/cpu/attention.cpp, cuda/attention.cu).
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
+#include <type_traits>
+#include <variant>
 
 #include "core/ops/attention_functions.h"
 
@@ -48,14 +51,9 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
   const int64_t Hq = detail::heads_of(q, spec.layout), Hkv = detail::heads_of(k, spec.layout);
   AG_CHECK(Hkv > 0 && Hq % Hkv == 0,
            shapes_of(q, k, v) << ": " << Hq << " query heads are not a multiple of " << Hkv << " kv heads");
-  const AttentionFunctionTraits& traits = attention_function_traits(spec.function);
-  AG_CHECK(traits.reads_feature_map || !spec.omega.defined(),
-           shapes_of(q, k, v) << ": omega is linear attention's; " << name_of(spec.function) << " attention reads none");
-  AG_CHECK(traits.reads_decay || (!spec.dt.defined() && !spec.a_log.defined() && !spec.d_skip.defined()),
-           shapes_of(q, k, v) << ": dt, a_log and d_skip are ssd attention's; " << name_of(spec.function)
-                              << " attention reads none");
-  AG_CHECK(traits.reads_alibi || spec.position != PositionEncoding::Alibi,
-           shapes_of(q, k, v) << ": position alibi biases softmax attention's scores; " << name_of(spec.function)
+  // A shared setting the function cannot take (not a misplaced parameter: each function's own are its type's).
+  AG_CHECK(attention_function_traits(function_of(spec)).has_scores || spec.position != PositionEncoding::Alibi,
+           shapes_of(q, k, v) << ": position alibi biases softmax attention's scores; " << name_of(function_of(spec))
                               << " attention has none (use rope or none)");
   // The bias −m_h·(p − j) penalises distance back in time; to keys after the query it would be a reward.
   AG_CHECK(spec.causal || spec.position != PositionEncoding::Alibi,
@@ -84,19 +82,20 @@ void check_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
                                   << " (it rolls only for a window without random blocks, and without global keys under ALiBi)");
 }
 
-// The problem as the softmax kernels see it, from the inputs and the spec.
-AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
+// The problem as the softmax kernels see it, from the inputs, softmax's parameters and the spec.
+AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& v, const SoftmaxAttention& softmax,
+                                const AttentionSpec& spec) {
   const AttentionLayout layout = spec.layout;
   const int64_t B = q.size(0), Hq = detail::heads_of(q, layout), Tq = detail::positions_of(q, layout), d = q.size(3);
   const int64_t Hkv = detail::heads_of(k, layout), kv_rows = detail::positions_of(k, layout);
-  const int64_t Tk = spec.kv_length.value_or(kv_rows);
+  const int64_t Tk = softmax.kv_length.value_or(kv_rows);
   AG_CHECK(Tk >= 0 && Tk <= kv_rows, shapes_of(q, k, v) << ": kv_length " << Tk << " is outside [0, " << kv_rows << "]");
-  check_sparse_pattern(spec.pattern, shapes_of(q, k, v));
-  AG_CHECK(spec.causal || !spec.pattern.limited(), shapes_of(q, k, v) << ": a sparse pattern needs causal attention");
-  const double scale = spec.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
+  check_sparse_pattern(softmax.pattern, shapes_of(q, k, v));
+  AG_CHECK(spec.causal || !softmax.pattern.limited(), shapes_of(q, k, v) << ": a sparse pattern needs causal attention");
+  const double scale = softmax.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
   AG_CHECK(scale > 0 && std::isfinite(scale), shapes_of(q, k, v) << ": scale " << scale << " is not a positive number");
   return {.B = B, .Hq = Hq, .Hkv = Hkv, .Tq = Tq, .Tk = Tk, .d = d, .scale = scale,
-          .mask = {.causal = spec.causal, .q_offset = spec.q_offset.value_or(Tk - Tq), .pattern = spec.pattern,
+          .mask = {.causal = spec.causal, .q_offset = softmax.q_offset.value_or(Tk - Tq), .pattern = softmax.pattern,
                    .alibi_heads = spec.position == PositionEncoding::Alibi ? Hq : 0, .alibi_slopes = spec.alibi_slopes},
           .q = detail::head_strides(q, layout), .kv = detail::head_strides(k, layout)};
 }
@@ -322,13 +321,14 @@ void roll(LayerKVCache& cache, int64_t T_new, const SparsePattern& pattern) {
   cache.rolled += drop;
 }
 
-// Softmax attention by spec.impl. Decoding, the new keys and values are
+// Softmax attention by softmax.impl. Decoding, the new keys and values are
 // written into the cache's rows (allocated for its capacity on the first call;
 // rolled first if it is full) and the queries read every row written so far in
 // place (kv_length).
-Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
-                         AttentionInternals* internals) {
-  if (spec.context) return detail::ring_attention(q, k, v, describe_problem(q, k, v, spec), spec, internals);
+Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, const SoftmaxAttention& softmax,
+                         const AttentionSpec& spec, AttentionInternals* internals) {
+  if (spec.context)
+    return detail::ring_attention(q, k, v, describe_problem(q, k, v, softmax, spec), softmax, spec, internals);
   if (spec.cache) {
     LayerKVCache& cache = *spec.cache;
     const int64_t B = k.size(0), T_new = k.size(1), Hkv = k.size(2), d = k.size(3), width = Hkv * d;
@@ -339,7 +339,7 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
     }
     AG_CHECK(cache.k.shape() == rows && cache.k.dtype() == k.dtype() && cache.k.device() == k.device(),
              "KV cache: " << describe(cache.k) << " is not " << to_string(rows) << " in the new keys' dtype and device");
-    if (cache.length + T_new > cache.capacity) roll(cache, T_new, spec.pattern);  // check_decode: it may
+    if (cache.length + T_new > cache.capacity) roll(cache, T_new, softmax.pattern);  // check_decode: it may
     // A plain copy, untracked by autograd: the op reads the rows afterwards in place.
     const kernel::StridedView from{0, {T_new * width, width, 1}},
         to{cache.length * width, {cache.capacity * width, width, 1}};
@@ -347,11 +347,12 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
     kernel::copy_strided(v, from, cache.v, to, {B, T_new, width});
     AttentionSpec over_cache = spec;
     over_cache.cache = nullptr;
-    over_cache.kv_length = cache.length + T_new;  // query i sits at position length + i (bottom-right aligned)
-    return softmax_attention(q, cache.k, cache.v, over_cache, internals);
+    SoftmaxAttention over_rows = softmax;
+    over_rows.kv_length = cache.length + T_new;  // query i sits at position length + i (bottom-right aligned)
+    return softmax_attention(q, cache.k, cache.v, over_rows, over_cache, internals);
   }
-  const AttentionShape shape = describe_problem(q, k, v, spec);
-  switch (spec.impl) {
+  const AttentionShape shape = describe_problem(q, k, v, softmax, spec);
+  switch (softmax.impl) {
     case AttentionImpl::Composed: return composed(q, k, v, shape, spec, internals);
     case AttentionImpl::Dense: return dense(q, k, v, shape, internals);
     case AttentionImpl::Flash: return flash(q, k, v, shape, internals);
@@ -359,44 +360,53 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
   throw Error("attention: unknown implementation");
 }
 
-// The attention functions: the one place that tells them apart. A new
-// function is one more row (its traits, its forward, its FLOP count).
+// What the rest of the project needs to know of each attention function, keyed
+// by AttentionFunction for the places that have only its name (a model's
+// options, a checkpoint). attention() itself tells the functions apart by
+// their parameters' type (its std::visit, below).
 struct AttentionFunctionEntry {
   AttentionFunction function;
   AttentionFunctionTraits traits;
-  Tensor (*attend)(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
-                   AttentionInternals* internals);
   int64_t (*forward_flops)(FeatureMap map, int64_t features, int64_t B, int64_t H, int64_t T, int64_t d);
 };
 constexpr AttentionFunctionEntry kAttentionFunctions[] = {
     {.function = AttentionFunction::Softmax,
-     .traits = {.reads_impl = true, .reads_pattern = true, .reads_feature_map = false, .reads_alibi = true,
-                .reads_decay = false, .weights = "A = softmax(S + M)", .weights_sum_to_one = true, .cache_holds = "KV cache"},
-     .attend = softmax_attention,
+     .traits = {.has_scores = true, .weights = "A = softmax(S + M)", .weights_sum_to_one = true, .cache_holds = "KV cache"},
      // S = QKᵀ and Z = AV: all T×T entries of every head (the causal mask skips no arithmetic)
      .forward_flops = [](FeatureMap, int64_t, int64_t B, int64_t H, int64_t T, int64_t d) { return 2 * 2 * B * H * T * T * d; }},
     {.function = AttentionFunction::Linear,
-     .traits = {.reads_impl = false, .reads_pattern = false, .reads_feature_map = true, .reads_alibi = false,
-                .reads_decay = false, .weights = "the weights linear attention implies, φ(q)·φ(k) / Σ",
+     .traits = {.has_scores = false, .weights = "the weights linear attention implies, φ(q)·φ(k) / Σ",
                 .weights_sum_to_one = true,
                 .cache_holds = "recurrent state in the KV cache"},
-     .attend = detail::linear_attention,
      // the state Σ φ(k_j)[v_j, 1]ᵀ and its readout φ(q_i)ᵀ·state, plus FAVOR+'s projections of q and k
      .forward_flops = [](FeatureMap map, int64_t r, int64_t B, int64_t H, int64_t T, int64_t d) {
        return B * H * (2 * 2 * T * r * (d + 1) + (map == FeatureMap::Favor ? 2 * 2 * T * r * d : 0));
      }},
     {.function = AttentionFunction::Ssd,
-     .traits = {.reads_impl = false, .reads_pattern = false, .reads_feature_map = false, .reads_alibi = false,
-                .reads_decay = true, .weights = "the weights ssd implies, exp(σ)·(q·k)·Δ (+ D on the diagonal)",
+     .traits = {.has_scores = false, .weights = "the weights ssd implies, exp(σ)·(q·k)·Δ (+ D on the diagonal)",
                 .weights_sum_to_one = false,
                 .cache_holds = "recurrent state in the KV cache"},
-     .attend = detail::ssd_attention,
      // per position and head, in chunks of Q: the visible half of the chunk's (q·k) and its weighted
      // sum of v (Q + 1 of d each), the state's readout and its update (d·d each)
      .forward_flops = [](FeatureMap, int64_t, int64_t B, int64_t H, int64_t T, int64_t d) {
        return B * H * T * 2 * ((kDefaultAttentionChunk + 1) * d + 2 * d * d);
      }},
 };
+
+// The visitor of attention(): one lambda per alternative of AttentionParams.
+template <class... Cases> struct Overloaded : Cases... {
+  using Cases::operator()...;
+};
+template <class... Cases> Overloaded(Cases...) -> Overloaded<Cases...>;
+
+// Z from q, k, v by the spec's function: the one place that tells the functions apart.
+Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec, AttentionInternals* internals) {
+  return std::visit(
+      Overloaded{[&](const SoftmaxAttention& softmax) { return softmax_attention(q, k, v, softmax, spec, internals); },
+                 [&](const LinearAttention& linear) { return detail::linear_attention(q, k, v, linear, spec, internals); },
+                 [&](const SsdAttention& ssd) { return detail::ssd_attention(q, k, v, ssd, spec, internals); }},
+      spec.function);
+}
 
 const AttentionFunctionEntry& entry_of(AttentionFunction function) {
   for (const AttentionFunctionEntry& entry : kAttentionFunctions)
@@ -437,19 +447,34 @@ int64_t attention_forward_flops(AttentionFunction function, FeatureMap map, int6
   return entry_of(function).forward_flops(map, features, B, H, T, d);
 }
 
+AttentionFunction function_of(const AttentionSpec& spec) {
+  static_assert(std::variant_size_v<AttentionParams> == std::size(kAttentionFunctions));
+  static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(AttentionFunction::Softmax), AttentionParams>,
+                               SoftmaxAttention> &&
+                std::is_same_v<std::variant_alternative_t<static_cast<size_t>(AttentionFunction::Linear), AttentionParams>,
+                               LinearAttention> &&
+                std::is_same_v<std::variant_alternative_t<static_cast<size_t>(AttentionFunction::Ssd), AttentionParams>,
+                               SsdAttention>,
+                "AttentionParams lists the functions in AttentionFunction's order");
+  return static_cast<AttentionFunction>(spec.function.index());
+}
+
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
                  AttentionInternals* internals) {
   check_inputs(q, k, v, spec);
   if (spec.cache) check_decode(q, k, v, spec);
   if (internals) *internals = {};
-  const auto attend = entry_of(spec.function).attend;
   Tensor Z;
   if (spec.position == PositionEncoding::Rope) {
     // Every function sees rotated q and k; decoding, the new positions are the cache's next ones,
-    // and the cache keeps their rotated keys.
-    const int64_t Tq = detail::positions_of(q, spec.layout), Tk = spec.kv_length.value_or(detail::positions_of(k, spec.layout));
+    // and the cache keeps their rotated keys. Softmax's keys may be the first kv_length rows, and
+    // its queries offset; the other functions' queries sit at the keys' positions.
+    const SoftmaxAttention* softmax = std::get_if<SoftmaxAttention>(&spec.function);
+    const int64_t Tq = detail::positions_of(q, spec.layout), kv_rows = detail::positions_of(k, spec.layout);
+    const int64_t Tk = softmax ? softmax->kv_length.value_or(kv_rows) : kv_rows;
     const int64_t next = spec.cache ? spec.cache->length + spec.cache->rolled : 0;
-    const int64_t q_first = spec.cache ? next : spec.q_offset.value_or(Tk - Tq), k_first = spec.cache ? next : 0;
+    const int64_t q_offset = softmax ? softmax->q_offset.value_or(Tk - Tq) : Tk - Tq;
+    const int64_t q_first = spec.cache ? next : q_offset, k_first = spec.cache ? next : 0;
     AttentionSpec rotated = spec;
     rotated.position = PositionEncoding::None;
     if (spec.context)  // each half of the rows at its own chunk's positions
@@ -488,8 +513,9 @@ Tensor rope(const Tensor& x, AttentionLayout layout, int64_t first_position, dou
 // Softmax attention whose queries see only their window and the global keys, whose distances to
 // them rolling keeps (ALiBi's to a global key it would not).
 bool attention_cache_rolls(const AttentionSpec& spec) {
-  return spec.function == AttentionFunction::Softmax && spec.pattern.limited() && spec.pattern.random_blocks == 0 &&
-         !(spec.position == PositionEncoding::Alibi && spec.pattern.global > 0);
+  const SoftmaxAttention* softmax = std::get_if<SoftmaxAttention>(&spec.function);
+  return softmax && softmax->pattern.limited() && softmax->pattern.random_blocks == 0 &&
+         !(spec.position == PositionEncoding::Alibi && softmax->pattern.global > 0);
 }
 
 int64_t rolling_cache_capacity(const SparsePattern& pattern, int64_t T_new) {

@@ -2,7 +2,7 @@
 // its dispatch in core/ops/attention.cpp (not part of the public API). Each
 // gets inputs whose ranks, batch, widths and heads attention() has checked, and
 // spec.cache only under the decode rules it has checked too (causal, BTHD,
-// Tq = Tk, room in the cache); each checks what only it reads.
+// Tq = Tk, room in the cache); each checks the values of what only it reads.
 #pragma once
 #include "core/ops/common.h"
 
@@ -19,20 +19,23 @@ Tensor heads_first(const Tensor& t, AttentionLayout layout);
 // expand's backward sums the group's gradients into the kv head): the references' GQA.
 Tensor repeat_kv_heads(const Tensor& t, int64_t Hq);
 
+// Each function takes its own parameters and the shared spec (whose `function`
+// holds those parameters; attention() passes them from its one std::visit).
+
 // core/ops/linear_attention.cpp. With spec.cache: folds the new positions into
 // cache->state (the caller advances cache->length).
-Tensor linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
-                        AttentionInternals* internals);
+Tensor linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, const LinearAttention& linear,
+                        const AttentionSpec& spec, AttentionInternals* internals);
 
 // core/ops/ssd.cpp. With spec.cache: runs the new positions from cache->state and leaves the state
 // after them there (the caller advances cache->length).
-Tensor ssd_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+Tensor ssd_attention(const Tensor& q, const Tensor& k, const Tensor& v, const SsdAttention& ssd, const AttentionSpec& spec,
                      AttentionInternals* internals);
 
 // core/ops/ring_attention.cpp: softmax attention under spec.context, `whole` the problem
 // as describe_problem sees this process's rows (its scale, mask and heads).
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& whole,
-                      const AttentionSpec& spec, AttentionInternals* internals);
+                      const SoftmaxAttention& softmax, const AttentionSpec& spec, AttentionInternals* internals);
 // RoPE on this process's rows of a sequence split over spec.context, each half at its chunk's positions.
 Tensor rope_at_context_positions(const Tensor& x, const AttentionSpec& spec);
 

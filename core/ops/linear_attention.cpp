@@ -87,11 +87,12 @@ Gradients product_gradients(const Tensor& Pq, const Tensor& Pk, const Tensor& v_
 }
 
 // Z in q's layout from φ(Q) [.., Hq, r], φ(K) [.., Hkv, r] and V [.., Hkv, d].
-Tensor normalized_product(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, const AttentionSpec& spec) {
+Tensor normalized_product(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, const LinearAttention& linear,
+                          const AttentionSpec& spec) {
   const PrefixDirection forward = spec.causal ? PrefixDirection::Causal : PrefixDirection::All;
   const PrefixDirection reverse = spec.causal ? PrefixDirection::Anticausal : PrefixDirection::All;
   const AttentionLayout layout = spec.layout;
-  const int64_t chunk = spec.chunk;
+  const int64_t chunk = linear.chunk;
   const Tensor Pq = phi_q.detach(), Pk = phi_k.detach();
   Tensor v_ones;
   Normalized out;
@@ -137,7 +138,8 @@ Tensor read_state(const Tensor& phi_q, const Tensor& state, AttentionLayout layo
 // Z in q's layout for this process's rows of a sequence split over spec.context: per half (one chunk
 // of positions), the causal product within the chunk plus each query's read of the earlier chunks'
 // states (without `causal`: of every chunk's, and nothing within), normalised as one process does.
-Tensor context_parallel_product(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, const AttentionSpec& spec) {
+Tensor context_parallel_product(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, const LinearAttention& linear,
+                                const AttentionSpec& spec) {
   dist::Communicator& group = *spec.context;
   const AttentionLayout layout = spec.layout;
   const int64_t dim = layout == AttentionLayout::BTHD ? 1 : 2, T_local = positions_of(phi_q, layout);
@@ -159,7 +161,7 @@ Tensor context_parallel_product(const Tensor& phi_q, const Tensor& phi_k, const 
     const int64_t read = spec.causal ? split.chunk_of(h) : 2 * split.P;  // the chunks before it (or all of them)
     Tensor U = read == 0 ? Tensor() : read_state(half(phi_q, h), sum(slice(all, 0, 0, read), 0), layout);
     if (spec.causal) {
-      const Tensor own = causal_product(half(phi_q, h), half(phi_k, h), half(v, h), spec.chunk, layout);
+      const Tensor own = causal_product(half(phi_q, h), half(phi_k, h), half(v, h), linear.chunk, layout);
       U = U.defined() ? U + own : own;
     }
     Z.push_back(normalize(U).Z);
@@ -182,8 +184,8 @@ Tensor implied_weights(const Tensor& phi_q, const Tensor& phi_k, const Attention
 // position before these; each new query reads it (its kv head's), adds the new
 // positions up to itself (the causal product among them), and the new
 // positions join the state.
-Tensor decode(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, const AttentionSpec& spec,
-              LayerKVCache& cache) {
+Tensor decode(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, const LinearAttention& linear,
+              const AttentionSpec& spec, LayerKVCache& cache) {
   const AttentionLayout layout = spec.layout;
   const int64_t B = v.size(0), Hq = heads_of(phi_q, layout), Hkv = heads_of(v, layout), r = phi_k.size(3);
   const int64_t T_new = positions_of(v, layout), d = v.size(3), group = Hq / Hkv;
@@ -197,7 +199,7 @@ Tensor decode(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, const A
   const Tensor earlier = heads_first(
       matmul(heads_first(phi_q, layout).reshape({B, Hkv, group * T_new, r}), cache.state).reshape({B, Hq, T_new, d + 1}),
       layout);
-  const Tensor U = earlier + prefix_product(phi_q, phi_k, v_ones, PrefixDirection::Causal, spec.chunk, layout);
+  const Tensor U = earlier + prefix_product(phi_q, phi_k, v_ones, PrefixDirection::Causal, linear.chunk, layout);
   cache.state = cache.state + matmul(transpose(heads_first(phi_k, layout), 2, 3), heads_first(v_ones, layout));
   return normalize(U).Z;
 }
@@ -232,23 +234,20 @@ Tensor attention_features(const Tensor& x, FeatureMap map, const Tensor& omega) 
 
 namespace detail {
 
-Tensor linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
-                        AttentionInternals* internals) {
+Tensor linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, const LinearAttention& linear,
+                        const AttentionSpec& spec, AttentionInternals* internals) {
   const auto where = [&] {
     return "attention (linear): q " + to_string(q.shape()) + ", k " + to_string(k.shape());
   };
-  AG_CHECK(!spec.pattern.limited(), where() << ": linear attention sums over every visible key; it takes no sparse pattern");
-  AG_CHECK(!spec.scale && !spec.q_offset && !spec.kv_length,
-           where() << ": scale, q_offset and kv_length are softmax attention's; linear attention has none");
   AG_CHECK(spec.cache || positions_of(q, spec.layout) == positions_of(k, spec.layout),
            where() << ": linear attention needs as many queries as keys (a cache for decoding)");
-  AG_CHECK(spec.chunk >= 1, where() << ": chunk " << spec.chunk << " must be positive");
-  const Tensor phi_q = attention_features(q, spec.feature_map, spec.omega);
-  const Tensor phi_k = attention_features(k, spec.feature_map, spec.omega);
-  if (spec.cache) return decode(phi_q, phi_k, v, spec, *spec.cache);
-  if (spec.context) return context_parallel_product(phi_q, phi_k, v, spec);  // its weights would be T×T across processes
+  AG_CHECK(linear.chunk >= 1, where() << ": chunk " << linear.chunk << " must be positive");
+  const Tensor phi_q = attention_features(q, linear.feature_map, linear.omega);
+  const Tensor phi_k = attention_features(k, linear.feature_map, linear.omega);
+  if (spec.cache) return decode(phi_q, phi_k, v, linear, spec, *spec.cache);
+  if (spec.context) return context_parallel_product(phi_q, phi_k, v, linear, spec);  // its weights would be T×T across processes
   if (internals) internals->probabilities = implied_weights(phi_q, phi_k, spec);
-  return normalized_product(phi_q, phi_k, v, spec);
+  return normalized_product(phi_q, phi_k, v, linear, spec);
 }
 
 }  // namespace detail

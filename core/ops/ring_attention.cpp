@@ -130,10 +130,10 @@ struct Ring {
 }  // namespace
 
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& whole,
-                      const AttentionSpec& spec, AttentionInternals* internals) {
+                      const SoftmaxAttention& softmax, const AttentionSpec& spec, AttentionInternals* internals) {
   dist::Communicator& group = *spec.context;
   const int64_t P = group.size(), rank = group.rank(), T_local = positions_of(q, spec.layout);
-  AG_CHECK(!spec.cache && !spec.q_offset && !spec.kv_length,
+  AG_CHECK(!spec.cache && !softmax.q_offset && !softmax.kv_length,
            "attention: context parallel attention takes one sequence's rows, without a KV cache, q_offset or kv_length");
   AG_CHECK(positions_of(k, spec.layout) == T_local,
            "attention: context parallel attention needs this process's queries and keys at the same positions ("

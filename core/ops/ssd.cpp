@@ -1,6 +1,6 @@
 // State-space attention (Mamba-2's SSD), one of the functions behind
 // attention() (core/ops.h). Per batch entry and query head, with Δ the step
-// (spec.dt), λ_r = −exp(a_log)·Δ_r the log decay and L_ij = exp(σ(i, j)),
+// (SsdAttention::dt), λ_r = −exp(a_log)·Δ_r the log decay and L_ij = exp(σ(i, j)),
 // σ(i, j) = Σ_{r=j+1..i} λ_r:
 //   y_i = Σ_{j≤i} L_ij (q_i·k_j) Δ_j v_j,      z_i = y_i + D·v_i
 // y is one op (the decayed product, chunked: core/cpu/ssd.cpp, cuda/ssd.cu);
@@ -95,8 +95,8 @@ Tensor decayed_product(const Tensor& a, const Tensor& b, const Tensor& c, const 
 
 // y = Σ_{j≤i} L_ij (q_i·k_j) Δ_j v_j as one op of the graph, with its backward (above).
 Tensor decayed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dt, const Tensor& log_a,
-                         const AttentionSpec& spec) {
-  const ProductOptions forward{PrefixDirection::Causal, true, spec.chunk, spec.layout};
+                         const SsdAttention& ssd, const AttentionSpec& spec) {
+  const ProductOptions forward{PrefixDirection::Causal, true, ssd.chunk, spec.layout};
   Tensor Y;
   {
     NoGradGuard no_grad;  // the kernel is this op's forward, not an op of the graph
@@ -136,7 +136,7 @@ Tensor decayed_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
 // autograd through the ops: reverse_cumsum's adjoint is cumsum, dλ_r += Σ_{j<r} dρ_j; cumsum's is
 // reverse_cumsum, dλ_r += Σ_{i≥r} dℓ_i.
 Tensor context_parallel_product(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dt,
-                                const Tensor& log_a, const AttentionSpec& spec) {
+                                const Tensor& log_a, const SsdAttention& ssd, const AttentionSpec& spec) {
   dist::Communicator& group = *spec.context;
   const AttentionLayout layout = spec.layout;
   const int64_t dim = layout == AttentionLayout::BTHD ? 1 : 2;  // positions, in q, k, v and in Δ, λ
@@ -146,7 +146,7 @@ Tensor context_parallel_product(const Tensor& q, const Tensor& k, const Tensor& 
   const auto half = [&](const Tensor& x, int64_t h) { return slice(x, dim, h * C, (h + 1) * C); };
   std::vector<Tensor> own, states, log_decays, rising;
   for (int64_t h = 0; h < 2; ++h) {
-    own.push_back(decayed_attention(half(q, h), half(k, h), half(v, h), half(dt, h), half(log_a, h), spec));
+    own.push_back(decayed_attention(half(q, h), half(k, h), half(v, h), half(dt, h), half(log_a, h), ssd, spec));
     const Tensor lambda = half(log_a, h);
     const Tensor cum = cumsum(lambda, dim);          // Σ_{r=s..i} λ_r
     const Tensor total = slice(cum, dim, C - 1, C);  // log Λ_c
@@ -180,7 +180,7 @@ Tensor context_parallel_product(const Tensor& q, const Tensor& k, const Tensor& 
 // A [B, Hq, T, T] with Z = A V, for inspection: the decayed product against the identity gives
 // row i's L_ij (q_i·k_j) Δ_j in column j; D joins on the diagonal.
 Tensor implied_weights(const Tensor& q, const Tensor& k, const Tensor& dt, const Tensor& log_a, const Tensor& d_skip,
-                       const AttentionSpec& spec) {
+                       const SsdAttention& ssd, const AttentionSpec& spec) {
   NoGradGuard no_grad;
   const AttentionLayout layout = spec.layout;
   const int64_t B = q.size(0), H = heads_of(q, layout), T = positions_of(q, layout);
@@ -188,7 +188,7 @@ Tensor implied_weights(const Tensor& q, const Tensor& k, const Tensor& dt, const
   for (int64_t t = 0; t < T; ++t) identity[t * T + t] = 1;
   const Tensor eye = Tensor::from_vector(identity, {T, T}, q.dtype()).to(q.device());
   DecayedProduct how = describe_product(q, k, eye.reshape({1, T, 1, T}), dt,
-                                        {PrefixDirection::Causal, true, spec.chunk, layout});
+                                        {PrefixDirection::Causal, true, ssd.chunk, layout});
   how.c = {0, 0, T};  // every batch entry and head reads the one identity
   how.c_heads = 1;
   Tensor A = detail::empty_as({B, H, T, T}, q);
@@ -197,38 +197,34 @@ Tensor implied_weights(const Tensor& q, const Tensor& k, const Tensor& dt, const
   return A + eye * per_head(d_skip, AttentionLayout::BHTD);
 }
 
-void check_parameters(const Tensor& q, const Tensor& k, const AttentionSpec& spec) {
+void check_parameters(const Tensor& q, const Tensor& k, const SsdAttention& ssd, const AttentionSpec& spec) {
   const auto where = [&] { return "attention (ssd): q " + to_string(q.shape()) + ", k " + to_string(k.shape()); };
   AG_CHECK(spec.causal, where() << ": ssd attention is causal (its state runs forward in time); it cannot be non-causal");
-  AG_CHECK(!spec.pattern.limited(),
-           where() << ": ssd attention decays over every earlier position; it takes no sparse pattern");
-  AG_CHECK(!spec.scale && !spec.q_offset && !spec.kv_length,
-           where() << ": scale, q_offset and kv_length are softmax attention's; ssd attention has none");
   AG_CHECK(spec.cache || positions_of(q, spec.layout) == positions_of(k, spec.layout),
            where() << ": ssd attention needs as many queries as keys (a cache for decoding)");
-  AG_CHECK(spec.chunk >= 1, where() << ": chunk " << spec.chunk << " must be positive");
+  AG_CHECK(ssd.chunk >= 1, where() << ": chunk " << ssd.chunk << " must be positive");
   const int64_t B = q.size(0), H = heads_of(q, spec.layout), T = positions_of(q, spec.layout);
   const Shape dt_shape = spec.layout == AttentionLayout::BTHD ? Shape{B, T, H} : Shape{B, H, T};
-  AG_CHECK(spec.dt.defined(), where() << ": dt (Δ " << to_string(dt_shape) << ") is missing");
-  AG_CHECK(spec.a_log.defined(), where() << ": a_log [" << H << "] is missing");
-  AG_CHECK(spec.d_skip.defined(), where() << ": d_skip [" << H << "] is missing");
-  AG_CHECK(spec.dt.shape() == dt_shape, where() << ": dt " << describe(spec.dt) << " is not " << to_string(dt_shape));
-  AG_CHECK(spec.a_log.shape() == Shape{H}, where() << ": a_log " << describe(spec.a_log) << " is not [" << H << "]");
-  AG_CHECK(spec.d_skip.shape() == Shape{H}, where() << ": d_skip " << describe(spec.d_skip) << " is not [" << H << "]");
-  detail::check_compatible("attention (ssd)", {&q, &spec.dt, &spec.a_log, &spec.d_skip});
+  AG_CHECK(ssd.dt.defined(), where() << ": dt (Δ " << to_string(dt_shape) << ") is missing");
+  AG_CHECK(ssd.a_log.defined(), where() << ": a_log [" << H << "] is missing");
+  AG_CHECK(ssd.d_skip.defined(), where() << ": d_skip [" << H << "] is missing");
+  AG_CHECK(ssd.dt.shape() == dt_shape, where() << ": dt " << describe(ssd.dt) << " is not " << to_string(dt_shape));
+  AG_CHECK(ssd.a_log.shape() == Shape{H}, where() << ": a_log " << describe(ssd.a_log) << " is not [" << H << "]");
+  AG_CHECK(ssd.d_skip.shape() == Shape{H}, where() << ": d_skip " << describe(ssd.d_skip) << " is not [" << H << "]");
+  detail::check_compatible("attention (ssd)", {&q, &ssd.dt, &ssd.a_log, &ssd.d_skip});
 }
 
 }  // namespace
 
 namespace detail {
 
-Tensor ssd_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+Tensor ssd_attention(const Tensor& q, const Tensor& k, const Tensor& v, const SsdAttention& ssd, const AttentionSpec& spec,
                      AttentionInternals* internals) {
-  check_parameters(q, k, spec);
+  check_parameters(q, k, ssd, spec);
   const AttentionLayout layout = spec.layout;
   const int64_t H = heads_of(q, layout);
-  const Tensor log_a = -(exp(per_decay_head(spec.a_log, layout)) * spec.dt);  // λ = −exp(a_log)·Δ
-  const Tensor skip = query_heads(v, H, layout) * per_head(spec.d_skip, layout);  // D·v_i
+  const Tensor log_a = -(exp(per_decay_head(ssd.a_log, layout)) * ssd.dt);  // λ = −exp(a_log)·Δ
+  const Tensor skip = query_heads(v, H, layout) * per_head(ssd.d_skip, layout);  // D·v_i
   if (spec.cache) {
     // Decode: the state holds every earlier position, decayed to the last; the new ones join it.
     LayerKVCache& cache = *spec.cache;
@@ -238,13 +234,13 @@ Tensor ssd_attention(const Tensor& q, const Tensor& k, const Tensor& v, const At
     AG_CHECK(cache.state.shape() == state_shape && cache.state.dtype() == v.dtype() && cache.state.device() == v.device(),
              "attention (ssd): the cache's state " << describe(cache.state) << " is not " << to_string(state_shape)
                                                    << " in the new keys' dtype and device");
-    return decayed_product(q, k, v, spec.dt, log_a, {PrefixDirection::Causal, true, spec.chunk, layout},
+    return decayed_product(q, k, v, ssd.dt, log_a, {PrefixDirection::Causal, true, ssd.chunk, layout},
                            &cache.state) +
            skip;
   }
-  if (spec.context) return context_parallel_product(q, k, v, spec.dt, log_a, spec) + skip;  // its weights would be T×T across processes
-  if (internals) internals->probabilities = implied_weights(q, k, spec.dt, log_a, spec.d_skip, spec);
-  return decayed_attention(q, k, v, spec.dt, log_a, spec) + skip;
+  if (spec.context) return context_parallel_product(q, k, v, ssd.dt, log_a, ssd, spec) + skip;  // its weights would be T×T across processes
+  if (internals) internals->probabilities = implied_weights(q, k, ssd.dt, log_a, ssd.d_skip, ssd, spec);
+  return decayed_attention(q, k, v, ssd.dt, log_a, ssd, spec) + skip;
 }
 
 }  // namespace detail
