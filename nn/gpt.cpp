@@ -178,6 +178,17 @@ std::string describe(const GPTConfig& c) {
 
 void add_older_files_options(Metadata& metadata, KeyStyle style) {
   metadata.try_emplace(style == KeyStyle::Snake ? "alibi_slopes" : "alibi-slopes", option_to_string(AlibiSlopes::Geometric));
+  // Builds before issue 46 took another function's options (a softmax model's --feature-map favor or
+  // --ssd-conv 2) and ignored them; they never shaped the model, so a file that holds them loads with
+  // their defaults, which check() now asks of them. The file's own function's options are read as saved.
+  const GPTConfig defaults;
+  const auto attention = metadata.find("attention");  // one word: the same key in both styles
+  const std::string function = attention == metadata.end() ? name_of(defaults.attention) : attention->second;
+  GPTConfig::for_each_option(defaults, [&](const auto& value, const OptionInfo& info) {
+    if (!info.part || info.part == function) return;
+    const auto found = metadata.find(option_key(info, style));
+    if (found != metadata.end()) found->second = option_to_string(value);
+  });
 }
 
 std::string head_mask_text(const std::vector<std::vector<double>>& gates) {

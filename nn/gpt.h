@@ -75,6 +75,8 @@ struct GPTConfig {
 // alibi_slopes is geometric (attograd's slopes until then). Every reader of saved
 // model options (a model's __metadata__, KeyStyle::Snake; a training state's,
 // Dashed) calls it first, so that no saved model changes its function silently.
+// It also resets the options of another function than the file's own (which
+// older builds accepted and ignored) to their defaults, so such a file loads.
 void add_older_files_options(Metadata& metadata, KeyStyle style);
 
 // The head_mask text of gates of 0 and 1 ("1111/1011"; empty if every gate is 1).

@@ -142,3 +142,33 @@ TEST_CASE("char_lm: a bad model option in a model file names the file, the key a
     CHECK(contains(output, key_value));
   }
 }
+
+// Issue 46: another function's options are refused on the command line now, but builds before took
+// them from a softmax model's command line and ignored them, and saved them. Such a file loads as the
+// model it always was (the options at their defaults), and its run resumes.
+TEST_CASE("char_lm: a softmax model saved with linear and ssd options (older builds ignored them) loads and resumes unchanged") {
+  const ag::test::TempDir tmp("saved_options_other_function");
+  const std::string dir =
+      damaged_copy(tmp, "other_function", {{"feature-map", "favor"}, {"n-features", "8"}, {"ssd-conv", "2"}, {"ssd-gate", "false"}},
+                   {{"feature_map", "favor"}, {"n_features", "8"}, {"ssd_conv", "2"}, {"ssd_gate", "false"}});
+  const LoadedModel loaded = load_model(model_path(dir)), original = load_model(model_path(saved_unit()));
+  const nn::GPTConfig& c = loaded.model->config();
+  CHECK(c.attention == AttentionFunction::Softmax);
+  CHECK(c.feature_map == nn::GPTConfig{}.feature_map);
+  CHECK(c.n_features == nn::GPTConfig{}.n_features);
+  CHECK(c.ssd_conv == nn::GPTConfig{}.ssd_conv);
+  CHECK(c.ssd_gate == nn::GPTConfig{}.ssd_gate);
+  {
+    NoGradGuard no_grad;
+    loaded.model->eval();
+    original.model->eval();
+    const Tensor idx = Tensor::from_indices({1, 2, 3, 4, 5, 6}, {1, 6});
+    CHECK(ag::test::max_abs_error(loaded.model->forward(idx), original.model->forward(idx)) == 0.0);
+  }
+  CHECK(resume(dir) == "");
+  // The same options given on a command line are refused, naming the option and whose it is.
+  nn::GPTConfig typed = c;
+  typed.feature_map = FeatureMap::Favor;
+  CHECK(contains(ag::test::error_of([&] { typed.check(); }),
+                 "--feature-map favor is an option of linear attention; a model with --attention softmax takes none of its options"));
+}
