@@ -48,6 +48,8 @@ struct AttentionConfig {
 
 class AttentionMixer : public Mixer {
  public:
+  Tensor forward(const Tensor& x) override { return mix(x, nullptr); }
+  Tensor forward_cached(const Tensor& x, LayerKVCache& cache) override { return mix(x, &cache); }
   void set_context(dist::Communicator* group) override { spec_.context = group; }
   // Head gates (Mixer::set_head_gates): g [H] scales each query head's Z before
   // W_O, in forward and forward_cached, so a head with g_h = 0 adds nothing to
@@ -66,6 +68,10 @@ class AttentionMixer : public Mixer {
  protected:
   // Registers w_q, w_o: Linear(C, C) and w_k, w_v: Linear(C, H_kv·d_h), all with biases, then the dropout.
   AttentionMixer(const AttentionConfig& config, Generator* gen);
+
+  // The function's forward, X [B, T, C] -> O [B, T, C]: forward() without a cache; forward_cached()
+  // with one, X holding the positions after the cache's (which join it).
+  virtual Tensor mix(const Tensor& x, LayerKVCache* cache) = 0;
 
   // Q [B, T, H, d_h], K, V [B, T, H_kv, d_h]: views of the projections of X [B, T, C].
   struct Heads {
@@ -109,8 +115,6 @@ class MultiHeadSelfAttention : public AttentionMixer {
   using Options = SoftmaxOptions;
   explicit MultiHeadSelfAttention(const AttentionConfig& config, const Options& options = {}, Generator* gen = nullptr);
 
-  Tensor forward(const Tensor& x) override { return mix(x, nullptr); }
-  Tensor forward_cached(const Tensor& x, LayerKVCache& cache) override { return mix(x, &cache); }
   int64_t state_floats(int64_t positions) const override;
   bool cache_rolls() const override { return attention_cache_rolls(spec_); }
   int64_t rolling_cache_capacity(int64_t T_new) const override;
@@ -121,7 +125,7 @@ class MultiHeadSelfAttention : public AttentionMixer {
   const SparsePattern& pattern() const { return own().pattern; }
 
  private:
-  Tensor mix(const Tensor& x, LayerKVCache* cache);
+  Tensor mix(const Tensor& x, LayerKVCache* cache) override;
   // Its parameters in the spec (always softmax's: the constructor puts them there).
   SoftmaxAttention& own() { return std::get<SoftmaxAttention>(spec_.function); }
   const SoftmaxAttention& own() const { return std::get<SoftmaxAttention>(spec_.function); }

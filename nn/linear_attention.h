@@ -24,14 +24,12 @@ class LinearSelfAttention : public AttentionMixer {
   using Options = LinearOptions;
   explicit LinearSelfAttention(const AttentionConfig& config, const Options& options = {}, Generator* gen = nullptr);
 
-  Tensor forward(const Tensor& x) override { return mix(x, nullptr); }
-  Tensor forward_cached(const Tensor& x, LayerKVCache& cache) override { return mix(x, &cache); }
   int64_t state_floats(int64_t positions) const override;
 
   const Tensor& favor_features() const { return omega_; }  // ω [m, d_h] float64 (favor only)
 
  private:
-  Tensor mix(const Tensor& x, LayerKVCache* cache);
+  Tensor mix(const Tensor& x, LayerKVCache* cache) override;
 
   Tensor omega_, omega_here_;  // favor's ω: float64 on the CPU, and converted as the input (cached)
 };

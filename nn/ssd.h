@@ -26,14 +26,12 @@ class SsdSelfAttention : public AttentionMixer {
   // inverse softplus, d_skip = 1.
   explicit SsdSelfAttention(const AttentionConfig& config, const Options& options = {}, Generator* gen = nullptr);
 
-  Tensor forward(const Tensor& x) override { return mix(x, nullptr); }
-  Tensor forward_cached(const Tensor& x, LayerKVCache& cache) override { return mix(x, &cache); }
   // a_log, d_skip, w_dt.bias and the convolution: their initialisation is part of the function.
   bool keeps_own_init(std::string_view name) const override;
   int64_t state_floats(int64_t positions) const override;
 
  private:
-  Tensor mix(const Tensor& x, LayerKVCache* cache);
+  Tensor mix(const Tensor& x, LayerKVCache* cache) override;
 
   std::shared_ptr<CausalConv1d> conv_;   // with conv > 0
   std::shared_ptr<Linear> w_dt_, w_g_;   // w_g_ with the gate
