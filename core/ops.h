@@ -163,11 +163,20 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullpt
 
 // The function a model's attention computes (a model property, saved in its
 // checkpoint); AttentionImpl only chooses how softmax attention is computed.
-enum class AttentionFunction { Softmax, Linear, Ssd };
+// The functions of q, k, v come first, in AttentionParams' order; after them
+// the mixers that are not attention functions and have their own op instead
+// (Lstm: lstm() below, nn/lstm.h). These have a row in kAttentionFunctions
+// (their traits) but no AttentionParams alternative: attention() never
+// computes them and function_of() never returns them.
+enum class AttentionFunction { Softmax, Linear, Ssd, Lstm };
 template <> struct EnumNames<AttentionFunction> {
-  static constexpr std::pair<AttentionFunction, const char*> values[] = {
-      {AttentionFunction::Softmax, "softmax"}, {AttentionFunction::Linear, "linear"}, {AttentionFunction::Ssd, "ssd"}};
+  static constexpr std::pair<AttentionFunction, const char*> values[] = {{AttentionFunction::Softmax, "softmax"},
+                                                                         {AttentionFunction::Linear, "linear"},
+                                                                         {AttentionFunction::Ssd, "ssd"},
+                                                                         {AttentionFunction::Lstm, "lstm"}};
 };
+// The first value that is a mixer of its own, not an attention function of q, k, v.
+inline constexpr AttentionFunction kFirstOwnMixer = AttentionFunction::Lstm;
 
 // How softmax attention is computed; every implementation computes the same function.
 enum class AttentionImpl {
@@ -371,5 +380,18 @@ Tensor attention_features(const Tensor& x, FeatureMap map, const Tensor& omega =
 // function of (seed, stream): stream s draws counters from s·2⁴⁰ on (a layer
 // passes its index), so every run and every device gets the same features.
 Tensor favor_projection(int64_t m, int64_t d, uint64_t seed, uint64_t stream = 0);
+
+// The LSTM (a mixer of its own, not an attention function: AttentionFunction::Lstm;
+// core/ops/lstm.cpp, docs/backprop.md "The LSTM"): X [B, T, C] -> H [B, T, C],
+// hidden size C, gates i, f, g, o in PyTorch's order; W_ih, W_hh [C, 4C] (stored
+// [in, out] as a Linear's: PyTorch's weight_ih_l0 and weight_hh_l0 transposed),
+// b_ih, b_hh [4C]. `state`, if given: the recurrence starts from its (h, c) [B, C]
+// each (undefined: zeros), and they are overwritten with (h_{T−1}, c_{T−1}), as
+// decoding needs; no gradient flows into or out of the state.
+struct LstmState {
+  Tensor h = {}, c = {};  // [B, C] each
+};
+Tensor lstm(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh,
+            LstmState* state = nullptr);
 
 }  // namespace ag

@@ -8,6 +8,7 @@
 #include "core/context_parallel.h"
 #include "dist/communicator.h"
 #include "nn/linear_attention.h"
+#include "nn/lstm.h"
 #include "nn/ssd.h"
 
 namespace ag::nn {
@@ -67,6 +68,9 @@ void GPTConfig::check() const {
                    "position alibi (--position) biases softmax attention's scores; --attention " << name_of(attention)
                                                                                                 << " has none: use rope or none",
                    "position", "attention");
+  AG_CHECK_OPTIONS(attention != AttentionFunction::Lstm || position != PositionEncoding::Rope,
+                   "position rope (--position) rotates queries and keys; --attention lstm has none: use learned or none",
+                   "position", "attention");
   AG_CHECK_OPTIONS(position != PositionEncoding::Rope || (n_embd / n_head) % 2 == 0,
                    "position rope (--position) rotates pairs of dims: head size n_embd / n_head = " << n_embd / n_head << " is odd",
                    "position", "n_embd", "n_head");
@@ -112,6 +116,8 @@ std::shared_ptr<Mixer> make_mixer(const GPTConfig& config, int64_t layer, Genera
     case AttentionFunction::Ssd:
       return std::make_shared<SsdSelfAttention>(
           shared, SsdSelfAttention::Options{.conv = config.ssd_conv, .gate = config.ssd_gate}, gen);
+    case AttentionFunction::Lstm:  // not an attention function: a mixer with its own op (nn/lstm.h)
+      return std::make_shared<LstmMixer>(LstmMixer::Config{.C = config.n_embd, .dropout = config.dropout}, gen);
   }
   throw Error("make_mixer: attention function " + std::to_string(static_cast<int>(config.attention)) + " has no mixer");
 }

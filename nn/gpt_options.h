@@ -27,7 +27,7 @@
   X(Run,     double,            dropout,    0.0,                   0,   0.99,      "dropout probability (training only)") \
   X(Model,   int64_t,           attn_seed,  0,                     0,   int64_t{1} << 62, "seed of the attention's random draws (sparse random blocks, FAVOR+ features)") \
   X(Model,   std::string,       head_mask,  "",                    0,   0,         "heads switched off (char_lm heads --prune): per layer one 0/1 per head, layers split by '/', e.g. 1111/1011; empty: all on") \
-  X(Model,   AttentionFunction, attention,  AttentionFunction::Softmax, 0, 0,       "attention function: softmax, linear (a kernel feature map, O(T) time) or ssd (Mamba-2's selective state space, O(T) time)") \
+  X(Model,   AttentionFunction, attention,  AttentionFunction::Softmax, 0, 0,       "attention function: softmax, linear (a kernel feature map, O(T) time), ssd (Mamba-2's selective state space, O(T) time) or lstm (a recurrent network, not attention: nn/lstm.h)") \
   X(Model,   PositionEncoding,  position,   PositionEncoding::Learned, 0, 0,        "positions: learned (a table of block_size rows added to X), rope (q, k rotated), alibi (scores biased by distance; softmax only) or none (the causal mask alone)") \
   X(Model,   double,            rope_base,  kDefaultRopeBase,      0,   kNoLimit,  "RoPE's frequency base: f_i = base^(-2i/d_h) (--position rope; > 0)") \
   X(Model,   AlibiSlopes,       alibi_slopes, AlibiSlopes::Reference, 0, 0,       "ALiBi's slopes when n_head is not a power of two: reference (Press et al.'s and BLOOM's) or geometric (2^(-8(h+1)/H), models saved without this key); equal for a power of two (--position alibi)")

@@ -391,6 +391,15 @@ constexpr AttentionFunctionEntry kAttentionFunctions[] = {
      .forward_flops = [](FeatureMap, int64_t, int64_t B, int64_t H, int64_t T, int64_t d) {
        return B * H * T * 2 * ((kDefaultAttentionChunk + 1) * d + 2 * d * d);
      }},
+    // Not an attention function (kFirstOwnMixer): its own op, lstm(); it forms no weights over positions.
+    {.function = AttentionFunction::Lstm,
+     .traits = {.has_scores = false, .weights = "none: an LSTM forms no weights over positions",
+                .weights_sum_to_one = false,
+                .cache_holds = "(h, c) in the KV cache"},
+     // per position, C = H·d: the gates' two GEMMs, x_t W_ih and h_{t−1} W_hh ([C]·[C, 4C] each)
+     .forward_flops = [](FeatureMap, int64_t, int64_t B, int64_t H, int64_t T, int64_t d) {
+       return 2 * 2 * B * T * (H * d) * 4 * (H * d);
+     }},
 };
 
 // The visitor of attention(): one lambda per alternative of AttentionParams.
@@ -448,7 +457,10 @@ int64_t attention_forward_flops(AttentionFunction function, FeatureMap map, int6
 }
 
 AttentionFunction function_of(const AttentionSpec& spec) {
-  static_assert(std::variant_size_v<AttentionParams> == std::size(kAttentionFunctions));
+  static_assert(std::size(kAttentionFunctions) == std::size(EnumNames<AttentionFunction>::values),
+                "kAttentionFunctions has a row for every AttentionFunction");
+  // The attention functions of q, k, v, one per alternative, come before the mixers with their own op.
+  static_assert(std::variant_size_v<AttentionParams> == static_cast<size_t>(kFirstOwnMixer));
   static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(AttentionFunction::Softmax), AttentionParams>,
                                SoftmaxAttention> &&
                 std::is_same_v<std::variant_alternative_t<static_cast<size_t>(AttentionFunction::Linear), AttentionParams>,

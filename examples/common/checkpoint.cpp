@@ -75,6 +75,12 @@ void check_sizes_against_tensors(const SafetensorsFile& file, const nn::GPTConfi
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string block = "blocks." + std::to_string(i);
     expect(block + ".mlp.fc.weight", {c.n_embd, 4 * c.n_embd}, "n_embd");
+    if (c.attention == AttentionFunction::Lstm) {  // not an attention function: no projections (nn/lstm.h)
+      for (const char* weight : {"weight_ih", "weight_hh"})
+        expect(block + ".attn." + weight, {c.n_embd, 4 * c.n_embd}, "n_embd, attention");
+      for (const char* bias : {"bias_ih", "bias_hh"}) expect(block + ".attn." + bias, {4 * c.n_embd}, "n_embd, attention");
+      continue;
+    }
     expect(block + ".attn.w_k.weight", {c.n_embd, kv_width}, "n_embd, n_head, n_kv_head");
     expect(block + ".attn.w_v.weight", {c.n_embd, kv_width}, "n_embd, n_head, n_kv_head");
     if (!c.applies("ssd_conv")) continue;
