@@ -193,9 +193,18 @@ TEST_CASE("lstm: char_lm trains an lstm model — its metadata — greedy text t
   const std::string recomputed = char_lm::generate(*loaded.model, loaded.tokenizer, "", greedy);
   CHECK(recurrent.size() >= 15);
   CHECK(recurrent == recomputed);
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < 9; ++t) ids.push_back(t % loaded.model->config().vocab_size);
+  save_safetensors(dir.file("batch.safetensors"),
+                   {{"idx", Tensor::from_indices({ids.begin(), ids.end() - 1}, {1, 8})},
+                    {"targets", Tensor::from_indices({ids.begin() + 1, ids.end()}, {1, 8})}},
+                   {});
   int status = 0;
   std::string output;
   for (const std::string command : {"sample --ckpt '" + dir.path() + "' --tokens 10 --prompt 'the'",
+                                    "grads --weights '" + path + "' --batch '" + dir.file("batch.safetensors") +
+                                        "' --out '" + dir.file("grads.safetensors") + "'",
+                                    "eval --ckpt '" + dir.path() + "' --eval-iters 1",
                                     "train --attention lstm --n-layer 1 --n-embd 16 --block-size 8 --batch-size 2 "
                                     "--max-iters 2 --eval-interval 1 --eval-iters 1 --sample-tokens 0 --data '" +
                                         c.run.data + "' --out '" + dir.file("cli") + "'"}) {
@@ -203,5 +212,12 @@ TEST_CASE("lstm: char_lm trains an lstm model — its metadata — greedy text t
     INFO(command);
     INFO(output);
     CHECK(status == 0);
+  }
+  const SafetensorsFile grads = load_safetensors(dir.file("grads.safetensors"));
+  for (const char* name : {"blocks.0.attn.weight_ih", "blocks.0.attn.weight_hh", "blocks.0.attn.bias_ih"}) {
+    CAPTURE(name);
+    REQUIRE(grads.contains(name));
+    CHECK(std::isfinite(sum(grads.at(name) * grads.at(name)).item()));
+    CHECK(sum(grads.at(name) * grads.at(name)).item() > 0);
   }
 }
