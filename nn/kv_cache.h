@@ -12,7 +12,8 @@
 // per batch entry; under rope, the rotated keys; a window model's cache rolls
 // when full, so it can hold fewer positions than it takes), or linear
 // attention's and ssd's recurrent state (ssd's with its convolution's last
-// inputs), whose size does not grow with the positions.
+// inputs), whose size does not grow with the positions; the LSTM's (h, c) in
+// `state` [2, B, C] (nn/lstm.h).
 //
 // Programs own the cache and pass it to GPT::forward_cached; the layers see
 // only their LayerKVCache.

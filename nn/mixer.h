@@ -1,12 +1,14 @@
 // A block's token mixer: the sub-layer that moves information between
 // positions, X [B, T, C] -> O [B, T, C] (the MLP then works on each position
 // alone). A GPT block holds one (Block::mixer()); which one is the model's
-// `attention` option. Every mixer here is an attention function behind the
-// projections W_Q, W_K, W_V and W_O (nn/attention.h):
+// `attention` option. The first three are attention functions behind the
+// projections W_Q, W_K, W_V and W_O (nn/attention.h); the LSTM is a recurrent
+// network with its own op (docs/attention.md says how it joins the option):
 //
 //   MultiHeadSelfAttention  softmax attention (nn/attention.h)
 //   LinearSelfAttention     linear attention with a kernel feature map (nn/linear_attention.h)
 //   SsdSelfAttention        Mamba-2's selective state space (nn/ssd.h)
+//   LstmMixer               an LSTM, hidden size C (nn/lstm.h)
 //
 // Adding one: README, "How to add a mixer".
 #pragma once
@@ -24,7 +26,8 @@ namespace ag::nn {
 // weights linear attention and ssd imply: AttentionInternals::probabilities),
 // Q [B, T, H, d_h] and K, V [B, T, H_kv, d_h] before any rotation by rope, and
 // for ssd each position's decay a_t = exp(−exp(a_log)·Δ_t) [B, T, H] (how much
-// of its state a head keeps per step; undefined for the others).
+// of its state a head keeps per step; undefined for the others). The LSTM's
+// record is empty: it forms no weights and has no q, k, v.
 struct MixerRecord {
   Tensor weights, queries, keys, values, decays;
 };

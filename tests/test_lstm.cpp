@@ -13,6 +13,8 @@
 #include "examples/common/checkpoint.h"
 #include "examples/common/sample.h"
 #include "examples/common/train.h"
+#include "examples/lab/cell.h"
+#include "examples/lab/grid.h"
 #include "nn/gpt.h"
 #include "nn/lstm.h"
 #include "tests/char_lm_helpers.h"
@@ -127,6 +129,15 @@ TEST_CASE("lstm: a GPT generating token by token from (h, c) in its KV cache giv
   CHECK_CLOSE(concat(steps, 1), whole, 1e-12);
   cache.clear();
   CHECK_CLOSE(model.forward_cached(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), cache), prompt, 1e-12);
+}
+
+TEST_CASE("lstm: the lab names it as a mixer and reports its state, (h, c) per layer whatever the positions") {
+  nn::GPTConfig model = test::gpt_sizes(64, 256, 2, 2, 64);
+  lab::apply_mixer("lstm", model);
+  CHECK(model.attention == AttentionFunction::Lstm);
+  CHECK(lab::state_floats(model) == model.n_layer * 2 * model.n_embd);
+  model.block_size = 1024;
+  CHECK(lab::state_floats(model) == model.n_layer * 2 * model.n_embd);
 }
 
 TEST_CASE("lstm: bad input is a clear error naming the option or the tensor") {
