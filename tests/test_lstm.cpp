@@ -212,7 +212,7 @@ TEST_CASE("lstm: char_lm trains an lstm model — its metadata — greedy text t
                    {});
   int status = 0;
   std::string output;
-  for (const std::string command : {"sample --ckpt '" + dir.path() + "' --tokens 10 --prompt 'the'",
+  for (const std::string& command : {"sample --ckpt '" + dir.path() + "' --tokens 10 --prompt 'the'",
                                     "grads --weights '" + path + "' --batch '" + dir.file("batch.safetensors") +
                                         "' --out '" + dir.file("grads.safetensors") + "'",
                                     "eval --ckpt '" + dir.path() + "' --eval-iters 1",
@@ -224,6 +224,11 @@ TEST_CASE("lstm: char_lm trains an lstm model — its metadata — greedy text t
     INFO(output);
     CHECK(status == 0);
   }
+  // no weights over positions to draw: a clear error, not an empty map
+  std::tie(status, output) =
+      ag::test::run_char_lm("attention --ckpt '" + dir.path() + "' --prompt 'the' --out '" + dir.file("maps") + "'");
+  CHECK(status != 0);
+  CHECK(output.find("--attention lstm has no attention weights to look at") != std::string::npos);
   const SafetensorsFile grads = load_safetensors(dir.file("grads.safetensors"));
   for (const char* name : {"blocks.0.attn.weight_ih", "blocks.0.attn.weight_hh", "blocks.0.attn.bias_ih"}) {
     CAPTURE(name);

@@ -33,6 +33,10 @@ std::vector<nn::MixerRecord> forward_recording(nn::GPT& model, const std::vector
     model.block(l).attn().set_probe([&records, l](const nn::MixerRecord& r) { records[static_cast<size_t>(l)] = r; });
   model.forward(Tensor::from_indices(ids, {1, T}).to(device_of(model)));
   for (int64_t l = 0; l < N; ++l) model.block(l).attn().set_probe({});
+  const AttentionFunction function = model.config().attention;
+  for (const nn::MixerRecord& record : records)  // the LSTM's record is empty (nn/mixer.h)
+    AG_CHECK(record.weights.defined(), "--attention " << name_of(function) << " has no attention weights to look at ("
+                                                      << attention_function_traits(function).weights << ")");
   return records;
 }
 
