@@ -374,7 +374,9 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, 
 int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T) {
   const int64_t C = config.n_embd, BT = B * T;
   const int64_t C_kv = config.kv_heads() * (C / config.n_head);
-  const int64_t projections = 2 * 2 * BT * C * C + 2 * 2 * BT * C * C_kv;
+  // W_Q, W_O [C, C] and W_K, W_V [C, C_kv]; a mixer with its own op (the LSTM) has none: its row counts all it does
+  const int64_t projections =
+      config.attention < kFirstOwnMixer ? 2 * 2 * BT * C * C + 2 * 2 * BT * C * C_kv : 0;
   const int64_t H = config.n_head, d_h = C / H;
   const int64_t features = config.feature_map == FeatureMap::Favor ? config.n_features : d_h;
   const int64_t attention = attention_forward_flops(config.attention, config.feature_map, features, B, H, T, d_h);

@@ -88,3 +88,11 @@ TEST_CASE("profiler: a linear-attention GPT's step counts its GEMMs plus the pre
   const double prefix_products = 3.0 * config.n_layer * B * config.n_head * (2 * 2 * T * d_h * (d_h + 1));
   CHECK(gemm_flops + prefix_products == static_cast<double>(nn::training_step_flops(config, B, T)));
 }
+
+TEST_CASE("profiler: an lstm GPT's step is all GEMMs — X W_ih once and h W_hh per step, 3x with the backward") {
+  // No projections W_Q … W_O: per layer forward 2·B·T·C·4C for X W_ih and as much for the T products
+  // h_{t−1} W_hh; the backward's dX, dW_ih, dW_hh and dG W_hhᵀ per step are twice that.
+  nn::GPTConfig config{.vocab_size = 13, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
+  config.attention = AttentionFunction::Lstm;
+  CHECK(step_gemm_flops(config, 3, 8) == static_cast<double>(nn::training_step_flops(config, 3, 8)));
+}
