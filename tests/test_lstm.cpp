@@ -49,6 +49,10 @@ TEST_CASE("lstm: float64 gradcheck of X, W_ih, W_hh, b_ih and b_hh (T 1, 2 and 6
   }
 }
 
+TEST_CASE("lstm: float32 agrees with float64, output and every gradient (T 40: the carried dh and dc)") {
+  ag::test::check_float32_matches_float64(lstm_of, lstm_inputs(3, 40, 8, 11));
+}
+
 // PyTorch's nn.LSTM(5, 5) in float64 with the weights the file holds (transposed to [in, out]):
 // output, the final (h, c) and every gradient of sum(out ∘ R) to ≤ 1e-12 (normwise relative).
 TEST_CASE("lstm: matches torch.nn.LSTM with copied weights (golden file, float64 ≤ 1e-12)") {
