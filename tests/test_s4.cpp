@@ -2,7 +2,8 @@
 // gradcheck of each and of the layer; the FFT convolution against the direct sum and the
 // recurrence at T ∈ {1, 2, 255, 256, 1000}, forward and backward; decoding one position at a
 // time from the state; PyTorch's float64 numbers (tests/golden/s4d.safetensors, written by
-// scripts/make_golden_s4.py with complex autograd); the errors; and CPU against CUDA.
+// scripts/make_golden_s4.py with complex autograd); the errors; nn::S4Mixer (gradients, decoding
+// from its cache); and CPU against CUDA.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "core/gradcheck.h"
 #include "core/ops.h"
 #include "core/safetensors.h"
+#include "nn/s4.h"
 #include "tests/helpers.h"
 
 using namespace ag;
@@ -132,7 +134,7 @@ TEST_CASE("s4d: the kernel and the layer match PyTorch float64 with complex auto
   CHECK_CLOSE(K.detach(), golden.at("K"), 1e-12);
   K.backward(golden.at("RK"));
   for (size_t i = 0; i + 1 < names.size(); ++i) {
-    INFO("kernel gradient of " << names[i]);
+    INFO("kernel gradient of " << std::string(names[i]));
     CHECK_CLOSE(params[i].grad(), golden.at(std::string("kernel_grad.") + names[i]), 1e-12);
     params[i].zero_grad();
   }
@@ -141,7 +143,7 @@ TEST_CASE("s4d: the kernel and the layer match PyTorch float64 with complex auto
   y.backward(golden.at("R"));
   CHECK_CLOSE(u.grad(), golden.at("grad.u"), 1e-12);
   for (size_t i = 0; i < names.size(); ++i) {
-    INFO("layer gradient of " << names[i]);
+    INFO("layer gradient of " << std::string(names[i]));
     CHECK_CLOSE(params[i].grad(), golden.at(std::string("grad.") + names[i]), 1e-12);
   }
 }
@@ -172,6 +174,32 @@ TEST_CASE("s4d: S4D-Lin's initialisation, and bad sizes and Δ ranges named") {
   Tensor state = Tensor::zeros({1, 4, 3, 2}, DType::Float64);
   CHECK_THROWS_WITH_AS(s4d_recurrent(Tensor::zeros({1, 5, 4}, DType::Float64), p, state),
                        doctest::Contains("expected [B, H, N/2, 2]"), Error);
+}
+
+TEST_CASE("s4d: S4Mixer — gradients (float64 gradcheck), decoding from the cache ≡ forward, its state") {
+  Generator gen(14);
+  nn::S4Mixer mixer({.C = 3, .N = 4, .dt_min = 1e-2, .dt_max = 0.3}, &gen);
+  std::vector<std::string> names;
+  for (const NamedTensor& p : mixer.named_parameters()) names.push_back(p.name);
+  CHECK(names == std::vector<std::string>{"log_dt", "log_A_re", "A_im", "B", "C", "D", "w_o.weight", "w_o.bias"});
+  CHECK(mixer.keeps_own_init("log_A_re"));
+  CHECK(!mixer.keeps_own_init("w_o.weight"));
+  CHECK(mixer.state_floats(10) == 3 * 4);
+  CHECK(mixer.state_floats(100000) == 3 * 4);
+  const Tensor x = ag::test::random({2, 9, 3}, 15);
+  ag::test::check_module_gradients(mixer, x, [&](const Tensor& in) { return mixer.forward(in); });
+
+  const Tensor full = mixer.forward(x.detach()).detach();
+  LayerKVCache cache;
+  std::vector<Tensor> rows = {mixer.forward_cached(slice(x.detach(), 1, 0, 4), cache)};  // a prefix, then one at a time
+  for (int64_t t = 4; t < 9; ++t) rows.push_back(mixer.forward_cached(slice(x.detach(), 1, t, t + 1), cache));
+  CHECK(cache.length == 9);
+  CHECK(cache.state.shape() == Shape{2, 3, 2, 2});
+  CHECK_CLOSE(concat(rows, 1), full, 1e-12);
+
+  CHECK_THROWS_WITH_AS(nn::S4Mixer({.C = 3, .N = 5}), doctest::Contains("state size N must be even"), Error);
+  CHECK_THROWS_WITH_AS(nn::S4Mixer({.C = 3, .N = 4, .dt_min = 0.5, .dt_max = 0.1}), doctest::Contains("Δ range"), Error);
+  CHECK_THROWS_WITH_AS(mixer.set_head_gates(Tensor::ones({3})), doctest::Contains("no heads"), Error);
 }
 
 // The cuFFT convolution, the kernel's generation and its backward, and the recurrence, on the
