@@ -5,6 +5,7 @@
 // depend on the threads.
 #include <kissfft.hh>
 
+#include <algorithm>
 #include <complex>
 #include <vector>
 
@@ -37,9 +38,22 @@ void s4d_kernel(const Tensor& log_dt, const Tensor& log_A_re, const Tensor& A_im
   visit_floating(K.dtype(), "s4d_kernel", [&](auto zero) {
     using T = decltype(zero);
     const auto p = params_of<T>(log_dt, log_A_re, A_im, B, C);
-    const int64_t H = K.size(0), T_ = K.size(1);
+    const int64_t H = K.size(0), T_ = K.size(1), runs = (T_ + math::kExactPower - 1) / math::kExactPower;
     T* k = K.data<T>();
-    for_rows(H * T_, p.modes, [&](int64_t i) { k[i] = math::s4d_kernel_at(p, i / T_, i % T_); });
+    // One task per channel and run of kExactPower positions: K_ℓ = 2·Re Σ_n W_n exp(ℓ s_n), the modes
+    // summed in order (as math::s4d_kernel_at, the device's), exp(ℓ s_n) by products along the run.
+    for_rows(H * runs, p.modes * math::kExactPower, [&](int64_t task) {
+      const int64_t h = task / runs, l0 = task % runs * math::kExactPower,
+                    length = std::min(math::kExactPower, T_ - l0);
+      T* k_run = k + h * T_ + l0;
+      std::fill_n(k_run, length, T(0));
+      for (int64_t n = 0; n < p.modes; ++n) {
+        const math::S4dMode<T> m = math::s4d_mode(p, h, n);
+        const math::Complex<T> z = math::exp(m.s);
+        math::Complex<T> term = m.W * math::exp(T(l0) * m.s);  // W exp(ℓ s) at ℓ = l0
+        for (int64_t j = 0; j < length; ++j, term = term * z) k_run[j] += T(2) * term.re;
+      }
+    });
   });
 }
 
