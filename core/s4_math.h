@@ -74,8 +74,8 @@ template <class T> AG_HOST_DEVICE inline S4dMode<T> s4d_mode(const S4dParams<T>&
 // an ulp or so a step, never compounds past kExactPower steps.
 constexpr int64_t kExactPower = 32;
 
-// K_ℓ = 2·Re Σ_n W_n exp(ℓ s_n) for channel h. exp(ℓ s) is formed directly, not as a running
-// power: each ℓ is independent (one thread per (h, ℓ) on the device) and as exact as one exp.
+// K_ℓ = 2·Re Σ_n W_n exp(ℓ s_n) for channel h, each exp(ℓ s) formed directly: the device's form,
+// one thread per (h, ℓ). The CPU forms the same sum along runs of kExactPower (core/cpu/s4.cpp).
 template <class T> AG_HOST_DEVICE inline T s4d_kernel_at(const S4dParams<T>& p, int64_t h, int64_t l) {
   T acc = 0;
   for (int64_t n = 0; n < p.modes; ++n) {
