@@ -49,6 +49,7 @@ void s4d_kernel(const Tensor& log_dt, const Tensor& log_A_re, const Tensor& A_im
       std::fill_n(k_run, length, T(0));
       for (int64_t n = 0; n < p.modes; ++n) {
         const math::S4dMode<T> m = math::s4d_mode(p, h, n);
+        if (T(l0) * m.s.re < math::kLogSmallestNormal<T>) continue;  // decayed past T's normal numbers
         const math::Complex<T> z = math::exp(m.s);
         math::Complex<T> term = m.W * math::exp(T(l0) * m.s);  // W exp(ℓ s) at ℓ = l0
         for (int64_t j = 0; j < length; ++j, term = term * z) k_run[j] += T(2) * term.re;
