@@ -119,6 +119,35 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 //   y_{b,t,c} = bias_c + Σ_{s<W} weight[s, c] · x_{b, t−W+1+s, c},   x before t = 0 being 0.
 Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 
+// --- S4D, a long convolution by a generated kernel (core/ops/s4.cpp) -----------------------
+// S4D (Gu et al. 2022): per channel h of H, N/2 complex modes with a fixed (content-independent)
+// state matrix, so the layer is y = K * u + D·u, one causal convolution per channel. The
+// parameters are real tensors (complex numbers as their (re, im) pairs; core/s4_math.h):
+//   log_dt [H]        Δ = exp(log_dt)
+//   log_A_re [H, N/2] Re A = −exp(log_A_re), kept negative by construction
+//   A_im [H, N/2]     Im A
+//   B, C [H, N/2, 2]  (re, im)
+//   D [H]             the skip
+struct S4dParameters {
+  Tensor log_dt, log_A_re, A_im, B, C, D;
+};
+// S4D-Lin's initialisation: log Δ uniform in [log dt_min, log dt_max], A_n = −½ + iπn, B_n = 1,
+// C_n with re and im N(0, ½), D N(0, 1). Checks N even and ≥ 2, 0 < dt_min ≤ dt_max, naming them.
+S4dParameters s4d_init(int64_t H, int64_t N, double dt_min, double dt_max, DType dtype = DType::Float32,
+                       Generator* gen = nullptr);
+// The kernel K [H, T]: K_ℓ = 2·Re Σ_n C_n B̄_n exp(ℓ Δ A_n), B̄_n = (exp(Δ A_n) − 1)/A_n · B_n (ZOH).
+// Differentiable in log_dt, log_A_re, A_im, B, C (p.D is not read).
+Tensor s4d_kernel(const S4dParameters& p, int64_t T);
+// The causal per-channel convolution u [B, T, H], K [H, T] -> y [B, T, H],
+//   y_{b,t,h} = Σ_{j≤t} K_{h,t−j} u_{b,j,h}, by FFT in O(T log T); differentiable in u and K.
+Tensor long_conv(const Tensor& u, const Tensor& K);
+// The S4D layer: y = long_conv(u, s4d_kernel(p, T)) + D·u, u [B, T, H] -> y [B, T, H].
+Tensor s4d(const Tensor& u, const S4dParameters& p);
+// The same y by the recurrent form, one position after another, from `state` [B, H, N/2, 2]
+// (zeros when undefined; left at the last position's, so a decode continues from it). Not
+// differentiable (decoding): the constant-size state is what a cache keeps.
+Tensor s4d_recurrent(const Tensor& u, const S4dParameters& p, Tensor& state);
+
 // --- dropout (core/ops/dropout.cpp) -------------------------------------------------------
 // Zeroes each element with probability p and scales the rest by 1/(1-p); the
 // identity when !training or p == 0. Draws from `gen` (the default if null).

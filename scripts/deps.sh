@@ -5,6 +5,8 @@
 set -euo pipefail
 # python3: tests parse the SVGs and HTML they write with Python's XML parser.
 packages=(build-essential cmake ninja-build libopenblas-openmp-dev doctest-dev nlohmann-json3-dev libcli11-dev python3 "$@")
+# S4D's FFT on the CPU: KissFFT's header-only template (core/cpu/s4.cpp).
+packages+=(libkissfft-dev)
 # Data-parallel training under mpirun (dist/mpi.cpp); without it programs run as one process.
 packages+=(libopenmpi-dev openmpi-bin)
 # Attention flow's max-flow (examples/interp/analysis.cpp): Boost.Graph, header-only.

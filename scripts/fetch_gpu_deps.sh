@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 mkdir -p .deps
 cd .deps
 apt-get download libopenblas0-openmp libopenblas-openmp-dev libopenblas-dev libgfortran5 doctest-dev nlohmann-json3-dev libcli11-dev
+# KissFFT's header-only template (S4D's FFT on the CPU; core/cpu/s4.cpp): its headers are all the build reads.
+apt-get download libkissfft-dev
 # Boost's headers (9.5 MB): attention flow's max-flow (Boost.Graph, header-only).
 apt-get download libboost1.74-dev
 # Open MPI and the libraries it loads, for the one-process NCCL check; gpu_check.sh
