@@ -144,7 +144,7 @@ constexpr bool kFixtureCompiler = true;
 enum class Compare { Bits, BitsOrClose };
 
 // The largest |value| of t.
-double max_abs(const Tensor& t) {
+double largest_abs(const Tensor& t) {
   double m = 0;
   for (const double x : t.to_vector()) m = std::max(m, std::abs(x));
   return m;
@@ -157,7 +157,7 @@ void check_saved(const std::string& name, const Tensor& got, const Tensor& want,
   INFO(name);
   REQUIRE(got.dtype() == want.dtype());
   REQUIRE(got.shape() == want.shape());
-  const double error = ag::test::max_abs_error(got, want), bound = 1e-12 * std::max(scale, max_abs(want));
+  const double error = ag::test::max_abs_error(got, want), bound = 1e-12 * std::max(scale, largest_abs(want));
   INFO("max |difference| " << error << ", 1e-12 of the scale " << bound << " (another compiler than the fixtures')");
   CHECK(error <= bound);
 }
@@ -166,9 +166,9 @@ void check_saved(const std::string& name, const Tensor& got, const Tensor& want,
 // end. Comparing: checks each against the file's tensor of that name, and at the
 // end that none of the file's went unchecked (a case dropped would be a result no
 // longer compared).
-class Outputs {
+class FixtureFile {
  public:
-  explicit Outputs(std::string file) : path_(fixture_dir() + "/" + std::move(file)) {
+  explicit FixtureFile(std::string file) : path_(fixture_dir() + "/" + std::move(file)) {
     if (write_dir().empty()) saved_ = load_safetensors(path_);
   }
   void check(const std::string& name, const Tensor& t, Compare how = Compare::Bits) {
@@ -247,7 +247,7 @@ uint64_t seed_of(const std::string& name) {
 }
 
 // Z, ℓ (dense and flash) and every input's gradient from a seeded upstream dZ.
-void run_op(Outputs& out, const OpCase& c) {
+void run_op(FixtureFile& out, const OpCase& c) {
   CAPTURE(c.name);
   const uint64_t seed = seed_of(c.name);
   std::vector<Tensor> x;
@@ -262,7 +262,7 @@ void run_op(Outputs& out, const OpCase& c) {
 
 // The rows Z of the case fed through a fresh LayerKVCache of `capacity` (BTHD): a
 // prefill of `prefill` positions, then one position at a time.
-void run_decode(Outputs& out, const OpCase& c, int64_t capacity, int64_t prefill) {
+void run_decode(FixtureFile& out, const OpCase& c, int64_t capacity, int64_t prefill) {
   CAPTURE(c.name);
   const uint64_t seed = seed_of(c.name);
   REQUIRE(c.spec.layout == AttentionLayout::BTHD);
@@ -345,7 +345,7 @@ std::vector<OpCase> linear_and_ssd_cases() {
 
 TEST_CASE("before 46: ag::attention's outputs and gradients equal the commit before's, bitwise (float64)") {
   const FixtureArithmetic arithmetic;
-  Outputs out("ops.safetensors");
+  FixtureFile out("ops.safetensors");
   for (AttentionImpl impl : ag::test::attention_impls())
     for (const OpCase& c : softmax_cases(impl)) run_op(out, c);
   for (const OpCase& c : linear_and_ssd_cases()) run_op(out, c);
@@ -395,7 +395,7 @@ namespace {
 // then, if causal, O again fed through a LayerKVCache (a prefill of 4, then one position at a time).
 // `make` builds the mixer (C = 8) from the generator.
 using MakeMixer = std::function<std::shared_ptr<nn::Mixer>(Generator* gen)>;
-void run_module(Outputs& out, const std::string& name, const MakeMixer& make, int64_t T = 8, int64_t B = 2) {
+void run_module(FixtureFile& out, const std::string& name, const MakeMixer& make, int64_t T = 8, int64_t B = 2) {
   CAPTURE(name);
   const uint64_t seed = seed_of(name);
   Generator gen(seed);
@@ -421,7 +421,7 @@ void run_module(Outputs& out, const std::string& name, const MakeMixer& make, in
 
 // A float64 GPT drawn from Generator(seed_of(name)): its logits over idx [2, T], and the same
 // through a KV cache (a prefill of 5, then one token at a time).
-void run_gpt(Outputs& out, const std::string& name, nn::GPTConfig config, int64_t T) {
+void run_gpt(FixtureFile& out, const std::string& name, nn::GPTConfig config, int64_t T) {
   CAPTURE(name);
   const uint64_t seed = seed_of(name);
   config.vocab_size = 7;
@@ -459,7 +459,7 @@ nn::GPTConfig gpt(int64_t n_head, int64_t n_embd, int64_t block_size) {
 
 TEST_CASE("before 46: the attention module's and the GPT's outputs equal the commit before's, bitwise (float64)") {
   const FixtureArithmetic arithmetic;
-  Outputs out("modules.safetensors");
+  FixtureFile out("modules.safetensors");
   using nn::AttentionConfig;
   const auto make_softmax = [](const AttentionConfig& config, const nn::SoftmaxOptions& options) -> MakeMixer {
     return [config, options](Generator* gen) { return std::make_shared<nn::MultiHeadSelfAttention>(config, options, gen); };
@@ -533,7 +533,7 @@ TEST_CASE("before 46 (every process): context-parallel attention equals the comm
   dist::Communicator& world = dist::world();
   const int64_t P = world.size(), T = 24;
   const ZigzagSplit split(T, P, world.rank());
-  Outputs out("context_parallel_P" + std::to_string(P) + "_rank" + std::to_string(world.rank()) + ".safetensors");
+  FixtureFile out("context_parallel_P" + std::to_string(P) + "_rank" + std::to_string(world.rank()) + ".safetensors");
   const std::vector<OpCase> cases = {
       {"ring causal", {.function = SoftmaxAttention{.impl = AttentionImpl::Flash}, .causal = true}, 2, 2, T, T, 1, 2},
       {"ring causal alibi", {.causal = true, .position = Alibi}, 2, 2, T, T, 1, 2},
@@ -667,7 +667,7 @@ void check_same_tensors(const std::string& what, const SafetensorsFile& got, con
   REQUIRE(got_names == want_names);
   CHECK(got.metadata == want.metadata);
   double scale = 0;  // the file's largest |value|
-  for (const NamedTensor& t : want.tensors) scale = std::max(scale, max_abs(t.tensor));
+  for (const NamedTensor& t : want.tensors) scale = std::max(scale, largest_abs(t.tensor));
   for (const NamedTensor& t : want.tensors) {
     if (values) {
       check_saved(what + ": " + t.name, got.at(t.name), t.tensor, how, scale);

@@ -17,15 +17,15 @@ using namespace ag::char_lm;
 
 namespace {
 // The tests' directories, removed when the tests exit.
-const ag::test::TempDir& scratch() {
+const ag::test::TempDir& gqa_scratch() {
   static const ag::test::TempDir root("char_lm_gqa_tests");
   return root;
 }
 
-// A tiny run in scratch()/name with `n_kv_head` kv heads of 4 query heads,
+// A tiny run in gqa_scratch()/name with `n_kv_head` kv heads of 4 query heads,
 // trained for 20 iterations (about a second).
 std::string trained_run(const std::string& name, int64_t n_kv_head) {
-  const std::string dir = scratch().file(name);
+  const std::string dir = gqa_scratch().file(name);
   std::filesystem::remove_all(dir);
   TrainConfig c = ag::test::tiny_run(dir);
   c.model.n_head = 4;
@@ -144,7 +144,7 @@ TEST_CASE("char_lm gqa: past block_size the cache refills with the last half, ea
 
 TEST_CASE("char_lm gqa: convert mean-pools each group's W_K, W_V and train --resume continues the run") {
   const std::string source = trained_run("convert_source", 0);
-  const std::string out = scratch().file("converted");
+  const std::string out = gqa_scratch().file("converted");
   std::filesystem::remove_all(out);
   // char_lm convert (convert_kv_heads, examples/char_lm/convert.h), run as a user runs it.
   const std::string convert = "convert --ckpt " + source + " --n-kv-head 2 --out " + out;

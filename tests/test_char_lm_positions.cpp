@@ -26,16 +26,16 @@ using namespace ag::char_lm;
 using namespace ag::text;  // the text data (examples/common/text_data.h)
 
 namespace {
-const ag::test::TempDir& scratch() {
+const ag::test::TempDir& positions_scratch() {
   static const ag::test::TempDir root("char_lm_positions_tests");
   return root;
 }
 
-// A tiny run in scratch()/name with `position`, block_size 16, 2 heads of 16, trained 20 iterations;
+// A tiny run in positions_scratch()/name with `position`, block_size 16, 2 heads of 16, trained 20 iterations;
 // `edit` changes its config first.
 std::string trained_run(const std::string& name, PositionEncoding position,
                         const std::function<void(TrainConfig&)>& edit = {}) {
-  const std::string dir = scratch().file(name);
+  const std::string dir = positions_scratch().file(name);
   std::filesystem::remove_all(dir);
   TrainConfig c = ag::test::tiny_run(dir);
   c.model.position = position;
@@ -98,7 +98,7 @@ TEST_CASE("char_lm positions: position is saved, rope, alibi and none have no po
   CHECK(learned.contains("pos_emb.weight"));
   learned.metadata.erase("position");
   learned.metadata.erase("rope_base");  // as a checkpoint from before positions were an option
-  const std::string old = scratch().file("old.safetensors");
+  const std::string old = positions_scratch().file("old.safetensors");
   save_safetensors(old, learned.tensors, learned.metadata);
   CHECK(load_model(old).model->config().position == PositionEncoding::Learned);
 }
@@ -119,10 +119,10 @@ TEST_CASE("char_lm positions: an alibi model of 6 heads saved without alibi_slop
 
   // The file as the code before the option wrote it (no alibi_slopes), and the same weights with the old rule said.
   file.metadata.erase("alibi_slopes");
-  const std::string old_path = scratch().file("alibi_6_heads_old.safetensors");
+  const std::string old_path = positions_scratch().file("alibi_6_heads_old.safetensors");
   save_safetensors(old_path, file.tensors, file.metadata);
   file.metadata["alibi_slopes"] = "geometric";
-  const std::string said_path = scratch().file("alibi_6_heads_geometric.safetensors");
+  const std::string said_path = positions_scratch().file("alibi_6_heads_geometric.safetensors");
   save_safetensors(said_path, file.tensors, file.metadata);
   const LoadedModel old = load_model(old_path), said = load_model(said_path);
   CHECK(old.model->config().alibi_slopes == AlibiSlopes::Geometric);
@@ -150,7 +150,7 @@ TEST_CASE("char_lm positions: an alibi model of 6 heads saved without alibi_slop
   SafetensorsFile state = load_safetensors(train_state_path(unit));
   CHECK(state.metadata.at("alibi-slopes") == "reference");
   state.metadata.erase("alibi-slopes");
-  const std::string old_state = scratch().file("alibi_6_heads_old_state.safetensors");
+  const std::string old_state = positions_scratch().file("alibi_6_heads_old_state.safetensors");
   save_safetensors(old_state, state.tensors, state.metadata);
   TrainConfig resumed = ag::test::tiny_run(dir);
   read_run_options(resumed, load_train_state(old_state));
@@ -167,14 +167,14 @@ TEST_CASE("char_lm positions: pos_emb.weight present or missing against position
 
   std::vector<NamedTensor> with_table = rope.tensors;  // a rope model's file that has a learned table
   with_table.push_back({"pos_emb.weight", learned.at("pos_emb.weight")});
-  const std::string extra = scratch().file("rope_with_pos_emb.safetensors");
+  const std::string extra = positions_scratch().file("rope_with_pos_emb.safetensors");
   save_safetensors(extra, with_table, rope.metadata);
   CHECK_THROWS_WITH_AS(load_model(extra), doctest::Contains("holds 'pos_emb.weight', but __metadata__ 'position' = rope"), Error);
 
   std::vector<NamedTensor> without_table;  // a learned model's file that lacks its table
   for (const NamedTensor& t : learned.tensors)
     if (t.name != "pos_emb.weight") without_table.push_back(t);
-  const std::string missing = scratch().file("learned_without_pos_emb.safetensors");
+  const std::string missing = positions_scratch().file("learned_without_pos_emb.safetensors");
   save_safetensors(missing, without_table, learned.metadata);
   CHECK_THROWS_WITH_AS(load_model(missing), doctest::Contains("has no tensor 'pos_emb.weight', which __metadata__ 'position' = learned needs"),
                        Error);
@@ -193,7 +193,7 @@ TEST_CASE("char_lm positions: bad options are errors naming the key, and train w
   };
   for (const auto& bad : cases) {
     INFO(bad.args);
-    const std::string out = scratch().file("bad_run");
+    const std::string out = positions_scratch().file("bad_run");
     std::filesystem::remove_all(out);
     const auto [status, output] = ag::test::run_char_lm(std::string("train --max-iters 1 --data '") +
                                                         ag::test::generated_text_file() + "' --out '" + out + "' " + bad.args);
@@ -204,7 +204,7 @@ TEST_CASE("char_lm positions: bad options are errors naming the key, and train w
   // The same from a checkpoint's metadata: the file is blamed, by key.
   SafetensorsFile rope = load_safetensors(model_path(find_checkpoint(trained_run("bad_base", PositionEncoding::Rope))));
   rope.metadata["rope_base"] = "0";
-  const std::string path = scratch().file("rope_base_0.safetensors");
+  const std::string path = positions_scratch().file("rope_base_0.safetensors");
   save_safetensors(path, rope.tensors, rope.metadata);
   CHECK_THROWS_WITH_AS(load_model(path), doctest::Contains("rope_base"), Error);
 }

@@ -76,7 +76,7 @@ const TrainedRun& trained_run() {
   return run;
 }
 
-std::string read_text(const std::string& path) {
+std::string read_file_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   REQUIRE_MESSAGE(in, "cannot read " << path);
   std::ostringstream text;
@@ -149,11 +149,11 @@ TEST_CASE("interp: char_lm attention writes one SVG per layer, well-formed, with
   }
   // Each picture says what its colours mean, in numbers, in text at least 11 px high.
   for (const std::string file : {"layer-0.svg", "layer-1.svg"}) {
-    const std::string svg = read_text(out.file(file));
+    const std::string svg = read_file_text(out.file(file));
     CHECK(colour_scale_labels(svg) == std::vector<std::string>{"0", "0.25", "0.5", "0.75", "1", "masked"});
     CHECK(smallest_rendered_font(svg, INFINITY) >= 11);
   }
-  const std::string rollout_text = read_text(out.file("rollout.svg"));
+  const std::string rollout_text = read_file_text(out.file("rollout.svg"));
   const std::vector<std::string> rollout_scale = colour_scale_labels(rollout_text);
   REQUIRE(rollout_scale.size() == 6);
   CHECK(rollout_scale.front() == "0");
@@ -222,7 +222,7 @@ TEST_CASE("interp: char_lm report: colour scales with numbers, attributions as t
                                                 "--tokens 20 --prompts 2 --positions 2 --out '" + out.file("report.html") + "'");
   INFO(output);
   REQUIRE(status == 0);
-  const std::string html = read_text(out.file("report.html"));
+  const std::string html = read_file_text(out.file("report.html"));
   const std::string attention = html.substr(html.find("<section id=\"attention\">"));
   CHECK(colour_scale_labels(attention) == std::vector<std::string>{"0", "0.25", "0.5", "0.75", "1", "masked"});
   CHECK(colour_scale_labels(html.substr(html.find("<section id=\"rollout\">"))).size() == 6);
@@ -289,7 +289,7 @@ TEST_CASE("interp: char_lm compare draws one val-loss curve per run, named by th
   std::map<std::string, int> counts = test::count_svg_elements(dir.file("compare.svg"));
   CHECK(counts["polyline"] == 2);
   CHECK(counts["circle"] == static_cast<int>(evaluations));  // a marker per evaluation
-  const std::string svg = read_text(dir.file("compare.svg"));
+  const std::string svg = read_file_text(dir.file("compare.svg"));
   CHECK(svg.find(">attn-impl=dense, n-layer=1</text>") != std::string::npos);
   CHECK(svg.find(">attn-impl=flash, n-layer=2</text>") != std::string::npos);
   CHECK(svg.find("n-head") == std::string::npos);  // the options they share are left out
@@ -810,7 +810,7 @@ TEST_CASE("faithfulness: attention × value norms are ‖Σ_h A^h[t, j] v^h_j W_
 TEST_CASE("faithfulness: on the trained run, erasure's own deletion curve is the steepest at k = 1 and beats random") {
   const TrainedRun& run = trained_run();
   const char_lm::LoadedModel loaded = char_lm::load_model(char_lm::model_path(char_lm::find_checkpoint(run.run())));
-  const std::string text = read_text(test::generated_text_file()).substr(0, 64);
+  const std::string text = read_file_text(test::generated_text_file()).substr(0, 64);
   std::vector<std::vector<int64_t>> prompts;
   for (size_t at = 0; at + 16 <= 48; at += 16) prompts.push_back(loaded.tokenizer.encode(text.substr(at, 16)));
   const interp::Faithfulness f = interp::measure_faithfulness(*loaded.model, prompts, {{15, 10}, {12}, {8, 15}}, 8, 1);
@@ -998,7 +998,7 @@ TEST_CASE("faithfulness: an ssd model's report says why it has no faithfulness t
                                                 "--tokens 5 --out '" + dir.file("report.html") + "'");
   INFO(output);
   REQUIRE(status == 0);
-  const std::string html = read_text(dir.file("report.html"));
+  const std::string html = read_file_text(dir.file("report.html"));
   const std::string faithfulness = html.substr(html.find("<section id=\"faithfulness\">"));
   CHECK(faithfulness.find("Not measured: this model's attention weights are signed and unnormalised") != std::string::npos);
   CHECK(html.find("<section id=\"head-curve\">") != std::string::npos);
