@@ -4,8 +4,6 @@
 
 namespace ag::nn {
 
-bool Mixer::keeps_own_init(std::string_view) const { return false; }
-
 AttentionMixer::AttentionMixer(const AttentionConfig& config, Generator* gen)
     : H_(config.H), H_kv_(config.H_kv == 0 ? config.H : config.H_kv) {
   const int64_t C = config.C, H = H_, H_kv = H_kv_;

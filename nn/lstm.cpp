@@ -7,7 +7,7 @@
 
 namespace ag::nn {
 
-LstmMixer::LstmMixer(const Config& config, Generator* gen) : config_(config) {
+LstmMixer::LstmMixer(const Config& config, Generator* gen) : Mixer("LstmMixer"), config_(config) {
   const int64_t C = config.C;
   AG_CHECK(C >= 1, "LstmMixer: hidden size C = n_embd " << C << " must be >= 1");
   const double bound = 1.0 / std::sqrt(static_cast<double>(C));
@@ -24,15 +24,6 @@ LstmMixer::LstmMixer(const Config& config, Generator* gen) : config_(config) {
 }
 
 bool LstmMixer::keeps_own_init(std::string_view name) const { return name == "bias_ih" || name == "bias_hh"; }
-
-void LstmMixer::set_context(dist::Communicator* group) {
-  AG_CHECK(group == nullptr, "LstmMixer: an LSTM reads each sequence in order from its first position; it takes no "
-                             "context parallelism (--attention lstm)");
-}
-
-void LstmMixer::set_head_gates(const Tensor& gates) {
-  AG_CHECK(!gates.defined(), "LstmMixer: an LSTM has no heads to switch off (head_mask; --attention lstm)");
-}
 
 int64_t LstmMixer::state_floats(int64_t) const { return 2 * config_.C; }
 

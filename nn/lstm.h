@@ -30,11 +30,7 @@ class LstmMixer : public Mixer {
   Tensor forward(const Tensor& x) override;
   Tensor forward_cached(const Tensor& x, LayerKVCache& cache) override;
   bool keeps_own_init(std::string_view name) const override;
-  // An LSTM reads its sequence in order from the first position: it takes no context parallelism.
-  void set_context(dist::Communicator* group) override;
-  // An LSTM has no heads: only undefined gates (all on) are taken.
-  void set_head_gates(const Tensor& gates) override;
-  const Tensor& head_gates() const override { return no_gates_; }
+  // Mixer's defaults: no context parallelism (it reads its sequence in order from the first position), no heads.
   int64_t state_floats(int64_t positions) const override;  // (h, c): 2·C
 
  private:
@@ -43,7 +39,6 @@ class LstmMixer : public Mixer {
   Config config_;
   Tensor weight_ih_, weight_hh_, bias_ih_, bias_hh_;
   std::shared_ptr<Dropout> dropout_;
-  Tensor no_gates_;
 };
 
 }  // namespace ag::nn

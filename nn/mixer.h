@@ -52,13 +52,15 @@ class Mixer : public Module {
   virtual bool keeps_own_init(std::string_view name) const;
 
   // Context parallelism: x holds this process's rows of sequences split over
-  // `group` (AttentionSpec::context); nullptr: whole sequences.
-  virtual void set_context(dist::Communicator* group) = 0;
+  // `group` (AttentionSpec::context); nullptr: whole sequences. A mixer that
+  // reads each sequence whole (the default: the LSTM's and S4's) refuses a group.
+  virtual void set_context(dist::Communicator* group);
 
   // Head gates (Michel et al. 2019): g [H] scales each head's output before it
-  // is merged, so a head with g_h = 0 adds nothing; undefined: all on.
-  virtual void set_head_gates(const Tensor& gates) = 0;
-  virtual const Tensor& head_gates() const = 0;
+  // is merged, so a head with g_h = 0 adds nothing; undefined: all on. A mixer
+  // without heads (the default) takes only undefined gates.
+  virtual void set_head_gates(const Tensor& gates);
+  virtual const Tensor& head_gates() const { return no_gates_; }
 
   // The generation state one sequence holds after `positions` positions, in
   // floats: what the KV cache keeps for this layer (softmax: the keys and
@@ -73,10 +75,14 @@ class Mixer : public Module {
   void set_probe(MixerProbe probe) { probe_ = std::move(probe); }
 
  protected:
+  // `kind` names the mixer in the messages of the defaults above ("LstmMixer").
+  explicit Mixer(const char* kind = "Mixer") : kind_(kind) {}
   const MixerProbe& probe() const { return probe_; }
 
  private:
+  const char* kind_;
   MixerProbe probe_;
+  Tensor no_gates_;  // undefined: every head on
 };
 
 }  // namespace ag::nn

@@ -4,7 +4,7 @@
 
 namespace ag::nn {
 
-S4Mixer::S4Mixer(const Config& config, Generator* gen) : config_(config) {
+S4Mixer::S4Mixer(const Config& config, Generator* gen) : Mixer("S4Mixer"), config_(config) {
   AG_CHECK(config.C >= 1, "S4Mixer: the channel count C must be >= 1, got " << config.C);
   const S4dParameters init = s4d_init(config.C, config.N, config.dt_min, config.dt_max, DType::Float32, gen);
   p_.log_dt = register_parameter("log_dt", init.log_dt);
@@ -28,14 +28,6 @@ Tensor S4Mixer::forward_cached(const Tensor& x, LayerKVCache& cache) {
 }
 
 bool S4Mixer::keeps_own_init(std::string_view name) const { return !name.starts_with("w_o."); }
-
-void S4Mixer::set_context(dist::Communicator* group) {
-  AG_CHECK(group == nullptr, "S4Mixer: context parallelism is not supported (the convolution needs the whole sequence)");
-}
-
-void S4Mixer::set_head_gates(const Tensor& gates) {
-  AG_CHECK(!gates.defined(), "S4Mixer: head gates are not supported (S4 has no heads, only channels)");
-}
 
 int64_t S4Mixer::state_floats(int64_t) const { return config_.C * config_.N; }
 

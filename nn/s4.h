@@ -29,11 +29,7 @@ class S4Mixer : public Mixer {
   Tensor forward_cached(const Tensor& x, LayerKVCache& cache) override;
   // The S4D parameters and D keep S4D-Lin's initialisation; W_O takes the model's.
   bool keeps_own_init(std::string_view name) const override;
-  // Whole sequences only: a split sequence would need the convolution across processes.
-  void set_context(dist::Communicator* group) override;
-  // S4 has no heads: only "all on" (undefined) is accepted.
-  void set_head_gates(const Tensor& gates) override;
-  const Tensor& head_gates() const override { return no_gates_; }
+  // Mixer's defaults: whole sequences only (the convolution needs all of one), no heads (only channels).
   // N floats per channel (N/2 complex modes), whatever the number of positions.
   int64_t state_floats(int64_t positions) const override;
 
@@ -46,7 +42,6 @@ class S4Mixer : public Mixer {
   Config config_;
   S4dParameters p_;
   std::shared_ptr<Linear> w_o_;
-  Tensor no_gates_;
 };
 
 }  // namespace ag::nn

@@ -9,34 +9,19 @@ initialisation, so every weight matters). attograd stores the weights [in, out],
 For loss = sum(out * R), with R a fixed random tensor, the file holds (all F64):
     x, R, out [B, T, C]; weight_ih, weight_hh, bias_ih, bias_hh (attograd's layout);
     h_n, c_n [B, C] (the state after the last step); grad.<name> for x and the four parameters.
-tests/test_lstm.cpp loads it (no torch at test time). The file is written by hand (8-byte
-little-endian header length, JSON header, raw little-endian bytes), as scripts/make_golden_block.py.
+tests/test_lstm.cpp loads it (no torch at test time). The file is written by scripts/make_golden_block.py's
+write_safetensors (8-byte little-endian header length, JSON header, raw little-endian bytes).
 """
-import json
-import struct
+import sys
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_golden_block import write_safetensors  # noqa: E402
+
 B, T, C = 2, 9, 5
 OUT = Path(__file__).resolve().parent.parent / "tests" / "golden" / "lstm.safetensors"
-
-
-def write_safetensors(path, tensors, metadata):
-    header, chunks, offset = {"__metadata__": metadata}, [], 0
-    for name, t in tensors.items():
-        data = t.detach().contiguous().numpy().astype("<f8").tobytes()
-        header[name] = {"dtype": "F64", "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        chunks.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)  # pad the header to a multiple of 8 bytes
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for chunk in chunks:
-            f.write(chunk)
 
 
 def main():

@@ -154,14 +154,7 @@ TEST_CASE("lstm: bad input is a clear error naming the option or the tensor") {
   CHECK_THROWS_WITH_AS(nn::LstmMixer({.C = 0}), doctest::Contains("hidden size C = n_embd 0"), Error);
 
   Generator gen(1);
-  const auto build_error = [&](const nn::GPTConfig& c) {
-    try {
-      nn::GPT model(c, gen);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto build_error = [&](const nn::GPTConfig& c) { return ag::test::error_of([&] { nn::GPT model(c, gen); }); };
   nn::GPTConfig bad = lstm_model();
   bad.position = PositionEncoding::Rope;
   CHECK(build_error(bad).find("--attention lstm has none") != std::string::npos);

@@ -463,14 +463,7 @@ TEST_CASE("ssd attention: a GPT generating token by token from its state (in its
 TEST_CASE("ssd attention: bad options and checkpoints are clear errors naming them") {
   nn::GPTConfig config = ssd_model(kModels[0]);
   Generator gen(1);
-  const auto build_error = [&](const nn::GPTConfig& c) {
-    try {
-      nn::GPT model(c, gen);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto build_error = [&](const nn::GPTConfig& c) { return ag::test::error_of([&] { nn::GPT model(c, gen); }); };
   nn::GPTConfig bad = config;
   bad.ssd_conv = -1;
   CHECK(build_error(bad).find("--ssd-conv") != std::string::npos);
