@@ -74,13 +74,19 @@ void check_update_sizes(const char* kernel, const Tensor& param, std::initialize
 void check_adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                      const AdamHyper& hyper) {
   check_update_sizes("adam_step", param, {&grad, &m, &v});
-  AG_CHECK(hyper.step >= 1, "adam_step: step must be >= 1, got " << hyper.step);
+  AG_CHECK(hyper.applied_steps, "adam_step: no step count (applied_steps is null)");
 }
 
 void check_sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdHyper& hyper) {
   // Without momentum there is no buffer (the argument is never read).
   if (hyper.momentum != 0.0) check_update_sizes("sgd_step", param, {&grad, &momentum_buffer});
   else check_update_sizes("sgd_step", param, {&grad});
+  AG_CHECK(hyper.applied_steps, "sgd_step: no step count (applied_steps is null)");
+}
+
+void check_count_applied_step(const Tensor& applied_steps, const double*) {
+  AG_CHECK(applied_steps.numel() == 1 && applied_steps.dtype() == DType::Int64,
+           "count_applied_step: applied_steps " << describe(applied_steps) << " is not one int64");
 }
 
 void check_sum_of_squares(const Tensor&, const Tensor& total) {

@@ -82,9 +82,14 @@ struct GemmShape {
 // tensors live (a training step's gradient norm): when it is not finite the
 // update is skipped, decided on that device, so a diverged step changes nothing
 // and the host need not wait to find out.
+// applied_steps (both): the updates applied before this one, one int64 where the
+// tensors live (the optimizer's count, which count_applied_step advances after
+// the updates unless skipped): Adam's t is *applied_steps + 1, SGD's first step
+// the one at *applied_steps = 0. Read on that device, so a skipped step leaves t
+// on a GPU too without the host waiting for the guard.
 struct AdamHyper {
   double lr, beta1, beta2, eps, weight_decay;
-  int64_t step;
+  const int64_t* applied_steps;
   bool decoupled;  // true: AdamW's decay; false: Adam's L2 term
   const double* skip_unless_finite = nullptr;
 };
@@ -94,7 +99,7 @@ struct AdamHyper {
 struct SgdHyper {
   double lr, momentum, dampening, weight_decay;
   bool nesterov;
-  bool first_step;
+  const int64_t* applied_steps;  // as AdamHyper's
   const double* skip_unless_finite = nullptr;
 };
 

@@ -19,18 +19,28 @@ AG_HOST_DEVICE inline double clip_coefficient(double sum_of_squares, double max_
   return coef < 1.0 ? coef : 1.0;
 }
 
-// Adam / AdamW (contract in core/kernel_args.h). The per-step scalars are computed
-// once, in double, as torch computes them in Python.
+// Adam's per-step scalars at step t, in double, as torch computes them in Python:
+// lr / (1 − β1^t) and √(1 − β2^t). Computed once per step (the CPU) or per block
+// (CUDA, which reads t where the count lives: kernel::AdamHyper::applied_steps).
+struct AdamStep {
+  double step_size, bias_correction2_sqrt;
+};
+AG_HOST_DEVICE inline AdamStep adam_step_at(const kernel::AdamHyper& h, int64_t t) {
+  return {h.lr / (1.0 - std::pow(h.beta1, static_cast<double>(t))),
+          std::sqrt(1.0 - std::pow(h.beta2, static_cast<double>(t)))};
+}
+
+// Adam / AdamW (contract in core/kernel_args.h) at the step whose scalars are `at`.
 template <class T> struct AdamUpdate {
   T *p, *m, *v;
   const T* g;
   T step_size, bias_correction2_sqrt, beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
   T shrink, l2;  // AdamW shrinks the param before the update; Adam adds wd·p to the gradient
 
-  AdamUpdate(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, const kernel::AdamHyper& h)
+  AG_HOST_DEVICE AdamUpdate(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, const kernel::AdamHyper& h, AdamStep at)
       : p(param), m(exp_avg), v(exp_avg_sq), g(grad),
-        step_size(static_cast<T>(h.lr / (1.0 - std::pow(h.beta1, static_cast<double>(h.step))))),
-        bias_correction2_sqrt(static_cast<T>(std::sqrt(1.0 - std::pow(h.beta2, static_cast<double>(h.step))))),
+        step_size(static_cast<T>(at.step_size)),
+        bias_correction2_sqrt(static_cast<T>(at.bias_correction2_sqrt)),
         beta1(static_cast<T>(h.beta1)), one_minus_beta1(static_cast<T>(1.0 - h.beta1)),
         beta2(static_cast<T>(h.beta2)), one_minus_beta2(static_cast<T>(1.0 - h.beta2)), eps(static_cast<T>(h.eps)),
         shrink(static_cast<T>(h.decoupled ? 1.0 - h.lr * h.weight_decay : 1.0)),
@@ -50,8 +60,9 @@ template <class T> struct AdamUpdate {
   }
 };
 
-// SGD with optional momentum and Nesterov (contract in core/kernel_args.h). Without
-// momentum there is no buffer (as in torch): b is null and never read.
+// SGD with optional momentum and Nesterov (contract in core/kernel_args.h), at the
+// first step or a later one (read from the count where it lives: the CPU once, CUDA
+// per thread). Without momentum there is no buffer (as in torch): b is null and never read.
 template <class T> struct SgdUpdate {
   T* p;
   const T* g;
@@ -59,10 +70,10 @@ template <class T> struct SgdUpdate {
   T lr, weight_decay, mu, one_minus_dampening;
   bool nesterov, first_step;
 
-  SgdUpdate(T* param, const T* grad, T* momentum_buffer, const kernel::SgdHyper& h)
+  SgdUpdate(T* param, const T* grad, T* momentum_buffer, const kernel::SgdHyper& h, bool first)
       : p(param), g(grad), b(h.momentum != 0.0 ? momentum_buffer : nullptr), lr(static_cast<T>(h.lr)),
         weight_decay(static_cast<T>(h.weight_decay)), mu(static_cast<T>(h.momentum)),
-        one_minus_dampening(static_cast<T>(1.0 - h.dampening)), nesterov(h.nesterov), first_step(h.first_step) {}
+        one_minus_dampening(static_cast<T>(1.0 - h.dampening)), nesterov(h.nesterov), first_step(first) {}
 
   AG_HOST_DEVICE void operator()(int64_t i) const {
     T unused = 0;

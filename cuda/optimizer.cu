@@ -23,6 +23,33 @@ template <class Update> UnlessNonFinite<Update> unless_non_finite(const Update& 
   return {update, guard};
 }
 
+// Adam over n elements at step t = *applied_steps + 1, read where the count lives:
+// the step's scalars (two pow) once per block, in shared memory, then one element
+// per thread, grid-stride.
+template <class T> __global__ void adam_kernel(int64_t n, T* p, const T* g, T* m, T* v, kernel::AdamHyper hyper) {
+  if (hyper.skip_unless_finite && !isfinite(*hyper.skip_unless_finite)) return;  // the same for every thread
+  __shared__ math::AdamStep at;
+  if (threadIdx.x == 0) at = math::adam_step_at(hyper, *hyper.applied_steps + 1);
+  __syncthreads();
+  const math::AdamUpdate<T> update(p, g, m, v, hyper, at);
+  for (int64_t i = thread_index(); i < n; i += thread_count()) update(i);
+}
+
+// SGD's update, first step or not as the count in device memory says (a load every thread shares).
+template <class T> struct SgdAtCount {
+  math::SgdUpdate<T> update;
+  const int64_t* applied_steps;
+  __device__ void operator()(int64_t i) const {
+    math::SgdUpdate<T> at = update;
+    at.first_step = *applied_steps == 0;
+    at(i);
+  }
+};
+
+__global__ void count_applied_step_kernel(int64_t* applied_steps, const double* guard) {
+  if (!guard || isfinite(*guard)) ++*applied_steps;
+}
+
 template <class T> struct Square {
   const T* x;
   __device__ double operator()(int64_t i) const { return static_cast<double>(x[i]) * static_cast<double>(x[i]); }
@@ -42,11 +69,13 @@ template <class T> struct ClipByNorm {
 }  // namespace
 
 void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const kernel::AdamHyper& hyper) {
+  const int64_t n = param.numel();
+  if (n == 0) return;
   visit_floating(param.dtype(), "adam_step", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(param.numel(),
-                   unless_non_finite(math::AdamUpdate<T>(ptr<T>(param), ptr<const T>(grad), ptr<T>(m), ptr<T>(v), hyper),
-                                     hyper.skip_unless_finite));
+    adam_kernel<T><<<blocks_for(n), kThreads, 0, current_stream()>>>(n, ptr<T>(param), ptr<const T>(grad), ptr<T>(m),
+                                                                       ptr<T>(v), hyper);
+    AG_CUDA_CHECK_LAUNCH();
   });
 }
 
@@ -54,10 +83,15 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
   const bool use_momentum = hyper.momentum != 0.0;
   visit_floating(param.dtype(), "sgd_step", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(param.numel(), unless_non_finite(math::SgdUpdate<T>(ptr<T>(param), ptr<const T>(grad),
-                                                                       use_momentum ? ptr<T>(momentum_buffer) : nullptr, hyper),
-                                                    hyper.skip_unless_finite));
+    const math::SgdUpdate<T> update(ptr<T>(param), ptr<const T>(grad), use_momentum ? ptr<T>(momentum_buffer) : nullptr,
+                                    hyper, false);
+    for_each_index(param.numel(), unless_non_finite(SgdAtCount<T>{update, hyper.applied_steps}, hyper.skip_unless_finite));
   });
+}
+
+void count_applied_step(Tensor& applied_steps, const double* skip_unless_finite) {
+  count_applied_step_kernel<<<1, 1, 0, current_stream()>>>(ptr<int64_t>(applied_steps), skip_unless_finite);
+  AG_CUDA_CHECK_LAUNCH();
 }
 
 // Σ x² in double on the device, in sum_all's fixed order; it stays there.

@@ -56,13 +56,13 @@ void Adam::step(const Tensor& skip_unless_finite) {
   NoGradGuard no_grad;
   flat_.check_in_place(kind_);
   const double* guard = guard_pointer(skip_unless_finite);
-  const int64_t t = applied_steps() + 1;  // a skipped step left m and v, so it left t too
   for (const FlatParameters::Segment& s : flat_.segments()) {
     const FlatParameters::Buffer& buffer = flat_.buffers()[s.buffer];
     Tensor p = FlatParameters::range(buffer.values, s), m = FlatParameters::range(exp_avg_[s.buffer], s),
            v = FlatParameters::range(exp_avg_sq_[s.buffer], s);
+    // t = the applied steps + 1, read by the kernel where the count lives: a skipped step left m and v, so it left t too
     const kernel::AdamHyper hyper{lr_, options_.beta1, options_.beta2, options_.eps, groups_[s.group].weight_decay,
-                                  t, decoupled_, guard};
+                                  applied_steps_pointer(), decoupled_, guard};
     kernel::adam_step(p, FlatParameters::range(buffer.grads, s), m, v, hyper);
   }
   count_step(skip_unless_finite);

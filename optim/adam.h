@@ -8,8 +8,8 @@
 // group updates p, m and v together). State per parameter, for checkpoints:
 // "exp_avg.<name>" (m), "exp_avg_sq.<name>" (v), both shaped like p, and
 // "step.<name>" (t, an int64 tensor of shape [1]; the same for every parameter).
-// t counts the updates applied: a step skipped by its guard on the CPU leaves p,
-// m, v and t; on CUDA t still advances (optim/optimizer.h). eps must be > 0: with eps = 0 a zero gradient gives 0/0.
+// t counts the updates applied: a step skipped by its guard leaves p, m, v and t,
+// on the CPU and on CUDA alike (optim/optimizer.h). eps must be > 0: with eps = 0 a zero gradient gives 0/0.
 #pragma once
 #include "optim/optimizer.h"
 

@@ -26,6 +26,7 @@ Optimizer::Optimizer(const char* kind, std::vector<ParamGroup> groups, double lr
     }
   }
   flat_ = FlatParameters(groups_);
+  restore_applied_steps(0);
 }
 
 const double* Optimizer::guard_pointer(const Tensor& skip_unless_finite) const {
@@ -38,8 +39,12 @@ const double* Optimizer::guard_pointer(const Tensor& skip_unless_finite) const {
 }
 
 void Optimizer::count_step(const Tensor& skip_unless_finite) {
-  const bool on_host = skip_unless_finite.defined() && skip_unless_finite.device() == Device::CPU;
-  if (!on_host || std::isfinite(*static_cast<const double*>(skip_unless_finite.raw_data()))) ++applied_;
+  kernel::count_applied_step(applied_, guard_pointer(skip_unless_finite));
+}
+
+void Optimizer::restore_applied_steps(int64_t steps) {
+  const Device device = flat_.buffers().empty() ? Device::CPU : flat_.buffers()[0].values.device();
+  applied_ = Tensor::from_indices({steps}, {1}).to(device);
 }
 
 void Optimizer::set_lr(double lr) {

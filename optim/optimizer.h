@@ -35,7 +35,7 @@ class Optimizer {
   // skip_unless_finite (a float64 scalar on the parameters' device, such as the
   // gradient norm) the update is skipped when it is not finite, decided on the
   // device, nothing waiting for it: a diverged step changes no parameter and no
-  // state. On the CPU it leaves the step count too (bias corrections, SGD's first
+  // state. It leaves the step count too (bias corrections, SGD's first
   // step), as torch's GradScaler skips the whole step; see applied_steps().
   virtual void step(const Tensor& skip_unless_finite = Tensor()) = 0;
   // Zeroes every gradient: one fill per flat buffer.
@@ -74,16 +74,17 @@ class Optimizer {
   // Copies checked state into the optimizer's buffer view `dst`, converting dtype and device.
   static void copy_state(const Tensor& saved, Tensor dst);
 
-  // The step count: steps taken so far. A step skipped by a guard on the CPU is
-  // not counted (the guard is host memory, already computed). A guard on a GPU
-  // is not read: that would make every step wait for the device, so there a
-  // skipped step still counts (issue 47: a count kept on the device would mend it).
-  // TrainStep stops such a run at its next check_finite, before any save.
-  int64_t applied_steps() const { return applied_; }
-  // step() calls this after its kernels.
+  // The step count: steps applied so far; a step skipped by its guard is not
+  // counted. It lives where the parameters do (one int64), so that the update
+  // kernels read it there and count_step advances it there, the guard decided on
+  // that device: on a GPU nothing waits for it. applied_steps() reads it (from a
+  // GPU: a copy that waits, so for saving and loading only). step() passes
+  // applied_steps_pointer() to its kernels and calls count_step after them.
+  int64_t applied_steps() const { return applied_.to_indices()[0]; }
+  const int64_t* applied_steps_pointer() const { return static_cast<const int64_t*>(applied_.raw_data()); }
   void count_step(const Tensor& skip_unless_finite);
   // load_state's: the step count of the loaded state.
-  void restore_applied_steps(int64_t steps) { applied_ = steps; }
+  void restore_applied_steps(int64_t steps);
 
   const char* kind_;
   std::vector<ParamGroup> groups_;
@@ -92,7 +93,7 @@ class Optimizer {
 
  private:
   std::unordered_map<std::string, const NamedParameter*> by_name_;
-  int64_t applied_ = 0;
+  Tensor applied_;  // int64 [1], on the parameters' device
 };
 
 }  // namespace ag::optim

@@ -25,7 +25,6 @@ void SGD::step(const Tensor& skip_unless_finite) {
   NoGradGuard no_grad;
   flat_.check_in_place(kind_);
   const double* guard = guard_pointer(skip_unless_finite);
-  const bool first_step = applied_steps() == 0;  // after a skipped first step, still the first
   for (const FlatParameters::Segment& s : flat_.segments()) {
     const FlatParameters::Buffer& buffer = flat_.buffers()[s.buffer];
     Tensor p = FlatParameters::range(buffer.values, s);
@@ -33,7 +32,8 @@ void SGD::step(const Tensor& skip_unless_finite) {
     Tensor b = momentum_.empty() ? p : FlatParameters::range(momentum_[s.buffer], s);
     const kernel::SgdHyper hyper{.lr = lr_, .momentum = options_.momentum, .dampening = options_.dampening,
                                  .weight_decay = groups_[s.group].weight_decay, .nesterov = options_.nesterov,
-                                 .first_step = first_step, .skip_unless_finite = guard};
+                                 .applied_steps = applied_steps_pointer(),  // after a skipped first step, still the first
+                                 .skip_unless_finite = guard};
     kernel::sgd_step(p, FlatParameters::range(buffer.grads, s), b, hyper);
   }
   count_step(skip_unless_finite);

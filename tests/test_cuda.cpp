@@ -144,11 +144,16 @@ TEST_CASE("cuda: optimizer kernels") {
   const Tensor m0 = input(shape, 112).detach() * 0.1, v0 = positive(shape, 113).detach() * 0.01;
   for (bool decoupled : {false, true}) {
     CAPTURE(decoupled);
-    kernel::AdamHyper hyper{1e-2, 0.9, 0.999, 1e-8, 0.1, 1, decoupled};
     auto adam = [&](Device device) {
       std::vector<Tensor> s = {copy_to(device, param), copy_to(device, m0), copy_to(device, v0)};
       const Tensor g = copy_to(device, grad);
-      for (hyper.step = 1; hyper.step <= 3; ++hyper.step) kernel::adam_step(s[0], g, s[1], s[2], hyper);
+      Tensor applied = Tensor::from_indices({0}, {1}).to(device);  // the step count, read where it lives
+      const kernel::AdamHyper hyper{1e-2, 0.9, 0.999, 1e-8, 0.1, static_cast<const int64_t*>(applied.raw_data()), decoupled};
+      for (int step = 1; step <= 3; ++step) {
+        kernel::adam_step(s[0], g, s[1], s[2], hyper);
+        kernel::count_applied_step(applied, nullptr);
+      }
+      CHECK(applied.to_indices() == std::vector<int64_t>{3});
       return s;
     };
     const std::vector<Tensor> cpu = adam(Device::CPU), gpu = adam(Device::CUDA);
@@ -162,8 +167,12 @@ TEST_CASE("cuda: optimizer kernels") {
     auto sgd = [&](Device device) {
       Tensor p = copy_to(device, param), b = copy_to(device, m0);
       const Tensor g = copy_to(device, grad);
-      for (int step = 0; step < 3; ++step)
-        kernel::sgd_step(p, g, momentum == 0.0 ? p : b, {0.1, momentum, 0.1, 0.01, nesterov, step == 0});
+      Tensor applied = Tensor::from_indices({0}, {1}).to(device);
+      const kernel::SgdHyper hyper{0.1, momentum, 0.1, 0.01, nesterov, static_cast<const int64_t*>(applied.raw_data())};
+      for (int step = 0; step < 3; ++step) {
+        kernel::sgd_step(p, g, momentum == 0.0 ? p : b, hyper);
+        kernel::count_applied_step(applied, nullptr);
+      }
       return std::pair{p, b};
     };
     const auto [p_cpu, b_cpu] = sgd(Device::CPU);

@@ -24,14 +24,15 @@ namespace {
 
 using test::relative_error;
 
-Tensor param(const std::vector<double>& values, const Shape& shape, DType dtype = DType::Float64) {
-  Tensor p = Tensor::from_vector(values, shape, dtype);
+Tensor param(const std::vector<double>& values, const Shape& shape, DType dtype = DType::Float64,
+             Device device = Device::CPU) {
+  Tensor p = Tensor::from_vector(values, shape, dtype).to(device);
   p.requires_grad_();
   return p;
 }
 
 void set_grad(const Tensor& p, const std::vector<double>& g) {
-  Tensor(p).set_grad(Tensor::from_vector(g, p.shape(), p.dtype()));
+  Tensor(p).set_grad(Tensor::from_vector(g, p.shape(), p.dtype()).to(p.device()));
 }
 
 // Relative closeness of one scalar, within rtol.
@@ -159,13 +160,17 @@ TEST_CASE("optim: AdamW decays the weights directly") {
 }
 
 // Issue 47: a step skipped by its guard (the divergence guard: a non-finite
-// gradient norm) on the CPU leaves everything as it was, the step count included, as torch's
-// GradScaler skips the whole step. Advancing t alone made the next bias
+// gradient norm) leaves everything as it was, the step count included, as torch's
+// GradScaler skips the whole step — on a GPU too, where the guard and the count
+// stay on the device. Advancing t alone made the next bias
 // corrections those of t = 3 for moments of two steps: for this constant
 // gradient the third step moved 0.86 of its length (0.74 after a skipped first).
-TEST_CASE("optim: a skipped step leaves the parameters, the moments and the step count") {
-  const Tensor finite = Tensor::from_vector({1.0}, {1}, DType::Float64);
-  const Tensor diverged = Tensor::from_vector({NAN}, {1}, DType::Float64);
+TEST_CASE_EVERY_DEVICE("optim: a skipped step leaves the parameters, the moments and the step count") {
+  const Tensor finite = Tensor::from_vector({1.0}, {1}, DType::Float64).to(device);
+  const Tensor diverged = Tensor::from_vector({NAN}, {1}, DType::Float64).to(device);
+  const auto param = [device](const std::vector<double>& values, const Shape& shape) {
+    return optim::param(values, shape, DType::Float64, device);
+  };
   SUBCASE("AdamW") {
     Tensor p = param({1.0}, {1}), q = param({1.0}, {1});
     AdamW skipping({{"p", p}}, {.lr = 0.1}), plain({{"q", q}}, {.lr = 0.1});

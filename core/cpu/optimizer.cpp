@@ -34,7 +34,7 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const ke
     const T* __restrict g = grad.data<T>();
     T* __restrict pm = m.data<T>();
     T* __restrict pv = v.data<T>();
-    const math::AdamUpdate<T> update(p, g, pm, pv, hyper);
+    const math::AdamUpdate<T> update(p, g, pm, pv, hyper, math::adam_step_at(hyper, *hyper.applied_steps + 1));
     for_chunks(param.numel(), [&](int64_t begin, int64_t n) {
       adam_range(update, p + begin, g + begin, pm + begin, pv + begin, n);
     });
@@ -50,11 +50,15 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
     const T* __restrict g = grad.data<T>();
     // Without momentum the update never reads b: it aliases p, so the loop stays one loop.
     T* b = use_momentum ? momentum_buffer.data<T>() : p;
-    const math::SgdUpdate<T> update(p, g, use_momentum ? b : nullptr, hyper);
+    const math::SgdUpdate<T> update(p, g, use_momentum ? b : nullptr, hyper, *hyper.applied_steps == 0);
     const int64_t n = param.numel();
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
     for (int64_t i = 0; i < n; ++i) update.apply(p[i], g[i], b[i]);
   });
+}
+
+void count_applied_step(Tensor& applied_steps, const double* skip_unless_finite) {
+  if (!skipped(skip_unless_finite)) ++applied_steps.data<int64_t>()[0];
 }
 
 namespace {
