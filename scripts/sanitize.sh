@@ -8,20 +8,13 @@ cd "$(dirname "$0")/.."
 source scripts/stages.sh
 export UBSAN_OPTIONS="print_stacktrace=1:${UBSAN_OPTIONS:-}"
 stage "sanitizer build" bash scripts/build_sanitize.sh
-mpirun_tests='^((data|context) parallel|lab processes):'  # the cases that start processes with mpirun
-stage "sanitizer suite" bash -c "cd build-sanitize && ctest --output-on-failure -j $(nproc) --timeout 900 -E '$mpirun_tests'"
-doctest_totals build-sanitize
-# The tests that start processes with mpirun: Open MPI leaves blocks of MPI_Init
-# and of its plugins unfreed at exit, and unloads the plugins first, so
-# LeakSanitizer's fast unwinder stops in an unknown module. The slow unwinder
-# (4x slower on malloc-heavy tests, so only here) reaches Open MPI's libraries,
-# and cmake/lsan_openmpi.supp names those, and only those.
-mpirun_cases() {
-  (cd build-sanitize && ASAN_OPTIONS="fast_unwind_on_malloc=0:${ASAN_OPTIONS:-}" \
-    LSAN_OPTIONS="suppressions=$PWD/../cmake/lsan_openmpi.supp:${LSAN_OPTIONS:-}" \
-    ctest --output-on-failure -j "$(nproc)" --timeout 900 -R "$mpirun_tests")
-}
-stage "sanitizer suite: the mpirun cases" mpirun_cases
+# One CTest run: the cases that start processes with mpirun (their entries cost
+# the most, so they start first) wait on their processes while the others compute
+# beside them. Open MPI leaves blocks of MPI_Init and of its plugins unfreed at
+# exit; the processes mpirun starts get LeakSanitizer's suppressions of those
+# (cmake/lsan_openmpi.supp) and the slow unwinder that can match them (tests/helpers.h,
+# mpirun_or_skip), the rest keep the fast one.
+stage "sanitizer suite" bash -c "cd build-sanitize && ctest --output-on-failure -j $(nproc) --timeout 900"
 doctest_totals build-sanitize
 stage "fuzzing" bash scripts/fuzz.sh ${ATTOGRAD_FUZZ_SECONDS:+"$ATTOGRAD_FUZZ_SECONDS"}
 stage "mutation campaign" python3 scripts/mutate_checkpoints.py --quick
