@@ -75,9 +75,10 @@ void empty_cache() { allocator().empty_cache(); }
 // --- the stream and cuBLAS ----------------------------------------------------------
 
 namespace {
-bool tf32_allowed = false;
+Precision gemm_mode = Precision::FP32;
 
-cublasMath_t math_mode() { return tf32_allowed ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH; }
+// The handle's math mode decides TF32 for the float32 GEMMs; bf16 GEMMs name their types in each call.
+cublasMath_t math_mode() { return gemm_mode == Precision::TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH; }
 
 struct Context {
   // A blocking stream (cudaStreamCreate's default): work queued on the legacy
@@ -102,12 +103,14 @@ Context& context() {
 void* stream() { return context().stream; }
 void* cublas_handle() { return context().blas; }
 
-void set_allow_tf32(bool allow) {
-  tf32_allowed = allow;
-  // Without a device the flag is only stored; the handle takes it when created.
+void set_gemm_precision(Precision precision) {
+  gemm_mode = precision;
+  // Without a device the mode is only stored; the handle takes it when created.
   if (available()) AG_CUBLAS_CHECK(cublas().set_math_mode(context().blas, math_mode()));
 }
-bool allow_tf32() { return tf32_allowed; }
+Precision gemm_precision() { return gemm_mode; }
+void set_allow_tf32(bool allow) { set_gemm_precision(allow ? Precision::TF32 : Precision::FP32); }
+bool allow_tf32() { return gemm_mode == Precision::TF32; }
 
 // --- deferred errors ------------------------------------------------------------------
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/caching_allocator.h"
+#include "core/precision.h"
 
 namespace ag::cuda {
 
@@ -73,7 +74,22 @@ bool cublas_loaded();
 // 10-bit mantissa in the products (relative error ~1e-3 instead of ~1e-7).
 // Off by default, so CUDA float32 matches the CPU to 1e-5; turn it on for
 // speed when that precision is not needed. Float64 GEMMs are unaffected.
+// The same switch as set_gemm_precision(allow ? TF32 : FP32); allow_tf32() is gemm_precision() == TF32.
 void set_allow_tf32(bool allow);
 bool allow_tf32();
+
+// The float32 GEMMs' arithmetic, read at the one GEMM entry (cuda/matmul.cu):
+//   FP32  float32 FFMA (the default: CUDA matches the CPU to ~1e-6 relative)
+//   TF32  TF32 tensor cores: inputs rounded to an 11-bit significand, float32 accumulation
+//   BF16  A and B rounded to bfloat16 (8-bit significand, round to nearest even) in a
+//         scratch copy, then cublasGemmStridedBatchedEx with bf16 inputs,
+//         CUBLAS_COMPUTE_32F accumulation and a float32 C: each product of two
+//         bf16 numbers is exact in float32, so rounding enters at the inputs and
+//         the sums only (the bound: docs/backprop.md, "Mixed precision").
+// A training run sets it from --precision for its lifetime (optim::PrecisionScope).
+// Float64 GEMMs are unaffected; so is every other kernel (softmax, LayerNorm,
+// the loss, reductions stay float32).
+void set_gemm_precision(Precision precision);
+Precision gemm_precision();
 
 }  // namespace ag::cuda

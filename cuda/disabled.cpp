@@ -14,7 +14,7 @@ std::string describe_device() {
 
 namespace {
 [[noreturn]] void built_without_cuda(const char* what) { throw Error(std::string("cuda::") + what + ": " + describe_device()); }
-bool tf32_allowed = false;
+Precision gemm_mode = Precision::FP32;
 template <typename... Args>
 void unused(const Args&...) {}
 }  // namespace
@@ -36,8 +36,10 @@ void wait_for_queue() AG_WITHOUT_CUDA
 void* stream() AG_WITHOUT_CUDA
 void* cublas_handle() AG_WITHOUT_CUDA
 bool cublas_loaded() { return false; }
-void set_allow_tf32(bool allow) { tf32_allowed = allow; }
-bool allow_tf32() { return tf32_allowed; }
+void set_allow_tf32(bool allow) { gemm_mode = allow ? Precision::TF32 : Precision::FP32; }
+bool allow_tf32() { return gemm_mode == Precision::TF32; }
+void set_gemm_precision(Precision precision) { gemm_mode = precision; }
+Precision gemm_precision() { return gemm_mode; }
 
 // --- kernels (cuda/cuda.h): one stub per core/kernels.inc entry -------------------------
 // The entries name their parameters; a stub hands them to `unused` (for -Wunused-parameter).

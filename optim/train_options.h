@@ -2,6 +2,7 @@
 // columns). All are Run options: saved with the training state, kept by a
 // resumed run.
 #pragma once
+#include "core/precision.h"
 
 //  kind  type      name            default  min  max             help
 #define AG_TRAIN_OPTIONS(X) \
@@ -15,4 +16,5 @@
   X(Run,  double,   beta2,          0.99,    0,   0.999999999,    "AdamW beta2") \
   X(Run,  double,   weight_decay,   0.1,     0,   kNoLimit,       "AdamW decoupled weight decay (matrices only)") \
   X(Run,  double,   grad_clip,      1.0,     0,   kNoLimit,       "clip the global gradient norm to this (0: no clipping)") \
-  X(Run,  uint64_t, seed,           1337,    0,   kNoLimit,       "random seed (weights, batches, dropout)")
+  X(Run,  uint64_t, seed,           1337,    0,   kNoLimit,       "random seed (weights, batches, dropout)") \
+  X(Run,  Precision, precision,     Precision::FP32, 0, 0,        "the matrix products' arithmetic: fp32, tf32 (CUDA: TF32 tensor cores) or bf16 (CUDA: bfloat16 inputs, float32 accumulation, weights and optimizer state)")

@@ -5,6 +5,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "cuda/context.h"
 #include "optim/clip_grad.h"
 #include "optim/schedule.h"
 
@@ -31,12 +32,29 @@ void TrainOptions::check() const {
   AG_CHECK_OPTIONS(min_lr <= lr, "--min-lr (" << min_lr << ") must not exceed --lr (" << lr << ")", "min_lr", "lr");
 }
 
+void check_precision(Precision precision, Device device) {
+  AG_CHECK_OPTIONS(precision == Precision::FP32 || device == Device::CUDA,
+                   "--precision " << name_of(precision) << " runs on CUDA (--device cuda); on the CPU use fp32",
+                   "precision", "device");
+}
+
+PrecisionScope::PrecisionScope(Precision precision) : before_(cuda::gemm_precision()) {
+  cuda::set_gemm_precision(precision);
+}
+PrecisionScope::~PrecisionScope() { cuda::set_gemm_precision(before_); }
+
+namespace {
+const TrainOptions& checked(const TrainOptions& options, Device device) {
+  options.check();
+  check_precision(options.precision, device);
+  return options;
+}
+}  // namespace
+
 TrainStep::TrainStep(Optimizer& optimizer, const TrainOptions& options, SummedLoss summed_loss, Device device,
                      int64_t ignore_index)
-    : optimizer_(optimizer), options_(options), summed_loss_(std::move(summed_loss)), device_(device),
-      ignore_index_(ignore_index) {
-  options_.check();
-}
+    : optimizer_(optimizer), options_(checked(options, device)), summed_loss_(std::move(summed_loss)),
+      device_(device), ignore_index_(ignore_index), precision_(options.precision) {}
 
 StepResult TrainStep::run(int64_t iter, const std::vector<Batch>& micro_batches) {
   AG_CHECK(!micro_batches.empty(), "TrainStep: no micro-batch");

@@ -50,6 +50,26 @@ struct TrainOptions {
   void check() const;
 };
 
+// Throws an OptionError (about precision and device) unless `precision` runs
+// on `device`: tf32 and bf16 are modes of the CUDA GEMMs, and the CPU refuses
+// them, saying so, before a run writes anything.
+void check_precision(Precision precision, Device device);
+
+// While alive, the CUDA GEMMs run at `precision` (cuda::set_gemm_precision);
+// the setting before comes back after, so runs in one process (the lab's) each
+// keep their own. A training run holds one for its lifetime: its evaluations
+// and sample use the run's precision too, as under PyTorch's autocast.
+class PrecisionScope {
+ public:
+  explicit PrecisionScope(Precision precision);
+  ~PrecisionScope();
+  PrecisionScope(const PrecisionScope&) = delete;
+  PrecisionScope& operator=(const PrecisionScope&) = delete;
+
+ private:
+  Precision before_;
+};
+
 // Inputs and targets of one micro-batch, int64 [B, T] on the host; a target
 // equal to the step's ignore_index is not scored.
 struct Batch {
@@ -73,6 +93,8 @@ class TrainStep {
   // them as targets_on_host).
   using SummedLoss = std::function<Tensor(const Tensor& x, const Tensor& y, std::span<const int64_t> y_host)>;
 
+  // Checks the options (check_precision among them) and sets the GEMMs'
+  // precision for the step's lifetime (a PrecisionScope).
   TrainStep(Optimizer& optimizer, const TrainOptions& options, SummedLoss summed_loss, Device device,
             int64_t ignore_index = -100);
 
@@ -117,6 +139,7 @@ class TrainStep {
   Device device_;
   int64_t ignore_index_;
   std::vector<Unchecked> unchecked_;
+  PrecisionScope precision_;
 };
 
 }  // namespace ag::optim

@@ -26,6 +26,7 @@ void TrainConfig::check() const {
   model.check();
   optim.check();
   check_option_ranges(run);
+  optim::check_precision(optim.precision, run.device);
 }
 
 namespace {
@@ -255,7 +256,7 @@ void Progress::print_start(const RunInputs& in, int64_t start, const nn::GPT& mo
   std::printf("char_lm: %lld parameters, vocab %lld, %zu train / %zu val tokens from %s\n",
               static_cast<long long>(model.num_parameters()), static_cast<long long>(in.data.tokenizer.vocab_size()),
               in.data.train.size(), in.data.val.size(), in.data_path.c_str());
-  std::printf("%s\n", cli::header(model.config(), c_.run.device).c_str());
+  std::printf("%s\n", cli::header(model.config(), c_.run.device, c_.optim.precision).c_str());
   for (const std::string& unit : in.passed_over) std::printf("passing over the incomplete checkpoint %s\n", unit.c_str());
   if (c_.run.resume) std::printf("resuming from iteration %lld (%s)\n", static_cast<long long>(start), in.resumed_unit.c_str());
   else std::printf("writing checkpoints and log.csv to %s/\n", c_.run.out.c_str());
