@@ -47,6 +47,7 @@ CublasLibrary open_library() {
   resolve(library, "cublasSetMathMode", table.set_math_mode);
   resolve(library, "cublasSgemmStridedBatched", table.sgemm_strided_batched);
   resolve(library, "cublasDgemmStridedBatched", table.dgemm_strided_batched);
+  resolve(library, "cublasGemmStridedBatchedEx", table.gemm_strided_batched_ex);
   resolve(library, "cublasGetStatusString", table.status_string);
   opened = true;
   return table;

@@ -16,6 +16,13 @@ struct CublasLibrary {
   decltype(&cublasSetMathMode) set_math_mode;
   decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
   decltype(&cublasDgemmStridedBatched) dgemm_strided_batched;
+  // The bf16 GEMMs (cuda/matmul.cu). C++ overloads the name (a legacy inline
+  // taking a cudaDataType compute type), so the exported one is picked by its type.
+  decltype(static_cast<cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                          const void*, const void*, cudaDataType, int, long long, const void*,
+                                          cudaDataType, int, long long, const void*, void*, cudaDataType, int,
+                                          long long, int, cublasComputeType_t, cublasGemmAlgo_t)>(
+      &cublasGemmStridedBatchedEx)) gemm_strided_batched_ex;
   decltype(&cublasGetStatusString) status_string;
 };
 

@@ -11,6 +11,16 @@
 // op(B)ᵀ, so CUBLAS_OP_N; stored [N, K] (trans_b) it is column-major [K, N]
 // with ld = K and needs CUBLAS_OP_T. Likewise for A, and C comes out as
 // column-major [N, M] with ld = N, which is row-major [M, N]. No data moves.
+//
+// Precision (cuda/context.h, set_gemm_precision): a float32 GEMM runs in FP32 or
+// TF32 through cublasSgemmStridedBatched (the handle's math mode), or in BF16:
+// A and B are rounded to bfloat16 into scratch copies with the same layout (so
+// leading dimensions and strides carry over unchanged), and
+// cublasGemmStridedBatchedEx multiplies them with float32 accumulation into the
+// float32 C, alpha and beta in float32 — llm.c's and PyTorch autocast's GEMM.
+// The error bound is in docs/backprop.md, "Mixed precision".
+#include <cuda_bf16.h>
+
 #include <climits>
 #include <type_traits>
 
@@ -54,6 +64,48 @@ template <class T> struct ScaleBatches {
     x = beta == T(0) ? T(0) : beta * x;
   }
 };
+// dst[i] = bf16(src[i]), rounded to nearest even: the inputs of a bf16 GEMM.
+struct RoundToBf16 {
+  const float* src;
+  __nv_bfloat16* dst;
+  __device__ void operator()(int64_t i) const { dst[i] = __float2bfloat16_rn(src[i]); }
+};
+
+// A bf16 copy of the elements a strided batch of `count` row-major [rows, cols]
+// matrices (row stride ld, batch stride `stride`) reaches from `first`: the
+// whole span from the first to the last element, gaps included, so that the
+// copy keeps the layout. Lives until the end of the GEMM's scope; the caching
+// allocator reuses the block only for work queued after this GEMM (one stream).
+class Bf16Copy {
+ public:
+  Bf16Copy(const float* first, int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t count)
+      : elements_((count - 1) * stride + (rows - 1) * ld + cols),
+        data_(static_cast<__nv_bfloat16*>(allocate(static_cast<size_t>(elements_) * sizeof(__nv_bfloat16)))) {
+    for_each_index(elements_, RoundToBf16{first, data_});
+  }
+  ~Bf16Copy() { deallocate(data_, static_cast<size_t>(elements_) * sizeof(__nv_bfloat16)); }
+  Bf16Copy(const Bf16Copy&) = delete;
+  Bf16Copy& operator=(const Bf16Copy&) = delete;
+  const __nv_bfloat16* data() const { return data_; }
+
+ private:
+  int64_t elements_;
+  __nv_bfloat16* data_;
+};
+
+// The chunk's C_bᵀ = op(B_b)ᵀ op(A_b)ᵀ with A and B rounded to bf16, float32
+// accumulation (CUBLAS_COMPUTE_32F) and float32 C. Its arguments are those of
+// the float32 call; stored A is [M, K] ([K, M] when transposed), B [K, N] ([N, K]).
+void bf16_strided_batched(cublasHandle_t handle, const GemmShape& s, cublasOperation_t op_b, cublasOperation_t op_a,
+                          int n, int m, int k, const float* alpha, const float* b, int ldb, const float* a, int lda,
+                          const float* beta, float* c, int ldc, int count) {
+  const Bf16Copy a16(a, s.trans_a ? s.K : s.M, s.trans_a ? s.M : s.K, lda, s.a_batch_stride, count);
+  const Bf16Copy b16(b, s.trans_b ? s.N : s.K, s.trans_b ? s.K : s.N, ldb, s.b_batch_stride, count);
+  AG_CUBLAS_CHECK(cublas().gemm_strided_batched_ex(handle, op_b, op_a, n, m, k, alpha, b16.data(), CUDA_R_16BF, ldb,
+                                                   s.b_batch_stride, a16.data(), CUDA_R_16BF, lda, s.a_batch_stride,
+                                                   beta, c, CUDA_R_32F, ldc, s.c_batch_stride, count,
+                                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
 }  // namespace
 
 void gemm(const GemmShape& s, const Tensor& A, const Tensor& B, Tensor& C) {
@@ -97,6 +149,12 @@ void gemm(const GemmShape& s, const Tensor& A, const Tensor& B, Tensor& C) {
       const T* b = ptr<const T>(B) + s.b_offset + first * s.b_batch_stride;
       T* c = ptr<T>(C) + s.c_offset + first * s.c_batch_stride;
       // C_bᵀ = op(B_b)ᵀ op(A_b)ᵀ: B first, N before M (see the top of the file).
+      if constexpr (std::is_same_v<T, float>) {
+        if (gemm_precision() == Precision::BF16) {
+          bf16_strided_batched(handle, s, op_b, op_a, N, M, K, &alpha, b, ldb, a, lda, &beta, c, ldc, count);
+          continue;
+        }
+      }
       strided_batched<T>(handle, op_b, op_a, N, M, K, &alpha, b, ldb, s.b_batch_stride, a, lda, s.a_batch_stride,
                          &beta, c, ldc, s.c_batch_stride, count);
     }

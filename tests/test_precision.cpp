@@ -2,7 +2,10 @@
 // table (optim/train_options.h), so the command line, the training state's
 // metadata and the resume rule come from it; the CPU refuses tf32 and bf16
 // before anything is written; and the CUDA GEMM switch it sets
-// (cuda::set_gemm_precision).
+// (cuda::set_gemm_precision), whose bf16 products are checked against the
+// CPU's float64 product within the bound derived from bf16's significand
+// (docs/backprop.md, "Mixed precision"). Without a device the CUDA cases print
+// [SKIP].
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -167,4 +170,121 @@ TEST_CASE("precision: the program header names the CUDA GEMMs' precision") {
   model.vocab_size = 65;
   CHECK_FALSE(contains(cli::header(model, Device::CPU), "precision"));
   CHECK(contains(cli::header(model, Device::CUDA, Precision::BF16), "precision bf16; host "));
+}
+
+// --- CUDA: the bf16 GEMM ------------------------------------------------------------------
+
+namespace {
+// x rounded to the nearest bfloat16, ties to even (as __float2bfloat16_rn): keep
+// float32's sign, exponent and top 7 fraction bits. Finite inputs only.
+float to_bf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  bits &= 0xFFFF0000u;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+// The bound on |C_ij − (A·B)_ij| for a bf16 GEMM with float32 accumulation,
+// from the significands (docs/backprop.md, "Mixed precision"):
+//   each input rounded to bf16: a(1 + δ), |δ| ≤ u = 2^-8, so each product is
+//   ab(1 + δ_a)(1 + δ_b), off by ≤ (2u + u²)|a||b|; the product of two bf16
+//   numbers (8-bit significands) fits float32's 24 bits exactly;
+//   summed in float32 in any order: ≤ γ_K · Σ_k |â_ik||b̂_kj|, γ_K = K·2^-24 / (1 − K·2^-24),
+//   and |â||b̂| ≤ (1 + u)²|a||b|.
+//   |err_ij| ≤ [(2u + u²) + γ_K (1 + u)²] · Σ_k |a_ik||b_kj|   (2·2^-8 + 2^-16 + K·2^-24 to first order)
+constexpr double kBf16Unit = 1.0 / 256;  // u = 2^-8
+double float32_sums_bound(int64_t K) {
+  const double e = std::ldexp(1.0, -24);
+  return K * e / (1 - K * e) * (1 + kBf16Unit) * (1 + kBf16Unit);  // γ_K (1 + u)²
+}
+double bf16_gemm_bound(int64_t K) { return 2 * kBf16Unit + kBf16Unit * kBf16Unit + float32_sums_bound(K); }
+
+// |A|·|B| (Σ_k |a_ik||b_kj|), [M, N] as a vector, from float64 copies.
+Tensor abs_of(const Tensor& x) {
+  std::vector<double> v = x.detach().to_vector();
+  for (double& e : v) e = std::abs(e);
+  return Tensor::from_vector(v, x.shape(), DType::Float64);
+}
+std::vector<double> abs_product(const Tensor& A, const Tensor& B) { return matmul(abs_of(A), abs_of(B)).to_vector(); }
+}  // namespace
+
+TEST_CASE("cuda: a bf16 GEMM is within (2·2^-8 + 2^-16 + K·2^-24)·|A||B| of the float64 product, and its rounding is bf16's") {
+  if (!ag::test::cuda_or_skip()) return;
+  for (const int64_t K : {64, 384, 1536}) {
+    CAPTURE(K);
+    const int64_t M = 96, N = 80;
+    const Tensor A = ag::test::random({M, K}, 7 + K, DType::Float32), B = ag::test::random({K, N}, 8 + K, DType::Float32);
+    const std::vector<double> exact = matmul(A.to(DType::Float64), B.to(DType::Float64)).to_vector();
+    const std::vector<double> scale = abs_product(A, B);
+    std::vector<double> fast;
+    {
+      const optim::PrecisionScope bf16(Precision::BF16);
+      fast = matmul(A.to(Device::CUDA), B.to(Device::CUDA)).to_vector();
+    }
+    // The inputs rounded to bf16 on the host, multiplied in float64: the GEMM differs from it by its float32 sums only.
+    auto rounded = [](const Tensor& x) {
+      std::vector<double> v = x.to_vector();
+      for (double& e : v) e = to_bf16(static_cast<float>(e));
+      return Tensor::from_vector(v, x.shape(), DType::Float64);
+    };
+    const std::vector<double> of_rounded = matmul(rounded(A), rounded(B)).to_vector();
+    double worst = 0, worst_sums = 0, largest = 0;
+    for (size_t i = 0; i < exact.size(); ++i) {
+      worst = std::max(worst, std::abs(fast[i] - exact[i]) / (bf16_gemm_bound(K) * scale[i]));
+      worst_sums = std::max(worst_sums, std::abs(fast[i] - of_rounded[i]) / (float32_sums_bound(K) * scale[i]));
+      largest = std::max(largest, std::abs(fast[i] - exact[i]) / scale[i]);
+    }
+    INFO("error / bound " << worst << ", float32 sums' error / γ_K(1 + u)²·|A||B| " << worst_sums);
+    CHECK(worst <= 1.0);
+    CHECK(worst_sums <= 1.0);
+    CHECK(largest > std::ldexp(1.0, -14));  // the inputs were rounded: float32 alone stays near 2^-24·√K
+  }
+}
+
+TEST_CASE("cuda: bf16 matmul gradients (transposed, batched GEMMs) stay within the bf16 bound of float64's") {
+  if (!ag::test::cuda_or_skip()) return;
+  // Y = X Wᵀ over a batch: forward [B, T, C]·[C, D]ᵀ, backward dX = dY W and dW = dYᵀ X, each a GEMM.
+  const int64_t B = 3, T = 40, C = 64, D = 48;
+  const Tensor X = ag::test::random({B, T, C}, 21, DType::Float32), W = ag::test::random({D, C}, 22, DType::Float32);
+  const Tensor dY = ag::test::random({B, T, D}, 23, DType::Float32);
+  auto run = [&](Device device, DType dtype) {
+    Tensor x = X.detach().to(dtype).to(device).requires_grad_(), w = W.detach().to(dtype).to(device).requires_grad_();
+    const Tensor y = matmul(x, transpose(w, 0, 1));
+    y.backward(dY.to(dtype).to(device));
+    return std::vector<Tensor>{y.detach().to(Device::CPU), x.grad().to(Device::CPU), w.grad().to(Device::CPU)};
+  };
+  const std::vector<Tensor> exact = run(Device::CPU, DType::Float64);
+  std::vector<Tensor> fast;
+  {
+    const optim::PrecisionScope bf16(Precision::BF16);
+    fast = run(Device::CUDA, DType::Float32);
+  }
+  // Each result's |·|·|·| product and contraction length: Y over C, dX over D, dW over B·T.
+  const Tensor x = X.to(DType::Float64).reshape({B * T, C}), w = W.to(DType::Float64), dy = dY.to(DType::Float64).reshape({B * T, D});
+  const std::vector<std::pair<std::vector<double>, int64_t>> scales = {
+      {abs_product(x, transpose(w, 0, 1)), C}, {abs_product(dy, w), D}, {abs_product(transpose(dy, 0, 1), x), B * T}};
+  const char* names[] = {"Y", "dX", "dW"};
+  for (size_t r = 0; r < 3; ++r) {
+    CAPTURE(names[r]);
+    const std::vector<double> f = fast[r].to_vector(), e = exact[r].to_vector();
+    double worst = 0;
+    for (size_t i = 0; i < e.size(); ++i)
+      worst = std::max(worst, std::abs(f[i] - e[i]) / (bf16_gemm_bound(scales[r].second) * scales[r].first[i]));
+    CHECK(worst <= 1.0);
+  }
+}
+
+TEST_CASE("cuda: the bf16 switch leaves float64 GEMMs exact, and fp32 restored gives float32's result again") {
+  if (!ag::test::cuda_or_skip()) return;
+  const Tensor A = ag::test::random({32, 200}, 31, DType::Float64), B = ag::test::random({200, 24}, 32, DType::Float64);
+  const Tensor on_cpu = matmul(A, B);
+  const Tensor fp32 = matmul(A.to(DType::Float32).to(Device::CUDA), B.to(DType::Float32).to(Device::CUDA)).to(Device::CPU);
+  {
+    const optim::PrecisionScope bf16(Precision::BF16);
+    CHECK(ag::test::relative_error(matmul(A.to(Device::CUDA), B.to(Device::CUDA)).to(Device::CPU), on_cpu) < 1e-13);
+  }
+  const Tensor again = matmul(A.to(DType::Float32).to(Device::CUDA), B.to(DType::Float32).to(Device::CUDA)).to(Device::CPU);
+  CHECK(again.to_vector() == fp32.to_vector());
 }
