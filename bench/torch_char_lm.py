@@ -6,11 +6,19 @@ against. Same model: pre-LN GPT, biases on, Linear weights stored [in, out]
 AdamW (decay on >= 2-D params), warmup + cosine, grad clipping.
 
     /usr/bin/python3 bench/torch_char_lm.py --iters 200 --torch-threads 1
-Prints one line per 50 iterations and a final "ms/iter" line.
+Prints one line per 50 iterations and a final "ms/iter" line, then
+"flops/step" by nanoGPT's count (6N + 12·L·H·Q·T per token, N without the
+position embedding, as nanoGPT's estimate_mfu) and the TFLOP/s it gives.
+
+--precision fp32 (TF32 off), tf32 (TF32 matmuls) or bf16 (autocast to bfloat16
+around the forward and the loss, float32 weights and AdamW, as nanoGPT and
+attograd's --precision bf16); --compile wraps the model in torch.compile where
+this PyTorch has it (its compilation runs in the warm-up iterations).
 Set OPENBLAS_NUM_THREADS / OMP_NUM_THREADS in the environment as well:
 torch.set_num_threads does not govern OpenBLAS.
 """
 import argparse
+import contextlib
 import math
 import time
 
@@ -88,6 +96,9 @@ def main():
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"])
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (if this PyTorch has it)")
+    p.add_argument("--warmup", type=int, default=10, help="iterations left out of the median")
     p.add_argument("--profile", type=int, default=0,
                    help="after the timed iterations, N more under torch.profiler: a table of the kernels' GPU time")
     a = p.parse_args()
@@ -98,6 +109,24 @@ def main():
     chars = sorted(set(text))
     data = torch.tensor([chars.index(c) for c in text[:200000]], dtype=torch.long)
     model = GPT(len(chars), a.block_size, a.n_layer, a.n_head, a.n_embd, a.gelu, a.dropout).to(a.device)
+    # TF32 only where asked: PyTorch's own default for matmuls is off since 1.12, cuDNN's on.
+    torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
+    def autocast():  # a fresh context each step
+        if a.precision == "bf16":
+            return torch.autocast(device_type=a.device, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+    # nanoGPT's count: N without the position embedding (the tied token embedding counts once).
+    n_params = sum(p.numel() for p in model.parameters()) - model.pos_emb.numel()
+    Q = a.n_embd // a.n_head
+    flops_per_token = 6 * n_params + 12 * a.n_layer * a.n_head * Q * a.block_size
+    flops_per_step = flops_per_token * a.block_size * a.batch_size
+    run = model
+    if a.compile:
+        if hasattr(torch, "compile"):
+            run = torch.compile(model)
+        else:
+            print("torch.compile: not in this PyTorch " + torch.__version__ + "; eager")
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -110,7 +139,8 @@ def main():
         lr = 1e-3 * (it + 1) / 101 if it < 100 else 1e-4 + 0.5 * (1 + math.cos(math.pi * (it - 100) / 1900)) * 9e-4
         for g in opt.param_groups:
             g["lr"] = lr
-        loss = model(x.to(a.device), y.to(a.device))
+        with autocast():
+            loss = run(x.to(a.device), y.to(a.device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -124,8 +154,11 @@ def main():
         times.append(time.perf_counter() - t0)
         if it % 50 == 0:
             print(f"iter {it} loss {loss_value:.4f}")
-    steady = sorted(times[10:])
-    print(f"ms/iter {1000 * steady[len(steady) // 2]:.2f} (median of iters 10..{a.iters - 1})")
+    steady = sorted(times[a.warmup:])
+    median_ms = 1000 * steady[len(steady) // 2]
+    print(f"ms/iter {median_ms:.2f} (median of iters {a.warmup}..{a.iters - 1})")
+    print(f"flops/step {flops_per_step} ({flops_per_step / median_ms / 1e9:.2f} TFLOP/s by nanoGPT's count, "
+          f"precision {a.precision}{', compiled' if run is not model else ''})")
     if a.profile:
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

@@ -22,13 +22,19 @@
 #      reported (lab_report.html) and packed into LOG_DIR/lab-recall.tar.gz.
 #      The labs live in build-gpu/labs/, so the same command again on the same
 #      machine resumes them, skipping finished cells.
+#   9. with COMPARE=1, issue 48's precisions: bench/gpu_compare.sh (attograd
+#      --precision fp32 / tf32 / bf16 against PyTorch eager fp32 / tf32 /
+#      bf16-autocast and torch.compile bf16, the default and the nanoGPT config,
+#      ms/step and TFLOP/s), then the default model 2000 iterations at fp32 and
+#      at bf16, same seed: their final val losses (issue 48: within 0.01).
 # Everything printed also goes to LOG_DIR/gpu_check.log.
 #
 #   bash scripts/gpu_check.sh LOG_DIR
 #
 # TESTS=cuda builds only the test program, char_lm and the lab and runs only the
 # cuda: cases (the CPU suite is CI's), to spend less of a short lease; TESTS=none
-# runs no tests, and CHECKS=0 skips stages 3 to 5. A failed cuda:
+# runs no tests, and CHECKS=0 skips stages 3 to 5 (TESTS=cuda CHECKS=0 COMPARE=1:
+# the CUDA cases and issue 48's comparison alone). A failed cuda:
 # case is run again alone under compute-sanitizer (memcheck), each kernel checked
 # at its launch (AG_CUDA_SYNC), so that the log names the kernel that failed.
 #
@@ -240,4 +246,21 @@ if [ "${LAB:-0}" = 1 ]; then
   tail -3 "$log_dir/lab-recall.log"
   columns "$labs/recall/results.csv" mixer block_size pairs n_embd lr accuracy steps ms_per_iter status
   tar czf "$log_dir/lab-recall.tar.gz" -C "$labs" recall recall.lr
+fi
+
+if [ "${COMPARE:-0}" = 1 ]; then
+  echo "== issue 48: the precisions, attograd against PyTorch (bench/gpu_compare.sh)"
+  DATA="$data" timeout 360 bash bench/gpu_compare.sh "$log_dir/compare" build-gpu
+  echo "== the default model, 2000 iterations at fp32 and at bf16, same seed (issue 48: val losses within 0.01)"
+  for precision in fp32 bf16; do
+    rm -rf "$log_dir/run-converge-$precision"
+    timeout 120 ./build-gpu/char_lm train --device cuda --precision "$precision" --data "$data" \
+      --out "$log_dir/run-converge-$precision" --max-iters 2000 --eval-interval 500 --eval-iters 20 \
+      --sample-tokens 0 --log-interval 500 >"$log_dir/converge-$precision.log" 2>&1
+    echo "$precision: $(grep "^done:" "$log_dir/converge-$precision.log" || tail -1 "$log_dir/converge-$precision.log")"
+  done
+  awk '/^done:/ {sub(/.*final val loss /, ""); v[FILENAME] = $1 + 0; n++}
+    END {if (n == 2) {for (f in v) {if (f ~ /bf16/) b = v[f]; else a = v[f]}
+         d = b - a; printf "bf16 - fp32 val loss: %+.4f (%s)\n", d, (d < 0.01 && d > -0.01) ? "within 0.01" : "NOT within 0.01"}}' \
+    "$log_dir/converge-fp32.log" "$log_dir/converge-bf16.log"
 fi

@@ -47,7 +47,7 @@ int run_train(const cli::Command& command, TrainConfig config) {
   const TrainResult r = train(config);
   const dist::Communicator& comm = dist::world();
   if (comm.rank() != 0) return 0;  // rank 0 speaks for the run
-  std::printf("done: %zu iterations, median %.1f ms/iter", r.batch_losses.size(), r.ms_per_iter);
+  std::printf("done: %zu iterations, median %.2f ms/iter", r.batch_losses.size(), r.ms_per_iter);
   if (comm.size() > 1) std::printf(" (%.2f ms of it in collectives)", r.collective_ms_per_iter);
   if (!r.evals.empty()) std::printf(", final val loss %.4f", r.evals.back().val_loss);
   std::printf("\n");

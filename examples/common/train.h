@@ -59,7 +59,7 @@ struct EvalRecord {
 struct TrainResult {
   std::vector<double> batch_losses;  // the training loss of each iteration run, in order
   std::vector<EvalRecord> evals;
-  double ms_per_iter = 0;  // median over the iterations run
+  double ms_per_iter = 0;  // median over the iterations run (after the first 10 when more than 20 ran)
   double collective_ms_per_iter = 0;  // of which in collectives (dist::Communicator::collective_ms), median
   std::string sample;
 };
