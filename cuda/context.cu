@@ -87,6 +87,8 @@ struct Context {
   cublasHandle_t blas = nullptr;
 };
 
+bool context_made = false;  // the handle exists: a mode set later must reach it
+
 Context& context() {
   static Context* instance = [] {
     auto* c = new Context;
@@ -94,6 +96,7 @@ Context& context() {
     AG_CUBLAS_CHECK(cublas().create(&c->blas));
     AG_CUBLAS_CHECK(cublas().set_stream(c->blas, c->stream));
     AG_CUBLAS_CHECK(cublas().set_math_mode(c->blas, math_mode()));
+    context_made = true;
     return c;
   }();
   return *instance;
@@ -105,8 +108,9 @@ void* cublas_handle() { return context().blas; }
 
 void set_gemm_precision(Precision precision) {
   gemm_mode = precision;
-  // Without a device the mode is only stored; the handle takes it when created.
-  if (available()) AG_CUBLAS_CHECK(cublas().set_math_mode(context().blas, math_mode()));
+  // Until the handle exists the mode is only stored, and the handle takes it when created: setting it
+  // opens no cuBLAS (a CPU run on a machine with a GPU sets it too, through its optim::PrecisionScope).
+  if (context_made) AG_CUBLAS_CHECK(cublas().set_math_mode(context().blas, math_mode()));
 }
 Precision gemm_precision() { return gemm_mode; }
 void set_allow_tf32(bool allow) { set_gemm_precision(allow ? Precision::TF32 : Precision::FP32); }

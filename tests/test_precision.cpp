@@ -148,6 +148,7 @@ TEST_CASE("precision: a bf16 run resumed on the CPU names the checkpoint, and --
 
 TEST_CASE("precision: a PrecisionScope sets the CUDA GEMMs' switch for its lifetime, allow_tf32 is the same switch") {
   REQUIRE(cuda::gemm_precision() == Precision::FP32);
+  const bool cublas_before = cuda::cublas_loaded();  // earlier cases may have used a device
   {
     const optim::PrecisionScope bf16(Precision::BF16);
     CHECK(cuda::gemm_precision() == Precision::BF16);
@@ -159,6 +160,7 @@ TEST_CASE("precision: a PrecisionScope sets the CUDA GEMMs' switch for its lifet
     CHECK(cuda::gemm_precision() == Precision::BF16);
   }
   CHECK(cuda::gemm_precision() == Precision::FP32);
+  CHECK(cuda::cublas_loaded() == cublas_before);  // setting the switch opens no cuBLAS (a CPU run sets it too)
   cuda::set_allow_tf32(true);
   CHECK(cuda::gemm_precision() == Precision::TF32);
   cuda::set_allow_tf32(false);
