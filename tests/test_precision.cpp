@@ -50,10 +50,12 @@ TrainConfig precision_run(const std::string& out) {
 }  // namespace
 
 TEST_CASE("precision: --precision is one table line — parsed, in --help, fp32 by default, unknown names refused") {
-  for (const auto& [value, text] : EnumNames<Precision>::values) {
+  for (const auto& entry : EnumNames<Precision>::values) {
+    const Precision value = entry.first;  // no structured binding: CAPTURE captures it in a lambda (clang 14)
+    const std::string text = entry.second;
     CAPTURE(text);
     TrainConfig c;
-    const std::set<std::string> given = precision_parse(c, {"--precision", std::string(text)});
+    const std::set<std::string> given = precision_parse(c, {"--precision", text});
     CHECK(c.optim.precision == value);
     CHECK(given.count("precision") == 1);
   }
