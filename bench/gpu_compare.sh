@@ -61,11 +61,22 @@ row() { awk -v c="$1" -v p="$2" -v q="$3" -v ms="$4" -v f="$5" -v note="$6" 'BEG
 
 echo "== attograd against PyTorch on $device: median ms/step of steps 10..$((iters - 1)), TFLOP/s by nanoGPT's count"
 printf "%-12s %-22s %-5s %10s %9s  %s\n" config program prec "ms/step" "TFLOP/s" note
+# attograd's rows and PyTorch eager's first, torch.compile's (the slowest to start) last, so that a
+# timeout cuts the least.
 for entry in "${configs[@]}"; do
   name=${entry%%|*}
   opts=${entry#*|}
   flops=$(nanogpt_flops "$opts")
   echo "$name: $opts; $(awk -v f="$flops" 'BEGIN {printf "%.3f", f / 1e12}') TFLOP per step by nanoGPT's count"
+  for precision in fp32 tf32 bf16; do
+    log=$log_dir/attograd-$name-$precision.log
+    rm -rf "$log_dir/run-$name-$precision"
+    timeout 150 "./$build/char_lm" train --device "$device" --precision "$precision" --data "$data" \
+      --out "$log_dir/run-$name-$precision" --max-iters "$iters" --eval-interval 100000 --eval-iters 1 \
+      --sample-tokens 0 --log-interval 50 $opts >"$log" 2>&1
+    ms=$(sed -n 's/.*median \([0-9.]*\) ms\/iter.*/\1/p' "$log")
+    row "$name" "attograd" "$precision" "$ms" "$flops" "$( [ -z "$ms" ] && tail -1 "$log")"
+  done
   for precision in fp32 tf32 bf16; do
     log=$log_dir/torch-$name-$precision.log
     timeout 150 $python bench/torch_char_lm.py --device "$device" --data "$data" --iters "$iters" --warmup 10 \
@@ -76,23 +87,21 @@ for entry in "${configs[@]}"; do
     [ -n "$f" ] && [ "$f" != "$flops" ] && note="its own count differs: $f"
     row "$name" "pytorch eager" "$precision" "$ms" "$flops" "$note"
   done
-  if [ "$torch_compile" = 1 ]; then
+done
+# COMPILE=0 leaves torch.compile out (its compilation takes about a minute per model).
+for entry in "${configs[@]}"; do
+  name=${entry%%|*}
+  opts=${entry#*|}
+  if [ "${COMPILE:-1}" = 0 ]; then
+    row "$name" "pytorch compile" bf16 "" "" "left out (COMPILE=0)"
+  elif [ "$torch_compile" = 1 ]; then
     log=$log_dir/torch-$name-bf16-compile.log
     timeout 240 $python bench/torch_char_lm.py --device "$device" --data "$data" --iters "$iters" --warmup 10 \
       --precision bf16 --compile $opts >"$log" 2>&1
     ms=$(sed -n 's/^ms\/iter \([0-9.]*\).*/\1/p' "$log")
-    row "$name" "pytorch compile" bf16 "$ms" "$flops" "$( [ -z "$ms" ] && tail -1 "$log")"
+    row "$name" "pytorch compile" bf16 "$ms" "$(nanogpt_flops "$opts")" "$( [ -z "$ms" ] && tail -1 "$log")"
   else
     row "$name" "pytorch compile" bf16 "" "" "this PyTorch has no torch.compile (or no PyTorch)"
   fi
-  for precision in fp32 tf32 bf16; do
-    log=$log_dir/attograd-$name-$precision.log
-    rm -rf "$log_dir/run-$name-$precision"
-    timeout 150 "./$build/char_lm" train --device "$device" --precision "$precision" --data "$data" \
-      --out "$log_dir/run-$name-$precision" --max-iters "$iters" --eval-interval 100000 --eval-iters 1 \
-      --sample-tokens 0 --log-interval 50 $opts >"$log" 2>&1
-    ms=$(sed -n 's/.*median \([0-9.]*\) ms\/iter.*/\1/p' "$log")
-    row "$name" "attograd" "$precision" "$ms" "$flops" "$( [ -z "$ms" ] && tail -1 "$log")"
-  done
 done
 echo "(the chip's dense peaks, H100 SXM / H200: ~67 TFLOP/s FP32, ~495 TF32, ~989 bf16)"
