@@ -380,6 +380,26 @@ TEST_CASE("s4: char_lm trains an s4 model, resumes it, samples the same text fro
     INFO(output);
     CHECK(status == 0);
   }
+  {  // the report draws each layer's kernel where a softmax model's attention maps are
+    const auto [status, output] = ag::test::run_char_lm(
+        "report --ckpt '" + dir.path() + "' --prompt 'the king' --data '" + c.run.data +
+        "' --eval-iters 1 --batch-size 2 --steps 4 --tokens 10 --prompts 1 --positions 2 --out '" + dir.file("report.html") + "'");
+    INFO(output);
+    REQUIRE(status == 0);
+    const std::string html = ag::test::read_file(dir.file("report.html"));
+    REQUIRE(html.find("<section id=\"s4-kernels\">") != std::string::npos);
+    const std::string kernels = html.substr(html.find("<section id=\"s4-kernels\">"));
+    CHECK(kernels.find("layer 0: A_ij = K_{i−j} + D·[i = j] of its 4 strongest channels") != std::string::npos);
+    CHECK(kernels.find("layer 0: the same channels&apos; K_ℓ against the lag ℓ") != std::string::npos);
+    CHECK(html.find("<section id=\"rollout\">") == std::string::npos);
+    CHECK(html.find("--attention s4 has no heads") != std::string::npos);
+    const std::string first = kernels.substr(0, kernels.find("</svg>"));  // layer 0's matrices: 4 panels of 8×8
+    size_t cells = 0, masked = 0;
+    for (size_t at = 0; (at = first.find("class=\"cell\"", at)) != std::string::npos; ++at) ++cells;
+    for (size_t at = 0; (at = first.find("class=\"masked\"", at)) != std::string::npos; ++at) ++masked;
+    CHECK(cells == 4 * 8 * 9 / 2);
+    CHECK(masked == 4 * 8 * 7 / 2);
+  }
   const auto [status, output] = ag::test::run_char_lm("train --attention s4 --s4-state 5 --data '" + c.run.data +
                                                       "' --out '" + dir.file("odd") + "'");
   CHECK(status != 0);
