@@ -6,7 +6,9 @@
 // from its cache); CPU against CUDA; and S4 as the model's `--attention s4` (AttentionFunction::S4):
 // a GPT decoding from its cache, its options' checks, its checkpoints, char_lm and the lab.
 #include <cmath>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/autograd.h"
@@ -368,6 +370,8 @@ TEST_CASE("s4: char_lm trains an s4 model, resumes it, samples the same text fro
                    {{"idx", Tensor::from_indices({ids.begin(), ids.end() - 1}, {1, 8})},
                     {"targets", Tensor::from_indices({ids.begin() + 1, ids.end()}, {1, 8})}},
                    {});
+  int status = 0;
+  std::string output;
   for (const std::string& command : {"sample --ckpt '" + dir.path() + "' --tokens 10 --prompt 'the'",
                                     "grads --weights '" + path + "' --batch '" + dir.file("batch.safetensors") +
                                         "' --out '" + dir.file("grads.safetensors") + "'",
@@ -375,13 +379,13 @@ TEST_CASE("s4: char_lm trains an s4 model, resumes it, samples the same text fro
                                     "train --attention s4 --s4-state 4 --n-layer 1 --n-embd 16 --block-size 8 --batch-size 2 "
                                     "--max-iters 2 --eval-interval 1 --eval-iters 1 --sample-tokens 0 --data '" +
                                         c.run.data + "' --out '" + dir.file("cli") + "'"}) {
-    const auto [status, output] = ag::test::run_char_lm(command);
+    std::tie(status, output) = ag::test::run_char_lm(command);
     INFO(command);
     INFO(output);
     CHECK(status == 0);
   }
   {  // the report draws each layer's kernel where a softmax model's attention maps are
-    const auto [status, output] = ag::test::run_char_lm(
+    std::tie(status, output) = ag::test::run_char_lm(
         "report --ckpt '" + dir.path() + "' --prompt 'the king' --data '" + c.run.data +
         "' --eval-iters 1 --batch-size 2 --steps 4 --tokens 10 --prompts 1 --positions 2 --out '" + dir.file("report.html") + "'");
     INFO(output);
@@ -400,7 +404,7 @@ TEST_CASE("s4: char_lm trains an s4 model, resumes it, samples the same text fro
     CHECK(cells == 4 * 8 * 9 / 2);
     CHECK(masked == 4 * 8 * 7 / 2);
   }
-  const auto [status, output] = ag::test::run_char_lm("train --attention s4 --s4-state 5 --data '" + c.run.data +
+  std::tie(status, output) = ag::test::run_char_lm("train --attention s4 --s4-state 5 --data '" + c.run.data +
                                                       "' --out '" + dir.file("odd") + "'");
   CHECK(status != 0);
   CHECK(output.find("--s4-state 5 is odd") != std::string::npos);
