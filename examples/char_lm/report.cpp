@@ -147,10 +147,11 @@ std::string own_mixer_section(nn::GPT& model, const std::vector<std::string>& ch
            " forms no weights over positions (" + attention_function_traits(function).weights + ").</p></section>\n";
   std::string html =
       "<section id=\"s4-kernels\"><h2>What S4 attends to: its kernels</h2>\n<p>Each channel c of an s4 layer is one "
-      "causal convolution, y_i = Σ_{j≤i} K_{i−j} u_j + D u_i: its mixing matrix A_ij = K_{i−j} + D·[i = j] is Toeplitz "
-      "(constant along each diagonal) and the same for every input, where softmax's A is formed anew from each prompt's "
-      "q and k (docs/backprop.md §33). GELU and W_O then mix the channels. Per layer, the 4 channels with the most "
-      "weight over the prompt's lags, as |A| over the prompt; then their K_ℓ, signed, over the whole context.</p>\n";
+      "causal convolution and a skip, y_i = Σ_{j≤i} K_{i−j} u_j + D u_i: the convolution's matrix A_ij = K_{i−j} is "
+      "Toeplitz (constant along each diagonal) and the same for every input, where softmax's A is formed anew from each "
+      "prompt's q and k (docs/backprop.md §33). GELU and W_O then mix the channels. Per layer, the 4 channels with the "
+      "most weight over the prompt's lags, as |A| over the prompt (D named above each, not drawn); then their K_ℓ, "
+      "signed, over the whole context.</p>\n";
   for (const std::string& svg : interp::s4_kernel_svgs(model, chars)) html += "<div>" + svg + "</div>\n";
   return html + "</section>\n";
 }

@@ -121,13 +121,13 @@ std::vector<std::string> s4_kernel_svgs(nn::GPT& model, const std::vector<std::s
     for (const int64_t c : channels) {
       std::vector<double> a(T * T, 0.0);
       for (int64_t i = 0; i < T; ++i)
-        for (int64_t j = 0; j <= i; ++j) a[i * T + j] = std::fabs(K[c * context + i - j] + (i == j ? D[c] : 0.0));
+        for (int64_t j = 0; j <= i; ++j) a[i * T + j] = std::fabs(K[c * context + i - j]);
       largest = std::max(largest, *std::max_element(a.begin(), a.end()));
-      panels.push_back({"channel " + std::to_string(c) + " (D = " + fixed(D[c], "%+.3f") + ")", a, 0});
+      panels.push_back({"channel " + std::to_string(c) + " (skip D = " + fixed(D[c], "%+.3f") + ", not drawn)", a, 0});
     }
     for (interp::Heatmap& p : panels) p.full_scale = largest;
     svgs.push_back(interp::heatmap_grid_svg(
-        "layer " + std::to_string(l) + ": A_ij = K_{i−j} + D·[i = j] of its " + std::to_string(channels.size()) +
+        "layer " + std::to_string(l) + ": A_ij = K_{i−j} of its " + std::to_string(channels.size()) +
             " strongest channels, the same for every input, as |A| (dark blue: " + fixed(largest, "%.3g") +
             "; row: output position, column: input position; hatched: the future)",
         panels, shown, causal_visible, kReportColumn, "s4kernel" + std::to_string(l)));
