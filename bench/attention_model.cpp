@@ -4,8 +4,9 @@
 // dominates the step: 1 layer, 4 heads, 128 wide (char_lm's defaults), batch 1,
 // block size 4096, 65 tokens, char_lm's training step (optim::TrainStep: loss,
 // backward, clipping, AdamW). An implementation is a softmax one (dense, flash,
-// composed), linear-elu1 / linear-favor (linear attention) or ssd (the state
-// space, with its default convolution and gate).
+// composed), linear-elu1 / linear-favor (linear attention), ssd (the state
+// space, with its default convolution and gate), s4 (S4D's long convolution by
+// FFT, state 64) or lstm (both mixers of their own, nn/s4.h and nn/lstm.h).
 // (char_lm's default config: --n-layer 4 --T 64 --batch-size 12.)
 //
 //   ./build/bench_attention_model --threads 2 --T 4096,16384
@@ -51,8 +52,8 @@ double estimated_gb(const std::string& impl, const Model& m) {
 void run_case(const std::string& impl, const Model& m, int iters, int64_t context_parallel) {
   Generator gen(1);
   nn::GPTConfig config{.vocab_size = 65, .block_size = m.T, .n_layer = m.layers, .n_head = m.heads, .n_embd = m.width};
-  if (impl == "ssd") {
-    config.attention = AttentionFunction::Ssd;
+  if (impl == "ssd" || impl == "s4" || impl == "lstm") {
+    config.attention = enum_from_name<AttentionFunction>(impl, "--impls");
   } else if (impl.starts_with("linear-")) {
     config.attention = AttentionFunction::Linear;
     config.feature_map = enum_from_name<FeatureMap>(impl.substr(7), "--impls");
@@ -114,7 +115,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> one_case;
   int64_t context_parallel = 1;
   command.option("--threads", threads, "CPU threads (OpenMP and OpenBLAS)");
-  command.option("--impls", impls, "implementations, comma-separated: dense, flash, composed, linear-elu1, linear-favor, ssd");
+  command.option("--impls", impls, "implementations, comma-separated: dense, flash, composed, linear-elu1, linear-favor, ssd, s4, lstm");
   command.option("--T", lengths, "block sizes, comma-separated");
   command.option("--iters", iters, "training steps per case");
   command.option("--n-layer", m.layers);

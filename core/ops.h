@@ -194,15 +194,17 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullpt
 // checkpoint); AttentionImpl only chooses how softmax attention is computed.
 // The functions of q, k, v come first, in AttentionParams' order; after them
 // the mixers that are not attention functions and have their own op instead
-// (Lstm: lstm() below, nn/lstm.h). These have a row in kAttentionFunctions
+// (Lstm: lstm() below, nn/lstm.h; S4: s4d() above, nn/s4.h). These have a row in kAttentionFunctions
 // (their traits) but no AttentionParams alternative: attention() never
 // computes them and function_of() never returns them.
-enum class AttentionFunction { Softmax, Linear, Ssd, Lstm };
+// A checkpoint saves the function by its name (EnumNames): append new ones, never rename.
+enum class AttentionFunction { Softmax, Linear, Ssd, Lstm, S4 };
 template <> struct EnumNames<AttentionFunction> {
   static constexpr std::pair<AttentionFunction, const char*> values[] = {{AttentionFunction::Softmax, "softmax"},
                                                                          {AttentionFunction::Linear, "linear"},
                                                                          {AttentionFunction::Ssd, "ssd"},
-                                                                         {AttentionFunction::Lstm, "lstm"}};
+                                                                         {AttentionFunction::Lstm, "lstm"},
+                                                                         {AttentionFunction::S4, "s4"}};
 };
 // The first value that is a mixer of its own, not an attention function of q, k, v.
 inline constexpr AttentionFunction kFirstOwnMixer = AttentionFunction::Lstm;

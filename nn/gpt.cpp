@@ -9,6 +9,7 @@
 #include "dist/communicator.h"
 #include "nn/linear_attention.h"
 #include "nn/lstm.h"
+#include "nn/s4.h"
 #include "nn/ssd.h"
 
 namespace ag::nn {
@@ -68,9 +69,19 @@ void GPTConfig::check() const {
                    "position alibi (--position) biases softmax attention's scores; --attention " << name_of(attention)
                                                                                                 << " has none: use rope or none",
                    "position", "attention");
-  AG_CHECK_OPTIONS(attention != AttentionFunction::Lstm || position != PositionEncoding::Rope,
-                   "position rope (--position) rotates queries and keys; --attention lstm has none: use learned or none",
+  AG_CHECK_OPTIONS(attention < kFirstOwnMixer || position != PositionEncoding::Rope,
+                   "position rope (--position) rotates queries and keys; --attention " << name_of(attention)
+                                                                                        << " has none: use learned or none",
                    "position", "attention");
+  if (attention == AttentionFunction::S4) {
+    AG_CHECK_OPTIONS(s4_state % 2 == 0, "--s4-state " << s4_state << " is odd: S4D's state is N/2 complex modes, N even",
+                     "s4_state");
+    AG_CHECK_OPTIONS(s4_dt_min > 0, "--s4-dt-min " << s4_dt_min << " must be > 0 (log Δ is drawn from [log min, log max])",
+                     "s4_dt_min");
+    AG_CHECK_OPTIONS(s4_dt_min <= s4_dt_max, "--s4-dt-min " << s4_dt_min << " is above --s4-dt-max " << s4_dt_max
+                                                            << ": the range of Δ is [min, max]",
+                     "s4_dt_min", "s4_dt_max");
+  }
   AG_CHECK_OPTIONS(position != PositionEncoding::Rope || (n_embd / n_head) % 2 == 0,
                    "position rope (--position) rotates pairs of dims: head size n_embd / n_head = " << n_embd / n_head << " is odd",
                    "position", "n_embd", "n_head");
@@ -118,6 +129,10 @@ std::shared_ptr<Mixer> make_mixer(const GPTConfig& config, int64_t layer, Genera
           shared, SsdSelfAttention::Options{.conv = config.ssd_conv, .gate = config.ssd_gate}, gen);
     case AttentionFunction::Lstm:  // not an attention function: a mixer with its own op (nn/lstm.h)
       return std::make_shared<LstmMixer>(LstmMixer::Config{.C = config.n_embd, .dropout = config.dropout}, gen);
+    case AttentionFunction::S4:  // not an attention function: a long convolution with its own op (nn/s4.h)
+      return std::make_shared<S4Mixer>(S4Mixer::Config{.C = config.n_embd, .N = config.s4_state, .dt_min = config.s4_dt_min,
+                                                       .dt_max = config.s4_dt_max, .dropout = config.dropout},
+                                       gen);
   }
   throw Error("make_mixer: attention function " + std::to_string(static_cast<int>(config.attention)) + " has no mixer");
 }
@@ -156,6 +171,9 @@ std::string describe(const GPTConfig& c) {
   if (c.applies("ssd_conv"))
     line << (c.ssd_conv > 0 ? "convolution of " + std::to_string(c.ssd_conv) : std::string("no convolution"))
          << (c.ssd_gate ? ", gated" : ", ungated");
+  if (c.applies("s4_state"))
+    line << "state " << c.s4_state << " per channel, Δ from [" << option_to_string(c.s4_dt_min) << ", "
+         << option_to_string(c.s4_dt_max) << "]";
   line << "), causal";
   if (c.applies("attn_window")) {
     line << " over ";
@@ -194,6 +212,15 @@ void add_older_files_options(Metadata& metadata, KeyStyle style) {
     if (!info.part || info.part == function) return;
     const auto found = metadata.find(option_key(info, style));
     if (found != metadata.end()) found->second = option_to_string(value);
+  });
+}
+
+void write_model_options(const GPTConfig& config, Metadata& metadata, std::initializer_list<OptionKind> kinds,
+                         KeyStyle style) {
+  write_options(config, metadata, kinds, style);
+  GPTConfig::for_each_option(config, [&](const auto&, const OptionInfo& info) {
+    if (info.part && info.part == std::string_view("s4") && config.attention != AttentionFunction::S4)
+      metadata.erase(option_key(info, style));
   });
 }
 
@@ -374,7 +401,7 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, 
 int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T) {
   const int64_t C = config.n_embd, BT = B * T;
   const int64_t C_kv = config.kv_heads() * (C / config.n_head);
-  // W_Q, W_O [C, C] and W_K, W_V [C, C_kv]; a mixer with its own op (the LSTM) has none: its row counts all it does
+  // W_Q, W_O [C, C] and W_K, W_V [C, C_kv]; a mixer with its own op (lstm, s4) has none: its row counts all it does
   const int64_t projections =
       config.attention < kFirstOwnMixer ? 2 * 2 * BT * C * C + 2 * 2 * BT * C * C_kv : 0;
   const int64_t H = config.n_head, d_h = C / H;

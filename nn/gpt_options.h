@@ -13,7 +13,8 @@
   AG_GPT_SHARED_OPTIONS(X) \
   AG_GPT_SOFTMAX_OPTIONS(X, "softmax") \
   AG_GPT_LINEAR_OPTIONS(X, "linear") \
-  AG_GPT_SSD_OPTIONS(X, "ssd")
+  AG_GPT_SSD_OPTIONS(X, "ssd") \
+  AG_GPT_S4_OPTIONS(X, "s4")
 
 //  kind     type               name        default                min  max        help
 #define AG_GPT_SHARED_OPTIONS(X) \
@@ -27,7 +28,7 @@
   X(Run,     double,            dropout,    0.0,                   0,   0.99,      "dropout probability (training only)") \
   X(Model,   int64_t,           attn_seed,  0,                     0,   int64_t{1} << 62, "seed of the attention's random draws (sparse random blocks, FAVOR+ features)") \
   X(Model,   std::string,       head_mask,  "",                    0,   0,         "heads switched off (char_lm heads --prune): per layer one 0/1 per head, layers split by '/', e.g. 1111/1011; empty: all on") \
-  X(Model,   AttentionFunction, attention,  AttentionFunction::Softmax, 0, 0,       "attention function: softmax, linear (a kernel feature map, O(T) time), ssd (Mamba-2's selective state space, O(T) time) or lstm (a recurrent network, not attention: nn/lstm.h)") \
+  X(Model,   AttentionFunction, attention,  AttentionFunction::Softmax, 0, 0,       "attention function: softmax, linear (a kernel feature map, O(T) time), ssd (Mamba-2's selective state space, O(T) time), lstm (a recurrent network, not attention: nn/lstm.h) or s4 (S4D, a diagonal state space applied as one long convolution, O(T log T) time: nn/s4.h)") \
   X(Model,   PositionEncoding,  position,   PositionEncoding::Learned, 0, 0,        "positions: learned (a table of block_size rows added to X), rope (q, k rotated), alibi (scores biased by distance; softmax only) or none (the causal mask alone)") \
   X(Model,   double,            rope_base,  kDefaultRopeBase,      0,   kNoLimit,  "RoPE's frequency base: f_i = base^(-2i/d_h) (--position rope; > 0)") \
   X(Model,   AlibiSlopes,       alibi_slopes, AlibiSlopes::Reference, 0, 0,       "ALiBi's slopes when n_head is not a power of two: reference (Press et al.'s and BLOOM's) or geometric (2^(-8(h+1)/H), models saved without this key); equal for a power of two (--position alibi)")
@@ -50,3 +51,9 @@
 #define AG_GPT_SSD_OPTIONS(X, of) \
   X(Model,   int64_t,           ssd_conv,   4,                     0,   1024,      "ssd: width W of the causal depthwise convolution (then SiLU) over [q|k|v] (0: none)", of) \
   X(Model,   bool,              ssd_gate,   true,                  0,   0,         "ssd: the output gated by SiLU(x W_g + b_g) before W_O", of)
+
+// s4's: the state size and the range its step sizes Δ are drawn from (S4D-Lin, nn/s4.h).
+#define AG_GPT_S4_OPTIONS(X, of) \
+  X(Model,   int64_t,           s4_state,   64,                    2,   1 << 12,   "s4: state size N per channel, N/2 complex modes (even); a decoder keeps N floats per channel", of) \
+  X(Model,   double,            s4_dt_min,  1e-3,                  0,   kNoLimit,  "s4: the smallest step size Δ at initialisation (log Δ uniform in [log min, log max]; > 0; long memory: small Δ)", of) \
+  X(Model,   double,            s4_dt_max,  1e-1,                  0,   kNoLimit,  "s4: the largest step size Δ at initialisation (>= --s4-dt-min)", of)

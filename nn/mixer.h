@@ -2,13 +2,15 @@
 // positions, X [B, T, C] -> O [B, T, C] (the MLP then works on each position
 // alone). A GPT block holds one (Block::mixer()); which one is the model's
 // `attention` option. The first three are attention functions behind the
-// projections W_Q, W_K, W_V and W_O (nn/attention.h); the LSTM is a recurrent
-// network with its own op (docs/attention.md says how it joins the option):
+// projections W_Q, W_K, W_V and W_O (nn/attention.h); the LSTM (a recurrent
+// network) and S4 (a long convolution) have ops of their own (docs/attention.md
+// says how they join the option):
 //
 //   MultiHeadSelfAttention  softmax attention (nn/attention.h)
 //   LinearSelfAttention     linear attention with a kernel feature map (nn/linear_attention.h)
 //   SsdSelfAttention        Mamba-2's selective state space (nn/ssd.h)
 //   LstmMixer               an LSTM, hidden size C (nn/lstm.h)
+//   S4Mixer                 S4D, a diagonal state space per channel as one long convolution (nn/s4.h)
 //
 // Adding one: README, "How to add a mixer".
 #pragma once
@@ -27,7 +29,8 @@ namespace ag::nn {
 // Q [B, T, H, d_h] and K, V [B, T, H_kv, d_h] before any rotation by rope, and
 // for ssd each position's decay a_t = exp(−exp(a_log)·Δ_t) [B, T, H] (how much
 // of its state a head keeps per step; undefined for the others). The LSTM's
-// record is empty: it forms no weights and has no q, k, v.
+// and S4's records are empty: neither forms weights from its input nor has
+// q, k, v (S4's weights over positions are its kernel: S4Mixer::kernel).
 struct MixerRecord {
   Tensor weights, queries, keys, values, decays;
 };

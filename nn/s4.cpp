@@ -14,9 +14,14 @@ S4Mixer::S4Mixer(const Config& config, Generator* gen) : Mixer("S4Mixer"), confi
   p_.C = register_parameter("C", init.C);
   p_.D = register_parameter("D", init.D);
   w_o_ = register_module("w_o", std::make_shared<Linear>(Linear::Config{.in = config.C, .out = config.C}, gen));
+  dropout_ = register_module("dropout", std::make_shared<Dropout>(config.dropout));
 }
 
-Tensor S4Mixer::forward(const Tensor& x) { return w_o_->forward(gelu(s4d(x, p_))); }
+// Its weights over positions are the kernel (kernel()), not formed per input: the probe's record is empty.
+Tensor S4Mixer::forward(const Tensor& x) {
+  if (probe()) probe()(MixerRecord{});
+  return dropout_->forward(w_o_->forward(gelu(s4d(x, p_))));
+}
 
 // The recurrent form from the cache's state: the same rows forward() gives for these positions
 // after the cached ones (tests/test_s4.cpp).
@@ -24,7 +29,8 @@ Tensor S4Mixer::forward_cached(const Tensor& x, LayerKVCache& cache) {
   NoGradGuard no_grad;
   const Tensor y = s4d_recurrent(x, p_, cache.state);
   cache.length += x.size(1);
-  return w_o_->forward(gelu(y));
+  if (probe()) probe()(MixerRecord{});
+  return dropout_->forward(w_o_->forward(gelu(y)));
 }
 
 bool S4Mixer::keeps_own_init(std::string_view name) const { return !name.starts_with("w_o."); }

@@ -3,16 +3,26 @@
 // recurrence at T ∈ {1, 2, 255, 256, 1000}, forward and backward; decoding one position at a
 // time from the state; PyTorch's float64 numbers (tests/golden/s4d.safetensors, written by
 // scripts/make_golden_s4.py with complex autograd); the errors; nn::S4Mixer (gradients, decoding
-// from its cache); and CPU against CUDA.
+// from its cache); CPU against CUDA; and S4 as the model's `--attention s4` (AttentionFunction::S4):
+// a GPT decoding from its cache, its options' checks, its checkpoints, char_lm and the lab.
 #include <cmath>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/autograd.h"
 #include "core/gradcheck.h"
 #include "core/ops.h"
 #include "core/safetensors.h"
+#include "examples/common/checkpoint.h"
+#include "examples/common/sample.h"
+#include "examples/common/train.h"
+#include "examples/lab/cell.h"
+#include "examples/lab/grid.h"
+#include "nn/gpt.h"
 #include "nn/s4.h"
+#include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ag;
@@ -61,6 +71,13 @@ Direct direct_convolution(const Tensor& u, const Tensor& K, const Tensor& dY) {
         }
   return {Tensor::from_vector(y, u.shape(), DType::Float64), Tensor::from_vector(du, u.shape(), DType::Float64),
           Tensor::from_vector(dk, K.shape(), DType::Float64)};
+}
+
+nn::GPTConfig s4_model() {
+  nn::GPTConfig config = test::gpt_sizes(11, 20, 2, 2, 16);
+  config.attention = AttentionFunction::S4;
+  config.s4_state = 8;
+  return config;
 }
 
 }  // namespace
@@ -217,4 +234,186 @@ TEST_CASE_EVERY_DEVICE("s4d: the layer and the recurrence, CPU against the devic
   const Tensor gpu = s4d_recurrent(on_device[0], from_inputs(on_device, 1), device_state);
   CHECK_CLOSE(gpu.to(Device::CPU), cpu, 1e-12);
   CHECK_CLOSE(device_state.to(Device::CPU), cpu_state, 1e-12);
+}
+
+TEST_CASE("s4: a GPT generating token by token from the modes' state in its KV cache gives the full forward's logits") {
+  Generator gen(1);
+  nn::GPT model(s4_model(), gen);
+  model.to(DType::Float64);
+  NoGradGuard no_grad;
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < 20; ++t) ids.push_back((t * 7 + 3) % 11);
+  const Tensor whole = model.forward(Tensor::from_indices(ids, {1, 20}));  // [1, 20, V]
+  nn::KVCache cache = model.make_kv_cache(1);
+  const Tensor prompt = model.forward_cached(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), cache);
+  const int64_t state_bytes = cache.bytes();
+  CHECK(state_bytes == 2 * (16 * 8 * 8));  // two layers of the state [1, C, N/2, 2] in float64
+  CHECK(cache.bytes_per_token() == 0);
+  std::vector<Tensor> steps = {prompt};
+  for (int64_t t = 5; t < 20; ++t) {
+    steps.push_back(model.forward_cached(Tensor::from_indices({ids[t]}, {1, 1}), cache));
+    CHECK_CLOSE(steps.back(), slice(whole, 1, t, t + 1), 1e-12);  // every step
+  }
+  CHECK(cache.length() == 20);
+  CHECK(cache.bytes() == state_bytes);
+  CHECK_CLOSE(concat(steps, 1), whole, 1e-12);
+  cache.clear();
+  CHECK_CLOSE(model.forward_cached(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), cache), prompt, 1e-12);
+}
+
+TEST_CASE("s4: the GPT's parameters — S4D's keep S4D-Lin's init, W_O takes the GPT's — and the lab's state, C·N per layer") {
+  Generator gen(2);
+  nn::GPT model(s4_model(), gen);
+  std::map<std::string, Tensor> p;
+  for (const NamedTensor& t : model.named_parameters()) p[t.name] = t.tensor;
+  CHECK(p.at("blocks.1.attn.log_A_re").shape() == Shape{16, 4});
+  CHECK(p.at("blocks.1.attn.B").shape() == Shape{16, 4, 2});
+  CHECK(p.at("blocks.0.attn.A_im").to_vector()[3] == doctest::Approx(3 * M_PI));  // A_n = −½ + iπn, kept
+  CHECK(!p.count("blocks.0.attn.w_q.weight"));
+
+  nn::GPTConfig config = test::gpt_sizes(64, 256, 2, 2, 64);
+  lab::apply_mixer("s4:s4-state=16", config);
+  CHECK(config.attention == AttentionFunction::S4);
+  CHECK(lab::state_floats(config) == config.n_layer * 16 * config.n_embd);
+  config.block_size = 1024;
+  CHECK(lab::state_floats(config) == config.n_layer * 16 * config.n_embd);
+  CHECK(nn::training_step_flops(config, 2, 256) > 0);
+}
+
+TEST_CASE("s4: bad options and a checkpoint missing an S4 tensor are clear errors naming the option or the tensor") {
+  Generator gen(1);
+  const auto build_error = [&](const nn::GPTConfig& c) { return ag::test::error_of([&] { nn::GPT model(c, gen); }); };
+  nn::GPTConfig bad = s4_model();
+  bad.s4_state = 7;
+  CHECK(build_error(bad).find("--s4-state 7 is odd") != std::string::npos);
+  bad = s4_model();
+  bad.s4_state = 0;
+  CHECK(build_error(bad).find("--s4-state must be in [2, 4096], got 0") != std::string::npos);
+  bad = s4_model();
+  bad.s4_dt_min = 0.2;
+  bad.s4_dt_max = 0.1;
+  CHECK(build_error(bad).find("--s4-dt-min 0.2 is above --s4-dt-max 0.1") != std::string::npos);
+  bad = s4_model();
+  bad.s4_dt_min = 0;
+  CHECK(build_error(bad).find("--s4-dt-min 0 must be > 0") != std::string::npos);
+  bad = s4_model();
+  bad.position = PositionEncoding::Rope;
+  CHECK(build_error(bad).find("--attention s4 has none") != std::string::npos);
+  bad = s4_model();
+  bad.position = PositionEncoding::Alibi;
+  CHECK(build_error(bad).find("alibi") != std::string::npos);
+  bad = s4_model();
+  bad.attn_window = 4;
+  CHECK(build_error(bad).find("is an option of softmax attention") != std::string::npos);
+  nn::GPTConfig softmax = test::gpt_sizes(11, 20, 2, 2, 16);
+  softmax.s4_state = 16;
+  CHECK(build_error(softmax).find("--s4-state 16 is an option of s4 attention") != std::string::npos);
+
+  const ag::test::TempDir dir("s4_checkpoints");
+  nn::GPT model(s4_model(), gen);
+  const std::string good = dir.file("good.safetensors");
+  char_lm::save_model(good, model, text::Tokenizer::from_text("abcdefghijk"), 0);
+  const SafetensorsFile file = load_safetensors(good);
+  CHECK(file.metadata.at("attention") == "s4");
+  CHECK(file.metadata.at("s4_state") == "8");
+  CHECK(char_lm::load_model(good).model->config().s4_state == 8);
+  nn::GPT softmax_model(test::gpt_sizes(11, 20, 2, 2, 16), gen);  // other models' files keep their keys of before s4
+  char_lm::save_model(dir.file("softmax.safetensors"), softmax_model, text::Tokenizer::from_text("abcdefghijk"), 0);
+  CHECK(!load_safetensors(dir.file("softmax.safetensors")).metadata.count("s4_state"));
+  CHECK(load_safetensors(dir.file("softmax.safetensors")).metadata.count("ssd_conv"));
+  for (const std::string missing : {"blocks.1.attn.B", "blocks.0.attn.log_dt", "blocks.0.attn.w_o.weight"}) {
+    std::vector<NamedTensor> tensors;
+    for (const NamedTensor& t : file.tensors)
+      if (t.name != missing) tensors.push_back(t);
+    const std::string path = dir.file("edited.safetensors");
+    save_safetensors(path, tensors, file.metadata);
+    const std::string message = "has no tensor '" + missing + "'";
+    CHECK_THROWS_WITH_AS(char_lm::load_model(path), doctest::Contains(message.c_str()), Error);
+  }
+  Metadata other_state = file.metadata;
+  other_state["s4_state"] = "16";  // the tensors' N is 8
+  save_safetensors(dir.file("state.safetensors"), file.tensors, other_state);
+  CHECK_THROWS_WITH_AS(char_lm::load_model(dir.file("state.safetensors")),
+                       doctest::Contains("'blocks.0.attn.log_A_re' is [16,4] but __metadata__ (n_embd, s4_state) says [16,8]"),
+                       Error);
+}
+
+TEST_CASE("s4: char_lm trains an s4 model, resumes it, samples the same text from the state as recomputed — grads, eval") {
+  const ag::test::TempDir dir("s4_char_lm");
+  char_lm::TrainConfig c = ag::test::tiny_run(dir.path());
+  c.model.attention = AttentionFunction::S4;
+  c.model.s4_state = 8;
+  c.run.max_iters = 4;
+  char_lm::train(c);
+  char_lm::TrainConfig resumed = c;
+  resumed.run.max_iters = 6;
+  resumed.run.resume = true;
+  CHECK(char_lm::train(resumed).batch_losses.size() == 2);
+  const std::string path = char_lm::model_path(char_lm::find_checkpoint(dir.path()));
+  const SafetensorsFile file = load_safetensors(path);
+  CHECK(file.metadata.at("attention") == "s4");
+  CHECK(file.metadata.at("iter") == "6");
+  CHECK(load_safetensors(char_lm::train_state_path(char_lm::find_checkpoint(dir.path()))).metadata.at("s4-state") == "8");
+  CHECK(file.contains("blocks.0.attn.log_A_re"));
+  char_lm::LoadedModel loaded = char_lm::load_model(path);
+  char_lm::SampleOptions greedy;
+  greedy.top_k = 1;
+  greedy.tokens = 15;
+  const std::string recurrent = char_lm::generate(*loaded.model, loaded.tokenizer, "", greedy);
+  greedy.no_kv_cache = true;
+  const std::string recomputed = char_lm::generate(*loaded.model, loaded.tokenizer, "", greedy);
+  CHECK(recurrent.size() >= 15);
+  CHECK(recurrent == recomputed);
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < 9; ++t) ids.push_back(t % loaded.model->config().vocab_size);
+  save_safetensors(dir.file("batch.safetensors"),
+                   {{"idx", Tensor::from_indices({ids.begin(), ids.end() - 1}, {1, 8})},
+                    {"targets", Tensor::from_indices({ids.begin() + 1, ids.end()}, {1, 8})}},
+                   {});
+  int status = 0;
+  std::string output;
+  for (const std::string& command : {"sample --ckpt '" + dir.path() + "' --tokens 10 --prompt 'the'",
+                                    "grads --weights '" + path + "' --batch '" + dir.file("batch.safetensors") +
+                                        "' --out '" + dir.file("grads.safetensors") + "'",
+                                    "eval --ckpt '" + dir.path() + "' --eval-iters 1",
+                                    "train --attention s4 --s4-state 4 --n-layer 1 --n-embd 16 --block-size 8 --batch-size 2 "
+                                    "--max-iters 2 --eval-interval 1 --eval-iters 1 --sample-tokens 0 --data '" +
+                                        c.run.data + "' --out '" + dir.file("cli") + "'"}) {
+    std::tie(status, output) = ag::test::run_char_lm(command);
+    INFO(command);
+    INFO(output);
+    CHECK(status == 0);
+  }
+  {  // the report draws each layer's kernel where a softmax model's attention maps are
+    std::tie(status, output) = ag::test::run_char_lm(
+        "report --ckpt '" + dir.path() + "' --prompt 'the king' --data '" + c.run.data +
+        "' --eval-iters 1 --batch-size 2 --steps 4 --tokens 10 --prompts 1 --positions 2 --out '" + dir.file("report.html") + "'");
+    INFO(output);
+    REQUIRE(status == 0);
+    const std::string html = ag::test::read_file(dir.file("report.html"));
+    REQUIRE(html.find("<section id=\"s4-kernels\">") != std::string::npos);
+    const std::string kernels = html.substr(html.find("<section id=\"s4-kernels\">"));
+    CHECK(kernels.find("layer 0: A_ij = K_{i−j} of its 4 strongest channels") != std::string::npos);
+    CHECK(kernels.find("layer 0: the same channels&apos; K_ℓ against the lag ℓ") != std::string::npos);
+    CHECK(html.find("<section id=\"rollout\">") == std::string::npos);
+    CHECK(html.find("--attention s4 has no heads") != std::string::npos);
+    const std::string first = kernels.substr(0, kernels.find("</svg>"));  // layer 0's matrices: 4 panels of 8×8
+    size_t cells = 0, masked = 0;
+    for (size_t at = 0; (at = first.find("class=\"cell\"", at)) != std::string::npos; ++at) ++cells;
+    for (size_t at = 0; (at = first.find("class=\"masked\"", at)) != std::string::npos; ++at) ++masked;
+    CHECK(cells == 4 * 8 * 9 / 2);
+    CHECK(masked == 4 * 8 * 7 / 2);
+  }
+  std::tie(status, output) = ag::test::run_char_lm("train --attention s4 --s4-state 5 --data '" + c.run.data +
+                                                      "' --out '" + dir.file("odd") + "'");
+  CHECK(status != 0);
+  CHECK(output.find("--s4-state 5 is odd") != std::string::npos);
+  const SafetensorsFile grads = load_safetensors(dir.file("grads.safetensors"));
+  for (const char* name : {"blocks.0.attn.log_dt", "blocks.0.attn.log_A_re", "blocks.0.attn.B", "blocks.0.attn.C",
+                           "blocks.0.attn.w_o.weight"}) {
+    CAPTURE(name);
+    REQUIRE(grads.contains(name));
+    CHECK(std::isfinite(sum(grads.at(name) * grads.at(name)).item()));
+    CHECK(sum(grads.at(name) * grads.at(name)).item() > 0);
+  }
 }

@@ -400,6 +400,21 @@ constexpr AttentionFunctionEntry kAttentionFunctions[] = {
      .forward_flops = [](FeatureMap, int64_t, int64_t B, int64_t H, int64_t T, int64_t d) {
        return 2 * 2 * B * T * (H * d) * 4 * (H * d);
      }},
+    // Not an attention function: its own op, s4d(); its weights over positions are one kernel K
+    // per channel, A_ij = K_{i−j}, the same for every input (docs/backprop.md §33).
+    {.function = AttentionFunction::S4,
+     .traits = {.has_scores = false,
+                .weights = "the kernel K each channel convolves with, A_ij = K_{i−j}, the same for every input",
+                .weights_sum_to_one = false,
+                .cache_holds = "the modes' state in the KV cache"},
+     // C = H·d: W_O's GEMM ([C]·[C, C] per position) and, per channel of each sequence, the FFT
+     // convolution: two real transforms of 2T points and their inverse, 5·n·log2(n) each (K's own
+     // transform and its generation, C·N/2·T complex products, are once per step and left out)
+     .forward_flops = [](FeatureMap, int64_t, int64_t B, int64_t H, int64_t T, int64_t d) {
+       int64_t log2_n = 0;
+       while ((int64_t{1} << log2_n) < 2 * T) ++log2_n;
+       return 2 * B * T * (H * d) * (H * d) + B * (H * d) * 2 * 5 * (int64_t{1} << log2_n) * log2_n;
+     }},
 };
 
 // The visitor of attention(): one lambda per alternative of AttentionParams.

@@ -138,8 +138,27 @@ std::string sample_section(Inspected& in, const std::vector<int64_t>& ids, const
   return html;
 }
 
+// What a mixer with its own op shows in place of attention maps: S4's kernels (its weights over
+// positions, fixed by training, not by the input); an LSTM forms none.
+std::string own_mixer_section(nn::GPT& model, const std::vector<std::string>& chars) {
+  const AttentionFunction function = model.config().attention;
+  if (function != AttentionFunction::S4)
+    return "<section id=\"attention\"><h2>Attention maps</h2>\n<p>None: --attention " + std::string(name_of(function)) +
+           " forms no weights over positions (" + attention_function_traits(function).weights + ").</p></section>\n";
+  std::string html =
+      "<section id=\"s4-kernels\"><h2>What S4 attends to: its kernels</h2>\n<p>Each channel c of an s4 layer is one "
+      "causal convolution and a skip, y_i = Σ_{j≤i} K_{i−j} u_j + D u_i: the convolution's matrix A_ij = K_{i−j} is "
+      "Toeplitz (constant along each diagonal) and the same for every input, where softmax's A is formed anew from each "
+      "prompt's q and k (docs/backprop.md §33). GELU and W_O then mix the channels. Per layer, the 4 channels with the "
+      "most weight over the prompt's lags, as |A| over the prompt (D named above each, not drawn); then their K_ℓ, "
+      "signed, over the whole context.</p>\n";
+  for (const std::string& svg : interp::s4_kernel_svgs(model, chars)) html += "<div>" + svg + "</div>\n";
+  return html + "</section>\n";
+}
+
 // Each layer's attention maps, and their rollout through the layers.
 std::string attention_sections(nn::GPT& model, const std::vector<int64_t>& ids, const std::vector<std::string>& chars) {
+  if (model.config().attention >= kFirstOwnMixer) return own_mixer_section(model, chars);
   std::string html;
   std::vector<std::vector<double>> mean_decays;
   const std::vector<Tensor> maps = interp::attention_maps(model, ids, &mean_decays);
@@ -233,7 +252,11 @@ int run_report(const ReportOptions& o) {
   else
     html += faithfulness_section(o, in);
 
-  html += heads_sections(in, o);
+  if (model.config().attention >= kFirstOwnMixer)  // one mixer per layer, no heads to weigh or switch off
+    html += "<section id=\"heads\"><h2>Head importance</h2>\n<p>None: --attention " +
+            std::string(name_of(model.config().attention)) + " has no heads.</p></section>\n</body></html>\n";
+  else
+    html += heads_sections(in, o);
   replace_file(o.out, html);
   std::printf("%s\n", o.out.c_str());
   return 0;

@@ -81,6 +81,15 @@ void check_sizes_against_tensors(const SafetensorsFile& file, const nn::GPTConfi
       for (const char* bias : {"bias_ih", "bias_hh"}) expect(block + ".attn." + bias, {4 * c.n_embd}, "n_embd, attention");
       continue;
     }
+    if (c.attention == AttentionFunction::S4) {  // S4D's parameters per channel and W_O (nn/s4.h)
+      const std::string attn = block + ".attn.";
+      for (const char* per_channel : {"log_dt", "D"}) expect(attn + per_channel, {c.n_embd}, "n_embd, attention");
+      for (const char* per_mode : {"log_A_re", "A_im"}) expect(attn + per_mode, {c.n_embd, c.s4_state / 2}, "n_embd, s4_state");
+      for (const char* complex : {"B", "C"}) expect(attn + complex, {c.n_embd, c.s4_state / 2, 2}, "n_embd, s4_state");
+      expect(attn + "w_o.weight", {c.n_embd, c.n_embd}, "n_embd");
+      expect(attn + "w_o.bias", {c.n_embd}, "n_embd");
+      continue;
+    }
     expect(block + ".attn.w_k.weight", {c.n_embd, kv_width}, "n_embd, n_head, n_kv_head");
     expect(block + ".attn.w_v.weight", {c.n_embd, kv_width}, "n_embd, n_head, n_kv_head");
     if (!c.applies("ssd_conv")) continue;
@@ -102,7 +111,7 @@ std::string train_state_path(const std::string& dir) { return dir + "/train_stat
 
 void save_model(const std::string& path, const nn::GPT& model, const text::Tokenizer& tokenizer, int64_t iter) {
   Metadata metadata;
-  write_options(model.config(), metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake);
+  nn::write_model_options(model.config(), metadata, {OptionKind::Model, OptionKind::Derived}, KeyStyle::Snake);
   if (model.config().head_mask.empty()) metadata.erase("head_mask");  // every head on: files as before pruning existed
   metadata.merge(tokenizer.to_metadata());
   if (iter >= 0) metadata["iter"] = std::to_string(iter);
@@ -217,7 +226,10 @@ void save_train_state(const std::string& path, const TrainState& state, const Tr
   for (const NamedTensor& t : optimizer.state()) tensors.push_back({"optim." + t.name, t.tensor});
   Metadata options;
   TrainConfig::for_each_table(config, [&](const auto& table) {
-    write_options(table, options, {OptionKind::Model, OptionKind::Run, OptionKind::Setting}, KeyStyle::Dashed);
+    if constexpr (std::is_same_v<std::decay_t<decltype(table)>, nn::GPTConfig>)
+      nn::write_model_options(table, options, {OptionKind::Model, OptionKind::Run, OptionKind::Setting}, KeyStyle::Dashed);
+    else
+      write_options(table, options, {OptionKind::Model, OptionKind::Run, OptionKind::Setting}, KeyStyle::Dashed);
   });
   save_safetensors(path, tensors, options);
 }

@@ -5,9 +5,11 @@
 #include <cstdio>
 
 #include "core/attention_math.h"
+#include "core/autograd.h"
 #include "core/ops.h"
 #include "examples/common/format.h"
 #include "examples/interp/svg.h"
+#include "nn/s4.h"
 
 namespace ag::interp {
 
@@ -80,6 +82,68 @@ std::vector<Tensor> routable(const std::vector<Tensor>& maps, const nn::GPTConfi
 }
 Tensor rollout_of(const std::vector<Tensor>& maps, const nn::GPTConfig& config) {
   return interp::attention_rollout(routable(maps, config), config.head_gates());
+}
+
+namespace {
+constexpr int64_t kS4Channels = 4;  // the channels drawn per layer
+
+// The kS4Channels channels of K [C, T] with the largest Σ_ℓ |K_ℓ| over the first `lags` lags, largest first.
+std::vector<int64_t> strongest_channels(const std::vector<double>& K, int64_t C, int64_t T, int64_t lags) {
+  std::vector<std::pair<double, int64_t>> mass;
+  for (int64_t c = 0; c < C; ++c) {
+    double total = 0;
+    for (int64_t l = 0; l < lags; ++l) total += std::fabs(K[c * T + l]);
+    mass.emplace_back(-total, c);
+  }
+  std::sort(mass.begin(), mass.end());
+  std::vector<int64_t> channels;
+  for (int64_t i = 0; i < std::min(kS4Channels, C); ++i) channels.push_back(mass[i].second);
+  return channels;
+}
+}  // namespace
+
+// The kernel is generated for block_size positions (a prompt longer than that is drawn to it):
+// the prompt's T×T matrix reads its first T lags, the chart all of them.
+std::vector<std::string> s4_kernel_svgs(nn::GPT& model, const std::vector<std::string>& labels) {
+  NoGradGuard no_grad;
+  const int64_t context = model.config().block_size, C = model.config().n_embd;
+  const int64_t T = std::min<int64_t>(static_cast<int64_t>(labels.size()), context);
+  const std::vector<std::string> shown(labels.begin(), labels.begin() + T);
+  std::vector<std::string> svgs;
+  for (int64_t l = 0; l < model.config().n_layer; ++l) {
+    const auto* mixer = dynamic_cast<const nn::S4Mixer*>(&model.block(l).attn());
+    AG_CHECK(mixer, "layer " << l << " is not an s4 mixer (--attention " << name_of(model.config().attention) << ")");
+    const std::vector<double> K = mixer->kernel(context).to_vector();  // [C, block_size]
+    const std::vector<double> D = mixer->s4d_parameters().D.to_vector();
+    const std::vector<int64_t> channels = strongest_channels(K, C, context, T);
+    std::vector<interp::Heatmap> panels;
+    double largest = 1e-300;
+    for (const int64_t c : channels) {
+      std::vector<double> a(T * T, 0.0);
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j <= i; ++j) a[i * T + j] = std::fabs(K[c * context + i - j]);
+      largest = std::max(largest, *std::max_element(a.begin(), a.end()));
+      panels.push_back({"channel " + std::to_string(c) + " (skip D = " + fixed(D[c], "%+.3f") + ", not drawn)", a, 0});
+    }
+    for (interp::Heatmap& p : panels) p.full_scale = largest;
+    svgs.push_back(interp::heatmap_grid_svg(
+        "layer " + std::to_string(l) + ": A_ij = K_{i−j} of its " + std::to_string(channels.size()) +
+            " strongest channels, the same for every input, as |A| (dark blue: " + fixed(largest, "%.3g") +
+            "; row: output position, column: input position; hatched: the future)",
+        panels, shown, causal_visible, kReportColumn, "s4kernel" + std::to_string(l)));
+    std::vector<interp::Series> lines;
+    for (size_t n = 0; n < channels.size(); ++n) {
+      interp::Series s{"channel " + std::to_string(channels[n]), kPalette[n], {}, {}, false};
+      for (int64_t lag = 0; lag < context; ++lag)
+        s.x.push_back(static_cast<double>(lag)), s.y.push_back(K[channels[n] * context + lag]);
+      lines.push_back(std::move(s));
+    }
+    svgs.push_back(interp::line_chart_svg({.title = "layer " + std::to_string(l) + ": the same channels' K_ℓ against the lag ℓ "
+                                                    "over the whole context (block_size " + std::to_string(context) + ")",
+                                           .x_label = "lag ℓ = i − j (positions back)", .left_label = "K_ℓ",
+                                           .right_label = "", .left = lines, .right = {}}));
+  }
+  return svgs;
 }
 
 // An ssd model's decays: per layer and head the mean a over the prompt, and the positions it takes

@@ -26,6 +26,11 @@ std::vector<std::string> layer_svgs(const std::vector<Tensor>& maps, const std::
 // The maps as distributions over the keys, for rollout and flow.
 std::vector<Tensor> routable(const std::vector<Tensor>& maps, const nn::GPTConfig& config);
 Tensor rollout_of(const std::vector<Tensor>& maps, const nn::GPTConfig& config);  // [T, T]
+// An s4 model's weights over positions, which no input changes (nn/s4.h): per layer, its
+// strongest channels' convolutions as matrices A_ij = K_{i−j} over the prompt (`labels`, as
+// |A|, in the attention maps' style; the skip D·u is named, not drawn: it would outshine K), then the same channels' K_ℓ against the lag ℓ over the
+// whole context (block_size). Two SVGs per layer.
+std::vector<std::string> s4_kernel_svgs(nn::GPT& model, const std::vector<std::string>& labels);
 // An ssd model's mean decays (per layer and head) as an HTML table.
 std::string decay_table(const std::vector<std::vector<double>>& mean_decays);
 // R [T, T] (rollout or flow) as an SVG.

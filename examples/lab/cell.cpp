@@ -173,7 +173,7 @@ CellResult run_cell(const Cell& cell, const RunSettings& settings, const TextDat
   Row& row = out.row;
   row["task"] = name_of(cell.task.task);
   row["mixer"] = cell.mixer;
-  for (const char* option : {"block_size", "n_embd", "n_head", "n_layer"}) row[option] = get_option(cell, option);
+  for (const char* option : {"block_size", "n_embd", "n_head", "n_layer", "seed"}) row[option] = get_option(cell, option);
   row["n_kv_head"] = std::to_string(cell.model.kv_heads());
   switch (cell.task.task) {
     case Task::Mqar: row["pairs"] = get_option(cell, "pairs"), row["vocab"] = get_option(cell, "vocab"); break;

@@ -6,7 +6,7 @@
 // learning-rate sweep: the cell keeps the rate whose held-out score is best.
 //
 // A mixer is an attention function and its options, as one word:
-//   softmax | linear | ssd  [ :option=value | :value ]...
+//   softmax | linear | ssd | lstm | s4  [ :option=value | :value ]...
 // where an option is any model option (dashed or snake, e.g. attn-window,
 // n-kv-head, position, n-features) or its short name below (window=16,
 // gqa=1), and a bare value sets the model option it names (elu1, favor: the

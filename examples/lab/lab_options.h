@@ -36,8 +36,8 @@
 //  kind   type         name           default  min  max               help
 #define AG_LAB_OPTIONS(X) \
   AG_DEVICE_OPTION(X) \
-  X(Local, std::string, preset,        "",      0,   0,                "a ready grid: quick (a handful of cells, minutes), recall (Zoology's MQAR grid) or heads (1 to 8 heads and GQA); options given as well replace the preset's") \
-  X(Local, std::string, mixers,        "softmax", 0, 0,                "attention functions with options, comma-separated: softmax, softmax:window=16, softmax:gqa=1, softmax:position=alibi, linear:elu1, linear:favor, ssd (any model option as :name=value)") \
+  X(Local, std::string, preset,        "",      0,   0,                "a ready grid: quick (a handful of cells, minutes), recall (Zoology's MQAR grid), heads (1 to 8 heads and GQA) or memory (attention against the recurrent mixers on MQAR and copying); options given as well replace the preset's") \
+  X(Local, std::string, mixers,        "softmax", 0, 0,                "attention functions with options, comma-separated: softmax, softmax:window=16, softmax:gqa=1, softmax:position=alibi, linear:elu1, linear:favor, ssd, s4, s4:s4-state=16, lstm (any model option as :name=value)") \
   X(Local, std::string, zip,           "",      0,   0,                "options whose lists go together item by item instead of spanning the grid, comma-separated (--block-size 64,128 --pairs 4,8 --zip block-size,pairs: two cells, not four)") \
   X(Local, std::string, out,           "lab",   0,   0,                "directory of results.csv, the plots and lab_report.html (finished cells are kept: run again to resume)") \
   X(Local, int64_t,     eval_interval, 100,     1,   int64_t{1} << 40, "score the held-out examples every N iterations (the progress line and the curves)") \

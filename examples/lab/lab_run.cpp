@@ -12,6 +12,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "dist/communicator.h"
 #include "examples/common/files.h"
@@ -56,7 +57,24 @@ Preset preset(const std::string& name) {
                        {"max_iters", "5000"}, {"warmup", "0.2"}, {"eval_examples", "1000"}}},
             .lab_options = {{"mixers", "softmax,softmax:gqa=1"}, {"lr", "0.003"}, {"eval_interval", "500"},
                             {"jobs", "2"}, {"threads", "1"}}};
-  throw Error("--preset '" + name + "' is not one of quick, recall, heads");
+  if (name == "memory") {
+    // The seeds' question, "where is the memory": attention keeps every key and value, the recurrent
+    // mixers a state of fixed size. Each at about 120k parameters (docs/lab.md, "The memory preset"):
+    // width 64 but the LSTM's 56 (8C² per layer where attention's projections have 4C²); two
+    // lengths of MQAR and of selective copying, two seeds, on a budget of minutes on one core.
+    Preset p{.grids = {}, .lab_options = {{"mixers", "softmax,softmax:window=8,linear:elu1,ssd,s4,lstm:n-embd=56"},
+                                          {"lr", "0.003"}, {"eval_interval", "250"}, {"jobs", "1"}, {"threads", "1"}}};
+    const std::vector<std::pair<std::string, std::string>> shared = {
+        {"n_embd", "64"}, {"n_layer", "2"}, {"n_head", "2"}, {"batch_size", "32"}, {"seed", "1337,1338"},
+        {"max_iters", "1000"}, {"warmup", "0.3"}, {"eval_examples", "500"}};
+    for (const auto& [T, pairs, copied] : {std::tuple{"32", "2", "4"}, {"64", "4", "8"}}) {
+      p.grids.push_back({{"task", "mqar"}, {"block_size", T}, {"pairs", pairs}, {"vocab", "128"}});
+      p.grids.push_back({{"task", "copy"}, {"block_size", T}, {"copy_tokens", copied}, {"vocab", "16"}});
+    }
+    for (auto& grid : p.grids) grid.insert(grid.end(), shared.begin(), shared.end());
+    return p;
+  }
+  throw Error("--preset '" + name + "' is not one of quick, recall, heads, memory");
 }
 
 std::vector<Cell> lab_cells(const LabSpec& spec) {

@@ -12,8 +12,9 @@
 namespace ag::lab {
 
 namespace {
-const char* const kColours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                                "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+// Ten strong colours, then four lighter ones: a task's six mixers on two tasks (the memory preset) get twelve of their own.
+const char* const kColours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                                "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896"};
 
 double number(const Row& row, const std::string& column) {
   const auto found = row.find(column);
