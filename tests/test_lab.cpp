@@ -473,3 +473,19 @@ TEST_CASE("lab: the memory preset — six mixers on MQAR and copying, two length
   CHECK(seeds.size() == 2);
   CHECK_THROWS_WITH_AS(lab::preset("memroy"), doctest::Contains("quick, recall, heads, memory"), Error);
 }
+
+TEST_CASE("lab: a cell's id is its options that differ from the defaults — an option set to its default changes no id") {
+  Cell cell;
+  cell.lrs = {3e-3};
+  const std::string id = cell.id();
+  Cell same = cell;
+  REQUIRE(set_option(same, "precision", "fp32"));  // options added to a table later are at their default in older labs
+  REQUIRE(set_option(same, "s4_state", "64"));
+  CHECK(same.id() == id);
+  Cell other = cell;
+  REQUIRE(set_option(other, "n_embd", "96"));
+  CHECK(other.id() != id);
+  Cell swept = cell;
+  swept.lrs = {1e-3};
+  CHECK(swept.id() != id);
+}

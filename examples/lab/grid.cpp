@@ -129,11 +129,19 @@ std::string Cell::label() const {
   return text;
 }
 
+// The options that differ from their table's defaults make the id: an option added to
+// a table later, at its default, leaves every cell's id (and a lab's finished cells) as it was.
 std::string Cell::id() const {
   std::string options = mixer;
   for_each_table(*this, [&](const auto& table) {
-    std::decay_t<decltype(table)>::for_each_option(table, [&](const auto& value, const OptionInfo& info) {
-      options += "\n" + std::string(info.name) + "=" + option_to_string(value);
+    using Table = std::decay_t<decltype(table)>;
+    const Table fresh{};
+    std::vector<std::string> defaults;
+    Table::for_each_option(fresh, [&](const auto& value, const OptionInfo&) { defaults.push_back(option_to_string(value)); });
+    size_t at = 0;
+    Table::for_each_option(table, [&](const auto& value, const OptionInfo& info) {
+      const std::string text = option_to_string(value);
+      if (text != defaults[at++]) options += "\n" + std::string(info.name) + "=" + text;
     });
   });
   for (const double lr : lrs) options += "\nlr sweep " + option_to_string(lr);

@@ -47,7 +47,8 @@ struct Cell {
   }
   // "mqar softmax:window=16 block-size=128 pairs=8": the task, the mixer and the varying options.
   std::string label() const;
-  // A name for its files, the same for the same options: the hex fingerprint of every option and the mixer.
+  // A name for its files, the same for the same options: the hex fingerprint of the mixer, the options that
+  // differ from their tables' defaults and the lr sweep (so an option added later, at its default, changes no id).
   std::string id() const;
 };
 
