@@ -1,5 +1,6 @@
 #include "nn/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <sstream>
@@ -218,8 +219,11 @@ void add_older_files_options(Metadata& metadata, KeyStyle style) {
 void write_model_options(const GPTConfig& config, Metadata& metadata, std::initializer_list<OptionKind> kinds,
                          KeyStyle style) {
   write_options(config, metadata, kinds, style);
+  const auto in_every_file = [](std::string_view part) {
+    return std::find(std::begin(kFunctionsInEveryFile), std::end(kFunctionsInEveryFile), part) != std::end(kFunctionsInEveryFile);
+  };
   GPTConfig::for_each_option(config, [&](const auto&, const OptionInfo& info) {
-    if (info.part && info.part == std::string_view("s4") && config.attention != AttentionFunction::S4)
+    if (info.part && !in_every_file(info.part) && info.part != std::string_view(name_of(config.attention)))
       metadata.erase(option_key(info, style));
   });
 }

@@ -79,10 +79,10 @@ struct GPTConfig {
 // older builds accepted and ignored) to their defaults, so such a file loads.
 void add_older_files_options(Metadata& metadata, KeyStyle style);
 // Writes the model options of `config` that its files hold (write_options' Model and Derived
-// kinds, or Model alone) into `metadata` in `style`: all of them, but that the options of s4 (a
-// function newer than the files tests/test_before46.cpp keeps) are written only for an s4 model,
-// so that every other model's files hold the keys they held before s4. Read back, an absent key is
-// its default, which check() demands of another function's option anyway.
+// kinds, or Model alone) into `metadata` in `style`: all of them, but that the options of a
+// function newer than the files' keys (not in kFunctionsInEveryFile: s4) are written only for its
+// own models, so that every other model's files hold the keys they held before it. Read back, an
+// absent key is its default, which check() demands of another function's option anyway.
 void write_model_options(const GPTConfig& config, Metadata& metadata, std::initializer_list<OptionKind> kinds,
                          KeyStyle style);
 

@@ -16,6 +16,15 @@
   AG_GPT_SSD_OPTIONS(X, "ssd") \
   AG_GPT_S4_OPTIONS(X, "s4")
 
+// The functions whose options every model's files hold, whatever its function: those
+// that existed when the files' keys were fixed (tests/test_before46.cpp keeps such
+// files). A function added since (s4, and any after it) has its options written only
+// in its own models' files, so that every other model's files keep the keys they had
+// (nn::write_model_options).
+namespace ag::nn {
+inline constexpr const char* kFunctionsInEveryFile[] = {"softmax", "linear", "ssd"};
+}  // namespace ag::nn
+
 //  kind     type               name        default                min  max        help
 #define AG_GPT_SHARED_OPTIONS(X) \
   X(Derived, int64_t,           vocab_size, 0,                     1,   1 << 24,   "vocabulary size V (from the text)") \
