@@ -18,6 +18,7 @@
 #include "nn/gpt.h"
 #include "nn/lstm.h"
 #include "tests/char_lm_helpers.h"
+#include "tests/own_mixer_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ag;
@@ -192,45 +193,13 @@ TEST_CASE("lstm: char_lm trains an lstm model — its metadata — greedy text t
   CHECK(file.metadata.at("attention") == "lstm");
   CHECK(file.contains("blocks.0.attn.weight_ih"));
   CHECK(!file.contains("blocks.0.attn.w_q.weight"));
-  char_lm::LoadedModel loaded = char_lm::load_model(path);
-  char_lm::SampleOptions greedy;
-  greedy.top_k = 1;
-  greedy.tokens = 15;
-  const std::string recurrent = char_lm::generate(*loaded.model, loaded.tokenizer, "", greedy);
-  greedy.no_kv_cache = true;
-  const std::string recomputed = char_lm::generate(*loaded.model, loaded.tokenizer, "", greedy);
-  CHECK(recurrent.size() >= 15);
-  CHECK(recurrent == recomputed);
-  std::vector<int64_t> ids;
-  for (int64_t t = 0; t < 9; ++t) ids.push_back(t % loaded.model->config().vocab_size);
-  save_safetensors(dir.file("batch.safetensors"),
-                   {{"idx", Tensor::from_indices({ids.begin(), ids.end() - 1}, {1, 8})},
-                    {"targets", Tensor::from_indices({ids.begin() + 1, ids.end()}, {1, 8})}},
-                   {});
+  ag::test::check_own_mixer_programs(dir, c.run.data, "--attention lstm",
+                                     {"blocks.0.attn.weight_ih", "blocks.0.attn.weight_hh", "blocks.0.attn.bias_ih"});
   int status = 0;
   std::string output;
-  for (const std::string& command : {"sample --ckpt '" + dir.path() + "' --tokens 10 --prompt 'the'",
-                                    "grads --weights '" + path + "' --batch '" + dir.file("batch.safetensors") +
-                                        "' --out '" + dir.file("grads.safetensors") + "'",
-                                    "eval --ckpt '" + dir.path() + "' --eval-iters 1",
-                                    "train --attention lstm --n-layer 1 --n-embd 16 --block-size 8 --batch-size 2 "
-                                    "--max-iters 2 --eval-interval 1 --eval-iters 1 --sample-tokens 0 --data '" +
-                                        c.run.data + "' --out '" + dir.file("cli") + "'"}) {
-    std::tie(status, output) = ag::test::run_char_lm(command);
-    INFO(command);
-    INFO(output);
-    CHECK(status == 0);
-  }
   // no weights over positions to draw: a clear error, not an empty map
   std::tie(status, output) =
       ag::test::run_char_lm("attention --ckpt '" + dir.path() + "' --prompt 'the' --out '" + dir.file("maps") + "'");
   CHECK(status != 0);
   CHECK(output.find("--attention lstm has no attention weights to look at") != std::string::npos);
-  const SafetensorsFile grads = load_safetensors(dir.file("grads.safetensors"));
-  for (const char* name : {"blocks.0.attn.weight_ih", "blocks.0.attn.weight_hh", "blocks.0.attn.bias_ih"}) {
-    CAPTURE(name);
-    REQUIRE(grads.contains(name));
-    CHECK(std::isfinite(sum(grads.at(name) * grads.at(name)).item()));
-    CHECK(sum(grads.at(name) * grads.at(name)).item() > 0);
-  }
 }

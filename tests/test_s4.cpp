@@ -23,6 +23,7 @@
 #include "nn/gpt.h"
 #include "nn/s4.h"
 #include "tests/char_lm_helpers.h"
+#include "tests/own_mixer_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ag;
@@ -355,35 +356,11 @@ TEST_CASE("s4: char_lm trains an s4 model, resumes it, samples the same text fro
   CHECK(file.metadata.at("iter") == "6");
   CHECK(load_safetensors(char_lm::train_state_path(char_lm::find_checkpoint(dir.path()))).metadata.at("s4-state") == "8");
   CHECK(file.contains("blocks.0.attn.log_A_re"));
-  char_lm::LoadedModel loaded = char_lm::load_model(path);
-  char_lm::SampleOptions greedy;
-  greedy.top_k = 1;
-  greedy.tokens = 15;
-  const std::string recurrent = char_lm::generate(*loaded.model, loaded.tokenizer, "", greedy);
-  greedy.no_kv_cache = true;
-  const std::string recomputed = char_lm::generate(*loaded.model, loaded.tokenizer, "", greedy);
-  CHECK(recurrent.size() >= 15);
-  CHECK(recurrent == recomputed);
-  std::vector<int64_t> ids;
-  for (int64_t t = 0; t < 9; ++t) ids.push_back(t % loaded.model->config().vocab_size);
-  save_safetensors(dir.file("batch.safetensors"),
-                   {{"idx", Tensor::from_indices({ids.begin(), ids.end() - 1}, {1, 8})},
-                    {"targets", Tensor::from_indices({ids.begin() + 1, ids.end()}, {1, 8})}},
-                   {});
+  ag::test::check_own_mixer_programs(dir, c.run.data, "--attention s4 --s4-state 4",
+                                     {"blocks.0.attn.log_dt", "blocks.0.attn.log_A_re", "blocks.0.attn.B", "blocks.0.attn.C",
+                                      "blocks.0.attn.w_o.weight"});
   int status = 0;
   std::string output;
-  for (const std::string& command : {"sample --ckpt '" + dir.path() + "' --tokens 10 --prompt 'the'",
-                                    "grads --weights '" + path + "' --batch '" + dir.file("batch.safetensors") +
-                                        "' --out '" + dir.file("grads.safetensors") + "'",
-                                    "eval --ckpt '" + dir.path() + "' --eval-iters 1",
-                                    "train --attention s4 --s4-state 4 --n-layer 1 --n-embd 16 --block-size 8 --batch-size 2 "
-                                    "--max-iters 2 --eval-interval 1 --eval-iters 1 --sample-tokens 0 --data '" +
-                                        c.run.data + "' --out '" + dir.file("cli") + "'"}) {
-    std::tie(status, output) = ag::test::run_char_lm(command);
-    INFO(command);
-    INFO(output);
-    CHECK(status == 0);
-  }
   {  // the report draws each layer's kernel where a softmax model's attention maps are
     std::tie(status, output) = ag::test::run_char_lm(
         "report --ckpt '" + dir.path() + "' --prompt 'the king' --data '" + c.run.data +
@@ -408,12 +385,4 @@ TEST_CASE("s4: char_lm trains an s4 model, resumes it, samples the same text fro
                                                       "' --out '" + dir.file("odd") + "'");
   CHECK(status != 0);
   CHECK(output.find("--s4-state 5 is odd") != std::string::npos);
-  const SafetensorsFile grads = load_safetensors(dir.file("grads.safetensors"));
-  for (const char* name : {"blocks.0.attn.log_dt", "blocks.0.attn.log_A_re", "blocks.0.attn.B", "blocks.0.attn.C",
-                           "blocks.0.attn.w_o.weight"}) {
-    CAPTURE(name);
-    REQUIRE(grads.contains(name));
-    CHECK(std::isfinite(sum(grads.at(name) * grads.at(name)).item()));
-    CHECK(sum(grads.at(name) * grads.at(name)).item() > 0);
-  }
 }
