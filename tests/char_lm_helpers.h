@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 #include <fstream>
 #include <string>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "core/random.h"
+#include "examples/common/command_line.h"
 #include "examples/common/text_data.h"
 #include "examples/common/train.h"
 #include "tests/helpers.h"
@@ -110,6 +112,24 @@ inline std::string train_arguments(const char_lm::TrainConfig& c) {
     });
   });
   return args;
+}
+
+// Parses `args` (after "char_lm train") into `config` as char_lm train does; returns the
+// options given. `help`, if given, receives the command's help text. A bad option throws
+// what the command line would print.
+inline std::set<std::string> parse_train(char_lm::TrainConfig& config, std::vector<std::string> args,
+                                         std::string* help = nullptr) {
+  cli::Program program("test", "char_lm");
+  cli::Command& command = program.add_subcommand("train", "train");
+  cli::ProcessOptions process;
+  command.bind(config.model).bind(config.optim).bind(config.run).bind(process);
+  if (help) *help = command.help();
+  args.insert(args.begin(), {"char_lm", "train"});
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  REQUIRE(program.parse(static_cast<int>(argv.size()), argv.data()) == -1);
+  command.apply();
+  return command.given_names();
 }
 
 // Runs the built char_lm with `args` (after `env`, e.g. "VAR=1 "); returns its

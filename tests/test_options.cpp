@@ -17,20 +17,7 @@ using namespace ag::char_lm;
 
 namespace {
 // Parses `args` (after the program name) for `config` as char_lm train does.
-// Returns the given options; throws what the command line would print.
-std::set<std::string> parse_train(TrainConfig& config, std::vector<std::string> args, std::string* help = nullptr) {
-  cli::Program program("test", "char_lm");
-  cli::Command& command = program.add_subcommand("train", "train");
-  cli::ProcessOptions process;
-  command.bind(config.model).bind(config.optim).bind(config.run).bind(process);
-  if (help) *help = command.help();
-  args.insert(args.begin(), {"char_lm", "train"});
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  REQUIRE(program.parse(static_cast<int>(argv.size()), argv.data()) == -1);
-  command.apply();
-  return command.given_names();
-}
+using ag::test::parse_train;
 
 // tiny_run, shorter: 4 iterations.
 TrainConfig tiny(const std::string& out) {

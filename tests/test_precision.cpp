@@ -26,20 +26,6 @@ using namespace ag::char_lm;
 namespace {
 using ag::test::contains;
 
-// Parses `args` (after "char_lm train") for `config` as char_lm train does; returns the given options.
-std::set<std::string> precision_parse(TrainConfig& config, std::vector<std::string> args) {
-  cli::Program program("test", "char_lm");
-  cli::Command& command = program.add_subcommand("train", "train");
-  cli::ProcessOptions process;
-  command.bind(config.model).bind(config.optim).bind(config.run).bind(process);
-  args.insert(args.begin(), {"char_lm", "train"});
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  REQUIRE(program.parse(static_cast<int>(argv.size()), argv.data()) == -1);
-  command.apply();
-  return command.given_names();
-}
-
 // tiny_run, two iterations.
 TrainConfig precision_run(const std::string& out) {
   TrainConfig c = ag::test::tiny_run(out);
@@ -55,7 +41,7 @@ TEST_CASE("precision: --precision is one table line — parsed, in --help, fp32 
     const std::string text = entry.second;
     CAPTURE(text);
     TrainConfig c;
-    const std::set<std::string> given = precision_parse(c, {"--precision", text});
+    const std::set<std::string> given = ag::test::parse_train(c, {"--precision", text});
     CHECK(c.optim.precision == value);
     CHECK(given.count("precision") == 1);
   }
