@@ -215,6 +215,100 @@ struct AttentionMask {
   }
 };
 
+// --- score modifiers (docs/backprop.md, "Score modifiers and their adjoints") -----------------
+// T5's bucket (Raffel et al. 2020) of the relative position r = j − p of key j from
+// the query at key position p. n = p − j counts back in time. Bidirectional: half
+// the buckets for each direction, keys after the query (n < 0) in the upper half,
+// n = |n|; else keys after the query are n = 0. Of the nb buckets left, the first
+// nb/2 hold n exactly; from there on the bucket grows with log n, reaching the last
+// one, nb − 1, at max_distance:
+//   bucket(n) = n                                                          n < nb/2
+//             = min(nb − 1, nb/2 + ⌊log(n / (nb/2)) / log(max_distance / (nb/2)) · (nb − nb/2)⌋)   else
+// Formed in float64 (T5's code forms the logarithm in float32; they agree unless a
+// value falls within a float32 rounding of an integer: tests/test_score_mods.cpp
+// compares every bucket of its cases with PyTorch's).
+AG_HOST_DEVICE inline int64_t relative_position_bucket(int64_t relative, bool bidirectional, int64_t num_buckets,
+                                                       int64_t max_distance) {
+  int64_t bucket = 0, n = -relative;
+  if (bidirectional) {
+    num_buckets /= 2;
+    if (n < 0) bucket = num_buckets, n = -n;
+  } else if (n < 0) {
+    n = 0;
+  }
+  const int64_t max_exact = num_buckets / 2;
+  if (n < max_exact) return bucket + n;
+  const int64_t large =
+      max_exact + static_cast<int64_t>(log(static_cast<double>(n) / static_cast<double>(max_exact)) /
+                                       log(static_cast<double>(max_distance) / static_cast<double>(max_exact)) *
+                                       static_cast<double>(num_buckets - max_exact));
+  return bucket + (large < num_buckets - 1 ? large : num_buckets - 1);
+}
+
+// The score modifiers as the kernels see them (ScoreMods in core/ops.h holds the
+// tensors; these are their data, in the scores' dtype T, on the scores' device).
+// With u = S + the tables' biases and S' = cap·tanh(u/cap) (S' = u without a cap),
+// the softmax is taken over S' + M and, with sinks, one more logit sink_h in each row's
+// denominator. Every implementation and both devices form S' with modify(), so the
+// forward's and the backward's S' are the same bits.
+struct ScoreModifiers {
+  double soft_cap = 0;             // > 0: S' = cap·tanh(u/cap); 0: S' = u
+  const void* sinks = nullptr;     // [Hq], or null
+  const void* relative = nullptr;  // [Hq, relative_buckets], or null
+  int64_t relative_buckets = 0, max_distance = 0;
+  bool bidirectional = true;
+  const void* indexed = nullptr;  // [Hq, indexed_entries], or null
+  int64_t indexed_entries = 0;
+  const int64_t* index = nullptr;  // [Tq, Tk], entries in [0, indexed_entries)
+  int64_t index_row = 0;           // Tk: the index's row stride
+
+  AG_HOST_DEVICE bool any() const { return soft_cap > 0 || sinks || relative || indexed; }
+  AG_HOST_DEVICE bool has_tables() const { return relative || indexed; }
+  AG_HOST_DEVICE bool changes_scores() const { return soft_cap > 0 || has_tables(); }  // S' ≠ S
+  // A table gradient's entries per head: the relative table's, then the indexed table's
+  // (dBias [.., Hq, bias_entries()] in the kernels).
+  AG_HOST_DEVICE int64_t bias_entries() const { return (relative ? relative_buckets : 0) + (indexed ? indexed_entries : 0); }
+  // The entry of the relative table (its column) that query i at position p reads for key j.
+  AG_HOST_DEVICE int64_t bucket(int64_t p, int64_t j) const {
+    return relative_position_bucket(j - p, bidirectional, relative_buckets, max_distance);
+  }
+  // u = s + rel[h, bucket(j − p)] + idx[h, index(i, j)]: S's biases for query i (at p) of head h and key j.
+  template <class T> AG_HOST_DEVICE T biased(T s, int64_t h, int64_t p, int64_t i, int64_t j) const {
+    if (relative) s += static_cast<const T*>(relative)[h * relative_buckets + bucket(p, j)];
+    if (indexed) s += static_cast<const T*>(indexed)[h * indexed_entries + index[i * index_row + j]];
+    return s;
+  }
+  template <class T> AG_HOST_DEVICE T capped(T u) const {
+    const T cap = static_cast<T>(soft_cap);
+    return soft_cap > 0 ? cap * tanh(u / cap) : u;
+  }
+  // S' from S: the biases, then the cap.
+  template <class T> AG_HOST_DEVICE T modify(T s, int64_t h, int64_t p, int64_t i, int64_t j) const {
+    return capped(biased(s, h, p, i, j));
+  }
+  // ∂S'/∂u from S' itself: 1 − tanh² = 1 − (S'/cap)² (1 without a cap).
+  template <class T> AG_HOST_DEVICE T cap_derivative(T s_mod) const {
+    if (!(soft_cap > 0)) return T(1);
+    const T t = s_mod / static_cast<T>(soft_cap);
+    return T(1) - t * t;
+  }
+  // dBias[e] += du for the entries u_ij read (dBias: one head's bias_entries() sums).
+  template <class T> AG_HOST_DEVICE void add_bias_gradient(T du, int64_t p, int64_t i, int64_t j, T* dbias) const {
+    if (relative) dbias[bucket(p, j)] += du;
+    if (indexed) dbias[(relative ? relative_buckets : 0) + index[i * index_row + j]] += du;
+  }
+  // Whether the pair (i at p, j) reads entry e of the tables' joint row (add_bias_gradient's columns).
+  AG_HOST_DEVICE bool reads(int64_t e, int64_t p, int64_t i, int64_t j) const {
+    const int64_t first_indexed = relative ? relative_buckets : 0;
+    if (e < first_indexed) return bucket(p, j) == e;
+    return indexed && index[i * index_row + j] == e - first_indexed;
+  }
+  // sink_h, or −∞ (no sink: exp(−∞) = 0 adds nothing to the denominator).
+  template <class T> AG_HOST_DEVICE T sink(int64_t h) const {
+    return sinks ? static_cast<const T*>(sinks)[h] : -std::numeric_limits<T>::infinity();
+  }
+};
+
 // Where row t of head h of batch entry b starts in an attention operand, in
 // elements; the row's d entries follow contiguously.
 //   [B, H, T, d]:  {H·T·d, T·d, d}        [B, T, H, d]:  {T·H·d, d, H·d}
@@ -233,6 +327,7 @@ struct AttentionShape {
   double scale;
   AttentionMask mask;
   HeadStrides q, kv;
+  ScoreModifiers mods = {};  // S' = mods(S) before the mask; none by default
 
   AG_HOST_DEVICE int64_t group() const { return Hq / Hkv; }  // query heads per kv head
   AG_HOST_DEVICE int64_t lse_at(int64_t b, int64_t h, int64_t i) const { return (b * Hq + h) * Tq + i; }
