@@ -7,6 +7,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 
 #include "core/random.h"  // AG_HOST_DEVICE
@@ -245,6 +246,14 @@ AG_HOST_DEVICE inline int64_t relative_position_bucket(int64_t relative, bool bi
   return bucket + (large < num_buckets - 1 ? large : num_buckets - 1);
 }
 
+// A score modifier of the user's own (ScoreMods::custom, core/ops.h): S' = value(u, h, q, k)
+// for query head h, the query at key position q (i + q_offset) and key k, with its derivative
+// ∂value/∂u, between the bias tables and the cap. Host code only: the CPU's kernels call it
+// per score in float64 (CUDA's refuse it). No learnable parameters.
+struct ScoreFunction {
+  std::function<double(double u, int64_t h, int64_t q, int64_t k)> value, derivative;
+};
+
 // The score modifiers as the kernels see them (ScoreMods in core/ops.h holds the
 // tensors; these are their data, in the scores' dtype T, on the scores' device).
 // With u = S + the tables' biases and S' = cap·tanh(u/cap) (S' = u without a cap),
@@ -261,10 +270,13 @@ struct ScoreModifiers {
   int64_t indexed_entries = 0;
   const int64_t* index = nullptr;  // [Tq, Tk], entries in [0, indexed_entries)
   int64_t index_row = 0;           // Tk: the index's row stride
+  const ScoreFunction* custom = nullptr;  // the user's own, or null; CPU only (host_modify below)
 
-  AG_HOST_DEVICE bool any() const { return soft_cap > 0 || sinks || relative || indexed; }
+  AG_HOST_DEVICE bool any() const { return changes_scores() || sinks; }
   AG_HOST_DEVICE bool has_tables() const { return relative || indexed; }
-  AG_HOST_DEVICE bool changes_scores() const { return soft_cap > 0 || has_tables(); }  // S' ≠ S
+  AG_HOST_DEVICE bool changes_scores() const { return has_chain() || has_tables(); }  // S' ≠ S
+  // ∂S'/∂u ≠ 1: the backward needs each score's chain factor (the cap's, the custom function's).
+  AG_HOST_DEVICE bool has_chain() const { return soft_cap > 0 || custom; }
   // A table gradient's entries per head: the relative table's, then the indexed table's
   // (dBias [.., Hq, bias_entries()] in the kernels).
   AG_HOST_DEVICE int64_t bias_entries() const { return (relative ? relative_buckets : 0) + (indexed ? indexed_entries : 0); }
@@ -282,9 +294,22 @@ struct ScoreModifiers {
     const T cap = static_cast<T>(soft_cap);
     return soft_cap > 0 ? cap * tanh(u / cap) : u;
   }
-  // S' from S: the biases, then the cap.
+  // S' from S: the biases, then the cap (without a custom function: host_modify has it).
   template <class T> AG_HOST_DEVICE T modify(T s, int64_t h, int64_t p, int64_t i, int64_t j) const {
     return capped(biased(s, h, p, i, j));
+  }
+  // S' from S with every modifier, the custom function too, on the host; factor (if not null)
+  // receives ∂S'/∂u = (1 − (S'/cap)²) · ∂value/∂u.
+  template <class T> T host_modify(T s, int64_t h, int64_t p, int64_t i, int64_t j, T* factor) const {
+    if (!custom) {
+      const T out = modify(s, h, p, i, j);
+      if (factor) *factor = cap_derivative(out);
+      return out;
+    }
+    const T u = biased(s, h, p, i, j);
+    const T out = capped(static_cast<T>(custom->value(static_cast<double>(u), h, p, j)));
+    if (factor) *factor = cap_derivative(out) * static_cast<T>(custom->derivative(static_cast<double>(u), h, p, j));
+    return out;
   }
   // ∂S'/∂u from S' itself: 1 − tanh² = 1 − (S'/cap)² (1 without a cap).
   template <class T> AG_HOST_DEVICE T cap_derivative(T s_mod) const {

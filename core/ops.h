@@ -280,7 +280,8 @@ struct LayerKVCache {
 // parameters whose gradients the op returns like q's, k's and v's. Per batch entry
 // b, query head h, query i at key position p = i + q_offset and key j:
 //   u_ij = S_ij + rel[h, bucket(j − p)] + idx[h, index(i, j)]   the bias tables (each optional)
-//   S'_ij = cap·tanh(u_ij / cap)                                soft_cap (else S' = u)
+//   S'_ij = cap·tanh(custom(u_ij) / cap)                        soft_cap (else S' = custom(u)),
+//                                                               custom the user's own (else the identity)
 //   A_ij = exp(S'_ij + M_ij) / (exp(sink_h) + Σ_j' exp(S'_ij' + M_ij'))   sinks (else no exp(sink_h))
 // M keeps its meaning (−∞ where hidden, ALiBi's bias where seen), after the modifiers.
 // Every implementation (composed, dense, flash) computes them, CPU and CUDA; their
@@ -307,8 +308,13 @@ struct ScoreMods {
   Tensor sinks = {};                              // [Hq]: a learned logit per head in each row's denominator
   RelativePositionBias relative = {};
   IndexedBias indexed = {};
+  // The user's own score function value(u, h, q, k) with its derivative (core/attention_math.h),
+  // after the tables and before the cap: S' = cap·tanh(value(u)/cap). No learnable parameters; CPU only.
+  ScoreFunction custom = {};
 
-  bool any() const { return soft_cap || sinks.defined() || relative.table.defined() || indexed.table.defined(); }
+  bool any() const {
+    return soft_cap || sinks.defined() || relative.table.defined() || indexed.table.defined() || custom.value;
+  }
 };
 
 // Each attention function's parameters: what it alone reads, as one type, so

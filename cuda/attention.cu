@@ -94,13 +94,20 @@ template <class T> struct ModifyScores {
     s_mod[e] = shape.mods.modify(s[e], h, i + shape.mask.q_offset, i, j);
   }
 };
-// One thread per entry: dU = dS' ∘ ∂S'/∂u, ∂S'/∂u from S' (s_mod; null without a cap: 1).
+// One thread per entry: dU = dS' ∘ ∂S'/∂u, the factor recomputed from S (null without a cap: 1).
 template <class T> struct ScoreModsChain {
   const T* ds;
-  const T* s_mod;
+  const T* s;
   T* du;
-  ScoreModifiers mods;
-  __device__ void operator()(int64_t e) const { du[e] = s_mod ? ds[e] * mods.cap_derivative(s_mod[e]) : ds[e]; }
+  AttentionShape shape;
+  __device__ void operator()(int64_t e) const {
+    if (!s) {
+      du[e] = ds[e];
+      return;
+    }
+    const int64_t i = e % shape.Tq, j = e / shape.Tq % shape.Tk, h = e / (shape.Tq * shape.Tk) % shape.Hq;
+    du[e] = ds[e] * shape.mods.cap_derivative(shape.mods.modify(s[e], h, i + shape.mask.q_offset, i, j));
+  }
 };
 // One thread per (matrix, table entry) of dBias [n, Hq, E]: the sum of dU over the matrix's
 // pairs that read the entry, keys then queries in order (the CPU's order).
@@ -331,7 +338,7 @@ __global__ void flash_forward_kernel(const T* Q, const T* K, const T* V, Attenti
 // reads D and recomputes P and dP with the same arithmetic, so the same bits.
 
 // The cap's chain factor ∂S'/∂u [tile][tile] of the backward's kernels, under a soft cap only.
-int64_t factor_floats(int tile, const AttentionShape& shape) { return shape.mods.soft_cap > 0 ? tile * tile : 0; }
+int64_t factor_floats(int tile, const AttentionShape& shape) { return shape.mods.has_chain() ? tile * tile : 0; }
 
 // Shared memory: Q, dZ, dQ [tile][d]; K, V [tile][d]; P, dP [tile][tile]; lse (hi, lo), D [tile]; the factor.
 int64_t query_floats(int tile, const AttentionShape& shape) {
@@ -353,7 +360,7 @@ __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, 
   T *sQ = shared.take(tile * d), *sdZ = shared.take(tile * d), *dq = shared.take(tile * d);
   T *sK = shared.take(tile * d), *sV = shared.take(tile * d), *P = shared.take(tile * tile);
   T *dP = shared.take(tile * tile), *lse_hi = shared.take(tile), *lse_lo = shared.take(tile), *sD = shared.take(tile);
-  T* factor = shape.mods.soft_cap > 0 ? shared.take(tile * tile) : nullptr;
+  T* factor = shape.mods.has_chain() ? shared.take(tile * tile) : nullptr;
   const T scale = T(shape.scale);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
 
@@ -425,7 +432,7 @@ __global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, co
   T *dv = shared.take(tile * d), *sQ = shared.take(tile * d), *sdZ = shared.take(tile * d);
   T *P = shared.take(tile * tile), *dP = shared.take(tile * tile), *lse_hi = shared.take(tile);
   T *lse_lo = shared.take(tile), *sD = shared.take(tile);
-  T* factor = shape.mods.soft_cap > 0 ? shared.take(tile * tile) : nullptr;
+  T* factor = shape.mods.has_chain() ? shared.take(tile * tile) : nullptr;
   const T scale = T(shape.scale);
   const int64_t k_tiles = tiles_of(shape.Tk, tile);
 
@@ -546,12 +553,12 @@ void attention_score_mods(const Tensor& S, const AttentionShape& shape, Tensor& 
   });
 }
 
-void attention_score_mods_backward(const Tensor& dS, const Tensor& S_mod, const AttentionShape& shape, Tensor& dU,
+void attention_score_mods_backward(const Tensor& dS, const Tensor& S, const AttentionShape& shape, Tensor& dU,
                                    Tensor& dBias) {
   visit_floating(dS.dtype(), "attention_score_mods_backward", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(dS.numel(), ScoreModsChain<T>{ptr<const T>(dS), S_mod.defined() ? ptr<const T>(S_mod) : nullptr,
-                                                 ptr<T>(dU), shape.mods});
+    for_each_index(dS.numel(),
+                   ScoreModsChain<T>{ptr<const T>(dS), S.defined() ? ptr<const T>(S) : nullptr, ptr<T>(dU), shape});
     if (dBias.defined()) for_each_index(dBias.numel(), BiasGradientSums<T>{ptr<const T>(dU), ptr<T>(dBias), shape});
   });
 }

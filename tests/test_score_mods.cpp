@@ -1,6 +1,7 @@
 // Softmax attention's score modifiers (ScoreMods, core/ops.h; docs/backprop.md, "Score
 // modifiers and their adjoints"): tanh soft-capping, per-head sink logits, a T5
-// relative-position bias table and a bias table read through a user-given index.
+// relative-position bias table, a bias table read through a user-given index, and a
+// score function of the user's own (the README's example).
 // Float64 gradcheck of q, k, v and every learnable tensor in each implementation; the
 // three implementations agree; two runs give the same bits; PyTorch float64 goldens
 // (tests/golden/score_mods.safetensors, written by scripts/make_golden_score_mods.py);
@@ -24,7 +25,7 @@ namespace {
 // {q, k, v, sinks, relative table, indexed table, index}; the tensors of the
 // modifiers a case leaves out are there but not read (and need no gradient).
 struct ModsCase {
-  bool cap = false, sinks = false, relative = false, indexed = false;
+  bool cap = false, sinks = false, relative = false, indexed = false, custom = false;
   bool causal = false, bidirectional = true;
   int64_t B = 1, Hq = 2, Hkv = 1, Tq = 6, Tk = 6, d = 4;
   int64_t buckets = 8, max_distance = 5, entries = 3;
@@ -35,7 +36,7 @@ struct ModsCase {
 std::string describe(const ModsCase& c) {
   std::string s;
   for (const auto& [on, name] : {std::pair{c.cap, "cap"}, std::pair{c.sinks, "sinks"}, std::pair{c.relative, "relative"},
-                                 std::pair{c.indexed, "indexed"}, std::pair{c.causal, "causal"}})
+                                 std::pair{c.indexed, "indexed"}, std::pair{c.custom, "custom"}, std::pair{c.causal, "causal"}})
     if (on) s += std::string(name) + " ";
   return s + "Tq " + std::to_string(c.Tq) + " Tk " + std::to_string(c.Tk) + (c.bidirectional ? "" : " unidirectional");
 }
@@ -65,12 +66,22 @@ Inputs leaves(const ModsCase& c, Inputs x) {
   return x;
 }
 
+// The README's custom modifier: a Gaussian locality bias, wider in later heads.
+ScoreFunction locality() {
+  return {.value = [](double s, int64_t h, int64_t q, int64_t k) {
+            const double w = 4.0 * (h + 1);
+            return s - static_cast<double>((q - k) * (q - k)) / (2 * w * w);
+          },
+          .derivative = [](double, int64_t, int64_t, int64_t) { return 1.0; }};
+}
+
 AttentionSpec spec_of(const ModsCase& c, AttentionImpl impl, const Inputs& x) {
   SoftmaxAttention softmax{.impl = impl};
   if (c.cap) softmax.mods.soft_cap = c.soft_cap;
   if (c.sinks) softmax.mods.sinks = x[3];
   if (c.relative) softmax.mods.relative = {.table = x[4], .bidirectional = c.bidirectional, .max_distance = c.max_distance};
   if (c.indexed) softmax.mods.indexed = {.table = x[5], .index = x[6]};
+  if (c.custom) softmax.mods.custom = locality();
   return {.function = softmax, .causal = c.causal, .layout = c.layout};
 }
 
@@ -98,6 +109,8 @@ std::vector<ModsCase> gradcheck_cases() {
     cases.push_back({.relative = true, .causal = causal, .bidirectional = false, .buckets = 6});
     cases.push_back({.indexed = true, .causal = causal});
     cases.push_back({.cap = true, .sinks = true, .relative = true, .indexed = true, .causal = causal});
+    cases.push_back({.custom = true, .causal = causal});
+    cases.push_back({.cap = true, .sinks = true, .relative = true, .custom = true, .causal = causal});
   }
   // Tq ≠ Tk (queries at the last positions), BTHD, grouped and plain heads, B = 2.
   cases.push_back({.cap = true, .sinks = true, .relative = true, .indexed = true, .causal = true, .B = 2, .Hq = 2,
@@ -111,6 +124,7 @@ TEST_CASE_EVERY_DEVICE("score mods: float64 gradcheck of q, k, v, sinks and both
   uint64_t seed = 10;
   for (const ModsCase& c : gradcheck_cases())
     for (AttentionImpl impl : attention_impls()) {
+      if (c.custom && device != Device::CPU) continue;  // a host callable: the CPU only (refused below)
       CAPTURE(describe(c));
       CAPTURE(name_of(impl));
       const Inputs x = leaves(c, inputs_of(c, seed += 10));
@@ -169,15 +183,19 @@ TEST_CASE_EVERY_DEVICE("score mods: two runs give the same bits (float32, every 
 
 TEST_CASE("score mods: relative_position_bucket is T5's rule (every bucket of the goldens' cases, from PyTorch)") {
   const SafetensorsFile golden = load_safetensors(ATTOGRAD_SOURCE_DIR "/tests/golden/score_mods.safetensors");
-  for (const auto& [name, bidirectional, buckets, max_distance] :
-       {std::tuple{"buckets.bidirectional", true, int64_t{32}, int64_t{128}},
-        std::tuple{"buckets.unidirectional", false, int64_t{32}, int64_t{128}},
-        std::tuple{"buckets.small", true, int64_t{8}, int64_t{5}}}) {
-    CAPTURE(name);
-    const std::vector<double> expected = golden.at(name).to_vector();  // relative positions −300 … 300
+  struct Setting {
+    const char* name;
+    bool bidirectional;
+    int64_t buckets, max_distance;
+  };
+  for (const Setting& s : {Setting{"buckets.bidirectional", true, 32, 128}, Setting{"buckets.unidirectional", false, 32, 128},
+                           Setting{"buckets.small", true, 8, 5}}) {
+    CAPTURE(s.name);
+    const std::vector<double> expected = golden.at(s.name).to_vector();  // relative positions −300 … 300
     for (int64_t r = -300; r <= 300; ++r) {
       CAPTURE(r);
-      CHECK(relative_position_bucket(r, bidirectional, buckets, max_distance) == static_cast<int64_t>(expected[r + 300]));
+      CHECK(relative_position_bucket(r, s.bidirectional, s.buckets, s.max_distance) ==
+            static_cast<int64_t>(expected[r + 300]));
     }
   }
 }
@@ -273,4 +291,68 @@ TEST_CASE("score mods: bad input names what is wrong") {
   bad[2 * 6 + 4] = -1;
   CHECK(ag::test::contains(error([&](ScoreMods& m) { m.indexed.index = Tensor::from_indices(bad, {6, 6}); }),
                            "indexed bias index[2, 4] = -1 is outside"));
+}
+
+TEST_CASE("score mods: a custom score function — the README's example runs, and tanh by hand equals soft_cap") {
+  // The README's lines, as written there.
+  Tensor q = Tensor::randn({2, 4, 64, 32}), k = Tensor::randn({2, 4, 64, 32}), v = Tensor::randn({2, 4, 64, 32});
+  q.requires_grad_();
+  SoftmaxAttention softmax{.impl = AttentionImpl::Flash};
+  softmax.mods.custom = {  // a Gaussian locality bias, wider in later heads: s − (q − k)² / 2w²
+      .value = [](double s, int64_t h, int64_t q, int64_t k) {
+        const double w = 4.0 * (h + 1);
+        return s - static_cast<double>((q - k) * (q - k)) / (2 * w * w);
+      },
+      .derivative = [](double, int64_t, int64_t, int64_t) { return 1.0; }};
+  softmax.mods.soft_cap = 30.0;                                 // then Gemma 2's cap
+  softmax.mods.sinks = Tensor::zeros({4}).requires_grad_();     // and a learned sink per head
+  Tensor z2 = attention(q, k, v, {.function = softmax, .causal = true});
+  sum(z2).backward();
+  CHECK(q.grad().defined());
+  CHECK(softmax.mods.sinks.grad().defined());
+  // The same in composed and dense, float32.
+  for (AttentionImpl impl : {AttentionImpl::Composed, AttentionImpl::Dense}) {
+    SoftmaxAttention other = softmax;
+    other.impl = impl;
+    CHECK_CLOSE(attention(q, k, v, {.function = other, .causal = true}), z2, 1e-5);
+  }
+
+  // A cap written as a custom function equals soft_cap, to rounding, in every implementation.
+  const double cap = 1.5;
+  const ModsCase c{.sinks = true, .relative = true, .causal = true, .Tq = 70, .Tk = 70};
+  const Inputs x = inputs_of(c, 960);
+  const Tensor R = random({c.B, c.Hq, c.Tq, c.d}, 961, DType::Float64, false);
+  ModsCase capped = c;
+  capped.cap = true, capped.soft_cap = cap;
+  for (AttentionImpl impl : attention_impls()) {
+    CAPTURE(name_of(impl));
+    const Inputs by_mods = leaves(capped, x), by_hand = leaves(c, x);
+    sum(attend(capped, impl)(by_mods) * R).backward();
+    AttentionSpec spec = spec_of(c, impl, by_hand);
+    std::get<SoftmaxAttention>(spec.function).mods.custom = {
+        .value = [cap](double u, int64_t, int64_t, int64_t) { return cap * std::tanh(u / cap); },
+        .derivative = [cap](double u, int64_t, int64_t, int64_t) { return 1 - std::pow(std::tanh(u / cap), 2); }};
+    const Tensor Z = attention(by_hand[0], by_hand[1], by_hand[2], spec);
+    sum(Z * R).backward();
+    CHECK_CLOSE(Z, attend(capped, impl)(by_mods), 1e-12);
+    for (size_t i : {0, 1, 2, 3, 4}) {
+      CAPTURE(i);
+      CHECK_CLOSE(by_hand[i].grad(), by_mods[i].grad(), 1e-12);
+    }
+  }
+}
+
+TEST_CASE_EVERY_DEVICE("score mods: a custom score function without a derivative, or on CUDA, is refused") {
+  const ModsCase c{.custom = true};
+  Inputs x;
+  for (const Tensor& t : inputs_of(c, 970)) x.push_back(t.detach().to(device));
+  AttentionSpec spec = spec_of(c, AttentionImpl::Dense, x);
+  if (device == Device::CPU) {
+    std::get<SoftmaxAttention>(spec.function).mods.custom.derivative = nullptr;
+    CHECK(ag::test::contains(ag::test::error_of([&] { attention(x[0], x[1], x[2], spec); }),
+                             "the custom score function has no derivative"));
+  } else {
+    CHECK(ag::test::contains(ag::test::error_of([&] { attention(x[0], x[1], x[2], spec); }),
+                             "a custom score function is a C++ callable on the host: the CPU only"));
+  }
 }

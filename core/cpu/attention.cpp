@@ -275,9 +275,10 @@ template <class T> void mask_tile(T* st, const TilePair& t, const AttentionMask&
 // Sᵀ = scale·(the tile's products) + ALiBi's bias of head h, in place: the one
 // formula the forward and the backward both use, so that the backward's
 // S − lse cancels the forward's to the bit (a one-key row gets P = 1 exactly).
-// With score modifiers that change the scores (biases, a cap), each entry is
-// S' = mods.modify(scale·q·k) before ALiBi's bias, the tables read on the fly;
-// factor, if not null, receives ∂S'/∂u of each entry (the cap's chain factor).
+// With score modifiers that change the scores (biases, a cap, a custom function),
+// each entry is S' = mods.host_modify(scale·q·k) before ALiBi's bias, the tables
+// read on the fly; factor, if not null, receives ∂S'/∂u of each entry (the chain
+// factor of the cap and the custom function).
 template <class T>
 void score_tile(T* st, const TilePair& t, const AttentionShape& shape, int64_t h, T* factor = nullptr) {
   const T scale = static_cast<T>(shape.scale);
@@ -287,8 +288,7 @@ void score_tile(T* st, const TilePair& t, const AttentionShape& shape, int64_t h
     for (int64_t c = 0; c < t.cols; ++c)
       for (int64_t r = 0; r < t.rows; ++r) {
         const int64_t i = t.i0 + r, j = t.j0 + c, at = c * kQueryTile + r;
-        const T s = mods.modify(st[at] * scale, h, i + shape.mask.q_offset, i, j);
-        if (factor) factor[at] = mods.cap_derivative(s);
+        const T s = mods.host_modify(st[at] * scale, h, i + shape.mask.q_offset, i, j, factor ? factor + at : nullptr);
         st[at] = s + shape.mask.bias(slope, i, j);
       }
     return;
@@ -401,13 +401,13 @@ template <class T>
 
 // Per-thread scratch of the backward: one query tile's transposed Q and dZ, its
 // dQ accumulator, D, and its stripe of P and dP tiles across every key tile (and,
-// under a soft cap, of the cap's chain factor ∂S'/∂u).
+// under a soft cap or a custom function, of the chain factor ∂S'/∂u).
 template <class T> struct BackwardScratch {
   std::vector<T> qt, dzt, dq, D, lse_hi, lse_lo, P, dP, factor;
-  BackwardScratch(int64_t d, int64_t Tk, bool capped)
+  BackwardScratch(int64_t d, int64_t Tk, bool chain)
       : qt(d * kQueryTile), dzt(d * kQueryTile), dq(kQueryTile * d), D(kQueryTile), lse_hi(kQueryTile),
         lse_lo(kQueryTile), P(key_tiles(Tk) * kKeyTile * kQueryTile), dP(key_tiles(Tk) * kKeyTile * kQueryTile),
-        factor(capped ? key_tiles(Tk) * kKeyTile * kQueryTile : 0) {}
+        factor(chain ? key_tiles(Tk) * kKeyTile * kQueryTile : 0) {}
   static int64_t key_tiles(int64_t Tk) { return (Tk + kKeyTile - 1) / kKeyTile; }
 };
 
@@ -417,7 +417,7 @@ template <class T> struct BackwardScratch {
 //   pass 2:  dS = P ∘ (dP − D_i),  dV_j += Pᵀ dZ_i,  dK_j += scale·dSᵀ Q_i,  dQ_i += scale·dS K_j
 // D is summed from the same rounded P and dP that dS subtracts it from, as the
 // dense softmax backward does (docs/backprop.md: why not rowsum(dZ ∘ Z) here).
-// Score modifiers: dS is taken back through the cap (dU = dS ∘ ∂S'/∂u) before
+// Score modifiers: dS is taken back through the cap and the custom function (dU = dS ∘ ∂S'/∂u) before
 // the products, and with bias tables dbias [Hq, bias_entries()] (batch entry b's
 // partial sums, its heads of kvh written by this task alone) sums dU per entry in
 // the loops' order: heads, query tiles, key tiles, keys, queries.
@@ -427,7 +427,7 @@ template <class T>
                                                         BackwardScratch<T>& s, T* dQ, T* dK, T* dV, T* dbias) {
   const AttentionShape& shape = in.shape;
   const ScoreModifiers& mods = shape.mods;
-  const bool capped = mods.soft_cap > 0;
+  const bool chain = mods.has_chain();
   const int64_t entries = mods.bias_entries();
   if (dbias)
     for (int64_t h = kvh * shape.group(); h < (kvh + 1) * shape.group(); ++h) std::fill_n(dbias + h * entries, entries, T(0));
@@ -455,7 +455,7 @@ template <class T>
       for (size_t n = 0; n < key_tiles.size(); ++n) {
         const TilePair t = pair_of(i0, rows, key_tiles[n]);
         T *p = s.P.data() + n * kKeyTile * kQueryTile, *dp = s.dP.data() + n * kKeyTile * kQueryTile;
-        T* factor = capped ? s.factor.data() + n * kKeyTile * kQueryTile : nullptr;
+        T* factor = chain ? s.factor.data() + n * kKeyTile * kQueryTile : nullptr;
         const T *k = in.K + shape.kv.at(b, kvh, t.j0), *v = in.V + shape.kv.at(b, kvh, t.j0);
         // S = scale·Q Kᵀ (+ bias), P = exp(S − lse)   (lse = +inf on a row that sees no key: P = 0)
         tile_product(t.cols, rows, d, Left<T>{k, kv_row}, s.qt.data(), kQueryTile, p, kQueryTile, false);
@@ -486,8 +486,8 @@ template <class T>
             for (int64_t r = 0; r < rows; ++r)
               ds[c * kQueryTile + r] = scale * (p[c * kQueryTile + r] * (ds[c * kQueryTile + r] - D[r]));
         } else {
-          // S' = cap·tanh(u/cap)  →  dU = dS ∘ (1 − (S'/cap)²);  u = S + table entries  →  dBias[e] += dU
-          const T* factor = capped ? s.factor.data() + n * kKeyTile * kQueryTile : nullptr;
+          // S' = cap·tanh(custom(u)/cap)  →  dU = dS ∘ ∂S'/∂u;  u = S + table entries  →  dBias[e] += dU
+          const T* factor = chain ? s.factor.data() + n * kKeyTile * kQueryTile : nullptr;
           T* head_dbias = dbias ? dbias + h * entries : nullptr;
           for (int64_t c = 0; c < t.cols; ++c)
             for (int64_t r = 0; r < rows; ++r) {
@@ -565,30 +565,33 @@ void attention_score_mods(const Tensor& S, const AttentionShape& shape, Tensor& 
       const int64_t h = matrix % Hq, at = matrix * Tk * Tq;
       for (int64_t j = 0; j < Tk; ++j)
         for (int64_t i = 0; i < Tq; ++i)
-          out[at + j * Tq + i] = mods.modify(s[at + j * Tq + i], h, i + q_offset, i, j);
+          out[at + j * Tq + i] = mods.host_modify(s[at + j * Tq + i], h, i + q_offset, i, j, static_cast<T*>(nullptr));
     });
   });
 }
 
 // One task per matrix as above: it alone writes the matrix's dU and its head's row
 // of dBias (of its batch entry), summed in key-then-query order.
-void attention_score_mods_backward(const Tensor& dS, const Tensor& S_mod, const AttentionShape& shape, Tensor& dU,
+void attention_score_mods_backward(const Tensor& dS, const Tensor& S, const AttentionShape& shape, Tensor& dU,
                                    Tensor& dBias) {
   visit_floating(dS.dtype(), "attention_score_mods_backward", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t Tk = shape.Tk, Tq = shape.Tq, q_offset = shape.mask.q_offset, entries = shape.mods.bias_entries();
+    const int64_t Hq = shape.Hq, Tk = shape.Tk, Tq = shape.Tq, q_offset = shape.mask.q_offset;
+    const int64_t entries = shape.mods.bias_entries();
     const ScoreModifiers& mods = shape.mods;
-    const T *ds = dS.data<T>(), *s_mod = S_mod.defined() ? S_mod.data<T>() : nullptr;
+    const T *ds = dS.data<T>(), *s = S.defined() ? S.data<T>() : nullptr;
     T* du = dU.data<T>();
     T* dbias = dBias.defined() ? dBias.data<T>() : nullptr;
     for_rows(dS.numel() / (Tk * Tq), Tk * Tq, [&](int64_t matrix) {
-      const int64_t at = matrix * Tk * Tq;
+      const int64_t at = matrix * Tk * Tq, h = matrix % Hq;
       T* row_dbias = dbias ? dbias + matrix * entries : nullptr;  // [n, Hq, entries]: matrix (b, h) is row b·Hq + h
       if (row_dbias) std::fill_n(row_dbias, entries, T(0));
       for (int64_t j = 0; j < Tk; ++j)
         for (int64_t i = 0; i < Tq; ++i) {
           const int64_t e = at + j * Tq + i;
-          const T g = s_mod ? ds[e] * mods.cap_derivative(s_mod[e]) : ds[e];
+          T factor = T(1);  // ∂S'/∂u, recomputed from S as the forward formed S'
+          if (s) mods.host_modify(s[e], h, i + q_offset, i, j, &factor);
+          const T g = ds[e] * factor;
           du[e] = g;
           if (row_dbias) mods.add_bias_gradient(g, i + q_offset, i, j, row_dbias);
         }
@@ -658,7 +661,7 @@ void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V,
     T* dbias = dBias.defined() ? dBias.data<T>() : nullptr;  // [B, Hq, bias_entries()]
 #pragma omp parallel if (worth_threads(shape, tasks))
     {
-      BackwardScratch<T> scratch(shape.d, shape.Tk, shape.mods.soft_cap > 0);
+      BackwardScratch<T> scratch(shape.d, shape.Tk, shape.mods.has_chain());
 #pragma omp for schedule(dynamic)
       for (int64_t task = 0; task < tasks; ++task) {
         const int64_t b = task / shape.Hkv;

@@ -148,6 +148,13 @@ ScoreModifiers describe_mods(const ScoreMods& mods, const Tensor& q, int64_t Hq,
     m.index = ind.index.data<int64_t>();
     m.index_row = Tk;
   }
+  if (mods.custom.value) {
+    AG_CHECK(mods.custom.derivative, where << ": the custom score function has no derivative (ScoreFunction::derivative)");
+    AG_CHECK(q.device() == Device::CPU,
+             where << ": a custom score function is a C++ callable on the host: the CPU only (q is on " << name_of(q.device())
+                   << ")");
+    m.custom = &mods.custom;
+  }
   return m;
 }
 
@@ -164,6 +171,13 @@ ScoreMods detached(ScoreMods mods) {
   for (Tensor* t : {&mods.sinks, &mods.relative.table, &mods.indexed.table})
     if (t->defined()) *t = t->detach();
   return mods;
+}
+
+// The backward's problem: the forward's, its custom score function read from the backward's own
+// copy of the modifiers (the caller's spec, which the forward's pointed to, may be gone by then).
+AttentionShape reading(AttentionShape shape, const ScoreMods& mods) {
+  shape.mods.custom = mods.custom.value ? &mods.custom : nullptr;
+  return shape;
 }
 
 // The gradients of learnable_of(mods), in its order, for dense and flash (composed's come from its ops):
@@ -189,6 +203,23 @@ std::vector<Tensor> mods_gradients(const ScoreMods& mods, const ScoreModifiers& 
   return grads;
 }
 
+// The user's function on every score, U [B, Hq, Tq, Tk] -> value(U) in float64 (as the
+// kernels call it), and its backward: dU = dValue ∘ derivative(U), saved from the forward.
+Tensor score_function(const Tensor& U, const ScoreFunction& f, int64_t q_offset) {
+  const int64_t Hq = U.size(1), Tq = U.size(2), Tk = U.size(3);
+  const std::vector<double> u = U.to_vector();
+  std::vector<double> value(u.size()), slope(u.size());
+  for (size_t e = 0; e < u.size(); ++e) {
+    const int64_t j = static_cast<int64_t>(e) % Tk, i = static_cast<int64_t>(e) / Tk % Tq,
+                  h = static_cast<int64_t>(e) / (Tk * Tq) % Hq;
+    value[e] = f.value(u[e], h, i + q_offset, j);
+    slope[e] = f.derivative(u[e], h, i + q_offset, j);
+  }
+  const Tensor out = Tensor::from_vector(value, U.shape(), U.dtype());
+  return record("score_function", {U}, out, [dvalue = Tensor::from_vector(slope, U.shape(), U.dtype())](
+                                                const Tensor& dOut) -> Gradients { return {dOut * dvalue}; });
+}
+
 // Composed's S' and its softmax, from ops (their backward gives every gradient): the tables'
 // biases gathered by embedding (whose backward is the deterministic scatter-add), tanh's cap,
 // and the sinks as one more column of the softmax, dropped after it.
@@ -206,6 +237,7 @@ Tensor modified_scores(const Tensor& S, const ScoreMods& mods, const AttentionSh
     U = U + gathered(mods.relative.table, Tensor::from_indices(buckets, {Tq, Tk}).to(S.device()));
   }
   if (mods.indexed.table.defined()) U = U + gathered(mods.indexed.table, mods.indexed.index);
+  if (mods.custom.value) U = score_function(U, mods.custom, shape.mask.q_offset);
   if (!mods.soft_cap) return U;
   return tanh(U / *mods.soft_cap) * *mods.soft_cap;  // S' = cap·tanh(u/cap)
 }
@@ -375,20 +407,20 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
     return t.view(r.first * (t.numel() / t.size(0)), shape);
   };
   Tensor A = detail::empty_as({B, Hq, Tk, Tq}, q);  // Aᵀ
-  // Score modifiers (shape.mods): S'ᵀ = mod(Sᵀ) in place, or, under a cap, into S_mod, which the
-  // backward's chain factor 1 − (S'/cap)² reads.
-  const bool modifies = shape.mods.changes_scores(), capped = shape.mods.soft_cap > 0;
-  const Tensor S_mod = capped ? detail::empty_as({B, Hq, Tk, Tq}, q) : Tensor();
+  // Score modifiers (shape.mods): S'ᵀ = mod(Sᵀ) in place; under a cap or a custom function the
+  // scores Sᵀ are kept (S_raw) and S' written into Aᵀ: the backward's chain factor ∂S'/∂u reads them.
+  const bool modifies = shape.mods.changes_scores(), chain = shape.mods.has_chain();
+  const Tensor S_raw = chain ? detail::empty_as({B, Hq, Tk, Tq}, q) : Tensor();
+  Tensor scores = chain ? S_raw : A;  // where the product writes Sᵀ
   // lse for the caller and for the sinks' gradient: the backward needs A alone otherwise.
   Tensor lse = internals || mods.sinks.defined() ? Tensor::empty({B, Hq, Tq}, DType::Float64, q.device()) : Tensor();
   Tensor Z = detail::empty_like(q);
   for_batch_chunks(B, batch_chunk(shape, q), [&](BatchRange r) {
-    head_product(shape, r, {.data = k, .heads = kv_at, .by_kv_head = true}, {.data = q, .transposed = true, .heads = q_at}, A,
-                 {.data = A, .heads = scores_at}, {.M = Tk, .N = Tq, .K = d, .alpha = scale});  // Sᵀ = scale·KQᵀ
+    head_product(shape, r, {.data = k, .heads = kv_at, .by_kv_head = true}, {.data = q, .transposed = true, .heads = q_at},
+                 scores, {.data = scores, .heads = scores_at}, {.M = Tk, .N = Tq, .K = d, .alpha = scale});  // Sᵀ = scale·KQᵀ
     Tensor A_r = chunk_of(A, r), lse_r = lse.defined() ? chunk_of(lse, r) : Tensor();
-    Tensor S_r = capped ? chunk_of(S_mod, r) : A_r;
-    if (modifies) kernel::attention_score_mods(A_r, shape, S_r);  // S' = mod(S)
-    kernel::attention_softmax(S_r, mask, mods.sinks, A_r, lse_r);  // A = softmax(S' + M), in place of Sᵀ
+    if (modifies) kernel::attention_score_mods(chunk_of(scores, r), shape, A_r);  // S' = mod(S), into Aᵀ
+    kernel::attention_softmax(A_r, mask, mods.sinks, A_r, lse_r);  // A = softmax(S' + M), in place of S'ᵀ
     head_product(shape, r, {.data = A, .transposed = true, .heads = scores_at}, {.data = v, .heads = kv_at, .by_kv_head = true},
                  Z, {.data = Z, .heads = q_at}, {.M = Tq, .N = d, .K = Tk, .alpha = 1.0});  // Z = AV
   });
@@ -397,8 +429,9 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
   std::vector<Tensor> inputs{q, k, v};
   for (const Tensor& t : learnable_of(mods)) inputs.push_back(t);
   return record("attention", inputs, Z,
-                [Q = q.detach(), K = k.detach(), V = v.detach(), A, S_mod, lse, Z_out = Z.detach(), mods = detached(mods), layout, shape,
-                 scores_at, chunk_of](const Tensor& dZ) -> Gradients {
+                [Q = q.detach(), K = k.detach(), V = v.detach(), A, S_raw, lse, Z_out = Z.detach(), mods = detached(mods), layout,
+                 forward_shape = shape, scores_at, chunk_of](const Tensor& dZ) -> Gradients {
+                  const AttentionShape shape = reading(forward_shape, mods);
                   const int64_t Hq = shape.Hq, Tq = shape.Tq, Tk = shape.Tk, d = shape.d;
                   const double scale = shape.scale;
                   const HeadStrides q_at = shape.q, kv_at = shape.kv;
@@ -423,7 +456,7 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                     // S' = mod(S)  →  dU = dS ∘ ∂S'/∂u in place, and the tables' sums
                     if (shape.mods.changes_scores()) {
                       Tensor dBias_r = dBias.defined() ? chunk_of(dBias, r) : Tensor();
-                      kernel::attention_score_mods_backward(dS_r, S_mod.defined() ? chunk_of(S_mod, r) : Tensor(), shape,
+                      kernel::attention_score_mods_backward(dS_r, S_raw.defined() ? chunk_of(S_raw, r) : Tensor(), shape,
                                                             dS_r, dBias_r);
                     }
                     head_product(shape, r, {.data = A, .heads = scores_at}, dZ_at, dV,
@@ -455,7 +488,8 @@ Tensor flash(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
   for (const Tensor& t : learnable_of(mods)) inputs.push_back(t);
   return record("attention", inputs, Z,
                 [Q = q.detach(), K = k.detach(), V = v.detach(), lse, Z_out = Z.detach(), mods = detached(mods),
-                 layout, shape](const Tensor& dZ) -> Gradients {
+                 layout, forward_shape = shape](const Tensor& dZ) -> Gradients {
+                  const AttentionShape shape = reading(forward_shape, mods);
                   Tensor dQ = detail::empty_like(Q), dK = kv_gradient(K, shape), dV = kv_gradient(V, shape);
                   Tensor dBias = shape.mods.has_tables() ? detail::empty_as({shape.B, shape.Hq, shape.mods.bias_entries()}, Q)
                                                          : Tensor();
