@@ -284,11 +284,15 @@ struct ScoreModifiers {
   AG_HOST_DEVICE int64_t bucket(int64_t p, int64_t j) const {
     return relative_position_bucket(j - p, bidirectional, relative_buckets, max_distance);
   }
-  // u = s + rel[h, bucket(j − p)] + idx[h, index(i, j)]: S's biases for query i (at p) of head h and key j.
-  template <class T> AG_HOST_DEVICE T biased(T s, int64_t h, int64_t p, int64_t i, int64_t j) const {
-    if (relative) s += static_cast<const T*>(relative)[h * relative_buckets + bucket(p, j)];
+  // u = s + rel[h, bucket] + idx[h, index(i, j)]: S's biases for query i of head h and key j, the
+  // relative table's bucket given (bucket(p, j), which a caller may form once per distance p − j).
+  template <class T> AG_HOST_DEVICE T biased_at(T s, int64_t h, int64_t bucket, int64_t i, int64_t j) const {
+    if (relative) s += static_cast<const T*>(relative)[h * relative_buckets + bucket];
     if (indexed) s += static_cast<const T*>(indexed)[h * indexed_entries + index[i * index_row + j]];
     return s;
+  }
+  template <class T> AG_HOST_DEVICE T biased(T s, int64_t h, int64_t p, int64_t i, int64_t j) const {
+    return biased_at(s, h, relative ? bucket(p, j) : 0, i, j);
   }
   template <class T> AG_HOST_DEVICE T capped(T u) const {
     const T cap = static_cast<T>(soft_cap);
@@ -298,17 +302,15 @@ struct ScoreModifiers {
   template <class T> AG_HOST_DEVICE T modify(T s, int64_t h, int64_t p, int64_t i, int64_t j) const {
     return capped(biased(s, h, p, i, j));
   }
-  // S' from S with every modifier, the custom function too, on the host; factor (if not null)
-  // receives ∂S'/∂u = (1 − (S'/cap)²) · ∂value/∂u.
-  template <class T> T host_modify(T s, int64_t h, int64_t p, int64_t i, int64_t j, T* factor) const {
-    if (!custom) {
-      const T out = modify(s, h, p, i, j);
-      if (factor) *factor = cap_derivative(out);
-      return out;
-    }
-    const T u = biased(s, h, p, i, j);
-    const T out = capped(static_cast<T>(custom->value(static_cast<double>(u), h, p, j)));
-    if (factor) *factor = cap_derivative(out) * static_cast<T>(custom->derivative(static_cast<double>(u), h, p, j));
+  // S' from S with every modifier, the custom function too, on the host (the bucket given, as
+  // biased_at); factor (if not null) receives ∂S'/∂u = (1 − (S'/cap)²) · ∂value/∂u. Equals modify().
+  template <class T>
+  T host_modify(T s, int64_t h, int64_t p, int64_t bucket, int64_t i, int64_t j, T* factor) const {
+    const T u = biased_at(s, h, bucket, i, j);
+    const T out = custom ? capped(static_cast<T>(custom->value(static_cast<double>(u), h, p, j))) : capped(u);
+    if (factor)
+      *factor = custom ? cap_derivative(out) * static_cast<T>(custom->derivative(static_cast<double>(u), h, p, j))
+                       : cap_derivative(out);
     return out;
   }
   // ∂S'/∂u from S' itself: 1 − tanh² = 1 − (S'/cap)² (1 without a cap).
@@ -317,9 +319,9 @@ struct ScoreModifiers {
     const T t = s_mod / static_cast<T>(soft_cap);
     return T(1) - t * t;
   }
-  // dBias[e] += du for the entries u_ij read (dBias: one head's bias_entries() sums).
-  template <class T> AG_HOST_DEVICE void add_bias_gradient(T du, int64_t p, int64_t i, int64_t j, T* dbias) const {
-    if (relative) dbias[bucket(p, j)] += du;
+  // dBias[e] += du for the entries u_ij read (dBias: one head's bias_entries() sums; the bucket as biased_at's).
+  template <class T> AG_HOST_DEVICE void add_bias_gradient(T du, int64_t bucket, int64_t i, int64_t j, T* dbias) const {
+    if (relative) dbias[bucket] += du;
     if (indexed) dbias[(relative ? relative_buckets : 0) + index[i * index_row + j]] += du;
   }
   // Whether the pair (i at p, j) reads entry e of the tables' joint row (add_bias_gradient's columns).

@@ -222,6 +222,16 @@ template <class Block> void for_query_blocks(int64_t matrices, int64_t Tk, int64
   });
 }
 
+// --- score modifiers ---------------------------------------------------------------------
+
+// The relative table's bucket (ScoreModifiers::bucket) of each distance p − j =
+// smallest + n, n < count, into buckets[n]: one logarithm per distance, not per score.
+// Nothing without a relative table (the buckets are then never read).
+inline void fill_buckets(const ScoreModifiers& mods, int64_t smallest, int64_t count, int64_t* buckets) {
+  if (!mods.relative) return;
+  for (int64_t n = 0; n < count; ++n) buckets[n] = mods.bucket(smallest + n, 0);
+}
+
 // --- tile products ------------------------------------------------------------------------
 
 // A tile's left operand: the stored row-major matrix, its row stride, and
@@ -285,10 +295,15 @@ void score_tile(T* st, const TilePair& t, const AttentionShape& shape, int64_t h
   if (shape.mods.changes_scores()) {
     const ScoreModifiers& mods = shape.mods;
     const T slope = static_cast<T>(shape.mask.alibi_slope(h));
+    // Entry (r, c) sits at distance p − j = first + r − c: bucket[r − c + cols − 1].
+    const int64_t first = t.i0 + shape.mask.q_offset - t.j0;
+    int64_t bucket[kQueryTile + kKeyTile];
+    fill_buckets(mods, first - (t.cols - 1), t.rows + t.cols - 1, bucket);
     for (int64_t c = 0; c < t.cols; ++c)
       for (int64_t r = 0; r < t.rows; ++r) {
         const int64_t i = t.i0 + r, j = t.j0 + c, at = c * kQueryTile + r;
-        const T s = mods.host_modify(st[at] * scale, h, i + shape.mask.q_offset, i, j, factor ? factor + at : nullptr);
+        const T s = mods.host_modify(st[at] * scale, h, i + shape.mask.q_offset, bucket[r - c + t.cols - 1], i, j,
+                                     factor ? factor + at : nullptr);
         st[at] = s + shape.mask.bias(slope, i, j);
       }
     return;
@@ -489,12 +504,14 @@ template <class T>
           // S' = cap·tanh(custom(u)/cap)  →  dU = dS ∘ ∂S'/∂u;  u = S + table entries  →  dBias[e] += dU
           const T* factor = chain ? s.factor.data() + n * kKeyTile * kQueryTile : nullptr;
           T* head_dbias = dbias ? dbias + h * entries : nullptr;
+          int64_t bucket[kQueryTile + kKeyTile];  // as score_tile's
+          fill_buckets(mods, i0 + shape.mask.q_offset - t.j0 - (t.cols - 1), rows + t.cols - 1, bucket);
           for (int64_t c = 0; c < t.cols; ++c)
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t at = c * kQueryTile + r, i = i0 + r;
               T du = p[at] * (ds[at] - D[r]);
               if (factor) du *= factor[at];
-              if (head_dbias) mods.add_bias_gradient(du, i + shape.mask.q_offset, i, t.j0 + c, head_dbias);
+              if (head_dbias) mods.add_bias_gradient(du, bucket[r - c + t.cols - 1], i, t.j0 + c, head_dbias);
               ds[at] = scale * du;
             }
         }
@@ -561,11 +578,15 @@ void attention_score_mods(const Tensor& S, const AttentionShape& shape, Tensor& 
     const ScoreModifiers& mods = shape.mods;
     const T* s = S.data<T>();
     T* out = S_mod.data<T>();
+    // Query i and key j sit at distance p − j = i + q_offset − j: bucket[i − j + Tk − 1].
+    std::vector<int64_t> bucket(Tq + Tk - 1);
+    fill_buckets(mods, q_offset - (Tk - 1), Tq + Tk - 1, bucket.data());
     for_rows(S.numel() / (Tk * Tq), Tk * Tq, [&](int64_t matrix) {
       const int64_t h = matrix % Hq, at = matrix * Tk * Tq;
       for (int64_t j = 0; j < Tk; ++j)
         for (int64_t i = 0; i < Tq; ++i)
-          out[at + j * Tq + i] = mods.host_modify(s[at + j * Tq + i], h, i + q_offset, i, j, static_cast<T*>(nullptr));
+          out[at + j * Tq + i] =
+              mods.host_modify(s[at + j * Tq + i], h, i + q_offset, bucket[i - j + Tk - 1], i, j, static_cast<T*>(nullptr));
     });
   });
 }
@@ -582,6 +603,8 @@ void attention_score_mods_backward(const Tensor& dS, const Tensor& S, const Atte
     const T *ds = dS.data<T>(), *s = S.defined() ? S.data<T>() : nullptr;
     T* du = dU.data<T>();
     T* dbias = dBias.defined() ? dBias.data<T>() : nullptr;
+    std::vector<int64_t> bucket(Tq + Tk - 1);  // as attention_score_mods'
+    fill_buckets(mods, q_offset - (Tk - 1), Tq + Tk - 1, bucket.data());
     for_rows(dS.numel() / (Tk * Tq), Tk * Tq, [&](int64_t matrix) {
       const int64_t at = matrix * Tk * Tq, h = matrix % Hq;
       T* row_dbias = dbias ? dbias + matrix * entries : nullptr;  // [n, Hq, entries]: matrix (b, h) is row b·Hq + h
@@ -589,11 +612,12 @@ void attention_score_mods_backward(const Tensor& dS, const Tensor& S, const Atte
       for (int64_t j = 0; j < Tk; ++j)
         for (int64_t i = 0; i < Tq; ++i) {
           const int64_t e = at + j * Tq + i;
+          const int64_t b = bucket[i - j + Tk - 1];
           T factor = T(1);  // ∂S'/∂u, recomputed from S as the forward formed S'
-          if (s) mods.host_modify(s[e], h, i + q_offset, i, j, &factor);
+          if (s) mods.host_modify(s[e], h, i + q_offset, b, i, j, &factor);
           const T g = ds[e] * factor;
           du[e] = g;
-          if (row_dbias) mods.add_bias_gradient(g, i + q_offset, i, j, row_dbias);
+          if (row_dbias) mods.add_bias_gradient(g, b, i, j, row_dbias);
         }
     });
   });
