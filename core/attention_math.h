@@ -240,8 +240,8 @@ AG_HOST_DEVICE inline int64_t relative_position_bucket(int64_t relative, bool bi
   const int64_t max_exact = num_buckets / 2;
   if (n < max_exact) return bucket + n;
   const int64_t large =
-      max_exact + static_cast<int64_t>(log(static_cast<double>(n) / static_cast<double>(max_exact)) /
-                                       log(static_cast<double>(max_distance) / static_cast<double>(max_exact)) *
+      max_exact + static_cast<int64_t>(std::log(static_cast<double>(n) / static_cast<double>(max_exact)) /
+                                       std::log(static_cast<double>(max_distance) / static_cast<double>(max_exact)) *
                                        static_cast<double>(num_buckets - max_exact));
   return bucket + (large < num_buckets - 1 ? large : num_buckets - 1);
 }
@@ -296,7 +296,7 @@ struct ScoreModifiers {
   }
   template <class T> AG_HOST_DEVICE T capped(T u) const {
     const T cap = static_cast<T>(soft_cap);
-    return soft_cap > 0 ? cap * tanh(u / cap) : u;
+    return soft_cap > 0 ? cap * std::tanh(u / cap) : u;
   }
   // S' from S: the biases, then the cap (without a custom function: host_modify has it).
   template <class T> AG_HOST_DEVICE T modify(T s, int64_t h, int64_t p, int64_t i, int64_t j) const {

@@ -164,7 +164,7 @@ __device__ T score(const T* q, const T* k, int64_t d, T scale, const AttentionMa
 // The backward's tile of one (query tile, key tile) pair: for query row r and
 // key column c,  P = exp(scale·q·k − lse),  dP = dZ·v,  both 0 where the key is
 // hidden or outside the problem. q, dz: `tile` rows of d of query head h; k, v likewise.
-// Under a soft cap, factor [tile][tile] receives ∂S'/∂u (0 where hidden); null otherwise.
+// Under a soft cap (mods.has_chain()), factor [tile][tile] receives ∂S'/∂u (0 where hidden); null otherwise.
 template <class T>
 __device__ void probability_tile(const T* q, const T* dz, const T* k, const T* v, const T* lse_hi, const T* lse_lo,
                                  int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols, int tile, int64_t d,
@@ -337,7 +337,8 @@ __global__ void flash_forward_kernel(const T* Q, const T* K, const T* V, Attenti
 // dS subtracts it from (as the CPU does); the key kernel, launched after it,
 // reads D and recomputes P and dP with the same arithmetic, so the same bits.
 
-// The cap's chain factor ∂S'/∂u [tile][tile] of the backward's kernels, under a soft cap only.
+// The cap's chain factor ∂S'/∂u [tile][tile] of the backward's kernels, under a soft cap only
+// (mods.has_chain(): a custom function never reaches CUDA).
 int64_t factor_floats(int tile, const AttentionShape& shape) { return shape.mods.has_chain() ? tile * tile : 0; }
 
 // Shared memory: Q, dZ, dQ [tile][d]; K, V [tile][d]; P, dP [tile][tile]; lse (hi, lo), D [tile]; the factor.

@@ -297,7 +297,7 @@ void score_tile(T* st, const TilePair& t, const AttentionShape& shape, int64_t h
     const T slope = static_cast<T>(shape.mask.alibi_slope(h));
     // Entry (r, c) sits at distance p − j = first + r − c: bucket[r − c + cols − 1].
     const int64_t first = t.i0 + shape.mask.q_offset - t.j0;
-    int64_t bucket[kQueryTile + kKeyTile];
+    int64_t bucket[kQueryTile + kKeyTile] = {};
     fill_buckets(mods, first - (t.cols - 1), t.rows + t.cols - 1, bucket);
     for (int64_t c = 0; c < t.cols; ++c)
       for (int64_t r = 0; r < t.rows; ++r) {
@@ -504,7 +504,7 @@ template <class T>
           // S' = cap·tanh(custom(u)/cap)  →  dU = dS ∘ ∂S'/∂u;  u = S + table entries  →  dBias[e] += dU
           const T* factor = chain ? s.factor.data() + n * kKeyTile * kQueryTile : nullptr;
           T* head_dbias = dbias ? dbias + h * entries : nullptr;
-          int64_t bucket[kQueryTile + kKeyTile];  // as score_tile's
+          int64_t bucket[kQueryTile + kKeyTile] = {};  // as score_tile's
           fill_buckets(mods, i0 + shape.mask.q_offset - t.j0 - (t.cols - 1), rows + t.cols - 1, bucket);
           for (int64_t c = 0; c < t.cols; ++c)
             for (int64_t r = 0; r < rows; ++r) {

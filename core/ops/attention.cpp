@@ -24,10 +24,11 @@
 //             core/cpu/attention.cpp, cuda/attention.cu).
 //
 // Score modifiers (ScoreMods, core/ops.h; docs/backprop.md §34): S' = mod(S) before the
-// mask, u = S + table entries, S' = cap·tanh(u/cap), and a sink logit in each row's
-// denominator. Their backward: dU = dS' ∘ (1 − (S'/cap)²), dQ and dK from dU as from dS,
-// ∂L/∂table[h, e] = Σ dU over the pairs reading e (a fixed-order scatter-add), and
-// ∂L/∂sink_h = −Σ_{b,i} exp(sink_h − lse_i) D_i with D_i = rowsum(dZ ∘ Z).
+// mask, u = S + table entries, S' = cap·tanh(f(u)/cap) with f the user's function (if
+// any), and a sink logit in each row's denominator. Their backward: dU = dS' ∘ (1 −
+// (S'/cap)²) ∘ f′(u), dQ and dK from dU as from dS, ∂L/∂table[h, e] = Σ dU over the
+// pairs reading e (a fixed-order scatter-add), and ∂L/∂sink_h = −Σ_{b,i} exp(sink_h −
+// lse_i) D_i with D_i = rowsum(dZ ∘ Z).
 #include <algorithm>
 #include <cmath>
 #include <iterator>
@@ -180,7 +181,8 @@ AttentionShape reading(AttentionShape shape, const ScoreMods& mods) {
   return shape;
 }
 
-// The gradients of learnable_of(mods), in its order, for dense and flash (composed's come from its ops):
+// The gradients of learnable_of(mods), in its order, for dense and flash (composed's come from its ops;
+// lse and Z are read only with sinks):
 //   tables:  ∂L/∂table[h, e] = Σ_{b, i, j reading e} dU_bhij: dBias [B, Hq, E] (each batch entry's sums,
 //            in the kernel's fixed order) summed over B, then cut into the relative and indexed tables' columns;
 //   sinks:   ∂L/∂sink_h = −Σ_{b, i} p_sink(b, h, i) · D_bhi, p_sink = exp(sink_h − lse), D = rowsum(dZ ∘ Z)
@@ -261,7 +263,7 @@ AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& 
   const double scale = softmax.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
   AG_CHECK(scale > 0 && std::isfinite(scale), shapes_of(q, k, v) << ": scale " << scale << " is not a positive number");
   AG_CHECK(!spec.context || !softmax.mods.any(),
-           shapes_of(q, k, v) << ": score modifiers (soft_cap, sinks, bias tables) are not supported under context parallelism");
+           shapes_of(q, k, v) << ": score modifiers (ScoreMods) are not supported under context parallelism");
   return {.B = B, .Hq = Hq, .Hkv = Hkv, .Tq = Tq, .Tk = Tk, .d = d, .scale = scale,
           .mask = {.causal = spec.causal, .q_offset = softmax.q_offset.value_or(Tk - Tq), .pattern = softmax.pattern,
                    .alibi_heads = spec.position == PositionEncoding::Alibi ? Hq : 0, .alibi_slopes = spec.alibi_slopes},
@@ -429,7 +431,8 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
   std::vector<Tensor> inputs{q, k, v};
   for (const Tensor& t : learnable_of(mods)) inputs.push_back(t);
   return record("attention", inputs, Z,
-                [Q = q.detach(), K = k.detach(), V = v.detach(), A, S_raw, lse, Z_out = Z.detach(), mods = detached(mods), layout,
+                [Q = q.detach(), K = k.detach(), V = v.detach(), A, S_raw, sink_lse = mods.sinks.defined() ? lse : Tensor(),
+                 Z_out = mods.sinks.defined() ? Z.detach() : Tensor(), mods = detached(mods), layout,
                  forward_shape = shape, scores_at, chunk_of](const Tensor& dZ) -> Gradients {
                   const AttentionShape shape = reading(forward_shape, mods);
                   const int64_t Hq = shape.Hq, Tq = shape.Tq, Tk = shape.Tk, d = shape.d;
@@ -469,7 +472,7 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                                  {.M = Tk, .N = d, .K = Tq, .alpha = scale});  // dK = scale·dSᵀ Q
                   });
                   Gradients grads{dQ, dK, dV};
-                  for (Tensor& g : mods_gradients(mods, shape.mods, dBias, lse, dZ, Z_out, layout)) grads.push_back(g);
+                  for (Tensor& g : mods_gradients(mods, shape.mods, dBias, sink_lse, dZ, Z_out, layout)) grads.push_back(g);
                   return grads;
                 });
 }
@@ -487,8 +490,8 @@ Tensor flash(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
   std::vector<Tensor> inputs{q, k, v};
   for (const Tensor& t : learnable_of(mods)) inputs.push_back(t);
   return record("attention", inputs, Z,
-                [Q = q.detach(), K = k.detach(), V = v.detach(), lse, Z_out = Z.detach(), mods = detached(mods),
-                 layout, forward_shape = shape](const Tensor& dZ) -> Gradients {
+                [Q = q.detach(), K = k.detach(), V = v.detach(), lse, Z_out = mods.sinks.defined() ? Z.detach() : Tensor(),
+                 mods = detached(mods), layout, forward_shape = shape](const Tensor& dZ) -> Gradients {
                   const AttentionShape shape = reading(forward_shape, mods);
                   Tensor dQ = detail::empty_like(Q), dK = kv_gradient(K, shape), dV = kv_gradient(V, shape);
                   Tensor dBias = shape.mods.has_tables() ? detail::empty_as({shape.B, shape.Hq, shape.mods.bias_entries()}, Q)
