@@ -249,7 +249,8 @@ AG_HOST_DEVICE inline int64_t relative_position_bucket(int64_t relative, bool bi
 // A score modifier of the user's own (ScoreMods::custom, core/ops.h): S' = value(u, h, q, k)
 // for query head h, the query at key position q (i + q_offset) and key k, with its derivative
 // ∂value/∂u, between the bias tables and the cap. Host code only: the CPU's kernels call it
-// per score in float64 (CUDA's refuse it). No learnable parameters.
+// per score in float64 (CUDA's refuse it). No learnable parameters. Both must be finite
+// for every finite u: they are called at hidden pairs too (whose scores the mask then drops).
 struct ScoreFunction {
   std::function<double(double u, int64_t h, int64_t q, int64_t k)> value, derivative;
 };
