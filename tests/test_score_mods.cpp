@@ -402,3 +402,14 @@ TEST_CASE_EVERY_DEVICE("score mods: with ALiBi and a sparse window, and decoding
     CHECK_CLOSE(concat(rows, 1), reference[0], 1e-12);
   }
 }
+
+TEST_CASE("score mods: float32 matches float64 to 1e-5 in every implementation (every gradient)") {
+  const ModsCase c{.cap = true, .sinks = true, .relative = true, .indexed = true, .causal = true, .B = 2, .Hq = 4,
+                   .Hkv = 2, .Tq = 150, .Tk = 150, .d = 16, .buckets = 32, .max_distance = 128, .entries = 5,
+                   .soft_cap = 5.0};
+  const Inputs x = leaves(c, inputs_of(c, 1000));
+  for (AttentionImpl impl : attention_impls()) {
+    CAPTURE(name_of(impl));
+    ag::test::check_float32_matches_float64(attend(c, impl), x);
+  }
+}
