@@ -325,10 +325,37 @@ struct ScoreModifiers {
     if (relative) dbias[bucket] += du;
     if (indexed) dbias[(relative ? relative_buckets : 0) + index[i * index_row + j]] += du;
   }
-  // Whether the pair (i at p, j) reads entry e of the tables' joint row (add_bias_gradient's columns).
-  AG_HOST_DEVICE bool reads(int64_t e, int64_t p, int64_t i, int64_t j) const {
+  // The distances n = p − j whose relative bucket is e (e < relative_buckets): [lo, hi], empty
+  // when lo > hi. The bucket grows with n in each direction, so each bucket is one interval; a
+  // loop over pairs tests n against it instead of taking a logarithm per pair (CUDA's sums).
+  struct Distances {
+    int64_t lo, hi;
+  };
+  AG_HOST_DEVICE Distances distances_of(int64_t e) const {
+    constexpr int64_t kFar = int64_t{1} << 62;
+    const int64_t per_direction = bidirectional ? relative_buckets / 2 : relative_buckets;
+    const int64_t e_dir = e < per_direction ? e : e - per_direction;  // the bucket within its direction
+    if (e_dir >= per_direction) return {1, 0};  // an odd count's last bucket, which bidirectional never reads
+    // [lo, hi] of m ≥ 0 with bucket_in_direction(m) = e_dir: the first m reaching e_dir, to the first reaching e_dir + 1
+    const auto first_reaching = [&](int64_t target) {  // bucket_in_direction is non-decreasing
+      int64_t lo = 0, hi = max_distance;                // bucket_in_direction(max_distance) = per_direction − 1
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (relative_position_bucket(-mid, false, per_direction, max_distance) >= target) hi = mid;
+        else lo = mid + 1;
+      }
+      return lo;
+    };
+    const int64_t m_lo = first_reaching(e_dir), m_hi = e_dir + 1 < per_direction ? first_reaching(e_dir + 1) - 1 : kFar;
+    if (!bidirectional) return e == 0 ? Distances{-kFar, m_hi} : Distances{m_lo, m_hi};  // keys after the query: bucket 0
+    if (e < per_direction) return {m_lo, m_hi};                                          // keys before (n ≥ 0)
+    return {-m_hi, -(m_lo > 1 ? m_lo : 1)};                                              // keys after (n ≤ −1)
+  }
+  // Whether the pair (i at p, j) reads entry e of the tables' joint row (add_bias_gradient's
+  // columns); `relative_distances` = distances_of(e) when e is a relative bucket.
+  AG_HOST_DEVICE bool reads(int64_t e, const Distances& relative_distances, int64_t p, int64_t i, int64_t j) const {
     const int64_t first_indexed = relative ? relative_buckets : 0;
-    if (e < first_indexed) return bucket(p, j) == e;
+    if (e < first_indexed) return relative_distances.lo <= p - j && p - j <= relative_distances.hi;
     return indexed && index[i * index_row + j] == e - first_indexed;
   }
   // sink_h, or −∞ (no sink: exp(−∞) = 0 adds nothing to the denominator).

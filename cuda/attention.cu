@@ -117,11 +117,13 @@ template <class T> struct BiasGradientSums {
   AttentionShape shape;
   __device__ void operator()(int64_t idx) const {
     const int64_t E = shape.mods.bias_entries(), matrix = idx / E, e = idx % E, Tq = shape.Tq, Tk = shape.Tk;
+    const ScoreModifiers::Distances distances =
+        e < (shape.mods.relative ? shape.mods.relative_buckets : 0) ? shape.mods.distances_of(e) : ScoreModifiers::Distances{};
     const T* g = du + matrix * Tk * Tq;
     T sum = 0;
     for (int64_t j = 0; j < Tk; ++j)
       for (int64_t i = 0; i < Tq; ++i)
-        if (shape.mods.reads(e, i + shape.mask.q_offset, i, j)) sum += g[j * Tq + i];
+        if (shape.mods.reads(e, distances, i + shape.mask.q_offset, i, j)) sum += g[j * Tq + i];
     dbias[idx] = sum;
   }
 };
@@ -394,10 +396,15 @@ __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, 
         score_gradient_tile(P, sD, factor, tile, dP);
         __syncthreads();
         if (sums)  // u = S + table entries  →  the entries' sums of dU, each entry by one thread
-          for (int64_t e = threadIdx.x; e < E; e += blockDim.x)
+          for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+            const ScoreModifiers::Distances distances =
+                e < (shape.mods.relative ? shape.mods.relative_buckets : 0) ? shape.mods.distances_of(e)
+                                                                           : ScoreModifiers::Distances{};
             for (int r = 0; r < q.rows; ++r)
               for (int c = 0; c < cols; ++c)
-                if (shape.mods.reads(e, q.i0 + r + shape.mask.q_offset, q.i0 + r, j0 + c)) sums[e] += dP[r * tile + c];
+                if (shape.mods.reads(e, distances, q.i0 + r + shape.mask.q_offset, q.i0 + r, j0 + c))
+                  sums[e] += dP[r * tile + c];
+          }
         // dQ += scale·dS K
         for (int64_t idx = threadIdx.x; idx < q.rows * d; idx += blockDim.x) {
           const int64_t r = idx / d, e = idx % d;

@@ -200,6 +200,25 @@ TEST_CASE("score mods: relative_position_bucket is T5's rule (every bucket of th
   }
 }
 
+TEST_CASE("score mods: each relative bucket is one interval of distances (distances_of, what CUDA's sums test)") {
+  for (bool bidirectional : {true, false})
+    for (int64_t buckets : {4, 6, 8, 32, 33})
+      for (int64_t max_distance : {5, 20, 128}) {
+        const int64_t per_direction = bidirectional ? buckets / 2 : buckets;
+        if (per_direction < 2 || max_distance <= per_direction / 2) continue;  // refused by the op
+        const ScoreModifiers mods{.relative_buckets = buckets, .max_distance = max_distance, .bidirectional = bidirectional};
+        for (int64_t e = 0; e < buckets; ++e) {
+          const ScoreModifiers::Distances range = mods.distances_of(e);
+          int64_t wrong = 0, first_wrong = 0;
+          for (int64_t n = -400; n <= 400; ++n)
+            if ((range.lo <= n && n <= range.hi) != (mods.bucket(n, 0) == e) && wrong++ == 0) first_wrong = n;
+          INFO("bidirectional " << bidirectional << ", " << buckets << " buckets, max_distance " << max_distance
+                                << ", bucket " << e << ": wrong at n = " << first_wrong);
+          CHECK(wrong == 0);
+        }
+      }
+}
+
 TEST_CASE_EVERY_DEVICE("score mods: match PyTorch float64 (golden file) to 1e-12 — relative bias, soft-cap, sinks, all") {
   const SafetensorsFile golden = load_safetensors(ATTOGRAD_SOURCE_DIR "/tests/golden/score_mods.safetensors");
   const auto at = [&](const std::string& name) { return golden.at(name).to(device); };
