@@ -6,10 +6,14 @@
 // three implementations agree; two runs give the same bits; PyTorch float64 goldens
 // (tests/golden/score_mods.safetensors, written by scripts/make_golden_score_mods.py);
 // bad input gets an error naming what is wrong; every case on the CPU and on CUDA.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "core/cpu/vector_math.h"
 #include "core/safetensors.h"
 #include "core/threads.h"
 #include "tests/helpers.h"
@@ -198,6 +202,20 @@ TEST_CASE("score mods: relative_position_bucket is T5's rule (every bucket of th
             static_cast<int64_t>(expected[r + 300]));
     }
   }
+}
+
+TEST_CASE("score mods: flash's float tanh is within 4 ulp of float64's over [−20, 20]") {
+  double worst_ulp = 0, worst_x = 0;
+  for (int64_t n = -2000000; n <= 2000000; ++n) {
+    const float x = static_cast<float>(n) * 1e-5f;
+    const double exact = std::tanh(static_cast<double>(x));
+    const double ulp = std::max(std::abs(std::nextafter(static_cast<float>(exact), 2.0f) - static_cast<float>(exact)),
+                                std::numeric_limits<float>::denorm_min());
+    const double error = std::abs(static_cast<double>(math::tanh_vectorisable(x)) - exact) / ulp;
+    if (error > worst_ulp) worst_ulp = error, worst_x = x;
+  }
+  INFO("worst " << worst_ulp << " ulp at x = " << worst_x);
+  CHECK(worst_ulp <= 4.0);
 }
 
 TEST_CASE("score mods: each relative bucket is one interval of distances (distances_of, what CUDA's sums test)") {

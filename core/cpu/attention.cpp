@@ -282,32 +282,73 @@ template <class T> void mask_tile(T* st, const TilePair& t, const AttentionMask&
   }
 }
 
+// score_tile's S' under score modifiers that change the scores (biases, a cap, a custom
+// function): each entry is S' = mods.host_modify(scale·q·k), then ALiBi's bias, the tables
+// read on the fly, in passes: the tables, the custom function, then the cap down each column
+// with a tanh the compiler vectorises (tanh_vectorisable: std::tanh in float64, where the
+// passes give host_modify's bits). factor, if not null, receives ∂S'/∂u of each entry (the
+// chain factor of the cap and the custom function). Inlined into the float tasks' AVX-512
+// clones, where its loops vectorise; score_tile, which the modifiers leave alone, keeps its
+// code (and its bits) as it was.
+template <class T>
+[[gnu::always_inline]] inline void modified_score_tile(T* st, const TilePair& t, const AttentionShape& shape, int64_t h,
+                                                       T* factor) {
+  const T scale = static_cast<T>(shape.scale);
+  const ScoreModifiers& mods = shape.mods;
+  const T slope = static_cast<T>(shape.mask.alibi_slope(h));
+  // Entry (r, c) sits at distance p − j = first + r − c: bucket[r − c + cols − 1].
+  const int64_t first = t.i0 + shape.mask.q_offset - t.j0;
+  int64_t bucket[kQueryTile + kKeyTile] = {};
+  fill_buckets(mods, first - (t.cols - 1), t.rows + t.cols - 1, bucket);
+  // u = scale·s + the tables' entries
+  for (int64_t c = 0; c < t.cols; ++c) {
+    T* column = st + c * kQueryTile;
+    if (!mods.has_tables()) {
+#pragma omp simd
+      for (int64_t r = 0; r < t.rows; ++r) column[r] *= scale;
+      continue;
+    }
+    for (int64_t r = 0; r < t.rows; ++r)
+      column[r] = mods.biased_at(column[r] * scale, h, bucket[r - c + t.cols - 1], t.i0 + r, t.j0 + c);
+  }
+  // v = f(u), the user's function, and factor = f′(u) (1 without one)
+  for (int64_t c = 0; c < t.cols && (factor || mods.custom); ++c)
+    for (int64_t r = 0; r < t.rows; ++r) {
+      const int64_t at = c * kQueryTile + r, p = t.i0 + r + shape.mask.q_offset, j = t.j0 + c;
+      if (!mods.custom) {
+        factor[at] = T(1);
+        continue;
+      }
+      if (factor) factor[at] = static_cast<T>(mods.custom->derivative(static_cast<double>(st[at]), h, p, j));
+      st[at] = static_cast<T>(mods.custom->value(static_cast<double>(st[at]), h, p, j));
+    }
+  // S' = cap·tanh(v/cap), factor ∘= 1 − (S'/cap)²
+  if (mods.soft_cap > 0) {
+    const T cap = static_cast<T>(mods.soft_cap);
+    for (int64_t c = 0; c < t.cols; ++c) {
+      T* column = st + c * kQueryTile;
+#pragma omp simd
+      for (int64_t r = 0; r < t.rows; ++r) column[r] = cap * math::tanh_vectorisable(column[r] / cap);
+      if (!factor) continue;
+      T* chain = factor + c * kQueryTile;
+#pragma omp simd
+      for (int64_t r = 0; r < t.rows; ++r) {
+        const T x = column[r] / cap;
+        chain[r] *= T(1) - x * x;
+      }
+    }
+  }
+  // + ALiBi's bias
+  if (shape.mask.alibi_heads > 0)
+    for (int64_t c = 0; c < t.cols; ++c)
+      for (int64_t r = 0; r < t.rows; ++r) st[c * kQueryTile + r] += shape.mask.bias(slope, t.i0 + r, t.j0 + c);
+}
+
 // Sᵀ = scale·(the tile's products) + ALiBi's bias of head h, in place: the one
 // formula the forward and the backward both use, so that the backward's
 // S − lse cancels the forward's to the bit (a one-key row gets P = 1 exactly).
-// With score modifiers that change the scores (biases, a cap, a custom function),
-// each entry is S' = mods.host_modify(scale·q·k) before ALiBi's bias, the tables
-// read on the fly; factor, if not null, receives ∂S'/∂u of each entry (the chain
-// factor of the cap and the custom function).
-template <class T>
-void score_tile(T* st, const TilePair& t, const AttentionShape& shape, int64_t h, T* factor = nullptr) {
+template <class T> void score_tile(T* st, const TilePair& t, const AttentionShape& shape, int64_t h) {
   const T scale = static_cast<T>(shape.scale);
-  if (shape.mods.changes_scores()) {
-    const ScoreModifiers& mods = shape.mods;
-    const T slope = static_cast<T>(shape.mask.alibi_slope(h));
-    // Entry (r, c) sits at distance p − j = first + r − c: bucket[r − c + cols − 1].
-    const int64_t first = t.i0 + shape.mask.q_offset - t.j0;
-    int64_t bucket[kQueryTile + kKeyTile] = {};
-    fill_buckets(mods, first - (t.cols - 1), t.rows + t.cols - 1, bucket);
-    for (int64_t c = 0; c < t.cols; ++c)
-      for (int64_t r = 0; r < t.rows; ++r) {
-        const int64_t i = t.i0 + r, j = t.j0 + c, at = c * kQueryTile + r;
-        const T s = mods.host_modify(st[at] * scale, h, i + shape.mask.q_offset, bucket[r - c + t.cols - 1], i, j,
-                                     factor ? factor + at : nullptr);
-        st[at] = s + shape.mask.bias(slope, i, j);
-      }
-    return;
-  }
   if (shape.mask.alibi_heads == 0) {
     for (int64_t c = 0; c < t.cols; ++c)
       for (int64_t r = 0; r < t.rows; ++r) st[c * kQueryTile + r] *= scale;
@@ -377,7 +418,8 @@ template <class T>
     const T* v = in.V + shape.kv.at(b, kvh, t.j0);
     // S = scale·Q Kᵀ (+ ALiBi's bias), stored as Sᵀ [cols][rows], −inf where hidden
     tile_product(t.cols, rows, d, Left<T>{k, shape.kv.row}, s.qt.data(), kQueryTile, st, kQueryTile, false);
-    score_tile(st, t, shape, h);
+    if (shape.mods.changes_scores()) modified_score_tile(st, t, shape, h, static_cast<T*>(nullptr));
+    else score_tile(st, t, shape, h);
     if (t.visibility == TileVisibility::Partial) mask_tile(st, t, shape.mask, h);
     // m_new = max(m, max_j S_ij); the old terms are rescaled by e^(m − m_new)
     std::copy_n(m, rows, reference);
@@ -476,7 +518,8 @@ template <class T>
         tile_product(t.cols, rows, d, Left<T>{k, kv_row}, s.qt.data(), kQueryTile, p, kQueryTile, false);
         // S is formed and stored first, as the forward does: the rounded S, not an
         // FMA's unrounded scale·S − lse (with it a one-key row got P = 1 − ε: dS ≠ 0).
-        score_tile(p, t, shape, h, factor);
+        if (mods.changes_scores()) modified_score_tile(p, t, shape, h, factor);
+        else score_tile(p, t, shape, h);
         if (t.visibility == TileVisibility::Partial) mask_tile(p, t, shape.mask, h);
         for (int64_t c = 0; c < t.cols; ++c)
           for (int64_t r = 0; r < rows; ++r)
@@ -570,7 +613,8 @@ void attention_softmax_backward(const Tensor& A, const Tensor& dA, Tensor& dS) {
 }
 
 // One task per [Tk, Tq] matrix (batch entry, head h = matrix % Hq), its keys j in
-// order, each key's row of queries i in order.
+// order, each key's row of queries i in order. Under a causal mask the keys after a
+// query's position get 0, unmodified (the softmax never reads them).
 void attention_score_mods(const Tensor& S, const AttentionShape& shape, Tensor& S_mod) {
   visit_floating(S.dtype(), "attention_score_mods", [&](auto zero) {
     using T = decltype(zero);
@@ -585,14 +629,17 @@ void attention_score_mods(const Tensor& S, const AttentionShape& shape, Tensor& 
       const int64_t h = matrix % Hq, at = matrix * Tk * Tq;
       for (int64_t j = 0; j < Tk; ++j)
         for (int64_t i = 0; i < Tq; ++i)
-          out[at + j * Tq + i] =
-              mods.host_modify(s[at + j * Tq + i], h, i + q_offset, bucket[i - j + Tk - 1], i, j, static_cast<T*>(nullptr));
+          out[at + j * Tq + i] = shape.mask.causal && j > i + q_offset
+                                     ? T(0)
+                                     : mods.host_modify(s[at + j * Tq + i], h, i + q_offset, bucket[i - j + Tk - 1], i, j,
+                                                        static_cast<T*>(nullptr));
     });
   });
 }
 
 // One task per matrix as above: it alone writes the matrix's dU and its head's row
-// of dBias (of its batch entry), summed in key-then-query order.
+// of dBias (of its batch entry), summed in key-then-query order. Keys after a causal
+// query's position have dS' = 0 (A = 0 there) and are skipped: dU = dS' = 0.
 void attention_score_mods_backward(const Tensor& dS, const Tensor& S, const AttentionShape& shape, Tensor& dU,
                                    Tensor& dBias) {
   visit_floating(dS.dtype(), "attention_score_mods_backward", [&](auto zero) {
@@ -612,6 +659,10 @@ void attention_score_mods_backward(const Tensor& dS, const Tensor& S, const Atte
       for (int64_t j = 0; j < Tk; ++j)
         for (int64_t i = 0; i < Tq; ++i) {
           const int64_t e = at + j * Tq + i;
+          if (shape.mask.causal && j > i + q_offset) {
+            du[e] = ds[e];
+            continue;
+          }
           const int64_t b = bucket[i - j + Tk - 1];
           T factor = T(1);  // ∂S'/∂u, recomputed from S as the forward formed S'
           if (s) mods.host_modify(s[e], h, i + q_offset, b, i, j, &factor);
