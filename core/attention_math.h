@@ -7,6 +7,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 
 #include "core/random.h"  // AG_HOST_DEVICE
@@ -215,6 +216,154 @@ struct AttentionMask {
   }
 };
 
+// --- score modifiers (docs/backprop.md, "Score modifiers and their adjoints") -----------------
+// T5's bucket (Raffel et al. 2020) of the relative position r = j − p of key j from
+// the query at key position p. n = p − j counts back in time. Bidirectional: half
+// the buckets for each direction, keys after the query (n < 0) in the upper half,
+// n = |n|; else keys after the query are n = 0. Of the nb buckets left, the first
+// nb/2 hold n exactly; from there on the bucket grows with log n, reaching the last
+// one, nb − 1, at max_distance:
+//   bucket(n) = n                                                          n < nb/2
+//             = min(nb − 1, nb/2 + ⌊log(n / (nb/2)) / log(max_distance / (nb/2)) · (nb − nb/2)⌋)   else
+// Formed in float64 (T5's code forms the logarithm in float32; they agree unless a
+// value falls within a float32 rounding of an integer: tests/test_score_mods.cpp
+// compares every bucket of its cases with PyTorch's).
+AG_HOST_DEVICE inline int64_t relative_position_bucket(int64_t relative, bool bidirectional, int64_t num_buckets,
+                                                       int64_t max_distance) {
+  int64_t bucket = 0, n = -relative;
+  if (bidirectional) {
+    num_buckets /= 2;
+    if (n < 0) bucket = num_buckets, n = -n;
+  } else if (n < 0) {
+    n = 0;
+  }
+  const int64_t max_exact = num_buckets / 2;
+  if (n < max_exact) return bucket + n;
+  const int64_t large =
+      max_exact + static_cast<int64_t>(std::log(static_cast<double>(n) / static_cast<double>(max_exact)) /
+                                       std::log(static_cast<double>(max_distance) / static_cast<double>(max_exact)) *
+                                       static_cast<double>(num_buckets - max_exact));
+  return bucket + (large < num_buckets - 1 ? large : num_buckets - 1);
+}
+
+// A score modifier of the user's own (ScoreMods::custom, core/ops.h): S' = value(u, h, q, k)
+// for query head h, the query at key position q (i + q_offset) and key k, with its derivative
+// ∂value/∂u, between the bias tables and the cap. Host code only: the CPU's kernels call it
+// per score in float64 (CUDA's refuse it). No learnable parameters. Both must be finite
+// for every finite u: they are called at hidden pairs too (whose scores the mask then drops).
+struct ScoreFunction {
+  std::function<double(double u, int64_t h, int64_t q, int64_t k)> value, derivative;
+};
+
+// The score modifiers as the kernels see them (ScoreMods in core/ops.h holds the
+// tensors; these are their data, in the scores' dtype T, on the scores' device).
+// With u = S + the tables' biases and S' = cap·tanh(u/cap) (S' = u without a cap),
+// the softmax is taken over S' + M and, with sinks, one more logit sink_h in each row's
+// denominator. Every implementation and both devices form S' with modify(), so the
+// forward's and the backward's S' are the same bits.
+struct ScoreModifiers {
+  double soft_cap = 0;             // > 0: S' = cap·tanh(u/cap); 0: S' = u
+  const void* sinks = nullptr;     // [Hq], or null
+  const void* relative = nullptr;  // [Hq, relative_buckets], or null
+  int64_t relative_buckets = 0, max_distance = 0;
+  bool bidirectional = true;
+  const void* indexed = nullptr;  // [Hq, indexed_entries], or null
+  int64_t indexed_entries = 0;
+  const int64_t* index = nullptr;  // [Tq, Tk], entries in [0, indexed_entries)
+  int64_t index_row = 0;           // Tk: the index's row stride
+  const ScoreFunction* custom = nullptr;  // the user's own, or null; CPU only (host_modify below)
+
+  AG_HOST_DEVICE bool any() const { return changes_scores() || sinks; }
+  AG_HOST_DEVICE bool has_tables() const { return relative || indexed; }
+  AG_HOST_DEVICE bool changes_scores() const { return has_chain() || has_tables(); }  // S' ≠ S
+  // ∂S'/∂u ≠ 1: the backward needs each score's chain factor (the cap's, the custom function's).
+  AG_HOST_DEVICE bool has_chain() const { return soft_cap > 0 || custom; }
+  // A table gradient's entries per head: the relative table's, then the indexed table's
+  // (dBias [.., Hq, bias_entries()] in the kernels).
+  AG_HOST_DEVICE int64_t bias_entries() const { return (relative ? relative_buckets : 0) + (indexed ? indexed_entries : 0); }
+  // The entry of the relative table (its column) that query i at position p reads for key j.
+  AG_HOST_DEVICE int64_t bucket(int64_t p, int64_t j) const {
+    return relative_position_bucket(j - p, bidirectional, relative_buckets, max_distance);
+  }
+  // u = s + rel[h, bucket] + idx[h, index(i, j)]: S's biases for query i of head h and key j, the
+  // relative table's bucket given (bucket(p, j), which a caller may form once per distance p − j).
+  template <class T> AG_HOST_DEVICE T biased_at(T s, int64_t h, int64_t bucket, int64_t i, int64_t j) const {
+    if (relative) s += static_cast<const T*>(relative)[h * relative_buckets + bucket];
+    if (indexed) s += static_cast<const T*>(indexed)[h * indexed_entries + index[i * index_row + j]];
+    return s;
+  }
+  template <class T> AG_HOST_DEVICE T biased(T s, int64_t h, int64_t p, int64_t i, int64_t j) const {
+    return biased_at(s, h, relative ? bucket(p, j) : 0, i, j);
+  }
+  template <class T> AG_HOST_DEVICE T capped(T u) const {
+    const T cap = static_cast<T>(soft_cap);
+    return soft_cap > 0 ? cap * std::tanh(u / cap) : u;
+  }
+  // S' from S: the biases, then the cap (without a custom function: host_modify has it).
+  template <class T> AG_HOST_DEVICE T modify(T s, int64_t h, int64_t p, int64_t i, int64_t j) const {
+    return capped(biased(s, h, p, i, j));
+  }
+  // S' from S with every modifier, the custom function too, on the host (the bucket given, as
+  // biased_at); factor (if not null) receives ∂S'/∂u = (1 − (S'/cap)²) · ∂value/∂u. Equals modify().
+  template <class T>
+  T host_modify(T s, int64_t h, int64_t p, int64_t bucket, int64_t i, int64_t j, T* factor) const {
+    const T u = biased_at(s, h, bucket, i, j);
+    const T out = custom ? capped(static_cast<T>(custom->value(static_cast<double>(u), h, p, j))) : capped(u);
+    if (factor)
+      *factor = custom ? cap_derivative(out) * static_cast<T>(custom->derivative(static_cast<double>(u), h, p, j))
+                       : cap_derivative(out);
+    return out;
+  }
+  // ∂S'/∂u from S' itself: 1 − tanh² = 1 − (S'/cap)² (1 without a cap).
+  template <class T> AG_HOST_DEVICE T cap_derivative(T s_mod) const {
+    if (!(soft_cap > 0)) return T(1);
+    const T t = s_mod / static_cast<T>(soft_cap);
+    return T(1) - t * t;
+  }
+  // dBias[e] += du for the entries u_ij read (dBias: one head's bias_entries() sums; the bucket as biased_at's).
+  template <class T> AG_HOST_DEVICE void add_bias_gradient(T du, int64_t bucket, int64_t i, int64_t j, T* dbias) const {
+    if (relative) dbias[bucket] += du;
+    if (indexed) dbias[(relative ? relative_buckets : 0) + index[i * index_row + j]] += du;
+  }
+  // The distances n = p − j whose relative bucket is e (e < relative_buckets): [lo, hi], empty
+  // when lo > hi. The bucket grows with n in each direction, so each bucket is one interval; a
+  // loop over pairs tests n against it instead of taking a logarithm per pair (CUDA's sums).
+  struct Distances {
+    int64_t lo, hi;
+  };
+  AG_HOST_DEVICE Distances distances_of(int64_t e) const {
+    constexpr int64_t kFar = int64_t{1} << 62;
+    const int64_t per_direction = bidirectional ? relative_buckets / 2 : relative_buckets;
+    const int64_t e_dir = e < per_direction ? e : e - per_direction;  // the bucket within its direction
+    if (e_dir >= per_direction) return {1, 0};  // an odd count's last bucket, which bidirectional never reads
+    // [lo, hi] of m ≥ 0 with bucket_in_direction(m) = e_dir: the first m reaching e_dir, to the first reaching e_dir + 1
+    const auto first_reaching = [&](int64_t target) {  // bucket_in_direction is non-decreasing
+      int64_t lo = 0, hi = max_distance;                // bucket_in_direction(max_distance) = per_direction − 1
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (relative_position_bucket(-mid, false, per_direction, max_distance) >= target) hi = mid;
+        else lo = mid + 1;
+      }
+      return lo;
+    };
+    const int64_t m_lo = first_reaching(e_dir), m_hi = e_dir + 1 < per_direction ? first_reaching(e_dir + 1) - 1 : kFar;
+    if (!bidirectional) return e == 0 ? Distances{-kFar, m_hi} : Distances{m_lo, m_hi};  // keys after the query: bucket 0
+    if (e < per_direction) return {m_lo, m_hi};                                          // keys before (n ≥ 0)
+    return {-m_hi, -(m_lo > 1 ? m_lo : 1)};                                              // keys after (n ≤ −1)
+  }
+  // Whether the pair (i at p, j) reads entry e of the tables' joint row (add_bias_gradient's
+  // columns); `relative_distances` = distances_of(e) when e is a relative bucket.
+  AG_HOST_DEVICE bool reads(int64_t e, const Distances& relative_distances, int64_t p, int64_t i, int64_t j) const {
+    const int64_t first_indexed = relative ? relative_buckets : 0;
+    if (e < first_indexed) return relative_distances.lo <= p - j && p - j <= relative_distances.hi;
+    return indexed && index[i * index_row + j] == e - first_indexed;
+  }
+  // sink_h, or −∞ (no sink: exp(−∞) = 0 adds nothing to the denominator).
+  template <class T> AG_HOST_DEVICE T sink(int64_t h) const {
+    return sinks ? static_cast<const T*>(sinks)[h] : -std::numeric_limits<T>::infinity();
+  }
+};
+
 // Where row t of head h of batch entry b starts in an attention operand, in
 // elements; the row's d entries follow contiguously.
 //   [B, H, T, d]:  {H·T·d, T·d, d}        [B, T, H, d]:  {T·H·d, d, H·d}
@@ -233,6 +382,7 @@ struct AttentionShape {
   double scale;
   AttentionMask mask;
   HeadStrides q, kv;
+  ScoreModifiers mods = {};  // S' = mods(S) before the mask; none by default
 
   AG_HOST_DEVICE int64_t group() const { return Hq / Hkv; }  // query heads per kv head
   AG_HOST_DEVICE int64_t lse_at(int64_t b, int64_t h, int64_t i) const { return (b * Hq + h) * Tq + i; }

@@ -277,6 +277,48 @@ struct LayerKVCache {
   int64_t bytes() const;  // what it holds now
 };
 
+// Softmax attention's score modifiers (docs/backprop.md, "Score modifiers and their
+// adjoints"): functions of each score applied before the mask, with learnable
+// parameters whose gradients the op returns like q's, k's and v's. Per batch entry
+// b, query head h, query i at key position p = i + q_offset and key j:
+//   u_ij = S_ij + rel[h, bucket(j − p)] + idx[h, index(i, j)]   the bias tables (each optional)
+//   S'_ij = cap·tanh(custom(u_ij) / cap)                        soft_cap (else S' = custom(u)),
+//                                                               custom the user's own (else the identity)
+//   A_ij = exp(S'_ij + M_ij) / (exp(sink_h) + Σ_j' exp(S'_ij' + M_ij'))   sinks (else no exp(sink_h))
+// M keeps its meaning (−∞ where hidden, ALiBi's bias where seen), after the modifiers.
+// Every implementation (composed, dense, flash) computes them, CPU and CUDA; their
+// tables' gradients are sums in a fixed order, so two runs give the same bits.
+//
+// A T5-style relative-position bias (Raffel et al. 2020): table [Hq, num_buckets],
+// each (query, key) pair reading the bucket of its relative position j − p
+// (relative_position_bucket, core/attention_math.h: exact below num_buckets/2 (per
+// direction when bidirectional), logarithmic up to max_distance, the last bucket beyond).
+struct RelativePositionBias {
+  Tensor table = {};          // [Hq, num_buckets]; undefined: none
+  bool bidirectional = true;  // false: keys after the query share bucket 0 (a causal decoder's)
+  int64_t max_distance = 128;
+};
+// A bias table read through a user-given integer matrix (Graphormer's shortest-path
+// bias, edge types, any pairwise category): table [Hq, n], index int64 [Tq, Tk] with
+// entries in [0, n).
+struct IndexedBias {
+  Tensor table = {};  // [Hq, n]; undefined: none
+  Tensor index = {};  // int64 [Tq, Tk], on the table's device
+};
+struct ScoreMods {
+  std::optional<double> soft_cap = std::nullopt;  // cap > 0 (Gemma 2: 50)
+  Tensor sinks = {};                              // [Hq]: a learned logit per head in each row's denominator
+  RelativePositionBias relative = {};
+  IndexedBias indexed = {};
+  // The user's own score function value(u, h, q, k) with its derivative (core/attention_math.h),
+  // after the tables and before the cap: S' = cap·tanh(value(u)/cap). No learnable parameters; CPU only.
+  ScoreFunction custom = {};
+
+  bool any() const {
+    return soft_cap || sinks.defined() || relative.table.defined() || indexed.table.defined() || custom.value;
+  }
+};
+
 // Each attention function's parameters: what it alone reads, as one type, so
 // that a spec cannot hold another function's (AttentionParams, in
 // AttentionFunction's order).
@@ -293,6 +335,8 @@ struct SoftmaxAttention {  // A = softmax(scale·QKᵀ + M), Z = A V
   // kv_length; the rows after it are neither read nor given a gradient).
   // Default: all of them.
   std::optional<int64_t> kv_length = std::nullopt;
+  // Applied to S before the mask (ScoreMods, above); not under context parallelism.
+  ScoreMods mods = {};
 };
 struct LinearAttention {  // Z = φ(Q)(φ(K)ᵀV), normalised; as many queries as keys (a cache for decoding)
   FeatureMap feature_map = FeatureMap::Elu1;

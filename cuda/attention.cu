@@ -44,6 +44,7 @@ template <class T> struct MaskedSoftmaxColumns {
   double* lse;
   int64_t Hq, Tq, Tk;
   AttentionMask mask;
+  const T* sinks;  // [Hq], or null: exp(sink_h) joins each column's denominator
   __device__ void operator()(int64_t c) const {
     const int64_t matrix = c / Tq, i = c % Tq;
     const int64_t h = matrix % Hq;
@@ -54,12 +55,14 @@ template <class T> struct MaskedSoftmaxColumns {
     T max = -kInf<T>;
     for (int64_t j = 0; j < Tk; ++j)
       if (row.visible(j)) max = MaxOp{}(max, x[j * Tq] + mask.bias(slope, i, j));
+    if (sinks) max = MaxOp{}(max, sinks[h]);
     const T reference = math::softmax_reference(max);
     T sum = 0;
     for (int64_t j = 0; j < Tk; ++j) {
       y[j * Tq] = row.visible(j) ? std::exp(x[j * Tq] + mask.bias(slope, i, j) - reference) : T(0);
       sum += y[j * Tq];
     }
+    if (sinks) sum += std::exp(sinks[h] - reference);  // the sink's term, after the keys' (as the CPU)
     const T inv = sum == T(0) ? T(0) : T(1) / sum;  // a query that sees no key keeps its zeros
     for (int64_t j = 0; j < Tk; ++j) y[j * Tq] *= inv;
     if (lse) lse[c] = math::log_sum_exp<double>(max, sum);
@@ -76,6 +79,52 @@ template <class T> struct SoftmaxBackwardColumns {
     T dot = 0;
     for (int64_t j = 0; j < Tk; ++j) dot += da[at + j * Tq] * a[at + j * Tq];
     for (int64_t j = 0; j < Tk; ++j) ds[at + j * Tq] = a[at + j * Tq] * (da[at + j * Tq] - dot);
+  }
+};
+
+// --- the dense implementation's score modifiers ---------------------------------------------
+
+// One thread per entry e of Sᵀ [n, Hq, Tk, Tq]: S'ᵀ = mods.modify(Sᵀ) (core/attention_math.h).
+template <class T> struct ModifyScores {
+  const T* s;
+  T* s_mod;
+  AttentionShape shape;
+  __device__ void operator()(int64_t e) const {
+    const int64_t i = e % shape.Tq, j = e / shape.Tq % shape.Tk, h = e / (shape.Tq * shape.Tk) % shape.Hq;
+    s_mod[e] = shape.mods.modify(s[e], h, i + shape.mask.q_offset, i, j);
+  }
+};
+// One thread per entry: dU = dS' ∘ ∂S'/∂u, the factor recomputed from S (null without a cap: 1).
+template <class T> struct ScoreModsChain {
+  const T* ds;
+  const T* s;
+  T* du;
+  AttentionShape shape;
+  __device__ void operator()(int64_t e) const {
+    if (!s) {
+      du[e] = ds[e];
+      return;
+    }
+    const int64_t i = e % shape.Tq, j = e / shape.Tq % shape.Tk, h = e / (shape.Tq * shape.Tk) % shape.Hq;
+    du[e] = ds[e] * shape.mods.cap_derivative(shape.mods.modify(s[e], h, i + shape.mask.q_offset, i, j));
+  }
+};
+// One thread per (matrix, table entry) of dBias [n, Hq, E]: the sum of dU over the matrix's
+// pairs that read the entry, keys then queries in order (the CPU's order).
+template <class T> struct BiasGradientSums {
+  const T* du;
+  T* dbias;
+  AttentionShape shape;
+  __device__ void operator()(int64_t idx) const {
+    const int64_t E = shape.mods.bias_entries(), matrix = idx / E, e = idx % E, Tq = shape.Tq, Tk = shape.Tk;
+    const ScoreModifiers::Distances distances =
+        e < (shape.mods.relative ? shape.mods.relative_buckets : 0) ? shape.mods.distances_of(e) : ScoreModifiers::Distances{};
+    const T* g = du + matrix * Tk * Tq;
+    T sum = 0;
+    for (int64_t j = 0; j < Tk; ++j)
+      for (int64_t i = 0; i < Tq; ++i)
+        if (shape.mods.reads(e, distances, i + shape.mask.q_offset, i, j)) sum += g[j * Tq + i];
+    dbias[idx] = sum;
   }
 };
 
@@ -101,34 +150,48 @@ template <class T> __device__ T dot(const T* a, const T* b, int64_t d) {
   for (int64_t e = 0; e < d; ++e) acc += a[e] * b[e];
   return acc;
 }
-// S of query i (of the head whose ALiBi slope is `slope`) with key j: scale·q·k +
-// bias, one expression for the forward and the backward alike.
+// S of query i of head h (whose ALiBi slope is `slope`) with key j: scale·q·k +
+// bias, one expression for the forward and the backward alike. With score
+// modifiers that change the scores, S' = mods.modify(scale·q·k) before ALiBi's
+// bias, and factor (if not null) receives ∂S'/∂u.
 template <class T>
-__device__ T score(const T* q, const T* k, int64_t d, T scale, const AttentionMask& mask, T slope, int64_t i, int64_t j) {
-  return scale * dot(q, k, d) + mask.bias(slope, i, j);
+__device__ T score(const T* q, const T* k, int64_t d, T scale, const AttentionMask& mask, const ScoreModifiers& mods,
+                   int64_t h, T slope, int64_t i, int64_t j, T* factor = nullptr) {
+  if (!mods.changes_scores()) return scale * dot(q, k, d) + mask.bias(slope, i, j);
+  const T s = mods.modify(scale * dot(q, k, d), h, i + mask.q_offset, i, j);
+  if (factor) *factor = mods.cap_derivative(s);
+  return s + mask.bias(slope, i, j);
 }
 
 // The backward's tile of one (query tile, key tile) pair: for query row r and
 // key column c,  P = exp(scale·q·k − lse),  dP = dZ·v,  both 0 where the key is
 // hidden or outside the problem. q, dz: `tile` rows of d of query head h; k, v likewise.
+// Under a soft cap (mods.has_chain()), factor [tile][tile] receives ∂S'/∂u (0 where hidden); null otherwise.
 template <class T>
 __device__ void probability_tile(const T* q, const T* dz, const T* k, const T* v, const T* lse_hi, const T* lse_lo,
                                  int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols, int tile, int64_t d,
-                                 T scale, const AttentionMask& mask, TileVisibility visibility, T* p, T* dp) {
+                                 T scale, const AttentionMask& mask, const ScoreModifiers& mods,
+                                 TileVisibility visibility, T* p, T* dp, T* factor) {
   const T slope = static_cast<T>(mask.alibi_slope(h));  // once per tile, not per entry
   for (int idx = threadIdx.x; idx < tile * tile; idx += blockDim.x) {
     const int r = idx / tile, c = idx % tile;
     const bool shown =
         r < rows && c < cols && (visibility == TileVisibility::All || mask.visible(h, i0 + r, j0 + c));
-    p[idx] = shown ? std::exp(score(q + r * d, k + c * d, d, scale, mask, slope, i0 + r, j0 + c) - lse_hi[r] - lse_lo[r])
+    if (factor) factor[idx] = T(0);
+    p[idx] = shown ? std::exp(score(q + r * d, k + c * d, d, scale, mask, mods, h, slope, i0 + r, j0 + c,
+                                    factor ? factor + idx : nullptr) -
+                              lse_hi[r] - lse_lo[r])
                    : T(0);  // lse = +inf: 0
     dp[idx] = shown ? dot(dz + r * d, v + c * d, d) : T(0);
   }
 }
 
-// dS = P ∘ (dP − D), in place of dP.
-template <class T> __device__ void score_gradient_tile(const T* p, const T* D, int tile, T* dp) {
-  for (int idx = threadIdx.x; idx < tile * tile; idx += blockDim.x) dp[idx] = p[idx] * (dp[idx] - D[idx / tile]);
+// dS = P ∘ (dP − D), in place of dP; under a soft cap, dU = dS ∘ factor (∂S'/∂u) instead.
+template <class T> __device__ void score_gradient_tile(const T* p, const T* D, const T* factor, int tile, T* dp) {
+  for (int idx = threadIdx.x; idx < tile * tile; idx += blockDim.x) {
+    dp[idx] = p[idx] * (dp[idx] - D[idx / tile]);
+    if (factor) dp[idx] *= factor[idx];
+  }
 }
 
 // lse of one query tile's rows (from lse_at on), split, into shared memory.
@@ -215,9 +278,11 @@ __global__ void flash_forward_kernel(const T* Q, const T* K, const T* V, Attenti
     __syncthreads();  // the previous task is done with the shared buffers
     load_tile(Q, q_at, q.i0, q.rows, tile, d, sQ);
     for (int64_t idx = threadIdx.x; idx < tile * d; idx += blockDim.x) acc[idx] = 0;
+    // A sink starts each row as a key of score sink_h and no value: m = sink_h, l = e^0 = 1.
+    const bool sink = shape.mods.sinks != nullptr;
     for (int r = threadIdx.x; r < tile; r += blockDim.x) {
-      m[r] = -kInf<T>;
-      l[r] = 0;
+      m[r] = sink ? shape.mods.sink<T>(q.h) : -kInf<T>;
+      l[r] = sink ? T(1) : T(0);
     }
     const T slope = static_cast<T>(shape.mask.alibi_slope(q.h));
     for_each_visible_key_tile(shape, q, tile, K, V, sK, sV, [&](int64_t j0, int64_t cols, TileVisibility visibility) {
@@ -226,7 +291,8 @@ __global__ void flash_forward_kernel(const T* Q, const T* K, const T* V, Attenti
         const int r = idx / tile, c = idx % tile;
         const bool shown = r < q.rows && c < cols &&
                            (visibility == TileVisibility::All || shape.mask.visible(q.h, q.i0 + r, j0 + c));
-        sS[idx] = shown ? score(sQ + r * d, sK + c * d, d, scale, shape.mask, slope, q.i0 + r, j0 + c) : -kInf<T>;
+        sS[idx] = shown ? score(sQ + r * d, sK + c * d, d, scale, shape.mask, shape.mods, q.h, slope, q.i0 + r, j0 + c)
+                        : -kInf<T>;
       }
       __syncthreads();
       // One warp per row: m_new = max(m, max_j S), P = exp(S − m_new), l ← l·e^(m − m_new) + Σ P
@@ -273,22 +339,31 @@ __global__ void flash_forward_kernel(const T* Q, const T* K, const T* V, Attenti
 // dS subtracts it from (as the CPU does); the key kernel, launched after it,
 // reads D and recomputes P and dP with the same arithmetic, so the same bits.
 
-// Shared memory: Q, dZ, dQ [tile][d]; K, V [tile][d]; P, dP [tile][tile]; lse (hi, lo), D [tile].
-int64_t query_floats(int tile, int64_t d) { return 5 * tile * d + 2 * tile * tile + 3 * tile; }
+// The cap's chain factor ∂S'/∂u [tile][tile] of the backward's kernels, under a soft cap only
+// (mods.has_chain(): a custom function never reaches CUDA).
+int64_t factor_floats(int tile, const AttentionShape& shape) { return shape.mods.has_chain() ? tile * tile : 0; }
+
+// Shared memory: Q, dZ, dQ [tile][d]; K, V [tile][d]; P, dP [tile][tile]; lse (hi, lo), D [tile]; the factor.
+int64_t query_floats(int tile, const AttentionShape& shape) {
+  return 5 * tile * shape.d + 2 * tile * tile + 3 * tile + factor_floats(tile, shape);
+}
 
 // For one query tile, over every visible key tile:
 //   pass 1:  D = rowsum(P ∘ dP)           (written to D for the key kernel)
 //   pass 2:  dQ = scale · Σ_j dS K_j,  dS = P ∘ (dP − D)
-// With D given (given_D), pass 1 is skipped and D only read.
+// With D given (given_D), pass 1 is skipped and D only read. With bias tables,
+// partial [B, Hq, ⌈Tq / tile⌉, E] receives this query tile's sums of dU per table
+// entry: thread e sums entry e over the key tiles, rows and columns in order.
 template <class T>
 __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, const double* lse, const T* dZ,
                                             AttentionShape shape, int tile, bool given_D, bool accumulate, T* D,
-                                            T* dQ) {
-  const int64_t d = shape.d;
+                                            T* dQ, T* partial) {
+  const int64_t d = shape.d, E = shape.mods.bias_entries();
   SharedBuffers<T> shared;
   T *sQ = shared.take(tile * d), *sdZ = shared.take(tile * d), *dq = shared.take(tile * d);
   T *sK = shared.take(tile * d), *sV = shared.take(tile * d), *P = shared.take(tile * tile);
   T *dP = shared.take(tile * tile), *lse_hi = shared.take(tile), *lse_lo = shared.take(tile), *sD = shared.take(tile);
+  T* factor = shape.mods.has_chain() ? shared.take(tile * tile) : nullptr;
   const T scale = T(shape.scale);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
 
@@ -301,10 +376,13 @@ __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, 
     load_lse(lse, shape.lse_at(q.b, q.h, q.i0), q.rows, lse_hi, lse_lo);
     for (int64_t idx = threadIdx.x; idx < tile * d; idx += blockDim.x) dq[idx] = 0;
     for (int r = threadIdx.x; r < tile; r += blockDim.x) sD[r] = given_D && r < q.rows ? D[shape.lse_at(q.b, q.h, q.i0 + r)] : T(0);
+    T* sums = partial ? partial + task * E : nullptr;  // task = (b·Hq + h)·q_tiles + query tile
+    if (sums)
+      for (int64_t e = threadIdx.x; e < E; e += blockDim.x) sums[e] = 0;
     for (int pass = given_D ? 2 : 1; pass <= 2; ++pass)
       for_each_visible_key_tile(shape, q, tile, K, V, sK, sV, [&](int64_t j0, int64_t cols, TileVisibility visibility) {
         probability_tile(sQ, sdZ, sK, sV, lse_hi, lse_lo, q.h, q.i0, q.rows, j0, cols, tile, d, scale, shape.mask,
-                         visibility, P, dP);
+                         shape.mods, visibility, P, dP, factor);
         __syncthreads();
         if (pass == 1) {  // D += rowsum(P ∘ dP), one warp per row, in a fixed order
           for (int r = warp; r < q.rows; r += warps) {
@@ -315,8 +393,18 @@ __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, 
           }
           return;
         }
-        score_gradient_tile(P, sD, tile, dP);
+        score_gradient_tile(P, sD, factor, tile, dP);
         __syncthreads();
+        if (sums)  // u = S + table entries  →  the entries' sums of dU, each entry by one thread
+          for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+            const ScoreModifiers::Distances distances =
+                e < (shape.mods.relative ? shape.mods.relative_buckets : 0) ? shape.mods.distances_of(e)
+                                                                           : ScoreModifiers::Distances{};
+            for (int r = 0; r < q.rows; ++r)
+              for (int c = 0; c < cols; ++c)
+                if (shape.mods.reads(e, distances, q.i0 + r + shape.mask.q_offset, q.i0 + r, j0 + c))
+                  sums[e] += dP[r * tile + c];
+          }
         // dQ += scale·dS K
         for (int64_t idx = threadIdx.x; idx < q.rows * d; idx += blockDim.x) {
           const int64_t r = idx / d, e = idx % d;
@@ -335,8 +423,10 @@ __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, 
   }
 }
 
-// Shared memory: K, V, dK, dV [tile][d]; Q, dZ [tile][d]; P, dP [tile][tile]; lse (hi, lo), D [tile].
-int64_t key_floats(int tile, int64_t d) { return 6 * tile * d + 2 * tile * tile + 3 * tile; }
+// Shared memory: K, V, dK, dV [tile][d]; Q, dZ [tile][d]; P, dP [tile][tile]; lse (hi, lo), D [tile]; the factor.
+int64_t key_floats(int tile, const AttentionShape& shape) {
+  return 6 * tile * shape.d + 2 * tile * tile + 3 * tile + factor_floats(tile, shape);
+}
 
 // For one key tile: dV = Σ Pᵀ dZ and dK = scale · Σ dSᵀ Q over every visible
 // query tile of every query head that reads its kv head.
@@ -350,6 +440,7 @@ __global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, co
   T *dv = shared.take(tile * d), *sQ = shared.take(tile * d), *sdZ = shared.take(tile * d);
   T *P = shared.take(tile * tile), *dP = shared.take(tile * tile), *lse_hi = shared.take(tile);
   T *lse_lo = shared.take(tile), *sD = shared.take(tile);
+  T* factor = shape.mods.has_chain() ? shared.take(tile * tile) : nullptr;
   const T scale = T(shape.scale);
   const int64_t k_tiles = tiles_of(shape.Tk, tile);
 
@@ -374,9 +465,9 @@ __global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, co
         for (int r = threadIdx.x; r < rows; r += blockDim.x) sD[r] = D[shape.lse_at(b, h, i0 + r)];
         __syncthreads();
         probability_tile(sQ, sdZ, sK, sV, lse_hi, lse_lo, h, i0, rows, j0, cols, tile, d, scale, shape.mask,
-                         visibility, P, dP);
+                         shape.mods, visibility, P, dP, factor);
         __syncthreads();
-        score_gradient_tile(P, sD, tile, dP);
+        score_gradient_tile(P, sD, factor, tile, dP);
         __syncthreads();
         // dV += Pᵀ dZ,  dK += scale·dSᵀ Q
         for (int64_t idx = threadIdx.x; idx < cols * d; idx += blockDim.x) {
@@ -429,6 +520,19 @@ template <class T> struct MergeSoftmaxParts {
   }
 };
 
+// dBias[(b, h), e] = Σ_t partial[(b, h), t, e] over the query tiles t in order: one thread per output.
+template <class T> struct SumOverTiles {
+  const T* partial;
+  T* dbias;
+  int64_t tiles, E;
+  __device__ void operator()(int64_t idx) const {
+    const T* p = partial + idx / E * tiles * E + idx % E;
+    T sum = 0;
+    for (int64_t t = 0; t < tiles; ++t) sum += p[t * E];
+    dbias[idx] = sum;
+  }
+};
+
 // kernel<<<tasks (capped), kFlashThreads, `floats` elements of T in shared memory>>>(args...);
 // the kernels loop over their tasks grid-stride.
 template <class T, class... Params, class... Args>
@@ -440,12 +544,30 @@ void launch_tiles(void (*kernel)(Params...), int64_t tasks, int64_t floats, Args
 
 }  // namespace
 
-void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Tensor& lse) {
+void attention_softmax(const Tensor& S, const AttentionMask& mask, const Tensor& sinks, Tensor& A, Tensor& lse) {
   visit_floating(S.dtype(), "attention_softmax", [&](auto zero) {
     using T = decltype(zero);
     const int64_t Hq = S.size(1), Tk = S.size(2), Tq = S.size(3);
-    for_each_index(S.numel() / Tk, MaskedSoftmaxColumns<T>{ptr<const T>(S), ptr<T>(A),
-                                                          lse.defined() ? ptr<double>(lse) : nullptr, Hq, Tq, Tk, mask});
+    for_each_index(S.numel() / Tk,
+                   MaskedSoftmaxColumns<T>{ptr<const T>(S), ptr<T>(A), lse.defined() ? ptr<double>(lse) : nullptr, Hq,
+                                           Tq, Tk, mask, sinks.defined() ? ptr<const T>(sinks) : nullptr});
+  });
+}
+
+void attention_score_mods(const Tensor& S, const AttentionShape& shape, Tensor& S_mod) {
+  visit_floating(S.dtype(), "attention_score_mods", [&](auto zero) {
+    using T = decltype(zero);
+    for_each_index(S.numel(), ModifyScores<T>{ptr<const T>(S), ptr<T>(S_mod), shape});
+  });
+}
+
+void attention_score_mods_backward(const Tensor& dS, const Tensor& S, const AttentionShape& shape, Tensor& dU,
+                                   Tensor& dBias) {
+  visit_floating(dS.dtype(), "attention_score_mods_backward", [&](auto zero) {
+    using T = decltype(zero);
+    for_each_index(dS.numel(),
+                   ScoreModsChain<T>{ptr<const T>(dS), S.defined() ? ptr<const T>(S) : nullptr, ptr<T>(dU), shape});
+    if (dBias.defined()) for_each_index(dBias.numel(), BiasGradientSums<T>{ptr<const T>(dU), ptr<T>(dBias), shape});
   });
 }
 
@@ -476,21 +598,26 @@ void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const At
 
 void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& lse, const Tensor& dZ,
                               const Tensor& given_D, const AttentionShape& shape, bool accumulate, Tensor& dQ,
-                              Tensor& dK, Tensor& dV) {
+                              Tensor& dK, Tensor& dV, Tensor& dBias) {
   visit_floating(Q.dtype(), "flash_attention_backward", [&](auto zero) {
     using T = decltype(zero);
     // rowsum(P ∘ dP) [B, Hq, Tq]: the query kernel's, or the caller's
     const Tensor D = given_D.defined() ? given_D : Tensor::empty(lse.shape(), Q.dtype(), Device::CUDA);
     const int query_tile =
-        choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return query_floats(t, shape.d); });
-    launch_tiles<T>(flash_backward_query_kernel<T>, shape.B * shape.Hq * tiles_of(shape.Tq, query_tile),
-                    query_floats(query_tile, shape.d), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V),
-                    ptr<const double>(lse), ptr<const T>(dZ), shape, query_tile, given_D.defined(), accumulate, ptr<T>(D),
-                    ptr<T>(dQ));
-    const int key_tile =
-        choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return key_floats(t, shape.d); });
+        choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return query_floats(t, shape); });
+    const int64_t q_tiles = tiles_of(shape.Tq, query_tile), E = shape.mods.bias_entries();
+    // The tables' sums per query tile [B, Hq, q_tiles, E], then summed over the tiles in order into dBias.
+    const Tensor partial =
+        dBias.defined() ? Tensor::empty({shape.B, shape.Hq, q_tiles, E}, Q.dtype(), Device::CUDA) : Tensor();
+    launch_tiles<T>(flash_backward_query_kernel<T>, shape.B * shape.Hq * q_tiles, query_floats(query_tile, shape),
+                    ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V), ptr<const double>(lse), ptr<const T>(dZ), shape,
+                    query_tile, given_D.defined(), accumulate, ptr<T>(D), ptr<T>(dQ),
+                    partial.defined() ? ptr<T>(partial) : nullptr);
+    if (partial.defined())
+      for_each_index(dBias.numel(), SumOverTiles<T>{ptr<const T>(partial), ptr<T>(dBias), q_tiles, E});
+    const int key_tile = choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return key_floats(t, shape); });
     launch_tiles<T>(flash_backward_key_kernel<T>, shape.B * shape.Hkv * tiles_of(shape.Tk, key_tile),
-                    key_floats(key_tile, shape.d), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V),
+                    key_floats(key_tile, shape), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V),
                     ptr<const double>(lse), ptr<const T>(D), ptr<const T>(dZ), shape, key_tile, accumulate, ptr<T>(dK),
                     ptr<T>(dV));
   });

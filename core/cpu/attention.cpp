@@ -76,11 +76,12 @@ constexpr int64_t kShortRow = 256;
 // keys, 0 elsewhere, and lse [lanes] unless lse is null. The mask is applied first (−inf where
 // hidden) so that the passes after it have no condition in them
 // (exp_nonpositive(−inf) = 0); keys after the last query's position are hidden
-// from every lane and cost nothing but their zeros.
+// from every lane and cost nothing but their zeros. sink: null, or head h's sink
+// logit, one more term exp(sink) in every lane's denominator.
 template <int64_t W, class T>
 [[gnu::always_inline]] inline void masked_softmax_columns_of(const T* s, T* a, int64_t Tk, int64_t Tq,
                                                              const AttentionMask& mask, int64_t h, int64_t i0,
-                                                             int64_t lanes, double* lse) {
+                                                             int64_t lanes, const T* sink, double* lse) {
   const int64_t first_p = mask.row(h, i0).p, last_p = mask.row(h, i0 + lanes - 1).p;
   const int64_t end = last_p < 0 ? 0 : std::min(Tk, last_p + 1);  // keys j ≤ p for some lane
   const T slope = static_cast<T>(mask.alibi_slope(h));            // 0 without ALiBi: S + 0 = S
@@ -116,6 +117,8 @@ template <int64_t W, class T>
     }
     std::copy_n(running, W, max);
   }
+  if (sink)
+    for (int64_t l = 0; l < W; ++l) max[l] = max[l] < *sink ? *sink : max[l];
   for (int64_t l = 0; l < W; ++l) reference[l] = math::softmax_reference(max[l]);
   T running[W] = {};
   for (int64_t j = 0; j < end; ++j) {
@@ -128,6 +131,8 @@ template <int64_t W, class T>
     }
   }
   std::copy_n(running, W, sum);
+  if (sink)  // the sink's term, after the keys' (it takes mass but has no value row)
+    for (int64_t l = 0; l < W; ++l) sum[l] += exp_nonpositive(*sink - reference[l]);
   T inv[W];
   for (int64_t l = 0; l < W; ++l) inv[l] = sum[l] == T(0) ? T(0) : T(1) / sum[l];  // no key: zeros
   for (int64_t j = 0; j < Tk; ++j) {
@@ -146,22 +151,23 @@ template <int64_t W, class T>
 template <class T>
 [[gnu::always_inline]] inline void masked_softmax_block(const T* s, T* a, int64_t Tk, int64_t Tq,
                                                         const AttentionMask& mask, int64_t h, int64_t i0, int64_t lanes,
-                                                        double* lse) {
+                                                        const T* sink, double* lse) {
   if (Tq > kShortRow) {
-    if (lanes == kWideBlock) masked_softmax_columns_of<kWideBlock>(s, a, Tk, Tq, mask, h, i0, kWideBlock, lse);
-    else masked_softmax_columns_of<kWideBlock>(s, a, Tk, Tq, mask, h, i0, lanes, lse);
+    if (lanes == kWideBlock) masked_softmax_columns_of<kWideBlock>(s, a, Tk, Tq, mask, h, i0, kWideBlock, sink, lse);
+    else masked_softmax_columns_of<kWideBlock>(s, a, Tk, Tq, mask, h, i0, lanes, sink, lse);
   } else {
-    if (lanes == kNarrowBlock) masked_softmax_columns_of<kNarrowBlock>(s, a, Tk, Tq, mask, h, i0, kNarrowBlock, lse);
-    else masked_softmax_columns_of<kNarrowBlock>(s, a, Tk, Tq, mask, h, i0, lanes, lse);
+    if (lanes == kNarrowBlock)
+      masked_softmax_columns_of<kNarrowBlock>(s, a, Tk, Tq, mask, h, i0, kNarrowBlock, sink, lse);
+    else masked_softmax_columns_of<kNarrowBlock>(s, a, Tk, Tq, mask, h, i0, lanes, sink, lse);
   }
 }
 AG_VECTOR_CLONES void masked_softmax_columns(const float* s, float* a, int64_t Tk, int64_t Tq, const AttentionMask& mask,
-                                             int64_t h, int64_t i0, int64_t lanes, double* lse) {
-  masked_softmax_block(s, a, Tk, Tq, mask, h, i0, lanes, lse);
+                                             int64_t h, int64_t i0, int64_t lanes, const float* sink, double* lse) {
+  masked_softmax_block(s, a, Tk, Tq, mask, h, i0, lanes, sink, lse);
 }
 void masked_softmax_columns(const double* s, double* a, int64_t Tk, int64_t Tq, const AttentionMask& mask, int64_t h,
-                            int64_t i0, int64_t lanes, double* lse) {
-  masked_softmax_block(s, a, Tk, Tq, mask, h, i0, lanes, lse);
+                            int64_t i0, int64_t lanes, const double* sink, double* lse) {
+  masked_softmax_block(s, a, Tk, Tq, mask, h, i0, lanes, sink, lse);
 }
 
 // dSᵀ = Aᵀ ∘ (dAᵀ − colsum(dAᵀ ∘ Aᵀ)) for queries [0, lanes) of one [Tk, Tq]
@@ -216,6 +222,16 @@ template <class Block> void for_query_blocks(int64_t matrices, int64_t Tk, int64
   });
 }
 
+// --- score modifiers ---------------------------------------------------------------------
+
+// The relative table's bucket (ScoreModifiers::bucket) of each distance p − j =
+// smallest + n, n < count, into buckets[n]: one logarithm per distance, not per score.
+// Nothing without a relative table (the buckets are then never read).
+inline void fill_buckets(const ScoreModifiers& mods, int64_t smallest, int64_t count, int64_t* buckets) {
+  if (!mods.relative) return;
+  for (int64_t n = 0; n < count; ++n) buckets[n] = mods.bucket(smallest + n, 0);
+}
+
 // --- tile products ------------------------------------------------------------------------
 
 // A tile's left operand: the stored row-major matrix, its row stride, and
@@ -264,6 +280,68 @@ template <class T> void mask_tile(T* st, const TilePair& t, const AttentionMask&
     for (int64_t c = 0; c < t.cols; ++c)
       if (!row.visible(t.j0 + c)) st[c * kQueryTile + r] = -kInf<T>;
   }
+}
+
+// score_tile's S' under score modifiers that change the scores (biases, a cap, a custom
+// function): each entry is S' = mods.host_modify(scale·q·k), then ALiBi's bias, the tables
+// read on the fly, in passes: the tables, the custom function, then the cap down each column
+// with a tanh the compiler vectorises (tanh_vectorisable: std::tanh in float64, where the
+// passes give host_modify's bits). factor, if not null, receives ∂S'/∂u of each entry (the
+// chain factor of the cap and the custom function). Inlined into the float tasks' AVX-512
+// clones, where its loops vectorise; score_tile, which the modifiers leave alone, keeps its
+// code (and its bits) as it was.
+template <class T>
+[[gnu::always_inline]] inline void modified_score_tile(T* st, const TilePair& t, const AttentionShape& shape, int64_t h,
+                                                       T* factor) {
+  const T scale = static_cast<T>(shape.scale);
+  const ScoreModifiers& mods = shape.mods;
+  const T slope = static_cast<T>(shape.mask.alibi_slope(h));
+  // Entry (r, c) sits at distance p − j = first + r − c: bucket[r − c + cols − 1].
+  const int64_t first = t.i0 + shape.mask.q_offset - t.j0;
+  int64_t bucket[kQueryTile + kKeyTile] = {};
+  fill_buckets(mods, first - (t.cols - 1), t.rows + t.cols - 1, bucket);
+  // u = scale·s + the tables' entries
+  for (int64_t c = 0; c < t.cols; ++c) {
+    T* column = st + c * kQueryTile;
+    if (!mods.has_tables()) {
+#pragma omp simd
+      for (int64_t r = 0; r < t.rows; ++r) column[r] *= scale;
+      continue;
+    }
+    for (int64_t r = 0; r < t.rows; ++r)
+      column[r] = mods.biased_at(column[r] * scale, h, bucket[r - c + t.cols - 1], t.i0 + r, t.j0 + c);
+  }
+  // v = f(u), the user's function, and factor = f′(u) (1 without one)
+  for (int64_t c = 0; c < t.cols && (factor || mods.custom); ++c)
+    for (int64_t r = 0; r < t.rows; ++r) {
+      const int64_t at = c * kQueryTile + r, p = t.i0 + r + shape.mask.q_offset, j = t.j0 + c;
+      if (!mods.custom) {
+        factor[at] = T(1);
+        continue;
+      }
+      if (factor) factor[at] = static_cast<T>(mods.custom->derivative(static_cast<double>(st[at]), h, p, j));
+      st[at] = static_cast<T>(mods.custom->value(static_cast<double>(st[at]), h, p, j));
+    }
+  // S' = cap·tanh(v/cap), factor ∘= 1 − (S'/cap)²
+  if (mods.soft_cap > 0) {
+    const T cap = static_cast<T>(mods.soft_cap);
+    for (int64_t c = 0; c < t.cols; ++c) {
+      T* column = st + c * kQueryTile;
+#pragma omp simd
+      for (int64_t r = 0; r < t.rows; ++r) column[r] = cap * math::tanh_vectorisable(column[r] / cap);
+      if (!factor) continue;
+      T* chain = factor + c * kQueryTile;
+#pragma omp simd
+      for (int64_t r = 0; r < t.rows; ++r) {
+        const T x = column[r] / cap;
+        chain[r] *= T(1) - x * x;
+      }
+    }
+  }
+  // + ALiBi's bias
+  if (shape.mask.alibi_heads > 0)
+    for (int64_t c = 0; c < t.cols; ++c)
+      for (int64_t r = 0; r < t.rows; ++r) st[c * kQueryTile + r] += shape.mask.bias(slope, t.i0 + r, t.j0 + c);
 }
 
 // Sᵀ = scale·(the tile's products) + ALiBi's bias of head h, in place: the one
@@ -328,8 +406,10 @@ template <class T>
   transpose_rows(in.Q + shape.q.at(b, h, i0), shape.q.row, rows, d, s.qt.data());
   T *st = s.st.data(), *acc = s.acc.data(), *m = s.row_max.data(), *l = s.running_sum.data();
   T *reference = s.reference.data(), *rescale = s.rescale.data(), *tile_sum = s.tile_sum.data();
-  std::fill_n(m, rows, -kInf<T>);
-  std::fill_n(l, rows, T(0));
+  // A sink starts each row as a key of score sink_h and no value: m = sink_h, l = e^0 = 1.
+  const bool sink = shape.mods.sinks != nullptr;
+  std::fill_n(m, rows, sink ? shape.mods.sink<T>(h) : -kInf<T>);
+  std::fill_n(l, rows, sink ? T(1) : T(0));
   std::fill_n(acc, rows * d, T(0));
 
   for (const KeyTile& key : in.blocks.key_tiles(h, i0)) {
@@ -338,7 +418,8 @@ template <class T>
     const T* v = in.V + shape.kv.at(b, kvh, t.j0);
     // S = scale·Q Kᵀ (+ ALiBi's bias), stored as Sᵀ [cols][rows], −inf where hidden
     tile_product(t.cols, rows, d, Left<T>{k, shape.kv.row}, s.qt.data(), kQueryTile, st, kQueryTile, false);
-    score_tile(st, t, shape, h);
+    if (shape.mods.changes_scores()) modified_score_tile(st, t, shape, h, static_cast<T*>(nullptr));
+    else score_tile(st, t, shape, h);
     if (t.visibility == TileVisibility::Partial) mask_tile(st, t, shape.mask, h);
     // m_new = max(m, max_j S_ij); the old terms are rescaled by e^(m − m_new)
     std::copy_n(m, rows, reference);
@@ -376,12 +457,14 @@ template <class T>
 // --- backward ------------------------------------------------------------------------
 
 // Per-thread scratch of the backward: one query tile's transposed Q and dZ, its
-// dQ accumulator, D, and its stripe of P and dP tiles across every key tile.
+// dQ accumulator, D, and its stripe of P and dP tiles across every key tile (and,
+// under a soft cap or a custom function, of the chain factor ∂S'/∂u).
 template <class T> struct BackwardScratch {
-  std::vector<T> qt, dzt, dq, D, lse_hi, lse_lo, P, dP;
-  BackwardScratch(int64_t d, int64_t Tk)
+  std::vector<T> qt, dzt, dq, D, lse_hi, lse_lo, P, dP, factor;
+  BackwardScratch(int64_t d, int64_t Tk, bool chain)
       : qt(d * kQueryTile), dzt(d * kQueryTile), dq(kQueryTile * d), D(kQueryTile), lse_hi(kQueryTile),
-        lse_lo(kQueryTile), P(key_tiles(Tk) * kKeyTile * kQueryTile), dP(key_tiles(Tk) * kKeyTile * kQueryTile) {}
+        lse_lo(kQueryTile), P(key_tiles(Tk) * kKeyTile * kQueryTile), dP(key_tiles(Tk) * kKeyTile * kQueryTile),
+        factor(chain ? key_tiles(Tk) * kKeyTile * kQueryTile : 0) {}
   static int64_t key_tiles(int64_t Tk) { return (Tk + kKeyTile - 1) / kKeyTile; }
 };
 
@@ -391,11 +474,20 @@ template <class T> struct BackwardScratch {
 //   pass 2:  dS = P ∘ (dP − D_i),  dV_j += Pᵀ dZ_i,  dK_j += scale·dSᵀ Q_i,  dQ_i += scale·dS K_j
 // D is summed from the same rounded P and dP that dS subtracts it from, as the
 // dense softmax backward does (docs/backprop.md: why not rowsum(dZ ∘ Z) here).
+// Score modifiers: dS is taken back through the cap and the custom function (dU = dS ∘ ∂S'/∂u) before
+// the products, and with bias tables dbias [Hq, bias_entries()] (batch entry b's
+// partial sums, its heads of kvh written by this task alone) sums dU per entry in
+// the loops' order: heads, query tiles, key tiles, keys, queries.
 template <class T>
 [[gnu::always_inline]] inline void flash_backward_group(const Operands<T>& in, const double* lse, const T* dZ,
                                                         const T* given_D, bool accumulate, int64_t b, int64_t kvh,
-                                                        BackwardScratch<T>& s, T* dQ, T* dK, T* dV) {
+                                                        BackwardScratch<T>& s, T* dQ, T* dK, T* dV, T* dbias) {
   const AttentionShape& shape = in.shape;
+  const ScoreModifiers& mods = shape.mods;
+  const bool chain = mods.has_chain();
+  const int64_t entries = mods.bias_entries();
+  if (dbias)
+    for (int64_t h = kvh * shape.group(); h < (kvh + 1) * shape.group(); ++h) std::fill_n(dbias + h * entries, entries, T(0));
   const int64_t d = shape.d, g = shape.group(), q_row = shape.q.row, kv_row = shape.kv.row;
   const T scale = static_cast<T>(shape.scale);
   if (!accumulate)
@@ -420,12 +512,14 @@ template <class T>
       for (size_t n = 0; n < key_tiles.size(); ++n) {
         const TilePair t = pair_of(i0, rows, key_tiles[n]);
         T *p = s.P.data() + n * kKeyTile * kQueryTile, *dp = s.dP.data() + n * kKeyTile * kQueryTile;
+        T* factor = chain ? s.factor.data() + n * kKeyTile * kQueryTile : nullptr;
         const T *k = in.K + shape.kv.at(b, kvh, t.j0), *v = in.V + shape.kv.at(b, kvh, t.j0);
         // S = scale·Q Kᵀ (+ bias), P = exp(S − lse)   (lse = +inf on a row that sees no key: P = 0)
         tile_product(t.cols, rows, d, Left<T>{k, kv_row}, s.qt.data(), kQueryTile, p, kQueryTile, false);
         // S is formed and stored first, as the forward does: the rounded S, not an
         // FMA's unrounded scale·S − lse (with it a one-key row got P = 1 − ε: dS ≠ 0).
-        score_tile(p, t, shape, h);
+        if (mods.changes_scores()) modified_score_tile(p, t, shape, h, factor);
+        else score_tile(p, t, shape, h);
         if (t.visibility == TileVisibility::Partial) mask_tile(p, t, shape.mask, h);
         for (int64_t c = 0; c < t.cols; ++c)
           for (int64_t r = 0; r < rows; ++r)
@@ -445,9 +539,25 @@ template <class T>
         // Z = P V  →  dV += Pᵀ dZ
         tile_product(t.cols, d, rows, Left<T>{p, kQueryTile}, dz, q_row, dV + kv_at, kv_row, true);
         // P = softmax(S + M)  →  dS = P ∘ (dP − D), in place of dP, times scale for the two products below
-        for (int64_t c = 0; c < t.cols; ++c)
-          for (int64_t r = 0; r < rows; ++r)
-            ds[c * kQueryTile + r] = scale * (p[c * kQueryTile + r] * (ds[c * kQueryTile + r] - D[r]));
+        if (!mods.changes_scores()) {
+          for (int64_t c = 0; c < t.cols; ++c)
+            for (int64_t r = 0; r < rows; ++r)
+              ds[c * kQueryTile + r] = scale * (p[c * kQueryTile + r] * (ds[c * kQueryTile + r] - D[r]));
+        } else {
+          // S' = cap·tanh(custom(u)/cap)  →  dU = dS ∘ ∂S'/∂u;  u = S + table entries  →  dBias[e] += dU
+          const T* factor = chain ? s.factor.data() + n * kKeyTile * kQueryTile : nullptr;
+          T* head_dbias = dbias ? dbias + h * entries : nullptr;
+          int64_t bucket[kQueryTile + kKeyTile] = {};  // as score_tile's
+          fill_buckets(mods, i0 + shape.mask.q_offset - t.j0 - (t.cols - 1), rows + t.cols - 1, bucket);
+          for (int64_t c = 0; c < t.cols; ++c)
+            for (int64_t r = 0; r < rows; ++r) {
+              const int64_t at = c * kQueryTile + r, i = i0 + r;
+              T du = p[at] * (ds[at] - D[r]);
+              if (factor) du *= factor[at];
+              if (head_dbias) mods.add_bias_gradient(du, bucket[r - c + t.cols - 1], i, t.j0 + c, head_dbias);
+              ds[at] = scale * du;
+            }
+        }
         // S = scale·Q Kᵀ  →  dK += scale·dSᵀ Q,  dQ += scale·dS K
         tile_product(t.cols, d, rows, Left<T>{ds, kQueryTile}, q, q_row, dK + kv_at, kv_row, true);
         tile_product(rows, d, t.cols, Left<T>{ds, kQueryTile, true}, in.K + kv_at, kv_row, s.dq.data(), d, true);
@@ -467,22 +577,23 @@ AG_VECTOR_CLONES void flash_forward_tile(const Operands<float>& in, int64_t b, i
 }
 AG_VECTOR_CLONES void flash_backward_group(const Operands<float>& in, const double* lse, const float* dZ,
                                            const float* given_D, bool accumulate, int64_t b, int64_t kvh,
-                                           BackwardScratch<float>& s, float* dQ, float* dK, float* dV) {
-  flash_backward_group<float>(in, lse, dZ, given_D, accumulate, b, kvh, s, dQ, dK, dV);
+                                           BackwardScratch<float>& s, float* dQ, float* dK, float* dV, float* dbias) {
+  flash_backward_group<float>(in, lse, dZ, given_D, accumulate, b, kvh, s, dQ, dK, dV, dbias);
 }
 
 }  // namespace
 
-void attention_softmax(const Tensor& S, const AttentionMask& mask, Tensor& A, Tensor& lse) {
+void attention_softmax(const Tensor& S, const AttentionMask& mask, const Tensor& sinks, Tensor& A, Tensor& lse) {
   visit_floating(S.dtype(), "attention_softmax", [&](auto zero) {
     using T = decltype(zero);
     const int64_t Hq = S.size(1), Tk = S.size(2), Tq = S.size(3);
     const T* s = S.data<T>();
+    const T* sink = sinks.defined() ? sinks.data<T>() : nullptr;
     T* a = A.data<T>();
     double* row_lse = lse.defined() ? lse.data<double>() : nullptr;
     for_query_blocks(S.numel() / (Tk * Tq), Tk, Tq, kNarrowBlock, [&](int64_t matrix, int64_t i0, int64_t lanes) {
       const int64_t at = matrix * Tk * Tq + i0;
-      masked_softmax_columns(s + at, a + at, Tk, Tq, mask, matrix % Hq, i0, lanes,
+      masked_softmax_columns(s + at, a + at, Tk, Tq, mask, matrix % Hq, i0, lanes, sink ? sink + matrix % Hq : nullptr,
                              row_lse ? row_lse + matrix * Tq + i0 : nullptr);
     });
   });
@@ -497,6 +608,68 @@ void attention_softmax_backward(const Tensor& A, const Tensor& dA, Tensor& dS) {
     for_query_blocks(A.numel() / (Tk * Tq), Tk, Tq, kBackwardBlock, [&](int64_t matrix, int64_t i0, int64_t lanes) {
       const int64_t at = matrix * Tk * Tq + i0;
       softmax_backward_columns(a + at, da + at, ds + at, Tk, Tq, lanes);
+    });
+  });
+}
+
+// One task per [Tk, Tq] matrix (batch entry, head h = matrix % Hq), its keys j in
+// order, each key's row of queries i in order. Under a causal mask the keys after a
+// query's position get 0, unmodified (the softmax never reads them).
+void attention_score_mods(const Tensor& S, const AttentionShape& shape, Tensor& S_mod) {
+  visit_floating(S.dtype(), "attention_score_mods", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t Hq = shape.Hq, Tk = shape.Tk, Tq = shape.Tq, q_offset = shape.mask.q_offset;
+    const ScoreModifiers& mods = shape.mods;
+    const T* s = S.data<T>();
+    T* out = S_mod.data<T>();
+    // Query i and key j sit at distance p − j = i + q_offset − j: bucket[i − j + Tk − 1].
+    std::vector<int64_t> bucket(Tq + Tk - 1);
+    fill_buckets(mods, q_offset - (Tk - 1), Tq + Tk - 1, bucket.data());
+    for_rows(S.numel() / (Tk * Tq), Tk * Tq, [&](int64_t matrix) {
+      const int64_t h = matrix % Hq, at = matrix * Tk * Tq;
+      for (int64_t j = 0; j < Tk; ++j)
+        for (int64_t i = 0; i < Tq; ++i)
+          out[at + j * Tq + i] = shape.mask.causal && j > i + q_offset
+                                     ? T(0)
+                                     : mods.host_modify(s[at + j * Tq + i], h, i + q_offset, bucket[i - j + Tk - 1], i, j,
+                                                        static_cast<T*>(nullptr));
+    });
+  });
+}
+
+// One task per matrix as above: it alone writes the matrix's dU and its head's row
+// of dBias (of its batch entry), summed in key-then-query order. Keys after a causal
+// query's position have dS' = 0 (A = 0 there) and are skipped: dU = dS' = 0.
+void attention_score_mods_backward(const Tensor& dS, const Tensor& S, const AttentionShape& shape, Tensor& dU,
+                                   Tensor& dBias) {
+  visit_floating(dS.dtype(), "attention_score_mods_backward", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t Hq = shape.Hq, Tk = shape.Tk, Tq = shape.Tq, q_offset = shape.mask.q_offset;
+    const int64_t entries = shape.mods.bias_entries();
+    const ScoreModifiers& mods = shape.mods;
+    const T *ds = dS.data<T>(), *s = S.defined() ? S.data<T>() : nullptr;
+    T* du = dU.data<T>();
+    T* dbias = dBias.defined() ? dBias.data<T>() : nullptr;
+    std::vector<int64_t> bucket(Tq + Tk - 1);  // as attention_score_mods'
+    fill_buckets(mods, q_offset - (Tk - 1), Tq + Tk - 1, bucket.data());
+    for_rows(dS.numel() / (Tk * Tq), Tk * Tq, [&](int64_t matrix) {
+      const int64_t at = matrix * Tk * Tq, h = matrix % Hq;
+      T* row_dbias = dbias ? dbias + matrix * entries : nullptr;  // [n, Hq, entries]: matrix (b, h) is row b·Hq + h
+      if (row_dbias) std::fill_n(row_dbias, entries, T(0));
+      for (int64_t j = 0; j < Tk; ++j)
+        for (int64_t i = 0; i < Tq; ++i) {
+          const int64_t e = at + j * Tq + i;
+          if (shape.mask.causal && j > i + q_offset) {
+            du[e] = ds[e];
+            continue;
+          }
+          const int64_t b = bucket[i - j + Tk - 1];
+          T factor = T(1);  // ∂S'/∂u, recomputed from S as the forward formed S'
+          if (s) mods.host_modify(s[e], h, i + q_offset, b, i, j, &factor);
+          const T g = ds[e] * factor;
+          du[e] = g;
+          if (row_dbias) mods.add_bias_gradient(g, b, i, j, row_dbias);
+        }
     });
   });
 }
@@ -554,19 +727,23 @@ void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const At
 
 void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& lse, const Tensor& dZ,
                               const Tensor& D, const AttentionShape& shape, bool accumulate, Tensor& dQ, Tensor& dK,
-                              Tensor& dV) {
+                              Tensor& dV, Tensor& dBias) {
   visit_floating(Q.dtype(), "flash_attention_backward", [&](auto zero) {
     using T = decltype(zero);
     const auto blocks = attention_block_map(shape, kQueryTile, kKeyTile);
     const Operands<T> in{Q.data<T>(), K.data<T>(), V.data<T>(), shape, *blocks};
-    const int64_t tasks = shape.B * shape.Hkv;
+    const int64_t tasks = shape.B * shape.Hkv, per_batch = shape.Hq * shape.mods.bias_entries();
+    T* dbias = dBias.defined() ? dBias.data<T>() : nullptr;  // [B, Hq, bias_entries()]
 #pragma omp parallel if (worth_threads(shape, tasks))
     {
-      BackwardScratch<T> scratch(shape.d, shape.Tk);
+      BackwardScratch<T> scratch(shape.d, shape.Tk, shape.mods.has_chain());
 #pragma omp for schedule(dynamic)
-      for (int64_t task = 0; task < tasks; ++task)
-        flash_backward_group(in, lse.data<double>(), dZ.data<T>(), D.defined() ? D.data<T>() : nullptr, accumulate,
-                             task / shape.Hkv, task % shape.Hkv, scratch, dQ.data<T>(), dK.data<T>(), dV.data<T>());
+      for (int64_t task = 0; task < tasks; ++task) {
+        const int64_t b = task / shape.Hkv;
+        flash_backward_group(in, lse.data<double>(), dZ.data<T>(), D.defined() ? D.data<T>() : nullptr, accumulate, b,
+                             task % shape.Hkv, scratch, dQ.data<T>(), dK.data<T>(), dV.data<T>(),
+                             dbias ? dbias + b * per_batch : nullptr);
+      }
     }
   });
 }

@@ -22,6 +22,13 @@
 //             A; saves only lse = log Σ_j exp(S_ij + M_ij), one number per row,
 //             and recomputes P = exp(S − lse) tile by tile in the backward (the kernels:
 //             core/cpu/attention.cpp, cuda/attention.cu).
+//
+// Score modifiers (ScoreMods, core/ops.h; docs/backprop.md §34): S' = mod(S) before the
+// mask, u = S + table entries, S' = cap·tanh(f(u)/cap) with f the user's function (if
+// any), and a sink logit in each row's denominator. Their backward: dU = dS' ∘ (1 −
+// (S'/cap)²) ∘ f′(u), dQ and dK from dU as from dS, ∂L/∂table[h, e] = Σ dU over the
+// pairs reading e (a fixed-order scatter-add), and ∂L/∂sink_h = −Σ_{b,i} exp(sink_h −
+// lse_i) D_i with D_i = rowsum(dZ ∘ Z).
 #include <algorithm>
 #include <cmath>
 #include <iterator>
@@ -82,6 +89,167 @@ void check_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
                                   << " (it rolls only for a window without random blocks, and without global keys under ALiBi)");
 }
 
+// --- score modifiers ------------------------------------------------------------------
+
+// The kernels' view of `mods` (core/attention_math.h, ScoreModifiers), after checking
+// each against the problem: pointers into the tensors' data, which the caller keeps alive.
+ScoreModifiers describe_mods(const ScoreMods& mods, const Tensor& q, int64_t Hq, int64_t Tq, int64_t Tk,
+                             const std::string& where) {
+  ScoreModifiers m;
+  if (mods.soft_cap) {
+    const double cap = *mods.soft_cap;
+    AG_CHECK(cap > 0 && std::isfinite(cap), where << ": soft_cap " << cap << " is not a positive number");
+    m.soft_cap = cap;
+  }
+  // A learnable tensor of the modifiers: [Hq, n] (or [Hq]) in q's dtype, on q's device.
+  const auto check_table = [&](const Tensor& t, const char* name, const char* expected) {
+    AG_CHECK(t.dtype() == q.dtype() && t.device() == q.device(),
+             where << ": " << name << " " << describe(t) << " is not in q's dtype and device (" << describe(q) << ")");
+    AG_CHECK(t.size(0) == Hq && (t.dim() == 1 || t.size(1) > 0),
+             where << ": " << name << " " << to_string(t.shape()) << " is not " << expected << " with Hq = " << Hq);
+  };
+  if (mods.sinks.defined()) {
+    AG_CHECK(mods.sinks.dim() == 1, where << ": sinks " << to_string(mods.sinks.shape()) << " is not [Hq] = [" << Hq << "]");
+    check_table(mods.sinks, "sinks", "[Hq]");
+    m.sinks = mods.sinks.raw_data();
+  }
+  if (const RelativePositionBias& rel = mods.relative; rel.table.defined()) {
+    AG_CHECK(rel.table.dim() == 2, where << ": relative bias table " << to_string(rel.table.shape())
+                                         << " is not [Hq, num_buckets] with Hq = " << Hq);
+    check_table(rel.table, "relative bias table", "[Hq, num_buckets]");
+    const int64_t buckets = rel.table.size(1), per_direction = rel.bidirectional ? buckets / 2 : buckets;
+    AG_CHECK(per_direction >= 2, where << ": relative bias table " << to_string(rel.table.shape()) << ": " << buckets
+                                       << " buckets leave none for distances beyond 0 (at least "
+                                       << (rel.bidirectional ? 4 : 2) << (rel.bidirectional ? ", bidirectional)" : ")"));
+    AG_CHECK(rel.max_distance > per_direction / 2,
+             where << ": relative bias max_distance " << rel.max_distance << " is not beyond the "
+                   << per_direction / 2 << " distances its buckets hold exactly");
+    m.relative = rel.table.raw_data();
+    m.relative_buckets = buckets;
+    m.max_distance = rel.max_distance;
+    m.bidirectional = rel.bidirectional;
+  }
+  if (const IndexedBias& ind = mods.indexed; ind.table.defined()) {
+    AG_CHECK(ind.table.dim() == 2, where << ": indexed bias table " << to_string(ind.table.shape())
+                                         << " is not [Hq, n] with Hq = " << Hq);
+    check_table(ind.table, "indexed bias table", "[Hq, n]");
+    AG_CHECK(ind.index.defined() && ind.index.dtype() == DType::Int64 && ind.index.dim() == 2 &&
+                 ind.index.size(0) == Tq && ind.index.size(1) == Tk && ind.index.device() == q.device(),
+             where << ": indexed bias index " << (ind.index.defined() ? describe(ind.index) : std::string("(none)"))
+                   << " is not int64 [Tq, Tk] = " << to_string(Shape{Tq, Tk}) << " on q's device");
+    const int64_t n = ind.table.size(1);
+    const Tensor host = ind.index.to(Device::CPU);
+    const int64_t* index = host.data<int64_t>();
+    for (int64_t e = 0; e < Tq * Tk; ++e)
+      AG_CHECK(index[e] >= 0 && index[e] < n, where << ": indexed bias index[" << e / Tk << ", " << e % Tk << "] = "
+                                                    << index[e] << " is outside its table's " << n << " entries [0, "
+                                                    << n << ")");
+    m.indexed = ind.table.raw_data();
+    m.indexed_entries = n;
+    m.index = ind.index.data<int64_t>();
+    m.index_row = Tk;
+  }
+  if (mods.custom.value) {
+    AG_CHECK(mods.custom.derivative, where << ": the custom score function has no derivative (ScoreFunction::derivative)");
+    AG_CHECK(q.device() == Device::CPU,
+             where << ": a custom score function is a C++ callable on the host: the CPU only (q is on " << name_of(q.device())
+                   << ")");
+    m.custom = &mods.custom;
+  }
+  return m;
+}
+
+// The modifiers' learnable tensors that are given, in the order their gradients follow dQ, dK, dV.
+std::vector<Tensor> learnable_of(const ScoreMods& mods) {
+  std::vector<Tensor> tensors;
+  for (const Tensor* t : {&mods.sinks, &mods.relative.table, &mods.indexed.table})
+    if (t->defined()) tensors.push_back(*t);
+  return tensors;
+}
+
+// What a backward keeps of the modifiers: their values, not their graphs.
+ScoreMods detached(ScoreMods mods) {
+  for (Tensor* t : {&mods.sinks, &mods.relative.table, &mods.indexed.table})
+    if (t->defined()) *t = t->detach();
+  return mods;
+}
+
+// The backward's problem: the forward's, its custom score function read from the backward's own
+// copy of the modifiers (the caller's spec, which the forward's pointed to, may be gone by then).
+AttentionShape reading(AttentionShape shape, const ScoreMods& mods) {
+  shape.mods.custom = mods.custom.value ? &mods.custom : nullptr;
+  return shape;
+}
+
+// The gradients of learnable_of(mods), in its order, for dense and flash (composed's come from its ops;
+// lse and Z are read only with sinks):
+//   tables:  ∂L/∂table[h, e] = Σ_{b, i, j reading e} dU_bhij: dBias [B, Hq, E] (each batch entry's sums,
+//            in the kernel's fixed order) summed over B, then cut into the relative and indexed tables' columns;
+//   sinks:   ∂L/∂sink_h = −Σ_{b, i} p_sink(b, h, i) · D_bhi, p_sink = exp(sink_h − lse), D = rowsum(dZ ∘ Z)
+//            (= Σ_j A_ij dA_ij: docs/backprop.md), in float64 as lse is.
+std::vector<Tensor> mods_gradients(const ScoreMods& mods, const ScoreModifiers& kernel_mods, const Tensor& dBias,
+                                   const Tensor& lse, const Tensor& dZ, const Tensor& Z, AttentionLayout layout) {
+  std::vector<Tensor> grads;
+  if (mods.sinks.defined()) {
+    const int64_t Hq = mods.sinks.size(0);
+    const Tensor D = detail::heads_first(sum(dZ * Z, 3, true), layout).to(DType::Float64);  // [B, Hq, Tq, 1]
+    const Tensor p_sink = exp(mods.sinks.to(DType::Float64).reshape({1, Hq, 1}) - lse);      // [B, Hq, Tq]
+    grads.push_back(neg(sum(sum(p_sink * D.reshape(lse.shape()), 2), 0)).to(mods.sinks.dtype()));
+  }
+  if (dBias.defined()) {
+    const Tensor total = sum(dBias, 0);  // [Hq, E]
+    const int64_t relative = kernel_mods.relative ? kernel_mods.relative_buckets : 0;
+    if (kernel_mods.relative) grads.push_back(slice(total, 1, 0, relative));
+    if (kernel_mods.indexed) grads.push_back(slice(total, 1, relative, relative + kernel_mods.indexed_entries));
+  }
+  return grads;
+}
+
+// The user's function on every score, U [B, Hq, Tq, Tk] -> value(U) in float64 (as the
+// kernels call it), and its backward: dU = dValue ∘ derivative(U), saved from the forward.
+Tensor score_function(const Tensor& U, const ScoreFunction& f, int64_t q_offset) {
+  const int64_t Hq = U.size(1), Tq = U.size(2), Tk = U.size(3);
+  const std::vector<double> u = U.to_vector();
+  std::vector<double> value(u.size()), slope(u.size());
+  for (size_t e = 0; e < u.size(); ++e) {
+    const int64_t j = static_cast<int64_t>(e) % Tk, i = static_cast<int64_t>(e) / Tk % Tq,
+                  h = static_cast<int64_t>(e) / (Tk * Tq) % Hq;
+    value[e] = f.value(u[e], h, i + q_offset, j);
+    slope[e] = f.derivative(u[e], h, i + q_offset, j);
+  }
+  const Tensor out = Tensor::from_vector(value, U.shape(), U.dtype());
+  return record("score_function", {U}, out, [dvalue = Tensor::from_vector(slope, U.shape(), U.dtype())](
+                                                const Tensor& dOut) -> Gradients { return {dOut * dvalue}; });
+}
+
+// Composed's S' and its softmax, from ops (their backward gives every gradient): the tables'
+// biases gathered by embedding (whose backward is the deterministic scatter-add), tanh's cap,
+// and the sinks as one more column of the softmax, dropped after it.
+Tensor modified_scores(const Tensor& S, const ScoreMods& mods, const AttentionShape& shape) {
+  const int64_t Tq = shape.Tq, Tk = shape.Tk;
+  // table [Hq, n] read at index [Tq, Tk] -> [Hq, Tq, Tk], broadcast over B
+  const auto gathered = [](const Tensor& table, const Tensor& index) {
+    return permute(embedding(transpose(table, 0, 1), index), {2, 0, 1});
+  };
+  Tensor U = S;
+  if (mods.relative.table.defined()) {
+    std::vector<int64_t> buckets(Tq * Tk);
+    for (int64_t i = 0; i < Tq; ++i)
+      for (int64_t j = 0; j < Tk; ++j) buckets[i * Tk + j] = shape.mods.bucket(i + shape.mask.q_offset, j);
+    U = U + gathered(mods.relative.table, Tensor::from_indices(buckets, {Tq, Tk}).to(S.device()));
+  }
+  if (mods.indexed.table.defined()) U = U + gathered(mods.indexed.table, mods.indexed.index);
+  if (mods.custom.value) U = score_function(U, mods.custom, shape.mask.q_offset);
+  if (!mods.soft_cap) return U;
+  return tanh(U / *mods.soft_cap) * *mods.soft_cap;  // S' = cap·tanh(u/cap)
+}
+Tensor softmax_with_sinks(const Tensor& S, const Tensor& sinks) {
+  if (!sinks.defined()) return softmax(S);
+  const int64_t B = S.size(0), Hq = S.size(1), Tq = S.size(2), Tk = S.size(3);
+  const Tensor column = expand(sinks.reshape({1, Hq, 1, 1}), {B, Hq, Tq, 1});  // sink_h in every row of head h
+  return slice(softmax(concat({S, column}, 3)), 3, 0, Tk);
+}
+
 // The problem as the softmax kernels see it, from the inputs, softmax's parameters and the spec.
 AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& v, const SoftmaxAttention& softmax,
                                 const AttentionSpec& spec) {
@@ -94,15 +262,18 @@ AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& 
   AG_CHECK(spec.causal || !softmax.pattern.limited(), shapes_of(q, k, v) << ": a sparse pattern needs causal attention");
   const double scale = softmax.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
   AG_CHECK(scale > 0 && std::isfinite(scale), shapes_of(q, k, v) << ": scale " << scale << " is not a positive number");
+  AG_CHECK(!spec.context || !softmax.mods.any(),
+           shapes_of(q, k, v) << ": score modifiers (ScoreMods) are not supported under context parallelism");
   return {.B = B, .Hq = Hq, .Hkv = Hkv, .Tq = Tq, .Tk = Tk, .d = d, .scale = scale,
           .mask = {.causal = spec.causal, .q_offset = softmax.q_offset.value_or(Tk - Tq), .pattern = softmax.pattern,
                    .alibi_heads = spec.position == PositionEncoding::Alibi ? Hq : 0, .alibi_slopes = spec.alibi_slopes},
-          .q = detail::head_strides(q, layout), .kv = detail::head_strides(k, layout)};
+          .q = detail::head_strides(q, layout), .kv = detail::head_strides(k, layout),
+          .mods = describe_mods(softmax.mods, q, Hq, Tq, Tk, shapes_of(q, k, v))};
 }
 
 // --- composed ------------------------------------------------------------------------
 
-Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape,
+Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape, const ScoreMods& mods,
                 const AttentionSpec& spec, AttentionInternals* internals) {
   const int64_t Hq = shape.Hq, Tq = shape.Tq, Tk = shape.Tk;
   const double scale = shape.scale;
@@ -118,10 +289,11 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Attenti
   const Tensor Q = heads_first(q), K = detail::repeat_kv_heads(heads_first(used_rows(k)), Hq),
                V = detail::repeat_kv_heads(heads_first(used_rows(v)), Hq);
   Tensor S = matmul(Q, transpose(K, 2, 3)) * scale;                          // [B, Hq, Tq, Tk]
+  if (shape.mods.changes_scores()) S = modified_scores(S, mods, shape);        // S' = mod(S)
   // M [Tq, Tk] broadcasts over batch and heads; random blocks and ALiBi's slopes differ by head: M [Hq, Tq, Tk]
   const bool per_head = mask.pattern.per_head() || mask.alibi_heads > 0;
   if (mask.causal) S = S + attention_mask(mask, Tq, Tk, S.dtype(), S.device(), per_head ? Hq : 1);
-  const Tensor A = softmax(S);
+  const Tensor A = softmax_with_sinks(S, mods.sinks);
   if (internals) internals->probabilities = A.detach();
   return heads_first(matmul(A, V));  // Z
 }
@@ -222,8 +394,8 @@ template <class Body> void for_batch_chunks(int64_t B, int64_t chunk, Body&& bod
 // score with every query; core/kernels.inc): the softmax then runs down columns,
 // vectorised across queries (core/cpu/attention.cpp), and each product reads
 // Aᵀ or A through the GEMM's transpose flag, at no cost.
-Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape,
-             AttentionInternals* internals) {
+Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape, const ScoreMods& mods,
+             AttentionLayout layout, AttentionInternals* internals) {
   // Named copies, not a structured binding: clang 14 lets no lambda capture one.
   const int64_t B = shape.B, Hq = shape.Hq, Tq = shape.Tq, Tk = shape.Tk, d = shape.d;
   const double scale = shape.scale;
@@ -237,21 +409,32 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
     return t.view(r.first * (t.numel() / t.size(0)), shape);
   };
   Tensor A = detail::empty_as({B, Hq, Tk, Tq}, q);  // Aᵀ
-  // lse only for the caller: the backward needs A alone.
-  Tensor lse = internals ? Tensor::empty({B, Hq, Tq}, DType::Float64, q.device()) : Tensor();
+  // Score modifiers (shape.mods): S'ᵀ = mod(Sᵀ) in place; under a cap or a custom function the
+  // scores Sᵀ are kept (S_raw) and S' written into Aᵀ: the backward's chain factor ∂S'/∂u reads them.
+  const bool modifies = shape.mods.changes_scores(), chain = shape.mods.has_chain();
+  const Tensor S_raw = chain ? detail::empty_as({B, Hq, Tk, Tq}, q) : Tensor();
+  Tensor scores = chain ? S_raw : A;  // where the product writes Sᵀ
+  // lse for the caller and for the sinks' gradient: the backward needs A alone otherwise.
+  Tensor lse = internals || mods.sinks.defined() ? Tensor::empty({B, Hq, Tq}, DType::Float64, q.device()) : Tensor();
   Tensor Z = detail::empty_like(q);
   for_batch_chunks(B, batch_chunk(shape, q), [&](BatchRange r) {
-    head_product(shape, r, {.data = k, .heads = kv_at, .by_kv_head = true}, {.data = q, .transposed = true, .heads = q_at}, A,
-                 {.data = A, .heads = scores_at}, {.M = Tk, .N = Tq, .K = d, .alpha = scale});  // Sᵀ = scale·KQᵀ
+    head_product(shape, r, {.data = k, .heads = kv_at, .by_kv_head = true}, {.data = q, .transposed = true, .heads = q_at},
+                 scores, {.data = scores, .heads = scores_at}, {.M = Tk, .N = Tq, .K = d, .alpha = scale});  // Sᵀ = scale·KQᵀ
     Tensor A_r = chunk_of(A, r), lse_r = lse.defined() ? chunk_of(lse, r) : Tensor();
-    kernel::attention_softmax(A_r, mask, A_r, lse_r);  // A = softmax(S + M), in place of Sᵀ
+    if (modifies) kernel::attention_score_mods(chunk_of(scores, r), shape, A_r);  // S' = mod(S), into Aᵀ
+    kernel::attention_softmax(A_r, mask, mods.sinks, A_r, lse_r);  // A = softmax(S' + M), in place of S'ᵀ
     head_product(shape, r, {.data = A, .transposed = true, .heads = scores_at}, {.data = v, .heads = kv_at, .by_kv_head = true},
                  Z, {.data = Z, .heads = q_at}, {.M = Tq, .N = d, .K = Tk, .alpha = 1.0});  // Z = AV
   });
   if (internals) *internals = {permute(A.detach(), {0, 1, 3, 2}), lse};  // A [B, Hq, Tq, Tk] for the user
 
-  return record("attention", {q, k, v}, Z,
-                [Q = q.detach(), K = k.detach(), V = v.detach(), A, shape, scores_at, chunk_of](const Tensor& dZ) -> Gradients {
+  std::vector<Tensor> inputs{q, k, v};
+  for (const Tensor& t : learnable_of(mods)) inputs.push_back(t);
+  return record("attention", inputs, Z,
+                [Q = q.detach(), K = k.detach(), V = v.detach(), A, S_raw, sink_lse = mods.sinks.defined() ? lse : Tensor(),
+                 Z_out = mods.sinks.defined() ? Z.detach() : Tensor(), mods = detached(mods), layout,
+                 forward_shape = shape, scores_at, chunk_of](const Tensor& dZ) -> Gradients {
+                  const AttentionShape shape = reading(forward_shape, mods);
                   const int64_t Hq = shape.Hq, Tq = shape.Tq, Tk = shape.Tk, d = shape.d;
                   const double scale = shape.scale;
                   const HeadStrides q_at = shape.q, kv_at = shape.kv;
@@ -259,6 +442,9 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                   // dAᵀ, then dSᵀ in its place: one chunk's worth, reused by every chunk (it stays in cache).
                   const int64_t chunk = batch_chunk(shape, Q);
                   Tensor dS = detail::empty_as({chunk, Hq, Tk, Tq}, A);
+                  // The tables' sums per batch entry and head (attention_score_mods_backward)
+                  Tensor dBias = shape.mods.has_tables() ? detail::empty_as({shape.B, Hq, shape.mods.bias_entries()}, A)
+                                                         : Tensor();
                   for_batch_chunks(shape.B, chunk, [&](BatchRange r) {
                     Tensor dS_r = chunk_of(dS, {0, r.count});
                     const GemmOperand dS_at{.data = dS, .heads = scores_at, .first_batch = r.first},
@@ -270,6 +456,12 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                                  {.M = Tk, .N = Tq, .K = d, .alpha = 1.0});  // dAᵀ = V dZᵀ
                     // A = softmax(S + M). It reads Aᵀ's chunk in order, so the product below finds it in cache.
                     kernel::attention_softmax_backward(chunk_of(A, r), dS_r, dS_r);  // dS = A ∘ (dA − rowsum(dA ∘ A)), in place of dAᵀ
+                    // S' = mod(S)  →  dU = dS ∘ ∂S'/∂u in place, and the tables' sums
+                    if (shape.mods.changes_scores()) {
+                      Tensor dBias_r = dBias.defined() ? chunk_of(dBias, r) : Tensor();
+                      kernel::attention_score_mods_backward(dS_r, S_raw.defined() ? chunk_of(S_raw, r) : Tensor(), shape,
+                                                            dS_r, dBias_r);
+                    }
                     head_product(shape, r, {.data = A, .heads = scores_at}, dZ_at, dV,
                                  {.data = dV, .heads = kv_at, .by_kv_head = true},
                                  {.M = Tk, .N = d, .K = Tq, .alpha = 1.0});  // dV = Aᵀ dZ
@@ -279,25 +471,35 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                     head_product(shape, r, dS_at, Q_at, dK, {.data = dK, .heads = kv_at, .by_kv_head = true},
                                  {.M = Tk, .N = d, .K = Tq, .alpha = scale});  // dK = scale·dSᵀ Q
                   });
-                  return {dQ, dK, dV};
+                  Gradients grads{dQ, dK, dV};
+                  for (Tensor& g : mods_gradients(mods, shape.mods, dBias, sink_lse, dZ, Z_out, layout)) grads.push_back(g);
+                  return grads;
                 });
 }
 
 // --- flash ---------------------------------------------------------------------------
 
-Tensor flash(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape,
-             AttentionInternals* internals) {
+Tensor flash(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape, const ScoreMods& mods,
+             AttentionLayout layout, AttentionInternals* internals) {
   Tensor Z = detail::empty_like(q);
   Tensor lse = Tensor::empty({shape.B, shape.Hq, shape.Tq}, DType::Float64, q.device());
-  kernel::flash_attention(q, k, v, shape, Z, lse);
+  kernel::flash_attention(q, k, v, shape, Z, lse);  // the score modifiers read on the fly (shape.mods)
   if (internals) internals->log_sum_exp = lse;
 
   // Saves lse (for P = exp(S − lse)) besides the inputs: O(T), never O(T²).
-  return record("attention", {q, k, v}, Z,
-                [Q = q.detach(), K = k.detach(), V = v.detach(), lse, shape](const Tensor& dZ) -> Gradients {
+  std::vector<Tensor> inputs{q, k, v};
+  for (const Tensor& t : learnable_of(mods)) inputs.push_back(t);
+  return record("attention", inputs, Z,
+                [Q = q.detach(), K = k.detach(), V = v.detach(), lse, Z_out = mods.sinks.defined() ? Z.detach() : Tensor(),
+                 mods = detached(mods), layout, forward_shape = shape](const Tensor& dZ) -> Gradients {
+                  const AttentionShape shape = reading(forward_shape, mods);
                   Tensor dQ = detail::empty_like(Q), dK = kv_gradient(K, shape), dV = kv_gradient(V, shape);
-                  kernel::flash_attention_backward(Q, K, V, lse, dZ, Tensor(), shape, false, dQ, dK, dV);
-                  return {dQ, dK, dV};
+                  Tensor dBias = shape.mods.has_tables() ? detail::empty_as({shape.B, shape.Hq, shape.mods.bias_entries()}, Q)
+                                                         : Tensor();
+                  kernel::flash_attention_backward(Q, K, V, lse, dZ, Tensor(), shape, false, dQ, dK, dV, dBias);
+                  Gradients grads{dQ, dK, dV};
+                  for (Tensor& g : mods_gradients(mods, shape.mods, dBias, lse, dZ, Z_out, layout)) grads.push_back(g);
+                  return grads;
                 });
 }
 
@@ -353,9 +555,9 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
   }
   const AttentionShape shape = describe_problem(q, k, v, softmax, spec);
   switch (softmax.impl) {
-    case AttentionImpl::Composed: return composed(q, k, v, shape, spec, internals);
-    case AttentionImpl::Dense: return dense(q, k, v, shape, internals);
-    case AttentionImpl::Flash: return flash(q, k, v, shape, internals);
+    case AttentionImpl::Composed: return composed(q, k, v, shape, softmax.mods, spec, internals);
+    case AttentionImpl::Dense: return dense(q, k, v, shape, softmax.mods, spec.layout, internals);
+    case AttentionImpl::Flash: return flash(q, k, v, shape, softmax.mods, spec.layout, internals);
   }
   throw Error("attention: unknown implementation");
 }

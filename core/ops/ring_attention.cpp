@@ -204,10 +204,10 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const A
         for (int64_t a = 0; a < 2; ++a)
           for (int64_t b = 0; b < 2; ++b)
             if (const std::optional<AttentionShape> shape = ring.pair_shape(a, ring.source(step), b)) {
-              Tensor dQ_half = ring.from_half(dQ, a), dK_sum = summed.k(b), dV_sum = summed.v(b);
+              Tensor dQ_half = ring.from_half(dQ, a), dK_sum = summed.k(b), dV_sum = summed.v(b), no_tables;
               kernel::flash_attention_backward(ring.from_half(Q, a), block->k(b), block->v(b), lse[a],
                                                ring.from_half(dZ, a), D_half[a], *shape, true, dQ_half, dK_sum,
-                                               dV_sum);
+                                               dV_sum, no_tables);
             }
         sum_transfer = group.start_exchange(summed.buffer, ring.next(), arriving_sum.buffer, ring.previous());
         transfer.wait();
