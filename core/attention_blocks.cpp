@@ -27,7 +27,7 @@ KeyTile narrowed(const AttentionMask& mask, int64_t h, int64_t i0, int64_t i1, i
 
 AttentionBlockMap::AttentionBlockMap(const AttentionShape& shape, int64_t query_tile, int64_t key_tile)
     : query_tile_(query_tile),
-      batches_(shape.mask.allowed && shape.mask.allowed_batch != 0 ? shape.B : 1),
+      batches_(shape.mask.by_batch() ? shape.B : 1),
       heads_(shape.mask.per_head() ? shape.Hq : 1),
       query_tiles_((shape.Tq + query_tile - 1) / query_tile) {
   begin_.reserve(batches_ * heads_ * query_tiles_ + 1);
@@ -55,11 +55,10 @@ using MapKey = std::tuple<int64_t, int64_t, int64_t, bool, int64_t, int64_t, int
                           uint64_t, int64_t, int64_t, int64_t, int64_t, uint64_t>;
 MapKey key_of(const AttentionShape& s, int64_t query_tile, int64_t key_tile) {
   const SparsePattern& p = s.mask.pattern;
-  const bool by_batch = s.mask.allowed && s.mask.allowed_batch != 0;
   // The seed and the layer only draw random blocks: without them every layer shares one map.
   return {s.Tq, s.Tk, s.mask.per_head() ? s.Hq : 1, s.mask.causal, s.mask.q_offset, s.mask.first_key, p.window,
           p.dilation, p.global, p.random_blocks, p.per_head() ? p.seed : 0, p.per_head() ? p.layer : 0, query_tile,
-          key_tile, by_batch ? s.B : 1, s.mask.allowed ? s.mask.allowed_id : 0};
+          key_tile, s.mask.by_batch() ? s.B : 1, s.mask.has_mask_function() ? s.mask.allowed_id : 0};
 }
 
 // A model has a map per layer (per shape, when the last batch is shorter);
@@ -72,7 +71,7 @@ std::shared_ptr<const AttentionBlockMap> attention_block_map(const AttentionShap
                                                              int64_t key_tile) {
   static std::mutex mutex;
   static std::map<MapKey, std::shared_ptr<const AttentionBlockMap>> cache;
-  if (shape.mask.allowed && shape.mask.allowed_id == 0)  // a matrix without a name: not cached
+  if (shape.mask.has_mask_function() && shape.mask.allowed_id == 0)  // a mask function without a name: not cached
     return std::make_shared<const AttentionBlockMap>(shape, query_tile, key_tile);
   const MapKey key = key_of(shape, query_tile, key_tile);
   {

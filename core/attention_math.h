@@ -89,6 +89,7 @@ enum class AlibiSlopes {
 // `causal`). Every implementation and both devices read this one definition;
 // h is the query head.
 struct AttentionMask {
+  static constexpr int64_t kAllKeys = int64_t{1} << 62;  // without `causal` a query sits after every key
   bool causal = false;
   int64_t q_offset = 0;
   SparsePattern pattern;
@@ -110,17 +111,29 @@ struct AttentionMask {
   // entries take their entry's mask with at_batch(b). Null: no mask function (today's patterns alone).
   const uint8_t* allowed = nullptr;
   int64_t allowed_batch = 0, allowed_head = 0, allowed_row = 0;
-  uint64_t allowed_id = 0;  // names the matrix's contents for the block map's cache; 0: not cached
+  uint64_t allowed_id = 0;  // names the mask functions' contents for the block map's cache; 0: not cached
+  // Packed documents in their compact form (MaskMods::documents whose ids each form one run of
+  // positions): segment_start[t] is the first position of t's document, and the query at p sees
+  // keys [segment_start[p], p] only, an interval per row, so that neither the kernels nor the
+  // block map test a byte per entry. On the kernels' device; segment_batch: elements between
+  // batch entries' rows (0: shared). Null: none.
+  const int64_t* segment_start = nullptr;
+  int64_t segment_batch = 0;
 
   // The mask of batch entry b, for kernels that index queries within one entry.
   AG_HOST_DEVICE AttentionMask at_batch(int64_t b) const {
     AttentionMask m = *this;
     if (m.allowed) m.allowed += b * allowed_batch;
+    if (m.segment_start) m.segment_start += b * segment_batch;
     return m;
   }
   AG_HOST_DEVICE bool per_head() const { return pattern.per_head() || (allowed && allowed_head != 0); }
+  AG_HOST_DEVICE bool by_batch() const {
+    return (allowed && allowed_batch != 0) || (segment_start && segment_batch != 0);
+  }
+  AG_HOST_DEVICE bool has_mask_function() const { return allowed || segment_start; }
   // Whether a visibility test per element is needed beyond causality (a pattern or a mask function).
-  AG_HOST_DEVICE bool elementwise() const { return pattern.limited() || allowed; }
+  AG_HOST_DEVICE bool elementwise() const { return pattern.limited() || has_mask_function(); }
 
   // m_h. For H a power of two, 2^(−8(h+1)/H) under either rule. Otherwise the
   // reference rule (Press et al.'s get_slopes, BLOOM's) takes the c = 2^⌊log2 H⌋
@@ -147,9 +160,11 @@ struct AttentionMask {
     int64_t first_key;  // key 0's sequence position (AttentionMask::first_key)
     RandomBlocks random;
     const uint8_t* allowed = nullptr;  // this query's row of AttentionMask::allowed, or null
+    int64_t lowest = -kAllKeys, highest = kAllKeys;  // its document's keys [lowest, highest] (segment_start)
 
     AG_HOST_DEVICE bool visible(int64_t j) const {
       if (allowed && !allowed[j]) return false;
+      if (j < lowest || j > highest) return false;
       if (j > p) return false;
       if (!pattern.limited() || in_window(j) || j + first_key < pattern.global) return true;
       const int64_t key_block = (j + first_key) / kSparseBlock;
@@ -173,6 +188,8 @@ struct AttentionMask {
     // prefix and the random blocks (disjoint intervals once the blocks are cut
     // at G), less the window's keys inside those intervals.
     AG_HOST_DEVICE int64_t count(int64_t j0, int64_t j1) const {
+      if (j0 < lowest) j0 = lowest;  // its document's keys only
+      if (j1 > highest + 1) j1 = highest + 1;
       const int64_t end = j1 < p + 1 ? j1 : p + 1;
       if (end <= j0) return 0;
       if (allowed) {  // a mask function: key by key
@@ -202,14 +219,15 @@ struct AttentionMask {
     const int64_t p = causal ? i + q_offset : kAllKeys;
     // p < 0 sees no key: no blocks below it
     return {pattern, p, first_key, RandomBlocks(pattern, h, causal ? (p + first_key) / kSparseBlock : 0),
-            allowed ? allowed + h * allowed_head + i * allowed_row : nullptr};
+            allowed ? allowed + h * allowed_head + i * allowed_row : nullptr,
+            segment_start ? segment_start[i + q_offset] : -kAllKeys, segment_start ? i + q_offset : kAllKeys};
   }
   AG_HOST_DEVICE bool visible(int64_t h, int64_t i, int64_t j) const { return row(h, i).visible(j); }
 
   // Queries [i0, i1) of head h against keys [j0, j1), both non-empty; exact:
   // None iff no entry is visible, All iff every entry is.
   AG_HOST_DEVICE TileVisibility tile(int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
-    if (allowed) {  // a mask function: counted entry by entry (the block map does it once per mask)
+    if (has_mask_function()) {  // counted row by row (the block map does it once per mask)
       if (causal && j0 > i1 - 1 + q_offset) return TileVisibility::None;
       int64_t shown = 0;
       for (int64_t i = i0; i < i1; ++i) shown += row(h, i).count(j0, j1);
@@ -230,7 +248,6 @@ struct AttentionMask {
   }
 
  private:
-  static constexpr int64_t kAllKeys = int64_t{1} << 62;  // without `causal` a query sits after every key
 
   // A cheap test before counting row by row: false only if no query of the
   // tile can see a key of it through the window, the global keys or a random

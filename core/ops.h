@@ -465,6 +465,12 @@ struct MaskBytes {
 };
 MaskBytes evaluate_mask(const MaskMods& masks, int64_t B, int64_t Hq, int64_t Tq, int64_t Tk, int64_t q_offset,
                         const std::string& where);
+// MaskMods::documents in their compact form (AttentionMask::segment_start): per key position of
+// each row of ids ([Tk], or [B, Tk] one row after another), the first position of its document;
+// empty when there are no documents or an id comes back after another's (not one run: the
+// documents are then evaluated as bytes).
+std::vector<int64_t> document_starts(const MaskMods& masks, int64_t B, int64_t Tq, int64_t Tk, int64_t q_offset,
+                                     const std::string& where);
 // Throws unless the pattern's numbers are in range and fit together (a window
 // for global and random keys to add to); `where` names the caller.
 void check_sparse_pattern(const SparsePattern& pattern, const std::string& where);

@@ -78,6 +78,16 @@ std::vector<MaskCase> cases() {
     all.push_back(w);
   }
   {
+    // An id that comes back after another's: not one run per document (held as bytes, not as
+    // document starts); a query still sees only its own id's keys.
+    std::vector<int64_t> ids = document_ids(T, {0, 30, 64, 100});
+    for (int64_t t = 64; t < 100; ++t) ids[t] = ids[0];
+    MaskCase c{.name = "documents [T] whose ids recur", .causal = true};
+    c.masks.documents = Tensor::from_indices(ids, {T});
+    c.sees = [ids](int64_t, int64_t, int64_t p, int64_t j) { return j <= p && ids[j] == ids[p]; };
+    all.push_back(c);
+  }
+  {
     const std::vector<int64_t> a = document_ids(T, {0, 70, 130}), b = document_ids(T, {0, 5, 64, 65, 129});
     std::vector<int64_t> both(a);
     both.insert(both.end(), b.begin(), b.end());

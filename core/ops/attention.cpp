@@ -36,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <unordered_set>
 #include <cstring>
 #include <type_traits>
 #include <variant>
@@ -260,20 +261,26 @@ Tensor softmax_with_sinks(const Tensor& S, const Tensor& sinks) {
 // kernels' device (packed into int64 elements, the bytes in order), with the name the block
 // map's cache knows them by.
 struct MaskData {
-  MaskBytes host;
-  Tensor on_device;  // CUDA only: the bytes, uploaded once
-  uint64_t id = 0;   // 0: not cached (a custom mask_mod)
-  const uint8_t* bytes() const {
-    return on_device.defined() ? reinterpret_cast<const uint8_t*>(on_device.data<int64_t>()) : host.bytes.data();
-  }
+  MaskBytes host;               // the functions given as bytes (none: no bytes)
+  std::vector<int64_t> starts;  // packed documents as segment starts [start_batches, Tk] (none: empty)
+  int64_t start_batches = 1;
+  Tensor bytes_on_device, starts_on_device;  // CUDA only: both, uploaded once
+  uint64_t id = 0;                           // 0: not cached (a custom mask_mod)
 };
 
-// The mask of `shape` reading `data`'s bytes (on the host, or the device's).
-AttentionMask with_mask_data(AttentionMask mask, const MaskData& data, const uint8_t* bytes, int64_t Tq, int64_t Tk) {
-  mask.allowed = bytes;
-  mask.allowed_row = Tk;
-  mask.allowed_head = data.host.heads > 1 ? Tq * Tk : 0;
-  mask.allowed_batch = data.host.batches > 1 ? data.host.heads * Tq * Tk : 0;
+// `mask` reading `data` on the host (composed's M) or on the kernels' device.
+AttentionMask with_mask_data(AttentionMask mask, const MaskData& data, bool on_host, int64_t Tq, int64_t Tk) {
+  const bool device = !on_host && data.bytes_on_device.defined();
+  if (!data.host.bytes.empty()) {
+    mask.allowed = device ? reinterpret_cast<const uint8_t*>(data.bytes_on_device.data<int64_t>()) : data.host.bytes.data();
+    mask.allowed_row = Tk;
+    mask.allowed_head = data.host.heads > 1 ? Tq * Tk : 0;
+    mask.allowed_batch = data.host.batches > 1 ? data.host.heads * Tq * Tk : 0;
+  }
+  if (!data.starts.empty()) {
+    mask.segment_start = !on_host && data.starts_on_device.defined() ? data.starts_on_device.data<int64_t>() : data.starts.data();
+    mask.segment_batch = data.start_batches > 1 ? Tk : 0;
+  }
   mask.allowed_id = data.id;
   return mask;
 }
@@ -285,13 +292,21 @@ std::shared_ptr<const MaskData> mask_data(const MaskMods& masks, int64_t B, int6
                                           int64_t q_offset, Device device, const std::string& where) {
   const auto build = [&](uint64_t id) {
     auto data = std::make_shared<MaskData>();
-    data->host = evaluate_mask(masks, B, Hq, Tq, Tk, q_offset, where);
+    // Packed documents as segment starts when each document is one run of positions (O(T));
+    // otherwise, and every other function, as bytes (O(Tq·Tk)).
+    data->starts = document_starts(masks, B, Tq, Tk, q_offset, where);
+    data->start_batches = masks.documents.defined() && masks.documents.dim() == 2 ? B : 1;
+    MaskMods as_bytes = masks;
+    if (!data->starts.empty()) as_bytes.documents = Tensor();
+    if (as_bytes.any()) data->host = evaluate_mask(as_bytes, B, Hq, Tq, Tk, q_offset, where);
     data->id = id;
-    if (device != Device::CPU) {
+    if (device != Device::CPU && !data->host.bytes.empty()) {
       std::vector<int64_t> packed((data->host.bytes.size() + 7) / 8, 0);
       std::memcpy(packed.data(), data->host.bytes.data(), data->host.bytes.size());
-      data->on_device = Tensor::from_indices(packed, {static_cast<int64_t>(packed.size())}).to(device);
+      data->bytes_on_device = Tensor::from_indices(packed, {static_cast<int64_t>(packed.size())}).to(device);
     }
+    if (device != Device::CPU && !data->starts.empty())
+      data->starts_on_device = Tensor::from_indices(data->starts, {static_cast<int64_t>(data->starts.size())}).to(device);
     return std::shared_ptr<const MaskData>(std::move(data));
   };
   if (masks.custom) return build(0);
@@ -357,7 +372,7 @@ AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& 
              where << ": a custom mask function (MaskMods::custom) is a C++ callable on the host: the CPU only (q is on "
                    << name_of(q.device()) << ")");
     *masks = mask_data(softmax.masks, B, Hq, Tq, Tk, shape.mask.q_offset, q.device(), where);
-    shape.mask = with_mask_data(shape.mask, **masks, (*masks)->bytes(), Tq, Tk);
+    shape.mask = with_mask_data(shape.mask, **masks, false, Tq, Tk);
   }
   return shape;
 }
@@ -387,8 +402,9 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Attenti
     // A mask function's M [Bm, Hm, Tq, Tk] (by batch entry and head where it differs), from its
     // bytes on the host. A row it leaves with no visible key would be all −∞ (softmax's 0/0):
     // that row of M becomes 0 and of A is multiplied by 0, so that Z = 0 there with no gradient.
-    const AttentionMask host_mask = with_mask_data(mask, *masks, masks->host.bytes.data(), Tq, Tk);
-    const int64_t heads = per_head || masks->host.heads > 1 ? Hq : 1, batches = masks->host.batches;
+    const AttentionMask host_mask = with_mask_data(mask, *masks, true, Tq, Tk);
+    const int64_t heads = per_head || masks->host.heads > 1 ? Hq : 1;
+    const int64_t batches = std::max(masks->host.batches, masks->start_batches);
     std::vector<double> m = attention_mask(host_mask, Tq, Tk, DType::Float64, Device::CPU, heads, batches).to_vector();
     std::vector<double> seen(batches * heads * Tq, 1.0);
     bool empty_rows = false;
@@ -876,32 +892,64 @@ Tensor attention_mask(const AttentionMask& mask, int64_t Tq, int64_t Tk, DType d
   return Tensor::from_vector(m, {batches, heads, Tq, Tk}, dtype).to(device);
 }
 
+namespace {
+
+// Every query's position p = i + q_offset indexes a key's entry of `what`.
+void check_positions_fit(const char* what, int64_t Tq, int64_t Tk, int64_t q_offset, const std::string& where) {
+  AG_CHECK(q_offset >= 0 && q_offset + Tq <= Tk, where << ": " << what << " are given per key position, and queries at "
+                                                        << q_offset << ".." << q_offset + Tq - 1 << " are not all among the "
+                                                        << Tk << " keys");
+}
+std::vector<int64_t> int_values(const Tensor& t) {
+  std::vector<int64_t> out;
+  for (const double x : t.to_vector()) out.push_back(static_cast<int64_t>(x));
+  return out;
+}
+
+// MaskMods::documents checked and read: [Tk] or [B·Tk] ids (empty: none).
+std::vector<int64_t> document_ids(const MaskMods& masks, int64_t B, int64_t Tq, int64_t Tk, int64_t q_offset,
+                                  const std::string& where) {
+  if (!masks.documents.defined()) return {};
+  const Tensor& d = masks.documents;
+  AG_CHECK(d.dtype() == DType::Int64 && ((d.dim() == 1 && d.size(0) == Tk) || (d.dim() == 2 && d.size(0) == B && d.size(1) == Tk)),
+           where << ": document ids " << describe(d) << " are not int64 [Tk] or [B, Tk] = [" << Tk << "] or [" << B << ", "
+                 << Tk << "] (one id per key position)");
+  check_positions_fit("document ids", Tq, Tk, q_offset, where);
+  return int_values(d);
+}
+
+}  // namespace
+
+std::vector<int64_t> document_starts(const MaskMods& masks, int64_t B, int64_t Tq, int64_t Tk, int64_t q_offset,
+                                     const std::string& where) {
+  const std::vector<int64_t> ids = document_ids(masks, B, Tq, Tk, q_offset, where);
+  std::vector<int64_t> starts(ids.size());
+  for (size_t row = 0; row < ids.size(); row += static_cast<size_t>(Tk)) {
+    std::unordered_set<int64_t> ended;  // documents whose run is over: seen again, they are not runs
+    for (int64_t t = 0; t < Tk; ++t) {
+      const int64_t id = ids[row + t];
+      if (t > 0 && id == ids[row + t - 1]) {
+        starts[row + t] = starts[row + t - 1];
+        continue;
+      }
+      if (t > 0) ended.insert(ids[row + t - 1]);
+      if (ended.count(id)) return {};
+      starts[row + t] = t;
+    }
+  }
+  return starts;
+}
+
 MaskBytes evaluate_mask(const MaskMods& masks, int64_t B, int64_t Hq, int64_t Tq, int64_t Tk, int64_t q_offset,
                         const std::string& where) {
-  const auto positions_fit = [&](const char* what) {  // every query's position p = i + q_offset indexes a key's entry
-    AG_CHECK(q_offset >= 0 && q_offset + Tq <= Tk, where << ": " << what << " are given per key position, and queries at "
-                                                          << q_offset << ".." << q_offset + Tq - 1 << " are not all among the "
-                                                          << Tk << " keys");
-  };
-  const auto int_values = [](const Tensor& t) {
-    std::vector<int64_t> out;
-    for (const double x : t.to_vector()) out.push_back(static_cast<int64_t>(x));
-    return out;
-  };
+  const auto positions_fit = [&](const char* what) { check_positions_fit(what, Tq, Tk, q_offset, where); };
   MaskBytes out;
-  std::vector<int64_t> documents, parents;
+  std::vector<int64_t> parents;
+  const std::vector<int64_t> documents = document_ids(masks, B, Tq, Tk, q_offset, where);
+  if (masks.documents.defined() && masks.documents.dim() == 2) out.batches = B;
   if (masks.prefix)
     AG_CHECK(*masks.prefix >= 0 && *masks.prefix <= Tk,
              where << ": prefix-LM prefix " << *masks.prefix << " is outside [0, " << Tk << "] (the keys)");
-  if (masks.documents.defined()) {
-    const Tensor& d = masks.documents;
-    AG_CHECK(d.dtype() == DType::Int64 && ((d.dim() == 1 && d.size(0) == Tk) || (d.dim() == 2 && d.size(0) == B && d.size(1) == Tk)),
-             where << ": document ids " << describe(d) << " are not int64 [Tk] or [B, Tk] = [" << Tk << "] or [" << B << ", "
-                   << Tk << "] (one id per key position)");
-    positions_fit("document ids");
-    documents = int_values(d);
-    if (d.dim() == 2) out.batches = B;
-  }
   if (masks.parents.defined()) {
     const Tensor& t = masks.parents;
     AG_CHECK(t.dtype() == DType::Int64 && t.dim() == 1 && t.size(0) == Tk,
