@@ -13,6 +13,16 @@ namespace {
 // key that some query of [i0, i1) sees, classified again.
 KeyTile narrowed(const AttentionMask& mask, int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   int64_t first = j1, last = j0 - 1;
+  if (!mask.allowed && !mask.pattern.limited()) {  // each row sees one interval, [lowest, min(p, highest)]
+    for (int64_t i = i0; i < i1; ++i) {
+      const AttentionMask::Row row = mask.row(h, i);
+      const int64_t lo = std::max(j0, row.lowest), hi = std::min({j1 - 1, row.p, row.highest});
+      if (lo > hi) continue;
+      first = std::min(first, lo);
+      last = std::max(last, hi);
+    }
+    return {first, last + 1 - first, mask.tile(h, i0, i1, first, last + 1)};
+  }
   for (int64_t i = i0; i < i1; ++i) {
     const AttentionMask::Row row = mask.row(h, i);
     for (int64_t j = j0; j < first; ++j)

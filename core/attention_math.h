@@ -229,6 +229,8 @@ struct AttentionMask {
   AG_HOST_DEVICE TileVisibility tile(int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
     if (has_mask_function()) {  // counted row by row (the block map does it once per mask)
       if (causal && j0 > i1 - 1 + q_offset) return TileVisibility::None;
+      // Document starts never decrease along the sequence: keys before the first query's start are hidden from all.
+      if (segment_start && j1 - 1 < segment_start[i0 + q_offset]) return TileVisibility::None;
       int64_t shown = 0;
       for (int64_t i = i0; i < i1; ++i) shown += row(h, i).count(j0, j1);
       if (shown == 0) return TileVisibility::None;
