@@ -16,7 +16,7 @@ using Inputs = std::vector<Tensor>;
 
 namespace {
 
-constexpr double kHidden = -std::numeric_limits<double>::infinity();
+constexpr double kMaskHidden = -std::numeric_limits<double>::infinity();
 
 // One case: the mask functions, the problem's geometry, and the visibility it should give,
 // written independently of the op (sees(b, h, i, j) with query i at position i + Tk − Tq).
@@ -30,7 +30,7 @@ struct MaskCase {
 };
 
 // Packed documents: boundaries at the given starts (the first at 0).
-std::vector<int64_t> document_ids(int64_t T, const std::vector<int64_t>& starts) {
+std::vector<int64_t> packed_ids(int64_t T, const std::vector<int64_t>& starts) {
   std::vector<int64_t> ids(T);
   for (int64_t t = 0, doc = -1; t < T; ++t) {
     for (const int64_t s : starts)
@@ -42,7 +42,7 @@ std::vector<int64_t> document_ids(int64_t T, const std::vector<int64_t>& starts)
 
 // A token tree after a shared prefix: node n's parent a deterministic earlier node (the
 // prefix's last position for the first level), some nodes roots of their own.
-std::vector<int64_t> tree_parents(int64_t T, int64_t prefix) {
+std::vector<int64_t> tree_parents_of(int64_t T, int64_t prefix) {
   std::vector<int64_t> parents(T);
   for (int64_t n = 0; n < T; ++n) {
     if (n < prefix) parents[n] = n - 1;  // the prefix as a chain (its parents are not read)
@@ -51,13 +51,13 @@ std::vector<int64_t> tree_parents(int64_t T, int64_t prefix) {
   }
   return parents;
 }
-bool ancestor_or_self(const std::vector<int64_t>& parents, int64_t j, int64_t p) {
+bool is_ancestor_or_self(const std::vector<int64_t>& parents, int64_t j, int64_t p) {
   for (int64_t n = p; n >= 0; n = parents[n])
     if (n == j) return true;
   return false;
 }
 
-std::vector<MaskCase> cases() {
+std::vector<MaskCase> mask_cases() {
   std::vector<MaskCase> all;
   const int64_t T = 150;
   {
@@ -67,12 +67,12 @@ std::vector<MaskCase> cases() {
     all.push_back(c);
   }
   {
-    const std::vector<int64_t> ids = document_ids(T, {0, 37, 90, 91, 140});
+    const std::vector<int64_t> ids = packed_ids(T, {0, 37, 90, 91, 140});
     MaskCase c{.name = "documents [T]", .causal = true};
     c.masks.documents = Tensor::from_indices(ids, {T});
     c.sees = [ids](int64_t, int64_t, int64_t p, int64_t j) { return j <= p && ids[j] == ids[p]; };
     all.push_back(c);
-    MaskCase w{.name = "documents [T] with a window of 20", .causal = true, .pattern = {.window = 20}};
+    MaskCase w{.name = "documents [T] with a window of 20, Tq = 37", .causal = true, .pattern = {.window = 20}, .Tq = 37};
     w.masks.documents = c.masks.documents;
     w.sees = [ids](int64_t, int64_t, int64_t p, int64_t j) { return j <= p && p - j < 20 && ids[j] == ids[p]; };
     all.push_back(w);
@@ -80,7 +80,7 @@ std::vector<MaskCase> cases() {
   {
     // An id that comes back after another's: not one run per document (held as bytes, not as
     // document starts); a query still sees only its own id's keys.
-    std::vector<int64_t> ids = document_ids(T, {0, 30, 64, 100});
+    std::vector<int64_t> ids = packed_ids(T, {0, 30, 64, 100});
     for (int64_t t = 64; t < 100; ++t) ids[t] = ids[0];
     MaskCase c{.name = "documents [T] whose ids recur", .causal = true};
     c.masks.documents = Tensor::from_indices(ids, {T});
@@ -88,7 +88,7 @@ std::vector<MaskCase> cases() {
     all.push_back(c);
   }
   {
-    const std::vector<int64_t> a = document_ids(T, {0, 70, 130}), b = document_ids(T, {0, 5, 64, 65, 129});
+    const std::vector<int64_t> a = packed_ids(T, {0, 70, 130}), b = packed_ids(T, {0, 5, 64, 65, 129});
     std::vector<int64_t> both(a);
     both.insert(both.end(), b.begin(), b.end());
     MaskCase c{.name = "documents [B, T], grouped heads", .Hq = 4};
@@ -99,12 +99,12 @@ std::vector<MaskCase> cases() {
     all.push_back(c);
   }
   {
-    const std::vector<int64_t> parents = tree_parents(T, 30);
+    const std::vector<int64_t> parents = tree_parents_of(T, 30);
     MaskCase c{.name = "token tree after a prefix of 30"};
     c.masks.parents = Tensor::from_indices(parents, {T});
     c.masks.tree_prefix = 30;
     c.sees = [parents](int64_t, int64_t, int64_t p, int64_t j) {
-      return (j < 30 && j <= p) || ancestor_or_self(parents, j, p);
+      return (j < 30 && j <= p) || is_ancestor_or_self(parents, j, p);
     };
     all.push_back(c);
   }
@@ -128,20 +128,20 @@ std::vector<MaskCase> cases() {
   return all;
 }
 
-AttentionSpec spec_of(const MaskCase& c, AttentionImpl impl) {
+AttentionSpec mask_spec(const MaskCase& c, AttentionImpl impl) {
   SoftmaxAttention softmax{.impl = impl, .pattern = c.pattern};
   softmax.masks = c.masks;
   return {.function = softmax, .causal = c.causal};
 }
 
 // softmax(scale·QKᵀ + M) V with M from c.sees, from ops alone (kv heads repeated by copies).
-Tensor reference(const MaskCase& c, const Inputs& x) {
+Tensor masked_reference(const MaskCase& c, const Inputs& x) {
   std::vector<double> m(c.B * c.Hq * c.Tq * c.Tk);
   for (int64_t b = 0; b < c.B; ++b)
     for (int64_t h = 0; h < c.Hq; ++h)
       for (int64_t i = 0; i < c.Tq; ++i)
         for (int64_t j = 0; j < c.Tk; ++j)
-          m[((b * c.Hq + h) * c.Tq + i) * c.Tk + j] = c.sees(b, h, i + c.Tk - c.Tq, j) ? 0.0 : kHidden;
+          m[((b * c.Hq + h) * c.Tq + i) * c.Tk + j] = c.sees(b, h, i + c.Tk - c.Tq, j) ? 0.0 : kMaskHidden;
   const Tensor M = Tensor::from_vector(m, {c.B, c.Hq, c.Tq, c.Tk}, x[0].dtype()).to(x[0].device());
   const auto repeat = [&](const Tensor& t) {
     std::vector<Tensor> heads;
@@ -152,7 +152,7 @@ Tensor reference(const MaskCase& c, const Inputs& x) {
   return matmul(softmax(S + M), repeat(x[2]));
 }
 
-Inputs inputs_of(const MaskCase& c, uint64_t seed, Device device = Device::CPU) {
+Inputs mask_inputs(const MaskCase& c, uint64_t seed, Device device = Device::CPU) {
   Inputs x{random({c.B, c.Hq, c.Tq, c.d}, seed, DType::Float64, false),
            random({c.B, c.Hkv, c.Tk, c.d}, seed + 1, DType::Float64, false),
            random({c.B, c.Hkv, c.Tk, c.d}, seed + 2, DType::Float64, false)};
@@ -161,7 +161,7 @@ Inputs inputs_of(const MaskCase& c, uint64_t seed, Device device = Device::CPU) 
 }
 
 // Z and the gradients of q, k, v from upstream R.
-std::vector<Tensor> outputs(const std::function<Tensor(const Inputs&)>& f, const Inputs& given, const Tensor& R) {
+std::vector<Tensor> mask_outputs(const std::function<Tensor(const Inputs&)>& f, const Inputs& given, const Tensor& R) {
   Inputs x;
   for (const Tensor& t : given) x.push_back(t.detach().clone().requires_grad_());
   const Tensor Z = f(x);
@@ -173,36 +173,39 @@ std::vector<Tensor> outputs(const std::function<Tensor(const Inputs&)>& f, const
 
 TEST_CASE("mask mods: each mask function equals softmax(S + M) with M written out (float64 ≤ 1e-12) — composed, dense, flash") {
   uint64_t seed = 100;
-  for (const MaskCase& c : cases()) {
+  double worst = 0;  // over every case, implementation, output and gradient
+  for (const MaskCase& c : mask_cases()) {
     CAPTURE(c.name);
-    const Inputs x = inputs_of(c, seed += 10);
+    const Inputs x = mask_inputs(c, seed += 10);
     const Tensor R = random({c.B, c.Hq, c.Tq, c.d}, seed + 5, DType::Float64, false);
-    const std::vector<Tensor> expected = outputs([&c](const Inputs& in) { return reference(c, in); }, x, R);
+    const std::vector<Tensor> expected = mask_outputs([&c](const Inputs& in) { return masked_reference(c, in); }, x, R);
     for (AttentionImpl impl : attention_impls()) {
       CAPTURE(name_of(impl));
       const std::vector<Tensor> got =
-          outputs([&c, impl](const Inputs& in) { return attention(in[0], in[1], in[2], spec_of(c, impl)); }, x, R);
+          mask_outputs([&c, impl](const Inputs& in) { return attention(in[0], in[1], in[2], mask_spec(c, impl)); }, x, R);
       for (size_t i = 0; i < got.size(); ++i) {
         CAPTURE(i);
         CHECK_CLOSE(got[i], expected[i], 1e-12);
+        worst = std::max(worst, ag::test::relative_error(got[i], expected[i]));
       }
     }
   }
+  MESSAGE("worst relative error against softmax(S + M): " << worst);
 }
 
 TEST_CASE("mask mods: float64 gradcheck of q, k, v through flash with a document and a token tree mask") {
   MaskCase documents{.name = "documents", .causal = true, .Tq = 12, .Tk = 12, .d = 4};
-  documents.masks.documents = Tensor::from_indices(document_ids(12, {0, 5, 6, 9}), {12});
+  documents.masks.documents = Tensor::from_indices(packed_ids(12, {0, 5, 6, 9}), {12});
   MaskCase tree{.name = "tree", .Tq = 12, .Tk = 12, .d = 4};
-  tree.masks.parents = Tensor::from_indices(tree_parents(12, 3), {12});
+  tree.masks.parents = Tensor::from_indices(tree_parents_of(12, 3), {12});
   tree.masks.tree_prefix = 3;
   uint64_t seed = 700;
   for (const MaskCase& c : {documents, tree}) {
     CAPTURE(c.name);
     for (AttentionImpl impl : attention_impls()) {
       CAPTURE(name_of(impl));
-      const GradcheckFn f = [&c, impl](const Inputs& in) { return attention(in[0], in[1], in[2], spec_of(c, impl)); };
-      CHECK_GRADCHECK(f, inputs_of(c, seed += 10));
+      const GradcheckFn f = [&c, impl](const Inputs& in) { return attention(in[0], in[1], in[2], mask_spec(c, impl)); };
+      CHECK_GRADCHECK(f, mask_inputs(c, seed += 10));
     }
   }
 }
@@ -214,13 +217,13 @@ TEST_CASE("mask mods: a query with no visible key gets Z = 0 and no gradient —
     for (int64_t j = 0; j < T; ++j) adjacency[i * T + j] = (i != 3 && i != 66) && (i + j) % 3 == 0;
   MaskCase c{.name = "adjacency with empty rows 3 and 66", .B = 1, .Tq = T, .Tk = T};
   c.masks.adjacency = Tensor::from_indices(adjacency, {T, T});
-  const Inputs x = inputs_of(c, 900);
+  const Inputs x = mask_inputs(c, 900);
   const Tensor R = random({c.B, c.Hq, T, c.d}, 905, DType::Float64, false);
   std::vector<std::vector<Tensor>> results;
   for (AttentionImpl impl : attention_impls()) {
     CAPTURE(name_of(impl));
     results.push_back(
-        outputs([&c, impl](const Inputs& in) { return attention(in[0], in[1], in[2], spec_of(c, impl)); }, x, R));
+        mask_outputs([&c, impl](const Inputs& in) { return attention(in[0], in[1], in[2], mask_spec(c, impl)); }, x, R));
     const std::vector<Tensor>& got = results.back();
     for (const int64_t row : {3, 66})
       for (int64_t h = 0; h < c.Hq; ++h)
@@ -237,26 +240,26 @@ TEST_CASE("mask mods: a query with no visible key gets Z = 0 and no gradient —
 
 TEST_CASE("mask mods: the same mask twice reuses its bytes, and a changed mask is evaluated anew") {
   MaskCase c{.name = "documents", .causal = true, .B = 1, .Tq = 20, .Tk = 20, .d = 4};
-  std::vector<int64_t> ids = document_ids(20, {0, 8});
+  std::vector<int64_t> ids = packed_ids(20, {0, 8});
   c.masks.documents = Tensor::from_indices(ids, {20});
-  const Inputs x = inputs_of(c, 1000);
-  const Tensor first = attention(x[0], x[1], x[2], spec_of(c, AttentionImpl::Flash)).detach();
-  CHECK_CLOSE(attention(x[0], x[1], x[2], spec_of(c, AttentionImpl::Flash)).detach(), first, 0.0);
-  ids = document_ids(20, {0, 13});  // the same shape, other documents: another block map
+  const Inputs x = mask_inputs(c, 1000);
+  const Tensor first = attention(x[0], x[1], x[2], mask_spec(c, AttentionImpl::Flash)).detach();
+  CHECK_CLOSE(attention(x[0], x[1], x[2], mask_spec(c, AttentionImpl::Flash)).detach(), first, 0.0);
+  ids = packed_ids(20, {0, 13});  // the same shape, other documents: another block map
   c.masks.documents = Tensor::from_indices(ids, {20});
   c.sees = [ids](int64_t, int64_t, int64_t p, int64_t j) { return j <= p && ids[j] == ids[p]; };
-  CHECK_CLOSE(attention(x[0], x[1], x[2], spec_of(c, AttentionImpl::Flash)).detach(), reference(c, x).detach(), 1e-12);
+  CHECK_CLOSE(attention(x[0], x[1], x[2], mask_spec(c, AttentionImpl::Flash)).detach(), masked_reference(c, x).detach(), 1e-12);
 }
 
 TEST_CASE_EVERY_DEVICE("mask mods: dense and flash on the device match the CPU (float64), a custom mask_mod refused off the CPU") {
   if (device == Device::CPU) return;  // the CPU's own cases are above
   uint64_t seed = 1200;
-  for (const MaskCase& c : cases()) {
+  for (const MaskCase& c : mask_cases()) {
     CAPTURE(c.name);
     for (AttentionImpl impl : attention_impls()) {
       CAPTURE(name_of(impl));
-      const GradcheckFn f = [&c, impl](const Inputs& in) { return attention(in[0], in[1], in[2], spec_of(c, impl)); };
-      const Inputs x = inputs_of(c, seed += 10);
+      const GradcheckFn f = [&c, impl](const Inputs& in) { return attention(in[0], in[1], in[2], mask_spec(c, impl)); };
+      const Inputs x = mask_inputs(c, seed += 10);
       if (c.masks.custom) {
         Inputs on_device;
         for (const Tensor& t : x) on_device.push_back(t.detach().to(device));
@@ -271,12 +274,12 @@ TEST_CASE_EVERY_DEVICE("mask mods: dense and flash on the device match the CPU (
 
 TEST_CASE("mask mods: bad input names what is wrong") {
   MaskCase c{.name = "bad", .B = 2, .Tq = 6, .Tk = 6, .d = 4};
-  const Inputs x = inputs_of(c, 1300);
+  const Inputs x = mask_inputs(c, 1300);
   const auto error = [&](auto&& edit, bool causal = false) {
     MaskCase e = c;
     e.causal = causal;
     edit(e.masks);
-    return ag::test::error_of([&] { attention(x[0], x[1], x[2], spec_of(e, AttentionImpl::Flash)); });
+    return ag::test::error_of([&] { attention(x[0], x[1], x[2], mask_spec(e, AttentionImpl::Flash)); });
   };
   CHECK(ag::test::contains(error([](MaskMods& m) { m.parents = Tensor::from_indices({-1, 0, 1, 3, 2, 4}, {6}); }),
                            "token tree node 3 has parent 3, not earlier than the node"));
