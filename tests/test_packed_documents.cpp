@@ -2,9 +2,14 @@
 // each seen only by its own queries (the document mask) and, under learned positions, at
 // positions restarting with each document, gives every document the logits it gets alone —
 // float64 ≤ 1e-12, learned, RoPE and ALiBi, every implementation.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
+#include "examples/common/train.h"
 #include "nn/gpt.h"
+#include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
 using namespace ag;
@@ -74,4 +79,30 @@ TEST_CASE("packed documents: bad ids and other attention functions are refused, 
   GPT linear(config, gen);
   CHECK(ag::test::contains(ag::test::error_of([&] { linear.set_documents(Tensor::from_indices({0, 0, 1, 1}, {1, 4})); }),
                            "GPT: packed documents need softmax attention"));
+}
+
+TEST_CASE("packed documents: char_lm train --documents trains on packed windows, and refuses a separator the text lacks") {
+  const std::string dir = std::filesystem::temp_directory_path() / "attograd_packed_documents";
+  std::filesystem::remove_all(dir);
+  std::string text;
+  for (int doc = 0; doc < 60; ++doc) text += "doc " + std::to_string(doc) + " says hello world.\n\n";
+  const std::string data = dir + ".txt";
+  {
+    std::ofstream out(data);
+    out << text;
+  }
+  char_lm::TrainConfig c = ag::test::tiny_run(dir, data);
+  c.run.max_iters = 3;
+  c.run.eval_interval = 3;
+  c.run.documents = "\n\n";
+  const char_lm::TrainResult result = char_lm::train(c);
+  REQUIRE(!result.batch_losses.empty());
+  for (const double loss : result.batch_losses) CHECK(std::isfinite(loss));
+  std::filesystem::remove_all(dir);
+  c.run.documents = "###";  // '#' is not even in the text's characters
+  CHECK(!ag::test::error_of([&] { char_lm::train(c); }).empty());
+  c.run.documents = "..";  // characters of the text, never together
+  CHECK(ag::test::contains(ag::test::error_of([&] { char_lm::train(c); }), "--documents: the training text holds no separator"));
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(data);
 }
