@@ -410,6 +410,7 @@ void GPT::set_documents(const Tensor& ids) {
       positions[e] = e % T != 0 && values[e] == values[e - 1] ? positions[e - 1] + 1 : 0;
     document_positions_ = Tensor::from_indices(positions, ids.shape()).to(ids.device());
   }
+  if (config_.attention != AttentionFunction::Softmax) return;  // nothing to clear
   for (const std::shared_ptr<Block>& block : blocks_) block->attn_as<MultiHeadSelfAttention>().set_documents(ids);
 }
 

@@ -79,6 +79,7 @@ TEST_CASE("packed documents: bad ids and other attention functions are refused, 
   GPT linear(config, gen);
   CHECK(ag::test::contains(ag::test::error_of([&] { linear.set_documents(Tensor::from_indices({0, 0, 1, 1}, {1, 4})); }),
                            "GPT: packed documents need softmax attention"));
+  linear.set_documents(Tensor());  // none: nothing to do
 }
 
 TEST_CASE("packed documents: char_lm train --documents trains on packed windows, and refuses a separator the text lacks") {
