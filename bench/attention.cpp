@@ -18,6 +18,10 @@
 // D = 1): O(T·(64 + d)·d), shown the same way.
 // Each case runs in a process of its own (this program with --case); a case
 // whose estimated memory exceeds --memory-limit-gb is listed as skipped.
+// A mask doc<L> packs documents of L positions each (the last one shorter) into the
+// sequence: the document mask (MaskMods::documents, causal within each document); its
+// case also times the mask's construction (its document starts, then the flash block map, built
+// anew each time: what the first call with a new layout pays), printed after the table.
 // --positions none,rope,alibi times each case with each position encoding
 // (AttentionSpec::position; alibi: softmax only): what rope's rotation of q and k
 // and ALiBi's bias in the scores cost beside the same case without them.
@@ -32,6 +36,7 @@
 #include <vector>
 
 #include "bench/measure.h"
+#include "core/attention_blocks.h"
 #include "core/ops.h"
 #include "core/threads.h"
 #include "examples/common/command_line.h"
@@ -45,7 +50,7 @@ constexpr int64_t kBatch = 1, kHeads = 8;
 struct Case {
   std::string impl;
   int64_t T, d;
-  std::string mask;  // none, causal, or w<W>[d<δ>][g<G>][r<R>]
+  std::string mask;  // none, causal, doc<L>, or w<W>[d<δ>][g<G>][r<R>]
   std::string position = "none";  // none, rope or alibi (AttentionSpec::position)
 };
 
@@ -54,6 +59,14 @@ AttentionSpec spec_of(const Case& c) {
   AttentionSpec spec{.causal = c.mask != "none"};  // the implementation is set where it runs
   spec.position = enum_from_name<PositionEncoding>(c.position, "--positions");
   if (c.mask == "none" || c.mask == "causal") return spec;
+  if (c.mask.starts_with("doc")) {  // documents of L positions: id t / L
+    const int64_t L = std::stoll(c.mask.substr(3));
+    AG_CHECK(L > 0, "--masks " << c.mask << ": a document length must be positive");
+    std::vector<int64_t> ids(c.T);
+    for (int64_t t = 0; t < c.T; ++t) ids[t] = t / L;
+    std::get<SoftmaxAttention>(spec.function).masks.documents = Tensor::from_indices(ids, {c.T});
+    return spec;
+  }
   SparsePattern& pattern = std::get<SoftmaxAttention>(spec.function).pattern;
   std::istringstream in(c.mask);
   const std::string expected = "--masks " + c.mask + ": expected none, causal or w<W>[d<dilation>][g<G>][r<R>]";
@@ -71,6 +84,10 @@ AttentionSpec spec_of(const Case& c) {
 
 // The (query, key) pairs the mask shows, summed over the heads (random blocks differ by head).
 double visible_pairs(const Case& c) {
+  if (c.mask.starts_with("doc")) {  // L(L + 1)/2 per whole document, and the last one's
+    const int64_t L = std::stoll(c.mask.substr(3)), last = c.T % L;
+    return kHeads * (static_cast<double>(c.T / L) * L * (L + 1) / 2 + static_cast<double>(last) * (last + 1) / 2);
+  }
   const AttentionSpec spec = spec_of(c);
   const AttentionMask mask{.causal = spec.causal, .q_offset = 0, .pattern = std::get<SoftmaxAttention>(spec.function).pattern};
   double pairs = 0;
@@ -137,7 +154,22 @@ void run_case(const Case& c, bench::Clock clock, double budget_s) {
   const double budget_ms = budget_s * 1000;
   const double forward_ms = bench::median_ms([&] { forward(); }, clock, 1, 10, budget_ms);
   const double total_ms = bench::median_ms(forward_backward, clock, 1, 10, budget_ms);
-  std::printf("%.3f %.3f %.1f %.1f\n", forward_ms, total_ms, forward_mb, total_mb);
+  // A document mask's construction, as a new layout's first call pays it: its compact form
+  // (document_starts: each position's document start, O(T)), then the block map of the CPU's
+  // flash tiles (64 queries × 128 keys), classified row by row from those intervals.
+  double bytes_ms = 0, map_ms = 0;
+  if (c.mask.starts_with("doc")) {
+    const AttentionSpec spec = spec_of(c);
+    const MaskMods& masks = std::get<SoftmaxAttention>(spec.function).masks;
+    std::vector<int64_t> starts;
+    bytes_ms = bench::median_ms([&] { starts = document_starts(masks, kBatch, c.T, c.T, 0, "bench"); }, clock, 1, 10,
+                                budget_ms);
+    AttentionShape shape{.B = kBatch, .Hq = kHeads, .Hkv = kHeads, .Tq = c.T, .Tk = c.T, .d = c.d, .scale = 1.0,
+                         .mask = {.causal = true, .q_offset = 0, .pattern = {}}, .q = {}, .kv = {}};
+    shape.mask.segment_start = starts.data();
+    map_ms = bench::median_ms([&] { AttentionBlockMap map(shape, 64, 128); }, clock, 1, 10, budget_ms);
+  }
+  std::printf("%.3f %.3f %.1f %.1f %.3f %.3f\n", forward_ms, total_ms, forward_mb, total_mb, bytes_ms, map_ms);
 }
 
 // 2·n³ / time of an n×n×n sgemm, median of 5: the machine's product rate.
@@ -174,7 +206,7 @@ int main(int argc, char** argv) {
   command.option("--impls", impls, "implementations, comma-separated: composed, dense, flash, linear-elu1, linear-favor, ssd");
   command.option("--T", lengths, "sequence lengths, comma-separated");
   command.option("--d", widths, "head widths, comma-separated");
-  command.option("--masks", masks, "masks, comma-separated: none, causal, w<W>[d<dilation>][g<G>][r<R>]");
+  command.option("--masks", masks, "masks, comma-separated: none, causal, doc<L>, w<W>[d<dilation>][g<G>][r<R>]");
   command.option("--positions", positions, "position encodings, comma-separated: none, rope, alibi");
   command.option("--memory-limit-gb", memory_limit_gb, "skip cases estimated to need more");
   command.option("--budget-s", budget_s, "seconds of repeats per timing (at least one run, at most 10)");
@@ -196,6 +228,7 @@ int main(int argc, char** argv) {
               sgemm_gflops(2048, timing), clock.c_str());
   std::printf("| d | T | mask | density | impl | position | fwd ms | fwd GFLOP/s | fwd+bwd ms | fwd+bwd GFLOP/s | peak extra MB fwd / fwd+bwd |\n");
   std::printf("|---|---|---|---:|---|---|---:|---:|---:|---:|---:|\n");
+  std::vector<std::string> constructions;  // doc<L> masks' construction, printed after the table
   for (const std::string& d : split_list(widths))
     for (const std::string& T : split_list(lengths))
       for (const std::string& mask : split_list(masks))
@@ -214,9 +247,9 @@ int main(int argc, char** argv) {
             command << "/proc/" << getpid() << "/exe --threads " << threads << " --budget-s " << budget_s << " --clock "
                     << clock << " --case "
                     << impl << ' ' << T << ' ' << d << ' ' << mask << ' ' << position;
-            double forward_ms, total_ms, forward_mb, total_mb;
-            if (std::sscanf(bench::run_and_capture(command.str()).c_str(), "%lf %lf %lf %lf", &forward_ms, &total_ms,
-                            &forward_mb, &total_mb) != 4) {
+            double forward_ms, total_ms, forward_mb, total_mb, bytes_ms, map_ms;
+            if (std::sscanf(bench::run_and_capture(command.str()).c_str(), "%lf %lf %lf %lf %lf %lf", &forward_ms,
+                            &total_ms, &forward_mb, &total_mb, &bytes_ms, &map_ms) != 6) {
               std::printf("failed | | | | |\n");
               continue;
             }
@@ -228,6 +261,15 @@ int main(int argc, char** argv) {
             std::printf("%.2f | %.1f | %.2f | %.1f | %.1f / %.1f |\n", forward_ms, flops / forward_ms / 1e6, total_ms,
                         3.5 * flops / total_ms / 1e6, forward_mb, total_mb);
             std::fflush(stdout);
+            if (mask.starts_with("doc")) {
+              std::ostringstream line;
+              line << "d " << d << ", T " << T << ", " << mask << ", " << impl << ": mask construction " << bytes_ms + map_ms
+                    << " ms (document starts " << bytes_ms << " ms, block map " << map_ms << " ms) = "
+                   << 100 * (bytes_ms + map_ms) / forward_ms << " % of one forward";
+              constructions.push_back(line.str());
+            }
           }
+  if (!constructions.empty()) std::printf("\n");
+  for (const std::string& line : constructions) std::printf("%s\n", line.c_str());
   return 0;
 }

@@ -13,6 +13,16 @@ namespace {
 // key that some query of [i0, i1) sees, classified again.
 KeyTile narrowed(const AttentionMask& mask, int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   int64_t first = j1, last = j0 - 1;
+  if (!mask.allowed && !mask.pattern.limited()) {  // each row sees one interval, [lowest, min(p, highest)]
+    for (int64_t i = i0; i < i1; ++i) {
+      const AttentionMask::Row row = mask.row(h, i);
+      const int64_t lo = std::max(j0, row.lowest), hi = std::min({j1 - 1, row.p, row.highest});
+      if (lo > hi) continue;
+      first = std::min(first, lo);
+      last = std::max(last, hi);
+    }
+    return {first, last + 1 - first, mask.tile(h, i0, i1, first, last + 1)};
+  }
   for (int64_t i = i0; i < i1; ++i) {
     const AttentionMask::Row row = mask.row(h, i);
     for (int64_t j = j0; j < first; ++j)
@@ -27,33 +37,38 @@ KeyTile narrowed(const AttentionMask& mask, int64_t h, int64_t i0, int64_t i1, i
 
 AttentionBlockMap::AttentionBlockMap(const AttentionShape& shape, int64_t query_tile, int64_t key_tile)
     : query_tile_(query_tile),
-      heads_(shape.mask.pattern.per_head() ? shape.Hq : 1),
+      batches_(shape.mask.by_batch() ? shape.B : 1),
+      heads_(shape.mask.per_head() ? shape.Hq : 1),
       query_tiles_((shape.Tq + query_tile - 1) / query_tile) {
-  begin_.reserve(heads_ * query_tiles_ + 1);
+  begin_.reserve(batches_ * heads_ * query_tiles_ + 1);
   begin_.push_back(0);
-  for (int64_t h = 0; h < heads_; ++h)
-    for (int64_t i0 = 0; i0 < shape.Tq; i0 += query_tile) {
-      const int64_t i1 = std::min(i0 + query_tile, shape.Tq);
-      for (int64_t j0 = 0; j0 < shape.Tk; j0 += key_tile) {
-        const int64_t j1 = std::min(j0 + key_tile, shape.Tk);
-        const TileVisibility visibility = shape.mask.tile(h, i0, i1, j0, j1);
-        if (visibility == TileVisibility::All) tiles_.push_back({j0, j1 - j0, visibility});
-        if (visibility == TileVisibility::Partial) tiles_.push_back(narrowed(shape.mask, h, i0, i1, j0, j1));
+  for (int64_t b = 0; b < batches_; ++b) {
+    const AttentionMask mask = shape.mask.at_batch(b);
+    for (int64_t h = 0; h < heads_; ++h)
+      for (int64_t i0 = 0; i0 < shape.Tq; i0 += query_tile) {
+        const int64_t i1 = std::min(i0 + query_tile, shape.Tq);
+        for (int64_t j0 = 0; j0 < shape.Tk; j0 += key_tile) {
+          const int64_t j1 = std::min(j0 + key_tile, shape.Tk);
+          const TileVisibility visibility = mask.tile(h, i0, i1, j0, j1);
+          if (visibility == TileVisibility::All) tiles_.push_back({j0, j1 - j0, visibility});
+          if (visibility == TileVisibility::Partial) tiles_.push_back(narrowed(mask, h, i0, i1, j0, j1));
+        }
+        begin_.push_back(static_cast<int64_t>(tiles_.size()));
       }
-      begin_.push_back(static_cast<int64_t>(tiles_.size()));
-    }
+  }
 }
 
 namespace {
 
 // Everything a map depends on.
 using MapKey = std::tuple<int64_t, int64_t, int64_t, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                          uint64_t, int64_t, int64_t, int64_t>;
+                          uint64_t, int64_t, int64_t, int64_t, int64_t, uint64_t>;
 MapKey key_of(const AttentionShape& s, int64_t query_tile, int64_t key_tile) {
   const SparsePattern& p = s.mask.pattern;
   // The seed and the layer only draw random blocks: without them every layer shares one map.
-  return {s.Tq, s.Tk, p.per_head() ? s.Hq : 1, s.mask.causal, s.mask.q_offset, s.mask.first_key, p.window, p.dilation, p.global,
-          p.random_blocks, p.per_head() ? p.seed : 0, p.per_head() ? p.layer : 0, query_tile, key_tile};
+  return {s.Tq, s.Tk, s.mask.per_head() ? s.Hq : 1, s.mask.causal, s.mask.q_offset, s.mask.first_key, p.window,
+          p.dilation, p.global, p.random_blocks, p.per_head() ? p.seed : 0, p.per_head() ? p.layer : 0, query_tile,
+          key_tile, s.mask.by_batch() ? s.B : 1, s.mask.has_mask_function() ? s.mask.allowed_id : 0};
 }
 
 // A model has a map per layer (per shape, when the last batch is shorter);
@@ -66,6 +81,8 @@ std::shared_ptr<const AttentionBlockMap> attention_block_map(const AttentionShap
                                                              int64_t key_tile) {
   static std::mutex mutex;
   static std::map<MapKey, std::shared_ptr<const AttentionBlockMap>> cache;
+  if (shape.mask.has_mask_function() && shape.mask.allowed_id == 0)  // a mask function without a name: not cached
+    return std::make_shared<const AttentionBlockMap>(shape, query_tile, key_tile);
   const MapKey key = key_of(shape, query_tile, key_tile);
   {
     const std::lock_guard lock(mutex);

@@ -25,22 +25,24 @@ class AttentionBlockMap {
   // Query tiles of query_tile rows, key tiles of key_tile keys.
   AttentionBlockMap(const AttentionShape& shape, int64_t query_tile, int64_t key_tile);
 
-  // The visible key tiles of query head h's query tile starting at query i0, in key order.
-  // Each tile's first and last keys are visible to some query of the tile.
-  std::span<const KeyTile> key_tiles(int64_t h, int64_t i0) const {
-    const int64_t at = (h % heads_) * query_tiles_ + i0 / query_tile_;
+  // The visible key tiles of query head h's query tile starting at query i0 in batch entry b, in
+  // key order. Each tile's first and last keys are visible to some query of the tile.
+  std::span<const KeyTile> key_tiles(int64_t b, int64_t h, int64_t i0) const {
+    const int64_t at = ((b % batches_) * heads_ + h % heads_) * query_tiles_ + i0 / query_tile_;
     return {tiles_.data() + begin_[at], tiles_.data() + begin_[at + 1]};
   }
+  std::span<const KeyTile> key_tiles(int64_t h, int64_t i0) const { return key_tiles(0, h, i0); }  // batch entry 0's
   int64_t visible_tiles() const { return static_cast<int64_t>(tiles_.size()); }  // over every head stored
 
  private:
-  int64_t query_tile_, heads_, query_tiles_;  // heads_: Hq when the mask differs by head, else 1
-  std::vector<int64_t> begin_;                // [heads_ · query_tiles_ + 1]: offsets into tiles_
+  int64_t query_tile_, batches_, heads_, query_tiles_;  // batches_, heads_: B, Hq when the mask differs by them, else 1
+  std::vector<int64_t> begin_;                          // [batches_ · heads_ · query_tiles_ + 1]: offsets into tiles_
   std::vector<KeyTile> tiles_;
 };
 
 // The map for this problem and these tile sizes, from a cache of recent maps
-// (thread-safe). Only the geometry and the mask matter, not the data.
+// (thread-safe). Only the geometry and the mask matter, not the data: a mask function's
+// matrix by its AttentionMask::allowed_id (a map for a matrix without one is built anew).
 std::shared_ptr<const AttentionBlockMap> attention_block_map(const AttentionShape& shape, int64_t query_tile,
                                                              int64_t key_tile);
 

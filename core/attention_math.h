@@ -89,6 +89,7 @@ enum class AlibiSlopes {
 // `causal`). Every implementation and both devices read this one definition;
 // h is the query head.
 struct AttentionMask {
+  static constexpr int64_t kAllKeys = int64_t{1} << 62;  // without `causal` a query sits after every key
   bool causal = false;
   int64_t q_offset = 0;
   SparsePattern pattern;
@@ -102,6 +103,37 @@ struct AttentionMask {
   // H = alibi_heads query heads (alibi_slope); 0: no bias. A constant: dS passes through it.
   int64_t alibi_heads = 0;
   AlibiSlopes alibi_slopes = AlibiSlopes::Reference;
+  // Mask functions (MaskMods, core/ops.h: prefix-LM, documents, a token tree, an adjacency, the
+  // user's own), evaluated once on the host into bytes: byte i·allowed_row + j of the matrix of
+  // query head h of batch entry b is 1 where query i may see key j, 0 where it may not, whatever
+  // the rest allows (the two are ANDed). The matrix lives on the kernels' device. The strides are
+  // in bytes, 0 where every batch entry or head shares one matrix; kernels that loop over batch
+  // entries take their entry's mask with at_batch(b). Null: no mask function (today's patterns alone).
+  const uint8_t* allowed = nullptr;
+  int64_t allowed_batch = 0, allowed_head = 0, allowed_row = 0;
+  uint64_t allowed_id = 0;  // names the mask functions' contents for the block map's cache; 0: not cached
+  // Packed documents in their compact form (MaskMods::documents whose ids each form one run of
+  // positions): segment_start[t] is the first position of t's document, and the query at p sees
+  // keys [segment_start[p], p] only, an interval per row, so that neither the kernels nor the
+  // block map test a byte per entry. On the kernels' device; segment_batch: elements between
+  // batch entries' rows (0: shared). Null: none.
+  const int64_t* segment_start = nullptr;
+  int64_t segment_batch = 0;
+
+  // The mask of batch entry b, for kernels that index queries within one entry.
+  AG_HOST_DEVICE AttentionMask at_batch(int64_t b) const {
+    AttentionMask m = *this;
+    if (m.allowed) m.allowed += b * allowed_batch;
+    if (m.segment_start) m.segment_start += b * segment_batch;
+    return m;
+  }
+  AG_HOST_DEVICE bool per_head() const { return pattern.per_head() || (allowed && allowed_head != 0); }
+  AG_HOST_DEVICE bool by_batch() const {
+    return (allowed && allowed_batch != 0) || (segment_start && segment_batch != 0);
+  }
+  AG_HOST_DEVICE bool has_mask_function() const { return allowed || segment_start; }
+  // Whether a visibility test per element is needed beyond causality (a pattern or a mask function).
+  AG_HOST_DEVICE bool elementwise() const { return pattern.limited() || has_mask_function(); }
 
   // m_h. For H a power of two, 2^(−8(h+1)/H) under either rule. Otherwise the
   // reference rule (Press et al.'s get_slopes, BLOOM's) takes the c = 2^⌊log2 H⌋
@@ -127,8 +159,12 @@ struct AttentionMask {
     int64_t p;          // the query's key position
     int64_t first_key;  // key 0's sequence position (AttentionMask::first_key)
     RandomBlocks random;
+    const uint8_t* allowed = nullptr;  // this query's row of AttentionMask::allowed, or null
+    int64_t lowest = -kAllKeys, highest = kAllKeys;  // its document's keys [lowest, highest] (segment_start)
 
     AG_HOST_DEVICE bool visible(int64_t j) const {
+      if (allowed && !allowed[j]) return false;
+      if (j < lowest || j > highest) return false;
       if (j > p) return false;
       if (!pattern.limited() || in_window(j) || j + first_key < pattern.global) return true;
       const int64_t key_block = (j + first_key) / kSparseBlock;
@@ -152,8 +188,15 @@ struct AttentionMask {
     // prefix and the random blocks (disjoint intervals once the blocks are cut
     // at G), less the window's keys inside those intervals.
     AG_HOST_DEVICE int64_t count(int64_t j0, int64_t j1) const {
+      if (j0 < lowest) j0 = lowest;  // its document's keys only
+      if (j1 > highest + 1) j1 = highest + 1;
       const int64_t end = j1 < p + 1 ? j1 : p + 1;
       if (end <= j0) return 0;
+      if (allowed) {  // a mask function: key by key
+        int64_t shown = 0;
+        for (int64_t j = j0; j < end; ++j) shown += visible(j) ? 1 : 0;
+        return shown;
+      }
       if (!pattern.limited()) return end - j0;
       int64_t visible_count = window_count(j0, end);
       const auto add_interval = [&](int64_t a, int64_t b) {
@@ -175,13 +218,24 @@ struct AttentionMask {
   AG_HOST_DEVICE Row row(int64_t h, int64_t i) const {
     const int64_t p = causal ? i + q_offset : kAllKeys;
     // p < 0 sees no key: no blocks below it
-    return {pattern, p, first_key, RandomBlocks(pattern, h, causal ? (p + first_key) / kSparseBlock : 0)};
+    return {pattern, p, first_key, RandomBlocks(pattern, h, causal ? (p + first_key) / kSparseBlock : 0),
+            allowed ? allowed + h * allowed_head + i * allowed_row : nullptr,
+            segment_start ? segment_start[i + q_offset] : -kAllKeys, segment_start ? i + q_offset : kAllKeys};
   }
   AG_HOST_DEVICE bool visible(int64_t h, int64_t i, int64_t j) const { return row(h, i).visible(j); }
 
   // Queries [i0, i1) of head h against keys [j0, j1), both non-empty; exact:
   // None iff no entry is visible, All iff every entry is.
   AG_HOST_DEVICE TileVisibility tile(int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+    if (has_mask_function()) {  // counted row by row (the block map does it once per mask)
+      if (causal && j0 > i1 - 1 + q_offset) return TileVisibility::None;
+      // Document starts never decrease along the sequence: keys before the first query's start are hidden from all.
+      if (segment_start && j1 - 1 < segment_start[i0 + q_offset]) return TileVisibility::None;
+      int64_t shown = 0;
+      for (int64_t i = i0; i < i1; ++i) shown += row(h, i).count(j0, j1);
+      if (shown == 0) return TileVisibility::None;
+      return shown == (i1 - i0) * (j1 - j0) ? TileVisibility::All : TileVisibility::Partial;
+    }
     if (!causal) return TileVisibility::All;
     if (j0 > i1 - 1 + q_offset) return TileVisibility::None;  // even the last query sees none of them
     if (!pattern.limited()) {
@@ -196,7 +250,6 @@ struct AttentionMask {
   }
 
  private:
-  static constexpr int64_t kAllKeys = int64_t{1} << 62;  // without `causal` a query sits after every key
 
   // A cheap test before counting row by row: false only if no query of the
   // tile can see a key of it through the window, the global keys or a random

@@ -319,6 +319,33 @@ struct ScoreMods {
   }
 };
 
+// Mask functions of softmax attention: which keys each query may see, beyond (ANDed with)
+// causality and the sparse pattern, evaluated once per call on the host into one byte per
+// (query, key) (AttentionMask::allowed, core/attention_math.h) that every implementation and
+// both devices read, and into the flash loops' block map (empty tiles skipped, full tiles run
+// without the byte test), both cached by the mask's contents. Positions as ScoreFunction's:
+// query i sits at key position p = i + q_offset; key j at j. Several given: a key must pass all.
+// A query left with no visible key gets Z = 0 and no gradient (the op's rule).
+//   prefix-LM:  keys j < prefix seen by every query (both ways); after it, j ≤ p. Needs causal = false.
+//   documents:  int64 [Tk] or [B, Tk], a document id per key position (packed sequences):
+//               p sees j iff doc(j) = doc(p) and j ≤ p.
+//   token tree: parents int64 [Tk], parent(n) < n or −1 (a root): p sees j iff j = p, j is an
+//               ancestor of p, or j < tree_prefix and j ≤ p (the shared prefix, causal in itself).
+//   adjacency:  [Tq, Tk] of any dtype, nonzero where query i sees key j (graph attention).
+//   custom:     the user's mask_mod(b, h, p, j) -> bool, called once per entry per call (not
+//               cached); a C++ callable on the host: the CPU only.
+using MaskFunction = std::function<bool(int64_t b, int64_t h, int64_t q, int64_t k)>;
+struct MaskMods {
+  std::optional<int64_t> prefix = std::nullopt;
+  Tensor documents = {};
+  Tensor parents = {};
+  int64_t tree_prefix = 0;
+  Tensor adjacency = {};
+  MaskFunction custom = {};
+
+  bool any() const { return prefix || documents.defined() || parents.defined() || adjacency.defined() || custom; }
+};
+
 // Each attention function's parameters: what it alone reads, as one type, so
 // that a spec cannot hold another function's (AttentionParams, in
 // AttentionFunction's order).
@@ -337,6 +364,8 @@ struct SoftmaxAttention {  // A = softmax(scale·QKᵀ + M), Z = A V
   std::optional<int64_t> kv_length = std::nullopt;
   // Applied to S before the mask (ScoreMods, above); not under context parallelism.
   ScoreMods mods = {};
+  // Mask functions (MaskMods, above), ANDed with causal and the pattern; not under context parallelism.
+  MaskMods masks = {};
 };
 struct LinearAttention {  // Z = φ(Q)(φ(K)ᵀV), normalised; as many queries as keys (a cache for decoding)
   FeatureMap feature_map = FeatureMap::Elu1;
@@ -426,6 +455,24 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
 // one matrix per query head.
 Tensor attention_mask(const AttentionMask& mask, int64_t Tq, int64_t Tk, DType dtype = DType::Float32,
                       Device device = Device::CPU, int64_t heads = 1);
+// The same with a batch dimension: M [batches, heads, Tq, Tk], batch entry b's matrix from
+// mask.at_batch(b) (a mask function's per-entry matrix; AttentionMask::allowed on the host).
+Tensor attention_mask(const AttentionMask& mask, int64_t Tq, int64_t Tk, DType dtype, Device device, int64_t heads,
+                      int64_t batches);
+// The bytes a mask function gives (AttentionMask::allowed) on the host, for inspection and the
+// bench: [Bm, Hm, Tq, Tk] (Bm = B or 1, Hm = Hq or 1: `batches`, `heads`), 1 where query i sees key j.
+struct MaskBytes {
+  std::vector<uint8_t> bytes;
+  int64_t batches = 1, heads = 1;
+};
+MaskBytes evaluate_mask(const MaskMods& masks, int64_t B, int64_t Hq, int64_t Tq, int64_t Tk, int64_t q_offset,
+                        const std::string& where);
+// MaskMods::documents in their compact form (AttentionMask::segment_start): per key position of
+// each row of ids ([Tk], or [B, Tk] one row after another), the first position of its document;
+// empty when there are no documents or an id comes back after another's (not one run: the
+// documents are then evaluated as bytes).
+std::vector<int64_t> document_starts(const MaskMods& masks, int64_t B, int64_t Tq, int64_t Tk, int64_t q_offset,
+                                     const std::string& where);
 // Throws unless the pattern's numbers are in range and fit together (a window
 // for global and random keys to add to); `where` names the caller.
 void check_sparse_pattern(const SparsePattern& pattern, const std::string& where);

@@ -48,7 +48,7 @@ template <class T> struct MaskedSoftmaxColumns {
   __device__ void operator()(int64_t c) const {
     const int64_t matrix = c / Tq, i = c % Tq;
     const int64_t h = matrix % Hq;
-    const AttentionMask::Row row = mask.row(h, i);
+    const AttentionMask::Row row = mask.at_batch(matrix / Hq).row(h, i);
     const T slope = static_cast<T>(mask.alibi_slope(h));  // 0 without ALiBi: S + 0 = S
     const T* x = s + matrix * Tk * Tq + i;
     T* y = a + matrix * Tk * Tq + i;
@@ -245,7 +245,7 @@ __device__ void for_each_visible_key_tile(const AttentionShape& shape, const Que
   const auto kv_at = [&](int64_t t) { return shape.kv.at(q.b, q.kvh, t); };
   for (int64_t j0 = 0; j0 < shape.Tk; j0 += tile) {
     const int64_t cols = min(static_cast<int64_t>(tile), shape.Tk - j0);
-    const TileVisibility visibility = shape.mask.tile(q.h, q.i0, q.i0 + q.rows, j0, j0 + cols);
+    const TileVisibility visibility = shape.mask.at_batch(q.b).tile(q.h, q.i0, q.i0 + q.rows, j0, j0 + cols);
     if (visibility == TileVisibility::None) continue;
     __syncthreads();
     load_tile(K, kv_at, j0, cols, tile, shape.d, sK);
@@ -285,12 +285,13 @@ __global__ void flash_forward_kernel(const T* Q, const T* K, const T* V, Attenti
       l[r] = sink ? T(1) : T(0);
     }
     const T slope = static_cast<T>(shape.mask.alibi_slope(q.h));
+    const AttentionMask mask = shape.mask.at_batch(q.b);  // a mask function's matrix of entry b
     for_each_visible_key_tile(shape, q, tile, K, V, sK, sV, [&](int64_t j0, int64_t cols, TileVisibility visibility) {
       // S = scale·Q Kᵀ (+ ALiBi's bias), −inf where hidden
       for (int idx = threadIdx.x; idx < tile * tile; idx += blockDim.x) {
         const int r = idx / tile, c = idx % tile;
         const bool shown = r < q.rows && c < cols &&
-                           (visibility == TileVisibility::All || shape.mask.visible(q.h, q.i0 + r, j0 + c));
+                           (visibility == TileVisibility::All || mask.visible(q.h, q.i0 + r, j0 + c));
         sS[idx] = shown ? score(sQ + r * d, sK + c * d, d, scale, shape.mask, shape.mods, q.h, slope, q.i0 + r, j0 + c)
                         : -kInf<T>;
       }
@@ -381,7 +382,8 @@ __global__ void flash_backward_query_kernel(const T* Q, const T* K, const T* V, 
       for (int64_t e = threadIdx.x; e < E; e += blockDim.x) sums[e] = 0;
     for (int pass = given_D ? 2 : 1; pass <= 2; ++pass)
       for_each_visible_key_tile(shape, q, tile, K, V, sK, sV, [&](int64_t j0, int64_t cols, TileVisibility visibility) {
-        probability_tile(sQ, sdZ, sK, sV, lse_hi, lse_lo, q.h, q.i0, q.rows, j0, cols, tile, d, scale, shape.mask,
+        probability_tile(sQ, sdZ, sK, sV, lse_hi, lse_lo, q.h, q.i0, q.rows, j0, cols, tile, d, scale,
+                         shape.mask.at_batch(q.b),
                          shape.mods, visibility, P, dP, factor);
         __syncthreads();
         if (pass == 1) {  // D += rowsum(P ∘ dP), one warp per row, in a fixed order
@@ -455,7 +457,7 @@ __global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, co
     for (int64_t h = kvh * g; h < (kvh + 1) * g; ++h)
       for (int64_t i0 = 0; i0 < shape.Tq; i0 += tile) {
         const int64_t rows = min(static_cast<int64_t>(tile), shape.Tq - i0);
-        const TileVisibility visibility = shape.mask.tile(h, i0, i0 + rows, j0, j0 + cols);
+        const TileVisibility visibility = shape.mask.at_batch(b).tile(h, i0, i0 + rows, j0, j0 + cols);
         if (visibility == TileVisibility::None) continue;
         __syncthreads();  // the previous query tile is consumed
         const auto q_at = [&](int64_t t) { return shape.q.at(b, h, t); };
@@ -464,7 +466,8 @@ __global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, co
         load_lse(lse, shape.lse_at(b, h, i0), rows, lse_hi, lse_lo);
         for (int r = threadIdx.x; r < rows; r += blockDim.x) sD[r] = D[shape.lse_at(b, h, i0 + r)];
         __syncthreads();
-        probability_tile(sQ, sdZ, sK, sV, lse_hi, lse_lo, h, i0, rows, j0, cols, tile, d, scale, shape.mask,
+        probability_tile(sQ, sdZ, sK, sV, lse_hi, lse_lo, h, i0, rows, j0, cols, tile, d, scale,
+                         shape.mask.at_batch(b),
                          shape.mods, visibility, P, dP, factor);
         __syncthreads();
         score_gradient_tile(P, sD, factor, tile, dP);

@@ -122,6 +122,9 @@ class MultiHeadSelfAttention : public AttentionMixer {
   void set_impl(AttentionImpl impl) { own().impl = impl; }
   AttentionImpl impl() const { return own().impl; }
   void set_pattern(const SparsePattern& pattern) { own().pattern = pattern; }
+  // Packed documents (MaskMods::documents): int64 [B, T] ids, a query seeing its own document's keys
+  // only; undefined: none. For the next forwards without a cache.
+  void set_documents(const Tensor& ids) { own().masks.documents = ids; }
   const SparsePattern& pattern() const { return own().pattern; }
 
  private:

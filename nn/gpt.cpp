@@ -310,6 +310,8 @@ Tensor GPT::blocks_output(const Tensor& E) {
   AG_CHECK(T >= 1 && (T <= config_.block_size || !config_.positions_end_at_block_size()),
            "GPT: sequence length T = " << T << " is outside [1, block_size = " << config_.block_size
                                        << "] (learned positions end there)");
+  AG_CHECK(!documents_.defined() || (documents_.size(0) == E.size(0) && documents_.size(1) == E.size(1)),
+           "GPT: document ids " << describe(documents_) << " are not [B, T] of the input's " << describe(E));
   Tensor x = embed(observe("tok_emb", E), 0);
   for (const std::shared_ptr<Block>& block : blocks_) x = block->forward(x);
   return x;
@@ -317,6 +319,8 @@ Tensor GPT::blocks_output(const Tensor& E) {
 
 Tensor GPT::embed(const Tensor& E, int64_t start) {
   if (!pos_emb_) return dropout_->forward(E);  // rope, alibi, none: positions enter attention
+  if (documents_.defined() && start == 0)  // packed documents: each at positions 0, 1, … of its own
+    return observe("pos_emb", dropout_->forward(E + pos_emb_->forward(document_positions_)));  // [B, T, C] + [B, T, C]
   if (context_) {  // this process's zigzag chunks (start is 0: generation is not context-parallel)
     const int64_t T_local = E.size(1);
     if (!context_positions_.defined() || context_positions_.numel() != T_local || context_positions_.device() != E.device()) {
@@ -420,6 +424,25 @@ int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T) {
 void GPT::set_context_parallel(dist::Communicator* group) {
   context_ = group;
   for (const std::shared_ptr<Block>& block : blocks_) block->attn().set_context(group);
+}
+
+void GPT::set_documents(const Tensor& ids) {
+  AG_CHECK(!ids.defined() || config_.attention == AttentionFunction::Softmax,
+           "GPT: packed documents need softmax attention (its document mask), not " << name_of(config_.attention));
+  AG_CHECK(!ids.defined() || (ids.dtype() == DType::Int64 && ids.dim() == 2),
+           "GPT: document ids " << describe(ids) << " are not int64 [B, T]");
+  documents_ = ids;
+  document_positions_ = Tensor();
+  if (ids.defined()) {  // t − (the first position of t's document)
+    const std::vector<double> values = ids.to_vector();
+    const int64_t T = ids.size(1);
+    std::vector<int64_t> positions(values.size());
+    for (size_t e = 0; e < values.size(); ++e)
+      positions[e] = e % T != 0 && values[e] == values[e - 1] ? positions[e - 1] + 1 : 0;
+    document_positions_ = Tensor::from_indices(positions, ids.shape()).to(ids.device());
+  }
+  if (config_.attention != AttentionFunction::Softmax) return;  // nothing to clear
+  for (const std::shared_ptr<Block>& block : blocks_) block->attn_as<MultiHeadSelfAttention>().set_documents(ids);
 }
 
 void GPT::set_attention_impl(AttentionImpl impl) {

@@ -156,6 +156,12 @@ class GPT : public Module {
               int64_t ignore_index = -100, std::span<const int64_t> targets_on_host = {});
 
   void set_attention_impl(AttentionImpl impl);
+  // Packed documents (issue 50): ids int64 [B, T], equal within each document, each document one
+  // run of positions, for the next forwards of [B, T] inputs: every softmax layer shows a query its
+  // own document's keys only, and learned positions restart at 0 with each document (RoPE's and
+  // ALiBi's scores depend on p − j alone, which is the same within a document either way), so a
+  // packed row computes what its documents would alone. Undefined: none. Softmax attention only.
+  void set_documents(const Tensor& ids);
   // Context parallelism (optim::ProcessGrid): forward and loss then take this
   // process's rows of sequences split over `group` (its zigzag chunks,
   // core/context_parallel.h), each at its true position, and every attention
@@ -181,6 +187,7 @@ class GPT : public Module {
   Tensor positions_;  // int64 [block_size]: 0, 1, ..., on the device of the last input (learned positions)
   dist::Communicator* context_ = nullptr;  // set_context_parallel
   Tensor context_positions_;  // int64 [T / P]: this process's positions of the split sequences (learned positions)
+  Tensor documents_, document_positions_;  // set_documents: the ids [B, T], and each position within its document
   std::shared_ptr<Embedding> tok_emb_, pos_emb_;  // pos_emb_ only under learned positions
   std::shared_ptr<Dropout> dropout_;
   std::vector<std::shared_ptr<Block>> blocks_;

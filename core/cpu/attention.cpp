@@ -87,7 +87,7 @@ template <int64_t W, class T>
   const T slope = static_cast<T>(mask.alibi_slope(h));            // 0 without ALiBi: S + 0 = S
   T max[W], sum[W], reference[W];
   for (int64_t l = 0; l < W; ++l) max[l] = -kInf<T>, sum[l] = T(0);
-  if (mask.pattern.limited()) {
+  if (mask.elementwise()) {
     for (int64_t l = 0; l < lanes; ++l) {
       const AttentionMask::Row row = mask.row(h, i0 + l);
       for (int64_t j = 0; j < end; ++j) {
@@ -267,7 +267,7 @@ inline TilePair pair_of(int64_t i0, int64_t rows, const KeyTile& key) {
 
 // Sᵀ[c][r] = −inf where query i0 + r of head h may not see key j0 + c (Partial tiles only).
 template <class T> void mask_tile(T* st, const TilePair& t, const AttentionMask& mask, int64_t h) {
-  if (!mask.pattern.limited()) {
+  if (!mask.elementwise()) {
     // Causal only: query i sees key j iff i ≥ j − q_offset, so key j0 + c is hidden
     // from a prefix of the tile's rows, r < j0 + c − q_offset − i0 (one fill per
     // column instead of a visible() test per element).
@@ -412,7 +412,8 @@ template <class T>
   std::fill_n(l, rows, sink ? T(1) : T(0));
   std::fill_n(acc, rows * d, T(0));
 
-  for (const KeyTile& key : in.blocks.key_tiles(h, i0)) {
+  const AttentionMask mask = shape.mask.at_batch(b);  // a mask function's matrix of entry b
+  for (const KeyTile& key : in.blocks.key_tiles(b, h, i0)) {
     const TilePair t = pair_of(i0, rows, key);
     const T* k = in.K + shape.kv.at(b, kvh, t.j0);
     const T* v = in.V + shape.kv.at(b, kvh, t.j0);
@@ -420,7 +421,7 @@ template <class T>
     tile_product(t.cols, rows, d, Left<T>{k, shape.kv.row}, s.qt.data(), kQueryTile, st, kQueryTile, false);
     if (shape.mods.changes_scores()) modified_score_tile(st, t, shape, h, static_cast<T*>(nullptr));
     else score_tile(st, t, shape, h);
-    if (t.visibility == TileVisibility::Partial) mask_tile(st, t, shape.mask, h);
+    if (t.visibility == TileVisibility::Partial) mask_tile(st, t, mask, h);
     // m_new = max(m, max_j S_ij); the old terms are rescaled by e^(m − m_new)
     std::copy_n(m, rows, reference);
     for (int64_t c = 0; c < t.cols; ++c)
@@ -507,7 +508,7 @@ template <class T>
       else
         std::fill_n(D, rows, T(0));
       for (int64_t r = 0; r < rows; ++r) math::split_lse(lse[shape.lse_at(b, h, i0 + r)], lse_hi[r], lse_lo[r]);
-      const std::span<const KeyTile> key_tiles = in.blocks.key_tiles(h, i0);
+      const std::span<const KeyTile> key_tiles = in.blocks.key_tiles(b, h, i0);
       // pass 1: P, dP and (unless given) D; the n-th visible key tile's P and dP go to the n-th slot of the stripe
       for (size_t n = 0; n < key_tiles.size(); ++n) {
         const TilePair t = pair_of(i0, rows, key_tiles[n]);
@@ -520,7 +521,7 @@ template <class T>
         // FMA's unrounded scale·S − lse (with it a one-key row got P = 1 − ε: dS ≠ 0).
         if (mods.changes_scores()) modified_score_tile(p, t, shape, h, factor);
         else score_tile(p, t, shape, h);
-        if (t.visibility == TileVisibility::Partial) mask_tile(p, t, shape.mask, h);
+        if (t.visibility == TileVisibility::Partial) mask_tile(p, t, shape.mask.at_batch(b), h);
         for (int64_t c = 0; c < t.cols; ++c)
           for (int64_t r = 0; r < rows; ++r)
             p[c * kQueryTile + r] = exp_nonpositive(p[c * kQueryTile + r] - lse_hi[r] - lse_lo[r]);
@@ -593,7 +594,8 @@ void attention_softmax(const Tensor& S, const AttentionMask& mask, const Tensor&
     double* row_lse = lse.defined() ? lse.data<double>() : nullptr;
     for_query_blocks(S.numel() / (Tk * Tq), Tk, Tq, kNarrowBlock, [&](int64_t matrix, int64_t i0, int64_t lanes) {
       const int64_t at = matrix * Tk * Tq + i0;
-      masked_softmax_columns(s + at, a + at, Tk, Tq, mask, matrix % Hq, i0, lanes, sink ? sink + matrix % Hq : nullptr,
+      masked_softmax_columns(s + at, a + at, Tk, Tq, mask.at_batch(matrix / Hq), matrix % Hq, i0, lanes,
+                             sink ? sink + matrix % Hq : nullptr,
                              row_lse ? row_lse + matrix * Tq + i0 : nullptr);
     });
   });

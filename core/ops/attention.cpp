@@ -33,6 +33,11 @@
 #include <cmath>
 #include <iterator>
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+#include <cstring>
 #include <type_traits>
 #include <variant>
 
@@ -250,9 +255,95 @@ Tensor softmax_with_sinks(const Tensor& S, const Tensor& sinks) {
   return slice(softmax(concat({S, column}, 3)), 3, 0, Tk);
 }
 
+// --- mask functions -----------------------------------------------------------------------
+
+// A mask function's bytes (evaluate_mask) as the kernels read them: on the host, and on the
+// kernels' device (packed into int64 elements, the bytes in order), with the name the block
+// map's cache knows them by.
+struct MaskData {
+  MaskBytes host;               // the functions given as bytes (none: no bytes)
+  std::vector<int64_t> starts;  // packed documents as segment starts [start_batches, Tk] (none: empty)
+  int64_t start_batches = 1;
+  Tensor bytes_on_device, starts_on_device;  // CUDA only: both, uploaded once
+  uint64_t id = 0;                           // 0: not cached (a custom mask_mod)
+};
+
+// `mask` reading `data` on the host (composed's M) or on the kernels' device.
+AttentionMask with_mask_data(AttentionMask mask, const MaskData& data, bool on_host, int64_t Tq, int64_t Tk) {
+  const bool device = !on_host && data.bytes_on_device.defined();
+  if (!data.host.bytes.empty()) {
+    mask.allowed = device ? reinterpret_cast<const uint8_t*>(data.bytes_on_device.data<int64_t>()) : data.host.bytes.data();
+    mask.allowed_row = Tk;
+    mask.allowed_head = data.host.heads > 1 ? Tq * Tk : 0;
+    mask.allowed_batch = data.host.batches > 1 ? data.host.heads * Tq * Tk : 0;
+  }
+  if (!data.starts.empty()) {
+    mask.segment_start = !on_host && data.starts_on_device.defined() ? data.starts_on_device.data<int64_t>() : data.starts.data();
+    mask.segment_batch = data.start_batches > 1 ? Tk : 0;
+  }
+  mask.allowed_id = data.id;
+  return mask;
+}
+
+// The bytes of softmax.masks for this problem, from a cache keyed by everything they depend on
+// (their inputs' values, the geometry, the device), so that a training run evaluates each
+// layout once; a custom mask_mod is evaluated on every call.
+std::shared_ptr<const MaskData> mask_data(const MaskMods& masks, int64_t B, int64_t Hq, int64_t Tq, int64_t Tk,
+                                          int64_t q_offset, Device device, const std::string& where) {
+  const auto build = [&](uint64_t id) {
+    auto data = std::make_shared<MaskData>();
+    // Packed documents as segment starts when each document is one run of positions (O(T));
+    // otherwise, and every other function, as bytes (O(Tq·Tk)).
+    data->starts = document_starts(masks, B, Tq, Tk, q_offset, where);
+    data->start_batches = masks.documents.defined() && masks.documents.dim() == 2 ? B : 1;
+    MaskMods as_bytes = masks;
+    if (!data->starts.empty()) as_bytes.documents = Tensor();
+    if (as_bytes.any()) data->host = evaluate_mask(as_bytes, B, Hq, Tq, Tk, q_offset, where);
+    data->id = id;
+    if (device != Device::CPU && !data->host.bytes.empty()) {
+      std::vector<int64_t> packed((data->host.bytes.size() + 7) / 8, 0);
+      std::memcpy(packed.data(), data->host.bytes.data(), data->host.bytes.size());
+      data->bytes_on_device = Tensor::from_indices(packed, {static_cast<int64_t>(packed.size())}).to(device);
+    }
+    if (device != Device::CPU && !data->starts.empty())
+      data->starts_on_device = Tensor::from_indices(data->starts, {static_cast<int64_t>(data->starts.size())}).to(device);
+    return std::shared_ptr<const MaskData>(std::move(data));
+  };
+  if (masks.custom) return build(0);
+  // The key: geometry, then each input's values (a flag first, so that two inputs cannot alias).
+  std::vector<int64_t> key{static_cast<int64_t>(device), Tq, Tk, q_offset, masks.prefix.value_or(-1), masks.tree_prefix};
+  const auto add = [&key](const Tensor& t, int64_t flag) {
+    key.push_back(t.defined() ? flag : 0);
+    if (!t.defined()) return;
+    for (const int64_t n : t.shape()) key.push_back(n);
+    for (const double x : t.to_vector()) key.push_back(flag == 3 ? (x != 0) : static_cast<int64_t>(x));
+  };
+  add(masks.documents, 1);
+  add(masks.parents, 2);
+  add(masks.adjacency, 3);
+  if (masks.documents.defined() && masks.documents.dim() == 2) key.push_back(B);
+  static std::mutex mutex;
+  static std::map<std::vector<int64_t>, std::shared_ptr<const MaskData>> cache;
+  static uint64_t next_id = 1;
+  {
+    const std::lock_guard lock(mutex);
+    if (const auto found = cache.find(key); found != cache.end()) return found->second;
+  }
+  uint64_t id = 0;
+  {
+    const std::lock_guard lock(mutex);
+    id = next_id++;
+  }
+  auto data = build(id);  // outside the lock
+  const std::lock_guard lock(mutex);
+  if (cache.size() >= 64) cache.clear();  // a model's layouts are few; past this many, start again
+  return cache.emplace(std::move(key), std::move(data)).first->second;
+}
+
 // The problem as the softmax kernels see it, from the inputs, softmax's parameters and the spec.
+// With mask functions, `masks` receives their bytes (which the shape points into: the caller keeps them).
 AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& v, const SoftmaxAttention& softmax,
-                                const AttentionSpec& spec) {
+                                const AttentionSpec& spec, std::shared_ptr<const MaskData>* masks = nullptr) {
   const AttentionLayout layout = spec.layout;
   const int64_t B = q.size(0), Hq = detail::heads_of(q, layout), Tq = detail::positions_of(q, layout), d = q.size(3);
   const int64_t Hkv = detail::heads_of(k, layout), kv_rows = detail::positions_of(k, layout);
@@ -264,17 +355,32 @@ AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& 
   AG_CHECK(scale > 0 && std::isfinite(scale), shapes_of(q, k, v) << ": scale " << scale << " is not a positive number");
   AG_CHECK(!spec.context || !softmax.mods.any(),
            shapes_of(q, k, v) << ": score modifiers (ScoreMods) are not supported under context parallelism");
-  return {.B = B, .Hq = Hq, .Hkv = Hkv, .Tq = Tq, .Tk = Tk, .d = d, .scale = scale,
+  AG_CHECK(!spec.context || !softmax.masks.any(),
+           shapes_of(q, k, v) << ": mask functions (MaskMods) are not supported under context parallelism");
+  AttentionShape shape{.B = B, .Hq = Hq, .Hkv = Hkv, .Tq = Tq, .Tk = Tk, .d = d, .scale = scale,
           .mask = {.causal = spec.causal, .q_offset = softmax.q_offset.value_or(Tk - Tq), .pattern = softmax.pattern,
                    .alibi_heads = spec.position == PositionEncoding::Alibi ? Hq : 0, .alibi_slopes = spec.alibi_slopes},
           .q = detail::head_strides(q, layout), .kv = detail::head_strides(k, layout),
           .mods = describe_mods(softmax.mods, q, Hq, Tq, Tk, shapes_of(q, k, v))};
+  if (softmax.masks.any()) {
+    const std::string where = shapes_of(q, k, v);
+    AG_CHECK(masks, where << ": mask functions (MaskMods) are not supported here");
+    AG_CHECK(!softmax.masks.prefix || !spec.causal,
+             where << ": a prefix-LM mask shows the prefix's later keys to its earlier queries: it needs causal = false "
+                      "(it is causal after the prefix itself)");
+    AG_CHECK(!softmax.masks.custom || q.device() == Device::CPU,
+             where << ": a custom mask function (MaskMods::custom) is a C++ callable on the host: the CPU only (q is on "
+                   << name_of(q.device()) << ")");
+    *masks = mask_data(softmax.masks, B, Hq, Tq, Tk, shape.mask.q_offset, q.device(), where);
+    shape.mask = with_mask_data(shape.mask, **masks, false, Tq, Tk);
+  }
+  return shape;
 }
 
 // --- composed ------------------------------------------------------------------------
 
 Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape, const ScoreMods& mods,
-                const AttentionSpec& spec, AttentionInternals* internals) {
+                const AttentionSpec& spec, const MaskData* masks, AttentionInternals* internals) {
   const int64_t Hq = shape.Hq, Tq = shape.Tq, Tk = shape.Tk;
   const double scale = shape.scale;
   const AttentionMask& mask = shape.mask;
@@ -292,6 +398,29 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Attenti
   if (shape.mods.changes_scores()) S = modified_scores(S, mods, shape);        // S' = mod(S)
   // M [Tq, Tk] broadcasts over batch and heads; random blocks and ALiBi's slopes differ by head: M [Hq, Tq, Tk]
   const bool per_head = mask.pattern.per_head() || mask.alibi_heads > 0;
+  if (masks) {
+    // A mask function's M [Bm, Hm, Tq, Tk] (by batch entry and head where it differs), from its
+    // bytes on the host. A row it leaves with no visible key would be all −∞ (softmax's 0/0):
+    // that row of M becomes 0 and of A is multiplied by 0, so that Z = 0 there with no gradient.
+    const AttentionMask host_mask = with_mask_data(mask, *masks, true, Tq, Tk);
+    const int64_t heads = per_head || masks->host.heads > 1 ? Hq : 1;
+    const int64_t batches = std::max(masks->host.batches, masks->start_batches);
+    std::vector<double> m = attention_mask(host_mask, Tq, Tk, DType::Float64, Device::CPU, heads, batches).to_vector();
+    std::vector<double> seen(batches * heads * Tq, 1.0);
+    bool empty_rows = false;
+    for (int64_t row = 0; row < batches * heads * Tq; ++row) {
+      double* mr = m.data() + row * Tk;
+      if (std::any_of(mr, mr + Tk, [](double x) { return x != -std::numeric_limits<double>::infinity(); })) continue;
+      std::fill_n(mr, Tk, 0.0);
+      seen[row] = 0.0;
+      empty_rows = true;
+    }
+    S = S + Tensor::from_vector(m, {batches, heads, Tq, Tk}, S.dtype()).to(S.device());
+    Tensor A = softmax_with_sinks(S, mods.sinks);
+    if (empty_rows) A = A * Tensor::from_vector(seen, {batches, heads, Tq, 1}, S.dtype()).to(S.device());
+    if (internals) internals->probabilities = A.detach();
+    return heads_first(matmul(A, V));  // Z
+  }
   if (mask.causal) S = S + attention_mask(mask, Tq, Tk, S.dtype(), S.device(), per_head ? Hq : 1);
   const Tensor A = softmax_with_sinks(S, mods.sinks);
   if (internals) internals->probabilities = A.detach();
@@ -396,6 +525,7 @@ template <class Body> void for_batch_chunks(int64_t B, int64_t chunk, Body&& bod
 // Aᵀ or A through the GEMM's transpose flag, at no cost.
 Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape, const ScoreMods& mods,
              AttentionLayout layout, AttentionInternals* internals) {
+  // (a mask function's bytes, which shape.mask points into, are kept by the caller: no backward reads them)
   // Named copies, not a structured binding: clang 14 lets no lambda capture one.
   const int64_t B = shape.B, Hq = shape.Hq, Tq = shape.Tq, Tk = shape.Tk, d = shape.d;
   const double scale = shape.scale;
@@ -422,7 +552,7 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                  scores, {.data = scores, .heads = scores_at}, {.M = Tk, .N = Tq, .K = d, .alpha = scale});  // Sᵀ = scale·KQᵀ
     Tensor A_r = chunk_of(A, r), lse_r = lse.defined() ? chunk_of(lse, r) : Tensor();
     if (modifies) kernel::attention_score_mods(chunk_of(scores, r), shape, A_r);  // S' = mod(S), into Aᵀ
-    kernel::attention_softmax(A_r, mask, mods.sinks, A_r, lse_r);  // A = softmax(S' + M), in place of S'ᵀ
+    kernel::attention_softmax(A_r, mask.at_batch(r.first), mods.sinks, A_r, lse_r);  // A = softmax(S' + M), in place of S'ᵀ
     head_product(shape, r, {.data = A, .transposed = true, .heads = scores_at}, {.data = v, .heads = kv_at, .by_kv_head = true},
                  Z, {.data = Z, .heads = q_at}, {.M = Tq, .N = d, .K = Tk, .alpha = 1.0});  // Z = AV
   });
@@ -480,7 +610,7 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
 // --- flash ---------------------------------------------------------------------------
 
 Tensor flash(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape, const ScoreMods& mods,
-             AttentionLayout layout, AttentionInternals* internals) {
+             AttentionLayout layout, std::shared_ptr<const MaskData> masks, AttentionInternals* internals) {
   Tensor Z = detail::empty_like(q);
   Tensor lse = Tensor::empty({shape.B, shape.Hq, shape.Tq}, DType::Float64, q.device());
   kernel::flash_attention(q, k, v, shape, Z, lse);  // the score modifiers read on the fly (shape.mods)
@@ -491,7 +621,8 @@ Tensor flash(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
   for (const Tensor& t : learnable_of(mods)) inputs.push_back(t);
   return record("attention", inputs, Z,
                 [Q = q.detach(), K = k.detach(), V = v.detach(), lse, Z_out = mods.sinks.defined() ? Z.detach() : Tensor(),
-                 mods = detached(mods), layout, forward_shape = shape](const Tensor& dZ) -> Gradients {
+                 mods = detached(mods), layout, forward_shape = shape,
+                 masks = std::move(masks)](const Tensor& dZ) -> Gradients {  // masks: the bytes shape.mask reads
                   const AttentionShape shape = reading(forward_shape, mods);
                   Tensor dQ = detail::empty_like(Q), dK = kv_gradient(K, shape), dV = kv_gradient(V, shape);
                   Tensor dBias = shape.mods.has_tables() ? detail::empty_as({shape.B, shape.Hq, shape.mods.bias_entries()}, Q)
@@ -532,6 +663,7 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
   if (spec.context)
     return detail::ring_attention(q, k, v, describe_problem(q, k, v, softmax, spec), softmax, spec, internals);
   if (spec.cache) {
+    AG_CHECK(!softmax.masks.any(), "KV cache: mask functions (MaskMods) are not supported when decoding yet");
     LayerKVCache& cache = *spec.cache;
     const int64_t B = k.size(0), T_new = k.size(1), Hkv = k.size(2), d = k.size(3), width = Hkv * d;
     const Shape rows{B, cache.capacity, Hkv, d};
@@ -553,11 +685,12 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
     over_rows.kv_length = cache.length + T_new;  // query i sits at position length + i (bottom-right aligned)
     return softmax_attention(q, cache.k, cache.v, over_rows, over_cache, internals);
   }
-  const AttentionShape shape = describe_problem(q, k, v, softmax, spec);
+  std::shared_ptr<const MaskData> masks;
+  const AttentionShape shape = describe_problem(q, k, v, softmax, spec, &masks);
   switch (softmax.impl) {
-    case AttentionImpl::Composed: return composed(q, k, v, shape, softmax.mods, spec, internals);
+    case AttentionImpl::Composed: return composed(q, k, v, shape, softmax.mods, spec, masks.get(), internals);
     case AttentionImpl::Dense: return dense(q, k, v, shape, softmax.mods, spec.layout, internals);
-    case AttentionImpl::Flash: return flash(q, k, v, shape, softmax.mods, spec.layout, internals);
+    case AttentionImpl::Flash: return flash(q, k, v, shape, softmax.mods, spec.layout, masks, internals);
   }
   throw Error("attention: unknown implementation");
 }
@@ -756,6 +889,127 @@ int64_t LayerKVCache::bytes() const {
   for (const Tensor* t : {&k, &v, &state, &conv})
     if (t->defined()) total += t->numel() * static_cast<int64_t>(dtype_size(t->dtype()));
   return total;
+}
+
+Tensor attention_mask(const AttentionMask& mask, int64_t Tq, int64_t Tk, DType dtype, Device device, int64_t heads,
+                      int64_t batches) {
+  std::vector<double> m;
+  m.reserve(batches * heads * Tq * Tk);
+  for (int64_t b = 0; b < batches; ++b) {
+    const AttentionMask entry = mask.at_batch(b);
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < Tq; ++i) {
+        const AttentionMask::Row row = entry.row(h, i);
+        for (int64_t j = 0; j < Tk; ++j)
+          m.push_back(row.visible(j) ? entry.bias(entry.alibi_slope(h), i, j) : -std::numeric_limits<double>::infinity());
+      }
+  }
+  return Tensor::from_vector(m, {batches, heads, Tq, Tk}, dtype).to(device);
+}
+
+namespace {
+
+// Every query's position p = i + q_offset indexes a key's entry of `what`.
+void check_positions_fit(const char* what, int64_t Tq, int64_t Tk, int64_t q_offset, const std::string& where) {
+  AG_CHECK(q_offset >= 0 && q_offset + Tq <= Tk, where << ": " << what << " are given per key position, and queries at "
+                                                        << q_offset << ".." << q_offset + Tq - 1 << " are not all among the "
+                                                        << Tk << " keys");
+}
+std::vector<int64_t> int_values(const Tensor& t) {
+  std::vector<int64_t> out;
+  for (const double x : t.to_vector()) out.push_back(static_cast<int64_t>(x));
+  return out;
+}
+
+// MaskMods::documents checked and read: [Tk] or [B·Tk] ids (empty: none).
+std::vector<int64_t> document_ids(const MaskMods& masks, int64_t B, int64_t Tq, int64_t Tk, int64_t q_offset,
+                                  const std::string& where) {
+  if (!masks.documents.defined()) return {};
+  const Tensor& d = masks.documents;
+  AG_CHECK(d.dtype() == DType::Int64 && ((d.dim() == 1 && d.size(0) == Tk) || (d.dim() == 2 && d.size(0) == B && d.size(1) == Tk)),
+           where << ": document ids " << describe(d) << " are not int64 [Tk] or [B, Tk] = [" << Tk << "] or [" << B << ", "
+                 << Tk << "] (one id per key position)");
+  check_positions_fit("document ids", Tq, Tk, q_offset, where);
+  return int_values(d);
+}
+
+}  // namespace
+
+std::vector<int64_t> document_starts(const MaskMods& masks, int64_t B, int64_t Tq, int64_t Tk, int64_t q_offset,
+                                     const std::string& where) {
+  const std::vector<int64_t> ids = document_ids(masks, B, Tq, Tk, q_offset, where);
+  std::vector<int64_t> starts(ids.size());
+  for (size_t row = 0; row < ids.size(); row += static_cast<size_t>(Tk)) {
+    std::unordered_set<int64_t> ended;  // documents whose run is over: seen again, they are not runs
+    for (int64_t t = 0; t < Tk; ++t) {
+      const int64_t id = ids[row + t];
+      if (t > 0 && id == ids[row + t - 1]) {
+        starts[row + t] = starts[row + t - 1];
+        continue;
+      }
+      if (t > 0) ended.insert(ids[row + t - 1]);
+      if (ended.count(id)) return {};
+      starts[row + t] = t;
+    }
+  }
+  return starts;
+}
+
+MaskBytes evaluate_mask(const MaskMods& masks, int64_t B, int64_t Hq, int64_t Tq, int64_t Tk, int64_t q_offset,
+                        const std::string& where) {
+  const auto positions_fit = [&](const char* what) { check_positions_fit(what, Tq, Tk, q_offset, where); };
+  MaskBytes out;
+  std::vector<int64_t> parents;
+  const std::vector<int64_t> documents = document_ids(masks, B, Tq, Tk, q_offset, where);
+  if (masks.documents.defined() && masks.documents.dim() == 2) out.batches = B;
+  if (masks.prefix)
+    AG_CHECK(*masks.prefix >= 0 && *masks.prefix <= Tk,
+             where << ": prefix-LM prefix " << *masks.prefix << " is outside [0, " << Tk << "] (the keys)");
+  if (masks.parents.defined()) {
+    const Tensor& t = masks.parents;
+    AG_CHECK(t.dtype() == DType::Int64 && t.dim() == 1 && t.size(0) == Tk,
+             where << ": token tree parents " << describe(t) << " are not int64 [Tk] = [" << Tk << "] (one per key position)");
+    AG_CHECK(masks.tree_prefix >= 0 && masks.tree_prefix <= Tk,
+             where << ": token tree prefix " << masks.tree_prefix << " is outside [0, " << Tk << "]");
+    positions_fit("token tree parents");
+    parents = int_values(t);
+    for (int64_t n = 0; n < Tk; ++n)
+      AG_CHECK(parents[n] >= -1 && parents[n] < n,
+               where << ": token tree node " << n << " has parent " << parents[n]
+                     << ", not earlier than the node (a parent must be < its node, or -1 for a root)");
+  }
+  std::vector<double> adjacency;
+  if (masks.adjacency.defined()) {
+    AG_CHECK(masks.adjacency.dim() == 2 && masks.adjacency.size(0) == Tq && masks.adjacency.size(1) == Tk,
+             where << ": adjacency " << describe(masks.adjacency) << " is not [Tq, Tk] = [" << Tq << ", " << Tk << "]");
+    adjacency = masks.adjacency.to_vector();
+  }
+  if (masks.custom) out.batches = B, out.heads = Hq;
+  out.bytes.assign(out.batches * out.heads * Tq * Tk, 1);
+  std::vector<uint8_t> tree(Tk);
+  for (int64_t b = 0; b < out.batches; ++b)
+    for (int64_t h = 0; h < out.heads; ++h)
+      for (int64_t i = 0; i < Tq; ++i) {
+        uint8_t* row = out.bytes.data() + ((b * out.heads + h) * Tq + i) * Tk;
+        const int64_t p = i + q_offset;
+        if (masks.prefix)  // the prefix both ways; after it, causal
+          for (int64_t j = std::max(*masks.prefix, p + 1); j < Tk; ++j) row[j] = 0;
+        if (!documents.empty()) {  // its own document, causally
+          const int64_t* doc = documents.data() + (masks.documents.dim() == 2 ? b * Tk : 0);
+          for (int64_t j = 0; j < Tk; ++j) row[j] &= static_cast<uint8_t>(j <= p && doc[j] == doc[p]);
+        }
+        if (!parents.empty()) {  // the shared prefix (causal in itself), the node and its ancestors
+          std::fill(tree.begin(), tree.end(), uint8_t{0});
+          for (int64_t j = 0; j < std::min(masks.tree_prefix, p + 1); ++j) tree[j] = 1;
+          for (int64_t n = p; n >= 0; n = parents[n]) tree[n] = 1;
+          for (int64_t j = 0; j < Tk; ++j) row[j] &= tree[j];
+        }
+        if (!adjacency.empty())
+          for (int64_t j = 0; j < Tk; ++j) row[j] &= static_cast<uint8_t>(adjacency[i * Tk + j] != 0);
+        if (masks.custom)
+          for (int64_t j = 0; j < Tk; ++j) row[j] &= static_cast<uint8_t>(masks.custom(b, h, p, j));
+      }
+  return out;
 }
 
 Tensor attention_mask(const AttentionMask& mask, int64_t Tq, int64_t Tk, DType dtype, Device device, int64_t heads) {

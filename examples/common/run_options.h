@@ -19,4 +19,5 @@
   X(Setting, int64_t,     sample_tokens, 500,         0,   1 << 24,          "characters to generate at the end (0: none)") \
   X(Local,   int64_t,     context_parallel, 1,        1,   1 << 20,          "split each sequence over groups of P processes (ring attention; linear and ssd gather chunk states): the processes form a dp x P grid, P dividing their count, block_size a multiple of 2P") \
   X(Local,   bool,        detect_anomaly, false,      0,   0,                "check every step, and rerun a diverged one checking every op, to name the op that went non-finite (slow)") \
+  X(Local,   std::string, documents,     "",          0,   0,                "pack documents: the text's documents end at each occurrence of this separator; in training each window's queries see only their own document's keys and learned positions restart with each document (softmax attention; evaluation and sampling read the text as one stream)") \
   AG_DEVICE_OPTION(X)
