@@ -267,4 +267,32 @@ void get_batch(const TokenIds& tokens, int64_t B, int64_t T, Generator& gen, Ten
   y = Tensor::from_indices(ys, {B, T});
 }
 
+std::vector<int64_t> separator_ids(const std::string& separator, const Tokenizer& tokenizer, const TokenIds& tokens) {
+  const std::vector<int64_t> ids = tokenizer.encode(separator);
+  const size_t n = ids.size(), size = tokens.size();
+  for (size_t at = 0; at + n <= size; ++at) {
+    size_t k = 0;
+    while (k < n && tokens[at + k] == ids[k]) ++k;
+    if (k == n) return ids;
+  }
+  throw Error("--documents: the training text holds no separator \"" + separator +
+              "\" (nothing to split it into documents at)");
+}
+
+Tensor document_ids(const Tensor& x, const std::vector<int64_t>& separator) {
+  const std::vector<double> tokens = x.to_vector();
+  const int64_t T = x.size(1), n = static_cast<int64_t>(separator.size());
+  std::vector<int64_t> ids(tokens.size());
+  for (size_t row = 0; row < tokens.size(); row += static_cast<size_t>(T)) {
+    int64_t doc = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      ids[row + t] = doc;
+      bool ends = t + 1 >= n;
+      for (int64_t k = 0; ends && k < n; ++k) ends = static_cast<int64_t>(tokens[row + t + 1 - n + k]) == separator[k];
+      if (ends) ++doc;
+    }
+  }
+  return Tensor::from_indices(ids, x.shape());
+}
+
 }  // namespace ag::text

@@ -105,4 +105,12 @@ Dataset make_dataset(const std::string& text, int64_t block_size);
 // y = tokens [1, T + 1), both int64 [B, T].
 void get_batch(const TokenIds& tokens, int64_t B, int64_t T, Generator& gen, Tensor& x, Tensor& y);
 
+// --- packed documents (char_lm train --documents SEP) ---
+// The separator's ids (none for an empty separator), checked to occur in `tokens` (the training
+// split); ag::Error if it does not.
+std::vector<int64_t> separator_ids(const std::string& separator, const Tokenizer& tokenizer, const TokenIds& tokens);
+// Each position's document in each row of x [B, T]: ids count the separators (token
+// sequences `separator`) that end before the position, so a separator closes its document.
+Tensor document_ids(const Tensor& x, const std::vector<int64_t>& separator);
+
 }  // namespace ag::text

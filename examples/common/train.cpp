@@ -337,38 +337,6 @@ class Trainer {
   std::vector<int64_t> separator_;  // --documents: the separator's ids, or empty
 };
 
-// Each position's document in each row of x [B, T]: ids count the separators (token sequences
-// `separator`) that end before the position, so a separator closes its document.
-Tensor document_ids(const Tensor& x, const std::vector<int64_t>& separator) {
-  const std::vector<double> tokens = x.to_vector();
-  const int64_t T = x.size(1), n = static_cast<int64_t>(separator.size());
-  std::vector<int64_t> ids(tokens.size());
-  for (size_t row = 0; row < tokens.size(); row += static_cast<size_t>(T)) {
-    int64_t doc = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      ids[row + t] = doc;
-      bool ends = t + 1 >= n;
-      for (int64_t k = 0; ends && k < n; ++k) ends = static_cast<int64_t>(tokens[row + t + 1 - n + k]) == separator[k];
-      if (ends) ++doc;
-    }
-  }
-  return Tensor::from_indices(ids, x.shape());
-}
-
-// --documents' separator as ids, checked to occur in the training text.
-std::vector<int64_t> separator_ids(const TrainConfig& c, const text::Dataset& data) {
-  if (c.run.documents.empty()) return {};
-  const std::vector<int64_t> separator = data.tokenizer.encode(c.run.documents);
-  const size_t n = separator.size(), size = data.train.size();
-  for (size_t at = 0; at + n <= size; ++at) {
-    size_t k = 0;
-    while (k < n && data.train[at + k] == separator[k]) ++k;
-    if (k == n) return separator;
-  }
-  throw Error("--documents: the training text holds no separator \"" + c.run.documents +
-              "\" (nothing to split it into documents at)");
-}
-
 std::unique_ptr<nn::GPT> ready_to_train(std::unique_ptr<nn::GPT> model, Device device) {
   model->to(device);
   model->train();
@@ -383,14 +351,14 @@ Trainer::Trainer(const TrainConfig& c, const text::Dataset& data, std::unique_pt
       step_(optimizer_, c.optim, [this](const Tensor& x, const Tensor& y, std::span<const int64_t> y_host) {
               if (separator_.empty()) return model_->loss(x, y, Reduction::Sum, -100, y_host);
               // --documents: the window's document mask for this forward only (the backward keeps what it reads)
-              model_->set_documents(document_ids(x, separator_).to(x.device()));
+              model_->set_documents(text::document_ids(x, separator_).to(x.device()));
               const Tensor loss = model_->loss(x, y, Reduction::Sum, -100, y_host);
               model_->set_documents(Tensor());
               return loss;
             },
             c.run.device),
       batches_(c.optim.seed + 1),
-      separator_(separator_ids(c, data)) {
+      separator_(text::separator_ids(c.run.documents, data.tokenizer, data.train)) {
   optim::replicate(model_->parameters(), comm_);
   optim::make_data_parallel(step_, comm_);  // over all N processes: each holds its positions' loss terms
   manual_seed(optim::replica_seed(c.optim.seed + 4, comm_));  // dropout masks draw from the default generator
