@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -19,6 +20,7 @@
 #include "core/autograd.h"
 #include "core/gradcheck.h"
 #include "core/ops.h"
+#include "core/threads.h"
 #include "cuda/context.h"
 #include "nn/gpt.h"
 #include "nn/module.h"
@@ -282,6 +284,24 @@ inline bool cuda_or_skip() {
     if (::ag::test::cuda_or_skip()) body(::ag::Device::CUDA); \
   }                                                       \
   static void body([[maybe_unused]] ::ag::Device device)
+
+// What `run` returns, bit for bit, run twice: on the CPU the second time on one thread
+// (a kernel's sums must not depend on how the work is split), on a device as it is.
+inline void check_same_bits_again(Device device, const std::function<std::vector<Tensor>()>& run) {
+  const auto bits = [&] {
+    std::vector<double> all;
+    for (const Tensor& t : run())
+      for (double x : t.to_vector()) all.push_back(x);
+    return all;
+  };
+  const std::vector<double> first = bits();
+  const int threads = num_threads();
+  set_num_threads(device == Device::CPU ? 1 : threads);
+  const std::vector<double> second = bits();
+  set_num_threads(threads);
+  REQUIRE(first.size() == second.size());
+  CHECK(std::memcmp(first.data(), second.data(), first.size() * sizeof(double)) == 0);
+}
 
 // A copy of x of its own on `device` in `dtype` (int64 stays int64), requiring grad as x does.
 inline Tensor copy_to(Device device, const Tensor& x, DType dtype) {

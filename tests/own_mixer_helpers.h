@@ -13,10 +13,35 @@
 #include "core/safetensors.h"
 #include "examples/common/checkpoint.h"
 #include "examples/common/sample.h"
+#include "nn/gpt.h"
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
 namespace ag::test {
+
+// A float64 `model` of an own-op mixer (vocabulary >= 11) decoding 20 tokens, a prompt of 5 then one at a
+// time: every step's logits are the full forward's (1e-12), its state is `state_bytes` from the prompt on
+// and does not grow (no bytes per token), and a cleared cache starts again.
+inline void check_decode_from_state(nn::GPT& model, int64_t state_bytes) {
+  NoGradGuard no_grad;
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < 20; ++t) ids.push_back((t * 7 + 3) % 11);
+  const Tensor whole = model.forward(Tensor::from_indices(ids, {1, 20}));  // [1, 20, V]
+  nn::KVCache cache = model.make_kv_cache(1);
+  const Tensor prompt = model.forward_cached(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), cache);
+  CHECK(cache.bytes() == state_bytes);
+  CHECK(cache.bytes_per_token() == 0);
+  std::vector<Tensor> steps = {prompt};
+  for (int64_t t = 5; t < 20; ++t) {
+    steps.push_back(model.forward_cached(Tensor::from_indices({ids[t]}, {1, 1}), cache));
+    CHECK_CLOSE(steps.back(), slice(whole, 1, t, t + 1), 1e-12);  // every step
+  }
+  CHECK(cache.length() == 20);
+  CHECK(cache.bytes() == state_bytes);
+  CHECK_CLOSE(concat(steps, 1), whole, 1e-12);
+  cache.clear();
+  CHECK_CLOSE(model.forward_cached(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), cache), prompt, 1e-12);
+}
 
 // The model saved in `dir` (by char_lm::train, from text `data`) samples greedily the
 // same text from its decode state as recomputed without one; char_lm's sample, grads

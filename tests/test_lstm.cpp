@@ -115,25 +115,7 @@ TEST_CASE("lstm: a GPT generating token by token from (h, c) in its KV cache giv
   Generator gen(1);
   nn::GPT model(lstm_model(), gen);
   model.to(DType::Float64);
-  NoGradGuard no_grad;
-  std::vector<int64_t> ids;
-  for (int64_t t = 0; t < 20; ++t) ids.push_back((t * 7 + 3) % 11);
-  const Tensor whole = model.forward(Tensor::from_indices(ids, {1, 20}));  // [1, 20, V]
-  nn::KVCache cache = model.make_kv_cache(1);
-  const Tensor prompt = model.forward_cached(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), cache);
-  const int64_t state_bytes = cache.bytes();
-  CHECK(state_bytes == 2 * (2 * 16 * 8));  // two layers of (h, c) [2, 1, C] in float64
-  CHECK(cache.bytes_per_token() == 0);
-  std::vector<Tensor> steps = {prompt};
-  for (int64_t t = 5; t < 20; ++t) {
-    steps.push_back(model.forward_cached(Tensor::from_indices({ids[t]}, {1, 1}), cache));
-    CHECK_CLOSE(steps.back(), slice(whole, 1, t, t + 1), 1e-12);  // every step
-  }
-  CHECK(cache.length() == 20);
-  CHECK(cache.bytes() == state_bytes);
-  CHECK_CLOSE(concat(steps, 1), whole, 1e-12);
-  cache.clear();
-  CHECK_CLOSE(model.forward_cached(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), cache), prompt, 1e-12);
+  ag::test::check_decode_from_state(model, 2 * (2 * 16 * 8));  // two layers of (h, c) [2, 1, C] in float64
 }
 
 TEST_CASE("lstm: the lab names it as a mixer and reports its state, (h, c) per layer whatever the positions") {

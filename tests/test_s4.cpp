@@ -241,25 +241,7 @@ TEST_CASE("s4: a GPT generating token by token from the modes' state in its KV c
   Generator gen(1);
   nn::GPT model(s4_model(), gen);
   model.to(DType::Float64);
-  NoGradGuard no_grad;
-  std::vector<int64_t> ids;
-  for (int64_t t = 0; t < 20; ++t) ids.push_back((t * 7 + 3) % 11);
-  const Tensor whole = model.forward(Tensor::from_indices(ids, {1, 20}));  // [1, 20, V]
-  nn::KVCache cache = model.make_kv_cache(1);
-  const Tensor prompt = model.forward_cached(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), cache);
-  const int64_t state_bytes = cache.bytes();
-  CHECK(state_bytes == 2 * (16 * 8 * 8));  // two layers of the state [1, C, N/2, 2] in float64
-  CHECK(cache.bytes_per_token() == 0);
-  std::vector<Tensor> steps = {prompt};
-  for (int64_t t = 5; t < 20; ++t) {
-    steps.push_back(model.forward_cached(Tensor::from_indices({ids[t]}, {1, 1}), cache));
-    CHECK_CLOSE(steps.back(), slice(whole, 1, t, t + 1), 1e-12);  // every step
-  }
-  CHECK(cache.length() == 20);
-  CHECK(cache.bytes() == state_bytes);
-  CHECK_CLOSE(concat(steps, 1), whole, 1e-12);
-  cache.clear();
-  CHECK_CLOSE(model.forward_cached(Tensor::from_indices({ids.begin(), ids.begin() + 5}, {1, 5}), cache), prompt, 1e-12);
+  ag::test::check_decode_from_state(model, 2 * (16 * 8 * 8));  // two layers of the state [1, C, N/2, 2] in float64
 }
 
 TEST_CASE("s4: the GPT's parameters — S4D's keep S4D-Lin's init, W_O takes the GPT's — and the lab's state, C·N per layer") {

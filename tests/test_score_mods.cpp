@@ -169,19 +169,7 @@ TEST_CASE_EVERY_DEVICE("score mods: two runs give the same bits (float32, every 
   const Tensor R = random({c.B, c.Hq, c.Tq, c.d}, 501, DType::Float32, false).to(device);
   for (AttentionImpl impl : {AttentionImpl::Dense, AttentionImpl::Flash}) {
     CAPTURE(name_of(impl));
-    const auto bits = [&] {
-      std::vector<double> all;
-      for (const Tensor& t : outputs(c, impl, x, R))
-        for (double v : t.to_vector()) all.push_back(v);
-      return all;
-    };
-    const std::vector<double> first = bits();
-    const int threads = num_threads();
-    set_num_threads(device == Device::CPU ? 1 : threads);
-    const std::vector<double> second = bits();
-    set_num_threads(threads);
-    REQUIRE(first.size() == second.size());
-    CHECK(std::memcmp(first.data(), second.data(), first.size() * sizeof(double)) == 0);
+    ag::test::check_same_bits_again(device, [&] { return outputs(c, impl, x, R); });
   }
 }
 
