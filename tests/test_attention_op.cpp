@@ -6,7 +6,6 @@
 // device's results are compared with the CPU's.
 #include <array>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "core/threads.h"

@@ -8,7 +8,6 @@
 // bad input gets an error naming what is wrong; every case on the CPU and on CUDA.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
