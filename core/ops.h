@@ -334,6 +334,9 @@ struct ScoreMods {
 //   adjacency:  [Tq, Tk] of any dtype, nonzero where query i sees key j (graph attention).
 //   custom:     the user's mask_mod(b, h, p, j) -> bool, called once per entry per call (not
 //               cached); a C++ callable on the host: the CPU only.
+// Decoding (AttentionSpec::cache), the masks see the cache's rows as key positions (Tk = the rows
+// held + the new ones), so a cache under them must not roll: a token tree's nodes decoded in one
+// call give parents over every row and tree_prefix = the rows cached before them (GPT::forward_tree).
 using MaskFunction = std::function<bool(int64_t b, int64_t h, int64_t q, int64_t k)>;
 struct MaskMods {
   std::optional<int64_t> prefix = std::nullopt;

@@ -125,6 +125,12 @@ class MultiHeadSelfAttention : public AttentionMixer {
   // Packed documents (MaskMods::documents): int64 [B, T] ids, a query seeing its own document's keys
   // only; undefined: none. For the next forwards without a cache.
   void set_documents(const Tensor& ids) { own().masks.documents = ids; }
+  // A token tree (MaskMods::parents, tree_prefix): int64 [Tk] parents over every key position, for
+  // the next forwards (GPT::forward_tree); undefined: none.
+  void set_tree(const Tensor& parents, int64_t tree_prefix) {
+    own().masks.parents = parents;
+    own().masks.tree_prefix = tree_prefix;
+  }
   const SparsePattern& pattern() const { return own().pattern; }
 
  private:

@@ -334,8 +334,12 @@ Tensor GPT::embed(const Tensor& E, int64_t start) {
   // Positions 0..block_size−1, uploaded once per device: a fresh upload each forward would make the host wait for the device.
   if (!positions_.defined() || positions_.device() != E.device())
     positions_ = Tensor::arange(config_.block_size, DType::Int64, E.device());
-  const Tensor pos = positions_.view(start, {E.size(1)});
-  return observe("pos_emb", dropout_->forward(E + pos_emb_->forward(pos)));  // [B, T, C] + [T, C]
+  return embed_at(E, positions_.view(start, {E.size(1)}));
+}
+
+Tensor GPT::embed_at(const Tensor& E, const Tensor& positions) {
+  if (!pos_emb_) return dropout_->forward(E);
+  return observe("pos_emb", dropout_->forward(E + pos_emb_->forward(positions)));  // [B, T, C] + [T, C]
 }
 
 Tensor GPT::head(const Tensor& x) {
@@ -359,6 +363,50 @@ Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) {
                              << config_.block_size << " (learned positions end there)");
   Tensor x = embed(observe("tok_emb", tok_emb_->forward(idx)), start);  // each token's embedding at its true position
   for (int64_t i = 0; i < config_.n_layer; ++i) x = blocks_[i]->forward_cached(x, cache.layer(i));  // each layer's cache advances
+  return head(x);
+}
+
+// The nodes' rows join the cache as any new positions do; what differs is where each sits
+// (start + its depth, for the position embedding) and what it sees (the tree mask, MaskMods::parents
+// over every row, the cached ones a shared prefix: tree_prefix = start).
+Tensor GPT::forward_tree(const Tensor& idx, std::span<const int64_t> parents, KVCache& cache) {
+  AG_CHECK(!context_, "GPT: a token tree is not context-parallel (set_context_parallel(nullptr) first)");
+  AG_CHECK(config_.attention == AttentionFunction::Softmax,
+           "GPT: a token tree needs softmax attention (its tree mask), not " << name_of(config_.attention));
+  AG_CHECK(config_.position == PositionEncoding::Learned || config_.position == PositionEncoding::None,
+           "GPT: a token tree needs learned or no positions: under " << name_of(config_.position)
+               << " a key's position is its row in the cache, which a tree's nodes do not share with their depth");
+  AG_CHECK(!documents_.defined(), "GPT: a token tree after packed documents: set_documents(Tensor()) first");
+  const int64_t N = static_cast<int64_t>(parents.size()), start = cache.length();
+  AG_CHECK(idx.dim() == 2 && idx.dtype() == DType::Int64 && idx.size(0) == cache.batch() && idx.size(1) == N && N >= 1,
+           "GPT: token tree idx " << describe(idx) << " is not int64 [" << cache.batch() << ", " << N
+                                  << "] (the cache's batch, one token per node)");
+  std::vector<int64_t> depth(static_cast<size_t>(N)), positions(static_cast<size_t>(N)),
+      rows(static_cast<size_t>(start + N), -1);
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t parent = parents[static_cast<size_t>(n)];
+    AG_CHECK(parent >= -1 && parent < n, "GPT: token tree node " << n << " has parent " << parent
+                                                                  << ": a parent must be an earlier node, or -1 (the prefix)");
+    depth[static_cast<size_t>(n)] = parent < 0 ? 0 : depth[static_cast<size_t>(parent)] + 1;
+    positions[static_cast<size_t>(n)] = start + depth[static_cast<size_t>(n)];
+    rows[static_cast<size_t>(start + n)] = parent < 0 ? -1 : start + parent;
+  }
+  const int64_t deepest = start + *std::max_element(depth.begin(), depth.end());
+  AG_CHECK(deepest < config_.block_size || !config_.positions_end_at_block_size(),
+           "GPT: the token tree's deepest node sits at position " << deepest << ", past block_size = "
+                                                                   << config_.block_size << " (learned positions end there)");
+  const Tensor tree = Tensor::from_indices(rows, {start + N}).to(idx.device());
+  // The masks hold for this forward only, also when it throws.
+  struct Untree {
+    std::vector<std::shared_ptr<Block>>& blocks;
+    ~Untree() {
+      for (const std::shared_ptr<Block>& block : blocks) block->attn_as<MultiHeadSelfAttention>().set_tree(Tensor(), 0);
+    }
+  } untree{blocks_};
+  for (const std::shared_ptr<Block>& block : blocks_) block->attn_as<MultiHeadSelfAttention>().set_tree(tree, start);
+  const Tensor pos = Tensor::from_indices(positions, {N}).to(idx.device());
+  Tensor x = embed_at(observe("tok_emb", tok_emb_->forward(idx)), pos);
+  for (int64_t i = 0; i < config_.n_layer; ++i) x = blocks_[i]->forward_cached(x, cache.layer(i));
   return head(x);
 }
 

@@ -142,6 +142,15 @@ class GPT : public Module {
   // An empty cache for B sequences of up to `capacity` positions (0: block_size), in the parameters'
   // dtype and device (a linear-attention model's: each layer's recurrent state, constant in size).
   KVCache make_kv_cache(int64_t B, int64_t capacity = 0) const;
+  // A token tree (issue 50, docs/attention.md "Token trees"): idx int64 [B, N] holds N candidate
+  // tokens after the cache's positions, parents[n] node n's parent among them (< n), or −1 for a
+  // child of the cache's last position. Node n sits at position start + depth(n) (start = the
+  // cache's length, depth 0 for a root) and sees the cached positions, its ancestors and itself,
+  // so its logits, row n of [B, N, V], equal those of decoding its path alone — every path scored
+  // in one cached forward. The nodes join the cache (rows start … start + N − 1): truncate(start)
+  // forgets them. Softmax attention with learned or no positions (rope's and alibi's would be the
+  // rows', not the depths'), a cache that has not rolled; under NoGradGuard.
+  Tensor forward_tree(const Tensor& idx, std::span<const int64_t> parents, KVCache& cache);
   // Whether a full cache of this model rolls (attention_cache_rolls: a window without random
   // blocks, positions that are not learned), and the capacity a rolling cache needs to take
   // T_new positions at a time.
@@ -176,6 +185,8 @@ class GPT : public Module {
   void init_weights(Generator& gen);
   // x [B, T, C] from the token embeddings E [B, T, C] at positions start … start + T − 1.
   Tensor embed(const Tensor& E, int64_t start);
+  // x [B, T, C] from E [B, T, C] at the given positions int64 [T] (learned positions; else E as it is).
+  Tensor embed_at(const Tensor& E, const Tensor& positions);
   // idx checked to be int64 [B, T], then its token embeddings E [B, T, C].
   Tensor checked_token_embeddings(const Tensor& idx);
   // The last block's output x [B, T, C] from the token embeddings E.

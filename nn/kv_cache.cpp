@@ -32,4 +32,13 @@ void KVCache::clear() {
   }
 }
 
+void KVCache::truncate(int64_t length) {
+  AG_CHECK(length >= 0 && length <= this->length(),
+           "KV cache: cannot truncate " << this->length() << " positions to " << length);
+  for (const LayerKVCache& layer : layers_)
+    AG_CHECK(!layer.state.defined() && layer.rolled == 0,
+             "KV cache: only keys and values that have not rolled can be truncated (a recurrent state cannot be rewound)");
+  for (LayerKVCache& layer : layers_) layer.length = length;
+}
+
 }  // namespace ag::nn

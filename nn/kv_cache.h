@@ -49,6 +49,10 @@ class KVCache {
   int64_t bytes() const;
 
   void clear();  // forget every position (the K, V buffers stay)
+  // Forget the positions from `length` on (a token tree's nodes once scored, GPT::forward_tree): the
+  // keys and values of the earlier ones stay as they were. Only a cache of keys and values that has
+  // not rolled (a recurrent state is a sum over positions: it cannot be rewound).
+  void truncate(int64_t length);
 
  private:
   Config config_;

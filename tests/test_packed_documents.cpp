@@ -7,6 +7,7 @@
 #include <fstream>
 #include <vector>
 
+#include "examples/common/sample.h"
 #include "examples/common/train.h"
 #include "nn/gpt.h"
 #include "tests/char_lm_helpers.h"
@@ -82,7 +83,7 @@ TEST_CASE("packed documents: bad ids and other attention functions are refused, 
   linear.set_documents(Tensor());  // none: nothing to do
 }
 
-TEST_CASE("packed documents: char_lm train --documents trains on packed windows, and refuses a separator the text lacks") {
+TEST_CASE("packed documents: char_lm train --documents trains on packed windows, and refuses a separator the text lacks or a document longer than the block") {
   const std::string dir = std::filesystem::temp_directory_path() / "attograd_packed_documents";
   std::filesystem::remove_all(dir);
   std::string text;
@@ -96,6 +97,11 @@ TEST_CASE("packed documents: char_lm train --documents trains on packed windows,
   c.run.max_iters = 3;
   c.run.eval_interval = 3;
   c.run.documents = "\n\n";
+  // "doc 10 says hello world.\n\n" is 26 characters: a window of 16 cannot hold it whole.
+  CHECK(ag::test::contains(ag::test::error_of([&] { char_lm::train(c); }),
+                           "--documents: the training text's document at token 250 holds 26 tokens, more than --block-size 16"));
+  CHECK(!std::filesystem::exists(dir + "/model.safetensors"));
+  c.model.block_size = 32;
   const char_lm::TrainResult result = char_lm::train(c);
   REQUIRE(!result.batch_losses.empty());
   for (const double loss : result.batch_losses) CHECK(std::isfinite(loss));
@@ -106,4 +112,31 @@ TEST_CASE("packed documents: char_lm train --documents trains on packed windows,
   CHECK(ag::test::contains(ag::test::error_of([&] { char_lm::train(c); }), "--documents: the training text holds no separator"));
   std::filesystem::remove_all(dir);
   std::filesystem::remove(data);
+}
+
+TEST_CASE("packed documents: sample --documents starts each document afresh, through the cache and without it") {
+  using namespace ag::char_lm;
+  const std::vector<int64_t> sep{2, 2};  // "\n\n" in a vocabulary whose id 2 is '\n'
+  CHECK(document_start({0, 1, 2, 2}, sep) == 0);  // the separator ends at the last token: still its document
+  CHECK(document_start({0, 1, 2, 2, 3}, sep) == 4);
+  CHECK(document_start({0, 2, 2, 1, 2, 2, 3, 4}, sep) == 6);
+  CHECK(document_start({0, 1, 3}, {}) == 0);
+  GPTConfig config{.vocab_size = 7, .block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 8};
+  Generator gen(5);
+  GPT model(config, gen);
+  model.to(DType::Float64);
+  model.eval();
+  NoGradGuard no_grad;
+  const Context context = context_of(model, SampleOptions{});
+  CachedLogits cached(model, context);
+  RecomputeLogits recomputed(model, context);
+  std::vector<int64_t> ids{0, 1, 3, 2, 2, 4, 5};  // a document, "\n\n", then the next one's first two tokens
+  cached.next({0, 1, 3, 2, 2, 4});  // the cache holds the first document and more before the switch
+  cached.start_document(5);
+  recomputed.start_document(5);
+  const std::vector<double> alone = model.forward(Tensor::from_indices({4, 5}, {1, 2})).to_vector();  // [1, 2, V]
+  const Tensor expected = Tensor::from_vector({alone.begin() + 7, alone.end()}, {7}, DType::Float64);
+  CHECK_CLOSE(Tensor::from_vector(cached.next(ids), {7}, DType::Float64), expected, 1e-12);
+  CHECK_CLOSE(Tensor::from_vector(recomputed.next(ids), {7}, DType::Float64), expected, 1e-12);
+  CHECK(cached.cache().length() == 2);
 }

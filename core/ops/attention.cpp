@@ -663,8 +663,13 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
   if (spec.context)
     return detail::ring_attention(q, k, v, describe_problem(q, k, v, softmax, spec), softmax, spec, internals);
   if (spec.cache) {
-    AG_CHECK(!softmax.masks.any(), "KV cache: mask functions (MaskMods) are not supported when decoding yet");
     LayerKVCache& cache = *spec.cache;
+    // Mask functions index key positions, which a cache's rows are while it has not rolled (a token
+    // tree's nodes, MaskMods::parents with tree_prefix = the cached prefix; documents' ids per row).
+    AG_CHECK(!softmax.masks.any() || (cache.rolled == 0 && cache.length + k.size(1) <= cache.capacity),
+             "KV cache: mask functions (MaskMods) read key positions as the cache's rows, which a cache that rolls "
+             "no longer holds (" << cache.length + cache.rolled << " positions taken, " << cache.capacity
+                                 << " held, " << k.size(1) << " new)");
     const int64_t B = k.size(0), T_new = k.size(1), Hkv = k.size(2), d = k.size(3), width = Hkv * d;
     const Shape rows{B, cache.capacity, Hkv, d};
     if (!cache.k.defined()) {

@@ -15,6 +15,7 @@
 // Each command takes --help. Every option comes from a table (core/options.h):
 // the model's (nn/gpt_options.h), the training step's (optim/train_options.h)
 // and each command's own (examples/char_lm/*_options.h).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -54,6 +55,21 @@ int run_train(const cli::Command& command, TrainConfig config) {
   return 0;
 }
 
+// sample --tree: the candidates' log-probabilities, likeliest first, from one token-tree forward.
+int run_tree(nn::GPT& model, const text::Tokenizer& tokenizer, const SampleOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  TreeScores scores = score_continuations(model, tokenizer, o.prompt, split_candidates(o.tree));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::stable_sort(scores.candidates.begin(), scores.candidates.end(),
+                   [](const ScoredContinuation& a, const ScoredContinuation& b) { return a.log_prob > b.log_prob; });
+  std::printf("log p(candidate | prompt)  per character  candidate\n");
+  for (const ScoredContinuation& c : scores.candidates)
+    std::printf("%24.4f  %13.4f  %s\n", c.log_prob, c.log_prob / static_cast<double>(c.characters), c.text.c_str());
+  std::fprintf(stderr, "%zu candidates as a tree of %lld nodes, scored in one forward in %.3f s\n",
+               scores.candidates.size(), static_cast<long long>(scores.nodes), seconds);
+  return 0;
+}
+
 int run_sample(const SampleOptions& o, const nn::GPTConfig& settings) {
   require_device(o.device);
   const std::string unit = find_checkpoint(o.ckpt);
@@ -62,6 +78,7 @@ int run_sample(const SampleOptions& o, const nn::GPTConfig& settings) {
   loaded.model->to(o.device);
   AG_CHECK(loaded.tokenizer.vocab_size() > 0, "sample: the checkpoint has no tokenizer characters");
   std::fprintf(stderr, "%s\n", cli::header(loaded.model->config(), o.device).c_str());
+  if (!o.tree.empty()) return run_tree(*loaded.model, loaded.tokenizer, o);
   const auto start = std::chrono::steady_clock::now();
   const std::string text = generate(*loaded.model, loaded.tokenizer, o.prompt, o);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <utility>
 
 #include "core/autograd.h"
 #include "core/ops.h"
@@ -83,6 +85,14 @@ std::vector<double> CachedLogits::next(const std::vector<int64_t>& ids) {
   return last_row(logits);
 }
 
+int64_t document_start(const std::vector<int64_t>& ids, const std::vector<int64_t>& separator) {
+  const auto n = static_cast<int64_t>(ids.size()), m = static_cast<int64_t>(separator.size());
+  if (m == 0) return 0;
+  for (int64_t end = n - 1; end >= m; --end)  // a separator in ids[end − m, end), end ≤ n − 1
+    if (std::equal(separator.begin(), separator.end(), ids.begin() + (end - m))) return end;
+  return 0;
+}
+
 std::string generate(NextTokenLogits& logits, const text::Tokenizer& tokenizer, const std::string& prompt,
                      const SampleOptions& options) {
   AG_CHECK(options.temperature > 0, "sample: temperature " << options.temperature << " must be positive");
@@ -101,10 +111,23 @@ std::string generate(NextTokenLogits& logits, const text::Tokenizer& tokenizer, 
     }
   }
   const size_t start_length = prompt.empty() ? 1 : 0;
+  std::vector<int64_t> separator;
+  if (!options.documents.empty()) {
+    try {
+      separator = tokenizer.encode(options.documents);
+    } catch (const Error& e) {
+      throw Error(std::string("sample: --documents: ") + e.what());
+    }
+  }
+  int64_t document = 0;  // where the last token's document starts
   bool told_restart = false;
   for (int64_t n = 0; n < options.tokens; ++n) {
     const Context& context = logits.context();
     const int64_t length = static_cast<int64_t>(ids.size());
+    if (const int64_t start = document_start(ids, separator); start != document) {
+      logits.start_document(start);
+      document = start;
+    }
     if (!logits.takes(length)) {
       std::fprintf(stderr, "sample: after %lld tokens, %s\n", static_cast<long long>(n), context.why.c_str());
       break;
@@ -148,6 +171,81 @@ std::string generate(nn::GPT& model, const text::Tokenizer& tokenizer, const std
   }
   CachedLogits cached(model, context);
   return generate(cached, tokenizer, prompt, options);
+}
+
+std::vector<std::string> split_candidates(const std::string& list) {
+  std::vector<std::string> candidates;
+  size_t from = 0;
+  for (size_t bar = list.find('|'); ; bar = list.find('|', from)) {
+    candidates.push_back(list.substr(from, bar == std::string::npos ? std::string::npos : bar - from));
+    AG_CHECK(!candidates.back().empty(), "sample: --tree \"" << list << "\" holds an empty candidate (candidates are separated by '|')");
+    if (bar == std::string::npos) break;
+    from = bar + 1;
+  }
+  return candidates;
+}
+
+namespace {
+// log softmax of one row of logits [V].
+std::vector<double> log_probs(std::vector<double> row) {
+  const double top = *std::max_element(row.begin(), row.end());
+  double sum = 0;
+  for (double x : row) sum += std::exp(x - top);
+  for (double& x : row) x -= top + std::log(sum);
+  return row;
+}
+}  // namespace
+
+TreeScores score_continuations(nn::GPT& model, const text::Tokenizer& tokenizer, const std::string& prompt,
+                               const std::vector<std::string>& candidates) {
+  NoGradGuard no_grad;
+  model.eval();
+  const auto encode = [&](const std::string& text, const char* what) {
+    try {
+      return tokenizer.encode(text);
+    } catch (const Error& e) {
+      throw Error(std::string("sample: ") + what + ": " + e.what());
+    }
+  };
+  const std::vector<int64_t> prefix = prompt.empty() ? std::vector<int64_t>{tokenizer.id(U'\n').value_or(0)}
+                                                     : encode(prompt, "the prompt");
+  // The trie: node n holds tokens[n] after parents[n] (−1: after the prompt); each candidate ends at a node.
+  std::vector<int64_t> tokens, parents;
+  std::map<std::pair<int64_t, int64_t>, int64_t> child;  // (parent, token) -> node
+  std::vector<std::vector<int64_t>> paths;
+  for (const std::string& candidate : candidates) {
+    int64_t at = -1;
+    paths.emplace_back();
+    for (int64_t token : encode(candidate, "a --tree candidate")) {
+      const auto [it, added] = child.try_emplace({at, token}, static_cast<int64_t>(tokens.size()));
+      if (added) {
+        tokens.push_back(token);
+        parents.push_back(at);
+      }
+      at = it->second;
+      paths.back().push_back(at);
+    }
+  }
+  const int64_t P = static_cast<int64_t>(prefix.size()), N = static_cast<int64_t>(tokens.size());
+  const Device device = model.parameters()[0].device();
+  nn::KVCache cache = model.make_kv_cache(1, P + N);
+  const Tensor prompt_logits = model.forward_cached(Tensor::from_indices(prefix, {1, P}).to(device), cache);
+  const Tensor tree_logits = model.forward_tree(Tensor::from_indices(tokens, {1, N}).to(device), parents, cache);
+  const int64_t V = tree_logits.size(2);
+  const std::vector<double> after_prompt = log_probs(last_row(prompt_logits));
+  const std::vector<double> all = tree_logits.to(DType::Float64).to_vector();  // [N, V]
+  TreeScores scores{.nodes = N};
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    ScoredContinuation scored{.text = candidates[c], .characters = static_cast<int64_t>(paths[c].size())};
+    for (int64_t node : paths[c]) {
+      const int64_t parent = parents[static_cast<size_t>(node)];
+      const std::vector<double> row =
+          parent < 0 ? after_prompt : log_probs({all.begin() + parent * V, all.begin() + (parent + 1) * V});
+      scored.log_prob += row[static_cast<size_t>(tokens[static_cast<size_t>(node)])];
+    }
+    scores.candidates.push_back(scored);
+  }
+  return scores;
 }
 
 }  // namespace ag::char_lm

@@ -56,6 +56,9 @@ class NextTokenLogits {
   // (false past a Stop model's span).
   virtual const Context& context() const = 0;
   bool takes(int64_t n) const { return context().at_end != Context::AtEnd::Stop || n <= context().span; }
+  // A document starts at ids[at] (sample --documents): the next calls condition on ids[at …) only,
+  // at positions from 0 again, as a model trained on packed documents saw each (state emptied).
+  virtual void start_document(int64_t at) = 0;
 };
 
 // The window of the sequence a token is generated from, under Context's rules.
@@ -66,6 +69,7 @@ class ContextWindow {
   // to call; returns true when it restarted (a cache must then be emptied).
   bool advance(int64_t n);
   int64_t start() const { return start_; }  // the window is ids[start, n)
+  void start_document(int64_t at) { start_ = at; }
   const Context& context() const { return context_; }
 
  private:
@@ -80,6 +84,7 @@ class RecomputeLogits : public NextTokenLogits {
   RecomputeLogits(nn::GPT& model, const Context& context) : model_(model), window_(context) {}
   std::vector<double> next(const std::vector<int64_t>& ids) override;
   const Context& context() const override { return window_.context(); }
+  void start_document(int64_t at) override { window_.start_document(at); }
 
  private:
   nn::GPT& model_;
@@ -96,6 +101,10 @@ class CachedLogits : public NextTokenLogits {
   CachedLogits(nn::GPT& model, const Context& context);
   std::vector<double> next(const std::vector<int64_t>& ids) override;
   const Context& context() const override { return window_.context(); }
+  void start_document(int64_t at) override {
+    window_.start_document(at);
+    cache_.clear();
+  }
   // The cache has taken ids[window_start() … window_start() + cache().length()).
   int64_t window_start() const { return window_.start(); }
   const nn::KVCache& cache() const { return cache_; }
@@ -106,6 +115,10 @@ class CachedLogits : public NextTokenLogits {
   ContextWindow window_;
 };
 
+// Where the document of ids' last token starts (sample --documents): just after the last
+// occurrence of `separator` that ends before that token, or 0.
+int64_t document_start(const std::vector<int64_t>& ids, const std::vector<int64_t>& separator);
+
 // Continues `prompt` (not options.prompt, so callers can loop) by `tokens`
 // characters, one at a time, each drawn from softmax(logits / temperature) over
 // the top_k most likely next characters (top_k = 1: greedy). Returns the prompt
@@ -115,5 +128,23 @@ std::string generate(NextTokenLogits& logits, const text::Tokenizer& tokenizer, 
 // The same from a model, through its KV cache unless options.no_kv_cache.
 std::string generate(nn::GPT& model, const text::Tokenizer& tokenizer, const std::string& prompt,
                      const SampleOptions& options);
+
+// Candidate continuations of a prompt scored in one forward (char_lm sample --tree): their
+// characters laid out as a token tree (a trie: a beginning the candidates share is one node),
+// decoded after the prompt's cache by GPT::forward_tree. A candidate's log-probability is the
+// sum over its characters of log p(character | the prompt and the characters before it).
+struct ScoredContinuation {
+  std::string text;
+  int64_t characters = 0;
+  double log_prob = 0;
+};
+struct TreeScores {
+  std::vector<ScoredContinuation> candidates;  // in the order given
+  int64_t nodes = 0;                           // the tree's, at most the candidates' characters
+};
+TreeScores score_continuations(nn::GPT& model, const text::Tokenizer& tokenizer, const std::string& prompt,
+                               const std::vector<std::string>& candidates);
+// --tree's list: candidates separated by '|' (none empty).
+std::vector<std::string> split_candidates(const std::string& list);
 
 }  // namespace ag::char_lm

@@ -12,4 +12,6 @@
   X(Local, uint64_t,    seed,        1337,    0,    kNoLimit, "random seed") \
   X(Local, bool,        no_kv_cache, false,   0,    0,        "rerun the whole context for every character instead of caching each layer's keys and values (a linear-attention or ssd model: its recurrent state)") \
   X(Local, int64_t,     max_context, 0,       0,    1 << 24,  "positions a rope, alibi or none model conditions on before generation stops (0: 4 x block_size); a model with an attention window rolls its cache instead and goes on") \
+  X(Local, std::string, documents,   "",      0,    0,        "the separator of a model trained with train --documents: after it, generation starts a new document (the context and cache emptied, positions from 0), as the model saw each in training") \
+  X(Local, std::string, tree,        "",      0,    0,        "score these continuations of --prompt instead of sampling: candidates separated by '|', run as one token tree (their shared beginnings once) in one cached forward; prints each one's log-probability") \
   AG_DEVICE_OPTION(X)

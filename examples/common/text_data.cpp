@@ -267,16 +267,30 @@ void get_batch(const TokenIds& tokens, int64_t B, int64_t T, Generator& gen, Ten
   y = Tensor::from_indices(ys, {B, T});
 }
 
-std::vector<int64_t> separator_ids(const std::string& separator, const Tokenizer& tokenizer, const TokenIds& tokens) {
+std::vector<int64_t> separator_ids(const std::string& separator, const Tokenizer& tokenizer, const TokenIds& tokens,
+                                   int64_t block_size) {
   const std::vector<int64_t> ids = tokenizer.encode(separator);
+  if (ids.empty()) return ids;
   const size_t n = ids.size(), size = tokens.size();
+  size_t start = 0, found = 0, longest = 0, longest_start = 0;  // each document is [start, after its separator)
   for (size_t at = 0; at + n <= size; ++at) {
     size_t k = 0;
     while (k < n && tokens[at + k] == ids[k]) ++k;
-    if (k == n) return ids;
+    if (k < n) continue;
+    ++found;
+    if (at + n - start > longest) longest = at + n - start, longest_start = start;
+    start = at + n;
+    at += n - 1;
   }
-  throw Error("--documents: the training text holds no separator \"" + separator +
-              "\" (nothing to split it into documents at)");
+  if (found == 0)
+    throw Error("--documents: the training text holds no separator \"" + separator +
+                "\" (nothing to split it into documents at)");
+  if (size - start > longest) longest = size - start, longest_start = start;  // the text after the last separator
+  AG_CHECK(static_cast<int64_t>(longest) <= block_size,
+           "--documents: the training text's document at token " << longest_start << " holds " << longest
+               << " tokens, more than --block-size " << block_size
+               << ": packing needs documents a window holds whole (raise --block-size, or separate the text finer)");
+  return ids;
 }
 
 Tensor document_ids(const Tensor& x, const std::vector<int64_t>& separator) {

@@ -107,8 +107,10 @@ void get_batch(const TokenIds& tokens, int64_t B, int64_t T, Generator& gen, Ten
 
 // --- packed documents (char_lm train --documents SEP) ---
 // The separator's ids (none for an empty separator), checked to occur in `tokens` (the training
-// split); ag::Error if it does not.
-std::vector<int64_t> separator_ids(const std::string& separator, const Tokenizer& tokenizer, const TokenIds& tokens);
+// split) and to cut it into documents of at most `block_size` tokens each (the separator included:
+// packing is for documents a window can hold whole); ag::Error naming the longest one otherwise.
+std::vector<int64_t> separator_ids(const std::string& separator, const Tokenizer& tokenizer, const TokenIds& tokens,
+                                   int64_t block_size);
 // Each position's document in each row of x [B, T]: ids count the separators (token
 // sequences `separator`) that end before the position, so a separator closes its document.
 Tensor document_ids(const Tensor& x, const std::vector<int64_t>& separator);

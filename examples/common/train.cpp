@@ -358,7 +358,7 @@ Trainer::Trainer(const TrainConfig& c, const text::Dataset& data, std::unique_pt
             },
             c.run.device),
       batches_(c.optim.seed + 1),
-      separator_(text::separator_ids(c.run.documents, data.tokenizer, data.train)) {
+      separator_(text::separator_ids(c.run.documents, data.tokenizer, data.train, c.model.block_size)) {
   optim::replicate(model_->parameters(), comm_);
   optim::make_data_parallel(step_, comm_);  // over all N processes: each holds its positions' loss terms
   manual_seed(optim::replica_seed(c.optim.seed + 4, comm_));  // dropout masks draw from the default generator
