@@ -3,7 +3,8 @@
 // itself (MaskMods::parents over the cache's rows), at position prefix + its depth. Each
 // node's logits equal those of its path run alone — without a cache, and decoded one
 // token at a time through the cache — float64 ≤ 1e-12, dense and flash, learned and no
-// positions; the cache truncated to the prefix then decodes as if the tree had not been.
+// positions, on the CPU and on CUDA; the cache truncated to the prefix then decodes as if the
+// tree had not been.
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,11 +48,11 @@ std::unique_ptr<GPT> tree_model(PositionEncoding position, AttentionImpl impl) {
   return model;
 }
 
-Tensor row(const Tensor& logits, int64_t t) { return slice(logits, 1, t, t + 1).detach(); }
+Tensor row(const Tensor& logits, int64_t t) { return slice(logits, 1, t, t + 1).detach().to(Device::CPU); }
 
 }  // namespace
 
-TEST_CASE("token tree: each node's logits equal its path run alone and decoded alone (float64 ≤ 1e-12)") {
+TEST_CASE_EVERY_DEVICE("token tree: each node's logits equal its path run alone and decoded alone (float64 ≤ 1e-12)") {
   NoGradGuard no_grad;
   const int64_t N = static_cast<int64_t>(kParents.size()), P = static_cast<int64_t>(kPrefix.size());
   double worst = 0;
@@ -60,10 +61,14 @@ TEST_CASE("token tree: each node's logits equal its path run alone and decoded a
       CAPTURE(name_of(position));
       CAPTURE(name_of(impl));
       const std::unique_ptr<GPT> model_owner = tree_model(position, impl);
-  GPT& model = *model_owner;
+      GPT& model = *model_owner;
+      model.to(device);
+      const auto ids = [&](const std::vector<int64_t>& tokens) {
+        return Tensor::from_indices(tokens, {1, static_cast<int64_t>(tokens.size())}).to(device);
+      };
       KVCache cache = model.make_kv_cache(1);
-      model.forward_cached(Tensor::from_indices(kPrefix, {1, P}), cache);
-      const Tensor tree = model.forward_tree(Tensor::from_indices(kNodeTokens, {1, N}), kParents, cache).detach();
+      model.forward_cached(ids(kPrefix), cache);
+      const Tensor tree = model.forward_tree(ids(kNodeTokens), kParents, cache).detach();
       CHECK(cache.length() == P + N);  // the nodes joined the cache
       for (int64_t n = 0; n < N; ++n) {
         CAPTURE(n);
@@ -71,12 +76,12 @@ TEST_CASE("token tree: each node's logits equal its path run alone and decoded a
         const std::vector<int64_t> path = path_of(n);
         whole.insert(whole.end(), path.begin(), path.end());
         const int64_t L = static_cast<int64_t>(whole.size());
-        const Tensor alone = row(model.forward(Tensor::from_indices(whole, {1, L})), L - 1);
+        const Tensor alone = row(model.forward(ids(whole)), L - 1);
         CHECK_CLOSE(row(tree, n), alone, 1e-12);
         worst = std::max(worst, ag::test::relative_error(row(tree, n), alone));
         cache.truncate(P);  // the prefix alone again: the path decoded one token at a time
         Tensor decoded;
-        for (int64_t token : path) decoded = model.forward_cached(Tensor::from_indices({token}, {1, 1}), cache);
+        for (int64_t token : path) decoded = model.forward_cached(ids({token}), cache);
         CHECK_CLOSE(row(tree, n), row(decoded, 0), 1e-12);
       }
     }
