@@ -8,6 +8,7 @@
 // fixed order, in double: the same bits for any thread count. Work is O(E·d) per
 // head: nothing here is O(Tq·Tk).
 #include <cmath>
+#include <vector>
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/loops.h"
@@ -33,6 +34,20 @@ template <class T> double dot_in_double(const T* x, const T* y, int64_t d) {
   double sum = 0;
   for (int64_t c = 0; c < d; ++c) sum += static_cast<double>(x[c]) * static_cast<double>(y[c]);
   return sum;
+}
+
+// A row's d sums in double, one per thread (rows run in parallel): each element's terms are
+// added in the edges' order, the same order as the CUDA kernels' one thread per element.
+double* zeroed_row(int64_t d) {
+  thread_local std::vector<double> row;
+  row.assign(static_cast<size_t>(d), 0.0);
+  return row.data();
+}
+template <class T> void add_scaled(double* sum, double weight, const T* x, int64_t d) {
+  for (int64_t c = 0; c < d; ++c) sum[c] += weight * static_cast<double>(x[c]);
+}
+template <class T> void store_scaled(T* out, double factor, const double* sum, int64_t d) {
+  for (int64_t c = 0; c < d; ++c) out[c] = static_cast<T>(factor * sum[c]);
 }
 
 EdgeLayout edge_layout_of(const Tensor& graph, const AttentionShape& s) {
@@ -79,26 +94,20 @@ void edge_scores_backward(const Tensor& Q, const Tensor& K, const Tensor& dS, co
     for_rows(rows, edge_row_cost(shape, g, shape.Tq), [&](int64_t row) {
       const EdgeQueryRow r = edge_query_row(shape, row, g.E);
       const int64_t hk = r.h / shape.group();
-      T* out = dq + shape.q.at(r.b, r.h, r.i);
-      for (int64_t c = 0; c < d; ++c) {
-        double sum = 0;
-        for (int64_t e = g.row_ptr[r.i]; e < g.row_ptr[r.i + 1]; ++e)
-          sum += static_cast<double>(ds[r.edges + e]) * static_cast<double>(k[shape.kv.at(r.b, hk, g.col[e]) + c]);
-        out[c] = static_cast<T>(shape.scale * sum);
-      }
+      double* sum = zeroed_row(d);
+      for (int64_t e = g.row_ptr[r.i]; e < g.row_ptr[r.i + 1]; ++e)
+        add_scaled(sum, static_cast<double>(ds[r.edges + e]), k + shape.kv.at(r.b, hk, g.col[e]), d);
+      store_scaled(dq + shape.q.at(r.b, r.h, r.i), shape.scale, sum, d);
     });
     // dK_j = scale · Σ_{h in j's group} Σ_{e=(i,j)} dS_e q_i, by the CSC
     for_edge_key_rows(shape, g, [&](int64_t b, int64_t hk, int64_t j, int64_t at) {
-      for (int64_t c = 0; c < d; ++c) {
-        double sum = 0;
-        for (int64_t h = hk * shape.group(); h < (hk + 1) * shape.group(); ++h)
-          for (int64_t n = g.key_ptr[j]; n < g.key_ptr[j + 1]; ++n) {
-            const int64_t e = g.key_edge[n];
-            sum += static_cast<double>(ds[(b * shape.Hq + h) * g.E + e]) *
-                   static_cast<double>(q[shape.q.at(b, h, g.row[e]) + c]);
-          }
-        dk[at + c] = static_cast<T>(shape.scale * sum);
-      }
+      double* sum = zeroed_row(d);
+      for (int64_t h = hk * shape.group(); h < (hk + 1) * shape.group(); ++h)
+        for (int64_t n = g.key_ptr[j]; n < g.key_ptr[j + 1]; ++n) {
+          const int64_t e = g.key_edge[n];
+          add_scaled(sum, static_cast<double>(ds[(b * shape.Hq + h) * g.E + e]), q + shape.q.at(b, h, g.row[e]), d);
+        }
+      store_scaled(dk + at, shape.scale, sum, d);
     });
   });
 }
@@ -121,8 +130,11 @@ void edge_softmax(const Tensor& S, const Tensor& graph, const AttentionShape& sh
       // Subtract the row's max: exp never overflows, and the largest term is exactly 1.
       double max = -math::kInf<double>, sum = 0;
       for (int64_t e = first; e < last; ++e) max = std::max(max, static_cast<double>(s[e]));
-      for (int64_t e = first; e < last; ++e) sum += std::exp(static_cast<double>(s[e]) - max);
-      for (int64_t e = first; e < last; ++e) a[e] = static_cast<T>(std::exp(static_cast<double>(s[e]) - max) / sum);
+      // The terms, kept in double until the division (a row has few edges: a small buffer).
+      thread_local std::vector<double> terms;
+      terms.resize(static_cast<size_t>(last - first));
+      for (int64_t e = first; e < last; ++e) sum += terms[e - first] = std::exp(static_cast<double>(s[e]) - max);
+      for (int64_t e = first; e < last; ++e) a[e] = static_cast<T>(terms[e - first] / sum);
       if (row_lse) row_lse[row] = max + std::log(sum);
     });
   });
@@ -155,13 +167,10 @@ void edge_product(const Tensor& A, const Tensor& V, const Tensor& graph, const A
     for_rows(shape.B * shape.Hq * shape.Tq, edge_row_cost(shape, g, shape.Tq), [&](int64_t row) {
       const EdgeQueryRow r = edge_query_row(shape, row, g.E);
       const int64_t hk = r.h / shape.group();
-      T* out = z + shape.q.at(r.b, r.h, r.i);
-      for (int64_t c = 0; c < shape.d; ++c) {  // Z_i = Σ_{e=(i,j)} A_e v_j
-        double sum = 0;
-        for (int64_t e = g.row_ptr[r.i]; e < g.row_ptr[r.i + 1]; ++e)
-          sum += static_cast<double>(a[r.edges + e]) * static_cast<double>(v[shape.kv.at(r.b, hk, g.col[e]) + c]);
-        out[c] = static_cast<T>(sum);
-      }
+      double* sum = zeroed_row(shape.d);  // Z_i = Σ_{e=(i,j)} A_e v_j
+      for (int64_t e = g.row_ptr[r.i]; e < g.row_ptr[r.i + 1]; ++e)
+        add_scaled(sum, static_cast<double>(a[r.edges + e]), v + shape.kv.at(r.b, hk, g.col[e]), shape.d);
+      store_scaled(z + shape.q.at(r.b, r.h, r.i), 1.0, sum, shape.d);
     });
   });
 }
@@ -184,16 +193,13 @@ void edge_product_backward(const Tensor& A, const Tensor& V, const Tensor& dZ, c
     });
     // dV_j = Σ_{h in j's group} Σ_{e=(i,j)} A_e dZ_i, by the CSC
     for_edge_key_rows(shape, g, [&](int64_t b, int64_t hk, int64_t j, int64_t at) {
-      for (int64_t c = 0; c < d; ++c) {
-        double sum = 0;
-        for (int64_t h = hk * shape.group(); h < (hk + 1) * shape.group(); ++h)
-          for (int64_t n = g.key_ptr[j]; n < g.key_ptr[j + 1]; ++n) {
-            const int64_t e = g.key_edge[n];
-            sum += static_cast<double>(a[(b * shape.Hq + h) * g.E + e]) *
-                   static_cast<double>(dz[shape.q.at(b, h, g.row[e]) + c]);
-          }
-        dv[at + c] = static_cast<T>(sum);
-      }
+      double* sum = zeroed_row(d);
+      for (int64_t h = hk * shape.group(); h < (hk + 1) * shape.group(); ++h)
+        for (int64_t n = g.key_ptr[j]; n < g.key_ptr[j + 1]; ++n) {
+          const int64_t e = g.key_edge[n];
+          add_scaled(sum, static_cast<double>(a[(b * shape.Hq + h) * g.E + e]), dz + shape.q.at(b, h, g.row[e]), d);
+        }
+      store_scaled(dv + at, 1.0, sum, d);
     });
   });
 }
