@@ -167,6 +167,20 @@ TEST_CASE("edge attention: the edge ops compose with scores of the caller's own 
   CHECK_GRADCHECK(f, scores_and_values);
 }
 
+TEST_CASE("edge attention: an additive score per edge gathered from per-node terms (GAT's shape) — gradcheck") {
+  // u_e = el[i, h] + er[j, h] at edge e = (i, j), gathered by embedding at the edges' queries and
+  // keys (EdgeGraph::rows, cols); tanh stands in for GAT's LeakyReLU.
+  const EdgeCase c{.name = "additive", .B = 1, .Hq = 2, .Hkv = 2, .Tq = 9, .Tk = 9, .d = 3, .density = 0.3,
+                   .empty_rows = {2}, .seed = 10};
+  const EdgeGraph graph = edge_graph(random_graph(c), c.Tq, c.Tk, Device::CPU);
+  const GradcheckFn f = [graph](const Inputs& in) {
+    const Tensor u = permute(embedding(in[0], graph.rows()) + embedding(in[1], graph.cols()), {1, 0}).reshape({1, 2, graph.E});
+    return edge_product(edge_softmax(tanh(u), graph), in[2], graph);
+  };
+  const Inputs terms_and_values{random({9, 2}, 550), random({9, 2}, 551), random({1, 2, 9, 3}, 552)};
+  CHECK_GRADCHECK(f, terms_and_values);
+}
+
 TEST_CASE("edge attention: float32 close to float64") {
   uint64_t seed = 600;
   for (const EdgeCase& c : edge_cases()) {
