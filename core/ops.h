@@ -487,7 +487,7 @@ MaskBytes evaluate_mask(const MaskMods& masks, int64_t B, int64_t Hq, int64_t Tq
 // documents are then evaluated as bytes).
 std::vector<int64_t> document_starts(const MaskMods& masks, int64_t B, int64_t Tq, int64_t Tk, int64_t q_offset,
                                      const std::string& where);
-// --- attention over a graph's edges (core/ops/edge_attention.cpp; docs/backprop.md, "Attention over edges") ---
+// --- attention over a graph's edges (core/ops/edge_attention.cpp; docs/backprop.md §36) ---
 // An EdgeList checked against Tq queries and Tk keys (a clear error naming `where` and the
 // first bad entry otherwise) and laid out for the edge kernels on `device`: the CSR, each
 // edge's query, and the CSC (the edges by key) that the backward's sums over keys walk,

@@ -1,5 +1,5 @@
 // Attention over a graph's edges on the CPU (core/kernels.inc; the ops and their
-// derivation: core/ops/edge_attention.cpp, docs/backprop.md "Attention over edges").
+// derivation: core/ops/edge_attention.cpp, docs/backprop.md §36).
 //
 // Thread mapping: OpenMP over rows. A query row (b, h, i) owns its edges' S, A, dA,
 // dS and its row of Z and dQ; a key row (b, kv head, j) owns its rows of dK and dV,

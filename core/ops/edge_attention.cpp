@@ -8,7 +8,7 @@
 // Work and memory O(E·d) per head, not O(Tq·Tk): on Cora (2708 nodes, 13,264 edges with
 // the self loops) E is 0.18 % of Tq·Tk.
 //
-// Backward (docs/backprop.md, "Attention over edges": the dense path's equations with
+// Backward (docs/backprop.md §36: the dense path's equations with
 // every sum over j restricted to the edges; a hidden pair's A_ij = 0 gives it dS_ij = 0,
 // so the dense sums over all j equal these):
 //   Z_i = Σ A_e v_j        →  dA_e = dZ_i · v_j,       dV_j = Σ_{e=(i,j)} A_e dZ_i
