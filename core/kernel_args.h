@@ -13,6 +13,7 @@
 
 #include "core/attention_math.h"
 #include "core/conv_math.h"
+#include "core/edge_attention_math.h"
 #include "core/linear_attention_math.h"
 #include "core/s4_math.h"
 #include "core/ssd_math.h"

@@ -334,10 +334,21 @@ struct ScoreMods {
 //   adjacency:  [Tq, Tk] of any dtype, nonzero where query i sees key j (graph attention).
 //   custom:     the user's mask_mod(b, h, p, j) -> bool, called once per entry per call (not
 //               cached); a C++ callable on the host: the CPU only.
+//   edges:      a graph's edge list (EdgeList, below): query i sees the keys its edges name. The
+//               op then computes over the edges alone, whatever `impl` says (edge_attention below:
+//               O(E·d) per head, never O(Tq·Tk)); the only mask: no causal, pattern or other mask
+//               function. AttentionInternals::probabilities then holds A per edge, [B, Hq, E].
 // Decoding (AttentionSpec::cache), the masks see the cache's rows as key positions (Tk = the rows
 // held + the new ones), so a cache under them must not roll: a token tree's nodes decoded in one
 // call give parents over every row and tree_prefix = the rows cached before them (GPT::forward_tree).
 using MaskFunction = std::function<bool(int64_t b, int64_t h, int64_t q, int64_t k)>;
+// A graph as a CSR edge list, int64 on any device: query i's keys are col[row_ptr[i]], …,
+// col[row_ptr[i + 1] − 1], increasing (each edge once). One graph for every batch entry and head.
+struct EdgeList {
+  Tensor row_ptr = {};  // [Tq + 1]: row_ptr[0] = 0, non-decreasing, row_ptr[Tq] = E
+  Tensor col = {};      // [E]: keys in [0, Tk)
+  bool defined() const { return row_ptr.defined() || col.defined(); }
+};
 struct MaskMods {
   std::optional<int64_t> prefix = std::nullopt;
   Tensor documents = {};
@@ -345,8 +356,11 @@ struct MaskMods {
   int64_t tree_prefix = 0;
   Tensor adjacency = {};
   MaskFunction custom = {};
+  EdgeList edges = {};
 
-  bool any() const { return prefix || documents.defined() || parents.defined() || adjacency.defined() || custom; }
+  bool any() const {
+    return prefix || documents.defined() || parents.defined() || adjacency.defined() || custom || edges.defined();
+  }
 };
 
 // Each attention function's parameters: what it alone reads, as one type, so
@@ -476,6 +490,32 @@ MaskBytes evaluate_mask(const MaskMods& masks, int64_t B, int64_t Hq, int64_t Tq
 // documents are then evaluated as bytes).
 std::vector<int64_t> document_starts(const MaskMods& masks, int64_t B, int64_t Tq, int64_t Tk, int64_t q_offset,
                                      const std::string& where);
+// --- attention over a graph's edges (core/ops/edge_attention.cpp; docs/backprop.md §36) ---
+// An EdgeList checked against Tq queries and Tk keys (a clear error naming `where` and the
+// first bad entry otherwise) and laid out for the edge kernels on `device`: the CSR, each
+// edge's query, and the CSC (the edges by key) that the backward's sums over keys walk,
+// in one int64 buffer (EdgeLayout, core/edge_attention_math.h). Edge e is the e-th in
+// CSR order; the ops below hold one value per edge and head, [B, Hq, E].
+struct EdgeGraph {
+  int64_t Tq = 0, Tk = 0, E = 0;
+  Tensor packed = {};  // int64 [(Tq + 1) + 3E + (Tk + 1)], on the kernels' device
+  // Views of packed: int64 [E] each, edge e's query i and key j.
+  Tensor rows() const;
+  Tensor cols() const;
+};
+EdgeGraph edge_graph(const EdgeList& edges, int64_t Tq, int64_t Tk, Device device, const std::string& where = "edges");
+// The same mask as a dense adjacency int64 [Tq, Tk] (1 on the edges): MaskMods::adjacency's form.
+Tensor edge_adjacency(const EdgeGraph& graph);
+// Softmax attention over the edges in three differentiable steps, which attention() with
+// MaskMods::edges composes and a model may compose with scores of its own (any S [B, Hq, E]):
+//   S_e = scale · q_i · k_j   (edge_scores: q [B, Hq, Tq, d], k [B, Hkv, ≥ Tk, d] in `layout`)
+//   A = softmax of S over each query's edges   (edge_softmax; `lse`, if given: float64 [B, Hq, Tq])
+//   Z_i = Σ_{e=(i,j)} A_e v_j   (edge_product: Z in q's layout, v as k)
+// A query with no edge gets Z = 0, lse = +inf and no gradient.
+Tensor edge_scores(const Tensor& q, const Tensor& k, const EdgeGraph& graph, double scale,
+                   AttentionLayout layout = AttentionLayout::BHTD);
+Tensor edge_softmax(const Tensor& S, const EdgeGraph& graph, Tensor* lse = nullptr);
+Tensor edge_product(const Tensor& A, const Tensor& v, const EdgeGraph& graph, AttentionLayout layout = AttentionLayout::BHTD);
 // Throws unless the pattern's numbers are in range and fit together (a window
 // for global and random keys to add to); `where` names the caller.
 void check_sparse_pattern(const SparsePattern& pattern, const std::string& where);

@@ -690,6 +690,7 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
     over_rows.kv_length = cache.length + T_new;  // query i sits at position length + i (bottom-right aligned)
     return softmax_attention(q, cache.k, cache.v, over_rows, over_cache, internals);
   }
+  if (softmax.masks.edges.defined()) return detail::edge_attention(q, k, v, softmax, spec, internals);  // O(E·d)
   std::shared_ptr<const MaskData> masks;
   const AttentionShape shape = describe_problem(q, k, v, softmax, spec, &masks);
   switch (softmax.impl) {
@@ -963,6 +964,7 @@ std::vector<int64_t> document_starts(const MaskMods& masks, int64_t B, int64_t T
 MaskBytes evaluate_mask(const MaskMods& masks, int64_t B, int64_t Hq, int64_t Tq, int64_t Tk, int64_t q_offset,
                         const std::string& where) {
   const auto positions_fit = [&](const char* what) { check_positions_fit(what, Tq, Tk, q_offset, where); };
+  AG_CHECK(!masks.edges.defined(), where << ": an edge list is not evaluated as bytes (edge_adjacency gives its dense form)");
   MaskBytes out;
   std::vector<int64_t> parents;
   const std::vector<int64_t> documents = document_ids(masks, B, Tq, Tk, q_offset, where);

@@ -36,6 +36,9 @@ Tensor ssd_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Ss
 // as describe_problem sees this process's rows (its scale, mask and heads).
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& whole,
                       const SoftmaxAttention& softmax, const AttentionSpec& spec, AttentionInternals* internals);
+// core/ops/edge_attention.cpp: softmax attention over softmax.masks.edges (whatever softmax.impl says).
+Tensor edge_attention(const Tensor& q, const Tensor& k, const Tensor& v, const SoftmaxAttention& softmax,
+                      const AttentionSpec& spec, AttentionInternals* internals);
 // RoPE on this process's rows of a sequence split over spec.context, each half at its chunk's positions.
 Tensor rope_at_context_positions(const Tensor& x, const AttentionSpec& spec);
 

@@ -1,0 +1,259 @@
+// Softmax attention over a graph's edges (MaskMods::edges, core/ops/edge_attention.cpp):
+// equal to the dense masked path (the same graph as MaskMods::adjacency) through composed,
+// dense and flash in float64 to 1e-12, the output, lse, A and every gradient, on random
+// graphs with self loops, empty rows, sizes no tile divides, grouped kv heads, both
+// layouts, a scale and a longer cache; float64 gradcheck, also of the edge ops composed
+// with scores of the caller's own (as a GAT layer's); float32 close to float64; the same
+// bits on one thread; CPU against CUDA; bad edge lists refused with a message naming the entry.
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/helpers.h"
+
+using namespace ag;
+using ag::test::attention_impls;
+using ag::test::random;
+using Inputs = std::vector<Tensor>;
+
+namespace {
+
+// One case: the problem's geometry and a random graph's (each key of a row drawn with
+// probability `density`, the self loop i → i where i < Tk, the listed rows left empty).
+struct EdgeCase {
+  std::string name = {};
+  int64_t B = 2, Hq = 2, Hkv = 2, Tq = 150, Tk = 150, d = 8;
+  int64_t kv_rows = 0;  // rows of k and v (a cache read at its first Tk): 0 means Tk
+  AttentionLayout layout = AttentionLayout::BHTD;
+  std::optional<double> scale = std::nullopt;
+  double density = 0.05;
+  bool self_loops = true;
+  std::set<int64_t> empty_rows = {};
+  uint64_t seed = 1;
+};
+
+EdgeList random_graph(const EdgeCase& c) {
+  std::mt19937_64 gen(c.seed);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::vector<int64_t> row_ptr{0}, col;
+  for (int64_t i = 0; i < c.Tq; ++i) {
+    if (!c.empty_rows.contains(i))
+      for (int64_t j = 0; j < c.Tk; ++j)
+        if ((c.self_loops && i == j) || uniform(gen) < c.density) col.push_back(j);
+    row_ptr.push_back(static_cast<int64_t>(col.size()));
+  }
+  return {.row_ptr = Tensor::from_indices(row_ptr, {c.Tq + 1}),
+          .col = Tensor::from_indices(col, {static_cast<int64_t>(col.size())})};
+}
+
+std::vector<EdgeCase> edge_cases() {
+  return {
+      {.name = "Tq = Tk = 150, self loops, empty rows 0, 77, 149", .empty_rows = {0, 77, 149}, .seed = 11},
+      {.name = "grouped kv heads (Hq 4, Hkv 2), Tq 37 over Tk 133, BTHD", .Hq = 4, .Tq = 37, .Tk = 133,
+       .layout = AttentionLayout::BTHD, .density = 0.1, .self_loops = false, .empty_rows = {5}, .seed = 12},
+      {.name = "scale 0.3, the first 100 of 130 cached rows, dense rows", .B = 1, .Tq = 70, .Tk = 100, .d = 5,
+       .kv_rows = 130, .scale = 0.3, .density = 0.6, .seed = 13},
+      {.name = "one edge per row at most", .B = 1, .Hq = 3, .Hkv = 1, .Tq = 65, .Tk = 65, .density = 0.0,
+       .empty_rows = {1, 2, 64}, .seed = 14},
+  };
+}
+
+Inputs edge_inputs(const EdgeCase& c, uint64_t seed) {
+  const int64_t rows = c.kv_rows ? c.kv_rows : c.Tk;
+  const bool bthd = c.layout == AttentionLayout::BTHD;
+  const Shape q_shape = bthd ? Shape{c.B, c.Tq, c.Hq, c.d} : Shape{c.B, c.Hq, c.Tq, c.d};
+  const Shape kv_shape = bthd ? Shape{c.B, rows, c.Hkv, c.d} : Shape{c.B, c.Hkv, rows, c.d};
+  return {random(q_shape, seed), random(kv_shape, seed + 1), random(kv_shape, seed + 2)};
+}
+
+// Softmax attention over the graph given as edges, or (adjacency) as its dense mask through `impl`.
+AttentionSpec edge_spec(const EdgeCase& c, const EdgeList& edges, std::optional<AttentionImpl> adjacency_impl = {}) {
+  SoftmaxAttention softmax;
+  softmax.scale = c.scale;
+  if (c.kv_rows) softmax.kv_length = c.Tk;
+  if (adjacency_impl) {
+    softmax.impl = *adjacency_impl;
+    softmax.masks.adjacency = edge_adjacency(edge_graph(edges, c.Tq, c.Tk, Device::CPU));
+  } else {
+    softmax.masks.edges = edges;
+  }
+  return {.function = softmax, .layout = c.layout};
+}
+
+// Z, lse and the gradients of q, k, v from upstream R, and A (dense: [B, Hq, Tq, Tk]; edges: [B, Hq, E]).
+struct Outputs {
+  std::vector<Tensor> values;  // Z, dQ, dK, dV
+  Tensor lse, A;
+};
+Outputs outputs_of(const Inputs& given, const AttentionSpec& spec, const Tensor& R) {
+  Inputs x;
+  for (const Tensor& t : given) x.push_back(t.detach().clone().requires_grad_());
+  AttentionInternals internals;
+  const Tensor Z = attention(x[0], x[1], x[2], spec, &internals);
+  sum(Z * R).backward();
+  return {{Z.detach(), x[0].grad(), x[1].grad(), x[2].grad()}, internals.log_sum_exp, internals.probabilities};
+}
+
+// The dense A [B, Hq, Tq, Tk] at the graph's edges, [B, Hq, E].
+Tensor at_edges(const Tensor& dense, const EdgeGraph& graph) {
+  const std::vector<double> a = dense.to_vector(), rows = graph.rows().to_vector(), cols = graph.cols().to_vector();
+  const int64_t B = dense.size(0), Hq = dense.size(1);
+  std::vector<double> out;
+  for (int64_t bh = 0; bh < B * Hq; ++bh)
+    for (int64_t e = 0; e < graph.E; ++e)
+      out.push_back(a[(bh * graph.Tq + static_cast<int64_t>(rows[e])) * graph.Tk + static_cast<int64_t>(cols[e])]);
+  return Tensor::from_vector(out, {B, Hq, graph.E}, DType::Float64);
+}
+
+}  // namespace
+
+TEST_CASE("edge attention: equals the dense masked path (float64 ≤ 1e-12) — Z, lse, A and dQ, dK, dV against composed, dense and flash") {
+  uint64_t seed = 100;
+  double worst = 0;
+  for (const EdgeCase& c : edge_cases()) {
+    CAPTURE(c.name);
+    const EdgeList edges = random_graph(c);
+    const EdgeGraph graph = edge_graph(edges, c.Tq, c.Tk, Device::CPU);
+    const Inputs x = edge_inputs(c, seed += 10);
+    const Tensor R = random(x[0].shape(), seed + 5, DType::Float64, false);
+    const Outputs got = outputs_of(x, edge_spec(c, edges), R);
+    REQUIRE(got.A.shape() == Shape{c.B, c.Hq, graph.E});
+    for (AttentionImpl impl : attention_impls()) {
+      CAPTURE(name_of(impl));
+      const Outputs expected = outputs_of(x, edge_spec(c, edges, impl), R);
+      for (size_t i = 0; i < got.values.size(); ++i) {
+        CAPTURE(i);
+        CHECK_CLOSE(got.values[i], expected.values[i], 1e-12);
+        worst = std::max(worst, ag::test::relative_error(got.values[i], expected.values[i]));
+      }
+      if (expected.lse.defined()) CHECK_CLOSE(got.lse, expected.lse, 1e-12);  // dense and flash
+      if (expected.A.defined()) CHECK_CLOSE(got.A, at_edges(expected.A, graph), 1e-12);  // composed and dense
+    }
+  }
+  MESSAGE("worst relative error against the dense masked path: " << worst);
+}
+
+TEST_CASE("edge attention: a query with no edge gets Z = 0, lse = +inf and no gradient") {
+  const EdgeCase c{.name = "empty rows", .B = 1, .Tq = 20, .Tk = 20, .d = 4, .density = 0.2, .empty_rows = {3, 19}, .seed = 5};
+  const Inputs x = edge_inputs(c, 300);
+  const Outputs got = outputs_of(x, edge_spec(c, random_graph(c)), random(x[0].shape(), 305, DType::Float64, false));
+  for (const int64_t row : {3, 19})
+    for (int64_t h = 0; h < c.Hq; ++h) {
+      for (const Tensor* t : {&got.values[0], &got.values[1]})  // Z and dQ
+        for (const double value : slice(slice(*t, 1, h, h + 1), 2, row, row + 1).to_vector()) CHECK(value == 0.0);
+      CHECK(got.lse.to_vector()[h * c.Tq + row] == std::numeric_limits<double>::infinity());
+    }
+  for (const Tensor& t : got.values)
+    for (const double value : t.to_vector()) CHECK(std::isfinite(value));
+}
+
+TEST_CASE("edge attention: float64 gradcheck of q, k, v (grouped kv heads, BTHD, an empty row)") {
+  const EdgeCase c{.name = "small", .B = 2, .Hq = 2, .Hkv = 1, .Tq = 9, .Tk = 11, .d = 4,
+                   .layout = AttentionLayout::BTHD, .density = 0.3, .empty_rows = {4}, .seed = 7};
+  const EdgeList edges = random_graph(c);
+  const GradcheckFn f = [&c, edges](const Inputs& in) { return attention(in[0], in[1], in[2], edge_spec(c, edges)); };
+  CHECK_GRADCHECK(f, edge_inputs(c, 400));
+}
+
+TEST_CASE("edge attention: the edge ops compose with scores of the caller's own — gradcheck of S and v") {
+  // A GAT-like layer's shape: any S [B, Hq, E], then edge_softmax and edge_product.
+  const EdgeCase c{.name = "own scores", .B = 1, .Hq = 2, .Hkv = 2, .Tq = 10, .Tk = 10, .d = 3, .density = 0.3,
+                   .empty_rows = {6}, .seed = 8};
+  const EdgeGraph graph = edge_graph(random_graph(c), c.Tq, c.Tk, Device::CPU);
+  const GradcheckFn f = [graph](const Inputs& in) { return edge_product(edge_softmax(in[0], graph), in[1], graph); };
+  const Inputs scores_and_values{random({1, 2, graph.E}, 500), random({1, 2, 10, 3}, 501)};
+  CHECK_GRADCHECK(f, scores_and_values);
+}
+
+TEST_CASE("edge attention: an additive score per edge gathered from per-node terms (GAT's shape) — gradcheck") {
+  // u_e = el[i, h] + er[j, h] at edge e = (i, j), gathered by embedding at the edges' queries and
+  // keys (EdgeGraph::rows, cols); tanh stands in for GAT's LeakyReLU.
+  const EdgeCase c{.name = "additive", .B = 1, .Hq = 2, .Hkv = 2, .Tq = 9, .Tk = 9, .d = 3, .density = 0.3,
+                   .empty_rows = {2}, .seed = 10};
+  const EdgeGraph graph = edge_graph(random_graph(c), c.Tq, c.Tk, Device::CPU);
+  const GradcheckFn f = [graph](const Inputs& in) {
+    const Tensor u = permute(embedding(in[0], graph.rows()) + embedding(in[1], graph.cols()), {1, 0}).reshape({1, 2, graph.E});
+    return edge_product(edge_softmax(tanh(u), graph), in[2], graph);
+  };
+  const Inputs terms_and_values{random({9, 2}, 550), random({9, 2}, 551), random({1, 2, 9, 3}, 552)};
+  CHECK_GRADCHECK(f, terms_and_values);
+}
+
+TEST_CASE("edge attention: float32 close to float64") {
+  uint64_t seed = 600;
+  for (const EdgeCase& c : edge_cases()) {
+    CAPTURE(c.name);
+    const EdgeList edges = random_graph(c);
+    const GradcheckFn f = [&c, edges](const Inputs& in) { return attention(in[0], in[1], in[2], edge_spec(c, edges)); };
+    ag::test::check_float32_matches_float64(f, edge_inputs(c, seed += 10), 1e-5);
+  }
+}
+
+TEST_CASE_EVERY_DEVICE("edge attention: the same bits again (on the CPU on one thread)") {
+  const EdgeCase c{.name = "bits", .B = 2, .Hq = 4, .Hkv = 2, .Tq = 300, .Tk = 300, .d = 8, .density = 0.03, .seed = 9};
+  const EdgeList edges = random_graph(c);
+  const Inputs x = edge_inputs(c, 700);
+  const Tensor R = random(x[0].shape(), 705, DType::Float64, false).to(device);
+  Inputs on_device;
+  for (const Tensor& t : x) on_device.push_back(t.detach().to(device));
+  const int threads = num_threads();
+  set_num_threads(2);  // the first run splits the rows over threads (CTest gives each process one)
+  ag::test::check_same_bits_again(device, [&] { return outputs_of(on_device, edge_spec(c, edges), R).values; });
+  set_num_threads(threads);
+}
+
+TEST_CASE_EVERY_DEVICE("edge attention: on the device matches the CPU (float64 and float32)") {
+  if (device == Device::CPU) return;  // the CPU's own cases are above
+  std::vector<EdgeCase> cases = edge_cases();
+  // A Cora-sized graph: thousands of rows, many thread blocks.
+  cases.push_back({.name = "2708 nodes", .B = 1, .Hq = 8, .Hkv = 8, .Tq = 2708, .Tk = 2708, .d = 8, .density = 0.0015,
+                   .empty_rows = {17}, .seed = 21});
+  uint64_t seed = 800;
+  for (const EdgeCase& c : cases) {
+    CAPTURE(c.name);
+    const EdgeList edges = random_graph(c);
+    const GradcheckFn f = [&c, edges](const Inputs& in) { return attention(in[0], in[1], in[2], edge_spec(c, edges)); };
+    const Inputs x = edge_inputs(c, seed += 10);
+    ag::test::check_device_matches_cpu(device, f, x, 1e-10, DType::Float64);
+    ag::test::check_device_matches_cpu(device, f, x, 1e-5, DType::Float32);
+  }
+}
+
+TEST_CASE("edge attention: a bad edge list, or what the edges cannot be combined with, is refused naming what is wrong") {
+  const EdgeCase c{.name = "bad", .B = 1, .Tq = 4, .Tk = 5, .d = 4};
+  const Inputs x = edge_inputs(c, 900);
+  const auto error = [&](const std::vector<int64_t>& row_ptr, const std::vector<int64_t>& col,
+                         const std::function<void(AttentionSpec&)>& edit = {}) {
+    AttentionSpec spec = edge_spec(c, {.row_ptr = Tensor::from_indices(row_ptr, {static_cast<int64_t>(row_ptr.size())}),
+                                       .col = Tensor::from_indices(col, {static_cast<int64_t>(col.size())})});
+    if (edit) edit(spec);
+    return ag::test::error_of([&] { attention(x[0], x[1], x[2], spec); });
+  };
+  using ag::test::contains;
+  const std::vector<int64_t> good_ptr{0, 2, 2, 3, 4}, good_col{0, 4, 1, 3};
+  CHECK(error(good_ptr, good_col).empty());
+  CHECK(contains(error({0, 2, 2, 3}, good_col), "edge list row_ptr [4] int64 is not int64 [Tq + 1] = [5]"));
+  CHECK(contains(error({1, 2, 2, 3, 4}, good_col), "edge list row_ptr[0] = 1 is not 0"));
+  CHECK(contains(error({0, 2, 1, 3, 4}, good_col), "edge list row_ptr is not non-decreasing: row_ptr[2] = 1 < row_ptr[1] = 2"));
+  CHECK(contains(error({0, 2, 2, 3, 3}, good_col), "edge list row_ptr[Tq] = row_ptr[4] = 3 is not the number of edges in col, 4"));
+  CHECK(contains(error(good_ptr, {0, 5, 1, 3}), "edge list col[1] = 5 (an edge of query 0) is outside the keys [0, Tk) = [0, 5)"));
+  CHECK(contains(error(good_ptr, {0, 4, -1, 3}), "edge list col[2] = -1 (an edge of query 2) is outside the keys"));
+  CHECK(contains(error(good_ptr, {4, 0, 1, 3}), "edge list col[1] = 0 does not come after col[0] = 4 among query 0's edges"));
+  CHECK(contains(error(good_ptr, {2, 2, 1, 3}), "edge list col[1] = 2 does not come after col[0] = 2"));
+  CHECK(contains(ag::test::error_of([&] {
+                   edge_graph({.row_ptr = Tensor::from_indices(good_ptr, {5})}, 4, 5, Device::CPU);
+                 }),
+                 "edges: an edge list needs both row_ptr and col"));
+  CHECK(contains(error(good_ptr, good_col, [](AttentionSpec& s) { s.causal = true; }),
+                 "the edges are the whole mask: causal and sparse patterns are not supported with them"));
+  CHECK(contains(error(good_ptr, good_col, [](AttentionSpec& s) { ag::test::softmax_of(s).masks.prefix = 1; }),
+                 "no other mask function (prefix, documents, parents, adjacency, custom) may be given with them"));
+  CHECK(contains(error(good_ptr, good_col, [](AttentionSpec& s) { ag::test::softmax_of(s).mods.soft_cap = 5.0; }),
+                 "score modifiers (ScoreMods) are not supported over an edge list yet"));
+  MaskMods as_edges;
+  as_edges.edges = {.row_ptr = Tensor::from_indices(good_ptr, {5}), .col = Tensor::from_indices(good_col, {4})};
+  CHECK(contains(ag::test::error_of([&] { evaluate_mask(as_edges, 1, 2, 4, 5, 1, "bench"); }),
+                 "bench: an edge list is not evaluated as bytes (edge_adjacency gives its dense form)"));
+}
