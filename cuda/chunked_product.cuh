@@ -72,9 +72,17 @@ inline Plan make_plan(PrefixDirection direction, int64_t problems, int64_t T, in
   return {direction, problems, T, r, e, length, (T + length - 1) / length, from_state};
 }
 
+// Rows of one operand from position j on: rows[i] is row j + i. Found once per block (the operands'
+// head mappings divide), then stepped by the stride.
+template <class T> struct Rows {
+  T* first;
+  int64_t stride;
+  __device__ T* operator[](int64_t i) const { return first + i * stride; }
+};
+
 // The operands P of a product provide, for problem n, in-head g < groups() and position j:
-//   const T* a(n, i), b(n, g, j), c(n, g, j): the rows A_i [r], B_gj [r], C_gj [e];
-//   T* out(n, i): the row Out_i [e];  T log_decay(n, j): λ_j (0 where nothing decays);  T weight(n, j): w_j.
+//   Rows<const T> a(n, j), b(n, g, j), c(n, g, j): A [r], B_g [r], C_g [e] from row j on;
+//   Rows<T> out(n, j): Out [e] from row j on;  T log_decay(n, j): λ_j (0 where nothing decays);  T weight(n, j): w_j.
 
 // The block's dynamic shared memory, handed out in order.
 template <class T> struct Shared {
@@ -116,14 +124,14 @@ template <class T> struct ChunkDecays {
   }
 };
 
-// dst[j · pitch + k] = row(j)[k0 + k] · scale(j) for j < kChunk-or-`rows` rows and k < width: 0 for
-// rows j ≥ m and columns k0 + k ≥ limit, so the tiles' padding adds nothing.
-template <class T, class Row, class Scale>
+// dst[j · pitch + k] = src[j][k0 + k] · scale(j) for j < rows and k < width: 0 for rows j ≥ m and
+// columns k0 + k ≥ limit, so the tiles' padding adds nothing.
+template <class T, class Scale>
 __device__ void stage(T* dst, int64_t pitch, int64_t rows, int64_t width, int64_t m, int64_t k0, int64_t limit,
-                      const Row& row, const Scale& scale) {
+                      const Rows<const T>& src, const Scale& scale) {
   for (int64_t index = threadIdx.x; index < rows * width; index += blockDim.x) {
     const int64_t j = index / width, k = index % width;
-    dst[j * pitch + k] = j < m && k0 + k < limit ? row(j)[k0 + k] * scale(j) : T(0);
+    dst[j * pitch + k] = j < m && k0 + k < limit ? src[j][k0 + k] * scale(j) : T(0);
   }
 }
 struct NoScale {
@@ -151,9 +159,9 @@ __global__ __launch_bounds__(kBlockThreads) void chunk_states_kernel(P p, Plan p
       for (int64_t e0 = 0; e0 < plan.e; e0 += kTile) {
         T acc[kRowsPerThread] = {};
         for (int64_t g = 0; g < p.groups(); ++g) {
-          stage(sB, pitch, kChunk, kTile, m, r0, plan.r, [&](int64_t j) { return p.b(n, g, j0 + j); },
+          stage(sB, pitch, kChunk, kTile, m, r0, plan.r, p.b(n, g, j0),
                 [&](int64_t j) { return keep[j] * d.w[j]; });  // B_j scaled as the CPU's decayed_b
-          stage(sC, pitch, kChunk, kTile, m, e0, plan.e, [&](int64_t j) { return p.c(n, g, j0 + j); }, NoScale{});
+          stage(sC, pitch, kChunk, kTile, m, e0, plan.e, p.c(n, g, j0), NoScale{});
           __syncthreads();
           for (int64_t j = 0; j < m; ++j) {
             const T cj = sC[j * pitch + col];
@@ -206,10 +214,11 @@ __device__ void masked_scores(const P& p, const Plan& plan, const ChunkDecays<T>
                               int64_t m, T* G, T* sA, T* sB) {
   constexpr int64_t pitch = kSlice + 1, g_pitch = kChunk + 1;
   const int col = threadIdx.x % kTile, row0 = threadIdx.x / kTile;
+  const Rows<const T> Ac = p.a(n, j0), Bc = p.b(n, g, j0);
   T acc[kRowsPerThread] = {};
   for (int64_t r0 = 0; r0 < plan.r; r0 += kSlice) {
-    stage(sA, pitch, kChunk, kSlice, m, r0, plan.r, [&](int64_t i) { return p.a(n, j0 + i); }, NoScale{});
-    stage(sB, pitch, kChunk, kSlice, m, r0, plan.r, [&](int64_t j) { return p.b(n, g, j0 + j); }, NoScale{});
+    stage(sA, pitch, kChunk, kSlice, m, r0, plan.r, Ac, NoScale{});
+    stage(sB, pitch, kChunk, kSlice, m, r0, plan.r, Bc, NoScale{});
     __syncthreads();
     for (int64_t s = 0; s < kSlice; ++s) {
       const T bj = sB[col * pitch + s];
@@ -262,6 +271,8 @@ __global__ __launch_bounds__(kBlockThreads) void chunk_outputs_kernel(P p, Plan 
     d.load(p, n, j0, m);
     const T* read = plan.causal() ? d.to_start : d.to_end;
     const T* E = states + task * plan.r * plan.e;
+    const Rows<const T> Ac = p.a(n, j0);
+    const Rows<T> Oc = p.out(n, j0);
     const int64_t passes = within ? p.groups() : 1;
     for (int64_t g = 0; g < passes; ++g) {
       if (within) masked_scores(p, plan, d, n, g, j0, m, G, sA, sB);
@@ -272,13 +283,13 @@ __global__ __launch_bounds__(kBlockThreads) void chunk_outputs_kernel(P p, Plan 
 #pragma unroll
           for (int k = 0; k < kRowsPerThread; ++k) {
             const int64_t i = row0 + k * kRowStep;
-            if (i < m && column < plan.e) acc[k] = p.out(n, j0 + i)[column];  // this thread wrote it
+            if (i < m && column < plan.e) acc[k] = Oc[i][column];  // this thread wrote it
           }
         } else if (has_state) {  // read_i · A_i E_c, as the CPU: the product, then the decay
           for (int64_t r0 = 0; r0 < plan.r; r0 += kSlice) {
-            stage(sA, pitch, kChunk, kSlice, m, r0, plan.r, [&](int64_t i) { return p.a(n, j0 + i); }, NoScale{});
-            stage(sE, tile_pitch, kSlice, kTile, plan.r - r0, e0, plan.e,
-                  [&](int64_t s) { return E + (r0 + s) * plan.e; }, NoScale{});
+            stage(sA, pitch, kChunk, kSlice, m, r0, plan.r, Ac, NoScale{});
+            stage(sE, tile_pitch, kSlice, kTile, plan.r - r0, e0, plan.e, Rows<const T>{E + r0 * plan.e, plan.e},
+                  NoScale{});
             __syncthreads();
             for (int64_t s = 0; s < kSlice; ++s) {
               const T es = sE[s * tile_pitch + col];
@@ -294,8 +305,7 @@ __global__ __launch_bounds__(kBlockThreads) void chunk_outputs_kernel(P p, Plan 
           }
         }
         if (within) {
-          stage(sC, tile_pitch, kChunk, kTile, m, e0, plan.e, [&](int64_t j) { return p.c(n, g, j0 + j); },
-                NoScale{});
+          stage(sC, tile_pitch, kChunk, kTile, m, e0, plan.e, p.c(n, g, j0), NoScale{});
           __syncthreads();
           for (int64_t j = 0; j < m; ++j) {
             const T cj = sC[j * tile_pitch + col];
@@ -307,7 +317,7 @@ __global__ __launch_bounds__(kBlockThreads) void chunk_outputs_kernel(P p, Plan 
 #pragma unroll
         for (int k = 0; k < kRowsPerThread; ++k) {
           const int64_t i = row0 + k * kRowStep;
-          if (i < m && column < plan.e) p.out(n, j0 + i)[column] = acc[k];
+          if (i < m && column < plan.e) Oc[i][column] = acc[k];
         }
       }
     }

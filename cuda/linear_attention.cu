@@ -70,14 +70,18 @@ template <class T> struct PrefixOperands {
   T* Out;
   PrefixProduct how;
   __device__ int64_t groups() const { return how.heads_summed(); }
-  __device__ const T* a(int64_t n, int64_t i) const { return A + how.a.at(n / how.out_heads, n % how.out_heads, i); }
-  __device__ const T* b(int64_t n, int64_t g, int64_t j) const {
-    return B + how.b.at(n / how.out_heads, how.first_in_head(n % how.out_heads) + g, j);
+  __device__ chunked::Rows<const T> a(int64_t n, int64_t j) const {
+    return {A + how.a.at(n / how.out_heads, n % how.out_heads, j), how.a.row};
   }
-  __device__ const T* c(int64_t n, int64_t g, int64_t j) const {
-    return C + how.c.at(n / how.out_heads, how.first_in_head(n % how.out_heads) + g, j);
+  __device__ chunked::Rows<const T> b(int64_t n, int64_t g, int64_t j) const {
+    return {B + how.b.at(n / how.out_heads, how.first_in_head(n % how.out_heads) + g, j), how.b.row};
   }
-  __device__ T* out(int64_t n, int64_t i) const { return Out + how.out.at(n / how.out_heads, n % how.out_heads, i); }
+  __device__ chunked::Rows<const T> c(int64_t n, int64_t g, int64_t j) const {
+    return {C + how.c.at(n / how.out_heads, how.first_in_head(n % how.out_heads) + g, j), how.c.row};
+  }
+  __device__ chunked::Rows<T> out(int64_t n, int64_t j) const {
+    return {Out + how.out.at(n / how.out_heads, n % how.out_heads, j), how.out.row};
+  }
   __device__ T log_decay(int64_t, int64_t) const { return T(0); }
   __device__ T weight(int64_t, int64_t) const { return T(1); }
 };

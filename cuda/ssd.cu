@@ -23,16 +23,18 @@ template <class T> struct SsdOperands {
   T* Out;
   DecayedProduct how;
   __device__ int64_t groups() const { return 1; }
-  __device__ const T* a(int64_t n, int64_t i) const {
-    return A + how.a.at(n / how.heads, how.a_head(n % how.heads), i);
+  __device__ chunked::Rows<const T> a(int64_t n, int64_t j) const {
+    return {A + how.a.at(n / how.heads, how.a_head(n % how.heads), j), how.a.row};
   }
-  __device__ const T* b(int64_t n, int64_t, int64_t j) const {
-    return B + how.b.at(n / how.heads, how.b_head(n % how.heads), j);
+  __device__ chunked::Rows<const T> b(int64_t n, int64_t, int64_t j) const {
+    return {B + how.b.at(n / how.heads, how.b_head(n % how.heads), j), how.b.row};
   }
-  __device__ const T* c(int64_t n, int64_t, int64_t j) const {
-    return C + how.c.at(n / how.heads, how.c_head(n % how.heads), j);
+  __device__ chunked::Rows<const T> c(int64_t n, int64_t, int64_t j) const {
+    return {C + how.c.at(n / how.heads, how.c_head(n % how.heads), j), how.c.row};
   }
-  __device__ T* out(int64_t n, int64_t i) const { return Out + how.out.at(n / how.heads, n % how.heads, i); }
+  __device__ chunked::Rows<T> out(int64_t n, int64_t j) const {
+    return {Out + how.out.at(n / how.heads, n % how.heads, j), how.out.row};
+  }
   __device__ T log_decay(int64_t n, int64_t j) const { return log_a[how.decay.at(n / how.heads, n % how.heads, j)]; }
   __device__ T weight(int64_t n, int64_t j) const {
     return how.weighted ? dt[how.decay.at(n / how.heads, n % how.heads, j)] : T(1);
