@@ -25,6 +25,12 @@
 // --positions none,rope,alibi times each case with each position encoding
 // (AttentionSpec::position; alibi: softmax only): what rope's rotation of q and k
 // and ALiBi's bias in the scores cost beside the same case without them.
+// --device cuda runs every case on the GPU (float32 still): each timed call waits
+// for the device (cuda::synchronize), and the memory column is what the device's
+// caching allocator holds (in use + cached) after the forward and after the
+// backward, above what it held before (it keeps freed blocks, so that is the peak).
+//
+//   ./build-gpu/bench_attention --device cuda --impls ssd,linear-elu1,flash --masks causal --T 512,16384 --d 64,128
 #include <cblas.h>
 #include <unistd.h>
 
@@ -39,6 +45,7 @@
 #include "core/attention_blocks.h"
 #include "core/ops.h"
 #include "core/threads.h"
+#include "cuda/context.h"
 #include "examples/common/command_line.h"
 
 using namespace ag;
@@ -108,20 +115,27 @@ double estimated_gb(const Case& c) {
 // The functions whose cost is not the score count (their GFLOP/s column is left empty).
 bool is_linear(const Case& c) { return c.impl.starts_with("linear-") || c.impl == "ssd"; }
 
-void run_case(const Case& c, bench::Clock clock, double budget_s) {
+// What the device's allocator holds, in MB (the host's peak is read from the process instead).
+double device_mb() {
+  const MemoryStats stats = cuda::memory_stats();
+  return static_cast<double>(stats.in_use_bytes + stats.cached_bytes) / (1024.0 * 1024.0);
+}
+
+void run_case(const Case& c, bench::Clock clock, double budget_s, Device device) {
   Generator gen(1);
   const Shape shape = {kBatch, kHeads, c.T, c.d};
-  Tensor q = Tensor::randn(shape, DType::Float32, &gen).requires_grad_();
-  Tensor k = Tensor::randn(shape, DType::Float32, &gen).requires_grad_();
-  Tensor v = Tensor::randn(shape, DType::Float32, &gen).requires_grad_();
-  const Tensor dZ = Tensor::randn(shape, DType::Float32, &gen);
+  const auto leaf = [&](const Tensor& t) { return t.to(device).requires_grad_(); };
+  Tensor q = leaf(Tensor::randn(shape, DType::Float32, &gen));
+  Tensor k = leaf(Tensor::randn(shape, DType::Float32, &gen));
+  Tensor v = leaf(Tensor::randn(shape, DType::Float32, &gen));
+  const Tensor dZ = Tensor::randn(shape, DType::Float32, &gen).to(device);
   std::function<Tensor()> forward;
   if (c.impl == "ssd") {
     if (c.mask != "causal") throw Error("--masks " + c.mask + ": ssd attention is causal");
     const AttentionSpec spec{
-        .function = SsdAttention{.dt = Tensor::uniform({kBatch, kHeads, c.T}, 1e-3, 0.1, DType::Float32, &gen).requires_grad_(),
-                                 .a_log = Tensor::full({kHeads}, std::log(4.0)).requires_grad_(),
-                                 .d_skip = Tensor::ones({kHeads}).requires_grad_()},
+        .function = SsdAttention{.dt = leaf(Tensor::uniform({kBatch, kHeads, c.T}, 1e-3, 0.1, DType::Float32, &gen)),
+                                 .a_log = leaf(Tensor::full({kHeads}, std::log(4.0))),
+                                 .d_skip = leaf(Tensor::ones({kHeads}))},
         .causal = true, .position = enum_from_name<PositionEncoding>(c.position, "--positions")};
     forward = [&q, &k, &v, spec] { return attention(q, k, v, spec); };
   } else if (is_linear(c)) {
@@ -129,8 +143,9 @@ void run_case(const Case& c, bench::Clock clock, double budget_s) {
     if (c.mask != "none" && c.mask != "causal") throw Error("--masks " + c.mask + ": linear attention takes none or causal");
     const AttentionSpec spec{
         .function = LinearAttention{.feature_map = map,
-                                    .omega = map == FeatureMap::Favor ? favor_projection(64, c.d, 0).to(DType::Float32)
-                                                                      : Tensor()},
+                                    .omega = map == FeatureMap::Favor
+                                                 ? favor_projection(64, c.d, 0).to(DType::Float32).to(device)
+                                                 : Tensor()},
         .causal = c.mask == "causal", .position = enum_from_name<PositionEncoding>(c.position, "--positions")};
     forward = [&q, &k, &v, spec] { return attention(q, k, v, spec); };
   } else {
@@ -138,21 +153,35 @@ void run_case(const Case& c, bench::Clock clock, double budget_s) {
     std::get<SoftmaxAttention>(spec.function).impl = enum_from_name<AttentionImpl>(c.impl, "--impls");
     forward = [&q, &k, &v, spec] { return attention(q, k, v, spec); };
   }
+  const bool gpu = device == Device::CUDA;
+  const auto wait = [gpu] {  // a GPU call returns once its kernels are queued
+    if (gpu) cuda::synchronize();
+  };
   const auto forward_backward = [&] {
     forward().backward(dZ);
     for (Tensor* t : {&q, &k, &v}) t->zero_grad();
+    wait();
   };
   double forward_mb, total_mb;
   {
     bench::PeakMemory peak;
+    wait();
+    const double before_mb = gpu ? device_mb() : 0;
     const Tensor z = forward();
-    forward_mb = peak.extra_mb();
+    wait();
+    forward_mb = gpu ? device_mb() - before_mb : peak.extra_mb();
     z.backward(dZ);
-    total_mb = peak.extra_mb();
+    wait();
+    total_mb = gpu ? device_mb() - before_mb : peak.extra_mb();
   }
   for (Tensor* t : {&q, &k, &v}) t->zero_grad();
   const double budget_ms = budget_s * 1000;
-  const double forward_ms = bench::median_ms([&] { forward(); }, clock, 1, 10, budget_ms);
+  const double forward_ms = bench::median_ms(
+      [&] {
+        forward();
+        wait();
+      },
+      clock, 1, 10, budget_ms);
   const double total_ms = bench::median_ms(forward_backward, clock, 1, 10, budget_ms);
   // A document mask's construction, as a new layout's first call pays it: its compact form
   // (document_starts: each position's document start, O(T)), then the block map of the CPU's
@@ -200,7 +229,7 @@ int main(int argc, char** argv) {
   std::string impls = "composed,dense,flash", lengths = "64,256,1024,4096,16384", widths = "32,64";
   std::string masks = "none,causal", positions = "none";
   double memory_limit_gb = 4, budget_s = 2;
-  std::string clock = "wall";
+  std::string clock = "wall", device_option = "cpu";
   std::vector<std::string> one_case;
   command.option("--threads", threads, "CPU threads (OpenMP and OpenBLAS)");
   command.option("--impls", impls, "implementations, comma-separated: composed, dense, flash, linear-elu1, linear-favor, ssd");
@@ -212,20 +241,28 @@ int main(int argc, char** argv) {
   command.option("--budget-s", budget_s, "seconds of repeats per timing (at least one run, at most 10)");
   command.option("--clock", clock, "wall, or cpu: the process's CPU time (for one thread on a busy machine)")
       .one_of({"wall", "cpu"});
+  command.option("--device", device_option, "where every case runs: cpu, or cuda (see the top of this file)")
+      .one_of({"cpu", "cuda"});
   command.option("--case", one_case, "internal: run one case (impl T d mask position) and print its numbers")
       .expected(5);
   if (const int code = program.parse_plain(argc, argv); code >= 0) return code;
   const bench::Clock timing = clock == "cpu" ? bench::Clock::Cpu : bench::Clock::Wall;
   set_num_threads(threads);
   bench::return_freed_memory_to_the_system();
+  const Device device = enum_from_name<Device>(device_option, "--device");
+  if (device == Device::CUDA && !cuda::available()) {
+    std::fprintf(stderr, "--device cuda: %s\n", cuda::describe_device().c_str());
+    return 1;
+  }
 
   if (!one_case.empty()) {
     run_case({one_case[0], std::stoll(one_case[1]), std::stoll(one_case[2]), one_case[3], one_case[4]}, timing,
-             budget_s);
+             budget_s, device);
     return 0;
   }
-  std::printf("%s\nsgemm 2048³ on %d threads: %.0f GFLOP/s (%s time)\n\n", cpu_runtime_summary().c_str(), threads,
+  std::printf("%s\nsgemm 2048³ on %d threads: %.0f GFLOP/s (%s time)\n", cpu_runtime_summary().c_str(), threads,
               sgemm_gflops(2048, timing), clock.c_str());
+  std::printf("device: %s\n\n", device == Device::CPU ? "cpu" : cuda::describe_device().c_str());
   std::printf("| d | T | mask | density | impl | position | fwd ms | fwd GFLOP/s | fwd+bwd ms | fwd+bwd GFLOP/s | peak extra MB fwd / fwd+bwd |\n");
   std::printf("|---|---|---|---:|---|---|---:|---:|---:|---:|---:|\n");
   std::vector<std::string> constructions;  // doc<L> masks' construction, printed after the table
@@ -245,7 +282,7 @@ int main(int argc, char** argv) {
             }
             std::ostringstream command;
             command << "/proc/" << getpid() << "/exe --threads " << threads << " --budget-s " << budget_s << " --clock "
-                    << clock << " --case "
+                    << clock << " --device " << device_option << " --case "
                     << impl << ' ' << T << ' ' << d << ' ' << mask << ' ' << position;
             double forward_ms, total_ms, forward_mb, total_mb, bytes_ms, map_ms;
             if (std::sscanf(bench::run_and_capture(command.str()).c_str(), "%lf %lf %lf %lf %lf %lf", &forward_ms,

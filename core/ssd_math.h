@@ -44,18 +44,19 @@ struct DecayedProduct {
 namespace math {
 
 // The decay's gradient (contract: core/kernels.inc, ssd_decay_gradient) for
-// problem n = b·heads + h: the suffix sums dλ_t = Σ_{s ≥ t} (dY_s · Y_s − Δ_s dΔ_s),
-// from t = T − 1 down, on one thread. Called for every n by the CPU rows
-// (core/cpu/ssd.cpp) and by one CUDA thread each (cuda/ssd.cu), so both sum in
-// the same order.
+// problem n = b·heads + h: the suffix sums dλ_t = Σ_{s ≥ t} (dY_s · Y_s − Δ_s dΔ_s).
+// The CPU runs every problem's whole range on one thread, from t = T − 1 down
+// (core/cpu/ssd.cpp); CUDA runs spans of positions in parallel, each summed by
+// suffix_sums as here, then adds the totals of the spans after it (cuda/ssd.cu).
 template <class T> struct DecayGradient {
   const T *dy, *y, *dt, *d_dt;
   T* d_log_a;
   DecayedProduct how;
-  AG_HOST_DEVICE void operator()(int64_t n) const {
+  // dλ_t = Σ_{t ≤ s < t1} (…) for t in [t0, t1), summed from t1 − 1 down; returns the span's total.
+  AG_HOST_DEVICE T suffix_sums(int64_t n, int64_t t0, int64_t t1) const {
     const int64_t b = n / how.heads, h = n % how.heads;
     T suffix = 0;
-    for (int64_t t = how.T - 1; t >= 0; --t) {
+    for (int64_t t = t1 - 1; t >= t0; --t) {
       const T *dyt = dy + how.out.at(b, h, t), *yt = y + how.out.at(b, h, t);
       T dot = 0;
       for (int64_t c = 0; c < how.e; ++c) dot += dyt[c] * yt[c];
@@ -63,7 +64,9 @@ template <class T> struct DecayGradient {
       suffix += dot - dt[at] * d_dt[at];
       d_log_a[at] = suffix;
     }
+    return suffix;
   }
+  AG_HOST_DEVICE void operator()(int64_t n) const { suffix_sums(n, 0, how.T); }
 };
 
 }  // namespace math

@@ -2,15 +2,14 @@
 // prefix product. Reference: core/cpu/linear_attention.cpp; formulas:
 // core/linear_attention_math.h.
 //
-// The product runs as the recurrence its chunked CPU form computes in blocks:
-// one thread block per problem (batch entry × head of Out), each thread owning
-// columns c of the running state Σ_j B_jᵀ C_j [r, e] (in global scratch) and
-// of Out. Position by position it adds B_iᵀ C_i[c] to its columns, then reads
-// Out_i[c] = A_i · state[:, c]: no thread reads what another writes, so no
-// synchronisation and no atomics, and the same bits every run. The CPU's
-// chunk length does not apply (the result equals the chunked one but for
-// rounding); a tiled form with the intra-chunk products as GEMMs is the way
-// to speed, once a GPU run has checked this one.
+// The product is the chunked one of cuda/chunked_product.cuh (the CPU's
+// algorithm; its header gives the blocks, the shared memory and why) with every
+// decay 1: chunk states Σ_g B_gcᵀ C_gc in parallel, a short scan over the
+// chunks, then each chunk's masked A_c B_gcᵀ C_gc plus A_c times the state
+// entering it. Causal (the forward, dφ(Q)), Anticausal (dφ(K), dV) and All
+// (non-causal: every position reads the total state). A kv head's gradient sums
+// its query heads' rows in the kernel (the operands' groups).
+#include "cuda/chunked_product.cuh"
 #include "cuda/cuda.h"
 #include "cuda/launch.cuh"
 
@@ -64,40 +63,28 @@ template <class T> struct FeaturesBackward {
   }
 };
 
-// Block n is head n % out_heads of batch entry n / out_heads; thread c owns column c.
-template <class T>
-__global__ void prefix_product_kernel(const T* A, const T* B, const T* C, T* Out, T* state, PrefixProduct how) {
-  const int64_t problems = how.batch * how.out_heads, r = how.r, e = how.e, summed = how.heads_summed();
-  for (int64_t n = blockIdx.x; n < problems; n += gridDim.x) {
-    const int64_t b = n / how.out_heads, h = n % how.out_heads, first = how.first_in_head(h);
-    T* st = state + n * r * e;
-    for (int64_t c = threadIdx.x; c < e; c += blockDim.x) {
-      for (int64_t p = 0; p < r; ++p) st[p * e + c] = T(0);
-      const auto add = [&](int64_t j) {
-        for (int64_t g = 0; g < summed; ++g) {
-          const T *bj = B + how.b.at(b, first + g, j), *cj = C + how.c.at(b, first + g, j);
-          for (int64_t p = 0; p < r; ++p) st[p * e + c] += bj[p] * cj[c];
-        }
-      };
-      const auto read = [&](int64_t i) {
-        const T* ai = A + how.a.at(b, h, i);
-        T acc = 0;
-        for (int64_t p = 0; p < r; ++p) acc += ai[p] * st[p * e + c];
-        Out[how.out.at(b, h, i) + c] = acc;
-      };
-      if (how.direction == PrefixDirection::All) {
-        for (int64_t j = 0; j < how.T; ++j) add(j);
-        for (int64_t i = 0; i < how.T; ++i) read(i);
-        continue;
-      }
-      for (int64_t step = 0; step < how.T; ++step) {
-        const int64_t i = how.direction == PrefixDirection::Causal ? step : how.T - 1 - step;
-        add(i);  // position i sees itself
-        read(i);
-      }
-    }
+// Where problem n (head n % out_heads of batch entry n / out_heads) finds its rows: in-head g of the
+// heads_summed() it reads from first_in_head(h) on. Nothing decays (λ = 0, every a = 1) and w = 1.
+template <class T> struct PrefixOperands {
+  const T *A, *B, *C;
+  T* Out;
+  PrefixProduct how;
+  __device__ int64_t groups() const { return how.heads_summed(); }
+  __device__ chunked::Rows<const T> a(int64_t n, int64_t j) const {
+    return {A + how.a.at(n / how.out_heads, n % how.out_heads, j), how.a.row};
   }
-}
+  __device__ chunked::Rows<const T> b(int64_t n, int64_t g, int64_t j) const {
+    return {B + how.b.at(n / how.out_heads, how.first_in_head(n % how.out_heads) + g, j), how.b.row};
+  }
+  __device__ chunked::Rows<const T> c(int64_t n, int64_t g, int64_t j) const {
+    return {C + how.c.at(n / how.out_heads, how.first_in_head(n % how.out_heads) + g, j), how.c.row};
+  }
+  __device__ chunked::Rows<T> out(int64_t n, int64_t j) const {
+    return {Out + how.out.at(n / how.out_heads, n % how.out_heads, j), how.out.row};
+  }
+  __device__ T log_decay(int64_t, int64_t) const { return T(0); }
+  __device__ T weight(int64_t, int64_t) const { return T(1); }
+};
 
 }  // namespace
 
@@ -124,10 +111,10 @@ void linear_attention_product(const Tensor& A, const Tensor& B, const Tensor& C,
                               Tensor& Out) {
   visit_floating(A.dtype(), "linear_attention_product", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t problems = how.batch * how.out_heads;
-    const Tensor state = Tensor::empty({problems, how.r, how.e}, A.dtype(), Device::CUDA);
-    launch_rows(prefix_product_kernel<T>, problems, how.e, ptr<const T>(A), ptr<const T>(B), ptr<const T>(C),
-                ptr<T>(Out), ptr<T>(state), how);
+    const chunked::Plan plan =
+        chunked::make_plan(how.direction, how.batch * how.out_heads, how.T, how.r, how.e, how.chunk, false);
+    chunked::product<T>(PrefixOperands<T>{ptr<const T>(A), ptr<const T>(B), ptr<const T>(C), ptr<T>(Out), how}, plan,
+                        A.dtype(), nullptr);
   });
 }
 

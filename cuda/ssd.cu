@@ -1,19 +1,16 @@
-// State-space attention on CUDA: the decayed product and the decay's gradient
-// (one thread per problem running math::DecayGradient, core/ssd_math.h, as the
-// CPU does).
+// State-space attention on CUDA: the decayed product, chunked (Mamba-2's SSD
+// algorithm, the CPU's: three launches of cuda/chunked_product.cuh, whose
+// header gives the blocks, the shared memory and why), and the decay's
+// gradient, a suffix sum over T in spans of 64 positions (each span summed by
+// math::DecayGradient, core/ssd_math.h, the CPU's loop; then the spans' totals).
 // Reference: core/cpu/ssd.cpp; contract: core/ssd_math.h (DecayedProduct).
 //
-// The product runs as the recurrence the CPU's chunks compute in blocks: one
-// thread block per problem (batch entry × head), each thread owning columns c
-// of the state [r, e] (in global scratch, or the caller's state) and of Out.
-// Position by position, with a = exp(λ):
-//   Causal:     S_i = a_i S_{i−1} + w_i B_i C_iᵀ,          Out_i = A_i · S_i
-//   Anticausal: R_i = a_{i+1} R_{i+1} + w_i B_i C_iᵀ,      Out_i = A_i · R_i
-// (unrolled, both are Σ_j exp(σ(i, j)) w_j (A_i·B_j) C_j). No thread reads what
-// another writes: no synchronisation, no atomics, the same bits every run. The
-// CPU's chunk length does not apply (the result equals the chunked one but for
-// rounding); the chunked form with its products as GEMMs is the way to speed,
-// once a GPU run has checked this one.
+// The operands below tell the chunked product where problem n = b·heads + h
+// finds its rows: A, B and C through their own head mappings (a query head
+// reads its kv head in place), λ and Δ through how.decay. Both directions,
+// weighted or not, and decoding's state (causal: the scan starts from it and
+// leaves the last one in it) run the same three launches, T = 1 included.
+#include "cuda/chunked_product.cuh"
 #include "cuda/cuda.h"
 #include "cuda/launch.cuh"
 
@@ -21,34 +18,67 @@ namespace ag::cuda {
 
 namespace {
 
-template <class T>
-__global__ void decayed_product_kernel(const T* A, const T* B, const T* C, const T* dt, const T* log_a, T* Out,
-                                       T* state, bool from_state, DecayedProduct how) {
-  const int64_t problems = how.batch * how.heads, r = how.r, e = how.e, T_ = how.T;
-  const bool causal = how.causal();
-  for (int64_t n = blockIdx.x; n < problems; n += gridDim.x) {
-    const int64_t b = n / how.heads, h = n % how.heads;
-    const int64_t ha = how.a_head(h), hb = how.b_head(h), hc = how.c_head(h);
-    T* st = state + n * r * e;
-    for (int64_t c = threadIdx.x; c < e; c += blockDim.x) {
-      if (!from_state)
-        for (int64_t p = 0; p < r; ++p) st[p * e + c] = T(0);
-      for (int64_t step = 0; step < T_; ++step) {
-        const int64_t i = causal ? step : T_ - 1 - step;
-        const int64_t decay_at = causal ? i : i + 1;  // the a that carries the state to i
-        const T decay = decay_at < T_ ? exp(log_a[how.decay.at(b, h, decay_at)]) : T(0);
-        const T w = how.weighted ? dt[how.decay.at(b, h, i)] : T(1);
-        const T* bi = B + how.b.at(b, hb, i);
-        const T wc = w * C[how.c.at(b, hc, i) + c];
-        for (int64_t p = 0; p < r; ++p) st[p * e + c] = decay * st[p * e + c] + bi[p] * wc;
-        const T* ai = A + how.a.at(b, ha, i);
-        T acc = 0;
-        for (int64_t p = 0; p < r; ++p) acc += ai[p] * st[p * e + c];
-        Out[how.out.at(b, h, i) + c] = acc;
-      }
+template <class T> struct SsdOperands {
+  const T *A, *B, *C, *dt, *log_a;
+  T* Out;
+  DecayedProduct how;
+  __device__ int64_t groups() const { return 1; }
+  __device__ chunked::Rows<const T> a(int64_t n, int64_t j) const {
+    return {A + how.a.at(n / how.heads, how.a_head(n % how.heads), j), how.a.row};
+  }
+  __device__ chunked::Rows<const T> b(int64_t n, int64_t, int64_t j) const {
+    return {B + how.b.at(n / how.heads, how.b_head(n % how.heads), j), how.b.row};
+  }
+  __device__ chunked::Rows<const T> c(int64_t n, int64_t, int64_t j) const {
+    return {C + how.c.at(n / how.heads, how.c_head(n % how.heads), j), how.c.row};
+  }
+  __device__ chunked::Rows<T> out(int64_t n, int64_t j) const {
+    return {Out + how.out.at(n / how.heads, n % how.heads, j), how.out.row};
+  }
+  __device__ T log_decay(int64_t n, int64_t j) const { return log_a[how.decay.at(n / how.heads, n % how.heads, j)]; }
+  __device__ T weight(int64_t n, int64_t j) const {
+    return how.weighted ? dt[how.decay.at(n / how.heads, n % how.heads, j)] : T(1);
+  }
+};
+
+// --- the decay's gradient ----------------------------------------------------------------------------
+constexpr int64_t kDecaySpan = 64;
+
+// Thread i = n · spans + s: span s of problem n, its suffix sums in dλ and its total in totals[i].
+template <class T> struct DecaySpans {
+  math::DecayGradient<T> gradient;
+  T* totals;
+  int64_t spans;
+  __device__ void operator()(int64_t i) const {
+    const int64_t t0 = i % spans * kDecaySpan;
+    const int64_t t1 = t0 + kDecaySpan < gradient.how.T ? t0 + kDecaySpan : gradient.how.T;
+    totals[i] = gradient.suffix_sums(i / spans, t0, t1);
+  }
+};
+// Thread n: each span's total replaced by the sum of the totals after it (0 for the last), from the end.
+template <class T> struct DecayLaterSpans {
+  T* totals;
+  int64_t spans;
+  __device__ void operator()(int64_t n) const {
+    T later = 0;
+    for (int64_t s = spans - 1; s >= 0; --s) {
+      const T own = totals[n * spans + s];
+      totals[n * spans + s] = later;
+      later += own;
     }
   }
-}
+};
+// Thread i = n · T + t: dλ_t += what the spans after t's add.
+template <class T> struct DecayAddLater {
+  T* d_log_a;
+  const T* totals;
+  int64_t spans;
+  DecayedProduct how;
+  __device__ void operator()(int64_t i) const {
+    const int64_t n = i / how.T, t = i % how.T;
+    d_log_a[how.decay.at(n / how.heads, n % how.heads, t)] += totals[n * spans + t / kDecaySpan];
+  }
+};
 
 }  // namespace
 
@@ -56,19 +86,29 @@ void ssd_product(const Tensor& A, const Tensor& B, const Tensor& C, const Tensor
                  const DecayedProduct& how, Tensor& Out, Tensor* state) {
   visit_floating(A.dtype(), "ssd_product", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t problems = how.batch * how.heads;
-    const Tensor scratch = state ? *state : Tensor::empty({problems, how.r, how.e}, A.dtype(), Device::CUDA);
-    launch_rows(decayed_product_kernel<T>, problems, how.e, ptr<const T>(A), ptr<const T>(B), ptr<const T>(C),
-                ptr<const T>(dt), ptr<const T>(log_a), ptr<T>(Out), ptr<T>(scratch), state != nullptr, how);
+    const chunked::Plan plan =
+        chunked::make_plan(how.direction, how.batch * how.heads, how.T, how.r, how.e, how.chunk, state != nullptr);
+    const SsdOperands<T> operands{ptr<const T>(A),     ptr<const T>(B), ptr<const T>(C), ptr<const T>(dt),
+                                  ptr<const T>(log_a), ptr<T>(Out),    how};
+    chunked::product<T>(operands, plan, A.dtype(), state ? ptr<T>(*state) : nullptr);
   });
 }
 
+// dλ in spans of kDecaySpan positions: each span's own suffix sums and total in parallel
+// (math::DecayGradient::suffix_sums, one thread per (problem, span)), then per problem the totals
+// of the spans after each (one thread, T / kDecaySpan steps), added to its positions.
 void ssd_decay_gradient(const Tensor& dY, const Tensor& Y, const Tensor& dt, const Tensor& d_dt,
                         const DecayedProduct& how, Tensor& d_log_a) {
   visit_floating(Y.dtype(), "ssd_decay_gradient", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(how.batch * how.heads, math::DecayGradient<T>{ptr<const T>(dY), ptr<const T>(Y), ptr<const T>(dt),
-                                                                 ptr<const T>(d_dt), ptr<T>(d_log_a), how});
+    const int64_t problems = how.batch * how.heads, spans = (how.T + kDecaySpan - 1) / kDecaySpan;
+    if (problems == 0 || how.T == 0) return;
+    const Tensor totals = Tensor::empty({problems, spans}, Y.dtype(), Device::CUDA);
+    const math::DecayGradient<T> gradient{ptr<const T>(dY), ptr<const T>(Y), ptr<const T>(dt), ptr<const T>(d_dt),
+                                          ptr<T>(d_log_a), how};
+    for_each_index(problems * spans, DecaySpans<T>{gradient, ptr<T>(totals), spans});
+    for_each_index(problems, DecayLaterSpans<T>{ptr<T>(totals), spans});
+    for_each_index(problems * how.T, DecayAddLater<T>{ptr<T>(d_log_a), ptr<const T>(totals), spans, how});
   });
 }
 

@@ -28,6 +28,11 @@
 #      ms/step and TFLOP/s), then the default model 2000 iterations at fp32 and
 #      at bf16, same seed: their final val losses (issue 48: within 0.01).
 #      COMPILE=0 leaves torch.compile out, CONVERGE=0 the 2000-iteration runs.
+#  10. with ATTN=1, issue 49's O(T) attention on the GPU: bench_attention --device cuda
+#      times ssd, linear attention (elu1) and flash softmax, causal, B = 1 × H = 8,
+#      d = 64 and 128, at T = 512 and 16384 (ATTN_T), forward and forward + backward,
+#      with the device memory; then each O(T) function's time over flash's at the same
+#      d and T (issue 49: at most 1.5 at T = 512; ssd at most 0.1 at T = 16384).
 # Everything printed also goes to LOG_DIR/gpu_check.log.
 #
 #   bash scripts/gpu_check.sh LOG_DIR
@@ -264,4 +269,23 @@ if [ "${COMPARE:-0}" = 1 ]; then
     END {if (n == 2) {for (f in v) {if (f ~ /bf16/) b = v[f]; else a = v[f]}
          d = b - a; printf "bf16 - fp32 val loss: %+.4f (%s)\n", d, (d < 0.01 && d > -0.01) ? "within 0.01" : "NOT within 0.01"}}' \
     "$log_dir/converge-fp32.log" "$log_dir/converge-bf16.log"
+fi
+
+if [ "${ATTN:-0}" = 1 ]; then
+  echo "== issue 49: ssd and linear attention against flash softmax on the GPU (bench_attention --device cuda)"
+  cmake --build build-gpu -j "$(nproc)" --target bench_attention >>"$log_dir/build.log" 2>&1 ||
+    { grep -B2 -A8 -m5 "error" "$log_dir/build.log"; exit 1; }
+  timeout 420 ./build-gpu/bench_attention --device cuda --impls ssd,linear-elu1,flash --masks causal \
+    --T "${ATTN_T:-512,16384}" --d 64,128 --budget-s 1 --memory-limit-gb 60 | tee "$log_dir/attention-gpu.md"
+  echo "-- each O(T) function's time over flash's (same d and T)"
+  # The table's columns (split at '|'): 2 d, 3 T, 6 impl, 8 forward ms, 10 forward + backward ms.
+  awk -F'|' 'function trim(x) { gsub(/ /, "", x); return x }
+    trim($8) ~ /^[0-9.]+$/ { key = trim($2) " " trim($3); forward[key, trim($6)] = trim($8)
+                             total[key, trim($6)] = trim($10); keys[key] = 1 }
+    END { for (key in keys) { split(key, at, " ")
+            for (i = 1; i <= 2; ++i) { impl = i == 1 ? "ssd" : "linear-elu1"
+              if (!((key, impl) in forward) || !((key, "flash") in forward)) continue
+              printf "d %4s T %6s %-12s forward %6.2fx flash   forward+backward %6.2fx flash\n", at[1], at[2], impl,
+                     forward[key, impl] / forward[key, "flash"], total[key, impl] / total[key, "flash"] } } }' \
+    "$log_dir/attention-gpu.md" | sort -k2,2n -k4,4n -k5,5
 fi

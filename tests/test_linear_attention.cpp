@@ -244,6 +244,71 @@ TEST_CASE_EVERY_DEVICE("linear attention: elu1 and favor, causal and not, on eve
       }
 }
 
+// The shapes the CUDA kernels tile differently (cuda/chunked_product.cuh), as ssd's: chunks of 1, 16
+// and 64 positions with T = 1, below a chunk, a multiple of one and not; head widths 32, 64 and 128
+// (the products' r and e are d and d + 1: one column past a 64-wide tile); grouped kv heads (a kv
+// head's gradients sum its query heads inside the kernel); causal and not; float32 and float64. On
+// the CPU the chunked op equals one chunk of all T (float64); on a device it equals the CPU. At T = 1
+// the q and k gradients are O(ε) (above), so a device compares the output and dv there.
+TEST_CASE_EVERY_DEVICE("linear attention: chunks of 1, 16, 64 positions, head widths 32, 64, 128 and T from 1 to 130 on every device as on the CPU") {
+  struct ChunkCase {
+    int64_t T, chunk, d, Hkv;
+  };
+  for (const ChunkCase s : {ChunkCase{1, 64, 32, 2}, ChunkCase{17, 16, 64, 1}, ChunkCase{100, 16, 32, 2},
+                            ChunkCase{130, 64, 128, 1}, ChunkCase{40, 1, 32, 4}, ChunkCase{64, 64, 64, 2},
+                            ChunkCase{63, 64, 128, 4}, ChunkCase{129, 16, 64, 2}})
+    for (bool causal : {true, false})
+      for (DType dtype : {DType::Float64, DType::Float32}) {
+        if (device == Device::CPU && dtype == DType::Float32) continue;  // "float32 agrees with float64", above
+        CAPTURE(s.T);
+        CAPTURE(s.chunk);
+        CAPTURE(s.d);
+        CAPTURE(s.Hkv);
+        CAPTURE(causal);
+        CAPTURE(std::string(dtype_name(dtype)));
+        const auto f_at = [causal](int64_t chunk) -> GradcheckFn {
+          return [causal, chunk](const std::vector<Tensor>& x) {
+            return attention(x[0], x[1], x[2], {.function = LinearAttention{.chunk = chunk}, .causal = causal});
+          };
+        };
+        std::vector<Tensor> x = {random({2, 4, s.T, s.d}, 411), random({2, s.Hkv, s.T, s.d}, 412),
+                                 random({2, s.Hkv, s.T, s.d}, 413)};
+        if (device == Device::CPU) {
+          const auto upstream = [](const Tensor& z) { return random(z.shape(), 414, z.dtype(), false); };
+          const std::vector<Tensor> got = ag::test::output_and_gradients(f_at(s.chunk), x, upstream),
+                                    want = ag::test::output_and_gradients(f_at(s.T), x, upstream);
+          for (size_t i = 0; i < got.size(); ++i) {
+            CAPTURE(i);  // 0: Z, then dQ, dK, dV
+            CHECK_CLOSE(got[i], want[i], 1e-12);
+          }
+          continue;
+        }
+        if (s.T == 1) x = {x[0].detach(), x[1].detach(), x[2]};
+        ag::test::check_device_matches_cpu(device, f_at(s.chunk), x, dtype == DType::Float64 ? 1e-12 : 1e-5, dtype);
+      }
+}
+
+// Many problems at a length a device trains at: 2 batch entries × 16 query heads (over 4 kv heads)
+// × 4096 positions, 64 chunks each, causal (float32; sums over 4096 positions: 1e-4, as
+// tests/helpers.h says), then the same bits when run again. On the CPU the same-bits check alone,
+// at T = 300.
+TEST_CASE_EVERY_DEVICE("linear attention: T = 4096 over 32 problems on every device as on the CPU, the same bits when run again") {
+  const bool cpu = device == Device::CPU;
+  const int64_t T = cpu ? 300 : 4096, Hq = cpu ? 4 : 16, Hkv = cpu ? 2 : 4;
+  const std::vector<Tensor> x = {random({2, T, Hq, 64}, 421), random({2, T, Hkv, 64}, 422),
+                                 random({2, T, Hkv, 64}, 423)};
+  const GradcheckFn f = [](const std::vector<Tensor>& in) {
+    return attention(in[0], in[1], in[2], {.function = LinearAttention{}, .causal = true, .layout = AttentionLayout::BTHD});
+  };
+  if (!cpu) ag::test::check_device_matches_cpu(device, f, x, 1e-4);
+  ag::test::check_same_bits_again(device, [&] {
+    std::vector<Tensor> in;
+    for (const Tensor& t : x) in.push_back(ag::test::copy_to(device, t, DType::Float32));
+    return ag::test::output_and_gradients(
+        f, in, [](const Tensor& z) { return random(z.shape(), 424, z.dtype(), false).to(z.device()); });
+  });
+}
+
 TEST_CASE("linear attention: grouped kv heads equal each kv head repeated, BTHD equals BHTD (output and gradients)") {
   for (const Case& c : kCases)
     for (int64_t Hkv : {1, 2}) {

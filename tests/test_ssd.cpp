@@ -222,33 +222,98 @@ TEST_CASE_EVERY_DEVICE("ssd attention: on every device as on the CPU, output and
     }
 }
 
+// Head width 4 in one chunk of 64, and 64 in chunks of 16: after a prefill of 5 rows, 35 rows at
+// once (three chunks on top of a state), then one row at a time.
 TEST_CASE_EVERY_DEVICE("ssd attention: decoding from the state in a LayerKVCache gives the causal op's rows (GQA, BTHD)") {
-  for (int64_t Hkv : {4, 2, 1})
+  struct Width {
+    int64_t d, chunk;
+  };
+  for (const Width w : {Width{4, 64}, Width{64, 16}})
+    for (int64_t Hkv : {4, 2, 1})
+      for (DType dtype : {DType::Float64, DType::Float32}) {
+        CAPTURE(w.d);
+        CAPTURE(w.chunk);
+        CAPTURE(Hkv);
+        CAPTURE(std::string(dtype_name(dtype)));
+        const double tolerance = dtype == DType::Float64 ? 1e-12 : 1e-5;
+        const int64_t T = 70;
+        std::vector<Tensor> x =
+            inputs_for({.Hq = 4, .Hkv = Hkv, .T = T, .d = w.d, .layout = AttentionLayout::BTHD}, 80, dtype);
+        for (Tensor& t : x) t = t.detach().to(device);
+        const Tensor full = ssd(x, AttentionLayout::BTHD, w.chunk).to(Device::CPU);
+        NoGradGuard no_grad;
+        LayerKVCache cache{.capacity = T};
+        const auto rows = [&](int64_t first, int64_t end) {
+          std::vector<Tensor> in = {slice(x[0], 1, first, end), slice(x[1], 1, first, end),
+                                    slice(x[2], 1, first, end), slice(x[3], 1, first, end), x[4], x[5]};
+          AttentionSpec spec = ssd_spec(in, AttentionLayout::BTHD, w.chunk);
+          spec.cache = &cache;
+          return attention(in[0], in[1], in[2], spec);
+        };
+        std::vector<Tensor> out = {rows(0, 5), rows(5, 40)};  // a prefill, then a block of rows
+        for (int64_t t = 40; t < T; ++t) out.push_back(rows(t, t + 1));
+        CHECK_CLOSE(concat(out, 1).to(Device::CPU), full, tolerance);
+        CHECK(cache.length == T);
+        CHECK(!cache.k.defined());                            // no keys or values kept
+        CHECK(cache.state.shape() == Shape{2, 4, w.d, w.d});  // d × d per query head, whatever T is
+        CHECK_THROWS_AS(rows(0, 1), Error);                   // full
+      }
+}
+
+// The shapes the CUDA kernels tile differently (cuda/chunked_product.cuh): chunks of 1, 16 and 64
+// positions with T = 1, below a chunk, a multiple of one and not; head widths 32, 64 and 128 (r and e
+// past one 32-wide slice of the contraction and one 64-wide output tile); grouped kv heads; float32
+// and float64. Each backward runs two anticausal products, so both directions are in every case. On
+// the CPU the chunked op equals one chunk of all T (the masked form alone, float64); on a device it
+// equals the CPU. At T = 1 nothing decays and a_log's gradient is rounding noise on both sides, so a
+// device holds a_log fixed there.
+struct ChunkCase {
+  int64_t T, chunk, d, Hkv;
+};
+const ChunkCase kChunkCases[] = {{1, 64, 32, 2},  {17, 16, 64, 1}, {100, 16, 32, 2}, {130, 64, 128, 1},
+                                 {40, 1, 32, 4},  {64, 64, 64, 2}, {63, 64, 128, 4}, {129, 16, 64, 2}};
+
+TEST_CASE_EVERY_DEVICE("ssd attention: chunks of 1, 16, 64 positions, head widths 32, 64, 128 and T from 1 to 130 on every device as on the CPU") {
+  for (const ChunkCase& s : kChunkCases)
     for (DType dtype : {DType::Float64, DType::Float32}) {
-      CAPTURE(Hkv);
+      if (device == Device::CPU && dtype == DType::Float32) continue;  // "float32 agrees with float64", above
+      CAPTURE(s.T);
+      CAPTURE(s.chunk);
+      CAPTURE(s.d);
+      CAPTURE(s.Hkv);
       CAPTURE(std::string(dtype_name(dtype)));
-      const double tolerance = dtype == DType::Float64 ? 1e-12 : 1e-5;
-      const int64_t T = 70;
-      std::vector<Tensor> x = inputs_for({.Hq = 4, .Hkv = Hkv, .T = T, .layout = AttentionLayout::BTHD}, 80, dtype);
-      for (Tensor& t : x) t = t.detach().to(device);
-      const Tensor full = ssd(x, AttentionLayout::BTHD).to(Device::CPU);
-      NoGradGuard no_grad;
-      LayerKVCache cache{.capacity = T};
-      const auto rows = [&](int64_t first, int64_t end) {
-        std::vector<Tensor> in = {slice(x[0], 1, first, end), slice(x[1], 1, first, end), slice(x[2], 1, first, end),
-                                  slice(x[3], 1, first, end), x[4], x[5]};
-        AttentionSpec spec = ssd_spec(in, AttentionLayout::BTHD);
-        spec.cache = &cache;
-        return attention(in[0], in[1], in[2], spec);
-      };
-      std::vector<Tensor> out = {rows(0, 5)};  // a prefill
-      for (int64_t t = 5; t < T; ++t) out.push_back(rows(t, t + 1));
-      CHECK_CLOSE(concat(out, 1).to(Device::CPU), full, tolerance);
-      CHECK(cache.length == T);
-      CHECK(!cache.k.defined());  // no keys or values kept
-      CHECK(cache.state.shape() == Shape{2, 4, 4, 4});  // d × d per query head, whatever T is
-      CHECK_THROWS_AS(rows(0, 1), Error);  // full
+      std::vector<Tensor> x = inputs_for({.Hq = 4, .Hkv = s.Hkv, .T = s.T, .d = s.d}, 100 + s.T);
+      const GradcheckFn f = [&](const std::vector<Tensor>& in) { return ssd(in, AttentionLayout::BHTD, s.chunk); };
+      if (device == Device::CPU) {
+        const GradcheckFn whole = [&](const std::vector<Tensor>& in) { return ssd(in, AttentionLayout::BHTD, s.T); };
+        const std::vector<Tensor> got = output_and_gradients(f, x, 7), want = output_and_gradients(whole, x, 7);
+        for (size_t i = 0; i < got.size(); ++i) {
+          CAPTURE(kNames[i]);
+          CHECK_CLOSE(got[i], want[i], 1e-12);
+        }
+        continue;
+      }
+      if (s.T == 1) x[4] = x[4].detach();
+      ag::test::check_device_matches_cpu(device, f, x, dtype == DType::Float64 ? 1e-12 : 1e-5, dtype);
     }
+}
+
+// Many problems at a length a device trains at: 2 batch entries × 16 query heads (over 4 kv heads)
+// × 4096 positions, 64 chunks each (float32; sums over 4096 positions: 1e-4, as tests/helpers.h
+// says), then the same bits when run again. On the CPU the same-bits check alone, at T = 300.
+TEST_CASE_EVERY_DEVICE("ssd attention: T = 4096 over 32 problems on every device as on the CPU, the same bits when run again") {
+  const bool cpu = device == Device::CPU;
+  const std::vector<Tensor> x =
+      inputs_for({.B = 2, .Hq = cpu ? 4 : 16, .Hkv = cpu ? 2 : 4, .T = cpu ? 300 : 4096, .d = 64,
+                  .layout = AttentionLayout::BTHD},
+                 110);
+  const GradcheckFn f = [](const std::vector<Tensor>& in) { return ssd(in, AttentionLayout::BTHD); };
+  if (!cpu) ag::test::check_device_matches_cpu(device, f, x, 1e-4);
+  ag::test::check_same_bits_again(device, [&] {
+    std::vector<Tensor> in;
+    for (const Tensor& t : x) in.push_back(ag::test::copy_to(device, t, DType::Float32));
+    return output_and_gradients(f, in, 9);
+  });
 }
 
 // Whether a function's parameter type holds softmax's own parameters, or ssd's decay inputs.
