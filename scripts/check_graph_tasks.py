@@ -20,10 +20,12 @@ import sys
 import networkx as nx
 
 SETTINGS = [  # task, min nodes, max nodes, max distance, T
-    ("connectivity", 8, 16, 6, 64),
-    ("shortest-path", 8, 16, 6, 64),
-    ("connectivity", 8, 32, 7, 128),
-    ("shortest-path", 8, 32, 7, 128),
+    ("connectivity", 8, 16, 3, 64),
+    ("shortest-path", 8, 16, 3, 64),
+    ("connectivity", 12, 16, 5, 64),  # the graphs preset's
+    ("shortest-path", 12, 16, 5, 64),
+    ("connectivity", 16, 32, 7, 128),
+    ("shortest-path", 16, 32, 7, 128),
 ]
 
 

@@ -68,12 +68,12 @@ int64_t bfs_distance(const Decoded& d) {
 
 }  // namespace
 
-TEST_CASE("graph tasks: every label equals a breadth-first search's answer — connectivity and shortest-path, 8 to 32 nodes") {
+TEST_CASE("graph tasks: every label equals a breadth-first search's answer — connectivity and shortest-path, 4 to 32 nodes") {
   struct Setting {
     int64_t min_nodes, nodes, max_distance, T;
   };
   for (const Task kind : {Task::Connectivity, Task::ShortestPath})
-    for (const Setting s : {Setting{8, 16, 6, 64}, Setting{8, 32, 7, 128}, Setting{2, 5, 1, 20}}) {
+    for (const Setting s : {Setting{8, 16, 3, 64}, Setting{12, 16, 5, 64}, Setting{16, 32, 7, 128}, Setting{4, 5, 1, 20}}) {
       const TaskOptions task = graph_task(kind, s.min_nodes, s.nodes, s.max_distance);
       CAPTURE(name_of(kind));
       CAPTURE(s.nodes);
@@ -120,28 +120,40 @@ TEST_CASE("graph tasks: every label equals a breadth-first search's answer — c
 }
 
 TEST_CASE("graph tasks: connectivity's yes pairs lie at every distance 1 … D, each about as often") {
-  const TaskOptions task = graph_task(Task::Connectivity, 8, 16, 6);
+  const TaskOptions task = graph_task(Task::Connectivity, 14, 16, 6);
   Generator gen(7);
   std::map<int64_t, int64_t> distances;
+  double degree[2][2] = {};  // [connected][u, v]: the endpoints' summed degrees
   for (int64_t i = 0; i < 4000; ++i) {
     const Decoded d = decode(task, synthetic_example(task, 64, gen));
-    ++distances[bfs_distance(d)];
+    const int64_t distance = bfs_distance(d);
+    ++distances[distance];
+    for (const auto& [a, b] : d.edges)
+      for (const int64_t end : {a, b}) degree[distance > 0][0] += end == d.u, degree[distance > 0][1] += end == d.v;
   }
   REQUIRE(distances.size() == 7);  // −1 and 1 … 6
   for (int64_t c = 1; c <= 6; ++c) CHECK(std::abs(static_cast<double>(distances[c]) * 12 / 4000 - 1) < 0.2);
+  // u and v look alike whether or not they are connected: their mean degrees within 0.1.
+  const double yes = static_cast<double>(4000 - distances[-1]), no = static_cast<double>(distances[-1]);
+  for (const int end : {0, 1}) {
+    CAPTURE(end);
+    CAPTURE(degree[1][end] / yes);
+    CAPTURE(degree[0][end] / no);
+    CHECK(std::abs(degree[1][end] / yes - degree[0][end] / no) < 0.1);
+  }
 }
 
 TEST_CASE("graph tasks: the same seed gives the same examples, and bad options are refused with the reason") {
-  const TaskOptions task = graph_task(Task::ShortestPath, 8, 16, 6);
+  const TaskOptions task = graph_task(Task::ShortestPath, 14, 16, 6);
   Generator a(3), b(3);
   for (int64_t i = 0; i < 20; ++i) CHECK(synthetic_example(task, 64, a).x == synthetic_example(task, 64, b).x);
   CHECK_THROWS_WITH_AS(check_task(task, 50), doctest::Contains("cannot hold 16 nodes and 19 edges: needs 54"), Error);
-  CHECK_THROWS_WITH_AS(check_task(graph_task(Task::Connectivity, 6, 16, 6), 64), doctest::Contains("< --min-nodes 6"), Error);
+  CHECK_THROWS_WITH_AS(check_task(graph_task(Task::Connectivity, 6, 16, 6), 64), doctest::Contains("2(D + 1) = 14 <= --min-nodes, got 6"), Error);
   CHECK_THROWS_WITH_AS(check_task(graph_task(Task::Connectivity, 9, 8, 6), 64), doctest::Contains("exceeds --nodes 8"), Error);
 }
 
 TEST_CASE("graph tasks: the adjacency mask is A + I over the node slots and the identity elsewhere, the full mask all ones") {
-  TaskOptions task = graph_task(Task::ShortestPath, 8, 16, 6);
+  TaskOptions task = graph_task(Task::ShortestPath, 8, 16, 3);
   const int64_t B = 3, T = 64;
   Tensor x, y;
   Generator gen(11);

@@ -39,32 +39,44 @@ int64_t graph_positions(const TaskOptions& task) { return task.nodes + 2 * max_g
 Graph random_graph(const TaskOptions& task, Generator& gen) {
   Graph g;
   g.n = task.min_nodes + draw(task.nodes - task.min_nodes + 1, gen);
-  const int64_t D = task.max_distance;  // check_task: D < min_nodes, so a path of D edges fits
-  if (task.task == Task::Connectivity) g.distance = draw(2, gen) ? 1 + draw(D, gen) : -1;
-  else g.distance = [&] { const int64_t k = draw(D + 1, gen); return k == 0 ? int64_t{-1} : k; }();  // class 0: unreachable
-  // Built on nodes 0 … n − 1 in order, renamed at the end: u = 0; v = the path's end, or 1.
-  const int64_t n = g.n;
+  const int64_t n = g.n, D = task.max_distance;  // check_task: 2(D + 1) <= min_nodes, so two paths of D edges fit
+  // The label first: whether the pair is connected, and the length c of the paths.
+  bool connected = true;
+  int64_t c = 1;
+  if (task.task == Task::Connectivity) {
+    connected = draw(2, gen) == 1;
+    c = 1 + draw(D, gen);
+  } else {
+    const int64_t k = draw(D + 1, gen);  // class 0: unreachable
+    connected = k > 0;
+    c = connected ? k : 1 + draw(D, gen);
+  }
+  // Built on nodes 0 … n − 1 in order, renamed at the end. Two paths of c edges, 0 … c and
+  // c + 1 … 2c + 1: u = 0, and v the end of the first (connected: at distance c) or of the
+  // second (unreachable), so that u's and v's surroundings look alike either way and only
+  // following v's path back tells whether it reaches u.
   std::vector<uint8_t> adjacent(n * n, 0);
   const auto connect = [&](int64_t a, int64_t b) { adjacent[a * n + b] = adjacent[b * n + a] = 1; };
-  int64_t next = 0;
-  if (g.distance > 0) {
-    for (int64_t i = 0; i < g.distance; ++i) connect(i, i + 1);
-    next = g.distance + 1;
-  } else {
-    next = 2;  // u and v, each a component of its own
-  }
+  for (int64_t i = 0; i < c; ++i) connect(i, i + 1), connect(c + 1 + i, c + 2 + i);
   g.u = 0;
-  g.v = g.distance > 0 ? g.distance : 1;
+  g.v = connected ? c : 2 * c + 1;
+  g.distance = connected ? c : -1;
   // The other nodes: a new component now and then (1 in 4), else hung on a node placed before.
-  for (int64_t a = next; a < n; ++a)
+  for (int64_t a = 2 * c + 2; a < n; ++a)
     if (draw(4, gen) != 0) connect(a, draw(a, gen));
-  // Extra edges, each kept only if the pair's distance stays (a cycle, or two components joined).
+  // Extra edges (a cycle, or two components joined), each kept only if both paths stay shortest
+  // paths and stay apart: the same rule whichever path v ends, so the graph is drawn alike for
+  // every label and only where v sits tells them apart.
+  const auto paths_kept = [&] {
+    const std::vector<int64_t> first = distances_from(0, adjacent, n), second = distances_from(c + 1, adjacent, n);
+    return first[c] == c && second[2 * c + 1] == c && first[c + 1] < 0;
+  };
   const int64_t extra = draw(n / 4 + 1, gen);
   for (int64_t e = 0; e < extra; ++e) {
     const int64_t a = draw(n, gen), b = draw(n, gen);
     if (a == b || adjacent[a * n + b]) continue;
     connect(a, b);
-    if (distances_from(g.u, adjacent, n)[g.v] != g.distance) adjacent[a * n + b] = adjacent[b * n + a] = 0;
+    if (!paths_kept()) adjacent[a * n + b] = adjacent[b * n + a] = 0;
   }
   AG_CHECK(distances_from(g.u, adjacent, n)[g.v] == g.distance, "graph task: the generator lost its pair's label");
   std::vector<int64_t> name(n);

@@ -23,11 +23,15 @@
 // the adjacency model's v has heard of the nodes within L hops only.
 //
 // The generator draws the label first, uniformly (connectivity: yes or no, and a
-// yes pair's distance uniform in 1 … D; shortest-path: each of the D + 1 classes),
-// then builds a graph with it: a path of that length from u to v (or u and v in
-// components of their own), the other nodes hung on as random trees or starting
-// components of their own, and up to N/4 extra edges, each kept only if the
-// label stays; the node ids then permuted, the edges shuffled.
+// path length c uniform in 1 … D; shortest-path: each of the D + 1 classes, an
+// unreachable pair's c uniform), then builds a graph with it: two paths of c edges,
+// u at the start of the first and v at the end of the first (distance c) or of the
+// second (unreachable), so that u and v look alike in both cases; the other nodes
+// hung on as random trees or starting components of their own; up to N/4 extra
+// edges, each kept only if both paths stay shortest paths and stay apart (one rule
+// for every label, so the unmarked graph is drawn alike whatever the label); the
+// node ids then permuted, the edges shuffled. A pair's distance is at most D, with
+// 2(D + 1) <= N.
 #pragma once
 #include <cstdint>
 #include <utility>

@@ -22,7 +22,7 @@
   X(Setting, std::string, data,        "",         0,   0,       "text: the training text (default: $ATTOGRAD_DATA, then data/tinyshakespeare.txt, then ../shared/data/tinyshakespeare.txt)") \
   X(Model,   int64_t,     nodes,       16,         2,   32,      "connectivity, shortest-path: the most nodes N_max of a graph (needs N_max + 2(N_max − 1 + N_max/4) <= T)") \
   X(Model,   int64_t,     min_nodes,   8,          2,   32,      "connectivity, shortest-path: the fewest nodes of a graph (each draws N from [min-nodes, nodes])") \
-  X(Model,   int64_t,     max_distance, 6,         1,   31,      "connectivity, shortest-path: the longest u–v distance asked, D < min-nodes (shortest-path's classes: 1 … D and unreachable)") \
+  X(Model,   int64_t,     max_distance, 3,         1,   15,      "connectivity, shortest-path: the longest u–v distance asked, 2(D + 1) <= min-nodes (shortest-path's classes: 1 … D and unreachable)") \
   X(Model,   GraphMask,   graph_mask,  GraphMask::Full, 0, 0,    "connectivity, shortest-path: the attention, full (every position both ways; the edges read as tokens) or adjacency (along the graph's edges and self loops: a message-passing network)")
 
 // How long each run of a cell trains and how many held-out examples score it.

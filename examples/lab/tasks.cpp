@@ -60,8 +60,9 @@ void check_task(const TaskOptions& task, int64_t T) {
     case Task::Connectivity:
     case Task::ShortestPath:
       AG_CHECK(task.min_nodes <= task.nodes, name_of(task.task) << ": --min-nodes " << task.min_nodes << " exceeds --nodes " << task.nodes);
-      AG_CHECK(task.max_distance < task.min_nodes, name_of(task.task) << ": --max-distance " << task.max_distance
-                                                                     << " needs a path of as many edges in the smallest graph: < --min-nodes " << task.min_nodes);
+      AG_CHECK(2 * (task.max_distance + 1) <= task.min_nodes,
+               name_of(task.task) << ": --max-distance " << task.max_distance << " needs two paths of as many edges in the smallest graph: "
+                                  << "2(D + 1) = " << 2 * (task.max_distance + 1) << " <= --min-nodes, got " << task.min_nodes);
       AG_CHECK(T >= graph_positions(task), name_of(task.task) << ": --block-size " << T << " cannot hold " << task.nodes << " nodes and "
                                                               << max_graph_edges(task) << " edges: needs " << graph_positions(task));
       break;
