@@ -5,6 +5,8 @@
 // message-passing network's), the full one not; the graphs preset's cells.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -112,9 +114,9 @@ TEST_CASE("graph tasks: every label equals a breadth-first search's answer — c
       // Balanced: each class's share within 15 % of its 1/K (K = 2, or D + 1).
       const int64_t K = kind == Task::Connectivity ? 2 : s.max_distance + 1;
       CHECK(static_cast<int64_t>(classes.size()) == K);
-      for (const auto& [answer, count] : classes) {
-        CAPTURE(answer);
-        CHECK(std::abs(static_cast<double>(count * K) / static_cast<double>(examples) - 1) < 0.15);
+      for (const auto& entry : classes) {  // not a structured binding: CAPTURE is a lambda, and clang 14's cannot capture one
+        CAPTURE(entry.first);
+        CHECK(std::abs(static_cast<double>(entry.second * K) / static_cast<double>(examples) - 1) < 0.15);
       }
     }
 }
