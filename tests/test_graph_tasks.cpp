@@ -13,6 +13,7 @@
 #include "examples/lab/graph_tasks.h"
 #include "examples/lab/lab_run.h"
 #include "nn/gpt.h"
+#include "tests/helpers.h"
 
 using namespace ag;
 using namespace ag::lab;
@@ -223,7 +224,7 @@ TEST_CASE("graph tasks: under the adjacency mask an L-layer model's answer at v 
         slice(model.forward(Tensor::from_indices(changed, {1, T})), 1, 0, 1).to_vector());
 }
 
-TEST_CASE("graph tasks: the graphs preset — two tasks, both masks, 1 to 4 layers, every cell accepted") {
+TEST_CASE("graph tasks: the graphs preset — two tasks, both masks, 1 to 6 layers, every cell accepted") {
   const Preset preset = lab::preset("graphs");
   std::vector<Cell> cells;
   for (const auto& axes : preset.grids) {
@@ -231,7 +232,7 @@ TEST_CASE("graph tasks: the graphs preset — two tasks, both masks, 1 to 4 laye
     for (const auto& [name, text] : axes) grid.axes.push_back({name, split_list(text)});
     for (const Cell& cell : expand(grid, Cell{})) cells.push_back(cell);
   }
-  REQUIRE(cells.size() == 2 * 2 * 4);
+  REQUIRE(cells.size() == 2 * 2 * 6);  // tasks, masks, layers
   std::set<std::string> labels;
   for (const Cell& cell : cells) {
     CAPTURE(cell.label());
@@ -240,4 +241,33 @@ TEST_CASE("graph tasks: the graphs preset — two tasks, both masks, 1 to 4 laye
     labels.insert(cell.label());
   }
   CHECK(labels.count("shortest-path softmax graph-mask=adjacency n-layer=3"));
+}
+
+TEST_CASE("graph tasks: a small lab trains both masks at two depths and draws accuracy against layers on a 0 to 1 axis") {
+  const ag::test::TempDir tmp("lab_graphs");
+  LabSpec spec;
+  spec.quiet = true;
+  spec.options.out = tmp.dir.string();
+  spec.options.eval_interval = 3;
+  spec.defaults.budget.max_iters = 3;
+  spec.defaults.budget.eval_examples = 4;
+  spec.defaults.model.n_embd = 16;
+  spec.defaults.model.n_head = 2;
+  spec.defaults.optim.batch_size = 2;
+  spec.grids = {Grid{.axes = {{"task", {"shortest-path"}}, {"block_size", {"64"}}, {"graph_mask", {"full", "adjacency"}},
+                              {"n_layer", {"1", "2"}}},
+                     .mixers = {"softmax"}, .lrs = {3e-3}}};
+  const LabSummary lab = run_lab(spec);
+  REQUIRE(lab.rows.size() == 4);
+  for (const auto& row : lab.rows) {
+    CHECK(row.at("status") == "ok");
+    CHECK(row.at("nodes") == "16");
+    CHECK(row.at("graph_mask") == (row.at("cell").find("adjacency") != std::string::npos ? "adjacency" : "full"));
+  }
+  const std::string picture = ag::test::read_file(tmp.file("accuracy_vs_layers.svg"));
+  CHECK(picture.find("shortest-path softmax mask=adjacency") != std::string::npos);
+  CHECK(ag::test::occurrences(picture, "class=\"series\"") == 2);
+  CHECK(picture.find("text-anchor=\"end\">0</text>") != std::string::npos);  // the accuracy axis from 0 …
+  CHECK(picture.find("text-anchor=\"end\">1</text>") != std::string::npos);  // … to 1, whatever the data
+  CHECK(ag::test::read_file(tmp.file("lab_report.html")).find("<section id=\"layers\">") != std::string::npos);
 }
