@@ -331,7 +331,8 @@ struct ScoreMods {
 //               p sees j iff doc(j) = doc(p) and j ≤ p.
 //   token tree: parents int64 [Tk], parent(n) < n or −1 (a root): p sees j iff j = p, j is an
 //               ancestor of p, or j < tree_prefix and j ≤ p (the shared prefix, causal in itself).
-//   adjacency:  [Tq, Tk] of any dtype, nonzero where query i sees key j (graph attention).
+//   adjacency:  [Tq, Tk] or [B, Tq, Tk] (a graph per batch entry) of any dtype, nonzero where
+//               query i sees key j (graph attention).
 //   custom:     the user's mask_mod(b, h, p, j) -> bool, called once per entry per call (not
 //               cached); a C++ callable on the host: the CPU only.
 //   edges:      a graph's edge list (EdgeList, below): query i sees the keys its edges name. The

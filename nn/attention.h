@@ -131,6 +131,14 @@ class MultiHeadSelfAttention : public AttentionMixer {
     own().masks.parents = parents;
     own().masks.tree_prefix = tree_prefix;
   }
+  // A graph over the positions (MaskMods::adjacency): [B, T, T] or [T, T], nonzero where position i
+  // sees position j. A graph has no order: while set, it replaces the causal mask (attention both
+  // ways along its edges; all ones is the complete graph). Undefined: the mask of before.
+  void set_adjacency(const Tensor& adjacency) {
+    if (!own().masks.adjacency.defined()) causal_without_graph_ = spec_.causal;
+    own().masks.adjacency = adjacency;
+    spec_.causal = adjacency.defined() ? false : causal_without_graph_;
+  }
   const SparsePattern& pattern() const { return own().pattern; }
 
  private:
@@ -138,6 +146,7 @@ class MultiHeadSelfAttention : public AttentionMixer {
   // Its parameters in the spec (always softmax's: the constructor puts them there).
   SoftmaxAttention& own() { return std::get<SoftmaxAttention>(spec_.function); }
   const SoftmaxAttention& own() const { return std::get<SoftmaxAttention>(spec_.function); }
+  bool causal_without_graph_ = true;  // spec_.causal before set_adjacency, restored when it is cleared
 };
 
 }  // namespace ag::nn

@@ -493,6 +493,15 @@ void GPT::set_documents(const Tensor& ids) {
   for (const std::shared_ptr<Block>& block : blocks_) block->attn_as<MultiHeadSelfAttention>().set_documents(ids);
 }
 
+void GPT::set_adjacency(const Tensor& adjacency) {
+  AG_CHECK(!adjacency.defined() || config_.attention == AttentionFunction::Softmax,
+           "GPT: a graph's mask needs softmax attention (its adjacency mask), not " << name_of(config_.attention));
+  AG_CHECK(!adjacency.defined() || adjacency.dim() == 2 || adjacency.dim() == 3,
+           "GPT: adjacency " << describe(adjacency) << " is not [T, T] or [B, T, T]");
+  if (config_.attention != AttentionFunction::Softmax) return;  // nothing to clear
+  for (const std::shared_ptr<Block>& block : blocks_) block->attn_as<MultiHeadSelfAttention>().set_adjacency(adjacency);
+}
+
 void GPT::set_attention_impl(AttentionImpl impl) {
   config_.attn_impl = impl;
   if (config_.attention != AttentionFunction::Softmax) return;  // check() refuses another implementation for them

@@ -171,6 +171,12 @@ class GPT : public Module {
   // ALiBi's scores depend on p − j alone, which is the same within a document either way), so a
   // packed row computes what its documents would alone. Undefined: none. Softmax attention only.
   void set_documents(const Tensor& ids);
+  // A graph over the positions (issue 51; the lab's graph tasks): adjacency [B, T, T] or [T, T],
+  // nonzero where position i sees position j, for the next forwards of [B, T] inputs: every softmax
+  // layer attends along its edges only, both ways (it replaces the causal mask while set), so the
+  // model is a message-passing network whose messages are attention; all ones is the complete
+  // graph, a bidirectional transformer. Undefined: causal again. Softmax attention only.
+  void set_adjacency(const Tensor& adjacency);
   // Context parallelism (optim::ProcessGrid): forward and loss then take this
   // process's rows of sequences split over `group` (its zigzag chunks,
   // core/context_parallel.h), each at its true position, and every attention

@@ -119,6 +119,17 @@ std::vector<MaskCase> mask_cases() {
     all.push_back(c);
   }
   {
+    // A graph per batch entry (the lab's graph tasks): entry b's matrix its own, with a self loop.
+    std::vector<int64_t> graphs(2 * T * T);
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j < T; ++j) graphs[(b * T + i) * T + j] = i == j || (i + j * (b + 2)) % 7 == 0;
+    MaskCase c{.name = "adjacency [B, Tq, Tk], grouped heads", .Hq = 4};
+    c.masks.adjacency = Tensor::from_indices(graphs, {2, T, T});
+    c.sees = [graphs](int64_t b, int64_t, int64_t p, int64_t j) { return graphs[(b * 150 + p) * 150 + j] != 0; };
+    all.push_back(c);
+  }
+  {
     const auto f = [](int64_t b, int64_t h, int64_t p, int64_t j) { return p == j || (p - j + 3 * b) % (h + 2) == 0; };
     MaskCase c{.name = "custom mask_mod by batch entry and head, causal", .causal = true};
     c.masks.custom = f;
@@ -293,7 +304,47 @@ TEST_CASE("mask mods: bad input names what is wrong") {
                            "document ids [3,6] int64 are not int64 [Tk] or [B, Tk]"));
   CHECK(ag::test::contains(error([](MaskMods& m) { m.adjacency = Tensor::zeros({6, 5}, DType::Float64); }),
                            "adjacency [6,5] float64 is not [Tq, Tk] = [6, 6]"));
+  CHECK(ag::test::contains(error([](MaskMods& m) { m.adjacency = Tensor::zeros({3, 6, 6}, DType::Float64); }),
+                           "adjacency [3,6,6] float64 is not [Tq, Tk] = [6, 6] or [B, Tq, Tk] = [2, 6, 6]"));
   CHECK(ag::test::contains(error([](MaskMods& m) { m.prefix = 7; }), "prefix-LM prefix 7 is outside [0, 6]"));
   CHECK(ag::test::contains(error([](MaskMods& m) { m.prefix = 2; }, true), "a prefix-LM mask"));
   CHECK(ag::test::contains(error([](MaskMods& m) { m.prefix = 2; }, true), "it needs causal = false"));
+}
+
+TEST_CASE("mask mods: an adjacency [B, Tq, Tk] equals B calls of one entry each with its [Tq, Tk] — every implementation") {
+  const int64_t B = 3, T = 40;  // T past one flash tile on some implementations, causal and not
+  MaskCase c{.name = "graphs", .B = B, .Tq = T, .Tk = T, .d = 4};
+  std::vector<int64_t> graphs(B * T * T);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < T; ++j) graphs[(b * T + i) * T + j] = i == j || (i * (b + 3) + j * 5) % 11 < 2;
+  c.masks.adjacency = Tensor::from_indices(graphs, {B, T, T});
+  const Inputs x = mask_inputs(c, 1500);
+  const Tensor R = random({B, c.Hq, T, c.d}, 1505, DType::Float64, false);
+  for (const bool causal : {false, true}) {
+    CAPTURE(causal);
+    for (AttentionImpl impl : attention_impls()) {
+      CAPTURE(name_of(impl));
+      MaskCase all = c;
+      all.causal = causal;
+      const std::vector<Tensor> together =
+          mask_outputs([&all, impl](const Inputs& in) { return attention(in[0], in[1], in[2], mask_spec(all, impl)); }, x, R);
+      for (int64_t b = 0; b < B; ++b) {
+        CAPTURE(b);
+        MaskCase one = all;
+        one.B = 1;
+        one.masks.adjacency = Tensor::from_indices(
+            std::vector<int64_t>(graphs.begin() + b * T * T, graphs.begin() + (b + 1) * T * T), {T, T});
+        Inputs entry;
+        for (const Tensor& t : x) entry.push_back(slice(t.detach(), 0, b, b + 1));
+        const std::vector<Tensor> alone = mask_outputs(
+            [&one, impl](const Inputs& in) { return attention(in[0], in[1], in[2], mask_spec(one, impl)); }, entry,
+            slice(R, 0, b, b + 1));
+        for (size_t i = 0; i < alone.size(); ++i) {
+          CAPTURE(i);
+          CHECK_CLOSE(slice(together[i], 0, b, b + 1), alone[i], 1e-12);
+        }
+      }
+    }
+  }
 }

@@ -987,9 +987,12 @@ MaskBytes evaluate_mask(const MaskMods& masks, int64_t B, int64_t Hq, int64_t Tq
   }
   std::vector<double> adjacency;
   if (masks.adjacency.defined()) {
-    AG_CHECK(masks.adjacency.dim() == 2 && masks.adjacency.size(0) == Tq && masks.adjacency.size(1) == Tk,
-             where << ": adjacency " << describe(masks.adjacency) << " is not [Tq, Tk] = [" << Tq << ", " << Tk << "]");
-    adjacency = masks.adjacency.to_vector();
+    const Tensor& a = masks.adjacency;
+    AG_CHECK((a.dim() == 2 || (a.dim() == 3 && a.size(0) == B)) && a.size(-2) == Tq && a.size(-1) == Tk,
+             where << ": adjacency " << describe(a) << " is not [Tq, Tk] = [" << Tq << ", " << Tk << "] or [B, Tq, Tk] = [" << B
+                   << ", " << Tq << ", " << Tk << "]");
+    adjacency = a.to_vector();
+    if (a.dim() == 3) out.batches = B;  // a graph per batch entry
   }
   if (masks.custom) out.batches = B, out.heads = Hq;
   out.bytes.assign(out.batches * out.heads * Tq * Tk, 1);
@@ -1011,8 +1014,10 @@ MaskBytes evaluate_mask(const MaskMods& masks, int64_t B, int64_t Hq, int64_t Tq
           for (int64_t n = p; n >= 0; n = parents[n]) tree[n] = 1;
           for (int64_t j = 0; j < Tk; ++j) row[j] &= tree[j];
         }
-        if (!adjacency.empty())
-          for (int64_t j = 0; j < Tk; ++j) row[j] &= static_cast<uint8_t>(adjacency[i * Tk + j] != 0);
+        if (!adjacency.empty()) {
+          const double* graph = adjacency.data() + (masks.adjacency.dim() == 3 ? b * Tq * Tk : 0);
+          for (int64_t j = 0; j < Tk; ++j) row[j] &= static_cast<uint8_t>(graph[i * Tk + j] != 0);
+        }
         if (masks.custom)
           for (int64_t j = 0; j < Tk; ++j) row[j] &= static_cast<uint8_t>(masks.custom(b, h, p, j));
       }

@@ -164,7 +164,9 @@ std::string heatmap_grid_svg(const std::string& title, const std::vector<Heatmap
   return svg + "</svg>\n";
 }
 
-std::string line_chart_svg(const LineChart& chart) {
+std::string line_chart_svg(const LineChart& chart) { return line_chart_svg(chart, NAN, NAN); }
+
+std::string line_chart_svg(const LineChart& chart, double left_low, double left_high) {
   const double width = 720, left = 64, right = 84, bottom = 48, plot_h = 280, legend_row = 16, title_font = 14;
   const double plot_w = width - left - right;
   std::vector<Series> all = chart.left;
@@ -187,7 +189,7 @@ std::string line_chart_svg(const LineChart& chart) {
     legend_x += entry;
   }
   const double top = 36 + legend_rows * legend_row, height = top + plot_h + bottom;
-  const Range x_range = span(all, true), left_range = span(chart.left, false), right_range = span(chart.right, false);
+  const Range x_range = span(all, true), left_range = std::isnan(left_low) ? span(chart.left, false) : Range{left_low, left_high}, right_range = span(chart.right, false);
   std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(width) + "\" height=\"" + num(height) +
                     "\" viewBox=\"0 0 " + num(width) + " " + num(height) +
                     "\" font-family=\"sans-serif\" font-size=\"" + num(kMinFontSize) + "\">\n";

@@ -55,5 +55,7 @@ struct LineChart {
   std::vector<Series> left, right;
 };
 std::string line_chart_svg(const LineChart& chart);
+// The same with the left axis spanning [left_low, left_high] whatever the data (accuracy: 0 to 1).
+std::string line_chart_svg(const LineChart& chart, double left_low, double left_high);
 
 }  // namespace ag::interp

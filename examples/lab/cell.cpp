@@ -10,6 +10,7 @@
 #include "cuda/context.h"
 #include "examples/common/memory.h"
 #include "examples/common/timing.h"
+#include "examples/lab/graph_tasks.h"
 #include "nn/kv_cache.h"
 #include "optim/adam.h"
 
@@ -41,6 +42,11 @@ class Batches {
   text::Dataset data_;
 };
 
+// A graph task's attention mask for the batch x (examples/lab/graph_tasks.h), read from its tokens.
+void set_graph(nn::GPT& model, const Cell& cell, const Tensor& x) {
+  if (is_graph_task(cell.task.task)) model.set_adjacency(graph_attention_mask(cell.task, x.to(Device::CPU)));
+}
+
 // The held-out score over `examples` examples, in chunks no larger than a
 // training batch: scoring then never needs more memory than a training step
 // (which holds the same logits and their gradient), so the cell's peak_mb is
@@ -56,6 +62,7 @@ Score score(nn::GPT& model, const Batches& batches, const Cell& cell, int64_t ex
     const int64_t B = std::min(chunk, examples - first);
     Tensor x, y;
     batches.held_out(B, gen, x, y);
+    set_graph(model, cell, x);
     const Tensor logits = model.forward(x.to(device)).to(Device::CPU);  // [B, T, V], float32
     // The chunk's cross-entropy summed over its scored positions: the training step's loss op.
     loss += cross_entropy(logits, y, kIgnore, Reduction::Sum).item();
@@ -87,7 +94,9 @@ optim::TrainOptions run_schedule(const Cell& cell, double lr) {
 
 nn::GPTConfig cell_model(const Cell& cell, const TextData* text) {
   nn::GPTConfig model = cell.model;
-  if (cell.task.task != Task::Text) {
+  if (is_graph_task(cell.task.task)) {
+    model.vocab_size = kGraphVocab;
+  } else if (cell.task.task != Task::Text) {
     model.vocab_size = cell.task.vocab;
   } else {
     AG_CHECK(text, "the text task needs a text (--data)");
@@ -134,6 +143,7 @@ RunResult train_run(const Cell& cell, double lr, const RunSettings& settings, co
                          {options.lr, options.beta1, options.beta2, 1e-8});
   optim::TrainStep step(optimizer, options,
                         [&](const Tensor& x, const Tensor& y, std::span<const int64_t> y_host) {
+                          set_graph(model, cell, x);
                           return model.loss(x, y, Reduction::Sum, kIgnore, y_host);
                         },
                         settings.device, kIgnore);
@@ -181,6 +191,10 @@ CellResult run_cell(const Cell& cell, const RunSettings& settings, const TextDat
                         row["vocab"] = get_option(cell, "vocab"); break;
     case Task::Copy: row["copy_tokens"] = get_option(cell, "copy_tokens"), row["vocab"] = get_option(cell, "vocab"); break;
     case Task::Text: break;
+    case Task::Connectivity:
+    case Task::ShortestPath:
+      for (const char* option : {"graph_mask", "min_nodes", "nodes", "max_distance"}) row[option] = get_option(cell, option);
+      break;
   }
   row["cell"] = cell.label();
   try {

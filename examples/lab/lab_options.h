@@ -19,7 +19,11 @@
   X(Model,   double,      depth,       0.5,        0,   1,       "passkey: where the number sits in the filler, 0 (start) to 1 (just before the question)") \
   X(Model,   int64_t,     digits,      5,          1,   64,      "passkey: digits k of the number") \
   X(Model,   int64_t,     copy_tokens, 16,         1,   1 << 20, "copy: data tokens n scattered among the noise (2n <= T)") \
-  X(Setting, std::string, data,        "",         0,   0,       "text: the training text (default: $ATTOGRAD_DATA, then data/tinyshakespeare.txt, then ../shared/data/tinyshakespeare.txt)")
+  X(Setting, std::string, data,        "",         0,   0,       "text: the training text (default: $ATTOGRAD_DATA, then data/tinyshakespeare.txt, then ../shared/data/tinyshakespeare.txt)") \
+  X(Model,   int64_t,     nodes,       16,         2,   32,      "connectivity, shortest-path: the most nodes N_max of a graph (needs N_max + 2(N_max − 1 + N_max/4) <= T)") \
+  X(Model,   int64_t,     min_nodes,   8,          2,   32,      "connectivity, shortest-path: the fewest nodes of a graph (each draws N from [min-nodes, nodes])") \
+  X(Model,   int64_t,     max_distance, 3,         1,   15,      "connectivity, shortest-path: the longest u–v distance asked, 2(D + 1) <= min-nodes (shortest-path's classes: 1 … D and unreachable)") \
+  X(Model,   GraphMask,   graph_mask,  GraphMask::Full, 0, 0,    "connectivity, shortest-path: the attention, full (every position both ways; the edges read as tokens) or adjacency (along the graph's edges and self loops: a message-passing network)")
 
 // How long each run of a cell trains and how many held-out examples score it.
 // They belong to the cell, not to the invocation: a list spans the grid as the
@@ -36,7 +40,7 @@
 //  kind   type         name           default  min  max               help
 #define AG_LAB_OPTIONS(X) \
   AG_DEVICE_OPTION(X) \
-  X(Local, std::string, preset,        "",      0,   0,                "a ready grid: quick (a handful of cells, minutes), recall (Zoology's MQAR grid), heads (1 to 8 heads and GQA) or memory (attention against the recurrent mixers on MQAR and copying); options given as well replace the preset's") \
+  X(Local, std::string, preset,        "",      0,   0,                "a ready grid: quick (a handful of cells, minutes), recall (Zoology's MQAR grid), heads (1 to 8 heads and GQA), memory (attention against the recurrent mixers on MQAR and copying) or graphs (full against adjacency-masked attention by depth on graph tasks); options given as well replace the preset's") \
   X(Local, std::string, mixers,        "softmax", 0, 0,                "attention functions with options, comma-separated: softmax, softmax:window=16, softmax:gqa=1, softmax:position=alibi, linear:elu1, linear:favor, ssd, s4, s4:s4-state=16, lstm (any model option as :name=value)") \
   X(Local, std::string, zip,           "",      0,   0,                "options whose lists go together item by item instead of spanning the grid, comma-separated (--block-size 64,128 --pairs 4,8 --zip block-size,pairs: two cells, not four)") \
   X(Local, std::string, out,           "lab",   0,   0,                "directory of results.csv, the plots and lab_report.html (finished cells are kept: run again to resume)") \

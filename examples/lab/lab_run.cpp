@@ -74,7 +74,20 @@ Preset preset(const std::string& name) {
     for (auto& grid : p.grids) grid.insert(grid.end(), shared.begin(), shared.end());
     return p;
   }
-  throw Error("--preset '" + name + "' is not one of quick, recall, heads, memory");
+  if (name == "graphs") {
+    // Issue 51's depth question: per graph task, the same transformer with full attention (the
+    // edges read as tokens) and with the graph's adjacency as its mask (a message-passing
+    // network), at 1 to 6 layers; graphs of 12 to 16 nodes, pairs up to 5 hops apart
+    // (docs/graphs.md, "Graph reasoning in the lab"). Twenty-four cells, minutes each on one core.
+    Preset p{.grids = {}, .lab_options = {{"mixers", "softmax"}, {"lr", "0.003"}, {"eval_interval", "250"},
+                                          {"jobs", "2"}, {"threads", "1"}}};
+    for (const char* task : {"connectivity", "shortest-path"})
+      p.grids.push_back({{"task", task}, {"graph_mask", "full,adjacency"}, {"n_layer", "1,2,3,4,5,6"}, {"block_size", "64"},
+                         {"nodes", "16"}, {"min_nodes", "12"}, {"max_distance", "5"}, {"n_embd", "64"}, {"n_head", "2"},
+                         {"batch_size", "32"}, {"max_iters", "1200"}, {"warmup", "0.1"}, {"eval_examples", "1000"}});
+    return p;
+  }
+  throw Error("--preset '" + name + "' is not one of quick, recall, heads, memory, graphs");
 }
 
 std::vector<Cell> lab_cells(const LabSpec& spec) {

@@ -168,6 +168,27 @@ std::string score_vs_heads(const std::vector<Row>& rows, bool text) {
        .x = "query heads H (--n-head)", .y = text ? "val loss" : "accuracy"});
 }
 
+// The depth question (issue 51: a transformer against a message-passing network on
+// graphs): held-out accuracy against the number of layers, a line per task, mixer and
+// graph mask, on an axis from 0 to 1; "" unless the layers vary.
+std::string accuracy_vs_layers(const std::vector<Row>& rows) {
+  if (!varies(rows, "n_layer")) return "";
+  const bool widths = varies(rows, "n_embd"), heads = varies(rows, "n_head"), lengths = varies(rows, "block_size");
+  SeriesSet set;
+  for (const Row& row : rows) {
+    if (!trained(row) || field(row, "task") == "text") continue;
+    const std::string mask = field(row, "graph_mask");
+    set.add(field(row, "task") + " " + series_name(row, widths, heads) + (mask.empty() ? "" : " mask=" + mask) +
+                (lengths ? " T=" + field(row, "block_size") : ""),
+            number(row, "n_layer"), number(row, "accuracy"));
+  }
+  if (set.empty()) return "";
+  return interp::line_chart_svg({.title = "held-out accuracy against the number of layers",
+                                 .x_label = "layers N (--n-layer)", .left_label = "accuracy", .right_label = "",
+                                 .left = set.series(), .right = {}},
+                                0.0, 1.0);
+}
+
 std::string cost_vs_length(const std::vector<Row>& rows) {
   SeriesSet ms, mb;
   for (const Row& row : rows) {
@@ -234,6 +255,8 @@ void write_report(const std::string& dir, const std::vector<Row>& rows, const st
     replace_file(dir + (text ? "/loss_vs_heads.svg" : "/accuracy_vs_heads.svg"), svg);
     by_heads += "<div>" + svg + "</div>\n";
   }
+  const std::string by_layers = accuracy_vs_layers(rows);
+  if (!by_layers.empty()) replace_file(dir + "/accuracy_vs_layers.svg", by_layers);
   if (!by_state.empty()) replace_file(dir + "/accuracy_vs_state.svg", by_state);
   if (!by_time.empty()) replace_file(dir + "/loss_vs_time.svg", by_time);
   if (!cost.empty()) replace_file(dir + "/cost_vs_length.svg", cost);
@@ -264,6 +287,8 @@ void write_report(const std::string& dir, const std::vector<Row>& rows, const st
       (text_rows.empty() ? "" : "<p>The text cells (scored by val loss):</p><ul>" + text_rows + "</ul>\n") + "</section>\n" +
       (by_depth.empty() ? "" : "<section id=\"passkey-depth\"><h2>Passkey: accuracy by length and depth</h2>\n<div>" +
                                    by_depth + "</div></section>\n") +
+      (by_layers.empty() ? "" : "<section id=\"layers\"><h2>Accuracy against the number of layers</h2>\n<div>" +
+                                    by_layers + "</div></section>\n") +
       (by_heads.empty() ? "" : "<section id=\"heads\"><h2>Score against the number of heads</h2>\n" + by_heads +
                                    "</section>\n") +
       "<section id=\"accuracy-state\"><h2>Accuracy against state size</h2>\n<p>Softmax attention's state is its KV "

@@ -24,7 +24,7 @@ std::vector<CurvePoint> parse_curve(const std::string& text);
 // Writes accuracy_vs_length.svg, accuracy_vs_state.svg, loss_vs_time.svg,
 // cost_vs_length.svg, passkey_by_depth.svg (with passkey cells),
 // accuracy_vs_heads.svg and loss_vs_heads.svg (where n_head varies; the second
-// for text cells) and lab_report.html to `dir`. `command` is the lab's
+// for text cells), accuracy_vs_layers.svg (where n_layer varies) and lab_report.html to `dir`. `command` is the lab's
 // command line, shown on the page.
 void write_report(const std::string& dir, const std::vector<Row>& rows, const std::vector<Curve>& curves,
                   const std::string& command);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "examples/lab/graph_tasks.h"
 
 namespace ag::lab {
 
@@ -55,6 +56,15 @@ void check_task(const TaskOptions& task, int64_t T) {
       AG_CHECK(T >= 2 * task.copy_tokens, "copy: --block-size " << T << " needs 2n = " << 2 * task.copy_tokens);
       break;
     case Task::Text:
+      break;
+    case Task::Connectivity:
+    case Task::ShortestPath:
+      AG_CHECK(task.min_nodes <= task.nodes, name_of(task.task) << ": --min-nodes " << task.min_nodes << " exceeds --nodes " << task.nodes);
+      AG_CHECK(2 * (task.max_distance + 1) <= task.min_nodes,
+               name_of(task.task) << ": --max-distance " << task.max_distance << " needs two paths of as many edges in the smallest graph: "
+                                  << "2(D + 1) = " << 2 * (task.max_distance + 1) << " <= --min-nodes, got " << task.min_nodes);
+      AG_CHECK(T >= graph_positions(task), name_of(task.task) << ": --block-size " << T << " cannot hold " << task.nodes << " nodes and "
+                                                              << max_graph_edges(task) << " edges: needs " << graph_positions(task));
       break;
   }
 }
@@ -116,6 +126,8 @@ Example synthetic_example(const TaskOptions& task, int64_t T, Generator& gen) {
     case Task::Mqar: return mqar_example(task, T, gen);
     case Task::Passkey: return passkey_example(task, T, gen);
     case Task::Copy: return copy_example(task, T, gen);
+    case Task::Connectivity:
+    case Task::ShortestPath: return graph_example(task, T, gen);
     case Task::Text: break;
   }
   throw Error("the text task has no synthetic examples");

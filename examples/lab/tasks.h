@@ -15,6 +15,7 @@
 //   copy     noise d1 noise noise d2 … dn noise | M d1 … d(n−1)    y = d1 … dn after M
 //            (Mamba's selective copying: 0 noise, 1 the marker M, 2 … V−1 data)
 //   text     the char LM of char_lm on a text (examples/common/text_data.h)
+//   connectivity, shortest-path   a pair of nodes of a random graph (examples/lab/graph_tasks.h)
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -27,13 +28,21 @@
 
 namespace ag::lab {
 
-enum class Task { Mqar, Passkey, Copy, Text };
+enum class Task { Mqar, Passkey, Copy, Text, Connectivity, ShortestPath };
+// The graph tasks' attention (examples/lab/graph_tasks.h): every position (full) or the graph's edges (adjacency).
+enum class GraphMask { Full, Adjacency };
 }  // namespace ag::lab
 template <> struct ag::EnumNames<ag::lab::Task> {
   static constexpr std::pair<ag::lab::Task, const char*> values[] = {{ag::lab::Task::Mqar, "mqar"},
                                                                      {ag::lab::Task::Passkey, "passkey"},
                                                                      {ag::lab::Task::Copy, "copy"},
-                                                                     {ag::lab::Task::Text, "text"}};
+                                                                     {ag::lab::Task::Text, "text"},
+                                                                     {ag::lab::Task::Connectivity, "connectivity"},
+                                                                     {ag::lab::Task::ShortestPath, "shortest-path"}};
+};
+template <> struct ag::EnumNames<ag::lab::GraphMask> {
+  static constexpr std::pair<ag::lab::GraphMask, const char*> values[] = {{ag::lab::GraphMask::Full, "full"},
+                                                                          {ag::lab::GraphMask::Adjacency, "adjacency"}};
 };
 
 namespace ag::lab {
