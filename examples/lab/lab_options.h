@@ -19,7 +19,8 @@
   X(Model,   double,      depth,       0.5,        0,   1,       "passkey: where the number sits in the filler, 0 (start) to 1 (just before the question)") \
   X(Model,   int64_t,     digits,      5,          1,   64,      "passkey: digits k of the number") \
   X(Model,   int64_t,     copy_tokens, 16,         1,   1 << 20, "copy: data tokens n scattered among the noise (2n <= T)") \
-  X(Setting, std::string, data,        "",         0,   0,       "text: the training text (default: $ATTOGRAD_DATA, then data/tinyshakespeare.txt, then ../shared/data/tinyshakespeare.txt)")
+  X(Setting, std::string, data,        "",         0,   0,       "text: the training text (default: $ATTOGRAD_DATA, then data/tinyshakespeare.txt, then ../shared/data/tinyshakespeare.txt)") \
+  X(Model,   bool,        random_filler, true,     0,   0,       "mqar: every position that is neither a pair nor a query a random token of the whole vocabulary (Zoology's random_non_queries); false: the token 0 (Zoology's figure 2)")
 
 // How long each run of a cell trains and how many held-out examples score it.
 // They belong to the cell, not to the invocation: a list spans the grid as the
@@ -31,12 +32,16 @@
   X(Run,  int64_t, max_iters,     1000,    1,   int64_t{1} << 40, "training iterations per run (each learning rate of each cell)") \
   X(Run,  double,  max_seconds,   0,       0,   kNoLimit,         "also stop a run after this many seconds (0: no limit)") \
   X(Run,  double,  warmup,        0.1,     0,   0.99,             "the learning rate's linear warmup over this fraction of each run (then the cosine decay to lr/10 at its end)") \
-  X(Run,  int64_t, eval_examples, 500,     1,   1 << 24,          "held-out examples scored (text: batches of --batch-size windows, this many windows)")
+  X(Run,  int64_t, eval_examples, 500,     1,   1 << 24,          "held-out examples scored (text: batches of --batch-size windows, this many windows)") \
+  X(Run,  int64_t, train_examples, 0,      0,   int64_t{1} << 32, "mqar, passkey, copy: a fixed training set of N examples, drawn once from the seed and passed over in order epoch after epoch (Zoology's 100k); 0: fresh examples every step") \
+  X(Run,  int64_t, epochs,        0,       0,   1 << 20,          "with --train-examples: the run's length in passes over the set, ceil(N / B) batches each (the last the rest), instead of --max-iters (0: --max-iters)") \
+  X(Run,  double,  final_lr,      0.1,     0,   1,                "the cosine decay's end, a fraction of the run's lr (Zoology: 0)") \
+  X(Run,  double,  stop_accuracy, 0,       0,   1,                "stop a run once a held-out score on the way (every --eval-interval) exceeds this accuracy (Zoology: 0.99; 0: never)")
 
 //  kind   type         name           default  min  max               help
 #define AG_LAB_OPTIONS(X) \
   AG_DEVICE_OPTION(X) \
-  X(Local, std::string, preset,        "",      0,   0,                "a ready grid: quick (a handful of cells, minutes), recall (Zoology's MQAR grid), heads (1 to 8 heads and GQA) or memory (attention against the recurrent mixers on MQAR and copying); options given as well replace the preset's") \
+  X(Local, std::string, preset,        "",      0,   0,                "a ready grid: quick (a handful of cells, minutes), recall (Zoology's MQAR grid), heads (1 to 8 heads and GQA), memory (attention against the recurrent mixers on MQAR and copying), zoology (Zoology's figure 2 as it ran it, for a GPU) or zoology-cpu (its T = 64 cut to an hour on 2 cores); options given as well replace the preset's") \
   X(Local, std::string, mixers,        "softmax", 0, 0,                "attention functions with options, comma-separated: softmax, softmax:window=16, softmax:gqa=1, softmax:position=alibi, linear:elu1, linear:favor, ssd, s4, s4:s4-state=16, lstm (any model option as :name=value)") \
   X(Local, std::string, zip,           "",      0,   0,                "options whose lists go together item by item instead of spanning the grid, comma-separated (--block-size 64,128 --pairs 4,8 --zip block-size,pairs: two cells, not four)") \
   X(Local, std::string, out,           "lab",   0,   0,                "directory of results.csv, the plots and lab_report.html (finished cells are kept: run again to resume)") \
