@@ -7,6 +7,7 @@
 #include <set>
 
 #include "examples/lab/lab_run.h"
+#include "examples/lab/report.h"
 #include "examples/lab/tasks.h"
 #include "tests/char_lm_helpers.h"
 
@@ -220,4 +221,71 @@ TEST_CASE("lab: the zoology preset — figure 2's lengths, widths, batches and b
     CHECK(cell.model.block_size == 64);
     CHECK(cell.task.vocab == 8192);
   }
+}
+
+namespace {
+// The numbers after each `key="` in `svg`.
+std::vector<double> attribute_values(const std::string& svg, const std::string& key) {
+  std::vector<double> values;
+  for (size_t at = svg.find(key + "=\""); at != std::string::npos; at = svg.find(key + "=\"", at + 1))
+    values.push_back(std::stod(svg.substr(at + key.size() + 2)));
+  return values;
+}
+// Every marker of `svg` strictly inside its plot's frame (the first rect with fill="none").
+void check_points_inside_the_frame(const std::string& svg) {
+  const size_t frame = svg.find("fill=\"none\" stroke=\"#444\"");
+  REQUIRE(frame != std::string::npos);
+  const std::string rect = svg.substr(svg.rfind("<rect", frame), frame - svg.rfind("<rect", frame));
+  const double x = attribute_values(rect, "x")[0], y = attribute_values(rect, "y")[0];
+  const double w = attribute_values(rect, "width")[0], h = attribute_values(rect, "height")[0];
+  const std::vector<double> cx = attribute_values(svg, "cx"), cy = attribute_values(svg, "cy");
+  REQUIRE_FALSE(cx.empty());
+  for (const double v : cx) CHECK((v > x + 1 && v < x + w - 1));
+  for (const double v : cy) CHECK((v > y + 1 && v < y + h - 1));
+}
+Row result_row(const std::string& mixer, int64_t T, int64_t C, const std::string& seed, double accuracy) {
+  return {{"task", "mqar"}, {"mixer", mixer}, {"block_size", std::to_string(T)}, {"pairs", "4"},
+          {"n_embd", std::to_string(C)}, {"n_head", "1"}, {"n_layer", "2"}, {"seed", seed},
+          {"state_floats", std::to_string(C * T)}, {"accuracy", std::to_string(accuracy)}, {"loss", "1"},
+          {"ms_per_iter", "10"}, {"peak_mb", "5"}, {"lr", "0.001"}, {"status", "ok"}, {"cell", mixer}};
+}
+}  // namespace
+
+TEST_CASE("lab report: accuracy spans 0 to 1 off the frame, one length is a point per mixer, seeds a band, the table beside") {
+  const TempDir tmp("lab_report_axes");
+  // One length (T = 64), two widths, two seeds; linear attention at 1/P, softmax solved.
+  std::vector<Row> rows;
+  for (const char* seed : {"1337", "1338"})
+    for (const int64_t C : {64, 128}) {
+      rows.push_back(result_row("softmax", 64, C, seed, 1.0));
+      rows.push_back(result_row("linear:elu1", 64, C, seed, std::string(seed) == "1337" ? 0.25 : 0.0));
+    }
+  std::vector<Curve> curves(rows.size());
+  write_report(tmp.dir.string(), rows, curves, "lab --test");
+
+  const std::string by_width = ag::test::read_file(tmp.file("accuracy_vs_width_T64.svg"));
+  check_points_inside_the_frame(by_width);
+  CHECK(by_width.find("class=\"band\"") != std::string::npos);  // linear:elu1's seeds, 0 and 0.25
+  CHECK(by_width.find(">0</text>") != std::string::npos);
+  CHECK(by_width.find(">1</text>") != std::string::npos);
+  CHECK(by_width.find(">128</text>") != std::string::npos);  // the widths named, not their log
+
+  // One length: no axis from 63.6 to 64.4, but a point per series, named on the axis.
+  const std::string by_length = ag::test::read_file(tmp.file("accuracy_vs_length.svg"));
+  check_points_inside_the_frame(by_length);
+  CHECK(by_length.find("a point per series") != std::string::npos);
+  CHECK(by_length.find(">63.6<") == std::string::npos);
+  check_points_inside_the_frame(ag::test::read_file(tmp.file("cost_vs_length.svg")));
+
+  const std::string page = ag::test::read_file(tmp.file("lab_report.html"));
+  const size_t figure = page.find("<section id=\"accuracy-width\">");
+  REQUIRE(figure != std::string::npos);
+  CHECK(page.find("<div class=\"beside\">", figure) != std::string::npos);
+  CHECK(page.find("0.125 (0.000–0.250, 2 seeds)", figure) != std::string::npos);
+
+  // points_per_series leaves an axis of several values as it is.
+  std::vector<interp::Series> series{{"a", "#000", {1, 2}, {0.5, 0.6}}};
+  std::string label = "T";
+  CHECK(points_per_series(series, label).empty());
+  CHECK(label == "T");
 }
