@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "examples/common/files.h"
 #include "examples/lab/lab_run.h"
 #include "examples/lab/report.h"
 #include "examples/lab/tasks.h"
@@ -288,4 +289,41 @@ TEST_CASE("lab report: accuracy spans 0 to 1 off the frame, one length is a poin
   std::string label = "T";
   CHECK(points_per_series(series, label).empty());
   CHECK(label == "T");
+}
+
+TEST_CASE("lab: a cell cut short between its learning rates resumes at the next one, its finished runs read back") {
+  const TempDir tmp("lab_resume_runs");
+  LabSpec spec;
+  spec.quiet = true;
+  spec.options.out = tmp.dir.string();
+  spec.options.eval_interval = 5;
+  spec.defaults.model.n_layer = 1;
+  spec.defaults.model.n_embd = 16;
+  spec.defaults.model.n_head = 1;
+  spec.defaults.optim.batch_size = 8;
+  spec.defaults.budget.max_iters = 10;
+  spec.defaults.budget.eval_examples = 16;
+  spec.grids = {Grid{.axes = {{"block_size", {"16"}}, {"pairs", {"2"}}, {"vocab", {"32"}}}, .mixers = {"softmax"},
+                     .lrs = {1e-3, 3e-3}}};
+  const LabSummary first = run_lab(spec);
+  REQUIRE(first.rows.size() == 1);
+  const std::string base = (tmp.dir / "cells" / lab_cells(spec)[0].id()).string();
+  REQUIRE(std::filesystem::exists(base + ".run0.txt"));
+  REQUIRE(std::filesystem::exists(base + ".run1.txt"));
+  // The lease ended during the second rate's run: the cell's row and that run are missing. The first
+  // run's file says it took 1000 s, which only reading it back (not training it again) can give.
+  std::filesystem::remove(base + ".csv");
+  std::filesystem::remove(base + ".run1.txt");
+  std::string run0 = ag::test::read_file(base + ".run0.txt");
+  const size_t wall = run0.find("wall_seconds=");
+  REQUIRE(wall != std::string::npos);
+  run0 = run0.substr(0, wall) + "wall_seconds=1000" + run0.substr(run0.find('\n', wall));
+  replace_file(base + ".run0.txt", run0);
+  const LabSummary resumed = run_lab(spec);
+  CHECK(resumed.trained == 1);
+  REQUIRE(resumed.rows.size() == 1);
+  for (const char* column : {"lr", "steps", "accuracy", "loss", "status"})
+    CHECK(resumed.rows[0].at(column) == first.rows[0].at(column));
+  CHECK(std::stod(resumed.rows[0].at("cell_seconds")) >= 1000);
+  CHECK(std::filesystem::exists(base + ".run1.txt"));
 }

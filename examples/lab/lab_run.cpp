@@ -41,7 +41,7 @@ namespace fs = std::filesystem;
 // smaller fixed set, fewer epochs and batches of 64 (docs/lab.md says what each costs).
 namespace {
 constexpr const char* kZoologyCpuExamples = "5000";
-constexpr const char* kZoologyCpuEpochs = "16";
+constexpr const char* kZoologyCpuEpochs = "12";
 Preset zoology_preset(bool cpu) {
   const char* const attention_only_positions =
       "softmax,linear:elu1:position=none,ssd:position=none,softmax:window=16,s4:position=none,lstm:position=none";
