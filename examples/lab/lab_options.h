@@ -7,8 +7,8 @@
 #include "examples/common/device_option.h"
 
 // What each task is (examples/lab/tasks.h). The default vocabulary is 1024, not
-// Zoology's 8192: the tied output head costs 2·B·T·C·V per forward, which at
-// V = 8192 and C = 64 is four times the rest of a two-layer model on a CPU, and
+// Zoology's 8192 (the zoology presets'): the head runs at the scored positions
+// only, but the tied embedding's gradient and AdamW update are V·C a step, and
 // Zoology's own rule (V > T) still holds up to the recall grid's T = 512.
 //  kind     type         name         default     min  max      help
 #define AG_LAB_TASK_OPTIONS(X) \
