@@ -38,7 +38,7 @@
   X(Run,  double,  max_seconds,   0,       0,   kNoLimit,         "also stop a run after this many seconds (0: no limit)") \
   X(Run,  double,  warmup,        0.2,     0,   0.99,             "the learning rate's linear warmup over this fraction of each run (then the cosine decay to lr·final_lr at its end)") \
   X(Run,  int64_t, eval_examples, 500,     1,   1 << 24,          "held-out examples scored (text: batches of --batch-size windows, this many windows)") \
-  X(Run,  int64_t, train_examples, 0,      0,   int64_t{1} << 32, "mqar, passkey, copy: a fixed training set of N examples, drawn once from the seed and passed over in order epoch after epoch (Zoology's 100k); 0: fresh examples every step") \
+  X(Run,  int64_t, train_examples, 0,      0,   int64_t{1} << 32, "mqar, passkey, copy: a fixed training set of N examples, fixed by the seed and passed over in order epoch after epoch (Zoology's 100k); 0: fresh examples every step") \
   X(Run,  int64_t, epochs,        0,       0,   1 << 20,          "with --train-examples: the run's length in passes over the set, ceil(N / B) batches each (the last the rest), instead of --max-iters (0: --max-iters)") \
   X(Run,  double,  final_lr,      0.1,     0,   1,                "the cosine decay's end, a fraction of the run's lr (Zoology: 0)") \
   X(Run,  double,  stop_accuracy, 0,       0,   1,                "stop a run once a held-out score on the way (every --eval-interval) exceeds this accuracy (Zoology: 0.99; 0: never)")
