@@ -4,7 +4,7 @@
 // plots and DIR/lab_report.html (docs/lab.md).
 //
 //   lab --task mqar --block-size 64,128,256 --pairs 4 --n-embd 64,128 --mixers softmax,linear:elu1,ssd --out DIR
-//   lab --preset quick | recall | heads | memory [--out DIR] [--jobs N]
+//   lab --preset quick | recall | heads | memory | zoology | zoology-cpu [--out DIR] [--jobs N]
 //
 // Every option of the model, the training step and the task takes a comma
 // list, named as `char_lm train` names it (examples/lab/grid.h); --lr's list

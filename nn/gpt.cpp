@@ -15,24 +15,28 @@
 
 namespace ag::nn {
 
-Block::Block(std::shared_ptr<Mixer> mixer, const MLP::Config& mlp, Generator* gen)
+Block::Block(std::shared_ptr<Mixer> mixer, const MLP::Config& mlp, Generator* gen, StateMixer state_mixer)
     : ln1_(register_module("ln1", std::make_shared<LayerNorm>(mlp.C))),
       attn_(register_module("attn", std::move(mixer))),
       ln2_(register_module("ln2", std::make_shared<LayerNorm>(mlp.C))),
-      mlp_(register_module("mlp", std::make_shared<MLP>(mlp, gen))) {}
+      mlp_(state_mixer == StateMixer::Mlp ? register_module("mlp", std::make_shared<MLP>(mlp, gen)) : nullptr) {}
 
 // Y = X + O and LN2(Y) in one pass (add_layer_norm); Y goes on as the residual stream.
 // Each sub-layer's output is observed (Module::observe) under its module's name; ln2's is LN2(X + O).
+// Without an MLP the state mixer is the identity: Y + LN2(Y), as Zoology's block computes
+// with torch.nn.Identity in the MLP's place (its next block adds the normed stream back).
 Tensor Block::forward(const Tensor& x) {
   const Tensor o = observe("attn", attn_->forward(observe("ln1", ln1_->forward(x))));
   const auto [y, normed] = ln2_->forward_residual(x, o);
-  return observe("", y + observe("mlp", mlp_->forward(observe("ln2", normed))));
+  const Tensor z = observe("ln2", normed);
+  return observe("", y + (mlp_ ? observe("mlp", mlp_->forward(z)) : z));
 }
 
 Tensor Block::forward_cached(const Tensor& x, LayerKVCache& cache) {
   const Tensor o = observe("attn", attn_->forward_cached(observe("ln1", ln1_->forward(x)), cache));
   const auto [y, normed] = ln2_->forward_residual(x, o);
-  return observe("", y + observe("mlp", mlp_->forward(observe("ln2", normed))));
+  const Tensor z = observe("ln2", normed);
+  return observe("", y + (mlp_ ? observe("mlp", mlp_->forward(z)) : z));
 }
 
 // Each rule names the options it relates (OptionError), so that a caller that read some of them from a checkpoint
@@ -197,7 +201,8 @@ std::string describe(const GPTConfig& c) {
       break;
     case PositionEncoding::None: line << "; no positions (the causal mask alone)"; break;
   }
-  line << "; GELU " << option_to_string(c.gelu);
+  if (c.state_mixer == StateMixer::Identity) line << "; no MLP (the state mixer is the identity)";
+  else line << "; GELU " << option_to_string(c.gelu);
   return line.str();
 }
 
@@ -222,9 +227,18 @@ void write_model_options(const GPTConfig& config, Metadata& metadata, std::initi
   const auto in_every_file = [](std::string_view part) {
     return std::find(std::begin(kFunctionsInEveryFile), std::end(kFunctionsInEveryFile), part) != std::end(kFunctionsInEveryFile);
   };
-  GPTConfig::for_each_option(config, [&](const auto&, const OptionInfo& info) {
+  const GPTConfig defaults;
+  std::vector<std::string> default_values;
+  GPTConfig::for_each_option(defaults, [&](const auto& value, const OptionInfo&) { default_values.push_back(option_to_string(value)); });
+  size_t at = 0;
+  GPTConfig::for_each_option(config, [&](const auto& value, const OptionInfo& info) {
+    const std::string& default_value = default_values[at++];
     if (info.part && !in_every_file(info.part) && info.part != std::string_view(name_of(config.attention)))
       metadata.erase(option_key(info, style));
+    const bool newer = std::find_if(std::begin(kOptionsWrittenWhenSet), std::end(kOptionsWrittenWhenSet),
+                                    [&](const char* name) { return info.name == std::string_view(name); }) !=
+                       std::end(kOptionsWrittenWhenSet);
+    if (newer && option_to_string(value) == default_value) metadata.erase(option_key(info, style));
   });
 }
 
@@ -253,7 +267,7 @@ GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
     blocks_.push_back(register_module(
         "blocks." + std::to_string(i),
         std::make_shared<Block>(make_mixer(config, i, &gen), MLP::Config{.C = C, .gelu = config.gelu, .dropout = config.dropout},
-                                &gen)));
+                                &gen, config.state_mixer)));
   ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(C));
   init_weights(gen);
   set_head_mask(config.head_mask);
@@ -438,7 +452,9 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, 
   // are the same, since ignored positions add nothing to either. Only on the
   // CPU, where reading the targets is free: on a device it waits for the device.
   // The targets are read here unless the caller has read them already.
-  if (y.device() == Device::CPU) {
+  // On a device, the targets the caller read on the host (a training step's) serve the same way: the
+  // rows and their targets go up as two small index tensors.
+  if (y.device() == Device::CPU || !targets_on_host.empty()) {
     const std::vector<int64_t> read = targets_on_host.empty() ? y.to_indices() : std::vector<int64_t>();
     const std::span<const int64_t> all = targets_on_host.empty() ? std::span<const int64_t>(read) : targets_on_host;
     std::vector<int64_t> rows, scored;
@@ -446,12 +462,20 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, 
       if (all[i] != ignore_index) rows.push_back(static_cast<int64_t>(i)), scored.push_back(all[i]);
     if (!rows.empty() && rows.size() < all.size()) {
       const int64_t n = static_cast<int64_t>(rows.size());
-      // embedding() is a row gather: its backward adds each row's gradient back into x's.
-      const Tensor x_scored = embedding(x, Tensor::from_indices(rows, {n}));
-      return cross_entropy(head(x_scored), Tensor::from_indices(scored, {n}), ignore_index, reduction);
+      return cross_entropy(head_at(x, rows), Tensor::from_indices(scored, {n}).to(x.device()), ignore_index, reduction);
     }
   }
   return cross_entropy(head(x), y, ignore_index, reduction);
+}
+
+Tensor GPT::head_at(const Tensor& x, const std::vector<int64_t>& rows) {
+  // embedding() is a row gather: its backward adds each row's gradient back into x's.
+  const Tensor x_rows = embedding(x, Tensor::from_indices(rows, {static_cast<int64_t>(rows.size())}).to(x.device()));
+  return head(x_rows);  // [n, V]
+}
+
+Tensor GPT::logits_at(const Tensor& idx, const std::vector<int64_t>& rows) {
+  return head_at(blocks_output(checked_token_embeddings(idx)).reshape({-1, config_.n_embd}), rows);  // [BT, C] -> [n, V]
 }
 
 int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T) {
@@ -463,7 +487,7 @@ int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T) {
   const int64_t H = config.n_head, d_h = C / H;
   const int64_t features = config.feature_map == FeatureMap::Favor ? config.n_features : d_h;
   const int64_t attention = attention_forward_flops(config.attention, config.feature_map, features, B, H, T, d_h);
-  const int64_t mlp = 2 * 2 * BT * C * 4 * C;
+  const int64_t mlp = config.state_mixer == StateMixer::Mlp ? 2 * 2 * BT * C * 4 * C : 0;
   const int64_t head = 2 * BT * C * config.vocab_size;
   const int64_t forward = config.n_layer * (projections + attention + mlp) + head;
   return 3 * forward;

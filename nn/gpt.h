@@ -26,12 +26,29 @@
 
 namespace ag::nn {
 
-// Pre-LN transformer block: Y = X + O with O = attn(ln1(X)), then Y + mlp(ln2(Y)).
+// What a block adds after its mixer (Zoology's "state mixer"): the MLP, or the
+// identity, so that the block adds LN2(Y) itself (Zoology's figure-2 models:
+// torch.nn.Identity in the MLP's place, after the same LayerNorm).
+enum class StateMixer {
+  Mlp,       // Y + mlp(ln2(Y))
+  Identity,  // Y + ln2(Y): no MLP
+};
+}  // namespace ag::nn
+template <> struct ag::EnumNames<ag::nn::StateMixer> {
+  static constexpr std::pair<ag::nn::StateMixer, const char*> values[] = {{ag::nn::StateMixer::Mlp, "mlp"},
+                                                                          {ag::nn::StateMixer::Identity, "identity"}};
+};
+namespace ag::nn {
+
+// Pre-LN transformer block: Y = X + O with O = attn(ln1(X)), then Y + mlp(ln2(Y))
+// (or Y + ln2(Y) where the state mixer is the identity).
 // attn is the block's mixer (nn/mixer.h), registered as "attn" whatever its function.
 class Block : public Module {
  public:
-  // The mixer (made with the block's C), and the MLP's width C, GELU and dropout.
-  Block(std::shared_ptr<Mixer> mixer, const MLP::Config& mlp, Generator* gen = nullptr);
+  // The mixer (made with the block's C), and the MLP's width C, GELU and dropout (no MLP
+  // is made under StateMixer::Identity).
+  Block(std::shared_ptr<Mixer> mixer, const MLP::Config& mlp, Generator* gen = nullptr,
+        StateMixer state_mixer = StateMixer::Mlp);
   // x [B, T, C] -> [B, T, C]
   Tensor forward(const Tensor& x);
   // The same for the positions after the cache's, attending through it (Mixer::forward_cached).
@@ -50,7 +67,7 @@ class Block : public Module {
   std::shared_ptr<LayerNorm> ln1_;
   std::shared_ptr<Mixer> attn_;
   std::shared_ptr<LayerNorm> ln2_;
-  std::shared_ptr<MLP> mlp_;
+  std::shared_ptr<MLP> mlp_;  // null under StateMixer::Identity
 };
 
 // The model's options, from the table in nn/gpt_options.h.
@@ -81,8 +98,9 @@ void add_older_files_options(Metadata& metadata, KeyStyle style);
 // Writes the model options of `config` that its files hold (write_options' Model and Derived
 // kinds, or Model alone) into `metadata` in `style`: all of them, but that the options of a
 // function newer than the files' keys (not in kFunctionsInEveryFile: s4) are written only for its
-// own models, so that every other model's files hold the keys they held before it. Read back, an
-// absent key is its default, which check() demands of another function's option anyway.
+// own models, so that every other model's files hold the keys they held before it, and an option
+// added since (kOptionsWrittenWhenSet: state_mixer) only where it differs from its default. Read back,
+// an absent key is its default, which check() demands of another function's option anyway.
 void write_model_options(const GPTConfig& config, Metadata& metadata, std::initializer_list<OptionKind> kinds,
                          KeyStyle style);
 
@@ -164,6 +182,11 @@ class GPT : public Module {
   Tensor loss(const Tensor& idx, const Tensor& targets, Reduction reduction = Reduction::Mean,
               int64_t ignore_index = -100, std::span<const int64_t> targets_on_host = {});
 
+  // idx int64 [B, T] -> the logits [n, V] at n of its B·T positions (rows: flat indices
+  // b·T + t): the head, the costliest layer at a large vocabulary, only where it is read
+  // (the lab scoring a recall task's few queried positions).
+  Tensor logits_at(const Tensor& idx, const std::vector<int64_t>& rows);
+
   void set_attention_impl(AttentionImpl impl);
   // Packed documents (issue 50): ids int64 [B, T], equal within each document, each document one
   // run of positions, for the next forwards of [B, T] inputs: every softmax layer shows a query its
@@ -199,6 +222,8 @@ class GPT : public Module {
   Tensor blocks_output(const Tensor& E);
   // logits [..., V] from the last block's output x [..., C].
   Tensor head(const Tensor& x);
+  // The head at n of the B·T positions only: rows, flat indices b·T + t, on x's device -> logits [n, V].
+  Tensor head_at(const Tensor& x, const std::vector<int64_t>& rows);
 
   GPTConfig config_;
   Tensor positions_;  // int64 [block_size]: 0, 1, ..., on the device of the last input (learned positions)

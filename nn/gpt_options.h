@@ -23,6 +23,9 @@
 // (nn::write_model_options).
 namespace ag::nn {
 inline constexpr const char* kFunctionsInEveryFile[] = {"softmax", "linear", "ssd"};
+// Options added since whose default is the model every file before them holds: written
+// only where they differ from it, so that such a model's files keep the keys they had.
+inline constexpr const char* kOptionsWrittenWhenSet[] = {"state_mixer"};
 }  // namespace ag::nn
 
 //  kind     type               name        default                min  max        help
@@ -40,7 +43,8 @@ inline constexpr const char* kFunctionsInEveryFile[] = {"softmax", "linear", "ss
   X(Model,   AttentionFunction, attention,  AttentionFunction::Softmax, 0, 0,       "attention function: softmax, linear (a kernel feature map, O(T) time), ssd (Mamba-2's selective state space, O(T) time), lstm (a recurrent network, not attention: nn/lstm.h) or s4 (S4D, a diagonal state space applied as one long convolution, O(T log T) time: nn/s4.h)") \
   X(Model,   PositionEncoding,  position,   PositionEncoding::Learned, 0, 0,        "positions: learned (a table of block_size rows added to X), rope (q, k rotated), alibi (scores biased by distance; softmax only) or none (the causal mask alone)") \
   X(Model,   double,            rope_base,  kDefaultRopeBase,      0,   kNoLimit,  "RoPE's frequency base: f_i = base^(-2i/d_h) (--position rope; > 0)") \
-  X(Model,   AlibiSlopes,       alibi_slopes, AlibiSlopes::Reference, 0, 0,       "ALiBi's slopes when n_head is not a power of two: reference (Press et al.'s and BLOOM's) or geometric (2^(-8(h+1)/H), models saved without this key); equal for a power of two (--position alibi)")
+  X(Model,   AlibiSlopes,       alibi_slopes, AlibiSlopes::Reference, 0, 0,       "ALiBi's slopes when n_head is not a power of two: reference (Press et al.'s and BLOOM's) or geometric (2^(-8(h+1)/H), models saved without this key); equal for a power of two (--position alibi)") \
+  X(Model,   StateMixer,        state_mixer, StateMixer::Mlp,      0,   0,         "what each block adds after its mixer: mlp (Y + MLP(LN2(Y))) or identity (Y + LN2(Y), no MLP: Zoology's figure-2 models)")
 
 // Softmax attention's: how it is computed and which earlier keys each query sees.
 //  kind     type               name        default                min  max        help, function

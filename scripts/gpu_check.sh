@@ -22,7 +22,10 @@
 #      reported (lab_report.html) and packed into LOG_DIR/lab-recall.tar.gz.
 #      The labs live in build-gpu/labs/, so the same command again on the same
 #      machine resumes them, skipping finished cells.
-#   9. with COMPARE=1, issue 48's precisions: bench/gpu_compare.sh (attograd
+#   9. with ZOOLOGY=MINUTES, issue 53's zoology preset until MINUTES after the script began,
+#      resumed from docs/lab/zoology/cells/, its finished cells brought back in LOG_DIR/zoology/
+#      (scripts/lab_gpu.sh runs this stage alone; it comes after COMPARE's),
+#  10. with COMPARE=1, issue 48's precisions: bench/gpu_compare.sh (attograd
 #      --precision fp32 / tf32 / bf16 against PyTorch eager fp32 / tf32 /
 #      bf16-autocast and torch.compile bf16, the default and the nanoGPT config,
 #      ms/step and TFLOP/s), then the default model 2000 iterations at fp32 and
@@ -288,4 +291,29 @@ if [ "${ATTN:-0}" = 1 ]; then
               printf "d %4s T %6s %-12s forward %6.2fx flash   forward+backward %6.2fx flash\n", at[1], at[2], impl,
                      forward[key, impl] / forward[key, "flash"], total[key, impl] / total[key, "flash"] } } }' \
     "$log_dir/attention-gpu.md" | sort -k2,2n -k4,4n -k5,5
+fi
+
+if [ -n "${ZOOLOGY:-}" ]; then
+  # Issue 53: the zoology preset (Zoology's figure 2) on the GPU until ZOOLOGY minutes after the
+  # script began, resumed from the cells committed under docs/lab/zoology/cells/ (each finished
+  # cell's row, <id>.csv, and each finished learning rate's run of a cell cut short, <id>.run<k>.txt),
+  # its cells finished by then brought back in LOG_DIR/zoology/ (rows and runs, not the curves) with
+  # results.csv and the plots: copy LOG_DIR/zoology/ over docs/lab/zoology/ and commit it, and the
+  # next lease goes on from there (scripts/lab_gpu.sh).
+  zoo=build-gpu/labs/zoology
+  mkdir -p "$zoo/cells"
+  cp docs/lab/zoology/cells/* "$zoo/cells/" 2>/dev/null
+  finished() { find "$zoo/cells" -regex '.*/[0-9a-f]*\.csv' | wc -l; }
+  before=$(finished)
+  left=$(( started + ZOOLOGY * 60 - $(date +%s) ))
+  echo "== the zoology preset on the GPU: $left s left, ${ZOOLOGY_JOBS:-8} processes, $before cells finished before"
+  [ "$left" -gt 10 ] && timeout "$left" ./build-gpu/lab --preset zoology --device cuda --jobs "${ZOOLOGY_JOBS:-8}" \
+    --out "$zoo" >"$log_dir/lab-zoology.log" 2>&1
+  echo "exit status $? (124: stopped at the minutes' end), $(( $(finished) - before )) cells finished now"
+  ./build-gpu/lab --preset zoology --report-only --out "$zoo" >>"$log_dir/lab-zoology.log" 2>&1
+  tail -2 "$log_dir/lab-zoology.log"
+  mkdir -p "$log_dir/zoology/cells"
+  find "$zoo/cells" -regex '.*/[0-9a-f]*\.\(csv\|run[0-9]*\.txt\)' -exec cp {} "$log_dir/zoology/cells/" \;
+  cp "$zoo"/results.csv "$zoo"/*.svg "$zoo"/lab_report.html "$log_dir/zoology/" 2>/dev/null
+  grep -h "^mqar" "$zoo"/results.csv | cut -d, -f2,3,9,13,16,18,28 | head -40
 fi

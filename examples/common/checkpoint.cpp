@@ -74,7 +74,7 @@ void check_sizes_against_tensors(const SafetensorsFile& file, const nn::GPTConfi
   const int64_t kv_width = c.kv_heads() * (c.n_embd / c.n_head);  // H_kv·d_h
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string block = "blocks." + std::to_string(i);
-    expect(block + ".mlp.fc.weight", {c.n_embd, 4 * c.n_embd}, "n_embd");
+    if (c.state_mixer == nn::StateMixer::Mlp) expect(block + ".mlp.fc.weight", {c.n_embd, 4 * c.n_embd}, "n_embd");
     if (c.attention == AttentionFunction::Lstm) {  // not an attention function: no projections (nn/lstm.h)
       for (const char* weight : {"weight_ih", "weight_hh"})
         expect(block + ".attn." + weight, {c.n_embd, 4 * c.n_embd}, "n_embd, attention");

@@ -164,9 +164,7 @@ std::string heatmap_grid_svg(const std::string& title, const std::vector<Heatmap
   return svg + "</svg>\n";
 }
 
-std::string line_chart_svg(const LineChart& chart) { return line_chart_svg(chart, NAN, NAN); }
-
-std::string line_chart_svg(const LineChart& chart, double left_low, double left_high) {
+std::string line_chart_svg(const LineChart& chart) {
   const double width = 720, left = 64, right = 84, bottom = 48, plot_h = 280, legend_row = 16, title_font = 14;
   const double plot_w = width - left - right;
   std::vector<Series> all = chart.left;
@@ -189,7 +187,14 @@ std::string line_chart_svg(const LineChart& chart, double left_low, double left_
     legend_x += entry;
   }
   const double top = 36 + legend_rows * legend_row, height = top + plot_h + bottom;
-  const Range x_range = span(all, true), left_range = std::isnan(left_low) ? span(chart.left, false) : Range{left_low, left_high}, right_range = span(chart.right, false);
+  const auto widen = [&](Range r) {
+    if (!chart.inset) return r;
+    const double margin = 0.05 * (r.high - r.low);
+    return Range{r.low - margin, r.high + margin};
+  };
+  Range left_data = span(chart.left, false);
+  if (!chart.left_span.empty()) left_data = {chart.left_span[0].low, chart.left_span[0].high};
+  const Range x_range = widen(span(all, true)), left_range = widen(left_data), right_range = widen(span(chart.right, false));
   std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(width) + "\" height=\"" + num(height) +
                     "\" viewBox=\"0 0 " + num(width) + " " + num(height) +
                     "\" font-family=\"sans-serif\" font-size=\"" + num(kMinFontSize) + "\">\n";
@@ -197,13 +202,16 @@ std::string line_chart_svg(const LineChart& chart, double left_low, double left_
   svg += text_element(left, 18, chart.title, "font-size=\"" + num(title_font) + "\"");
   svg += "<rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(plot_w) + "\" height=\"" + num(plot_h) +
          "\" fill=\"none\" stroke=\"#444\"/>\n";
-  for (const double v : ticks(x_range, 5)) {
+  std::vector<std::pair<double, std::string>> x_ticks = chart.x_ticks;
+  if (x_ticks.empty())
+    for (const double v : ticks(x_range, 5)) x_ticks.emplace_back(v, num(v));
+  for (const auto& [v, label] : x_ticks) {
     const double x = x_range.at(v, left, left + plot_w);
     svg += "<line x1=\"" + num(x) + "\" y1=\"" + num(top) + "\" x2=\"" + num(x) + "\" y2=\"" + num(top + plot_h) +
            "\" stroke=\"#e4e4e4\"/>\n";
-    svg += text_element(x, top + plot_h + 16, num(v), "text-anchor=\"middle\"");
+    svg += text_element(x, top + plot_h + 16, label, "text-anchor=\"middle\"");
   }
-  for (const double v : ticks(left_range, 5)) {
+  for (const double v : ticks(chart.left_span.empty() ? left_range : left_data, 5)) {
     const double y = left_range.at(v, top + plot_h, top);
     svg += "<line x1=\"" + num(left) + "\" y1=\"" + num(y) + "\" x2=\"" + num(left + plot_w) + "\" y2=\"" + num(y) +
            "\" stroke=\"#e4e4e4\"/>\n";
@@ -223,6 +231,17 @@ std::string line_chart_svg(const LineChart& chart, double left_low, double left_
     const Range& y_range = k < chart.left.size() ? left_range : right_range;
     AG_CHECK(s.x.size() == s.y.size(), "line_chart_svg: series '" << s.name << "' has " << s.x.size() << " x and "
                                                                    << s.y.size() << " y values");
+    if (!s.low.empty()) {  // the band first, under its line: low left to right, then high right to left
+      AG_CHECK(s.low.size() == s.x.size() && s.high.size() == s.x.size(),
+               "line_chart_svg: series '" << s.name << "' has a band of " << s.low.size() << " and " << s.high.size()
+                                          << " values for " << s.x.size() << " points");
+      std::string outline;
+      for (size_t i = 0; i < s.x.size(); ++i)
+        outline += num(x_range.at(s.x[i], left, left + plot_w)) + "," + num(y_range.at(s.low[i], top + plot_h, top)) + " ";
+      for (size_t i = s.x.size(); i-- > 0;)
+        outline += num(x_range.at(s.x[i], left, left + plot_w)) + "," + num(y_range.at(s.high[i], top + plot_h, top)) + " ";
+      svg += "<polygon class=\"band\" fill=\"" + s.colour + "\" fill-opacity=\"0.18\" stroke=\"none\" points=\"" + outline + "\"/>\n";
+    }
     std::string points;
     for (size_t i = 0; i < s.x.size(); ++i) {
       const double px = x_range.at(s.x[i], left, left + plot_w), py = y_range.at(s.y[i], top + plot_h, top);

@@ -44,18 +44,28 @@ struct Series {
   std::string name, colour;  // colour: any SVG colour ("#1f77b4")
   std::vector<double> x, y;
   bool markers = false;  // a dot at each point (sparse series such as evaluations)
+  std::vector<double> low = {}, high = {};  // a band from low to high at each x (a spread over seeds); empty: none
+};
+
+// A fixed span of an axis, and whether the data's points must stay off the plot's frame.
+struct AxisSpan {
+  double low = 0, high = 1;
 };
 
 // A line chart: `left` against the left axis, `right` (may be empty) against a
 // second axis on the right, sharing x. Each axis spans its data, ticked at round
-// numbers (1, 2 or 5 × 10^k apart). The legend, a swatch and the name of each
-// series, sits between the title and the plot, wrapped into as many rows as it needs.
+// numbers (1, 2 or 5 × 10^k apart), unless left_span fixes the left one (accuracy: 0 to 1)
+// or x_ticks names the x axis's ticks (value, label). With inset, every axis is widened
+// by 5 % of its span at both ends, so that no point lies on the frame. The legend, a
+// swatch and the name of each series, sits between the title and the plot, wrapped
+// into as many rows as it needs.
 struct LineChart {
   std::string title, x_label, left_label, right_label;
   std::vector<Series> left, right;
+  std::vector<AxisSpan> left_span = {};  // one or none
+  std::vector<std::pair<double, std::string>> x_ticks = {};
+  bool inset = false;
 };
 std::string line_chart_svg(const LineChart& chart);
-// The same with the left axis spanning [left_low, left_high] whatever the data (accuracy: 0 to 1).
-std::string line_chart_svg(const LineChart& chart, double left_low, double left_high);
 
 }  // namespace ag::interp

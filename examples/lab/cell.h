@@ -23,6 +23,10 @@ namespace ag::lab {
 struct RunSettings {
   int64_t eval_interval = 100;  // held-out scores on the way, for the progress line and the curve
   Device device = Device::CPU;  // where the model, its optimizer state and the batches live
+  // Where each finished run of a cell is kept (<id>.run<k>.csv, its curve in <id>.run<k>.curve.csv),
+  // so that a cell cut short (a device's lease ending mid-sweep) resumes at its next learning rate;
+  // "" keeps none.
+  std::string runs_dir = "";
 };
 
 struct Score {
@@ -46,6 +50,7 @@ struct RunResult {
   double peak_mb = 0;      // CPU: resident memory above the level before the model was made;
                            // CUDA: the device memory the run's allocator held at most
   double seconds = 0;      // training time
+  double wall_seconds = 0; // the whole run's: setup, training and scoring (the device time it took)
   std::vector<CurvePoint> curve;
 };
 
@@ -60,11 +65,21 @@ struct TextData {
 // The model a cell trains, its vocabulary set from the task (text: from `text`).
 nn::GPTConfig cell_model(const Cell& cell, const TextData* text);
 
+// The fixed training set of a cell with --train-examples (examples/lab/tasks.h), seeded from its --seed.
+FixedSet fixed_set(const Cell& cell);
+// The steps of each of the cell's runs: --max-iters, or --epochs passes over the fixed set.
+int64_t run_steps(const Cell& cell);
+
 // Throws ag::Error (with the reason) when the model or the task refuses the cell's options.
 void check_cell(const Cell& cell, const TextData* text);
 
 // One run at `lr`. Throws ag::Error when it diverges (the training step's check_finite).
 RunResult train_run(const Cell& cell, double lr, const RunSettings& settings, const TextData* text, const StepReport& report);
+
+// A curve as its .curve.csv's text (seconds,step,loss,accuracy): every evaluation, and the
+// training steps thinned to about 500 (every k-th), so a run of tens of thousands of steps
+// leaves a file of kilobytes.
+std::string curve_csv(const std::vector<CurvePoint>& curve);
 
 // Floats a decoder of this model holds after T positions, in every layer
 // (nn::KVCache): keys and values for softmax (T of them, or a window's whatever the positions),

@@ -200,7 +200,7 @@ const std::vector<std::string>& result_columns() {
   static const std::vector<std::string> columns = {
       "task", "mixer", "block_size", "pairs", "depth", "digits", "copy_tokens", "vocab", "n_embd", "n_head",
       "n_kv_head", "n_layer", "seed", "params", "state_floats", "lr", "steps", "accuracy", "loss", "ms_per_iter",
-      "tokens_per_s", "peak_mb", "seconds", "device", "status", "reason", "cell",
+      "tokens_per_s", "peak_mb", "seconds", "device", "status", "reason", "cell", "cell_seconds",
       "graph_mask", "min_nodes", "nodes", "max_distance"};
   return columns;
 }

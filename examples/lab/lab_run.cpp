@@ -24,6 +24,55 @@ namespace ag::lab {
 
 namespace fs = std::filesystem;
 
+// Zoology's figure 2 as its code ran it (zoology/experiments/paper_configs/iclr24_zoology_figure2/configs.py,
+// zoology/data/multiquery_ar.py, zoology/train.py; docs/lab.md, "The zoology preset"): MQAR at
+// (T, P) = (64, 4), (128, 8), (256, 16), (512, 64), vocabulary 8192, the filler the token 0;
+// 100k fixed training examples passed over 64 times in batches of 512 (T <= 128), 256 (T = 256)
+// or 128 (T = 512), no warm-up, the cosine decay to 0, a run stopped once its held-out accuracy
+// passes 0.99; 3000 held-out examples; 2 layers of width 64 … 512, one head, no MLP (the state
+// mixer the identity), dropout 0.1, learned positions for attention alone; the best of four
+// learning rates log-spaced from 1e-4 to 1e-2. Zoology's mixers are its own; these stand for them:
+// softmax for its attention, linear:elu1 for Based's linear feature map, ssd for Mamba, s4 for H3's
+// and Hyena's long convolutions, the LSTM for the recurrent baseline, a 16-key window for sliding
+// attention. Three seeds, the first seed's whole figure before the second's (a run cut short keeps
+// whole figures).
+//
+// zoology-cpu is the same experiment cut to an hour on 2 cores: T = 64 alone, widths 64 and 128, a
+// smaller fixed set, fewer epochs and batches of 64 (docs/lab.md says what each costs).
+namespace {
+constexpr const char* kZoologyCpuExamples = "5000";
+constexpr const char* kZoologyCpuEpochs = "12";
+Preset zoology_preset(bool cpu) {
+  const char* const attention_only_positions =
+      "softmax,linear:elu1:position=none,ssd:position=none,softmax:window=16,s4:position=none,lstm:position=none";
+  Preset p{.grids = {}, .lab_options = {{"mixers", attention_only_positions},
+                                        {"lr", "0.0001,0.00046415888336127773,0.0021544346900318843,0.01"},
+                                        {"eval_interval", "200"}, {"jobs", cpu ? "2" : "4"}, {"threads", "1"}}};
+  const std::vector<std::pair<std::string, std::string>> shared = {
+      {"task", "mqar"}, {"vocab", "8192"}, {"random_filler", "false"}, {"n_layer", "2"}, {"n_head", "1"},
+      {"state_mixer", "identity"}, {"dropout", "0.1"}, {"warmup", "0"}, {"final_lr", "0"},
+      {"stop_accuracy", "0.99"}, {"eval_examples", cpu ? "1000" : "3000"}};
+  for (const char* seed : {"1337", "1338", "1339"}) {
+    if (cpu) {
+      std::vector<std::pair<std::string, std::string>> grid = {
+          {"seed", seed}, {"block_size", "64"}, {"pairs", "4"}, {"n_embd", "64,128"}, {"batch_size", "64"},
+          {"train_examples", kZoologyCpuExamples}, {"epochs", kZoologyCpuEpochs}};
+      grid.insert(grid.end(), shared.begin(), shared.end());
+      p.grids.push_back(std::move(grid));
+      break;  // one seed: an hour holds no more
+    }
+    for (const auto& [T, pairs, batch] : {std::tuple{"64", "4", "512"}, {"128", "8", "512"}, {"256", "16", "256"}, {"512", "64", "128"}}) {
+      std::vector<std::pair<std::string, std::string>> grid = {
+          {"seed", seed}, {"block_size", T}, {"pairs", pairs}, {"n_embd", "64,128,256,512"}, {"batch_size", batch},
+          {"train_examples", "100000"}, {"epochs", "64"}};
+      grid.insert(grid.end(), shared.begin(), shared.end());
+      p.grids.push_back(std::move(grid));
+    }
+  }
+  return p;
+}
+}  // namespace
+
 // The quick preset's vocabulary is 256, not the default 1024: with fewer keys
 // to learn, softmax attention leaves MQAR's plateau (predicting one of the
 // values it has seen: accuracy 1/P) within its budget, and the long warmup
@@ -87,7 +136,8 @@ Preset preset(const std::string& name) {
                          {"batch_size", "32"}, {"max_iters", "1200"}, {"warmup", "0.1"}, {"eval_examples", "1000"}});
     return p;
   }
-  throw Error("--preset '" + name + "' is not one of quick, recall, heads, memory, graphs");
+  if (name == "zoology" || name == "zoology-cpu") return zoology_preset(name == "zoology-cpu");
+  throw Error("--preset '" + name + "' is not one of quick, recall, heads, memory, graphs, zoology, zoology-cpu");
 }
 
 std::vector<Cell> lab_cells(const LabSpec& spec) {
@@ -157,7 +207,7 @@ void run_jobs(const LabSpec& spec) {
 void run_share(const LabSpec& spec, const std::vector<Cell>& cells, const Shard& shard, const TextData* text,
                LabSummary& summary) {
   const LabOptions& o = spec.options;
-  const RunSettings settings{o.eval_interval, o.device};
+  const RunSettings settings{o.eval_interval, o.device, o.out + "/cells"};
   const std::string prefix =
       shard.count > 1 ? std::string("[").append(std::to_string(shard.index)).append("/").append(std::to_string(shard.count)).append("] ")
                       : std::string();
@@ -178,22 +228,18 @@ void run_share(const LabSpec& spec, const std::vector<Cell>& cells, const Shard&
     const CellResult result = run_cell(cell, settings, text, [&](double lr, int64_t step, double loss, double accuracy) {
       if (lr != last_lr) ++run, last_lr = lr;
       if (spec.quiet || (step % o.eval_interval != 0 && step != 1)) return;
-      const double done = static_cast<double>(n) + (static_cast<double>(run) + static_cast<double>(step) / static_cast<double>(cell.budget.max_iters)) / runs;
+      const double done = static_cast<double>(n) + (static_cast<double>(run) + static_cast<double>(step) / static_cast<double>(run_steps(cell))) / runs;
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       char held_out[32] = "-";
       if (!std::isnan(accuracy)) std::snprintf(held_out, sizeof held_out, "%.3f", accuracy);
       std::printf("%scell %zu/%zu %s | lr %g step %lld/%lld loss %.4f held-out acc %s | %zu of %zu cells here done | ETA %s\n",
                   prefix.c_str(), mine[n] + 1, cells.size(), cell.label().c_str(), lr, static_cast<long long>(step),
-                  static_cast<long long>(cell.budget.max_iters), loss, held_out, n, mine.size(),
+                  static_cast<long long>(run_steps(cell)), loss, held_out, n, mine.size(),
                   duration_text(elapsed / done * (static_cast<double>(mine.size()) - done)).c_str());
       std::fflush(stdout);
     });
-    std::string curve = "seconds,step,loss,accuracy\n";
-    for (const CurvePoint& p : result.curve)
-      curve += option_to_string(p.seconds) + "," + std::to_string(p.step) + "," + option_to_string(p.loss) + "," +
-               (std::isnan(p.accuracy) ? "" : option_to_string(p.accuracy)) + "\n";
     const std::string base = o.out + "/cells/" + cell.id();
-    replace_file(base + ".curve.csv", curve);
+    replace_file(base + ".curve.csv", curve_csv(result.curve));
     replace_file(base + ".csv", csv_text({result.row}));  // last: its presence marks the cell finished
     ++summary.trained;
     if (!spec.quiet) {

@@ -29,20 +29,30 @@ std::string field(const Row& row, const std::string& column) {
 bool trained(const Row& row) { return field(row, "status") == "ok"; }
 
 // Series of (x, y) points grouped by name, sorted by x, coloured in order of first appearance.
+// Points of one series at one x (the seeds of a cell) are drawn as their mean, with a band
+// from the lowest to the highest: the seeds' spread.
 class SeriesSet {
  public:
   void add(const std::string& name, double x, double y) {
     if (std::isnan(x) || std::isnan(y)) return;
     if (!points_.count(name)) order_.push_back(name);
-    points_[name].emplace_back(x, y);
+    points_[name][x].push_back(y);
   }
   std::vector<interp::Series> series(bool markers = true) const {
     std::vector<interp::Series> out;
     for (size_t i = 0; i < order_.size(); ++i) {
-      std::vector<std::pair<double, double>> p = points_.at(order_[i]);
-      std::sort(p.begin(), p.end());
       interp::Series s{order_[i], kColours[i % std::size(kColours)], {}, {}, markers};
-      for (const auto& [x, y] : p) s.x.push_back(x), s.y.push_back(y);
+      bool spread = false;
+      for (const auto& [x, ys] : points_.at(order_[i])) {
+        double sum = 0;
+        for (const double y : ys) sum += y;
+        s.x.push_back(x);
+        s.y.push_back(sum / static_cast<double>(ys.size()));
+        s.low.push_back(*std::min_element(ys.begin(), ys.end()));
+        s.high.push_back(*std::max_element(ys.begin(), ys.end()));
+        spread = spread || ys.size() > 1;
+      }
+      if (!spread) s.low.clear(), s.high.clear();
       out.push_back(std::move(s));
     }
     return out;
@@ -51,7 +61,7 @@ class SeriesSet {
 
  private:
   std::vector<std::string> order_;
-  std::map<std::string, std::vector<std::pair<double, double>>> points_;
+  std::map<std::string, std::map<double, std::vector<double>>> points_;
 };
 
 // A mixer and the width, the series of the accuracy plots ("softmax C=64"); the width only when several are.
@@ -71,18 +81,42 @@ bool varies(const std::vector<Row>& rows, const std::string& column) {
 struct Labels {
   std::string title, x, y;
 };
+}  // namespace
 
+std::vector<std::pair<double, std::string>> points_per_series(std::vector<interp::Series>& series, std::string& x_label) {
+  std::set<double> xs;
+  for (const interp::Series& s : series) xs.insert(s.x.begin(), s.x.end());
+  if (xs.size() != 1) return {};
+  std::vector<std::pair<double, std::string>> ticks;
+  for (size_t i = 0; i < series.size(); ++i) {
+    series[i].x.assign(series[i].x.size(), static_cast<double>(i));
+    series[i].markers = true;
+    ticks.emplace_back(static_cast<double>(i), series[i].name);
+  }
+  x_label += " (one value: a point per series)";
+  return ticks;
+}
+
+namespace {
 // The picture every per-cell plot is: one line per name(row) through (x(row),
-// the row's `y` column) of the trained rows `keep` takes; "" when none is taken.
+// the row's `y` column) of the trained rows `keep` takes, seeds as a band; "" when none is taken.
+// An accuracy spans 0 to 1, and every axis leaves a margin so no point lies on the frame; an x
+// axis of one value becomes a point per series (points_per_series). `x_ticks` names the x ticks.
 std::string rows_chart(const std::vector<Row>& rows, const std::function<bool(const Row&)>& keep,
                        const std::function<std::string(const Row&)>& name, const std::function<double(const Row&)>& x,
-                       const std::string& y, const Labels& labels) {
+                       const std::string& y, const Labels& labels,
+                       std::vector<std::pair<double, std::string>> x_ticks = {}) {
   SeriesSet set;
   for (const Row& row : rows)
     if (trained(row) && keep(row)) set.add(name(row), x(row), number(row, y));
   if (set.empty()) return "";
-  return interp::line_chart_svg({.title = labels.title, .x_label = labels.x, .left_label = labels.y,
-                                 .right_label = "", .left = set.series(), .right = {}});
+  std::vector<interp::Series> series = set.series();
+  std::string x_label = labels.x;
+  if (auto one = points_per_series(series, x_label); !one.empty()) x_ticks = std::move(one);
+  return interp::line_chart_svg({.title = labels.title, .x_label = x_label, .left_label = labels.y, .right_label = "",
+                                 .left = series, .right = {},
+                                 .left_span = y == "accuracy" ? std::vector<interp::AxisSpan>{{0, 1}} : std::vector<interp::AxisSpan>{},
+                                 .x_ticks = x_ticks, .inset = true});
 }
 
 std::function<double(const Row&)> column(const std::string& name) {
@@ -101,14 +135,109 @@ std::string accuracy_vs_length(const std::vector<Row>& rows, const std::string& 
                      .x = "sequence length T (--block-size)", .y = "accuracy"});
 }
 
-std::string accuracy_vs_state(const std::vector<Row>& rows) {
+// Held-out accuracy against the decoder's state, a line per task and mixer through its widths
+// (and other sizes), at one length T (0: every length), with the frontier: the best accuracy any
+// cell reached at that state or less.
+std::string accuracy_vs_state(const std::vector<Row>& rows, double T) {
+  const auto keep = [T](const Row& row) {
+    return field(row, "task") != "text" && (T == 0 || number(row, "block_size") == T);
+  };
+  SeriesSet set;
+  std::map<std::pair<std::string, double>, std::vector<double>> cells;  // (series, log2 state) -> accuracies
+  const bool tasks = varies(rows, "task");
+  for (const Row& row : rows) {
+    if (!trained(row) || !keep(row)) continue;
+    const std::string name = (tasks ? field(row, "task") + " " : "") + field(row, "mixer");
+    const double x = std::log2(number(row, "state_floats")), y = number(row, "accuracy");
+    set.add(name, x, y);
+    cells[{name, x}].push_back(y);
+  }
+  if (set.empty()) return "";
+  std::map<double, double> best;  // log2 state -> the best mean accuracy there
+  for (const auto& [key, ys] : cells) {
+    double sum = 0;
+    for (const double y : ys) sum += y;
+    best[key.second] = std::max(best.count(key.second) ? best[key.second] : 0.0, sum / static_cast<double>(ys.size()));
+  }
+  std::vector<interp::Series> series = set.series();
+  std::string x_label = "log2 of the floats a decoder holds after T positions (KV cache or recurrent state)";
+  const std::vector<std::pair<double, std::string>> x_ticks = points_per_series(series, x_label);
+  if (x_ticks.empty() && best.size() > 1) {
+    interp::Series frontier{"frontier: the best at this state or less", "#000000", {}, {}, false};
+    double so_far = 0;
+    for (const auto& [x, y] : best) frontier.x.push_back(x), frontier.y.push_back(so_far = std::max(so_far, y));
+    series.push_back(std::move(frontier));
+  }
+  const std::string where = T == 0 ? "every cell" : "T = " + std::to_string(static_cast<int64_t>(T));
+  return interp::line_chart_svg({.title = "held-out accuracy against the decoder's state (" + where + ")",
+                                 .x_label = x_label, .left_label = "accuracy", .right_label = "", .left = series,
+                                 .right = {}, .left_span = {{0, 1}}, .x_ticks = x_ticks, .inset = true});
+}
+
+// Zoology's figure 2: at one (T, P), held-out accuracy against the width d_model, a line per mixer
+// (the best of its learning rates; a band where there are seeds), widths on a log scale.
+std::string accuracy_vs_width(const std::vector<Row>& rows, double T) {
+  std::set<double> widths;
+  std::string pairs;
+  for (const Row& row : rows)
+    if (trained(row) && field(row, "task") == "mqar" && number(row, "block_size") == T)
+      widths.insert(number(row, "n_embd")), pairs = field(row, "pairs");
+  if (widths.size() < 2) return "";
+  std::vector<std::pair<double, std::string>> ticks;
+  for (const double C : widths) ticks.emplace_back(std::log2(C), std::to_string(static_cast<int64_t>(C)));
+  const bool heads = varies(rows, "n_head"), layers = varies(rows, "n_layer");
   return rows_chart(
-      rows, [](const Row& row) { return field(row, "task") != "text"; },
-      [](const Row& row) { return field(row, "task") + " " + field(row, "mixer"); },
-      [](const Row& row) { return std::log2(number(row, "state_floats")); }, "accuracy",
-      {.title = "held-out accuracy against the decoder's state (every cell)",
-       .x = "log2 of the floats a decoder holds after T positions (KV cache or recurrent state)",
-       .y = "accuracy"});
+      rows, [T](const Row& row) { return field(row, "task") == "mqar" && number(row, "block_size") == T; },
+      [&](const Row& row) {
+        return field(row, "mixer") + (heads ? " H=" + field(row, "n_head") : "") + (layers ? " L=" + field(row, "n_layer") : "");
+      },
+      [](const Row& row) { return std::log2(number(row, "n_embd")); }, "accuracy",
+      {.title = "mqar, T = " + std::to_string(static_cast<int64_t>(T)) + ", P = " + pairs +
+                ": held-out accuracy against the width (best learning rate; band: the seeds' spread)",
+       .x = "model width d_model (--n-embd, log scale)", .y = "accuracy"},
+      ticks);
+}
+
+// At one (T, P), each mixer's accuracy at each width: the mean over seeds, their range where there
+// are several, and the learning rate each seed kept; the table beside accuracy_vs_width's plot.
+std::string width_table_html(const std::vector<Row>& rows, double T) {
+  std::set<double> widths;
+  std::vector<std::string> mixers;
+  std::map<std::pair<std::string, double>, std::vector<const Row*>> cells;
+  for (const Row& row : rows) {
+    if (!trained(row) || field(row, "task") != "mqar" || number(row, "block_size") != T) continue;
+    const std::string mixer = field(row, "mixer");
+    if (std::find(mixers.begin(), mixers.end(), mixer) == mixers.end()) mixers.push_back(mixer);
+    widths.insert(number(row, "n_embd"));
+    cells[{mixer, number(row, "n_embd")}].push_back(&row);
+  }
+  std::string html = "<table><tr><th>mixer</th>";
+  for (const double C : widths) html += "<th>d_model " + std::to_string(static_cast<int64_t>(C)) + "</th>";
+  html += "</tr>\n";
+  for (const std::string& mixer : mixers) {
+    html += "<tr><td>" + interp::escape_xml(mixer) + "</td>";
+    for (const double C : widths) {
+      const auto found = cells.find({mixer, C});
+      if (found == cells.end()) {
+        html += "<td></td>";
+        continue;
+      }
+      double sum = 0, low = 1, high = 0;
+      std::string lrs;
+      for (const Row* row : found->second) {
+        const double a = number(*row, "accuracy");
+        sum += a, low = std::min(low, a), high = std::max(high, a);
+        lrs += (lrs.empty() ? "" : ", ") + field(*row, "lr");
+      }
+      char text[96];
+      const size_t n = found->second.size();
+      if (n > 1) std::snprintf(text, sizeof text, "%.3f (%.3f–%.3f, %zu seeds)", sum / static_cast<double>(n), low, high, n);
+      else std::snprintf(text, sizeof text, "%.3f", sum);
+      html += "<td>" + std::string(text) + "<br><small>lr " + lrs + "</small></td>";
+    }
+    html += "</tr>\n";
+  }
+  return html + "</table>\n";
 }
 
 // The cells at the longest T of the first task, each its winning run's training loss over time.
@@ -185,8 +314,7 @@ std::string accuracy_vs_layers(const std::vector<Row>& rows) {
   if (set.empty()) return "";
   return interp::line_chart_svg({.title = "held-out accuracy against the number of layers",
                                  .x_label = "layers N (--n-layer)", .left_label = "accuracy", .right_label = "",
-                                 .left = set.series(), .right = {}},
-                                0.0, 1.0);
+                                 .left = set.series(), .right = {}, .left_span = {{0, 1}}, .inset = true});
 }
 
 std::string cost_vs_length(const std::vector<Row>& rows) {
@@ -198,16 +326,25 @@ std::string cost_vs_length(const std::vector<Row>& rows) {
     mb.add(name + " MB", number(row, "block_size"), number(row, "peak_mb"));
   }
   if (ms.empty()) return "";
-  // A mixer's two lines share its colour: the legend and the axes tell them apart.
+  // A mixer's two lines share its colour: the legend and the axes tell them apart. At one T,
+  // each mixer's two points stand at its own place on the x axis, named there.
+  std::vector<interp::Series> left = ms.series(), right = mb.series();
+  std::string x_label = "sequence length T";
+  std::vector<std::pair<double, std::string>> x_ticks = points_per_series(left, x_label);
+  for (size_t i = 0; i < x_ticks.size() && i < right.size(); ++i) {
+    right[i].x.assign(right[i].x.size(), static_cast<double>(i));
+    right[i].markers = true;
+    x_ticks[i].second = x_ticks[i].second.substr(0, x_ticks[i].second.rfind(' '));  // the mixer, not " ms/iter"
+  }
   return interp::line_chart_svg({.title = "cost against sequence length: ms per training step (left axis), peak MB (right axis)",
-                                 .x_label = "sequence length T", .left_label = "ms/iter", .right_label = "peak MB above setup",
-                                 .left = ms.series(), .right = mb.series()});
+                                 .x_label = x_label, .left_label = "ms/iter", .right_label = "peak MB above setup",
+                                 .left = left, .right = right, .x_ticks = x_ticks, .inset = true});
 }
 
 std::string table_html(const std::vector<Row>& rows) {
   const std::vector<std::string> columns = {"task", "mixer", "block_size", "pairs", "n_embd", "n_head", "n_kv_head",
-                                            "n_layer", "params", "state_floats", "lr", "steps", "accuracy", "loss",
-                                            "ms_per_iter", "tokens_per_s", "peak_mb", "status"};
+                                            "n_layer", "seed", "params", "state_floats", "lr", "steps", "accuracy", "loss",
+                                            "ms_per_iter", "tokens_per_s", "peak_mb", "cell_seconds", "device", "status"};
   std::string html = "<table><tr>";
   for (const std::string& c : columns) html += "<th>" + c + "</th>";
   html += "</tr>\n";
@@ -245,7 +382,24 @@ void write_report(const std::string& dir, const std::vector<Row>& rows, const st
     replace_file(dir + "/accuracy_vs_length" + (task == "mqar" ? "" : "_" + task) + ".svg", svg);
     by_length += "<div>" + svg + "</div>\n";
   }
-  const std::string by_state = accuracy_vs_state(rows), by_time = loss_vs_time(rows, curves), cost = cost_vs_length(rows);
+  // Accuracy against the state, and Zoology's accuracy against the width, at each length.
+  std::set<double> lengths;
+  for (const Row& row : rows)
+    if (trained(row) && field(row, "task") != "text") lengths.insert(number(row, "block_size"));
+  std::string by_state, by_width;
+  for (const double T : lengths.size() > 1 ? lengths : std::set<double>{0}) {
+    const std::string svg = accuracy_vs_state(rows, T);
+    if (svg.empty()) continue;
+    replace_file(dir + "/accuracy_vs_state" + (T == 0 ? "" : "_T" + std::to_string(static_cast<int64_t>(T))) + ".svg", svg);
+    by_state += "<div>" + svg + "</div>\n";
+  }
+  for (const double T : lengths) {
+    const std::string svg = accuracy_vs_width(rows, T);
+    if (svg.empty()) continue;
+    replace_file(dir + "/accuracy_vs_width_T" + std::to_string(static_cast<int64_t>(T)) + ".svg", svg);
+    by_width += "<div class=\"beside\"><div>" + svg + "</div><div>" + width_table_html(rows, T) + "</div></div>\n";
+  }
+  const std::string by_time = loss_vs_time(rows, curves), cost = cost_vs_length(rows);
   const std::string by_depth = passkey_by_depth(rows);
   if (!by_depth.empty()) replace_file(dir + "/passkey_by_depth.svg", by_depth);
   std::string by_heads;
@@ -278,11 +432,14 @@ void write_report(const std::string& dir, const std::vector<Row>& rows, const st
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>attograd lab</title>\n"
       "<style>body{font-family:sans-serif;margin:24px;max-width:1300px}"
       "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}"
-      "section{margin-bottom:32px}section svg{max-width:100%;height:auto}</style></head><body>\n"
+      "section{margin-bottom:32px}section svg{max-width:100%;height:auto}"
+      ".beside{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}.beside>div{flex:1 1 480px}</style></head><body>\n"
       "<h1>The attention lab</h1>\n"
       "<section id=\"config\"><h2>The grid</h2>\n<p><code>" + interp::escape_xml(command) + "</code></p>\n<p>" +
       std::to_string(rows.size()) + " cells; each trained at every learning rate of its sweep, the best held-out "
-      "score kept.</p></section>\n"
+      "score kept.</p></section>\n" +
+      (by_width.empty() ? "" : std::string("<section id=\"accuracy-width\"><h2>Accuracy against the width at each length (Zoology's figure 2)</h2>\n") +
+                                   by_width + "</section>\n") +
       "<section id=\"accuracy-length\"><h2>Accuracy against sequence length</h2>\n" + none(by_length, "it") +
       (text_rows.empty() ? "" : "<p>The text cells (scored by val loss):</p><ul>" + text_rows + "</ul>\n") + "</section>\n" +
       (by_depth.empty() ? "" : "<section id=\"passkey-depth\"><h2>Passkey: accuracy by length and depth</h2>\n<div>" +

@@ -82,9 +82,11 @@ Example mqar_example(const TaskOptions& task, int64_t T, Generator& gen) {
     e.x[query] = keys[i];
     e.y[query] = values[i];
   }
-  // Zoology fills every position left 0 (none of the pairs, no query) with a token of the whole vocabulary.
-  for (int64_t& token : e.x)
-    if (token == 0) token = static_cast<int64_t>(gen.integer(static_cast<uint64_t>(V)));
+  // Zoology fills every position left 0 (none of the pairs, no query) with a token of the whole
+  // vocabulary, or leaves it 0 (random_non_queries = False; no key is 0, keys start at 1).
+  if (task.random_filler)
+    for (int64_t& token : e.x)
+      if (token == 0) token = static_cast<int64_t>(gen.integer(static_cast<uint64_t>(V)));
   return e;
 }
 
@@ -133,17 +135,41 @@ Example synthetic_example(const TaskOptions& task, int64_t T, Generator& gen) {
   throw Error("the text task has no synthetic examples");
 }
 
-void synthetic_batch(const TaskOptions& task, int64_t T, int64_t B, Generator& gen, Tensor& x, Tensor& y) {
+namespace {
+// The examples `draw(b)` gives for b = 0 … B−1 as a batch: x, y int64 [B, T].
+template <class Draw> void as_batch(int64_t T, int64_t B, const Draw& draw, Tensor& x, Tensor& y) {
   std::vector<int64_t> xs, ys;
   xs.reserve(B * T);
   ys.reserve(B * T);
   for (int64_t b = 0; b < B; ++b) {
-    const Example e = synthetic_example(task, T, gen);
+    const Example e = draw(b);
     xs.insert(xs.end(), e.x.begin(), e.x.end());
     ys.insert(ys.end(), e.y.begin(), e.y.end());
   }
   x = Tensor::from_indices(xs, {B, T});
   y = Tensor::from_indices(ys, {B, T});
+}
+}  // namespace
+
+void synthetic_batch(const TaskOptions& task, int64_t T, int64_t B, Generator& gen, Tensor& x, Tensor& y) {
+  as_batch(T, B, [&](int64_t) { return synthetic_example(task, T, gen); }, x, y);
+}
+
+std::vector<int64_t> FixedSet::batch_indices(int64_t k) const {
+  const int64_t first = (k % batches_per_epoch()) * batch, end = std::min(first + batch, examples);
+  std::vector<int64_t> indices;
+  for (int64_t i = first; i < end; ++i) indices.push_back(i);
+  return indices;
+}
+
+Example fixed_set_example(const TaskOptions& task, int64_t T, const FixedSet& set, int64_t i) {
+  Generator gen(random_bits(set.seed, static_cast<uint64_t>(i)));  // example i's own stream
+  return synthetic_example(task, T, gen);
+}
+
+void fixed_set_batch(const TaskOptions& task, int64_t T, const FixedSet& set, int64_t k, Tensor& x, Tensor& y) {
+  const std::vector<int64_t> indices = set.batch_indices(k);
+  as_batch(T, static_cast<int64_t>(indices.size()), [&](int64_t b) { return fixed_set_example(task, T, set, indices[b]); }, x, y);
 }
 
 }  // namespace ag::lab

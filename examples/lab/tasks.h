@@ -8,7 +8,8 @@
 //            (Zoology's _mqar: keys from [1, V/2), values from [V/2, V), each
 //            key queried once at an even offset 2g after the pairs, the gaps g
 //            drawn without replacement with p(g) ∝ (g+1)^(a−1); every other
-//            position a uniformly random token of the whole vocabulary)
+//            position a uniformly random token of the whole vocabulary, or the
+//            token 0 under --random-filler false, as Zoology's figure 2 ran it)
 //   passkey  filler … N d1 … dk filler … Q d1 … dk     y = d1 … dk after Q
 //            (tokens 0–9 digits, 10 the needle's marker N, 11 the question Q,
 //            12 … V−1 filler; the needle starts at round(depth·(T − 2k − 2)))
@@ -69,6 +70,23 @@ Example synthetic_example(const TaskOptions& task, int64_t T, Generator& gen);
 
 // B examples as a batch: x, y int64 [B, T].
 void synthetic_batch(const TaskOptions& task, int64_t T, int64_t B, Generator& gen, Tensor& x, Tensor& y);
+
+// A fixed training set of N examples (Zoology's: drawn once, then passed over in the same
+// order epoch after epoch, batches of B, the last of each epoch the N mod B left). Example i
+// is drawn from a generator of its own, seeded from (seed, i), so the set is the seed's alone
+// and none of it is kept: a batch draws its examples again, as fresh ones would be drawn.
+struct FixedSet {
+  uint64_t seed = 0;
+  int64_t examples = 0;  // N
+  int64_t batch = 1;     // B
+  // Batches per epoch: ceil(N / B).
+  int64_t batches_per_epoch() const { return (examples + batch - 1) / batch; }
+  // The indices of the examples of batch k of the run (k counted over every epoch).
+  std::vector<int64_t> batch_indices(int64_t k) const;
+};
+Example fixed_set_example(const TaskOptions& task, int64_t T, const FixedSet& set, int64_t i);
+// Batch k of the run: x, y int64 [b, T], b = B but at an epoch's last batch.
+void fixed_set_batch(const TaskOptions& task, int64_t T, const FixedSet& set, int64_t k, Tensor& x, Tensor& y);
 
 // Passkey's tokens.
 inline constexpr int64_t kNeedleMarker = 10, kQuestionMarker = 11, kFirstFiller = 12;
