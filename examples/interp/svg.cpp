@@ -164,6 +164,44 @@ std::string heatmap_grid_svg(const std::string& title, const std::vector<Heatmap
   return svg + "</svg>\n";
 }
 
+namespace {
+// Where a series' points land: its x and y axes' ranges and the plot's box.
+struct PlotBox {
+  Range x, y;
+  double left, top, width, height;
+  double px(double v) const { return x.at(v, left, left + width); }
+  double py(double v) const { return y.at(v, top + height, top); }
+};
+
+// One series of a line chart: its band (low to high, if it has one) under its line, and its markers.
+std::string series_svg(const Series& s, const PlotBox& at) {
+  std::string out;
+  AG_CHECK(s.x.size() == s.y.size(), "line_chart_svg: series '" << s.name << "' has " << s.x.size() << " x and "
+                                                                 << s.y.size() << " y values");
+  if (!s.low.empty()) {  // the band first, under its line: low left to right, then high right to left
+    AG_CHECK(s.low.size() == s.x.size() && s.high.size() == s.x.size(),
+             "line_chart_svg: series '" << s.name << "' has a band of " << s.low.size() << " and " << s.high.size()
+                                        << " values for " << s.x.size() << " points");
+    std::string outline;
+    for (size_t i = 0; i < s.x.size(); ++i)
+      outline += num(at.px(s.x[i])) + "," + num(at.py(s.low[i])) + " ";
+    for (size_t i = s.x.size(); i-- > 0;)
+      outline += num(at.px(s.x[i])) + "," + num(at.py(s.high[i])) + " ";
+    out += "<polygon class=\"band\" fill=\"" + s.colour + "\" fill-opacity=\"0.18\" stroke=\"none\" points=\"" + outline + "\"/>\n";
+  }
+  std::string points;
+  for (size_t i = 0; i < s.x.size(); ++i) {
+    const double px = at.px(s.x[i]), py = at.py(s.y[i]);
+    points += num(px) + "," + num(py) + " ";
+    if (s.markers)
+      out += "<circle cx=\"" + num(px) + "\" cy=\"" + num(py) + "\" r=\"2.5\" fill=\"" + s.colour + "\"/>\n";
+  }
+  out += "<polyline class=\"series\" fill=\"none\" stroke=\"" + s.colour + "\" stroke-width=\"1.5\" points=\"" +
+         points + "\"/>\n";
+  return out;
+}
+}  // namespace
+
 std::string line_chart_svg(const LineChart& chart) {
   const double width = 720, left = 64, right = 84, bottom = 48, plot_h = 280, legend_row = 16, title_font = 14;
   const double plot_w = width - left - right;
@@ -227,30 +265,9 @@ std::string line_chart_svg(const LineChart& chart) {
     svg += text_element(width - 12, top + plot_h / 2, chart.right_label,
                         "text-anchor=\"middle\" transform=\"rotate(90 " + num(width - 12) + " " + num(top + plot_h / 2) + ")\"");
   for (size_t k = 0; k < all.size(); ++k) {
-    const Series& s = all[k];
     const Range& y_range = k < chart.left.size() ? left_range : right_range;
-    AG_CHECK(s.x.size() == s.y.size(), "line_chart_svg: series '" << s.name << "' has " << s.x.size() << " x and "
-                                                                   << s.y.size() << " y values");
-    if (!s.low.empty()) {  // the band first, under its line: low left to right, then high right to left
-      AG_CHECK(s.low.size() == s.x.size() && s.high.size() == s.x.size(),
-               "line_chart_svg: series '" << s.name << "' has a band of " << s.low.size() << " and " << s.high.size()
-                                          << " values for " << s.x.size() << " points");
-      std::string outline;
-      for (size_t i = 0; i < s.x.size(); ++i)
-        outline += num(x_range.at(s.x[i], left, left + plot_w)) + "," + num(y_range.at(s.low[i], top + plot_h, top)) + " ";
-      for (size_t i = s.x.size(); i-- > 0;)
-        outline += num(x_range.at(s.x[i], left, left + plot_w)) + "," + num(y_range.at(s.high[i], top + plot_h, top)) + " ";
-      svg += "<polygon class=\"band\" fill=\"" + s.colour + "\" fill-opacity=\"0.18\" stroke=\"none\" points=\"" + outline + "\"/>\n";
-    }
-    std::string points;
-    for (size_t i = 0; i < s.x.size(); ++i) {
-      const double px = x_range.at(s.x[i], left, left + plot_w), py = y_range.at(s.y[i], top + plot_h, top);
-      points += num(px) + "," + num(py) + " ";
-      if (s.markers)
-        svg += "<circle cx=\"" + num(px) + "\" cy=\"" + num(py) + "\" r=\"2.5\" fill=\"" + s.colour + "\"/>\n";
-    }
-    svg += "<polyline class=\"series\" fill=\"none\" stroke=\"" + s.colour + "\" stroke-width=\"1.5\" points=\"" +
-           points + "\"/>\n";
+    svg += series_svg(all[k], {.x = x_range, .y = y_range, .left = left, .top = top, .width = plot_w, .height = plot_h});
+    const Series& s = all[k];
     const double baseline = 43 + legend[k].row * legend_row;
     svg += "<rect x=\"" + num(legend[k].x) + "\" y=\"" + num(baseline - 5) + "\" width=\"12\" height=\"3\" fill=\"" + s.colour + "\"/>\n";
     svg += text_element(legend[k].x + 16, baseline, s.name);

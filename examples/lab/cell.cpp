@@ -266,10 +266,10 @@ RunResult train_run(const Cell& cell, double lr, const RunSettings& settings, co
   return result;
 }
 
-CellResult run_cell(const Cell& cell, const RunSettings& settings, const TextData* text,
-                    const std::function<void(double lr, int64_t step, double loss, double accuracy)>& report) {
-  CellResult out;
-  Row& row = out.row;
+namespace {
+// A cell's row before it trains: what it is (the task, the mixer and their options).
+Row cell_row(const Cell& cell) {
+  Row row;
   row["task"] = name_of(cell.task.task);
   row["mixer"] = cell.mixer;
   for (const char* option : {"block_size", "n_embd", "n_head", "n_layer", "seed"}) row[option] = get_option(cell, option);
@@ -286,6 +286,32 @@ CellResult run_cell(const Cell& cell, const RunSettings& settings, const TextDat
       break;
   }
   row["cell"] = cell.label();
+  return row;
+}
+
+// The best run's numbers into the row.
+void fill_row(Row& row, const RunResult& best) {
+  const auto fixed = [](double v, const char* format) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, format, v);
+    return std::string(buffer);
+  };
+  row["lr"] = option_to_string(best.lr);
+  row["steps"] = std::to_string(best.steps);
+  row["accuracy"] = fixed(best.score.accuracy, "%.4f");
+  row["loss"] = fixed(best.score.loss, "%.4f");
+  row["ms_per_iter"] = fixed(best.ms_per_iter, "%.2f");
+  row["tokens_per_s"] = fixed(best.tokens_per_s, "%.0f");
+  row["peak_mb"] = fixed(best.peak_mb, "%.1f");
+  row["seconds"] = fixed(best.seconds, "%.1f");
+}
+}  // namespace
+
+CellResult run_cell(const Cell& cell, const RunSettings& settings, const TextData* text,
+                    const std::function<void(double lr, int64_t step, double loss, double accuracy)>& report) {
+  CellResult out;
+  Row& row = out.row;
+  row = cell_row(cell);
   try {
     check_cell(cell, text);
   } catch (const Error& e) {
@@ -347,21 +373,11 @@ CellResult run_cell(const Cell& cell, const RunSettings& settings, const TextDat
   }
   row["status"] = "ok";
   if (!diverged.empty()) row["reason"] = "diverged at " + diverged;
-  row["lr"] = option_to_string(best->lr);
-  row["steps"] = std::to_string(best->steps);
-  const auto fixed = [](double v, const char* format) {
-    char buffer[32];
-    std::snprintf(buffer, sizeof buffer, format, v);
-    return std::string(buffer);
-  };
-  row["accuracy"] = fixed(best->score.accuracy, "%.4f");
-  row["loss"] = fixed(best->score.loss, "%.4f");
-  row["ms_per_iter"] = fixed(best->ms_per_iter, "%.2f");
-  row["tokens_per_s"] = fixed(best->tokens_per_s, "%.0f");
-  row["peak_mb"] = fixed(best->peak_mb, "%.1f");
-  row["seconds"] = fixed(best->seconds, "%.1f");
+  fill_row(row, *best);
   row["device"] = name_of(settings.device);
-  row["cell_seconds"] = fixed(cell_seconds, "%.1f");
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.1f", cell_seconds);
+  row["cell_seconds"] = seconds;
   out.curve = std::move(best->curve);
   return out;
 }

@@ -370,23 +370,13 @@ std::vector<CurvePoint> parse_curve(const std::string& text) {
   return points;
 }
 
-void write_report(const std::string& dir, const std::vector<Row>& rows, const std::vector<Curve>& curves,
-                  const std::string& command) {
-  std::set<std::string> tasks;
-  for (const Row& row : rows)
-    if (field(row, "task") != "text") tasks.insert(field(row, "task"));
-  std::string by_length;
-  for (const std::string& task : tasks) {
-    const std::string svg = accuracy_vs_length(rows, task);
-    if (svg.empty()) continue;
-    replace_file(dir + "/accuracy_vs_length" + (task == "mqar" ? "" : "_" + task) + ".svg", svg);
-    by_length += "<div>" + svg + "</div>\n";
-  }
-  // Accuracy against the state, and Zoology's accuracy against the width, at each length.
+namespace {
+// Accuracy against the state, and Zoology's accuracy against the width, at each length: their
+// files written, their HTML (each plot, the width's beside its table) appended to by_state, by_width.
+void plots_by_length(const std::string& dir, const std::vector<Row>& rows, std::string& by_state, std::string& by_width) {
   std::set<double> lengths;
   for (const Row& row : rows)
     if (trained(row) && field(row, "task") != "text") lengths.insert(number(row, "block_size"));
-  std::string by_state, by_width;
   for (const double T : lengths.size() > 1 ? lengths : std::set<double>{0}) {
     const std::string svg = accuracy_vs_state(rows, T);
     if (svg.empty()) continue;
@@ -399,6 +389,23 @@ void write_report(const std::string& dir, const std::vector<Row>& rows, const st
     replace_file(dir + "/accuracy_vs_width_T" + std::to_string(static_cast<int64_t>(T)) + ".svg", svg);
     by_width += "<div class=\"beside\"><div>" + svg + "</div><div>" + width_table_html(rows, T) + "</div></div>\n";
   }
+}
+}  // namespace
+
+void write_report(const std::string& dir, const std::vector<Row>& rows, const std::vector<Curve>& curves,
+                  const std::string& command) {
+  std::set<std::string> tasks;
+  for (const Row& row : rows)
+    if (field(row, "task") != "text") tasks.insert(field(row, "task"));
+  std::string by_length;
+  for (const std::string& task : tasks) {
+    const std::string svg = accuracy_vs_length(rows, task);
+    if (svg.empty()) continue;
+    replace_file(dir + "/accuracy_vs_length" + (task == "mqar" ? "" : "_" + task) + ".svg", svg);
+    by_length += "<div>" + svg + "</div>\n";
+  }
+  std::string by_state, by_width;
+  plots_by_length(dir, rows, by_state, by_width);
   const std::string by_time = loss_vs_time(rows, curves), cost = cost_vs_length(rows);
   const std::string by_depth = passkey_by_depth(rows);
   if (!by_depth.empty()) replace_file(dir + "/passkey_by_depth.svg", by_depth);
@@ -411,7 +418,6 @@ void write_report(const std::string& dir, const std::vector<Row>& rows, const st
   }
   const std::string by_layers = accuracy_vs_layers(rows);
   if (!by_layers.empty()) replace_file(dir + "/accuracy_vs_layers.svg", by_layers);
-  if (!by_state.empty()) replace_file(dir + "/accuracy_vs_state.svg", by_state);
   if (!by_time.empty()) replace_file(dir + "/loss_vs_time.svg", by_time);
   if (!cost.empty()) replace_file(dir + "/cost_vs_length.svg", cost);
 
