@@ -29,6 +29,7 @@
 #include "core/cpu/loops.h"
 #include "core/cpu/tile_gemm.h"
 #include "core/cpu/vector_math.h"
+#include "core/elementwise_math.h"
 
 namespace ag::cpu {
 namespace {
@@ -671,6 +672,95 @@ void attention_score_mods_backward(const Tensor& dS, const Tensor& S, const Atte
           const T g = ds[e] * factor;
           du[e] = g;
           if (row_dbias) mods.add_bias_gradient(g, b, i, j, row_dbias);
+        }
+    });
+  });
+}
+
+namespace {
+// α_i = Σ_c Q_ic over head h's Tq rows (or β_j over a kv head's Tk rows of K), in float64, rounded to T.
+template <class T> void row_sums(const T* x, const HeadStrides& at, int64_t b, int64_t h, int64_t rows, int64_t d, T* out) {
+  for (int64_t t = 0; t < rows; ++t) {
+    const T* row = x + at.at(b, h, t);
+    double total = 0;
+    for (int64_t c = 0; c < d; ++c) total += static_cast<double>(row[c]);
+    out[t] = static_cast<T>(total);
+  }
+}
+}  // namespace
+
+// One task per (batch entry, query head) of the chunk: α and β summed once, then key j's row
+// of Sᵀ from every query.
+void attention_additive_scores(const Tensor& Q, const Tensor& K, const AttentionShape& shape, double slope,
+                               int64_t first_batch, Tensor& S) {
+  visit_floating(S.dtype(), "attention_additive_scores", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t Hq = shape.Hq, Tq = shape.Tq, Tk = shape.Tk, d = shape.d, group = shape.group();
+    const T *q = Q.data<T>(), *k = K.data<T>();
+    T* s = S.data<T>();
+    const T a = static_cast<T>(slope);
+    for_rows(S.numel() / (Tk * Tq), Tk * Tq, [&](int64_t matrix) {
+      const int64_t b = first_batch + matrix / Hq, h = matrix % Hq;
+      std::vector<T> alpha(Tq), beta(Tk);
+      row_sums(q, shape.q, b, h, Tq, d, alpha.data());
+      row_sums(k, shape.kv, b, h / group, Tk, d, beta.data());
+      T* st = s + matrix * Tk * Tq;
+      for (int64_t j = 0; j < Tk; ++j)
+        for (int64_t i = 0; i < Tq; ++i) st[j * Tq + i] = math::leaky_relu(alpha[i] + beta[j], a);
+    });
+  });
+}
+
+// One task per (batch entry, kv head): it alone writes its kv head's rows of dK and the rows of
+// dQ of the query heads that read it, so no two tasks write one element. Per query head in
+// order, keys j in order, queries i in order: g = dU·LeakyReLU′(α_i + β_j) added to dα_i and
+// dβ_j (float64 sums), then each sum written to all d columns of its row.
+void attention_additive_scores_backward(const Tensor& Q, const Tensor& K, const Tensor& dU, const AttentionShape& shape,
+                                        double slope, int64_t first_batch, Tensor& dQ, Tensor& dK) {
+  visit_floating(dU.dtype(), "attention_additive_scores_backward", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t Hq = shape.Hq, Hkv = shape.Hkv, Tq = shape.Tq, Tk = shape.Tk, d = shape.d, group = shape.group();
+    const T *q = Q.data<T>(), *k = K.data<T>(), *du = dU.data<T>();
+    T *dq = dQ.data<T>(), *dk = dK.data<T>();
+    const T a = static_cast<T>(slope);
+    const int64_t n = dU.size(0);
+    for_rows(n * Hkv, group * Tk * Tq, [&](int64_t task) {
+      const int64_t chunk_b = task / Hkv, kvh = task % Hkv, b = first_batch + chunk_b;
+      std::vector<T> alpha(Tq), beta(Tk);
+      std::vector<double> dalpha(Tq), dbeta(Tk, 0.0);
+      row_sums(k, shape.kv, b, kvh, Tk, d, beta.data());
+      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+        row_sums(q, shape.q, b, h, Tq, d, alpha.data());
+        std::fill(dalpha.begin(), dalpha.end(), 0.0);
+        const T* g = du + (chunk_b * Hq + h) * Tk * Tq;
+        for (int64_t j = 0; j < Tk; ++j)
+          for (int64_t i = 0; i < Tq; ++i) {
+            const double gij = static_cast<double>(g[j * Tq + i] * math::leaky_relu_grad(alpha[i] + beta[j], a));
+            dalpha[i] += gij;
+            dbeta[j] += gij;
+          }
+        for (int64_t i = 0; i < Tq; ++i) std::fill_n(dq + shape.q.at(b, h, i), d, static_cast<T>(dalpha[i]));
+      }
+      for (int64_t j = 0; j < Tk; ++j) std::fill_n(dk + shape.kv.at(b, kvh, j), d, static_cast<T>(dbeta[j]));
+    });
+  });
+}
+
+// Element (b', h, j, i) of Aᵀ reads counter offset + ((b·Hq + h)·Tq + i)·Tk + j, b = first_batch + b'.
+void attention_dropout(const Tensor& A, double p, uint64_t seed, uint64_t offset, int64_t first_batch, Tensor& out) {
+  visit_floating(A.dtype(), "attention_dropout", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t Hq = A.size(1), Tk = A.size(2), Tq = A.size(3);
+    const T* a = A.data<T>();
+    T* o = out.data<T>();
+    const T scale = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+    const uint64_t first = offset + static_cast<uint64_t>(first_batch * Hq * Tq * Tk);
+    for_rows(A.numel() / (Tk * Tq), Tk * Tq, [&](int64_t matrix) {
+      const int64_t at = matrix * Tk * Tq;
+      for (int64_t j = 0; j < Tk; ++j)
+        for (int64_t i = 0; i < Tq; ++i) {
+          const uint64_t counter = first + static_cast<uint64_t>(at + i * Tk + j);
+          o[at + j * Tq + i] = random_uniform(seed, counter) >= p ? a[at + j * Tq + i] * scale : T(0);
         }
     });
   });
