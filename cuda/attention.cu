@@ -149,16 +149,20 @@ template <class T> struct AdditiveKeyGradient {
 };
 // One thread per entry (b', h, j, i) of Aᵀ: the counter of A's (b, h, i, j) (AttentionDropout).
 template <class T> struct AttentionDropoutEntries {
-  const T* a;
+  const T *x, *a;
   T* out;
   double p;
   uint64_t seed, first;
   int64_t Tq, Tk;
   T scale;
   __device__ void operator()(int64_t e) const {
+    if (a[e] == T(0)) {  // a hidden pair: nothing drawn (as the CPU)
+      out[e] = T(0);
+      return;
+    }
     const int64_t i = e % Tq, j = e / Tq % Tk, matrix = e / (Tq * Tk);
     const uint64_t counter = first + static_cast<uint64_t>((matrix * Tq + i) * Tk + j);
-    out[e] = random_uniform(seed, counter) >= p ? a[e] * scale : T(0);
+    out[e] = random_uniform(seed, counter) >= p ? x[e] * scale : T(0);
   }
 };
 
@@ -675,12 +679,13 @@ void attention_additive_scores_backward(const Tensor& Q, const Tensor& K, const 
   });
 }
 
-void attention_dropout(const Tensor& A, double p, uint64_t seed, uint64_t offset, int64_t first_batch, Tensor& out) {
-  visit_floating(A.dtype(), "attention_dropout", [&](auto zero) {
+void attention_dropout(const Tensor& X, const Tensor& support, double p, uint64_t seed, uint64_t offset,
+                       int64_t first_batch, Tensor& out) {
+  visit_floating(X.dtype(), "attention_dropout", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t Hq = A.size(1), Tk = A.size(2), Tq = A.size(3);
+    const int64_t Hq = X.size(1), Tk = X.size(2), Tq = X.size(3);
     const T scale = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
-    for_each_index(A.numel(), AttentionDropoutEntries<T>{ptr<const T>(A), ptr<T>(out), p, seed,
+    for_each_index(X.numel(), AttentionDropoutEntries<T>{ptr<const T>(X), ptr<const T>(support), ptr<T>(out), p, seed,
                                                          offset + static_cast<uint64_t>(first_batch * Hq * Tq * Tk), Tq,
                                                          Tk, scale});
   });

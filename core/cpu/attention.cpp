@@ -690,7 +690,7 @@ template <class T> void row_sums(const T* x, const HeadStrides& at, int64_t b, i
 }  // namespace
 
 // One task per (batch entry, query head) of the chunk: α and β summed once, then key j's row
-// of Sᵀ from every query.
+// of Sᵀ from every query (a plain loop the compiler vectorises).
 void attention_additive_scores(const Tensor& Q, const Tensor& K, const AttentionShape& shape, double slope,
                                int64_t first_batch, Tensor& S) {
   visit_floating(S.dtype(), "attention_additive_scores", [&](auto zero) {
@@ -704,9 +704,13 @@ void attention_additive_scores(const Tensor& Q, const Tensor& K, const Attention
       std::vector<T> alpha(Tq), beta(Tk);
       row_sums(q, shape.q, b, h, Tq, d, alpha.data());
       row_sums(k, shape.kv, b, h / group, Tk, d, beta.data());
-      T* st = s + matrix * Tk * Tq;
-      for (int64_t j = 0; j < Tk; ++j)
-        for (int64_t i = 0; i < Tq; ++i) st[j * Tq + i] = math::leaky_relu(alpha[i] + beta[j], a);
+      const T* __restrict al = alpha.data();
+      for (int64_t j = 0; j < Tk; ++j) {
+        T* __restrict st = s + matrix * Tk * Tq + j * Tq;
+        const T bj = beta[j];
+#pragma omp simd
+        for (int64_t i = 0; i < Tq; ++i) st[i] = math::leaky_relu(al[i] + bj, a);
+      }
     });
   });
 }
@@ -732,13 +736,20 @@ void attention_additive_scores_backward(const Tensor& Q, const Tensor& K, const 
       for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
         row_sums(q, shape.q, b, h, Tq, d, alpha.data());
         std::fill(dalpha.begin(), dalpha.end(), 0.0);
-        const T* g = du + (chunk_b * Hq + h) * Tk * Tq;
-        for (int64_t j = 0; j < Tk; ++j)
+        const T* __restrict al = alpha.data();
+        double* __restrict da = dalpha.data();
+        for (int64_t j = 0; j < Tk; ++j) {
+          const T* __restrict g = du + (chunk_b * Hq + h) * Tk * Tq + j * Tq;
+          const T bj = beta[j];
+          double column = 0;
+#pragma omp simd reduction(+ : column)
           for (int64_t i = 0; i < Tq; ++i) {
-            const double gij = static_cast<double>(g[j * Tq + i] * math::leaky_relu_grad(alpha[i] + beta[j], a));
-            dalpha[i] += gij;
-            dbeta[j] += gij;
+            const double gij = static_cast<double>(g[i] * math::leaky_relu_grad(al[i] + bj, a));
+            da[i] += gij;
+            column += gij;
           }
+          dbeta[j] += column;
+        }
         for (int64_t i = 0; i < Tq; ++i) std::fill_n(dq + shape.q.at(b, h, i), d, static_cast<T>(dalpha[i]));
       }
       for (int64_t j = 0; j < Tk; ++j) std::fill_n(dk + shape.kv.at(b, kvh, j), d, static_cast<T>(dbeta[j]));
@@ -747,20 +758,28 @@ void attention_additive_scores_backward(const Tensor& Q, const Tensor& K, const 
 }
 
 // Element (b', h, j, i) of Aᵀ reads counter offset + ((b·Hq + h)·Tq + i)·Tk + j, b = first_batch + b'.
-void attention_dropout(const Tensor& A, double p, uint64_t seed, uint64_t offset, int64_t first_batch, Tensor& out) {
-  visit_floating(A.dtype(), "attention_dropout", [&](auto zero) {
+// Where the support is 0 (a hidden pair, whose A is 0) it writes 0 without drawing: the forward's
+// Ã is 0 there whatever the draw, and the backward's dA is multiplied by A = 0 (dS = A ∘ (…)).
+void attention_dropout(const Tensor& X, const Tensor& support, double p, uint64_t seed, uint64_t offset,
+                       int64_t first_batch, Tensor& out) {
+  visit_floating(X.dtype(), "attention_dropout", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t Hq = A.size(1), Tk = A.size(2), Tq = A.size(3);
-    const T* a = A.data<T>();
+    const int64_t Hq = X.size(1), Tk = X.size(2), Tq = X.size(3);
+    const T *x = X.data<T>(), *a = support.data<T>();
     T* o = out.data<T>();
     const T scale = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
     const uint64_t first = offset + static_cast<uint64_t>(first_batch * Hq * Tq * Tk);
-    for_rows(A.numel() / (Tk * Tq), Tk * Tq, [&](int64_t matrix) {
+    for_rows(X.numel() / (Tk * Tq), Tk * Tq, [&](int64_t matrix) {
       const int64_t at = matrix * Tk * Tq;
       for (int64_t j = 0; j < Tk; ++j)
         for (int64_t i = 0; i < Tq; ++i) {
+          const int64_t e = at + j * Tq + i;
+          if (a[e] == T(0)) {
+            o[e] = T(0);
+            continue;
+          }
           const uint64_t counter = first + static_cast<uint64_t>(at + i * Tk + j);
-          o[at + j * Tq + i] = random_uniform(seed, counter) >= p ? a[at + j * Tq + i] * scale : T(0);
+          o[e] = random_uniform(seed, counter) >= p ? x[e] * scale : T(0);
         }
     });
   });
