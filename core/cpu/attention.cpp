@@ -88,7 +88,22 @@ template <int64_t W, class T>
   const T slope = static_cast<T>(mask.alibi_slope(h));            // 0 without ALiBi: S + 0 = S
   T max[W], sum[W], reference[W];
   for (int64_t l = 0; l < W; ++l) max[l] = -kInf<T>, sum[l] = T(0);
-  if (mask.elementwise()) {
+  if (mask.allowed && !mask.causal && !mask.pattern.limited() && !mask.segment_start && mask.alibi_heads == 0) {
+    // A mask function's bytes alone (a graph's adjacency, a prefix-LM): keys outer, lanes inner, so
+    // that each key's row of Sᵀ is read once, in order (lane by lane, each key's entry is Tq
+    // elements after the last: a page per key on a long row). The same values, so the same bits.
+    const uint8_t* seen[W];
+    for (int64_t l = 0; l < lanes; ++l) seen[l] = mask.row(h, i0 + l).allowed;
+    for (int64_t j = 0; j < end; ++j) {
+      const T* sj = s + j * Tq;
+      T* aj = a + j * Tq;
+      for (int64_t l = 0; l < lanes; ++l) {
+        const T x = seen[l][j] ? sj[l] : -kInf<T>;
+        aj[l] = x;
+        max[l] = max[l] < x ? x : max[l];
+      }
+    }
+  } else if (mask.elementwise()) {
     for (int64_t l = 0; l < lanes; ++l) {
       const AttentionMask::Row row = mask.row(h, i0 + l);
       for (int64_t j = 0; j < end; ++j) {
