@@ -9,6 +9,8 @@
 //   sigmoid:      σ(x) = 1/(1 + e^−x), formed from e^−|x| ≤ 1 so that it never overflows
 //   SiLU:         y = x·σ(x),  y' = σ(x)(1 + x(1 − σ(x)))
 //   softplus:     y = log(1 + eˣ) = max(x, 0) + log1p(e^−|x|),  y' = σ(x)
+//   LeakyReLU:    y = x if x > 0 else a·x (slope a),  y' = [x > 0] + a·[x ≤ 0]
+//   ELU (α = 1):  y = x if x > 0 else eˣ − 1 (expm1: exact near 0),  y' = [x > 0] + eˣ·[x ≤ 0]
 #pragma once
 #include <cmath>
 
@@ -56,5 +58,9 @@ template <class T> AG_HOST_DEVICE inline T softplus(T x) {
 }
 template <class T> AG_HOST_DEVICE inline T softplus_grad(T x) { return sigmoid(x); }
 template <class T> AG_HOST_DEVICE inline T relu_grad(T x) { return x > T(0) ? T(1) : T(0); }
+template <class T> AG_HOST_DEVICE inline T leaky_relu(T x, T slope) { return x > T(0) ? x : slope * x; }
+template <class T> AG_HOST_DEVICE inline T leaky_relu_grad(T x, T slope) { return x > T(0) ? T(1) : slope; }
+template <class T> AG_HOST_DEVICE inline T elu(T x) { return x > T(0) ? x : std::expm1(x); }
+template <class T> AG_HOST_DEVICE inline T elu_grad(T x) { return x > T(0) ? T(1) : std::exp(x); }
 
 }  // namespace ag::math

@@ -28,7 +28,7 @@ struct StridedView {
   std::vector<int64_t> strides;
 };
 
-enum class UnaryOp { Neg, Exp, Log, Tanh, Relu, GeluErf, GeluTanh, Silu, Softplus };
+enum class UnaryOp { Neg, Exp, Log, Tanh, Relu, GeluErf, GeluTanh, Silu, Softplus, Elu };
 enum class BinaryOp { Add, Sub, Mul, Div };
 
 // A reduction over one dim, with x viewed as [outer, n, inner] (n the reduced dim).

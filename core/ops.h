@@ -34,6 +34,8 @@ Tensor tanh(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor silu(const Tensor& x);      // x·σ(x), σ the logistic sigmoid (SiLU, "swish")
 Tensor softplus(const Tensor& x);  // log(1 + eˣ), computed without overflow; its derivative is σ(x)
+Tensor leaky_relu(const Tensor& x, double slope = 0.01);  // x if x > 0 else slope·x (GAT's scores: slope 0.2)
+Tensor elu(const Tensor& x);                              // x if x > 0 else eˣ − 1 (α = 1: GAT's hidden layer)
 enum class GeluApprox { Erf, Tanh };  // exact x*Phi(x), or GPT-2's tanh approximation
 template <> struct EnumNames<GeluApprox> {
   static constexpr std::pair<GeluApprox, const char*> values[] = {{GeluApprox::Erf, "erf"}, {GeluApprox::Tanh, "tanh"}};
@@ -364,6 +366,35 @@ struct MaskMods {
   }
 };
 
+// How softmax attention scores query i against key j (docs/backprop.md §37, "Graph attention").
+// A checkpoint would save it by name: append new ones, never rename.
+enum class AttentionScore {
+  Dot,       // S_ij = scale · q_i·k_j: the transformer's
+  Additive,  // S_ij = LeakyReLU_a(α_i + β_j), α_i = Σ_c q_ic, β_j = Σ_c k_jc: GAT's (Veličković et al. 2018)
+};
+template <> struct EnumNames<AttentionScore> {
+  static constexpr std::pair<AttentionScore, const char*> values[] = {{AttentionScore::Dot, "dot"},
+                                                                       {AttentionScore::Additive, "additive"}};
+};
+// GAT's score e_ij = LeakyReLU(a₁ᵀ W h_i + a₂ᵀ W h_j) is Additive with q = (XW) ∘ a₁ and
+// k = (XW) ∘ a₂ per head (a₁, a₂ [d_h] broadcast over the rows) and v = XW: the sums over
+// the head's d_h columns are a₁ᵀWh_i and a₂ᵀWh_j, and q, k, v keep one shape (the contract's).
+// No scale (SoftmaxAttention::scale must be left unset).
+
+// Dropout on the attention coefficients (GAT's, on A itself): Z = Ã V with
+//   Ã_ij = A_ij · keep_ij / (1 − p),  keep_ij = [u(seed, offset + ((b·Hq + h)·Tq + i)·Tk + j) ≥ p]
+// u the counter-based uniform of core/random.h and (seed, offset) drawn from `generator` (the
+// default if null) for B·Hq·Tq·Tk counters, as ag::dropout on A [B, Hq, Tq, Tk] draws them: the
+// same seed drops the same entries in every implementation that takes it (composed, dense).
+// Off unless training and p > 0 (eval: Z = A V). Backward: dA = dÃ ∘ keep/(1 − p), dV = Ãᵀ dZ.
+struct AttentionDropout {
+  double p = 0;  // in [0, 1)
+  bool training = true;
+  Generator* generator = nullptr;
+
+  bool active() const { return training && p > 0; }
+};
+
 // Each attention function's parameters: what it alone reads, as one type, so
 // that a spec cannot hold another function's (AttentionParams, in
 // AttentionFunction's order).
@@ -384,6 +415,12 @@ struct SoftmaxAttention {  // A = softmax(scale·QKᵀ + M), Z = A V
   ScoreMods mods = {};
   // Mask functions (MaskMods, above), ANDed with causal and the pattern; not under context parallelism.
   MaskMods masks = {};
+  // The score (AttentionScore, above): dot-product, or GAT's additive score with LeakyReLU's
+  // slope a = leaky_slope. Additive and dropout: composed and dense (CPU and CUDA); flash and
+  // context parallelism refuse them.
+  AttentionScore score = AttentionScore::Dot;
+  double leaky_slope = 0.2;
+  AttentionDropout dropout = {};  // on A (AttentionDropout, above); off by default
 };
 struct LinearAttention {  // Z = φ(Q)(φ(K)ᵀV), normalised; as many queries as keys (a cache for decoding)
   FeatureMap feature_map = FeatureMap::Elu1;

@@ -20,6 +20,7 @@
 // without atomics, and of D summed from the same P and dP as dS (see the CPU).
 #include <limits>
 
+#include "core/elementwise_math.h"
 #include "cuda/cuda.h"
 #include "cuda/launch.cuh"
 
@@ -79,6 +80,89 @@ template <class T> struct SoftmaxBackwardColumns {
     T dot = 0;
     for (int64_t j = 0; j < Tk; ++j) dot += da[at + j * Tq] * a[at + j * Tq];
     for (int64_t j = 0; j < Tk; ++j) ds[at + j * Tq] = a[at + j * Tq] * (da[at + j * Tq] - dot);
+  }
+};
+
+// --- GAT's additive scores and attention dropout (dense; core/cpu/attention.cpp) ------------
+
+// Σ_c x_c over the d entries of one row, in float64.
+template <class T> __device__ double row_sum(const T* row, int64_t d) {
+  double total = 0;
+  for (int64_t c = 0; c < d; ++c) total += static_cast<double>(row[c]);
+  return total;
+}
+// One thread per entry (b', h, j, i) of Sᵀ [n, Hq, Tk, Tq]: S_ij = LeakyReLU(α_i + β_j).
+template <class T> struct AdditiveScores {
+  const T *q, *k;
+  T* s;
+  AttentionShape shape;
+  T slope;
+  int64_t first_batch;
+  __device__ void operator()(int64_t e) const {
+    const int64_t i = e % shape.Tq, j = e / shape.Tq % shape.Tk, h = e / (shape.Tq * shape.Tk) % shape.Hq,
+                  b = first_batch + e / (shape.Tq * shape.Tk * shape.Hq);
+    const T alpha = static_cast<T>(row_sum(q + shape.q.at(b, h, i), shape.d));
+    const T beta = static_cast<T>(row_sum(k + shape.kv.at(b, h / shape.group(), j), shape.d));
+    s[e] = math::leaky_relu(alpha + beta, slope);
+  }
+};
+// One thread per query row (b', h, i): dα_i = Σ_j dU_ij·LeakyReLU′(α_i + β_j), keys in order,
+// written to the row's d entries of dQ.
+template <class T> struct AdditiveQueryGradient {
+  const T *q, *k, *du;
+  T* dq;
+  AttentionShape shape;
+  T slope;
+  int64_t first_batch;
+  __device__ void operator()(int64_t r) const {
+    const int64_t i = r % shape.Tq, h = r / shape.Tq % shape.Hq, chunk_b = r / (shape.Tq * shape.Hq), b = first_batch + chunk_b;
+    const T alpha = static_cast<T>(row_sum(q + shape.q.at(b, h, i), shape.d));
+    const T* g = du + (chunk_b * shape.Hq + h) * shape.Tk * shape.Tq;
+    double total = 0;
+    for (int64_t j = 0; j < shape.Tk; ++j) {
+      const T beta = static_cast<T>(row_sum(k + shape.kv.at(b, h / shape.group(), j), shape.d));
+      total += static_cast<double>(g[j * shape.Tq + i] * math::leaky_relu_grad(alpha + beta, slope));
+    }
+    for (int64_t c = 0; c < shape.d; ++c) dq[shape.q.at(b, h, i) + c] = static_cast<T>(total);
+  }
+};
+// One thread per key row (b', kv head, j): dβ_j = Σ_{h of the group} Σ_i dU_ij·LeakyReLU′(α_i + β_j).
+template <class T> struct AdditiveKeyGradient {
+  const T *q, *k, *du;
+  T* dk;
+  AttentionShape shape;
+  T slope;
+  int64_t first_batch;
+  __device__ void operator()(int64_t r) const {
+    const int64_t j = r % shape.Tk, kvh = r / shape.Tk % shape.Hkv, chunk_b = r / (shape.Tk * shape.Hkv), b = first_batch + chunk_b;
+    const T beta = static_cast<T>(row_sum(k + shape.kv.at(b, kvh, j), shape.d));
+    double total = 0;
+    for (int64_t h = kvh * shape.group(); h < (kvh + 1) * shape.group(); ++h) {
+      const T* g = du + (chunk_b * shape.Hq + h) * shape.Tk * shape.Tq;
+      for (int64_t i = 0; i < shape.Tq; ++i) {
+        const T alpha = static_cast<T>(row_sum(q + shape.q.at(b, h, i), shape.d));
+        total += static_cast<double>(g[j * shape.Tq + i] * math::leaky_relu_grad(alpha + beta, slope));
+      }
+    }
+    for (int64_t c = 0; c < shape.d; ++c) dk[shape.kv.at(b, kvh, j) + c] = static_cast<T>(total);
+  }
+};
+// One thread per entry (b', h, j, i) of Aᵀ: the counter of A's (b, h, i, j) (AttentionDropout).
+template <class T> struct AttentionDropoutEntries {
+  const T *x, *a;
+  T* out;
+  double p;
+  uint64_t seed, first;
+  int64_t Tq, Tk;
+  T scale;
+  __device__ void operator()(int64_t e) const {
+    if (a[e] == T(0)) {  // a hidden pair: nothing drawn (as the CPU)
+      out[e] = T(0);
+      return;
+    }
+    const int64_t i = e % Tq, j = e / Tq % Tk, matrix = e / (Tq * Tk);
+    const uint64_t counter = first + static_cast<uint64_t>((matrix * Tq + i) * Tk + j);
+    out[e] = random_uniform(seed, counter) >= p ? x[e] * scale : T(0);
   }
 };
 
@@ -571,6 +655,39 @@ void attention_score_mods_backward(const Tensor& dS, const Tensor& S, const Atte
     for_each_index(dS.numel(),
                    ScoreModsChain<T>{ptr<const T>(dS), S.defined() ? ptr<const T>(S) : nullptr, ptr<T>(dU), shape});
     if (dBias.defined()) for_each_index(dBias.numel(), BiasGradientSums<T>{ptr<const T>(dU), ptr<T>(dBias), shape});
+  });
+}
+
+void attention_additive_scores(const Tensor& Q, const Tensor& K, const AttentionShape& shape, double slope,
+                               int64_t first_batch, Tensor& S) {
+  visit_floating(S.dtype(), "attention_additive_scores", [&](auto zero) {
+    using T = decltype(zero);
+    for_each_index(S.numel(), AdditiveScores<T>{ptr<const T>(Q), ptr<const T>(K), ptr<T>(S), shape,
+                                                static_cast<T>(slope), first_batch});
+  });
+}
+
+void attention_additive_scores_backward(const Tensor& Q, const Tensor& K, const Tensor& dU, const AttentionShape& shape,
+                                        double slope, int64_t first_batch, Tensor& dQ, Tensor& dK) {
+  visit_floating(dU.dtype(), "attention_additive_scores_backward", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t n = dU.size(0);
+    for_each_index(n * shape.Hq * shape.Tq, AdditiveQueryGradient<T>{ptr<const T>(Q), ptr<const T>(K), ptr<const T>(dU),
+                                                                     ptr<T>(dQ), shape, static_cast<T>(slope), first_batch});
+    for_each_index(n * shape.Hkv * shape.Tk, AdditiveKeyGradient<T>{ptr<const T>(Q), ptr<const T>(K), ptr<const T>(dU),
+                                                                    ptr<T>(dK), shape, static_cast<T>(slope), first_batch});
+  });
+}
+
+void attention_dropout(const Tensor& X, const Tensor& support, double p, uint64_t seed, uint64_t offset,
+                       int64_t first_batch, Tensor& out) {
+  visit_floating(X.dtype(), "attention_dropout", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t Hq = X.size(1), Tk = X.size(2), Tq = X.size(3);
+    const T scale = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+    for_each_index(X.numel(), AttentionDropoutEntries<T>{ptr<const T>(X), ptr<const T>(support), ptr<T>(out), p, seed,
+                                                         offset + static_cast<uint64_t>(first_batch * Hq * Tq * Tk), Tq,
+                                                         Tk, scale});
   });
 }
 

@@ -8,7 +8,7 @@
 namespace ag::cuda {
 
 namespace {
-// The activations with a derivative kernel (Relu, GeluErf, GeluTanh, Silu, Softplus; checked
+// The activations with a derivative kernel (Relu, GeluErf, GeluTanh, Silu, Softplus, Elu; checked
 // on the host by check_activation) and their derivatives.
 template <class T> __device__ T activation(UnaryOp op, T v) {
   switch (op) {
@@ -17,6 +17,7 @@ template <class T> __device__ T activation(UnaryOp op, T v) {
     case UnaryOp::GeluTanh: return math::gelu_tanh(v);
     case UnaryOp::Silu: return math::silu(v);
     case UnaryOp::Softplus: return math::softplus(v);
+    case UnaryOp::Elu: return math::elu(v);
     default: return T(0);
   }
 }
@@ -27,13 +28,14 @@ template <class T> __device__ T activation_grad(UnaryOp op, T v) {
     case UnaryOp::GeluTanh: return math::gelu_tanh_grad(v);
     case UnaryOp::Silu: return math::silu_grad(v);
     case UnaryOp::Softplus: return math::softplus_grad(v);
+    case UnaryOp::Elu: return math::elu_grad(v);
     default: return T(0);
   }
 }
 
 void check_activation(const char* kernel, UnaryOp op) {
   if (op != UnaryOp::Relu && op != UnaryOp::GeluErf && op != UnaryOp::GeluTanh && op != UnaryOp::Silu &&
-      op != UnaryOp::Softplus)
+      op != UnaryOp::Softplus && op != UnaryOp::Elu)
     throw Error(std::string(kernel) + ": no kernel for this op (its derivative is an expression of y)");
 }
 
@@ -79,6 +81,19 @@ template <class T> struct Affine {
   T* y;
   T scale, shift;
   __device__ void operator()(int64_t i) const { y[i] = scale * x[i] + shift; }
+};
+
+template <class T> struct LeakyRelu {
+  const T* x;
+  T* y;
+  T slope;
+  __device__ void operator()(int64_t i) const { y[i] = math::leaky_relu(x[i], slope); }
+};
+template <class T> struct LeakyReluBackward {
+  const T *x, *dY;
+  T* dX;
+  T slope;
+  __device__ void operator()(int64_t i) const { dX[i] = dY[i] * math::leaky_relu_grad(x[i], slope); }
 };
 
 template <class T> struct Pow {
@@ -159,6 +174,20 @@ void affine(const Tensor& x, double scale, double shift, Tensor& y) {
   visit_floating(x.dtype(), "affine", [&](auto zero) {
     using T = decltype(zero);
     for_each_index(x.numel(), Affine<T>{ptr<const T>(x), ptr<T>(y), static_cast<T>(scale), static_cast<T>(shift)});
+  });
+}
+
+void leaky_relu(const Tensor& x, double slope, Tensor& y) {
+  visit_floating(x.dtype(), "leaky_relu", [&](auto zero) {
+    using T = decltype(zero);
+    for_each_index(x.numel(), LeakyRelu<T>{ptr<const T>(x), ptr<T>(y), static_cast<T>(slope)});
+  });
+}
+
+void leaky_relu_backward(const Tensor& x, const Tensor& dY, double slope, Tensor& dX) {
+  visit_floating(x.dtype(), "leaky_relu_backward", [&](auto zero) {
+    using T = decltype(zero);
+    for_each_index(x.numel(), LeakyReluBackward<T>{ptr<const T>(x), ptr<const T>(dY), ptr<T>(dX), static_cast<T>(slope)});
   });
 }
 

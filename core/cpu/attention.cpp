@@ -29,6 +29,7 @@
 #include "core/cpu/loops.h"
 #include "core/cpu/tile_gemm.h"
 #include "core/cpu/vector_math.h"
+#include "core/elementwise_math.h"
 
 namespace ag::cpu {
 namespace {
@@ -87,7 +88,22 @@ template <int64_t W, class T>
   const T slope = static_cast<T>(mask.alibi_slope(h));            // 0 without ALiBi: S + 0 = S
   T max[W], sum[W], reference[W];
   for (int64_t l = 0; l < W; ++l) max[l] = -kInf<T>, sum[l] = T(0);
-  if (mask.elementwise()) {
+  if (mask.allowed && !mask.causal && !mask.pattern.limited() && !mask.segment_start && mask.alibi_heads == 0) {
+    // A mask function's bytes alone (a graph's adjacency, a prefix-LM): keys outer, lanes inner, so
+    // that each key's row of Sᵀ is read once, in order (lane by lane, each key's entry is Tq
+    // elements after the last: a page per key on a long row). The same values, so the same bits.
+    const uint8_t* seen[W];
+    for (int64_t l = 0; l < lanes; ++l) seen[l] = mask.row(h, i0 + l).allowed;
+    for (int64_t j = 0; j < end; ++j) {
+      const T* sj = s + j * Tq;
+      T* aj = a + j * Tq;
+      for (int64_t l = 0; l < lanes; ++l) {
+        const T x = seen[l][j] ? sj[l] : -kInf<T>;
+        aj[l] = x;
+        max[l] = max[l] < x ? x : max[l];
+      }
+    }
+  } else if (mask.elementwise()) {
     for (int64_t l = 0; l < lanes; ++l) {
       const AttentionMask::Row row = mask.row(h, i0 + l);
       for (int64_t j = 0; j < end; ++j) {
@@ -671,6 +687,114 @@ void attention_score_mods_backward(const Tensor& dS, const Tensor& S, const Atte
           const T g = ds[e] * factor;
           du[e] = g;
           if (row_dbias) mods.add_bias_gradient(g, b, i, j, row_dbias);
+        }
+    });
+  });
+}
+
+namespace {
+// α_i = Σ_c Q_ic over head h's Tq rows (or β_j over a kv head's Tk rows of K), in float64, rounded to T.
+template <class T> void row_sums(const T* x, const HeadStrides& at, int64_t b, int64_t h, int64_t rows, int64_t d, T* out) {
+  for (int64_t t = 0; t < rows; ++t) {
+    const T* row = x + at.at(b, h, t);
+    double total = 0;
+    for (int64_t c = 0; c < d; ++c) total += static_cast<double>(row[c]);
+    out[t] = static_cast<T>(total);
+  }
+}
+}  // namespace
+
+// One task per (batch entry, query head) of the chunk: α and β summed once, then key j's row
+// of Sᵀ from every query (a plain loop the compiler vectorises).
+void attention_additive_scores(const Tensor& Q, const Tensor& K, const AttentionShape& shape, double slope,
+                               int64_t first_batch, Tensor& S) {
+  visit_floating(S.dtype(), "attention_additive_scores", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t Hq = shape.Hq, Tq = shape.Tq, Tk = shape.Tk, d = shape.d, group = shape.group();
+    const T *q = Q.data<T>(), *k = K.data<T>();
+    T* s = S.data<T>();
+    const T a = static_cast<T>(slope);
+    for_rows(S.numel() / (Tk * Tq), Tk * Tq, [&](int64_t matrix) {
+      const int64_t b = first_batch + matrix / Hq, h = matrix % Hq;
+      std::vector<T> alpha(Tq), beta(Tk);
+      row_sums(q, shape.q, b, h, Tq, d, alpha.data());
+      row_sums(k, shape.kv, b, h / group, Tk, d, beta.data());
+      const T* __restrict al = alpha.data();
+      for (int64_t j = 0; j < Tk; ++j) {
+        T* __restrict st = s + matrix * Tk * Tq + j * Tq;
+        const T bj = beta[j];
+#pragma omp simd
+        for (int64_t i = 0; i < Tq; ++i) st[i] = math::leaky_relu(al[i] + bj, a);
+      }
+    });
+  });
+}
+
+// One task per (batch entry, kv head): it alone writes its kv head's rows of dK and the rows of
+// dQ of the query heads that read it, so no two tasks write one element. Per query head in
+// order, keys j in order, queries i in order: g = dU·LeakyReLU′(α_i + β_j) added to dα_i and
+// dβ_j (float64 sums), then each sum written to all d columns of its row.
+void attention_additive_scores_backward(const Tensor& Q, const Tensor& K, const Tensor& dU, const AttentionShape& shape,
+                                        double slope, int64_t first_batch, Tensor& dQ, Tensor& dK) {
+  visit_floating(dU.dtype(), "attention_additive_scores_backward", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t Hq = shape.Hq, Hkv = shape.Hkv, Tq = shape.Tq, Tk = shape.Tk, d = shape.d, group = shape.group();
+    const T *q = Q.data<T>(), *k = K.data<T>(), *du = dU.data<T>();
+    T *dq = dQ.data<T>(), *dk = dK.data<T>();
+    const T a = static_cast<T>(slope);
+    const int64_t n = dU.size(0);
+    for_rows(n * Hkv, group * Tk * Tq, [&](int64_t task) {
+      const int64_t chunk_b = task / Hkv, kvh = task % Hkv, b = first_batch + chunk_b;
+      std::vector<T> alpha(Tq), beta(Tk);
+      std::vector<double> dalpha(Tq), dbeta(Tk, 0.0);
+      row_sums(k, shape.kv, b, kvh, Tk, d, beta.data());
+      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+        row_sums(q, shape.q, b, h, Tq, d, alpha.data());
+        std::fill(dalpha.begin(), dalpha.end(), 0.0);
+        const T* __restrict al = alpha.data();
+        double* __restrict da = dalpha.data();
+        for (int64_t j = 0; j < Tk; ++j) {
+          const T* __restrict g = du + (chunk_b * Hq + h) * Tk * Tq + j * Tq;
+          const T bj = beta[j];
+          double column = 0;
+#pragma omp simd reduction(+ : column)
+          for (int64_t i = 0; i < Tq; ++i) {
+            const double gij = static_cast<double>(g[i] * math::leaky_relu_grad(al[i] + bj, a));
+            da[i] += gij;
+            column += gij;
+          }
+          dbeta[j] += column;
+        }
+        for (int64_t i = 0; i < Tq; ++i) std::fill_n(dq + shape.q.at(b, h, i), d, static_cast<T>(dalpha[i]));
+      }
+      for (int64_t j = 0; j < Tk; ++j) std::fill_n(dk + shape.kv.at(b, kvh, j), d, static_cast<T>(dbeta[j]));
+    });
+  });
+}
+
+// Element (b', h, j, i) of Aᵀ reads counter offset + ((b·Hq + h)·Tq + i)·Tk + j, b = first_batch + b'.
+// Where the support is 0 (a hidden pair, whose A is 0) it writes 0 without drawing: the forward's
+// Ã is 0 there whatever the draw, and the backward's dA is multiplied by A = 0 (dS = A ∘ (…)).
+void attention_dropout(const Tensor& X, const Tensor& support, double p, uint64_t seed, uint64_t offset,
+                       int64_t first_batch, Tensor& out) {
+  visit_floating(X.dtype(), "attention_dropout", [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t Hq = X.size(1), Tk = X.size(2), Tq = X.size(3);
+    const T *x = X.data<T>(), *a = support.data<T>();
+    T* o = out.data<T>();
+    const T scale = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+    const uint64_t first = offset + static_cast<uint64_t>(first_batch * Hq * Tq * Tk);
+    for_rows(X.numel() / (Tk * Tq), Tk * Tq, [&](int64_t matrix) {
+      const int64_t at = matrix * Tk * Tq;
+      for (int64_t j = 0; j < Tk; ++j)
+        for (int64_t i = 0; i < Tq; ++i) {
+          const int64_t e = at + j * Tq + i;
+          if (a[e] == T(0)) {
+            o[e] = T(0);
+            continue;
+          }
+          const uint64_t counter = first + static_cast<uint64_t>(at + i * Tk + j);
+          o[e] = random_uniform(seed, counter) >= p ? x[e] * scale : T(0);
         }
     });
   });

@@ -51,7 +51,7 @@ template <class T, class F> void broadcast_binary(const Tensor& a, const Tensor&
                   });
 }
 // Calls body(f, f_grad) with the activation `op` and its derivative, for the
-// ops whose derivative is not a cheap expression of y (Relu, GeluErf, GeluTanh, Silu, Softplus).
+// ops whose derivative is not a cheap expression of y (Relu, GeluErf, GeluTanh, Silu, Softplus, Elu).
 // Exact GELU in float32 takes Φ and φ from normal_cdf_pdf_float
 // (core/cpu/vector_math.h explains the trade).
 template <class T, class Body> void with_activation(UnaryOp op, const char* kernel, Body&& body) {
@@ -71,6 +71,7 @@ template <class T, class Body> void with_activation(UnaryOp op, const char* kern
     case UnaryOp::Silu: return body([](T v) { return math::silu(v); }, [](T v) { return math::silu_grad(v); });
     case UnaryOp::Softplus:
       return body([](T v) { return math::softplus(v); }, [](T v) { return math::softplus_grad(v); });
+    case UnaryOp::Elu: return body([](T v) { return math::elu(v); }, [](T v) { return math::elu_grad(v); });
     default: throw Error(std::string(kernel) + ": no kernel for this op (its derivative is an expression of y)");
   }
 }
@@ -201,6 +202,22 @@ void affine(const Tensor& x, double scale, double shift, Tensor& y) {
     using T = decltype(zero);
     const T s = static_cast<T>(scale), b = static_cast<T>(shift);
     map(x.data<T>(), y.data<T>(), x.numel(), [=](T v) { return s * v + b; });
+  });
+}
+
+void leaky_relu(const Tensor& x, double slope, Tensor& y) {
+  visit_floating(x.dtype(), "leaky_relu", [&](auto zero) {
+    using T = decltype(zero);
+    const T a = static_cast<T>(slope);
+    map(x.data<T>(), y.data<T>(), x.numel(), [=](T v) { return math::leaky_relu(v, a); });
+  });
+}
+
+void leaky_relu_backward(const Tensor& x, const Tensor& dY, double slope, Tensor& dX) {
+  visit_floating(x.dtype(), "leaky_relu_backward", [&](auto zero) {
+    using T = decltype(zero);
+    const T a = static_cast<T>(slope);
+    map2(x.data<T>(), dY.data<T>(), dX.data<T>(), x.numel(), [=](T v, T d) { return d * math::leaky_relu_grad(v, a); });
   });
 }
 

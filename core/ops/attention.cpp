@@ -351,7 +351,16 @@ AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& 
   AG_CHECK(Tk >= 0 && Tk <= kv_rows, shapes_of(q, k, v) << ": kv_length " << Tk << " is outside [0, " << kv_rows << "]");
   check_sparse_pattern(softmax.pattern, shapes_of(q, k, v));
   AG_CHECK(spec.causal || !softmax.pattern.limited(), shapes_of(q, k, v) << ": a sparse pattern needs causal attention");
-  const double scale = softmax.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
+  const bool additive = softmax.score == AttentionScore::Additive;
+  AG_CHECK(!additive || !softmax.scale,
+           shapes_of(q, k, v) << ": additive scores (AttentionScore::Additive) take no scale: leave scale unset");
+  AG_CHECK(std::isfinite(softmax.leaky_slope),
+           shapes_of(q, k, v) << ": leaky_slope " << softmax.leaky_slope << " is not a finite number");
+  AG_CHECK(softmax.dropout.p >= 0 && softmax.dropout.p < 1,
+           shapes_of(q, k, v) << ": attention dropout p = " << softmax.dropout.p << " is outside [0, 1)");
+  AG_CHECK(!spec.context || (!additive && !softmax.dropout.active()),
+           shapes_of(q, k, v) << ": additive scores and attention dropout are not supported under context parallelism");
+  const double scale = additive ? 1.0 : softmax.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
   AG_CHECK(scale > 0 && std::isfinite(scale), shapes_of(q, k, v) << ": scale " << scale << " is not a positive number");
   AG_CHECK(!spec.context || !softmax.mods.any(),
            shapes_of(q, k, v) << ": score modifiers (ScoreMods) are not supported under context parallelism");
@@ -379,8 +388,20 @@ AttentionShape describe_problem(const Tensor& q, const Tensor& k, const Tensor& 
 
 // --- composed ------------------------------------------------------------------------
 
-Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape, const ScoreMods& mods,
+// GAT's additive scores as ops (docs/backprop.md §37): α = Σ_c Q [B, Hq, Tq, 1] and β = Σ_c K
+// [B, Hq, 1, Tk] broadcast into S = LeakyReLU_a(α + β) [B, Hq, Tq, Tk]; each op's backward gives
+// dQ_ic = Σ_j dS_ij·LeakyReLU′ and dK_jc = Σ_i dS_ij·LeakyReLU′.
+Tensor additive_scores(const Tensor& Q, const Tensor& K, double slope) {
+  return leaky_relu(sum(Q, 3, true) + transpose(sum(K, 3, true), 2, 3), slope);
+}
+// Z = Ã V with Ã = dropout(A) (AttentionDropout: ag::dropout on A [B, Hq, Tq, Tk] draws its counters).
+Tensor dropped(const Tensor& A, const AttentionDropout& dropout) {
+  return dropout.active() ? ag::dropout(A, dropout.p, true, dropout.generator) : A;
+}
+
+Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape, const SoftmaxAttention& softmax,
                 const AttentionSpec& spec, const MaskData* masks, AttentionInternals* internals) {
+  const ScoreMods& mods = softmax.mods;
   const int64_t Hq = shape.Hq, Tq = shape.Tq, Tk = shape.Tk;
   const double scale = shape.scale;
   const AttentionMask& mask = shape.mask;
@@ -394,7 +415,8 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Attenti
   };
   const Tensor Q = heads_first(q), K = detail::repeat_kv_heads(heads_first(used_rows(k)), Hq),
                V = detail::repeat_kv_heads(heads_first(used_rows(v)), Hq);
-  Tensor S = matmul(Q, transpose(K, 2, 3)) * scale;                          // [B, Hq, Tq, Tk]
+  Tensor S = softmax.score == AttentionScore::Additive ? additive_scores(Q, K, softmax.leaky_slope)  // [B, Hq, Tq, Tk]
+                                                       : matmul(Q, transpose(K, 2, 3)) * scale;
   if (shape.mods.changes_scores()) S = modified_scores(S, mods, shape);        // S' = mod(S)
   // M [Tq, Tk] broadcasts over batch and heads; random blocks and ALiBi's slopes differ by head: M [Hq, Tq, Tk]
   const bool per_head = mask.pattern.per_head() || mask.alibi_heads > 0;
@@ -419,12 +441,12 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Attenti
     Tensor A = softmax_with_sinks(S, mods.sinks);
     if (empty_rows) A = A * Tensor::from_vector(seen, {batches, heads, Tq, 1}, S.dtype()).to(S.device());
     if (internals) internals->probabilities = A.detach();
-    return heads_first(matmul(A, V));  // Z
+    return heads_first(matmul(dropped(A, softmax.dropout), V));  // Z
   }
   if (mask.causal) S = S + attention_mask(mask, Tq, Tk, S.dtype(), S.device(), per_head ? Hq : 1);
   const Tensor A = softmax_with_sinks(S, mods.sinks);
   if (internals) internals->probabilities = A.detach();
-  return heads_first(matmul(A, V));  // Z
+  return heads_first(matmul(dropped(A, softmax.dropout), V));  // Z
 }
 
 // dK or dV for K or V: zero in the rows after Tk (a cache's unused rows), which no kernel writes.
@@ -523,8 +545,26 @@ template <class Body> void for_batch_chunks(int64_t B, int64_t chunk, Body&& bod
 // score with every query; core/kernels.inc): the softmax then runs down columns,
 // vectorised across queries (core/cpu/attention.cpp), and each product reads
 // Aᵀ or A through the GEMM's transpose flag, at no cost.
-Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape, const ScoreMods& mods,
+// GAT's pieces (SoftmaxAttention::score, ::dropout; docs/backprop.md §37): additive scores
+// formed by their own kernel in place of the product KQᵀ, and, with dropout, Ãᵀ beside Aᵀ
+// (Z = ÃV; the backward reruns the dropout kernel on dÃ: dA = dÃ ∘ keep/(1 − p)).
+struct DenseGat {
+  bool additive = false;
+  double slope = 0;
+  bool dropout = false;
+  double p = 0;
+  uint64_t seed = 0, offset = 0;
+};
+Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape, const SoftmaxAttention& softmax,
              AttentionLayout layout, AttentionInternals* internals) {
+  const ScoreMods& mods = softmax.mods;
+  DenseGat gat{.additive = softmax.score == AttentionScore::Additive, .slope = softmax.leaky_slope,
+               .dropout = softmax.dropout.active(), .p = softmax.dropout.p};
+  if (gat.dropout) {  // the counters ag::dropout would draw for A [B, Hq, Tq, Tk]
+    Generator& g = softmax.dropout.generator ? *softmax.dropout.generator : default_generator();
+    gat.seed = g.seed();
+    gat.offset = g.advance(static_cast<uint64_t>(shape.B * shape.Hq * shape.Tq * shape.Tk));
+  }
   // (a mask function's bytes, which shape.mask points into, are kept by the caller: no backward reads them)
   // Named copies, not a structured binding: clang 14 lets no lambda capture one.
   const int64_t B = shape.B, Hq = shape.Hq, Tq = shape.Tq, Tk = shape.Tk, d = shape.d;
@@ -547,23 +587,34 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
   // lse for the caller and for the sinks' gradient: the backward needs A alone otherwise.
   Tensor lse = internals || mods.sinks.defined() ? Tensor::empty({B, Hq, Tq}, DType::Float64, q.device()) : Tensor();
   Tensor Z = detail::empty_like(q);
+  const Tensor A_dropped = gat.dropout ? detail::empty_as({B, Hq, Tk, Tq}, q) : A;  // Ãᵀ (A itself without dropout)
   for_batch_chunks(B, batch_chunk(shape, q), [&](BatchRange r) {
-    head_product(shape, r, {.data = k, .heads = kv_at, .by_kv_head = true}, {.data = q, .transposed = true, .heads = q_at},
-                 scores, {.data = scores, .heads = scores_at}, {.M = Tk, .N = Tq, .K = d, .alpha = scale});  // Sᵀ = scale·KQᵀ
+    if (gat.additive) {
+      Tensor S_r = chunk_of(scores, r);
+      kernel::attention_additive_scores(q, k, shape, gat.slope, r.first, S_r);  // Sᵀ = LeakyReLU(α + β)
+    } else {
+      head_product(shape, r, {.data = k, .heads = kv_at, .by_kv_head = true}, {.data = q, .transposed = true, .heads = q_at},
+                   scores, {.data = scores, .heads = scores_at}, {.M = Tk, .N = Tq, .K = d, .alpha = scale});  // Sᵀ = scale·KQᵀ
+    }
     Tensor A_r = chunk_of(A, r), lse_r = lse.defined() ? chunk_of(lse, r) : Tensor();
     if (modifies) kernel::attention_score_mods(chunk_of(scores, r), shape, A_r);  // S' = mod(S), into Aᵀ
     kernel::attention_softmax(A_r, mask.at_batch(r.first), mods.sinks, A_r, lse_r);  // A = softmax(S' + M), in place of S'ᵀ
-    head_product(shape, r, {.data = A, .transposed = true, .heads = scores_at}, {.data = v, .heads = kv_at, .by_kv_head = true},
-                 Z, {.data = Z, .heads = q_at}, {.M = Tq, .N = d, .K = Tk, .alpha = 1.0});  // Z = AV
+    if (gat.dropout) {
+      Tensor A_dropped_r = chunk_of(A_dropped, r);
+      kernel::attention_dropout(A_r, A_r, gat.p, gat.seed, gat.offset, r.first, A_dropped_r);  // Ã = A ∘ keep/(1 − p)
+    }
+    head_product(shape, r, {.data = A_dropped, .transposed = true, .heads = scores_at},
+                 {.data = v, .heads = kv_at, .by_kv_head = true}, Z, {.data = Z, .heads = q_at},
+                 {.M = Tq, .N = d, .K = Tk, .alpha = 1.0});  // Z = ÃV
   });
   if (internals) *internals = {permute(A.detach(), {0, 1, 3, 2}), lse};  // A [B, Hq, Tq, Tk] for the user
 
   std::vector<Tensor> inputs{q, k, v};
   for (const Tensor& t : learnable_of(mods)) inputs.push_back(t);
   return record("attention", inputs, Z,
-                [Q = q.detach(), K = k.detach(), V = v.detach(), A, S_raw, sink_lse = mods.sinks.defined() ? lse : Tensor(),
+                [Q = q.detach(), K = k.detach(), V = v.detach(), A, A_dropped, S_raw, sink_lse = mods.sinks.defined() ? lse : Tensor(),
                  Z_out = mods.sinks.defined() ? Z.detach() : Tensor(), mods = detached(mods), layout,
-                 forward_shape = shape, scores_at, chunk_of](const Tensor& dZ) -> Gradients {
+                 forward_shape = shape, scores_at, chunk_of, gat](const Tensor& dZ) -> Gradients {
                   const AttentionShape shape = reading(forward_shape, mods);
                   const int64_t Hq = shape.Hq, Tq = shape.Tq, Tk = shape.Tk, d = shape.d;
                   const double scale = shape.scale;
@@ -583,7 +634,9 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                         K_at{.data = K, .heads = kv_at, .by_kv_head = true}, V_at{.data = V, .heads = kv_at, .by_kv_head = true};
                     // Z = AV
                     head_product(shape, r, V_at, {.data = dZ, .transposed = true, .heads = q_at}, dS, dS_at,
-                                 {.M = Tk, .N = Tq, .K = d, .alpha = 1.0});  // dAᵀ = V dZᵀ
+                                 {.M = Tk, .N = Tq, .K = d, .alpha = 1.0});  // dÃᵀ = V dZᵀ (dAᵀ without dropout)
+                    // Ã = A ∘ keep/(1 − p)  →  dA = dÃ ∘ keep/(1 − p): the same kernel, the same counters
+                    if (gat.dropout) kernel::attention_dropout(dS_r, chunk_of(A, r), gat.p, gat.seed, gat.offset, r.first, dS_r);
                     // A = softmax(S + M). It reads Aᵀ's chunk in order, so the product below finds it in cache.
                     kernel::attention_softmax_backward(chunk_of(A, r), dS_r, dS_r);  // dS = A ∘ (dA − rowsum(dA ∘ A)), in place of dAᵀ
                     // S' = mod(S)  →  dU = dS ∘ ∂S'/∂u in place, and the tables' sums
@@ -592,9 +645,13 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                       kernel::attention_score_mods_backward(dS_r, S_raw.defined() ? chunk_of(S_raw, r) : Tensor(), shape,
                                                             dS_r, dBias_r);
                     }
-                    head_product(shape, r, {.data = A, .heads = scores_at}, dZ_at, dV,
+                    head_product(shape, r, {.data = A_dropped, .heads = scores_at}, dZ_at, dV,
                                  {.data = dV, .heads = kv_at, .by_kv_head = true},
-                                 {.M = Tk, .N = d, .K = Tq, .alpha = 1.0});  // dV = Aᵀ dZ
+                                 {.M = Tk, .N = d, .K = Tq, .alpha = 1.0});  // dV = Ãᵀ dZ
+                    if (gat.additive) {  // S = LeakyReLU(α + β)  →  dQ_ic = Σ_j g_ij, dK_jc = Σ_i g_ij
+                      kernel::attention_additive_scores_backward(Q, K, dS_r, shape, gat.slope, r.first, dQ, dK);
+                      return;
+                    }
                     // Sᵀ = scale·KQᵀ
                     head_product(shape, r, dS_transposed, K_at, dQ, {.data = dQ, .heads = q_at},
                                  {.M = Tq, .N = d, .K = Tk, .alpha = scale});  // dQ = scale·dS K
@@ -694,9 +751,13 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
   std::shared_ptr<const MaskData> masks;
   const AttentionShape shape = describe_problem(q, k, v, softmax, spec, &masks);
   switch (softmax.impl) {
-    case AttentionImpl::Composed: return composed(q, k, v, shape, softmax.mods, spec, masks.get(), internals);
-    case AttentionImpl::Dense: return dense(q, k, v, shape, softmax.mods, spec.layout, internals);
-    case AttentionImpl::Flash: return flash(q, k, v, shape, softmax.mods, spec.layout, masks, internals);
+    case AttentionImpl::Composed: return composed(q, k, v, shape, softmax, spec, masks.get(), internals);
+    case AttentionImpl::Dense: return dense(q, k, v, shape, softmax, spec.layout, internals);
+    case AttentionImpl::Flash:
+      AG_CHECK(softmax.score == AttentionScore::Dot && !softmax.dropout.active(),
+               shapes_of(q, k, v) << ": additive scores and attention dropout are computed by the composed and dense "
+                                     "implementations (impl composed or dense); flash does not support them");
+      return flash(q, k, v, shape, softmax.mods, spec.layout, masks, internals);
   }
   throw Error("attention: unknown implementation");
 }

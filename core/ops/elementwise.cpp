@@ -142,6 +142,22 @@ Tensor activation(const char* op, UnaryOp kind, const Tensor& x) {
 Tensor relu(const Tensor& x) { return activation("relu", UnaryOp::Relu, x); }
 Tensor silu(const Tensor& x) { return activation("silu", UnaryOp::Silu, x); }
 Tensor softplus(const Tensor& x) { return activation("softplus", UnaryOp::Softplus, x); }
+// Y = ELU(X) = X for X > 0, eˣ − 1 else:  dX = dY ∘ ([X > 0] + eˣ·[X ≤ 0]).  Saves X.
+Tensor elu(const Tensor& x) { return activation("elu", UnaryOp::Elu, x); }
+
+// Y = LeakyReLU_a(X) = X for X > 0, a·X else:  dX = dY ∘ ([X > 0] + a·[X ≤ 0]), the
+// subgradient a at 0 (as PyTorch's). Saves X. (docs/backprop.md, "Graph attention")
+Tensor leaky_relu(const Tensor& x, double slope) {
+  detail::check_floating("leaky_relu", x);
+  AG_CHECK(std::isfinite(slope), "leaky_relu: slope " << slope << " is not a finite number");
+  Tensor y = detail::empty_like(x);
+  kernel::leaky_relu(x, slope, y);
+  return record("leaky_relu", {x}, y, [X = x.detach(), slope](const Tensor& dY) -> Gradients {
+    Tensor dX = detail::empty_like(X);
+    kernel::leaky_relu_backward(X, dY, slope, dX);
+    return {dX};
+  });
+}
 
 Tensor gelu(const Tensor& x, GeluApprox approx) {
   return approx == GeluApprox::Erf ? activation("gelu", UnaryOp::GeluErf, x)

@@ -1,0 +1,81 @@
+// The three models of graph (docs/graphs.md), each one call of the one attention op per layer
+// (ag::attention, core/ops.h) over the nodes as positions: B = 1, T = N, layout BTHD
+// ([1, N, H, d_h], a projection X·W reshaped in place). The graph enters as MaskMods::adjacency
+// (A + I, dense [N, N]) or not at all (the complete graph).
+//   GatModel:          GAT (Veličković et al. 2018): two GatLayers, ELU between.
+//   GraphTransformer:  pre-LN transformer blocks of dot-product heads, a learnable bias per
+//                      head indexed by shortest-path distance (ScoreMods::indexed, Graphormer's
+//                      spatial encoding, shared by the blocks) and a degree embedding added to
+//                      the input (its centrality encoding); over A + I or the complete graph.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "nn/layers.h"
+#include "nn/linear.h"
+#include "nn/module.h"
+
+namespace ag::graph {
+
+// What the models read of the graph, as tensors.
+struct GraphTensors {
+  Tensor features;   // X [N, F], each row normalised to sum 1 (GAT's preprocessing)
+  Tensor adjacency;  // A + I [N, N], float32: 1 where node i attends to node j
+  Tensor distance;   // int64 [N, N]: min(shortest path, max_distance + 1), unreachable max_distance + 2
+  Tensor degree;     // int64 [N]: min(degree, max_degree)
+};
+
+// Dropout rates and the generator they draw from (training only).
+struct Dropouts {
+  double input = 0, attention = 0;
+  Generator* gen = nullptr;
+};
+
+// One GAT layer of H heads of width d_h: H = dropout(X)·W [N, H·d_h] (head h's W the column
+// block h of W), q = H ∘ a₁, k = H ∘ a₂ per head, v = dropout(H), and
+//   Z = attention(q, k, v) with S_ij = LeakyReLU_0.2(a₁ᵀWh_i + a₂ᵀWh_j) over the mask,
+// plus a bias: [N, H·d_h], the heads side by side.
+class GatLayer : public nn::Module {
+ public:
+  GatLayer(int64_t in, int64_t heads, int64_t width, Generator* gen);
+  Tensor forward(const Tensor& x, const Tensor& adjacency, const Dropouts& drop, AttentionInternals* internals = nullptr) const;
+
+ private:
+  int64_t heads_, width_;
+  Tensor W_, a1_, a2_, bias_;  // W [in, H·d_h], a₁ and a₂ [H, d_h], bias [H·d_h]
+};
+
+class GatModel : public nn::Module {
+ public:
+  GatModel(int64_t features, int64_t heads, int64_t hidden, int64_t classes, Generator* gen);
+  Tensor forward(const GraphTensors& g, const Dropouts& drop) const;  // logits [N, C]
+  // The output layer's attention A [1, 1, N, N] (for pictures), from an eval forward.
+  Tensor output_attention(const GraphTensors& g) const;
+
+ private:
+  std::shared_ptr<GatLayer> hidden_, output_;
+};
+
+class GraphTransformer : public nn::Module {
+ public:
+  struct Config {
+    int64_t features, classes, heads, width, layers, max_distance, max_degree;
+    bool complete;  // the complete graph (no mask) instead of A + I
+  };
+  GraphTransformer(const Config& config, Generator* gen);
+  Tensor forward(const GraphTensors& g, const Dropouts& drop) const;  // logits [N, C]
+
+ private:
+  Tensor block(int64_t layer, const Tensor& x, const GraphTensors& g, const Dropouts& drop) const;
+  Config config_;
+  std::shared_ptr<nn::Linear> input_, head_;
+  Tensor degree_;         // [max_degree + 1, C]: Graphormer's centrality encoding z_deg
+  Tensor distance_bias_;  // [H, max_distance + 3]: Graphormer's b_φ(i, j) per head
+  std::vector<std::shared_ptr<nn::LayerNorm>> ln1_, ln2_;
+  std::vector<std::shared_ptr<nn::Linear>> qkv_, proj_, fc_, fc_out_;
+  std::shared_ptr<nn::LayerNorm> ln_final_;
+};
+
+}  // namespace ag::graph
