@@ -3,8 +3,10 @@
 // dense and flash in float64 to 1e-12, the output, lse, A and every gradient, on random
 // graphs with self loops, empty rows, sizes no tile divides, grouped kv heads, both
 // layouts, a scale and a longer cache; float64 gradcheck, also of the edge ops composed
-// with scores of the caller's own (as a GAT layer's); float32 close to float64; the same
-// bits on one thread; CPU against CUDA; bad edge lists refused with a message naming the entry.
+// with scores of the caller's own (as a GAT layer's); GAT's additive score and attention dropout
+// (SoftmaxAttention::score, dropout) equal to composed and dense with the same seed, dropout's
+// gradcheck with a fixed seed, E[Z] and eval; float32 close to float64; the same bits on one
+// thread; CPU against CUDA; bad edge lists refused with a message naming the entry.
 #include <optional>
 #include <random>
 #include <set>
