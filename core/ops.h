@@ -416,8 +416,8 @@ struct SoftmaxAttention {  // A = softmax(scale·QKᵀ + M), Z = A V
   // Mask functions (MaskMods, above), ANDed with causal and the pattern; not under context parallelism.
   MaskMods masks = {};
   // The score (AttentionScore, above): dot-product, or GAT's additive score with LeakyReLU's
-  // slope a = leaky_slope. Additive and dropout: composed and dense (CPU and CUDA); flash and
-  // context parallelism refuse them.
+  // slope a = leaky_slope. Additive and dropout: composed, dense (CPU and CUDA) and over an edge
+  // list (MaskMods::edges, composed of ops); flash and context parallelism refuse them.
   AttentionScore score = AttentionScore::Dot;
   double leaky_slope = 0.2;
   AttentionDropout dropout = {};  // on A (AttentionDropout, above); off by default

@@ -3,8 +3,10 @@
 // dense and flash in float64 to 1e-12, the output, lse, A and every gradient, on random
 // graphs with self loops, empty rows, sizes no tile divides, grouped kv heads, both
 // layouts, a scale and a longer cache; float64 gradcheck, also of the edge ops composed
-// with scores of the caller's own (as a GAT layer's); float32 close to float64; the same
-// bits on one thread; CPU against CUDA; bad edge lists refused with a message naming the entry.
+// with scores of the caller's own (as a GAT layer's); GAT's additive score and attention dropout
+// (SoftmaxAttention::score, dropout) equal to composed and dense with the same seed, dropout's
+// gradcheck with a fixed seed, E[Z] and eval; float32 close to float64; the same bits on one
+// thread; CPU against CUDA; bad edge lists refused with a message naming the entry.
 #include <optional>
 #include <random>
 #include <set>
@@ -149,6 +151,103 @@ TEST_CASE("edge attention: a query with no edge gets Z = 0, lse = +inf and no gr
     for (const double value : t.to_vector()) CHECK(std::isfinite(value));
 }
 
+// GAT's additive score and attention dropout (SoftmaxAttention::score, dropout) on the edge list
+// or as the dense mask through `impl`: the dropout's counters come from a fresh Generator(seed),
+// so that both paths draw from the same (seed, offset).
+struct Gat {
+  double p = 0;
+  bool training = true;
+  uint64_t seed = 3;
+};
+Outputs gat_outputs_of(const EdgeCase& c, const EdgeList& edges, const Inputs& x, const Tensor& R, Gat gat,
+                       std::optional<AttentionImpl> adjacency_impl = {}) {
+  AttentionSpec spec = edge_spec(c, edges, adjacency_impl);
+  Generator generator(gat.seed);
+  SoftmaxAttention& softmax = ag::test::softmax_of(spec);
+  softmax.score = AttentionScore::Additive;
+  softmax.dropout = {.p = gat.p, .training = gat.training, .generator = &generator};
+  return outputs_of(x, spec, R);
+}
+
+TEST_CASE("edge attention: GAT's additive score and attention dropout equal the dense masked path (float64 ≤ 1e-12) — Z, A and dQ, dK, dV against composed and dense") {
+  // The edge path draws the dense path's counters (one per (b, h, i, j), B·Hq·Tq·Tk of them) and
+  // keeps edge (i, j) by the same uniform, so with one seed both drop the same A_ij.
+  uint64_t seed = 1100;
+  double worst = 0;
+  for (EdgeCase c : edge_cases()) {
+    c.scale = std::nullopt;  // additive scores take none
+    CAPTURE(c.name);
+    const EdgeList edges = random_graph(c);
+    const EdgeGraph graph = edge_graph(edges, c.Tq, c.Tk, Device::CPU);
+    const Inputs x = edge_inputs(c, seed += 10);
+    const Tensor R = random(x[0].shape(), seed + 5, DType::Float64, false);
+    for (const Gat gat : {Gat{.p = 0}, Gat{.p = 0.4, .seed = seed}, Gat{.p = 0.4, .training = false}}) {
+      CAPTURE(gat.p);
+      CAPTURE(gat.training);
+      const Outputs got = gat_outputs_of(c, edges, x, R, gat);
+      REQUIRE(got.A.shape() == Shape{c.B, c.Hq, graph.E});
+      for (AttentionImpl impl : {AttentionImpl::Composed, AttentionImpl::Dense}) {
+        CAPTURE(name_of(impl));
+        const Outputs expected = gat_outputs_of(c, edges, x, R, gat, impl);
+        for (size_t i = 0; i < got.values.size(); ++i) {
+          CAPTURE(i);
+          CHECK_CLOSE(got.values[i], expected.values[i], 1e-12);
+          worst = std::max(worst, ag::test::relative_error(got.values[i], expected.values[i]));
+        }
+        CHECK_CLOSE(got.A, at_edges(expected.A, graph), 1e-12);  // A before the dropout
+      }
+    }
+  }
+  MESSAGE("worst relative error of the additive score (and dropout) against the dense masked path: " << worst);
+}
+
+TEST_CASE("edge attention: attention dropout on the edges — gradcheck with a fixed seed, the kept fraction and scale, none in eval") {
+  const EdgeCase c{.name = "dropout", .B = 2, .Hq = 2, .Hkv = 1, .Tq = 9, .Tk = 11, .d = 4,
+                   .layout = AttentionLayout::BTHD, .density = 0.4, .empty_rows = {4}, .seed = 17};
+  const EdgeList edges = random_graph(c);
+  // The generator is made afresh in each call: every evaluation drops the same edges.
+  const GradcheckFn f = [&c, edges](const Inputs& in) {
+    AttentionSpec spec = edge_spec(c, edges);
+    Generator generator(42);
+    SoftmaxAttention& softmax = ag::test::softmax_of(spec);
+    softmax.score = AttentionScore::Additive;
+    softmax.dropout = {.p = 0.3, .generator = &generator};
+    return attention(in[0], in[1], in[2], spec);
+  };
+  CHECK_GRADCHECK(f, edge_inputs(c, 1200));
+
+  // With v = 1 per key, Z_i = Σ_{e ∈ E_i} Ã_e: each kept edge's A_e/(1 − p), so E[Z_i] = Σ A_e = 1.
+  const EdgeCase big{.name = "big", .B = 1, .Hq = 4, .Hkv = 4, .Tq = 200, .Tk = 200, .d = 3, .density = 0.5, .seed = 18};
+  const EdgeList big_edges = random_graph(big);
+  const EdgeGraph graph = edge_graph(big_edges, big.Tq, big.Tk, Device::CPU);
+  const Inputs x = edge_inputs(big, 1300);
+  const Tensor ones = Tensor::full({1, 4, 200, 3}, 1.0, DType::Float64);
+  const double p = 0.25;
+  const auto run = [&](bool training, uint64_t seed, AttentionInternals* internals) {
+    AttentionSpec spec = edge_spec(big, big_edges);
+    Generator generator(seed);
+    SoftmaxAttention& softmax = ag::test::softmax_of(spec);
+    softmax.score = AttentionScore::Additive;
+    softmax.dropout = {.p = p, .training = training, .generator = &generator};
+    return attention(x[0], x[1], ones, spec, internals).to_vector();
+  };
+  AttentionInternals internals;
+  const std::vector<double> z = run(true, 5, &internals), a = internals.probabilities.to_vector();
+  // Z_i = Σ_{kept e ∈ E_i} A_e / (1 − p): its mean over the 800 rows is near E[Z_i] = 1 (about 100
+  // edges a row: each row's sd ≈ √(p/((1 − p)·100)) ≈ 0.06, the mean's ≈ 0.002).
+  double mean = 0;
+  for (int64_t r = 0; r < 4 * 200; ++r) mean += z[r * 3];
+  mean /= 4 * 200;
+  CHECK(std::abs(mean - 1.0) < 0.05);
+  bool differs = false;
+  for (int64_t r = 0; r < 4 * 200; ++r) differs = differs || std::abs(z[r * 3] - 1.0) > 1e-9;
+  CHECK(differs);  // dropped: not every row sums to 1
+  CHECK(run(true, 5, nullptr) == z);   // the same seed, the same edges dropped
+  CHECK(run(true, 6, nullptr) != z);   // another seed, others
+  for (double zi : run(false, 5, nullptr)) CHECK(std::abs(zi - 1.0) < 1e-12);  // eval: Z = A V, rows of A sum to 1
+  CHECK(a.size() == static_cast<size_t>(4 * graph.E));
+}
+
 TEST_CASE("edge attention: float64 gradcheck of q, k, v (grouped kv heads, BTHD, an empty row)") {
   const EdgeCase c{.name = "small", .B = 2, .Hq = 2, .Hkv = 1, .Tq = 9, .Tk = 11, .d = 4,
                    .layout = AttentionLayout::BTHD, .density = 0.3, .empty_rows = {4}, .seed = 7};
@@ -250,6 +349,14 @@ TEST_CASE("edge attention: a bad edge list, or what the edges cannot be combined
                  "the edges are the whole mask: causal and sparse patterns are not supported with them"));
   CHECK(contains(error(good_ptr, good_col, [](AttentionSpec& s) { ag::test::softmax_of(s).masks.prefix = 1; }),
                  "no other mask function (prefix, documents, parents, adjacency, custom) may be given with them"));
+  CHECK(contains(error(good_ptr, good_col,
+                       [](AttentionSpec& s) {
+                         ag::test::softmax_of(s).score = AttentionScore::Additive;
+                         ag::test::softmax_of(s).scale = 0.5;
+                       }),
+                 "additive scores (AttentionScore::Additive) take no scale: leave scale unset"));
+  CHECK(contains(error(good_ptr, good_col, [](AttentionSpec& s) { ag::test::softmax_of(s).dropout.p = 1.0; }),
+                 "attention dropout p = 1 is outside [0, 1)"));
   CHECK(contains(error(good_ptr, good_col, [](AttentionSpec& s) { ag::test::softmax_of(s).mods.soft_cap = 5.0; }),
                  "score modifiers (ScoreMods) are not supported over an edge list yet"));
   MaskMods as_edges;

@@ -19,10 +19,13 @@
 //
 // The three lines are three ops, each with its backward below it, so that another score
 // function of the edges (GAT's additive one: any S [B, Hq, E]) composes with edge_softmax
-// and edge_product, and autograd chains them. What each saves: edge_scores q and k,
+// and edge_product, and autograd chains them: attention() with AttentionScore::Additive takes
+// S from edge_additive_scores, and with AttentionDropout applies it to A between edge_softmax
+// and edge_product (edge_dropout), both composed of existing ops. What each saves: edge_scores q and k,
 // edge_softmax its output A [B, Hq, E] (O(E) per head, as dense saves A at O(Tq·Tk)),
 // edge_product A and v.
 #include <cmath>
+#include <vector>
 
 #include "core/ops/attention_functions.h"
 
@@ -64,6 +67,50 @@ void check_keys(const char* op, const Tensor& kv, int64_t B, int64_t Hq, int64_t
 Tensor key_gradient(const Tensor& kv, const EdgeGraph& graph, AttentionLayout layout) {
   return detail::positions_of(kv, layout) == graph.Tk ? detail::empty_like(kv)
                                                        : Tensor::zeros(kv.shape(), kv.dtype(), kv.device());
+}
+
+// x [B, H, T] at each edge's end: out[b, h, e] = x[b, h, index[e]] [B, H, E], index = the graph's
+// rows (queries) or cols (keys). As embedding's lookup of the rows of x's [T, B·H] transpose, whose
+// backward sums each edge's gradient into its end: dx[b, h, t] = Σ_{e: index[e] = t} dout[b, h, e].
+Tensor at_edges(const Tensor& x, const Tensor& index) {
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), E = index.size(0);
+  const Tensor per_edge = embedding(permute(x, {2, 0, 1}).reshape({T, B * H}), index);  // [E, B·H]
+  return permute(per_edge.reshape({E, B, H}), {1, 2, 0});
+}
+
+// GAT's additive score on the edges (docs/backprop.md §37 with every pair an edge):
+//   α_i = Σ_c q_ic,  β_j = Σ_c k_jc,  S_e = LeakyReLU_a(α_i + β_j)  for e = (i, j)
+// as ops (sum, the gathers above, leaky_relu), whose backwards chain to
+//   dα_i = Σ_{e ∈ E_i} dS_e·LeakyReLU′,  dβ_j = Σ_{e=(i,j)} dS_e·LeakyReLU′,  dQ_ic = dα_i,  dK_jc = dβ_j:
+// the dense path's sums over the pairs with dS_ij ≠ 0. A kv head's β is read by its group's query heads.
+Tensor edge_additive_scores(const Tensor& q, const Tensor& k, const EdgeGraph& graph, double slope,
+                            AttentionLayout layout) {
+  const int64_t Hq = detail::heads_of(q, layout);
+  const Tensor alpha = sum(detail::heads_first(q, layout), 3);                                            // [B, Hq, Tq]
+  const Tensor beta = sum(detail::repeat_kv_heads(sum(detail::heads_first(k, layout), 3, true), Hq), 3);  // [B, Hq, rows]
+  return leaky_relu(at_edges(alpha, graph.rows()) + at_edges(beta, graph.cols()), slope);                 // [B, Hq, E]
+}
+
+// Ã = dropout(A) on the edges, with the dense path's counters (AttentionDropout): B·Hq·Tq·Tk of
+// them drawn from the generator, edge e = (i, j) of head (b, h) kept when
+// u(seed, offset + ((b·Hq + h)·Tq + i)·Tk + j) ≥ p, so that the same seed drops the same A_ij
+// here as in composed and dense. Ã = A ∘ m with m_e = keep_e / (1 − p), a constant
+// (computed on the host: O(B·Hq·E)), so that dA = dÃ ∘ m.
+Tensor edge_dropout(const Tensor& A, const EdgeGraph& graph, const AttentionDropout& dropout) {
+  if (!dropout.active()) return A;
+  Generator& g = dropout.generator ? *dropout.generator : default_generator();
+  const int64_t B = A.size(0), Hq = A.size(1), Tq = graph.Tq, Tk = graph.Tk;
+  const uint64_t seed = g.seed(), offset = g.advance(static_cast<uint64_t>(B * Hq * Tq * Tk));
+  const Tensor host = graph.packed.to(Device::CPU);
+  const EdgeLayout edges = EdgeLayout::of(host.data<int64_t>(), host.numel(), Tq, Tk);
+  const double kept = 1.0 / (1.0 - dropout.p);
+  std::vector<double> m(static_cast<size_t>(B * Hq * edges.E));
+  for (int64_t bh = 0; bh < B * Hq; ++bh)
+    for (int64_t e = 0; e < edges.E; ++e) {
+      const uint64_t counter = offset + static_cast<uint64_t>((bh * Tq + edges.row[e]) * Tk + edges.col[e]);
+      m[bh * edges.E + e] = random_uniform(seed, counter) >= dropout.p ? kept : 0.0;
+    }
+  return A * Tensor::from_vector(m, A.shape(), A.dtype()).to(A.device());
 }
 
 }  // namespace
@@ -201,13 +248,21 @@ Tensor edge_attention(const Tensor& q, const Tensor& k, const Tensor& v, const S
   const int64_t Tq = positions_of(q, spec.layout), kv_rows = positions_of(k, spec.layout);
   const int64_t Tk = softmax.kv_length.value_or(kv_rows);
   AG_CHECK(Tk >= 0 && Tk <= kv_rows, where << ": kv_length " << Tk << " is outside [0, " << kv_rows << "]");
+  const bool additive = softmax.score == AttentionScore::Additive;
+  AG_CHECK(!additive || !softmax.scale,
+           where << ": additive scores (AttentionScore::Additive) take no scale: leave scale unset");
+  AG_CHECK(std::isfinite(softmax.leaky_slope), where << ": leaky_slope " << softmax.leaky_slope << " is not a finite number");
+  AG_CHECK(softmax.dropout.p >= 0 && softmax.dropout.p < 1,
+           where << ": attention dropout p = " << softmax.dropout.p << " is outside [0, 1)");
   const double scale = softmax.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(3))));
   AG_CHECK(scale > 0 && std::isfinite(scale), where << ": scale " << scale << " is not a positive number");
   const EdgeGraph graph = edge_graph(masks.edges, Tq, Tk, q.device(), where);
+  const Tensor S = additive ? edge_additive_scores(q, k, graph, softmax.leaky_slope, spec.layout)
+                            : edge_scores(q, k, graph, scale, spec.layout);  // [B, Hq, E]
   Tensor lse;
-  const Tensor A = edge_softmax(edge_scores(q, k, graph, scale, spec.layout), graph, internals ? &lse : nullptr);
+  const Tensor A = edge_softmax(S, graph, internals ? &lse : nullptr);
   if (internals) *internals = {.probabilities = A.detach(), .log_sum_exp = lse};
-  return edge_product(A, v, graph, spec.layout);
+  return edge_product(edge_dropout(A, graph, softmax.dropout), v, graph, spec.layout);  // Z = Ã V
 }
 
 }  // namespace detail

@@ -20,12 +20,12 @@ GatLayer::GatLayer(int64_t in, int64_t heads, int64_t width, Generator* gen) : h
   bias_ = register_parameter("bias", Tensor::zeros({heads * width}));
 }
 
-Tensor GatLayer::forward(const Tensor& x, const Tensor& adjacency, const Dropouts& drop, AttentionInternals* internals) const {
+Tensor GatLayer::forward(const Tensor& x, const MaskMods& masks, const Dropouts& drop, AttentionInternals* internals) const {
   const int64_t N = x.size(0);
   const bool training = is_training();
   const Tensor h = matmul(dropout(x, drop.input, training, drop.gen), W_).reshape({1, N, heads_, width_});  // XW, BTHD
   SoftmaxAttention additive{.impl = AttentionImpl::Dense, .score = AttentionScore::Additive, .leaky_slope = 0.2};
-  additive.masks.adjacency = adjacency;
+  additive.masks = masks;  // over the edges, the op ignores impl (O(E·d) per head)
   additive.dropout = {.p = drop.attention, .training = training, .generator = drop.gen};
   // q_i = h_i ∘ a₁ and k_j = h_j ∘ a₂: the op sums each row, a₁ᵀWh_i and a₂ᵀWh_j (AttentionScore::Additive)
   const Tensor z = attention(h * a1_, h * a2_, dropout(h, drop.input, training, drop.gen),
@@ -33,19 +33,29 @@ Tensor GatLayer::forward(const Tensor& x, const Tensor& adjacency, const Dropout
   return z.reshape({N, heads_ * width_}) + bias_;
 }
 
-GatModel::GatModel(int64_t features, int64_t heads, int64_t hidden, int64_t classes, Generator* gen) {
+GatModel::GatModel(int64_t features, int64_t heads, int64_t hidden, int64_t classes, Generator* gen, AttentionPath path)
+    : path_(path) {
   hidden_ = register_module("hidden", std::make_shared<GatLayer>(features, heads, hidden, gen));
   output_ = register_module("output", std::make_shared<GatLayer>(heads * hidden, 1, classes, gen));
 }
 
+MaskMods GatModel::masks(const GraphTensors& g) const {
+  MaskMods m;
+  if (path_ == AttentionPath::Edges) m.edges = g.edges;
+  else m.adjacency = g.adjacency;
+  return m;
+}
+
 Tensor GatModel::forward(const GraphTensors& g, const Dropouts& drop) const {
-  return output_->forward(elu(hidden_->forward(g.features, g.adjacency, drop)), g.adjacency, drop);
+  const MaskMods m = masks(g);
+  return output_->forward(elu(hidden_->forward(g.features, m, drop)), m, drop);
 }
 
 Tensor GatModel::output_attention(const GraphTensors& g) const {
   const NoGradGuard no_grad;
+  const MaskMods m = masks(g);
   AttentionInternals internals;
-  output_->forward(elu(hidden_->forward(g.features, g.adjacency, {})), g.adjacency, {}, &internals);
+  output_->forward(elu(hidden_->forward(g.features, m, {})), m, {}, &internals);
   return internals.probabilities;
 }
 

@@ -1,7 +1,8 @@
 // The three models of graph (docs/graphs.md), each one call of the one attention op per layer
 // (ag::attention, core/ops.h) over the nodes as positions: B = 1, T = N, layout BTHD
-// ([1, N, H, d_h], a projection X·W reshaped in place). The graph enters as MaskMods::adjacency
-// (A + I, dense [N, N]) or not at all (the complete graph).
+// ([1, N, H, d_h], a projection X·W reshaped in place). The graph enters as MaskMods::edges (gat
+// by default: A + I's edge list), MaskMods::adjacency (A + I, dense [N, N]) or not at all (the
+// complete graph).
 //   GatModel:          GAT (Veličković et al. 2018): two GatLayers, ELU between.
 //   GraphTransformer:  pre-LN transformer blocks of dot-product heads, a learnable bias per
 //                      head indexed by shortest-path distance (ScoreMods::indexed, Graphormer's
@@ -13,6 +14,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "examples/graph/graph_options.h"
 #include "nn/layers.h"
 #include "nn/linear.h"
 #include "nn/module.h"
@@ -23,6 +25,7 @@ namespace ag::graph {
 struct GraphTensors {
   Tensor features;   // X [N, F], each row normalised to sum 1 (GAT's preprocessing)
   Tensor adjacency;  // A + I [N, N], float32: 1 where node i attends to node j
+  EdgeList edges;    // A + I as a CSR edge list: node i's keys are itself and its neighbours, increasing
   Tensor distance;   // int64 [N, N]: min(shortest path, max_distance + 1), unreachable max_distance + 2
   Tensor degree;     // int64 [N]: min(degree, max_degree)
 };
@@ -40,7 +43,8 @@ struct Dropouts {
 class GatLayer : public nn::Module {
  public:
   GatLayer(int64_t in, int64_t heads, int64_t width, Generator* gen);
-  Tensor forward(const Tensor& x, const Tensor& adjacency, const Dropouts& drop, AttentionInternals* internals = nullptr) const;
+  // The graph as `masks`: MaskMods::edges or MaskMods::adjacency (GatModel::masks).
+  Tensor forward(const Tensor& x, const MaskMods& masks, const Dropouts& drop, AttentionInternals* internals = nullptr) const;
 
  private:
   int64_t heads_, width_;
@@ -49,12 +53,16 @@ class GatLayer : public nn::Module {
 
 class GatModel : public nn::Module {
  public:
-  GatModel(int64_t features, int64_t heads, int64_t hidden, int64_t classes, Generator* gen);
+  GatModel(int64_t features, int64_t heads, int64_t hidden, int64_t classes, Generator* gen,
+           AttentionPath path = AttentionPath::Edges);
   Tensor forward(const GraphTensors& g, const Dropouts& drop) const;  // logits [N, C]
-  // The output layer's attention A [1, 1, N, N] (for pictures), from an eval forward.
+  // The output layer's attention A (for pictures), from an eval forward: [1, 1, E] per edge of
+  // g.edges on the edge path, [1, 1, N, N] on the dense one.
   Tensor output_attention(const GraphTensors& g) const;
 
  private:
+  MaskMods masks(const GraphTensors& g) const;  // g's A + I as the path reads it
+  AttentionPath path_;
   std::shared_ptr<GatLayer> hidden_, output_;
 };
 

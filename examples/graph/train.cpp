@@ -65,7 +65,8 @@ Score score(const Tensor& logits, const Tensor& rows, const std::vector<int64_t>
 }
 
 std::unique_ptr<nn::Module> make_model(const GraphData& data, const GraphConfig& c, Generator* gen) {
-  if (c.model == GraphModel::Gat) return std::make_unique<GatModel>(data.features, c.heads, c.hidden, c.classes, gen);
+  if (c.model == GraphModel::Gat)
+    return std::make_unique<GatModel>(data.features, c.heads, c.hidden, c.classes, gen, c.attention_path);
   return std::make_unique<GraphTransformer>(
       GraphTransformer::Config{.features = data.features, .classes = c.classes, .heads = c.heads, .width = c.hidden,
                                .layers = c.layers, .max_distance = c.max_distance, .max_degree = c.max_degree,
@@ -86,14 +87,22 @@ GraphTensors graph_tensors(const GraphData& data, const GraphConfig& config) {
   for (int64_t n = 0; n < N; ++n)
     for (const int64_t f : data.active[n]) x[n * F + f] = 1.0 / static_cast<double>(data.active[n].size());
   std::vector<double> a(static_cast<size_t>(N * N), 0.0);
-  std::vector<int64_t> degree(static_cast<size_t>(N));
+  std::vector<int64_t> degree(static_cast<size_t>(N)), row_ptr{0}, col;
   const std::vector<std::vector<int64_t>> neighbours = data.neighbours();
   for (int64_t n = 0; n < N; ++n) {
     a[n * N + n] = 1.0;  // A + I: every node attends to itself
     for (const int64_t m : neighbours[n]) a[n * N + m] = 1.0;
+    // the same row as edges: itself among its neighbours (sorted), keys increasing
+    const auto after = std::upper_bound(neighbours[n].begin(), neighbours[n].end(), n);
+    col.insert(col.end(), neighbours[n].begin(), after);
+    col.push_back(n);
+    col.insert(col.end(), after, neighbours[n].end());
+    row_ptr.push_back(static_cast<int64_t>(col.size()));
     degree[n] = std::min<int64_t>(static_cast<int64_t>(neighbours[n].size()), config.max_degree);
   }
   GraphTensors g{.features = Tensor::from_vector(x, {N, F}), .adjacency = Tensor::from_vector(a, {N, N}),
+                 .edges = {.row_ptr = Tensor::from_indices(row_ptr, {N + 1}),
+                           .col = Tensor::from_indices(col, {static_cast<int64_t>(col.size())})},
                  .distance = {}, .degree = Tensor::from_indices(degree, {N})};
   if (config.model != GraphModel::Gat) g.distance = shortest_paths(data, config.max_distance);
   return g;
