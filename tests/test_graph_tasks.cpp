@@ -14,6 +14,7 @@
 #include "examples/lab/lab_run.h"
 #include "nn/gpt.h"
 #include "tests/helpers.h"
+#include "tests/lab_helpers.h"
 
 using namespace ag;
 using namespace ag::lab;
@@ -245,15 +246,7 @@ TEST_CASE("graph tasks: the graphs preset — two tasks, both masks, 1 to 6 laye
 
 TEST_CASE("graph tasks: a small lab trains both masks at two depths and draws accuracy against layers on a 0 to 1 axis") {
   const ag::test::TempDir tmp("lab_graphs");
-  LabSpec spec;
-  spec.quiet = true;
-  spec.options.out = tmp.dir.string();
-  spec.options.eval_interval = 3;
-  spec.defaults.budget.max_iters = 3;
-  spec.defaults.budget.eval_examples = 4;
-  spec.defaults.model.n_embd = 16;
-  spec.defaults.model.n_head = 2;
-  spec.defaults.optim.batch_size = 2;
+  LabSpec spec = ag::test::small_lab(tmp, 3, 4, 2);  // the grid below sets the layers
   spec.grids = {Grid{.axes = {{"task", {"shortest-path"}}, {"block_size", {"64"}}, {"graph_mask", {"full", "adjacency"}},
                               {"n_layer", {"1", "2"}}},
                      .mixers = {"softmax"}, .lrs = {3e-3}}};

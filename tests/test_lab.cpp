@@ -12,10 +12,12 @@
 #include "examples/lab/lab_run.h"
 #include "examples/lab/tasks.h"
 #include "tests/char_lm_helpers.h"
+#include "tests/lab_helpers.h"
 
 using namespace ag;
 using namespace ag::lab;
 using ag::test::TempDir;
+using ag::test::small_lab;
 using ag::test::run_command;
 using ag::test::english;
 using ag::test::generated_text;
@@ -39,22 +41,6 @@ Cell small_cell(Task kind, int64_t T, int64_t batch) {
   cell.optim.batch_size = batch;
   cell.lrs = {3e-3};
   return cell;
-}
-// A lab of one-layer width-16 softmax models on mqar (T 16, 2 pairs, V 32) writing to `dir`: `steps`
-// steps, scored every 10 (or at the end) on `examples` held-out examples, batches of `batch`.
-LabSpec small_lab(const TempDir& dir, int64_t steps, int64_t examples, int64_t batch) {
-  LabSpec spec;
-  spec.quiet = true;
-  spec.options.out = dir.dir.string();
-  spec.options.eval_interval = std::min<int64_t>(steps, 10);
-  spec.defaults.budget.max_iters = steps;
-  spec.defaults.budget.eval_examples = examples;
-  spec.defaults.model.n_layer = 1;
-  spec.defaults.model.n_embd = 16;
-  spec.defaults.model.n_head = 2;
-  spec.defaults.optim.batch_size = batch;
-  spec.grids = {Grid{.axes = {{"block_size", {"16"}}, {"pairs", {"2"}}, {"vocab", {"32"}}}, .mixers = {"softmax"}, .lrs = {}}};
-  return spec;
 }
 }  // namespace
 

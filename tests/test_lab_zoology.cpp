@@ -11,6 +11,7 @@
 #include "examples/lab/report.h"
 #include "examples/lab/tasks.h"
 #include "tests/char_lm_helpers.h"
+#include "tests/lab_helpers.h"
 
 using namespace ag;
 using namespace ag::lab;
@@ -156,15 +157,9 @@ TEST_CASE("lab: a fixed training set — the same examples come back each epoch 
 
 TEST_CASE("lab: a cell on a fixed set trains its epochs, stops at --stop-accuracy, and records the time it took") {
   const TempDir tmp("lab_fixed_set");
-  LabSpec spec;
-  spec.quiet = true;
-  spec.options.out = tmp.dir.string();
+  LabSpec spec = ag::test::small_lab(tmp, Cell{}.budget.max_iters, 16, 8);  // its epochs set the steps
   spec.options.eval_interval = 5;
-  spec.defaults.model.n_layer = 1;
-  spec.defaults.model.n_embd = 16;
   spec.defaults.model.n_head = 1;
-  spec.defaults.optim.batch_size = 8;
-  spec.defaults.budget.eval_examples = 16;
   spec.grids = {Grid{.axes = {{"block_size", {"16"}}, {"pairs", {"2"}}, {"vocab", {"32"}}, {"random_filler", {"false"}},
                               {"state_mixer", {"identity"}}, {"train_examples", {"20"}}, {"epochs", {"4"}},
                               {"stop_accuracy", {"0", "0.000001"}}},
@@ -293,16 +288,9 @@ TEST_CASE("lab report: accuracy spans 0 to 1 off the frame, one length is a poin
 
 TEST_CASE("lab: a cell cut short between its learning rates resumes at the next one, its finished runs read back") {
   const TempDir tmp("lab_resume_runs");
-  LabSpec spec;
-  spec.quiet = true;
-  spec.options.out = tmp.dir.string();
+  LabSpec spec = ag::test::small_lab(tmp, 10, 16, 8);
   spec.options.eval_interval = 5;
-  spec.defaults.model.n_layer = 1;
-  spec.defaults.model.n_embd = 16;
   spec.defaults.model.n_head = 1;
-  spec.defaults.optim.batch_size = 8;
-  spec.defaults.budget.max_iters = 10;
-  spec.defaults.budget.eval_examples = 16;
   spec.grids = {Grid{.axes = {{"block_size", {"16"}}, {"pairs", {"2"}}, {"vocab", {"32"}}}, .mixers = {"softmax"},
                      .lrs = {1e-3, 3e-3}}};
   const LabSummary first = run_lab(spec);
