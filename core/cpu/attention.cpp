@@ -630,6 +630,61 @@ void attention_softmax_backward(const Tensor& A, const Tensor& dA, Tensor& dS) {
   });
 }
 
+// The score modifiers, in two ways. The general loop calls ScoreModifiers::host_modify per
+// score (every modifier, the user's function too). The indexed bias alone (Graphormer's
+// b[h, φ(i, j)], no other modifier and no causal mask) takes a vector path instead: it
+// spent most of an epoch of graph's complete-graph model in the general loop at T = 2708,
+// where the scores run along the queries i and the index [Tq, Tk] along the keys j, so each
+// score's index was a row of the index apart (docs/performance.md, "Dense score modifiers
+// and attention dropout"). The vector path transposes the index once per call into int32
+// [Tk, Tq], then adds table[h, ·] along each key's row with gathers.
+namespace {
+bool indexed_only(const AttentionShape& shape) {
+  const ScoreModifiers& m = shape.mods;
+  return m.indexed && !m.relative && !m.custom && !(m.soft_cap > 0) && !shape.mask.causal &&
+         m.indexed_entries <= std::numeric_limits<int32_t>::max();
+}
+// index [Tq, Tk] (row stride `row`) into out [Tk, Tq], in 64 × 64 blocks.
+std::vector<int32_t> transposed_index(const int64_t* index, int64_t row, int64_t Tq, int64_t Tk) {
+  std::vector<int32_t> out(static_cast<size_t>(Tq * Tk));
+  constexpr int64_t kBlock = 64;
+  for_rows((Tk + kBlock - 1) / kBlock, kBlock * Tq, [&](int64_t block) {
+    const int64_t j0 = block * kBlock, j1 = std::min(j0 + kBlock, Tk);
+    for (int64_t i0 = 0; i0 < Tq; i0 += kBlock)
+      for (int64_t j = j0; j < j1; ++j)
+        for (int64_t i = i0; i < std::min(i0 + kBlock, Tq); ++i)
+          out[j * Tq + i] = static_cast<int32_t>(index[i * row + j]);
+  });
+  return out;
+}
+// u_i = s_i + table[idx_i] along one key's row (host_modify's bits: the same one addition).
+template <class T> inline void add_indexed_row(const T* s, const int32_t* idx, const T* table, T* out, int64_t Tq) {
+#pragma omp simd
+  for (int64_t i = 0; i < Tq; ++i) out[i] = s[i] + table[idx[i]];
+}
+AG_VECTOR_CLONES void add_indexed_row(const float* s, const int32_t* idx, const float* table, float* out, int64_t Tq) {
+  add_indexed_row<float>(s, idx, table, out, Tq);
+}
+// sums[n] += Σ_{i: idx_i = n} g_i along one key's row: a masked vector sum per entry for a
+// small table (in T along the row, then added to the float64 sum), one float64 add per score
+// for a large one.
+template <class T> inline void indexed_row_sums(const T* g, const int32_t* idx, int64_t Tq, int64_t entries, double* sums) {
+  if (entries > 32) {
+    for (int64_t i = 0; i < Tq; ++i) sums[idx[i]] += static_cast<double>(g[i]);
+    return;
+  }
+  for (int32_t n = 0; n < static_cast<int32_t>(entries); ++n) {
+    T total = 0;
+#pragma omp simd reduction(+ : total)
+    for (int64_t i = 0; i < Tq; ++i) total += idx[i] == n ? g[i] : T(0);
+    sums[n] += static_cast<double>(total);
+  }
+}
+AG_VECTOR_CLONES void indexed_row_sums(const float* g, const int32_t* idx, int64_t Tq, int64_t entries, double* sums) {
+  indexed_row_sums<float>(g, idx, Tq, entries, sums);
+}
+}  // namespace
+
 // One task per [Tk, Tq] matrix (batch entry, head h = matrix % Hq), its keys j in
 // order, each key's row of queries i in order. Under a causal mask the keys after a
 // query's position get 0, unmodified (the softmax never reads them).
@@ -640,10 +695,20 @@ void attention_score_mods(const Tensor& S, const AttentionShape& shape, Tensor& 
     const ScoreModifiers& mods = shape.mods;
     const T* s = S.data<T>();
     T* out = S_mod.data<T>();
+    const int64_t matrices = S.numel() / (Tk * Tq);
+    if (indexed_only(shape)) {
+      const std::vector<int32_t> idx = transposed_index(mods.index, mods.index_row, Tq, Tk);
+      for_rows(matrices, Tk * Tq, [&](int64_t matrix) {
+        const T* table = static_cast<const T*>(mods.indexed) + (matrix % Hq) * mods.indexed_entries;
+        for (int64_t j = 0, at = matrix * Tk * Tq; j < Tk; ++j)
+          add_indexed_row(s + at + j * Tq, idx.data() + j * Tq, table, out + at + j * Tq, Tq);
+      });
+      return;
+    }
     // Query i and key j sit at distance p − j = i + q_offset − j: bucket[i − j + Tk − 1].
     std::vector<int64_t> bucket(Tq + Tk - 1);
     fill_buckets(mods, q_offset - (Tk - 1), Tq + Tk - 1, bucket.data());
-    for_rows(S.numel() / (Tk * Tq), Tk * Tq, [&](int64_t matrix) {
+    for_rows(matrices, Tk * Tq, [&](int64_t matrix) {
       const int64_t h = matrix % Hq, at = matrix * Tk * Tq;
       for (int64_t j = 0; j < Tk; ++j)
         for (int64_t i = 0; i < Tq; ++i)
@@ -656,8 +721,9 @@ void attention_score_mods(const Tensor& S, const AttentionShape& shape, Tensor& 
 }
 
 // One task per matrix as above: it alone writes the matrix's dU and its head's row
-// of dBias (of its batch entry), summed in key-then-query order. Keys after a causal
-// query's position have dS' = 0 (A = 0 there) and are skipped: dU = dS' = 0.
+// of dBias (of its batch entry), summed in key-then-query order (the indexed bias's
+// vector path: each key's row summed per entry in float64, the rows added in key order).
+// Keys after a causal query's position have dS' = 0 (A = 0 there) and are skipped: dU = dS' = 0.
 void attention_score_mods_backward(const Tensor& dS, const Tensor& S, const AttentionShape& shape, Tensor& dU,
                                    Tensor& dBias) {
   visit_floating(dS.dtype(), "attention_score_mods_backward", [&](auto zero) {
@@ -668,9 +734,22 @@ void attention_score_mods_backward(const Tensor& dS, const Tensor& S, const Atte
     const T *ds = dS.data<T>(), *s = S.defined() ? S.data<T>() : nullptr;
     T* du = dU.data<T>();
     T* dbias = dBias.defined() ? dBias.data<T>() : nullptr;
+    const int64_t matrices = dS.numel() / (Tk * Tq);
+    if (indexed_only(shape)) {  // u = S + table[h, index]: dU = dS' (no chain factor), dBias[n] = Σ_{index = n} dU
+      const std::vector<int32_t> idx = dbias ? transposed_index(mods.index, mods.index_row, Tq, Tk) : std::vector<int32_t>{};
+      for_rows(matrices, Tk * Tq, [&](int64_t matrix) {
+        const int64_t at = matrix * Tk * Tq;
+        if (du != ds) std::copy(ds + at, ds + at + Tk * Tq, du + at);
+        if (!dbias) return;
+        std::vector<double> sums(static_cast<size_t>(entries), 0.0);
+        for (int64_t j = 0; j < Tk; ++j) indexed_row_sums(ds + at + j * Tq, idx.data() + j * Tq, Tq, entries, sums.data());
+        for (int64_t n = 0; n < entries; ++n) dbias[matrix * entries + n] = static_cast<T>(sums[n]);
+      });
+      return;
+    }
     std::vector<int64_t> bucket(Tq + Tk - 1);  // as attention_score_mods'
     fill_buckets(mods, q_offset - (Tk - 1), Tq + Tk - 1, bucket.data());
-    for_rows(dS.numel() / (Tk * Tq), Tk * Tq, [&](int64_t matrix) {
+    for_rows(matrices, Tk * Tq, [&](int64_t matrix) {
       const int64_t at = matrix * Tk * Tq, h = matrix % Hq;
       T* row_dbias = dbias ? dbias + matrix * entries : nullptr;  // [n, Hq, entries]: matrix (b, h) is row b·Hq + h
       if (row_dbias) std::fill_n(row_dbias, entries, T(0));
@@ -772,9 +851,31 @@ void attention_additive_scores_backward(const Tensor& Q, const Tensor& K, const 
   });
 }
 
-// Element (b', h, j, i) of Aᵀ reads counter offset + ((b·Hq + h)·Tq + i)·Tk + j, b = first_batch + b'.
-// Where the support is 0 (a hidden pair, whose A is 0) it writes 0 without drawing: the forward's
-// Ã is 0 there whatever the draw, and the backward's dA is multiplied by A = 0 (dS = A ∘ (…)).
+namespace {
+// One key's row of Aᵀ, Tq queries: o_i = x_i·scale where the support a_i ≠ 0 and the draw at
+// counter first + i·stride is ≥ p, else 0. A hidden pair (a_i = 0) gets 0 whatever its draw
+// (the forward's Ã is 0 there, and the backward's dA is multiplied by A = 0: dS = A ∘ (…)), so
+// the draw can be made for every i and the loop runs as one vector select (the float version
+// compiled for AVX-512 too, where the hash's 64-bit products are one instruction).
+// The draw u = k·2⁻⁵³ (k = random_bits >> 11, random_uniform's) is ≥ p exactly when the integer
+// k ≥ ⌈p·2⁵³⌉ (both sides exact), so the loop compares integers: `threshold`.
+template <class T>
+inline void dropout_key_row(const T* x, const T* a, T* o, int64_t Tq, uint64_t first, uint64_t stride, uint64_t seed,
+                            uint64_t threshold, T scale) {
+#pragma omp simd
+  for (int64_t i = 0; i < Tq; ++i) {
+    const bool drawn = (random_bits(seed, first + static_cast<uint64_t>(i) * stride) >> 11) >= threshold;
+    o[i] = (a[i] != T(0)) & drawn ? x[i] * scale : T(0);
+  }
+}
+AG_VECTOR_CLONES void dropout_key_row(const float* x, const float* a, float* o, int64_t Tq, uint64_t first,
+                                      uint64_t stride, uint64_t seed, uint64_t threshold, float scale) {
+  dropout_key_row<float>(x, a, o, Tq, first, stride, seed, threshold, scale);
+}
+}  // namespace
+
+// Element (b', h, j, i) of Aᵀ reads counter offset + ((b·Hq + h)·Tq + i)·Tk + j, b = first_batch + b'
+// (ag::dropout's counters for A [B, Hq, Tq, Tk]); where the support is 0 it writes 0.
 void attention_dropout(const Tensor& X, const Tensor& support, double p, uint64_t seed, uint64_t offset,
                        int64_t first_batch, Tensor& out) {
   visit_floating(X.dtype(), "attention_dropout", [&](auto zero) {
@@ -784,18 +885,14 @@ void attention_dropout(const Tensor& X, const Tensor& support, double p, uint64_
     T* o = out.data<T>();
     const T scale = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
     const uint64_t first = offset + static_cast<uint64_t>(first_batch * Hq * Tq * Tk);
+    const uint64_t threshold = static_cast<uint64_t>(std::ceil(std::ldexp(p, 53)));  // u ≥ p ⟺ k ≥ ⌈p·2⁵³⌉
     for_rows(X.numel() / (Tk * Tq), Tk * Tq, [&](int64_t matrix) {
       const int64_t at = matrix * Tk * Tq;
-      for (int64_t j = 0; j < Tk; ++j)
-        for (int64_t i = 0; i < Tq; ++i) {
-          const int64_t e = at + j * Tq + i;
-          if (a[e] == T(0)) {
-            o[e] = T(0);
-            continue;
-          }
-          const uint64_t counter = first + static_cast<uint64_t>(at + i * Tk + j);
-          o[e] = random_uniform(seed, counter) >= p ? x[e] * scale : T(0);
-        }
+      for (int64_t j = 0; j < Tk; ++j) {
+        const int64_t e = at + j * Tq;
+        dropout_key_row(x + e, a + e, o + e, Tq, first + static_cast<uint64_t>(at + j), static_cast<uint64_t>(Tk), seed,
+                        threshold, scale);
+      }
     });
   });
 }
