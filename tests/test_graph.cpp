@@ -234,7 +234,7 @@ TEST_CASE("graph: the transformer over the edge list equals it over the dense ma
 }
 
 TEST_CASE("graph: a run trains, stops early and is the same bits twice") {
-  for (const GraphModel model : {GraphModel::Gat, GraphModel::Complete}) {
+  for (const GraphModel model : {GraphModel::Gat, GraphModel::Transformer, GraphModel::Complete}) {
     GraphConfig c = small_config(model);
     c.max_epochs = 30;
     c.patience = 5;
