@@ -300,12 +300,13 @@ struct RelativePositionBias {
   bool bidirectional = true;  // false: keys after the query share bucket 0 (a causal decoder's)
   int64_t max_distance = 128;
 };
-// A bias table read through a user-given integer matrix (Graphormer's shortest-path
-// bias, edge types, any pairwise category): table [Hq, n], index int64 [Tq, Tk] with
-// entries in [0, n).
+// A bias table read through a user-given integer matrix (Graphormer's shortest-path bias, edge
+// types, any pairwise category): table [Hq, n], index int64 [Tq, Tk] with entries in [0, n). Over an
+// edge list (MaskMods::edges) it may be [E] instead, one entry per edge in the list's CSR order (edge
+// e = col[e]'s), and a [Tq, Tk] one is read (and checked) at the edges only.
 struct IndexedBias {
   Tensor table = {};  // [Hq, n]; undefined: none
-  Tensor index = {};  // int64 [Tq, Tk], on the table's device
+  Tensor index = {};  // int64 [Tq, Tk] (or [E] over an edge list), on the table's device
 };
 struct ScoreMods {
   std::optional<double> soft_cap = std::nullopt;  // cap > 0 (Gemma 2: 50)
@@ -341,6 +342,8 @@ struct ScoreMods {
 //               op then computes over the edges alone, whatever `impl` says (edge_attention below:
 //               O(E·d) per head, never O(Tq·Tk)); the only mask: no causal, pattern or other mask
 //               function. AttentionInternals::probabilities then holds A per edge, [B, Hq, E].
+//               Of the score modifiers only ScoreMods::indexed is taken (S_e += table[h, idx_e],
+//               its index [Tq, Tk] read at the edges or [E] per edge, above); the others are refused.
 // Decoding (AttentionSpec::cache), the masks see the cache's rows as key positions (Tk = the rows
 // held + the new ones), so a cache under them must not roll: a token tree's nodes decoded in one
 // call give parents over every row and tree_prefix = the rows cached before them (GPT::forward_tree).

@@ -85,17 +85,39 @@ AttentionSpec edge_spec(const EdgeCase& c, const EdgeList& edges, std::optional<
 }
 
 // Z, lse and the gradients of q, k, v from upstream R, and A (dense: [B, Hq, Tq, Tk]; edges: [B, Hq, E]).
+// A fourth input is an indexed bias table (ScoreMods::indexed), read through `index`: dtable follows dV.
 struct Outputs {
-  std::vector<Tensor> values;  // Z, dQ, dK, dV
+  std::vector<Tensor> values;  // Z, dQ, dK, dV (, dtable)
   Tensor lse, A;
 };
-Outputs outputs_of(const Inputs& given, const AttentionSpec& spec, const Tensor& R) {
+Outputs outputs_of(const Inputs& given, AttentionSpec spec, const Tensor& R, const Tensor& index = {}) {
   Inputs x;
   for (const Tensor& t : given) x.push_back(t.detach().clone().requires_grad_());
+  if (x.size() > 3) ag::test::softmax_of(spec).mods.indexed = {.table = x[3], .index = index};
   AttentionInternals internals;
   const Tensor Z = attention(x[0], x[1], x[2], spec, &internals);
   sum(Z * R).backward();
-  return {{Z.detach(), x[0].grad(), x[1].grad(), x[2].grad()}, internals.log_sum_exp, internals.probabilities};
+  std::vector<Tensor> values{Z.detach()};
+  for (const Tensor& t : x) values.push_back(t.grad());
+  return {values, internals.log_sum_exp, internals.probabilities};
+}
+
+// Graphormer's bias (ScoreMods::indexed): a table [Hq, n] and a random index in both forms, as the
+// dense path reads it ([Tq, Tk]) and as the edge path also takes it ([E]: the same entries at the
+// edges, in CSR order).
+struct Bias {
+  Tensor table, pairs, per_edge;
+};
+Bias random_bias(const EdgeCase& c, const EdgeGraph& graph, int64_t n, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<int64_t> entry(0, n - 1);
+  std::vector<int64_t> pairs(static_cast<size_t>(c.Tq * c.Tk)), per_edge;
+  for (int64_t& p : pairs) p = entry(gen);
+  const std::vector<double> rows = graph.rows().to_vector(), cols = graph.cols().to_vector();
+  for (int64_t e = 0; e < graph.E; ++e)
+    per_edge.push_back(pairs[static_cast<int64_t>(rows[e]) * c.Tk + static_cast<int64_t>(cols[e])]);
+  return {random({c.Hq, n}, seed + 1), Tensor::from_indices(pairs, {c.Tq, c.Tk}),
+          Tensor::from_indices(per_edge, {graph.E})};
 }
 
 // The dense A [B, Hq, Tq, Tk] at the graph's edges, [B, Hq, E].
@@ -199,6 +221,72 @@ TEST_CASE("edge attention: GAT's additive score and attention dropout equal the 
     }
   }
   MESSAGE("worst relative error of the additive score (and dropout) against the dense masked path: " << worst);
+}
+
+// The spec of edge_spec with `score` (additive: no scale).
+AttentionSpec scored_spec(const EdgeCase& c, const EdgeList& edges, AttentionScore score,
+                          std::optional<AttentionImpl> adjacency_impl = {}) {
+  AttentionSpec spec = edge_spec(c, edges, adjacency_impl);
+  ag::test::softmax_of(spec).score = score;
+  if (score == AttentionScore::Additive) ag::test::softmax_of(spec).scale = std::nullopt;
+  return spec;
+}
+
+TEST_CASE("edge attention: Graphormer's indexed bias equals the dense masked path (float64 ≤ 1e-12) — Z, A, dQ, dK, dV and dtable, the index [Tq, Tk] or [E], dot and additive scores") {
+  uint64_t seed = 1500;
+  double worst = 0;
+  for (const EdgeCase& c : edge_cases()) {
+    CAPTURE(c.name);
+    const EdgeList edges = random_graph(c);
+    const EdgeGraph graph = edge_graph(edges, c.Tq, c.Tk, Device::CPU);
+    const Bias bias = random_bias(c, graph, 6, seed += 10);
+    Inputs x = edge_inputs(c, seed);
+    x.push_back(bias.table);
+    const Tensor R = random(x[0].shape(), seed + 5, DType::Float64, false);
+    for (const AttentionScore score : {AttentionScore::Dot, AttentionScore::Additive}) {
+      CAPTURE(name_of(score));
+      // flash takes no additive score
+      const std::vector<AttentionImpl> impls = score == AttentionScore::Dot
+                                                   ? attention_impls()
+                                                   : std::vector<AttentionImpl>{AttentionImpl::Composed, AttentionImpl::Dense};
+      for (const Tensor& index : {bias.pairs, bias.per_edge}) {
+        CAPTURE(to_string(index.shape()));
+        const Outputs got = outputs_of(x, scored_spec(c, edges, score), R, index);
+        REQUIRE(got.values.size() == 5);
+        for (AttentionImpl impl : impls) {
+          CAPTURE(name_of(impl));
+          const Outputs expected = outputs_of(x, scored_spec(c, edges, score, impl), R, bias.pairs);
+          for (size_t i = 0; i < got.values.size(); ++i) {
+            CAPTURE(i);
+            CHECK_CLOSE(got.values[i], expected.values[i], 1e-12);
+            worst = std::max(worst, ag::test::relative_error(got.values[i], expected.values[i]));
+          }
+          if (expected.A.defined()) CHECK_CLOSE(got.A, at_edges(expected.A, graph), 1e-12);  // composed and dense
+        }
+      }
+    }
+  }
+  MESSAGE("worst relative error with the indexed bias against the dense masked path: " << worst);
+}
+
+TEST_CASE("edge attention: float64 gradcheck of q, k, v and the indexed bias table — both index forms, dot and additive scores") {
+  const EdgeCase c{.name = "bias", .B = 2, .Hq = 2, .Hkv = 1, .Tq = 9, .Tk = 11, .d = 4,
+                   .layout = AttentionLayout::BTHD, .density = 0.3, .empty_rows = {4}, .seed = 19};
+  const EdgeList edges = random_graph(c);
+  const Bias bias = random_bias(c, edge_graph(edges, c.Tq, c.Tk, Device::CPU), 4, 1400);
+  Inputs x = edge_inputs(c, 1410);
+  x.push_back(bias.table);
+  for (const AttentionScore score : {AttentionScore::Dot, AttentionScore::Additive})
+    for (const Tensor& index : {bias.pairs, bias.per_edge}) {
+      CAPTURE(name_of(score));
+      CAPTURE(to_string(index.shape()));
+      const GradcheckFn f = [&c, edges, score, index](const Inputs& in) {
+        AttentionSpec spec = scored_spec(c, edges, score);
+        ag::test::softmax_of(spec).mods.indexed = {.table = in[3], .index = index};
+        return attention(in[0], in[1], in[2], spec);
+      };
+      CHECK_GRADCHECK(f, x);
+    }
 }
 
 TEST_CASE("edge attention: attention dropout on the edges — gradcheck with a fixed seed, the kept fraction and scale, none in eval") {
@@ -317,6 +405,20 @@ TEST_CASE_EVERY_DEVICE("edge attention: on the device matches the CPU (float64 a
     const Inputs x = edge_inputs(c, seed += 10);
     ag::test::check_device_matches_cpu(device, f, x, 1e-10, DType::Float64);
     ag::test::check_device_matches_cpu(device, f, x, 1e-5, DType::Float32);
+    // With the indexed bias (ScoreMods::indexed), its index as [Tq, Tk] and as [E]: an input, so that it
+    // goes to the device with q.
+    const Bias bias = random_bias(c, edge_graph(edges, c.Tq, c.Tk, Device::CPU), 16, seed + 5);
+    const GradcheckFn biased = [&c, edges](const Inputs& in) {
+      AttentionSpec spec = edge_spec(c, edges);
+      ag::test::softmax_of(spec).mods.indexed = {.table = in[3], .index = in[4]};
+      return attention(in[0], in[1], in[2], spec);
+    };
+    for (const Tensor& index : {bias.pairs, bias.per_edge}) {
+      CAPTURE(to_string(index.shape()));
+      const Inputs with_bias{x[0], x[1], x[2], bias.table, index};
+      ag::test::check_device_matches_cpu(device, biased, with_bias, 1e-10, DType::Float64);
+      ag::test::check_device_matches_cpu(device, biased, with_bias, 1e-5, DType::Float32);
+    }
   }
 }
 
@@ -358,7 +460,30 @@ TEST_CASE("edge attention: a bad edge list, or what the edges cannot be combined
   CHECK(contains(error(good_ptr, good_col, [](AttentionSpec& s) { ag::test::softmax_of(s).dropout.p = 1.0; }),
                  "attention dropout p = 1 is outside [0, 1)"));
   CHECK(contains(error(good_ptr, good_col, [](AttentionSpec& s) { ag::test::softmax_of(s).mods.soft_cap = 5.0; }),
-                 "score modifiers (ScoreMods) are not supported over an edge list yet"));
+                 "of the score modifiers (ScoreMods) only the indexed bias (ScoreMods::indexed) is supported over an "
+                 "edge list, not soft_cap, sinks, relative or custom"));
+  CHECK(contains(error(good_ptr, good_col, [](AttentionSpec& s) { ag::test::softmax_of(s).mods.sinks = random({2}, 1); }),
+                 "only the indexed bias (ScoreMods::indexed) is supported"));
+  // The indexed bias: table [Hq, n] = [2, 3]; the index [Tq, Tk] = [4, 5] read at the edges
+  // (0, 0), (0, 4), (2, 1), (3, 3) only, or [E] = [4]
+  const auto bias_error = [&](const Tensor& table, const Tensor& index) {
+    return error(good_ptr, good_col, [&](AttentionSpec& s) { ag::test::softmax_of(s).mods.indexed = {table, index}; });
+  };
+  const Tensor table = random({2, 3}, 2);
+  std::vector<int64_t> pairs(20, 7);  // out of range off the edges: never read
+  for (const int64_t at : {0, 4, 11, 18}) pairs[at] = 2;
+  CHECK(bias_error(table, Tensor::from_indices(pairs, {4, 5})).empty());
+  CHECK(bias_error(table, Tensor::from_indices({0, 1, 2, 0}, {4})).empty());
+  pairs[11] = 3;
+  CHECK(contains(bias_error(table, Tensor::from_indices(pairs, {4, 5})),
+                 "indexed bias index[2, 1] = 3 at the edge (2, 1) is outside its table's 3 entries [0, 3)"));
+  CHECK(contains(bias_error(table, Tensor::from_indices({0, 1, 2, -1}, {4})),
+                 "indexed bias index[3] = -1 at the edge (3, 3) is outside its table's 3 entries [0, 3)"));
+  CHECK(contains(bias_error(table, Tensor::from_indices({0, 1, 2}, {3})),
+                 "indexed bias index [3] int64 is not int64 [Tq, Tk] = [4,5] or [E] = [4] (one per edge"));
+  CHECK(contains(bias_error(table, Tensor::from_indices(std::vector<int64_t>(20, 0), {5, 4})), "is not int64 [Tq, Tk]"));
+  CHECK(contains(bias_error(random({3, 3}, 2), Tensor::from_indices({0, 1, 2, 0}, {4})),
+                 "indexed bias table [3,3] float64 is not [Hq, n] with Hq = 2"));
   MaskMods as_edges;
   as_edges.edges = {.row_ptr = Tensor::from_indices(good_ptr, {5}), .col = Tensor::from_indices(good_col, {4})};
   CHECK(contains(ag::test::error_of([&] { evaluate_mask(as_edges, 1, 2, 4, 5, 1, "bench"); }),

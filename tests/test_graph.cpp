@@ -1,8 +1,8 @@
 // graph (examples/graph): reading a graph (tests/graph_fixture, a made-up five-node graph),
 // a bad file's error naming the file and the line with nothing written, the data directory's
 // resolution, the shortest paths and degrees the transformer reads, float64 gradcheck of the
-// GAT and transformer models, GAT over the edge list equal to GAT over the dense mask, and a
-// run that is the same bits twice.
+// GAT and transformer models, GAT and the transformer over the edge list equal to them over the
+// dense mask, and a run that is the same bits twice.
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -136,10 +136,11 @@ TEST_CASE("graph: the GAT (edge list and dense mask) and transformer models pass
   const GraphData data = load_graph(kFixture, 2);
   struct Case {
     GraphModel model;
-    AttentionPath path;  // gat's; the transformers read the dense mask either way
+    AttentionPath path;  // complete reads no mask: dense either way
   };
   for (const Case& k : {Case{GraphModel::Gat, AttentionPath::Edges}, Case{GraphModel::Gat, AttentionPath::Dense},
-                        Case{GraphModel::Transformer, AttentionPath::Edges}, Case{GraphModel::Complete, AttentionPath::Edges}}) {
+                        Case{GraphModel::Transformer, AttentionPath::Edges},
+                        Case{GraphModel::Transformer, AttentionPath::Dense}, Case{GraphModel::Complete, AttentionPath::Edges}}) {
     const GraphModel model = k.model;
     const AttentionPath path = k.path;
     INFO("model " << std::string(name_of(model)) << ", path " << std::string(name_of(path)));
@@ -152,8 +153,8 @@ TEST_CASE("graph: the GAT (edge list and dense mask) and transformer models pass
     std::unique_ptr<nn::Module> m;
     if (model == GraphModel::Gat) m = std::make_unique<GatModel>(data.features, 2, 2, 2, &gen, path);
     else
-      m = std::make_unique<GraphTransformer>(GraphTransformer::Config{data.features, 2, 2, 2, 1, 2, 2, model == GraphModel::Complete},
-                                             &gen);
+      m = std::make_unique<GraphTransformer>(
+          GraphTransformer::Config{data.features, 2, 2, 2, 1, 2, 2, model == GraphModel::Complete, path}, &gen);
     m->eval();
     ag::test::check_module_gradients(*m, Tensor(), [&](const Tensor&) {
       if (model == GraphModel::Gat) return static_cast<GatModel&>(*m).forward(g, {});
@@ -162,56 +163,78 @@ TEST_CASE("graph: the GAT (edge list and dense mask) and transformer models pass
   }
 }
 
-TEST_CASE("graph: gat over the edge list equals gat over the dense mask (float64 ≤ 1e-12) — one epoch's loss and every gradient, dropout 0 and 0.3") {
+namespace {
+
+// The loss and the parameters' gradients of one training step of `model` on the fixture (its
+// features in float64, off LeakyReLU's kink by a little noise), from the same initialisation and
+// dropout generator whichever the path (the edge path draws the dense path's counters: the same
+// A_ij dropped).
+std::vector<Tensor> one_step(GraphModel model, AttentionPath path, double p) {
   const GraphData data = load_graph(kFixture, 2);
-  const GraphTensors g = graph_tensors(data, small_config(GraphModel::Gat));
-  // A + I as edges: each row's keys itself and its neighbours, increasing
-  CHECK(g.edges.row_ptr.to_indices() == std::vector<int64_t>{0, 2, 5, 8, 10, 11});
-  CHECK(g.edges.col.to_indices() == std::vector<int64_t>{0, 1, 0, 1, 2, 1, 2, 3, 2, 3, 4});
-  GraphTensors g64 = g;
-  g64.features = g.features.to(DType::Float64) + ag::test::random({data.nodes, data.features}, 9, DType::Float64, false) * 0.1;
+  GraphTensors g = graph_tensors(data, small_config(model));
+  g.features = g.features.to(DType::Float64) + ag::test::random({data.nodes, data.features}, 9, DType::Float64, false) * 0.1;
   const std::vector<int64_t> train = data.nodes_in(Split::Train);
   std::vector<int64_t> labels;
   for (const int64_t n : train) labels.push_back(data.labels[n]);
   const Tensor rows = Tensor::from_indices(train, {static_cast<int64_t>(train.size())}),
                targets = Tensor::from_indices(labels, {static_cast<int64_t>(labels.size())});
-  std::vector<double> losses;
-  for (const double p : {0.0, 0.3}) {
-    CAPTURE(p);
-    // The loss and the parameters' gradients of one training step, from the same initialisation
-    // and dropout generator (the edge path draws the dense path's counters: the same A_ij dropped).
-    const auto epoch = [&](AttentionPath path) {
-      Generator gen(5);
-      GatModel m(data.features, 2, 2, 2, &gen, path);
-      m.to(DType::Float64);
-      m.train();
-      const Tensor loss = cross_entropy(embedding(m.forward(g64, {.input = p, .attention = p, .gen = &gen}), rows), targets);
-      loss.backward();
-      std::vector<Tensor> out{loss.detach()};
-      for (const NamedTensor& t : m.named_parameters()) out.push_back(t.tensor.grad());
-      return out;
-    };
-    const std::vector<Tensor> edges = epoch(AttentionPath::Edges), dense = epoch(AttentionPath::Dense);
-    REQUIRE(edges.size() == dense.size());
-    CHECK_CLOSE(edges[0], dense[0], 1e-12);  // the loss
-    losses.push_back(edges[0].item());
-    // The gradients, normwise against the largest of them all: the output layer's a₁ (one head)
-    // has a gradient that is 0 but for rounding (≈ 1e-18): dα_i = Σ_j dS_ij·LeakyReLU′ vanishes when
-    // row i's scores share a sign, as Σ_j dS_ij = 0 under a softmax.
-    double largest = 0;
-    for (size_t i = 1; i < dense.size(); ++i)
-      for (const double x : dense[i].to_vector()) largest = std::max(largest, std::abs(x));
-    REQUIRE(largest > 0);
-    for (size_t i = 1; i < edges.size(); ++i) {
-      CAPTURE(i);
-      CHECK(ag::test::max_abs_error(edges[i], dense[i]) <= 1e-12 * largest);
-    }
+  Generator gen(5);
+  const Dropouts drop{.input = p, .attention = p, .gen = &gen};
+  std::unique_ptr<nn::Module> m;
+  if (model == GraphModel::Gat) m = std::make_unique<GatModel>(data.features, 2, 2, 2, &gen, path);
+  else m = std::make_unique<GraphTransformer>(GraphTransformer::Config{data.features, 2, 2, 2, 2, 2, 2, false, path}, &gen);
+  m->to(DType::Float64);
+  m->train();
+  const Tensor logits = model == GraphModel::Gat ? static_cast<GatModel&>(*m).forward(g, drop)
+                                                 : static_cast<GraphTransformer&>(*m).forward(g, drop);
+  const Tensor loss = cross_entropy(embedding(logits, rows), targets);
+  loss.backward();
+  std::vector<Tensor> out{loss.detach()};
+  for (const NamedTensor& t : m->named_parameters()) out.push_back(t.tensor.grad());
+  return out;
+}
+
+// one_step over the edge list equals one_step over the dense mask: the loss to 1e-12, and the
+// gradients normwise against the largest of them all (gat's output layer's a₁, one head, has a
+// gradient that is 0 but for rounding (≈ 1e-18): dα_i = Σ_j dS_ij·LeakyReLU′ vanishes when row i's
+// scores share a sign, as Σ_j dS_ij = 0 under a softmax). The loss, for comparing dropout rates.
+double check_paths_agree(GraphModel model, double p) {
+  const std::vector<Tensor> edges = one_step(model, AttentionPath::Edges, p), dense = one_step(model, AttentionPath::Dense, p);
+  REQUIRE(edges.size() == dense.size());
+  CHECK_CLOSE(edges[0], dense[0], 1e-12);  // the loss
+  double largest = 0;
+  for (size_t i = 1; i < dense.size(); ++i)
+    for (const double x : dense[i].to_vector()) largest = std::max(largest, std::abs(x));
+  REQUIRE(largest > 0);
+  for (size_t i = 1; i < edges.size(); ++i) {
+    CAPTURE(i);
+    CHECK(ag::test::max_abs_error(edges[i], dense[i]) <= 1e-12 * largest);
   }
-  CHECK(losses[0] != losses[1]);  // the dropout dropped something
+  return edges[0].item();
+}
+
+}  // namespace
+
+TEST_CASE("graph: gat over the edge list equals gat over the dense mask (float64 ≤ 1e-12) — one epoch's loss and every gradient, dropout 0 and 0.3") {
+  const GraphTensors g = graph_tensors(load_graph(kFixture, 2), small_config(GraphModel::Gat));
+  // A + I as edges: each row's keys itself and its neighbours, increasing
+  CHECK(g.edges.row_ptr.to_indices() == std::vector<int64_t>{0, 2, 5, 8, 10, 11});
+  CHECK(g.edges.col.to_indices() == std::vector<int64_t>{0, 1, 0, 1, 2, 1, 2, 3, 2, 3, 4});
+  const double without = check_paths_agree(GraphModel::Gat, 0.0), with = check_paths_agree(GraphModel::Gat, 0.3);
+  CHECK(without != with);  // the dropout dropped something
+}
+
+TEST_CASE("graph: the transformer over the edge list equals it over the dense mask (float64 ≤ 1e-12) — one epoch's loss and every gradient, the distance bias included, dropout 0 and 0.3") {
+  const GraphTensors g = graph_tensors(load_graph(kFixture, 2), small_config(GraphModel::Transformer));
+  // the distance at each edge of A + I, in the list's order: 0 on the self loops, 1 to a neighbour
+  CHECK(g.edge_distance.to_indices() == std::vector<int64_t>{0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 0});
+  const double without = check_paths_agree(GraphModel::Transformer, 0.0),
+               with = check_paths_agree(GraphModel::Transformer, 0.3);
+  CHECK(without != with);
 }
 
 TEST_CASE("graph: a run trains, stops early and is the same bits twice") {
-  for (const GraphModel model : {GraphModel::Gat, GraphModel::Complete}) {
+  for (const GraphModel model : {GraphModel::Gat, GraphModel::Transformer, GraphModel::Complete}) {
     GraphConfig c = small_config(model);
     c.max_epochs = 30;
     c.patience = 5;

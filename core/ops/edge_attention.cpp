@@ -21,10 +21,12 @@
 // function of the edges (GAT's additive one: any S [B, Hq, E]) composes with edge_softmax
 // and edge_product, and autograd chains them: attention() with AttentionScore::Additive takes
 // S from edge_additive_scores, and with AttentionDropout applies it to A between edge_softmax
-// and edge_product (edge_dropout), both composed of existing ops. What each saves: edge_scores q and k,
+// and edge_product (edge_dropout), and with ScoreMods::indexed adds S_e += table[h, idx_e] (edge_bias),
+// all three composed of existing ops. What each saves: edge_scores q and k,
 // edge_softmax its output A [B, Hq, E] (O(E) per head, as dense saves A at O(Tq·Tk)),
 // edge_product A and v.
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/ops/attention_functions.h"
@@ -111,6 +113,46 @@ Tensor edge_dropout(const Tensor& A, const EdgeGraph& graph, const AttentionDrop
       m[bh * edges.E + e] = random_uniform(seed, counter) >= dropout.p ? kept : 0.0;
     }
   return A * Tensor::from_vector(m, A.shape(), A.dtype()).to(A.device());
+}
+
+// Graphormer's bias on the edges (ScoreMods::indexed): S_e += table[h, idx_e], added where the
+// dense path adds it (modified_scores, core/ops/attention.cpp: after the score, dot or additive,
+// before the softmax), so that both compute the same S'. idx_e is the index's entry for edge e: the
+// index [E] itself (one entry per edge in CSR order), or [Tq, Tk] read at e's (i, j) (only the
+// edges' entries are read, so only they are checked). As ops: the table's [n, Hq] transpose read at
+// idx by embedding, [E, Hq] → [Hq, E], broadcast over B. Their backwards (embedding's fixed-order
+// scatter-add, the broadcast's sum over B) give
+//   dtable[h, n] = Σ_b Σ_{e: idx_e = n} dS'[b, h, e],   dS = dS'
+// the dense path's sum over the pairs (i, j) reading n, less its hidden pairs, whose dS_ij = 0.
+Tensor edge_bias(const IndexedBias& bias, const EdgeGraph& graph, const Tensor& q, int64_t Hq, const std::string& where) {
+  const Tensor& table = bias.table;
+  const Tensor& index = bias.index;
+  AG_CHECK(table.dim() == 2 && table.size(0) == Hq && table.size(1) > 0 && table.dtype() == q.dtype() &&
+               table.device() == q.device(),
+           where << ": indexed bias table " << describe(table) << " is not [Hq, n] with Hq = " << Hq
+                 << " in q's dtype and device (" << describe(q) << ")");
+  const bool per_pair = index.defined() && index.dim() == 2 && index.size(0) == graph.Tq && index.size(1) == graph.Tk;
+  const bool per_edge = index.defined() && index.dim() == 1 && index.size(0) == graph.E;
+  AG_CHECK((per_pair || per_edge) && index.dtype() == DType::Int64 && index.device() == q.device(),
+           where << ": indexed bias index " << (index.defined() ? describe(index) : std::string("(none)"))
+                 << " is not int64 [Tq, Tk] = " << to_string(Shape{graph.Tq, graph.Tk}) << " or [E] = ["
+                 << graph.E << "] (one per edge, in the list's order) on q's device");
+  const int64_t n = table.size(1);
+  const Tensor packed = graph.packed.to(Device::CPU), host = index.to(Device::CPU);
+  const EdgeLayout edges = EdgeLayout::of(packed.data<int64_t>(), packed.numel(), graph.Tq, graph.Tk);
+  const int64_t* entries = host.data<int64_t>();
+  std::vector<int64_t> idx(static_cast<size_t>(graph.E));
+  for (int64_t e = 0; e < graph.E; ++e) {
+    const int64_t i = edges.row[e], j = edges.col[e];
+    idx[e] = per_pair ? entries[i * graph.Tk + j] : entries[e];
+    AG_CHECK(idx[e] >= 0 && idx[e] < n, where << ": indexed bias index"
+                                              << (per_pair ? "[" + std::to_string(i) + ", " + std::to_string(j) + "]"
+                                                           : "[" + std::to_string(e) + "]")
+                                              << " = " << idx[e] << " at the edge (" << i << ", " << j
+                                              << ") is outside its table's " << n << " entries [0, " << n << ")");
+  }
+  const Tensor gathered = embedding(transpose(table, 0, 1), Tensor::from_indices(idx, {graph.E}).to(q.device()));
+  return transpose(gathered, 0, 1);  // [Hq, E]
 }
 
 }  // namespace
@@ -244,7 +286,10 @@ Tensor edge_attention(const Tensor& q, const Tensor& k, const Tensor& v, const S
                !masks.custom,
            where << ": the edges are the whole mask: no other mask function (prefix, documents, parents, "
                     "adjacency, custom) may be given with them");
-  AG_CHECK(!softmax.mods.any(), where << ": score modifiers (ScoreMods) are not supported over an edge list yet");
+  const ScoreMods& mods = softmax.mods;
+  AG_CHECK(!mods.soft_cap && !mods.sinks.defined() && !mods.relative.table.defined() && !mods.custom.value,
+           where << ": of the score modifiers (ScoreMods) only the indexed bias (ScoreMods::indexed) is supported "
+                    "over an edge list, not soft_cap, sinks, relative or custom");
   const int64_t Tq = positions_of(q, spec.layout), kv_rows = positions_of(k, spec.layout);
   const int64_t Tk = softmax.kv_length.value_or(kv_rows);
   AG_CHECK(Tk >= 0 && Tk <= kv_rows, where << ": kv_length " << Tk << " is outside [0, " << kv_rows << "]");
@@ -257,8 +302,9 @@ Tensor edge_attention(const Tensor& q, const Tensor& k, const Tensor& v, const S
   const double scale = softmax.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(3))));
   AG_CHECK(scale > 0 && std::isfinite(scale), where << ": scale " << scale << " is not a positive number");
   const EdgeGraph graph = edge_graph(masks.edges, Tq, Tk, q.device(), where);
-  const Tensor S = additive ? edge_additive_scores(q, k, graph, softmax.leaky_slope, spec.layout)
-                            : edge_scores(q, k, graph, scale, spec.layout);  // [B, Hq, E]
+  Tensor S = additive ? edge_additive_scores(q, k, graph, softmax.leaky_slope, spec.layout)
+                      : edge_scores(q, k, graph, scale, spec.layout);  // [B, Hq, E]
+  if (mods.indexed.table.defined()) S = S + edge_bias(mods.indexed, graph, q, heads_of(q, spec.layout), where);  // S'
   Tensor lse;
   const Tensor A = edge_softmax(S, graph, internals ? &lse : nullptr);
   if (internals) *internals = {.probabilities = A.detach(), .log_sum_exp = lse};

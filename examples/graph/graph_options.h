@@ -14,9 +14,10 @@ enum class GraphModel {
   Transformer,  // dot-product heads over the A + I mask, a shortest-path bias per head, degree embeddings
   Complete,     // the same transformer over the complete graph (an all-ones mask)
 };
-// How gat's attention sees the graph: as its edge list (MaskMods::edges, O(E·d) per head) or
-// as the dense mask A + I (MaskMods::adjacency through the dense implementation, O(N²)). Both
-// compute the same function (tests/test_graph.cpp); the dense one is kept to show it.
+// How gat's and transformer's attention sees the graph: as its edge list (MaskMods::edges, O(E·d)
+// per head; the transformer's shortest-path bias read per edge) or as the dense mask A + I
+// (MaskMods::adjacency through the dense implementation, O(N²)). Both compute the same function
+// (tests/test_graph.cpp); the dense one is kept to show it. complete has no mask: always dense.
 enum class AttentionPath { Edges, Dense };
 }  // namespace graph
 template <> struct EnumNames<graph::AttentionPath> {
@@ -34,7 +35,7 @@ template <> struct EnumNames<graph::GraphModel> {
 #define AG_GRAPH_OPTIONS(X) \
   X(Model,   ::ag::graph::GraphModel, model,       ::ag::graph::GraphModel::Gat, 0, 0,               "gat (additive scores over A + I), transformer (dot-product heads over A + I, a shortest-path bias per head, degree embeddings) or complete (that transformer over the complete graph)") \
   X(Setting, std::string,            data,         "",                        0,   0,                "the graph's directory, nodes.tsv and edges.tsv (default: $ATTOGRAD_GRAPH_DATA, then data/cora, then ../shared/data/cora)") \
-  X(Model,   ::ag::graph::AttentionPath, attention_path, ::ag::graph::AttentionPath::Edges, 0, 0,  "gat: edges (attention over A + I's edge list, O(E) per head) or dense (over the dense mask A + I, O(N²)): the same function") \
+  X(Model,   ::ag::graph::AttentionPath, attention_path, ::ag::graph::AttentionPath::Edges, 0, 0,  "gat, transformer: edges (attention over A + I's edge list, O(E) per head) or dense (over the dense mask A + I, O(N²)): the same function (complete: always dense)") \
   X(Model,   int64_t,                classes,      7,                         1,   1 << 20,          "classes C: a label outside [0, C) is an error (Cora: 7)") \
   X(Model,   int64_t,                heads,        8,                         1,   256,              "attention heads of the hidden layers (gat's output layer has one)") \
   X(Model,   int64_t,                hidden,       8,                         1,   4096,             "width d_h of each head") \

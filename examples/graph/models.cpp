@@ -78,13 +78,19 @@ GraphTransformer::GraphTransformer(const Config& config, Generator* gen) : confi
 }
 
 // x + Attn(LN(x)), then + MLP(LN(·)): S = QKᵀ/√d_h + b[h, φ(i, j)] over A + I or every pair.
+// Over A + I's edge list the bias reads φ per edge (g.edge_distance, [E]): O(E·d) per head.
 Tensor GraphTransformer::block(int64_t l, const Tensor& x, const GraphTensors& g, const Dropouts& drop) const {
   const int64_t N = x.size(0), H = config_.heads, d = config_.width, C = H * d;
   const bool training = is_training();
   const std::vector<Tensor> qkv = split(qkv_[l]->forward(ln1_[l]->forward(x)), {C, C, C}, 1);
   SoftmaxAttention dot{.impl = AttentionImpl::Dense};
-  if (!config_.complete) dot.masks.adjacency = g.adjacency;
   dot.mods.indexed = {.table = distance_bias_, .index = g.distance};
+  if (!config_.complete && config_.path == AttentionPath::Edges) {
+    dot.masks.edges = g.edges;  // the op ignores impl over the edges
+    dot.mods.indexed.index = g.edge_distance;
+  } else if (!config_.complete) {
+    dot.masks.adjacency = g.adjacency;
+  }
   dot.dropout = {.p = drop.attention, .training = training, .generator = drop.gen};
   const auto heads = [&](const Tensor& t) { return t.reshape({1, N, H, d}); };
   const Tensor z = attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {.function = dot, .layout = AttentionLayout::BTHD});

@@ -1,13 +1,14 @@
 // The three models of graph (docs/graphs.md), each one call of the one attention op per layer
 // (ag::attention, core/ops.h) over the nodes as positions: B = 1, T = N, layout BTHD
 // ([1, N, H, d_h], a projection X·W reshaped in place). The graph enters as MaskMods::edges (gat
-// by default: A + I's edge list), MaskMods::adjacency (A + I, dense [N, N]) or not at all (the
-// complete graph).
+// and transformer by default: A + I's edge list), MaskMods::adjacency (A + I, dense [N, N]:
+// --attention-path dense) or not at all (the complete graph).
 //   GatModel:          GAT (Veličković et al. 2018): two GatLayers, ELU between.
 //   GraphTransformer:  pre-LN transformer blocks of dot-product heads, a learnable bias per
 //                      head indexed by shortest-path distance (ScoreMods::indexed, Graphormer's
 //                      spatial encoding, shared by the blocks) and a degree embedding added to
-//                      the input (its centrality encoding); over A + I or the complete graph.
+//                      the input (its centrality encoding); over A + I (its edge list, the
+//                      bias read per edge, or the dense mask) or the complete graph (dense).
 #pragma once
 #include <memory>
 #include <vector>
@@ -27,6 +28,7 @@ struct GraphTensors {
   Tensor adjacency;  // A + I [N, N], float32: 1 where node i attends to node j
   EdgeList edges;    // A + I as a CSR edge list: node i's keys are itself and its neighbours, increasing
   Tensor distance;   // int64 [N, N]: min(shortest path, max_distance + 1), unreachable max_distance + 2
+  Tensor edge_distance;  // int64 [E]: distance at each edge of `edges`, in their order (the bias's index there)
   Tensor degree;     // int64 [N]: min(degree, max_degree)
 };
 
@@ -70,7 +72,8 @@ class GraphTransformer : public nn::Module {
  public:
   struct Config {
     int64_t features, classes, heads, width, layers, max_distance, max_degree;
-    bool complete;  // the complete graph (no mask) instead of A + I
+    bool complete;  // the complete graph (no mask, the dense path) instead of A + I
+    AttentionPath path = AttentionPath::Edges;  // how A + I is read: its edge list or the dense mask
   };
   GraphTransformer(const Config& config, Generator* gen);
   Tensor forward(const GraphTensors& g, const Dropouts& drop) const;  // logits [N, C]

@@ -70,7 +70,7 @@ std::unique_ptr<nn::Module> make_model(const GraphData& data, const GraphConfig&
   return std::make_unique<GraphTransformer>(
       GraphTransformer::Config{.features = data.features, .classes = c.classes, .heads = c.heads, .width = c.hidden,
                                .layers = c.layers, .max_distance = c.max_distance, .max_degree = c.max_degree,
-                               .complete = c.model == GraphModel::Complete},
+                               .complete = c.model == GraphModel::Complete, .path = c.attention_path},
       gen);
 }
 
@@ -103,8 +103,15 @@ GraphTensors graph_tensors(const GraphData& data, const GraphConfig& config) {
   GraphTensors g{.features = Tensor::from_vector(x, {N, F}), .adjacency = Tensor::from_vector(a, {N, N}),
                  .edges = {.row_ptr = Tensor::from_indices(row_ptr, {N + 1}),
                            .col = Tensor::from_indices(col, {static_cast<int64_t>(col.size())})},
-                 .distance = {}, .degree = Tensor::from_indices(degree, {N})};
-  if (config.model != GraphModel::Gat) g.distance = shortest_paths(data, config.max_distance);
+                 .distance = {}, .edge_distance = {}, .degree = Tensor::from_indices(degree, {N})};
+  if (config.model == GraphModel::Gat) return g;
+  g.distance = shortest_paths(data, config.max_distance);
+  // the distance at each edge, in the edge list's order: the transformer's bias index on the edge path
+  const std::vector<int64_t> distance = g.distance.to_indices();
+  std::vector<int64_t> at_edges;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t e = row_ptr[n]; e < row_ptr[n + 1]; ++e) at_edges.push_back(distance[n * N + col[e]]);
+  g.edge_distance = Tensor::from_indices(at_edges, {static_cast<int64_t>(at_edges.size())});
   return g;
 }
 

@@ -11,7 +11,8 @@
 
 namespace ag::graph {
 
-// X row-normalised, A + I, the distances and degrees clipped as `config` says.
+// X row-normalised, A + I (dense and as an edge list), the distances (also at each edge) and degrees
+// clipped as `config` says.
 GraphTensors graph_tensors(const GraphData& data, const GraphConfig& config);
 
 struct RunResult {
