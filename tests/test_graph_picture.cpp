@@ -106,7 +106,8 @@ TEST_CASE("graph picture: on the fixture the SVG names every neighbour, and its 
     CHECK(e.to == std::set<int64_t>{i});
     CHECK(drawn_nodes(svg) == row);  // every panel draws the row's nodes and no others
     double sum = 0;
-    for (const auto& [j, w] : e.weight) {
+    for (const auto& [key, w] : e.weight) {
+      const int64_t j = key;  // a copy: CAPTURE's lambda may not capture a structured binding (clang 14)
       CAPTURE(j);
       CHECK(w > 0);
       CHECK(w == doctest::Approx(A[i * N + j]).epsilon(1e-5));  // %.6g of the edge path's A_ij against the dense path's
@@ -118,6 +119,7 @@ TEST_CASE("graph picture: on the fixture the SVG names every neighbour, and its 
     CHECK(named_nodes(svg) == row);                                          // each node's id written beside it
     CHECK(ag::test::occurrences(svg, "class=\"weight\"") == row.size());  // and (≤ 12 neighbours) each weight
     CHECK(ag::test::occurrences(svg, "class=\"small-panel\"") == 2);  // the hidden layer's two heads
+    CHECK(ag::test::occurrences(svg, "class=\"strip-cell\"") == 3 * row.size());  // the row as a matrix: 1 + 2 heads
     CHECK(ag::test::contains(svg, "output layer, head 1 of 1"));
   }
   // Two steps: node 1's picture adds node 3 (through 2), grey and unweighted; node 4 is alone.

@@ -228,6 +228,42 @@ std::string head_title(const LayerAttention& layer, size_t h) {
   return layer.name + ", head " + std::to_string(h + 1) + " of " + std::to_string(layer.heads.size());
 }
 
+// Node i's row of A as a matrix: one row per drawn head (every layer's), one column per key j
+// (itself first, then the neighbours as the panels place them), each cell coloured by A_ij on
+// the panels' scale, with its number when there are at most kMostNumbered neighbours.
+std::string strip_svg(const NodeView& v, const Layout& l, double full_scale, double& y) {
+  std::vector<int64_t> keys, edges;  // the columns: j and its edge e
+  if (l.self_edge >= 0) keys.push_back(v.node), edges.push_back(l.self_edge);
+  for (const Placed& n : l.first) keys.push_back(n.node), edges.push_back(n.link);
+  const bool numbered = static_cast<int64_t>(l.first.size()) <= kMostNumbered;
+  const double label = 130, cell_h = 18;
+  const double cell_w = std::min(56.0, (kWidth - 2 * kGap - label) / static_cast<double>(keys.size()));
+  std::string svg = "<g class=\"strip\">\n" + text_element(kGap, y + 12, "node " + std::to_string(v.node) +
+                                                                              "'s row of A, every head (columns: the keys j)",
+                                                            "font-size=\"12\"");
+  y += 22;
+  if (static_cast<int64_t>(l.first.size()) <= kMostLabelled)
+    for (size_t k = 0; k < keys.size(); ++k)
+      svg += text_element(kGap + label + (static_cast<double>(k) + 0.5) * cell_w, y + 10, std::to_string(keys[k]),
+                          "text-anchor=\"middle\"" + std::string(numbered ? "" : " font-size=\"9\""));
+  y += 14;
+  for (const LayerAttention& layer : v.layers)
+    for (size_t h = 0; h < layer.heads.size(); ++h) {
+      svg += text_element(kGap, y + 13, head_title(layer, h));
+      for (size_t k = 0; k < keys.size(); ++k) {
+        const double w = layer.heads[h][edges[k]], x = kGap + label + static_cast<double>(k) * cell_w;
+        svg += "<rect class=\"strip-cell\" x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(cell_w) + "\" height=\"" +
+               num(cell_h) + "\" fill=\"" + interp::weight_colour(w / full_scale) + "\" stroke=\"white\"/>\n";
+        if (numbered)
+          svg += text_element(x + cell_w / 2, y + 13, short_number(w),
+                              "text-anchor=\"middle\" fill=\"" + std::string(w / full_scale > 0.55 ? "white" : "black") + "\"");
+      }
+      y += cell_h;
+    }
+  y += kGap;
+  return svg + "</g>\n";
+}
+
 }  // namespace
 
 void check_node(int64_t node, int64_t N) {
@@ -265,7 +301,8 @@ std::string node_attention_svg(const NodeView& v) {
     }
     y += static_cast<double>((static_cast<int64_t>(layer.heads.size()) + columns - 1) / columns) * (kSmall + kGap);
   }
-  const double height = y + kGap;
+  body += strip_svg(v, l, full_scale, y);
+  const double height = y;
   return "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(kWidth) + "\" height=\"" + num(height) +
          "\" viewBox=\"0 0 " + num(kWidth) + " " + num(height) + "\" font-family=\"sans-serif\" font-size=\"" +
          num(interp::kMinFontSize) + "\">\n<rect width=\"" + num(kWidth) + "\" height=\"" + num(height) +

@@ -6,8 +6,9 @@
 // are named. The first layer of the view (GAT's output layer, one head) is drawn large, with
 // the weights written beside the edges when there are at most kMostNumbered neighbours; each
 // further layer (GAT's hidden one, 8 heads) is a row of small panels, one per head, on the
-// same colour scale. Optionally the nodes two steps away are drawn too, grey: node i does
-// not attend to them in one layer. Built from examples/interp/svg.h's pieces (its colour ramp
+// same colour scale. Under them, node i's row of A as a small matrix: a row per head, a column
+// per key j. Optionally the nodes two steps away are drawn too, grey: node i does not attend
+// to them in one layer. Built from examples/interp/svg.h's pieces (its colour ramp
 // and text), as char_lm's attention maps are.
 #pragma once
 #include <cstdint>

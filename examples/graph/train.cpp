@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <sstream>
 
 #include "examples/common/files.h"
@@ -83,9 +84,11 @@ Tensor logits_of(const nn::Module& model, const GraphTensors& g, const Dropouts&
 // The first run's picture of node c.draw_node (examples/graph/picture.h), titled with what was drawn.
 std::string node_picture(const GraphData& data, const GraphTensors& g, const GraphConfig& c, const ModelRun& run) {
   const RunResult& r = run.result;
-  char title[256];
-  std::snprintf(title, sizeof title, "GAT, seed %lld, parameters of epoch %lld (lowest validation loss; test accuracy %.1f %%)",
-                static_cast<long long>(r.seed), static_cast<long long>(r.best_epoch), 100 * r.test_accuracy);
+  const std::filesystem::path dir = std::filesystem::path(data.dir).lexically_normal();
+  const std::string name = (dir.has_filename() ? dir.filename() : dir.parent_path().filename()).string();
+  char title[512];
+  std::snprintf(title, sizeof title, "GAT on %s, seed %lld, parameters of epoch %lld (lowest validation loss; test accuracy %.1f %%)",
+                name.c_str(), static_cast<long long>(r.seed), static_cast<long long>(r.best_epoch), 100 * r.test_accuracy);
   return node_attention_svg(gat_node_view(static_cast<const GatModel&>(*run.model), data, g, c.draw_node, c.draw_hops, title));
 }
 
