@@ -131,7 +131,7 @@ TEST_CASE("graph picture: on the fixture the SVG names every neighbour, and its 
   CHECK(drawn_edges(alone).weight == std::map<int64_t, double>{{4, 1.0}});  // with no neighbours, A_44 = 1
 }
 
-TEST_CASE("graph picture: made-up weights are drawn as given — the heaviest edge widest, the classes named") {
+TEST_CASE("graph picture: made-up weights are drawn as given — the heaviest edge widest, the classes named — and a view that disagrees with itself is refused") {
   const std::string svg = node_attention_svg(star_view());
   CHECK(drawn_edges(svg).weight == std::map<int64_t, double>{{0, 0.5}, {1, 0.3}, {2, 0.2}});  // row 0, not column 0
   for (const char* number : {">0.5</text>", ">0.3</text>", ">0.2</text>"}) CHECK(ag::test::contains(svg, number));
@@ -147,6 +147,12 @@ TEST_CASE("graph picture: made-up weights are drawn as given — the heaviest ed
   NodeView bad = star_view();
   bad.layers[0].heads[0].pop_back();
   CHECK(ag::test::contains(ag::test::error_of([&] { node_attention_svg(bad); }), "8 weights for E = 9"));
+  bad = star_view();
+  bad.col[4] = 3;
+  CHECK(ag::test::contains(ag::test::error_of([&] { node_attention_svg(bad); }), "an edge to node 3 of N = 3"));
+  bad = star_view();
+  bad.predictions[2] = 2;
+  CHECK(ag::test::contains(ag::test::error_of([&] { node_attention_svg(bad); }), "node 2's class 1 or prediction 2 is outside [0, 2)"));
 }
 
 TEST_CASE("graph picture: a node out of range is refused, naming the id and N, and nothing is written") {

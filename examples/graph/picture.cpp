@@ -176,6 +176,13 @@ void check_view(const NodeView& v) {
                                                                                        << v.row_ptr[N] << " over " << E << " edges");
   AG_CHECK(static_cast<int64_t>(v.labels.size()) == N && static_cast<int64_t>(v.predictions.size()) == N,
            "node picture: " << v.labels.size() << " labels and " << v.predictions.size() << " predictions for N = " << N);
+  for (int64_t n = 0; n < N; ++n) {
+    AG_CHECK(v.row_ptr[n] <= v.row_ptr[n + 1], "node picture: row_ptr decreases at row " << n);
+    AG_CHECK(v.labels[n] >= 0 && v.labels[n] < v.classes && v.predictions[n] >= 0 && v.predictions[n] < v.classes,
+             "node picture: node " << n << "'s class " << v.labels[n] << " or prediction " << v.predictions[n]
+                                   << " is outside [0, " << v.classes << ")");
+  }
+  for (const int64_t j : v.col) AG_CHECK(j >= 0 && j < N, "node picture: an edge to node " << j << " of N = " << N);
   AG_CHECK(v.hops == 1 || v.hops == 2, "node picture: hops is 1 or 2, not " << v.hops);
   AG_CHECK(!v.layers.empty(), "node picture: no layer's attention to draw");
   for (const LayerAttention& layer : v.layers) {
