@@ -51,7 +51,10 @@ template <> struct EnumNames<graph::GraphModel> {
   X(Run,     int64_t,                seed,         0,                         0,   int64_t{1} << 40, "the first run's seed (initialisation and dropout)") \
   X(Local,   int64_t,                seeds,        1,                         1,   10000,            "runs, with seeds seed … seed + N − 1: prints each run and the mean ± sd test accuracy") \
   X(Local,   std::string,            out,          "",                        0,   0,                "also write each run's result to this CSV (only after every run finished)") \
-  X(Local,   bool,                   quiet,        false,                     0,   0,                "print the summary only")
+  X(Local,   bool,                   quiet,        false,                     0,   0,                "print the summary only") \
+  X(Local,   int64_t,                draw_node,    -1,                        -1,  int64_t{1} << 40, "gat: draw this node's attention over its neighbourhood as an SVG (-1: none), from the first run (seed --seed) with the parameters of its lowest validation loss, the epoch whose test accuracy is reported") \
+  X(Local,   int64_t,                draw_hops,    1,                         1,   2,                "--draw-node: 2 also draws the nodes two steps away (grey, unweighted)") \
+  X(Local,   std::string,            svg,          "",                        0,   0,                "--draw-node's picture file (default: node_ID.svg), written only after every run finished")
 
 namespace ag::graph {
 struct GraphConfig {

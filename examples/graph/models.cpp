@@ -51,12 +51,12 @@ Tensor GatModel::forward(const GraphTensors& g, const Dropouts& drop) const {
   return output_->forward(elu(hidden_->forward(g.features, m, drop)), m, drop);
 }
 
-Tensor GatModel::output_attention(const GraphTensors& g) const {
+GatModel::Attention GatModel::attention(const GraphTensors& g) const {
   const NoGradGuard no_grad;
   const MaskMods m = masks(g);
-  AttentionInternals internals;
-  output_->forward(elu(hidden_->forward(g.features, m, {})), m, {}, &internals);
-  return internals.probabilities;
+  AttentionInternals hidden, output;
+  output_->forward(elu(hidden_->forward(g.features, m, {}, &hidden)), m, {}, &output);
+  return {.hidden = hidden.probabilities, .output = output.probabilities};
 }
 
 GraphTransformer::GraphTransformer(const Config& config, Generator* gen) : config_(config) {

@@ -58,9 +58,13 @@ class GatModel : public nn::Module {
   GatModel(int64_t features, int64_t heads, int64_t hidden, int64_t classes, Generator* gen,
            AttentionPath path = AttentionPath::Edges);
   Tensor forward(const GraphTensors& g, const Dropouts& drop) const;  // logits [N, C]
-  // The output layer's attention A (for pictures), from an eval forward: [1, 1, E] per edge of
-  // g.edges on the edge path, [1, 1, N, N] on the dense one.
-  Tensor output_attention(const GraphTensors& g) const;
+  // Both layers' attention A (for pictures), from an eval forward (no dropout): per edge of g.edges
+  // on the edge path, hidden [1, H, E] and output [1, 1, E]; [1, H, N, N] and [1, 1, N, N] on the dense one.
+  struct Attention {
+    Tensor hidden, output;
+  };
+  Attention attention(const GraphTensors& g) const;
+  Tensor output_attention(const GraphTensors& g) const { return attention(g).output; }
 
  private:
   MaskMods masks(const GraphTensors& g) const;  // g's A + I as the path reads it

@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <sstream>
 
 #include "examples/common/files.h"
+#include "examples/graph/picture.h"
 #include "optim/adam.h"
 
 namespace ag::graph {
@@ -79,6 +81,17 @@ Tensor logits_of(const nn::Module& model, const GraphTensors& g, const Dropouts&
   return static_cast<const GraphTransformer&>(model).forward(g, drop);
 }
 
+// The first run's picture of node c.draw_node (examples/graph/picture.h), titled with what was drawn.
+std::string node_picture(const GraphData& data, const GraphTensors& g, const GraphConfig& c, const ModelRun& run) {
+  const RunResult& r = run.result;
+  const std::filesystem::path dir = std::filesystem::path(data.dir).lexically_normal();
+  const std::string name = (dir.has_filename() ? dir.filename() : dir.parent_path().filename()).string();
+  char title[512];
+  std::snprintf(title, sizeof title, "GAT on %s, seed %lld, parameters of epoch %lld (lowest validation loss; test accuracy %.1f %%)",
+                name.c_str(), static_cast<long long>(r.seed), static_cast<long long>(r.best_epoch), 100 * r.test_accuracy);
+  return node_attention_svg(gat_node_view(static_cast<const GatModel&>(*run.model), data, g, c.draw_node, c.draw_hops, title));
+}
+
 }  // namespace
 
 GraphTensors graph_tensors(const GraphData& data, const GraphConfig& config) {
@@ -116,6 +129,10 @@ GraphTensors graph_tensors(const GraphData& data, const GraphConfig& config) {
 }
 
 RunResult train_one(const GraphData& data, const GraphTensors& g, const GraphConfig& c, int64_t seed) {
+  return train_run(data, g, c, seed).result;
+}
+
+ModelRun train_run(const GraphData& data, const GraphTensors& g, const GraphConfig& c, int64_t seed) {
   const auto start = std::chrono::steady_clock::now();
   const std::clock_t cpu_start = std::clock();
   Generator gen(static_cast<uint64_t>(seed));
@@ -127,6 +144,7 @@ RunResult train_one(const GraphData& data, const GraphTensors& g, const GraphCon
   const Tensor train_targets = Tensor::from_indices(train_labels, {train.numel()});
   RunResult r{.seed = seed};
   double best = std::numeric_limits<double>::infinity();
+  std::vector<NamedTensor> best_state;  // copies of the parameters at best_epoch
   for (int64_t epoch = 1, waited = 0; epoch <= c.max_epochs && waited < c.patience; ++epoch, ++waited) {
     model->train();
     adam.zero_grad();
@@ -144,11 +162,14 @@ RunResult train_one(const GraphData& data, const GraphTensors& g, const GraphCon
       r.val_loss = v.loss;
       r.val_accuracy = v.accuracy;
       r.test_accuracy = score(logits, test, data.labels).accuracy;
+      best_state = model->state();
+      for (NamedTensor& p : best_state) p.tensor = p.tensor.clone();
     }
   }
+  if (!best_state.empty()) model->load_state(best_state);  // empty: no epoch had a finite validation loss
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.cpu_seconds = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
-  return r;
+  return {.result = r, .model = std::move(model)};
 }
 
 Summary summarise(const std::vector<RunResult>& runs) {
@@ -163,13 +184,25 @@ Summary summarise(const std::vector<RunResult>& runs) {
   return s;
 }
 
+std::string picture_path(const GraphConfig& c) {
+  return c.svg.empty() ? "node_" + std::to_string(c.draw_node) + ".svg" : c.svg;
+}
+
 std::vector<RunResult> run_graph(const GraphConfig& c) {
   const GraphData data = load_graph(resolve_graph_dir(c.data), c.classes);
+  const bool draw = c.draw_node >= 0;
+  if (draw) {  // before any training: a picture that cannot be drawn is refused at once
+    AG_CHECK(c.model == GraphModel::Gat, "--draw-node draws gat's attention, not " << name_of(c.model) << "'s");
+    check_node(c.draw_node, data.nodes);
+  }
   const GraphTensors g = graph_tensors(data, c);
   std::vector<RunResult> runs;
+  std::string picture;
   for (int64_t s = 0; s < c.seeds; ++s) {
-    runs.push_back(train_one(data, g, c, c.seed + s));
+    ModelRun run = train_run(data, g, c, c.seed + s);
+    runs.push_back(run.result);
     const RunResult& r = runs.back();
+    if (draw && s == 0) picture = node_picture(data, g, c, run);
     if (!c.quiet)
       std::printf("seed %lld: test accuracy %.1f %% (val loss %.4f, val accuracy %.1f %% at epoch %lld of %lld), %.1f s, %.1f s CPU\n",
                   static_cast<long long>(r.seed), 100 * r.test_accuracy, r.val_loss, 100 * r.val_accuracy,
@@ -188,6 +221,11 @@ std::vector<RunResult> run_graph(const GraphConfig& c) {
       csv << name_of(c.model) << ',' << r.seed << ',' << r.epochs << ',' << r.best_epoch << ',' << r.val_loss << ','
           << r.val_accuracy << ',' << r.test_accuracy << ',' << r.seconds << ',' << r.cpu_seconds << '\n';
     replace_file(c.out, csv.str());
+  }
+  if (draw) {
+    replace_file(picture_path(c), picture);
+    std::printf("node %lld's attention (seed %lld's model): %s\n", static_cast<long long>(c.draw_node),
+                static_cast<long long>(c.seed), picture_path(c).c_str());
   }
   return runs;
 }

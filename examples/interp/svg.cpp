@@ -9,38 +9,8 @@
 namespace ag::interp {
 
 namespace {
-// A number for an attribute: short, and never in a locale's format.
-std::string num(double v) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.6g", v);
-  return text;
-}
-
-// White (w = 0) to dark blue (w = 1).
-std::string weight_colour(double w) {
-  w = std::clamp(w, 0.0, 1.0);
-  const auto channel = [w](int dark) { return static_cast<int>(std::lround(255.0 - (255.0 - dark) * w)); };
-  return "rgb(" + std::to_string(channel(8)) + "," + std::to_string(channel(48)) + "," + std::to_string(channel(107)) + ")";
-}
-
-// A label's number: three significant digits, so a scale reads 0, 0.25, 0.5 or 0.107, 0.214.
-std::string short_number(double v) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.3g", v);
-  return text;
-}
-
-// A line of text's width at `font_size` px, from above: 0.6 em per character is
-// a monospace font's advance and more than a sans-serif font's average.
-double text_width(const std::string& utf8, double font_size) {
-  const auto characters = std::count_if(utf8.begin(), utf8.end(), [](char c) { return (c & 0xC0) != 0x80; });
-  return 0.6 * font_size * static_cast<double>(characters);
-}
-
-std::string text_element(double x, double y, const std::string& text, const std::string& attributes = "") {
-  return "<text x=\"" + num(x) + "\" y=\"" + num(y) + "\"" + (attributes.empty() ? "" : " " + attributes) + ">" +
-         escape_xml(text) + "</text>\n";
-}
+// svg_number, short: the attributes below are full of them.
+std::string num(double v) { return svg_number(v); }
 
 struct Range {
   double low, high;
@@ -73,6 +43,50 @@ Range span(const std::vector<Series>& series, bool of_x) {
   return {low, high};
 }
 }  // namespace
+
+std::string svg_number(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", v);
+  return text;
+}
+
+std::string weight_colour(double w) {
+  w = std::clamp(w, 0.0, 1.0);
+  const auto channel = [w](int dark) { return static_cast<int>(std::lround(255.0 - (255.0 - dark) * w)); };
+  return "rgb(" + std::to_string(channel(8)) + "," + std::to_string(channel(48)) + "," + std::to_string(channel(107)) + ")";
+}
+
+std::string short_number(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g", v);
+  return text;
+}
+
+double text_width(const std::string& utf8, double font_size) {
+  const auto characters = std::count_if(utf8.begin(), utf8.end(), [](char c) { return (c & 0xC0) != 0x80; });
+  return 0.6 * font_size * static_cast<double>(characters);
+}
+
+std::string text_element(double x, double y, const std::string& text, const std::string& attributes) {
+  return "<text x=\"" + num(x) + "\" y=\"" + num(y) + "\"" + (attributes.empty() ? "" : " " + attributes) + ">" +
+         escape_xml(text) + "</text>\n";
+}
+
+std::string colour_scale_svg(double x, double y, double width, double full_scale, const std::string& ramp_id) {
+  const double height = kColourScaleHeight;
+  // weight_colour is linear in RGB, as the gradient is: the ramp shows the colours the weights are drawn in.
+  std::string svg = "<defs><linearGradient id=\"" + ramp_id + "\"><stop offset=\"0\" stop-color=\"" + weight_colour(0) +
+                    "\"/><stop offset=\"1\" stop-color=\"" + weight_colour(1) + "\"/></linearGradient></defs>\n";
+  svg += "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(width) + "\" height=\"" + num(height) +
+         "\" fill=\"url(#" + ramp_id + ")\" stroke=\"#888\"/>\n";
+  for (const double fraction : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+    const double at = x + fraction * width;
+    svg += "<line x1=\"" + num(at) + "\" y1=\"" + num(y + height) + "\" x2=\"" + num(at) + "\" y2=\"" + num(y + height + 3) +
+           "\" stroke=\"#444\"/>\n";
+    svg += text_element(at, y + height + 15, short_number(fraction * full_scale), "text-anchor=\"middle\"");
+  }
+  return svg;
+}
 
 std::string escape_xml(const std::string& text) {
   std::string out;
@@ -111,7 +125,7 @@ std::string heatmap_grid_svg(const std::string& title, const std::vector<Heatmap
   }
   const double font = kMinFontSize, title_font = 14, panel_title_font = 12;
   const double cell = 12, label_room = 18, gap = 24, panel_title = 18;
-  const double scale_top = 28, scale_width = 200, scale_height = 10, title_room = 70;
+  const double scale_top = 28, scale_width = 200, scale_height = kColourScaleHeight, title_room = 70;
   const double panel = label_room + T * cell;
   const int64_t columns = std::max<int64_t>(1, static_cast<int64_t>((max_width - gap) / (panel + gap)));
   const int64_t rows = (static_cast<int64_t>(panels.size()) + columns - 1) / columns;
@@ -125,18 +139,9 @@ std::string heatmap_grid_svg(const std::string& title, const std::vector<Heatmap
   const std::string hatch = "masked-" + id, ramp = "ramp-" + id;
   svg += "<defs><pattern id=\"" + hatch + "\" width=\"4\" height=\"4\" patternUnits=\"userSpaceOnUse\">"
          "<rect width=\"4\" height=\"4\" fill=\"#d0d0d0\"/><path d=\"M0,4 L4,0\" stroke=\"#909090\" "
-         "stroke-width=\"1\"/></pattern>\n<linearGradient id=\"" + ramp + "\"><stop offset=\"0\" stop-color=\"" +
-         weight_colour(0) + "\"/><stop offset=\"1\" stop-color=\"" + weight_colour(1) + "\"/></linearGradient></defs>\n";
+         "stroke-width=\"1\"/></pattern></defs>\n";
   svg += text_element(gap, 18, title, "font-size=\"" + num(title_font) + "\" font-family=\"sans-serif\"");
-  // The ramp the cells are coloured by (weight_colour is linear in RGB, as the gradient is), with its numbers.
-  svg += "<g class=\"colour-scale\">\n<rect x=\"" + num(gap) + "\" y=\"" + num(scale_top) + "\" width=\"" +
-         num(scale_width) + "\" height=\"" + num(scale_height) + "\" fill=\"url(#" + ramp + ")\" stroke=\"#888\"/>\n";
-  for (const double fraction : {0.0, 0.25, 0.5, 0.75, 1.0}) {
-    const double x = gap + fraction * scale_width;
-    svg += "<line x1=\"" + num(x) + "\" y1=\"" + num(scale_top + scale_height) + "\" x2=\"" + num(x) + "\" y2=\"" +
-           num(scale_top + scale_height + 3) + "\" stroke=\"#444\"/>\n";
-    svg += text_element(x, scale_top + scale_height + 15, short_number(fraction * full_scale), "text-anchor=\"middle\"");
-  }
+  svg += "<g class=\"colour-scale\">\n" + colour_scale_svg(gap, scale_top, scale_width, full_scale, ramp);
   const double swatch = gap + scale_width + 36;
   svg += "<rect x=\"" + num(swatch) + "\" y=\"" + num(scale_top) + "\" width=\"" + num(2 * scale_height) + "\" height=\"" +
          num(scale_height) + "\" fill=\"url(#" + hatch + ")\" stroke=\"#888\"/>\n";

@@ -1,6 +1,7 @@
 // Pictures for people, written by hand as SVG text (no plotting library): the
 // attention heatmaps and the loss curves that char_lm's report inlines and
-// `char_lm attention` / `train` / `compare` write as files. Each function returns
+// `char_lm attention` / `train` / `compare` write as files, and the pieces they are
+// made of, which other pictures reuse (graph's node pictures, examples/graph/picture.h). Each function returns
 // one self-contained <svg> element that a browser draws as it is.
 #pragma once
 #include <cstdint>
@@ -18,6 +19,22 @@ std::string visible_char(const std::string& utf8_char);
 // The smallest font size (px) of the pictures' text, drawn at their own size:
 // the report shows them unscaled when they are no wider than its column.
 inline constexpr double kMinFontSize = 11;
+
+// A number for an attribute: short (%.6g), and never in a locale's format.
+std::string svg_number(double v);
+// A label's number: three significant digits, so a scale reads 0, 0.25, 0.5 or 0.107, 0.214.
+std::string short_number(double v);
+// The weights' colour: white (w = 0) to dark blue (w = 1), linear in RGB; w is clamped to [0, 1].
+std::string weight_colour(double w);
+// A line of text's width at `font_size` px, from above: 0.6 em per character is
+// a monospace font's advance and more than a sans-serif font's average.
+double text_width(const std::string& utf8, double font_size);
+// <text> at (x, y) with the text escaped and `attributes` (e.g. text-anchor="middle") as given.
+std::string text_element(double x, double y, const std::string& text, const std::string& attributes = "");
+// The ramp weight_colour draws, 0 … full_scale: a bar `width` px wide and kColourScaleHeight
+// high at (x, y), its gradient defined as `ramp_id` (unique in the page), five numbers under it.
+inline constexpr double kColourScaleHeight = 10;
+std::string colour_scale_svg(double x, double y, double width, double full_scale, const std::string& ramp_id);
 
 // One T×T panel of weights in [0, 1]: values[i·T + j] is row i (the query
 // position), column j (the key position).
