@@ -261,12 +261,15 @@ int main(int argc, char** argv) {
   bench::return_freed_memory_to_the_system();
   const Device device = enum_from_name<Device>(device_option, "--device");
   const Precision precision = enum_from_name<Precision>(precision_option, "--precision");
-  optim::check_precision(precision, device);
-  const optim::PrecisionScope precision_scope(precision);
+  if (precision != Precision::FP32 && device != Device::CUDA) {
+    std::fprintf(stderr, "--precision %s runs on CUDA (--device cuda)\n", precision_option.c_str());
+    return 1;
+  }
   if (device == Device::CUDA && !cuda::available()) {
     std::fprintf(stderr, "--device cuda: %s\n", cuda::describe_device().c_str());
     return 1;
   }
+  const optim::PrecisionScope precision_scope(precision);  // the GEMMs' and flash's arithmetic, for every case
 
   if (!one_case.empty()) {
     run_case({one_case[0], std::stoll(one_case[1]), std::stoll(one_case[2]), one_case[3], one_case[4]}, timing,
