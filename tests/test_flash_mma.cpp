@@ -4,7 +4,8 @@
 // in float64, within a bound derived from bf16's significand (below), over the
 // cases the kernel takes: causal and not, d_h = 64 and 128, T not a multiple of
 // the 64-row tile (1, 37, 200), B·H > 1, grouped kv heads with Tq < Tk, both
-// layouts. Without a device the cases print [SKIP].
+// layouts; the backward's bits run to run; and the problems it does not take
+// staying on the float32 kernel. Without a device the cases print [SKIP].
 #include <cmath>
 
 #include "cuda/context.h"
@@ -228,4 +229,38 @@ TEST_CASE("cuda: bf16 flash attention's backward gives the same bits every run")
   for (const auto& [a, b] : {std::pair{first.Z, second.Z}, std::pair{first.dQ, second.dQ}, std::pair{first.dK, second.dK},
                              std::pair{first.dV, second.dV}})
     CHECK(a.to_vector() == b.to_vector());
+}
+
+// What the tensor cores do not take (flash_mma_takes) stays on the float32 kernel under
+// --precision bf16, for a head width other than 64 and 128, a sparse window, ALiBi and a
+// soft cap: its results agree with float64's within 1e-4 (normwise), which float32's sums
+// over 70 keys and 64 widths meet with room (n·2^-24 ≈ 1e-5 at worst) and bf16's rounding
+// of the inputs (2^-9 ≈ 2e-3 relative per element, as the case above sees) does not.
+TEST_CASE("cuda: under bf16, flash problems the tensor cores do not take stay on the float32 kernel") {
+  if (!ag::test::cuda_or_skip()) return;
+  struct Fallback {
+    const char* name;
+    int64_t d;
+    AttentionSpec spec;
+  };
+  std::vector<Fallback> fallbacks = {{"d_h 32", 32, {.causal = true}},
+                                     {"window 16", 64, {.causal = true}},
+                                     {"alibi", 64, {.causal = true, .position = PositionEncoding::Alibi}},
+                                     {"soft cap", 64, {.causal = true}}};
+  softmax_of(fallbacks[1].spec).pattern.window = 16;
+  softmax_of(fallbacks[3].spec).mods.soft_cap = 5.0;
+  for (Fallback& f : fallbacks) {
+    CAPTURE(f.name);
+    softmax_of(f.spec).impl = AttentionImpl::Flash;
+    const Shape shape{2, 2, 70, f.d};
+    const std::vector<Tensor> in = {random(shape, 31), random(shape, 32), random(shape, 33)};
+    const Tensor upstream = random(shape, 34, DType::Float64, false);
+    const ag::test::AttentionRun exact = ag::test::run_attention(in, f.spec, Device::CPU, DType::Float64, upstream);
+    const optim::PrecisionScope bf16(Precision::BF16);
+    const ag::test::AttentionRun fast = ag::test::run_attention(in, f.spec, Device::CUDA, DType::Float32, upstream);
+    CHECK_CLOSE(fast.Z, exact.Z, 1e-4);
+    CHECK_CLOSE(fast.dQ, exact.dQ, 1e-4);
+    CHECK_CLOSE(fast.dK, exact.dK, 1e-4);
+    CHECK_CLOSE(fast.dV, exact.dV, 1e-4);
+  }
 }
