@@ -313,8 +313,8 @@ if [ "${FLASH:-0}" = 1 ]; then
   timeout 120 python3 bench/flash_torch.py --T "${FLASH_T:-4096}" --d 64,128 --masks causal | tee "$log_dir/flash-torch.md"
   echo "-- attograd bf16 flash against SDPA flash (same d and T; columns: 2 d, 3 T, 9 fwd GFLOP/s, 10 fwd+bwd ms, 11 fwd+bwd GFLOP/s)"
   awk -F'|' 'function trim(x) { gsub(/ /, "", x); return x }
-    trim($10) ~ /^[0-9.]+$/ { key = trim($2) " " trim($3); ms[key, FILENAME ~ /torch/] = trim($10)
-                              rate[key, FILENAME ~ /torch/] = trim($11); keys[key] = 1 }
+    trim($10) ~ /^[0-9.]+$/ { key = trim($2) " " trim($3); ms[key, FILENAME ~ /flash-torch[.]md$/] = trim($10)
+                              rate[key, FILENAME ~ /flash-torch[.]md$/] = trim($11); keys[key] = 1 }
     END { for (key in keys) { if (!((key, 0) in ms) || !((key, 1) in ms)) continue; split(key, at, " ")
             printf "d %4s T %6s  attograd %7.1f TFLOP/s  SDPA %7.1f TFLOP/s  attograd / SDPA time %5.2fx\n", at[1], at[2],
                    rate[key, 0] / 1000, rate[key, 1] / 1000, ms[key, 0] / ms[key, 1] } }' \
