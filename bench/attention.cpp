@@ -29,8 +29,15 @@
 // for the device (cuda::synchronize), and the memory column is what the device's
 // caching allocator holds (in use + cached) after the forward and after the
 // backward, above what it held before (it keeps freed blocks, so that is the peak).
+// --precision bf16 (or tf32) runs the cases under that --precision (optim::PrecisionScope,
+// CUDA only): the tensors stay float32, the GEMMs and flash attention round their inputs
+// (bf16 flash: the tensor-core kernels of cuda/flash_mma.cu, the copies to bf16 timed
+// with them). GFLOP/s as above: causal counts the visible pairs, T(T + 1)/2 per head,
+// FlashAttention's papers' 4·B·H·T²·d·0.5 forward and 2.5× that backward.
+// bench/flash_torch.py prints PyTorch SDPA-flash's rows for the same cases in bf16.
 //
 //   ./build-gpu/bench_attention --device cuda --impls ssd,linear-elu1,flash --masks causal --T 512,16384 --d 64,128
+//   ./build-gpu/bench_attention --device cuda --precision bf16 --impls flash --masks causal --T 4096 --d 64,128
 #include <cblas.h>
 #include <unistd.h>
 
@@ -47,6 +54,7 @@
 #include "core/threads.h"
 #include "cuda/context.h"
 #include "examples/common/command_line.h"
+#include "optim/train_step.h"
 
 using namespace ag;
 
@@ -229,7 +237,7 @@ int main(int argc, char** argv) {
   std::string impls = "composed,dense,flash", lengths = "64,256,1024,4096,16384", widths = "32,64";
   std::string masks = "none,causal", positions = "none";
   double memory_limit_gb = 4, budget_s = 2;
-  std::string clock = "wall", device_option = "cpu";
+  std::string clock = "wall", device_option = "cpu", precision_option = "fp32";
   std::vector<std::string> one_case;
   command.option("--threads", threads, "CPU threads (OpenMP and OpenBLAS)");
   command.option("--impls", impls, "implementations, comma-separated: composed, dense, flash, linear-elu1, linear-favor, ssd");
@@ -243,6 +251,8 @@ int main(int argc, char** argv) {
       .one_of({"wall", "cpu"});
   command.option("--device", device_option, "where every case runs: cpu, or cuda (see the top of this file)")
       .one_of({"cpu", "cuda"});
+  command.option("--precision", precision_option, "fp32, tf32 or bf16: the cases' --precision (tf32 and bf16: CUDA only)")
+      .one_of({"fp32", "tf32", "bf16"});
   command.option("--case", one_case, "internal: run one case (impl T d mask position) and print its numbers")
       .expected(5);
   if (const int code = program.parse_plain(argc, argv); code >= 0) return code;
@@ -250,10 +260,16 @@ int main(int argc, char** argv) {
   set_num_threads(threads);
   bench::return_freed_memory_to_the_system();
   const Device device = enum_from_name<Device>(device_option, "--device");
+  const Precision precision = enum_from_name<Precision>(precision_option, "--precision");
+  if (precision != Precision::FP32 && device != Device::CUDA) {
+    std::fprintf(stderr, "--precision %s runs on CUDA (--device cuda)\n", precision_option.c_str());
+    return 1;
+  }
   if (device == Device::CUDA && !cuda::available()) {
     std::fprintf(stderr, "--device cuda: %s\n", cuda::describe_device().c_str());
     return 1;
   }
+  const optim::PrecisionScope precision_scope(precision);  // the GEMMs' and flash's arithmetic, for every case
 
   if (!one_case.empty()) {
     run_case({one_case[0], std::stoll(one_case[1]), std::stoll(one_case[2]), one_case[3], one_case[4]}, timing,
@@ -262,7 +278,8 @@ int main(int argc, char** argv) {
   }
   std::printf("%s\nsgemm 2048³ on %d threads: %.0f GFLOP/s (%s time)\n", cpu_runtime_summary().c_str(), threads,
               sgemm_gflops(2048, timing), clock.c_str());
-  std::printf("device: %s\n\n", device == Device::CPU ? "cpu" : cuda::describe_device().c_str());
+  std::printf("device: %s, precision %s\n\n", device == Device::CPU ? "cpu" : cuda::describe_device().c_str(),
+              precision_option.c_str());
   std::printf("| d | T | mask | density | impl | position | fwd ms | fwd GFLOP/s | fwd+bwd ms | fwd+bwd GFLOP/s | peak extra MB fwd / fwd+bwd |\n");
   std::printf("|---|---|---|---:|---|---|---:|---:|---:|---:|---:|\n");
   std::vector<std::string> constructions;  // doc<L> masks' construction, printed after the table
@@ -282,7 +299,7 @@ int main(int argc, char** argv) {
             }
             std::ostringstream command;
             command << "/proc/" << getpid() << "/exe --threads " << threads << " --budget-s " << budget_s << " --clock "
-                    << clock << " --device " << device_option << " --case "
+                    << clock << " --device " << device_option << " --precision " << precision_option << " --case "
                     << impl << ' ' << T << ' ' << d << ' ' << mask << ' ' << position;
             double forward_ms, total_ms, forward_mb, total_mb, bytes_ms, map_ms;
             if (std::sscanf(bench::run_and_capture(command.str()).c_str(), "%lf %lf %lf %lf %lf %lf", &forward_ms,

@@ -36,6 +36,15 @@
 #      d = 64 and 128, at T = 512 and 16384 (ATTN_T), forward and forward + backward,
 #      with the device memory; then each O(T) function's time over flash's at the same
 #      d and T (issue 49: at most 1.5 at T = 512; ssd at most 0.1 at T = 16384).
+#  11. with FLASH=1, issue 49's flash attention on tensor cores (cuda/flash_mma.cu; a minute):
+#      bench_attention --device cuda --impls flash, causal, B = 1 × H = 8, T = 4096
+#      (FLASH_T), d = 64 and 128, at --precision bf16 (the tensor-core kernels) and fp32
+#      (the float32 kernel), then bench/flash_torch.py, PyTorch SDPA's flash backend in
+#      bf16 on the same cases; then bf16's forward + backward TFLOP/s (FlashAttention's
+#      count: 4·B·H·T²·d·0.5 forward, 2.5× that backward) and its time over SDPA's
+#      (issue 49: >= 150 TFLOP/s and <= 1.5x at d = 64).
+#      TESTS=cuda CHECKS=0 FLASH=1: the CUDA cases (tests/test_flash_mma.cpp's among them)
+#      and this stage alone.
 # Everything printed also goes to LOG_DIR/gpu_check.log.
 #
 #   bash scripts/gpu_check.sh LOG_DIR
@@ -291,6 +300,25 @@ if [ "${ATTN:-0}" = 1 ]; then
               printf "d %4s T %6s %-12s forward %6.2fx flash   forward+backward %6.2fx flash\n", at[1], at[2], impl,
                      forward[key, impl] / forward[key, "flash"], total[key, impl] / total[key, "flash"] } } }' \
     "$log_dir/attention-gpu.md" | sort -k2,2n -k4,4n -k5,5
+fi
+
+if [ "${FLASH:-0}" = 1 ]; then
+  echo "== issue 49: flash attention on tensor cores (bf16) against PyTorch SDPA flash, forward + backward"
+  cmake --build build-gpu -j "$(nproc)" --target bench_attention >>"$log_dir/build.log" 2>&1 ||
+    { grep -B2 -A8 -m5 "error" "$log_dir/build.log"; exit 1; }
+  for precision in bf16 fp32; do
+    timeout 120 ./build-gpu/bench_attention --device cuda --precision "$precision" --impls flash --masks causal \
+      --T "${FLASH_T:-4096}" --d 64,128 --budget-s 1 | tee "$log_dir/flash-$precision.md"
+  done
+  timeout 120 python3 bench/flash_torch.py --T "${FLASH_T:-4096}" --d 64,128 --masks causal | tee "$log_dir/flash-torch.md"
+  echo "-- attograd bf16 flash against SDPA flash (same d and T; columns: 2 d, 3 T, 9 fwd GFLOP/s, 10 fwd+bwd ms, 11 fwd+bwd GFLOP/s)"
+  awk -F'|' 'function trim(x) { gsub(/ /, "", x); return x }
+    trim($10) ~ /^[0-9.]+$/ { key = trim($2) " " trim($3); ms[key, FILENAME ~ /flash-torch[.]md$/] = trim($10)
+                              rate[key, FILENAME ~ /flash-torch[.]md$/] = trim($11); keys[key] = 1 }
+    END { for (key in keys) { if (!((key, 0) in ms) || !((key, 1) in ms)) continue; split(key, at, " ")
+            printf "d %4s T %6s  attograd %7.1f TFLOP/s  SDPA %7.1f TFLOP/s  attograd / SDPA time %5.2fx\n", at[1], at[2],
+                   rate[key, 0] / 1000, rate[key, 1] / 1000, ms[key, 0] / ms[key, 1] } }' \
+    "$log_dir/flash-bf16.md" "$log_dir/flash-torch.md" | sort -k2,2n -k4,4n
 fi
 
 if [ -n "${ZOOLOGY:-}" ]; then

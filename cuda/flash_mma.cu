@@ -1,0 +1,583 @@
+// FlashAttention-2 on tensor cores: bf16 inputs through mma.sync.m16n8k16 (sm_80
+// and later), fp32 accumulation, the running max and sum in fp32. The float32
+// kernel of cuda/attention.cu is its reference (and the CPU's, core/cpu/attention.cpp,
+// that kernel's); tests/test_precision.cpp checks it against the CPU within bf16's
+// derived bound. Chosen by flash_mma_takes (cuda/flash_mma.cuh) under --precision bf16.
+//
+// The math is the float32 kernel's (docs/backprop.md, "FlashAttention"):
+//   forward:  S = scale·Q Kᵀ, online softmax over key tiles, Z = P V / l, lse = m + log l
+//   backward: P = exp(S − lse), dP = dZ Vᵀ, D = rowsum(P ∘ dP), dS = P ∘ (dP − D),
+//             dV = Pᵀ dZ, dQ = scale·dS K, dK = scale·dSᵀ Q.
+//
+// Data. Q, K, V (and dZ) are rounded once to bf16 into compact [B, H, T, d_h]
+// copies (Bf16Rows), so that the kernels read 16-byte rows whatever the tensors'
+// strides; Z, lse, D, dQ, dK, dV are written in fp32 (float64 for lse) where the
+// float32 kernel writes them.
+//
+// Thread mapping (4 warps, 128 threads per block; kRows = kCols = 64):
+//   forward:  one block per (b, query head h, tile of 64 queries); warp w owns
+//             query rows 16w … 16w + 15 and keeps its S tile [16, 64], the
+//             running m and l and its rows of the accumulator O [16, d_h] in
+//             registers. K and V tiles of 64 keys are streamed through shared
+//             memory; key tiles wholly after the tile's last query (causal) are
+//             never loaded.
+//   backward, dQ: one block per (b, h, query tile), as the forward; pass 1 sums
+//             D = rowsum(P ∘ dP) over the key tiles (unless D is given), pass 2
+//             accumulates dQ in registers. A separate pass rather than FA2's fp32
+//             atomics on dQ: every output element is written by one thread, summed
+//             in a fixed order, so the same bits every run — core/kernels.inc's
+//             contract for flash_attention_backward, which the float32 kernel keeps.
+//             Its price: S and dP are recomputed for D and for dQ (the op does not
+//             hand the backward Z, so D cannot be rowsum(dZ ∘ Z)).
+//   backward, dK dV: one block per (b, kv head, tile of 64 keys); warp w owns
+//             keys 16w … 16w + 15 and computes the transposed tiles Sᵀ, Pᵀ, dPᵀ,
+//             dSᵀ [16, kQueries] in registers over every query tile that sees the
+//             keys, of every query head that reads the kv head (GQA); dK and dV
+//             accumulate in registers and are written once: no atomics.
+//
+// mma.sync.m16n8k16.row.col (PTX ISA, "Matrix fragments for mma.m16n8k16"):
+// C [16, 8] += A [16, 16] · B [16, 8]. Lane = 4·g + t (g = lane / 4, t = lane % 4):
+//   A: a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]
+//   B: b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]
+//   C: c0, c1 = C[g][2t, 2t+1], c2, c3 = C[g+8][2t, 2t+1]
+// two bf16 per 32-bit register, the lower index in the lower half. So the C
+// fragments of two neighbouring 8-column tiles are, packed to bf16, exactly the A
+// fragment of their 16 columns: P (and dS) go from the S accumulator into the
+// next product without touching shared memory (pack_a).
+//
+// Shared memory holds tiles row-major, [rows][d_h + 8]: the 8 bf16 (16 bytes) of
+// padding put the 8 rows a fragment load touches (g = 0 … 7) 4 banks apart, so a
+// warp's 32 four-byte loads hit 32 different banks.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "cuda/cuda.h"
+#include "cuda/flash_mma.cuh"
+#include "cuda/launch.cuh"
+
+namespace ag::cuda {
+
+namespace flash_mma {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kWarps = 4, kBlockThreads = 32 * kWarps;
+constexpr int kRows = 16 * kWarps;  // query rows per block (forward, dQ): 16 per warp, one mma's M
+constexpr int kCols = 64;           // keys per tile (forward, dQ); keys per block in the dK dV kernel
+constexpr int kPad = 8;             // bf16 of padding per shared row (see the top of the file)
+constexpr float kInfF = std::numeric_limits<float>::infinity();
+
+// Query rows per tile in the dK dV kernel: its warps hold dK and dV [16, d_h] in
+// registers besides Sᵀ and dPᵀ [16, kQueries], so d_h = 128 takes half the tile.
+template <int D> constexpr int kQueries = D == 128 ? 32 : 64;
+
+__host__ __device__ constexpr int64_t tiles_of(int64_t n, int tile) { return (n + tile - 1) / tile; }
+
+// --- fragments ------------------------------------------------------------------------------
+
+// C += A·B on the tensor cores, C in fp32.
+__device__ inline void mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  __trap();  // flash_mma_takes sends no problem here below sm_80
+#endif
+}
+
+__device__ inline uint32_t pair_at(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ inline uint32_t pack(bf16 lower, bf16 upper) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(lower)) | (static_cast<uint32_t>(__bfloat16_as_ushort(upper)) << 16);
+}
+// Two fp32 rounded to bf16 (nearest even), `lower` in the lower half.
+__device__ inline uint32_t pack(float lower, float upper) {
+  return pack(__float2bfloat16_rn(lower), __float2bfloat16_rn(upper));
+}
+
+// A's fragment of the 16 × 16 block at (m0, k0) of X stored [m][k] (row stride ld).
+__device__ inline void load_a(const bf16* X, int ld, int m0, int k0, uint32_t (&a)[4]) {
+  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  const bf16* p = X + (m0 + g) * ld + k0 + 2 * t;
+  a[0] = pair_at(p);
+  a[1] = pair_at(p + 8 * ld);
+  a[2] = pair_at(p + 8);
+  a[3] = pair_at(p + 8 * ld + 8);
+}
+// B's fragment of the 16 × 8 block at (k0, n0) of B = Xᵀ, X stored [n][k]: k runs
+// along X's rows, so each register is one 4-byte load (S = Q Kᵀ reads K so).
+__device__ inline void load_b_rows(const bf16* X, int ld, int n0, int k0, uint32_t (&b)[2]) {
+  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  const bf16* p = X + (n0 + g) * ld + k0 + 2 * t;
+  b[0] = pair_at(p);
+  b[1] = pair_at(p + 8);
+}
+// B's fragment of the 16 × 8 block at (k0, n0) of B = X, X stored [k][n]: k runs
+// down X's columns, so each register packs two 2-byte loads (P V reads V so).
+// Each of the 4 loads touches 16 words, 2 lanes each (the same word: no conflict),
+// in 16 different banks: a row is (d_h + 8) / 2 ≡ 4 words mod 32, so rows 2t sit
+// 8t banks apart and the columns n0 + g add g / 2.
+__device__ inline void load_b_columns(const bf16* X, int ld, int k0, int n0, uint32_t (&b)[2]) {
+  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  const bf16* p = X + (k0 + 2 * t) * ld + n0 + g;
+  b[0] = pack(p[0], p[ld]);
+  b[1] = pack(p[8 * ld], p[9 * ld]);
+}
+// The A fragment of columns 16·kk … 16·kk + 15 of a [16, N] accumulator held as
+// N / 8 C fragments (see the top of the file), rounded to bf16.
+template <int N> __device__ inline void pack_a(const float (&c)[N / 8][4], int kk, uint32_t (&a)[4]) {
+  a[0] = pack(c[2 * kk][0], c[2 * kk][1]);
+  a[1] = pack(c[2 * kk][2], c[2 * kk][3]);
+  a[2] = pack(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+  a[3] = pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+// C [16, N] += A [16, D] · (X [N, D])ᵀ: A's 16 rows from m0 of `A` stored [m][D], X
+// stored [n][D] (shared, row stride D + kPad). S = Q Kᵀ, dP = dZ Vᵀ and their transposes.
+template <int D, int N>
+__device__ inline void product_rows(const bf16* A, int m0, const bf16* X, float (&c)[N / 8][4]) {
+  constexpr int ld = D + kPad;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t a[4];
+    load_a(A, ld, m0, 16 * kk, a);
+#pragma unroll
+    for (int nt = 0; nt < N / 8; ++nt) {
+      uint32_t b[2];
+      load_b_rows(X, ld, 8 * nt, 16 * kk, b);
+      mma(c[nt], a, b);
+    }
+  }
+}
+// C [16, D] += P [16, N] · X [N, D]: P from the registers (pack_a), X stored [N][D]
+// in shared memory. Z += P V, dQ += dS K, dV += Pᵀ dZ, dK += dSᵀ Q.
+template <int D, int N>
+__device__ inline void product_columns(const float (&p)[N / 8][4], const bf16* X, float (&c)[D / 8][4]) {
+  constexpr int ld = D + kPad;
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk) {
+    uint32_t a[4];
+    pack_a<N>(p, kk, a);
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      uint32_t b[2];
+      load_b_columns(X, ld, 16 * kk, 8 * nt, b);
+      mma(c[nt], a, b);
+    }
+  }
+}
+
+// The sum over the 4 lanes (t = 0 … 3) that hold one row of a C fragment.
+__device__ inline float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+__device__ inline float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+// Rows row0 … row0 + n − 1 of `src` (compact [rows, D] bf16) into shared dst [n][D + kPad],
+// rows at or past `rows` as zeros (their scores are masked; zeros keep them finite).
+template <int D> __device__ void load_rows(const bf16* src, int64_t row0, int64_t rows, int n, bf16* dst) {
+  constexpr int chunks = D / 8;  // 16 bytes each
+  for (int idx = threadIdx.x; idx < n * chunks; idx += blockDim.x) {
+    const int r = idx / chunks, c = idx % chunks;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (row0 + r < rows) v = *reinterpret_cast<const uint4*>(src + (row0 + r) * D + 8 * c);
+    *reinterpret_cast<uint4*>(dst + r * (D + kPad) + 8 * c) = v;
+  }
+}
+
+// Whether query i sees key j (causality with the query offset; the keys past Tk are padding).
+__device__ inline bool sees(const AttentionShape& shape, int64_t i, int64_t j) {
+  return j < shape.Tk && !(shape.mask.causal && j > i + shape.mask.q_offset);
+}
+// The keys that queries [i0, i_end) see at all: [0, key_end).
+__device__ inline int64_t key_end(const AttentionShape& shape, int64_t i_end) {
+  return shape.mask.causal ? min(shape.Tk, i_end - 1 + shape.mask.q_offset + 1) : shape.Tk;
+}
+
+// (b, h, query tile i0) of task `task` in the grid of (b, h, tile) tasks.
+struct QueryTask {
+  int64_t b, h, kvh, i0;
+};
+__device__ inline QueryTask query_task(const AttentionShape& shape, int64_t task) {
+  const int64_t q_tiles = tiles_of(shape.Tq, kRows), bh = task / q_tiles, h = bh % shape.Hq;
+  return {bh / shape.Hq, h, h / shape.group(), task % q_tiles * kRows};
+}
+
+// --- forward --------------------------------------------------------------------------------
+
+// Shared memory: Q [kRows], K, V [kCols] rows of D + kPad bf16.
+template <int D> constexpr size_t forward_bytes = (kRows + 2 * kCols) * (D + kPad) * sizeof(bf16);
+
+// Q, K, V compact bf16 [B, H, T, D]; Z fp32 laid out by shape.q; lse [B, Hq, Tq].
+template <int D>
+__global__ void __launch_bounds__(kBlockThreads)
+    forward_kernel(const bf16* Q, const bf16* K, const bf16* V, AttentionShape shape, float* Z, double* lse) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  constexpr int ld = D + kPad;
+  bf16 *sQ = reinterpret_cast<bf16*>(shared), *sK = sQ + kRows * ld, *sV = sK + kCols * ld;
+  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  const float scale = static_cast<float>(shape.scale);
+
+  for (int64_t task = blockIdx.x; task < shape.B * shape.Hq * tiles_of(shape.Tq, kRows); task += gridDim.x) {
+    const QueryTask q = query_task(shape, task);
+    const bf16* k_rows = K + (q.b * shape.Hkv + q.kvh) * shape.Tk * D;
+    const bf16* v_rows = V + (q.b * shape.Hkv + q.kvh) * shape.Tk * D;
+    const int64_t i_end = min(q.i0 + kRows, shape.Tq), row = q.i0 + 16 * warp + g;  // this lane's rows: row, row + 8
+    __syncthreads();  // the previous task is done with sQ
+    load_rows<D>(Q + (q.b * shape.Hq + q.h) * shape.Tq * D, q.i0, shape.Tq, kRows, sQ);
+
+    float o[D / 8][4] = {};                // this lane's entries of O = Σ P V (unnormalised)
+    float m[2] = {-kInfF, -kInfF}, l[2] = {0, 0};  // running max and this lane's part of the running sum
+    for (int64_t j0 = 0; j0 < key_end(shape, i_end); j0 += kCols) {
+      __syncthreads();  // the previous K, V tile consumed (and sQ written, on the first)
+      load_rows<D>(k_rows, j0, shape.Tk, kCols, sK);
+      load_rows<D>(v_rows, j0, shape.Tk, kCols, sV);
+      __syncthreads();
+      // S = scale·Q Kᵀ, −inf where hidden; a tile clear of the diagonal and of Tk skips the test
+      float s[kCols / 8][4] = {};
+      product_rows<D, kCols>(sQ, 16 * warp, sK, s);
+      const bool edge = j0 + kCols > shape.Tk || (shape.mask.causal && j0 + kCols - 1 > q.i0 + shape.mask.q_offset);
+#pragma unroll
+      for (int nt = 0; nt < kCols / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[nt][e] = !edge || sees(shape, row + 8 * (e / 2), j0 + 8 * nt + 2 * t + e % 2) ? scale * s[nt][e] : -kInfF;
+      // Per row (r = 0: row, r = 1: row + 8; each held by the 4 lanes of a quad):
+      // m_new = max(m, max_j S), P = exp(S − m_new), l ← l·e^(m − m_new) + Σ P, O ← O·e^(m − m_new)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float tile_max = -kInfF;
+#pragma unroll
+        for (int nt = 0; nt < kCols / 8; ++nt) tile_max = fmaxf(tile_max, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+        const float new_max = fmaxf(m[r], quad_max(tile_max));
+        const float reference = math::softmax_reference(new_max);  // 0 while the row has seen no key: no NaN
+        const float rescale = expf(m[r] - reference);
+        float sum = 0;
+#pragma unroll
+        for (int nt = 0; nt < kCols / 8; ++nt)
+#pragma unroll
+          for (int e = 2 * r; e < 2 * r + 2; ++e) {
+            s[nt][e] = expf(s[nt][e] - reference);
+            sum += s[nt][e];
+          }
+        l[r] = l[r] * rescale + sum;  // the quad's lanes share m, so their parts of l add up at the end
+        m[r] = new_max;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+          o[nt][2 * r] *= rescale;
+          o[nt][2 * r + 1] *= rescale;
+        }
+      }
+      product_columns<D, kCols>(s, sV, o);  // O += P V, P rounded to bf16 (l keeps P's fp32 sum)
+    }
+    // Z = O / l (0 on a row that saw no key), lse = m + log l (+inf there)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t i = row + 8 * r;
+      const float total = quad_sum(l[r]);
+      if (i >= shape.Tq) continue;
+      const float inv = total == 0 ? 0.0f : 1.0f / total;
+      float* z = Z + shape.q.at(q.b, q.h, i);
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt) {
+        z[8 * nt + 2 * t] = o[nt][2 * r] * inv;
+        z[8 * nt + 2 * t + 1] = o[nt][2 * r + 1] * inv;
+      }
+      if (t == 0) lse[shape.lse_at(q.b, q.h, i)] = math::log_sum_exp<double>(m[r], total);
+    }
+  }
+}
+
+// --- backward: dQ (and D) -------------------------------------------------------------------
+
+// Shared memory: Q, dZ [kRows], K, V [kCols] rows of D + kPad bf16.
+template <int D> constexpr size_t query_bytes = (2 * kRows + 2 * kCols) * (D + kPad) * sizeof(bf16);
+
+// P = exp(scale·S − lse) over one tile, S overwritten: lse = hi + lo (math::split_lse), 0 where hidden.
+template <int N>
+__device__ inline void probabilities(float (&s)[N / 8][4], const AttentionShape& shape, float scale, int64_t row,
+                                     int64_t j0, const float (&hi)[2], const float (&lo)[2]) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int nt = 0; nt < N / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      s[nt][e] = sees(shape, row + 8 * (e / 2), j0 + 8 * nt + 2 * t + e % 2)
+                     ? expf(scale * s[nt][e] - hi[e / 2] - lo[e / 2])
+                     : 0.0f;
+}
+
+// Q, K, V, dZ compact bf16; lse [B, Hq, Tq] float64; D [B, Hq, Tq] fp32, read if given_D
+// else written; dQ fp32 laid out by shape.q.
+template <int D>
+__global__ void __launch_bounds__(kBlockThreads)
+    backward_query_kernel(const bf16* Q, const bf16* K, const bf16* V, const bf16* dZ, const double* lse,
+                          AttentionShape shape, bool given_D, bool accumulate, float* Dsum, float* dQ) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  constexpr int ld = D + kPad;
+  bf16 *sQ = reinterpret_cast<bf16*>(shared), *sdZ = sQ + kRows * ld, *sK = sdZ + kRows * ld, *sV = sK + kCols * ld;
+  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  const float scale = static_cast<float>(shape.scale);
+
+  for (int64_t task = blockIdx.x; task < shape.B * shape.Hq * tiles_of(shape.Tq, kRows); task += gridDim.x) {
+    const QueryTask q = query_task(shape, task);
+    const int64_t q_first = (q.b * shape.Hq + q.h) * shape.Tq * D, kv_first = (q.b * shape.Hkv + q.kvh) * shape.Tk * D;
+    const int64_t i_end = min(q.i0 + kRows, shape.Tq), row = q.i0 + 16 * warp + g;
+    __syncthreads();
+    load_rows<D>(Q + q_first, q.i0, shape.Tq, kRows, sQ);
+    load_rows<D>(dZ + q_first, q.i0, shape.Tq, kRows, sdZ);
+    float hi[2], lo[2], Drow[2];  // lse split, and D, of this lane's rows (row, row + 8); rows past Tq see nothing
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t i = row + 8 * r;
+      hi[r] = kInfF, lo[r] = 0, Drow[r] = 0;
+      if (i < shape.Tq) math::split_lse(lse[shape.lse_at(q.b, q.h, i)], hi[r], lo[r]);
+      if (i < shape.Tq && given_D) Drow[r] = Dsum[shape.lse_at(q.b, q.h, i)];
+    }
+    float dq[D / 8][4] = {};
+    for (int pass = given_D ? 2 : 1; pass <= 2; ++pass) {
+      float Dpart[2] = {0, 0};
+      for (int64_t j0 = 0; j0 < key_end(shape, i_end); j0 += kCols) {
+        __syncthreads();
+        load_rows<D>(K + kv_first, j0, shape.Tk, kCols, sK);
+        load_rows<D>(V + kv_first, j0, shape.Tk, kCols, sV);
+        __syncthreads();
+        float p[kCols / 8][4] = {}, dp[kCols / 8][4] = {};
+        product_rows<D, kCols>(sQ, 16 * warp, sK, p);    // S = Q Kᵀ (scaled in probabilities)
+        product_rows<D, kCols>(sdZ, 16 * warp, sV, dp);  // dP = dZ Vᵀ
+        probabilities<kCols>(p, shape, scale, row, j0, hi, lo);
+        if (pass == 1) {  // D += rowsum(P ∘ dP): this lane's columns, the quad's parts summed below
+#pragma unroll
+          for (int nt = 0; nt < kCols / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) Dpart[e / 2] += p[nt][e] * dp[nt][e];
+          continue;
+        }
+        // dS = P ∘ (dP − D) in place of dP, then dQ += dS K (scale applied once, at the end)
+#pragma unroll
+        for (int nt = 0; nt < kCols / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dp[nt][e] = p[nt][e] * (dp[nt][e] - Drow[e / 2]);
+        product_columns<D, kCols>(dp, sK, dq);
+      }
+      if (pass == 1)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          Drow[r] = quad_sum(Dpart[r]);
+          if (t == 0 && row + 8 * r < shape.Tq) Dsum[shape.lse_at(q.b, q.h, row + 8 * r)] = Drow[r];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t i = row + 8 * r;
+      if (i >= shape.Tq) continue;
+      float* out = dQ + shape.q.at(q.b, q.h, i);
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          float& x = out[8 * nt + 2 * t + c];
+          x = (accumulate ? x : 0.0f) + scale * dq[nt][2 * r + c];
+        }
+    }
+  }
+}
+
+// --- backward: dK, dV -----------------------------------------------------------------------
+
+// Shared memory: K, V [kCols] and Q, dZ [kQueries] rows of D + kPad bf16; lse (hi, lo) and D
+// of the query tile's rows in fp32.
+template <int D>
+constexpr size_t key_bytes = (2 * kCols + 2 * kQueries<D>) * (D + kPad) * sizeof(bf16) + 3 * kQueries<D> * sizeof(float);
+
+template <int D>
+__global__ void __launch_bounds__(kBlockThreads)
+    backward_key_kernel(const bf16* Q, const bf16* K, const bf16* V, const bf16* dZ, const double* lse,
+                        const float* Dsum, AttentionShape shape, bool accumulate, float* dK, float* dV) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  constexpr int ld = D + kPad, NQ = kQueries<D>;
+  bf16 *sK = reinterpret_cast<bf16*>(shared), *sV = sK + kCols * ld, *sQ = sV + kCols * ld, *sdZ = sQ + NQ * ld;
+  float *s_hi = reinterpret_cast<float*>(sdZ + NQ * ld), *s_lo = s_hi + NQ, *s_D = s_lo + NQ;
+  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  const float scale = static_cast<float>(shape.scale);
+  const int64_t k_tiles = tiles_of(shape.Tk, kCols), group = shape.group();
+
+  for (int64_t task = blockIdx.x; task < shape.B * shape.Hkv * k_tiles; task += gridDim.x) {
+    const int64_t bkv = task / k_tiles, b = bkv / shape.Hkv, kvh = bkv % shape.Hkv, j0 = task % k_tiles * kCols;
+    const int64_t key = j0 + 16 * warp + g;  // this lane's keys: key, key + 8 (the rows of Sᵀ's fragments)
+    __syncthreads();
+    load_rows<D>(K + bkv * shape.Tk * D, j0, shape.Tk, kCols, sK);
+    load_rows<D>(V + bkv * shape.Tk * D, j0, shape.Tk, kCols, sV);
+    float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+    // The first query that sees key j0 sits at j0 − q_offset (causal): earlier query tiles are skipped.
+    const int64_t first_query = shape.mask.causal && j0 > shape.mask.q_offset ? j0 - shape.mask.q_offset : 0;
+    for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
+      for (int64_t i0 = first_query / NQ * NQ; i0 < shape.Tq; i0 += NQ) {
+        const int64_t q_first = (b * shape.Hq + h) * shape.Tq * D;
+        __syncthreads();  // the previous query tile consumed (and sK, sV written, on the first)
+        load_rows<D>(Q + q_first, i0, shape.Tq, NQ, sQ);
+        load_rows<D>(dZ + q_first, i0, shape.Tq, NQ, sdZ);
+        for (int c = threadIdx.x; c < NQ; c += blockDim.x) {
+          const int64_t i = i0 + c;
+          s_hi[c] = kInfF, s_lo[c] = 0, s_D[c] = 0;
+          if (i < shape.Tq) {
+            math::split_lse(lse[shape.lse_at(b, h, i)], s_hi[c], s_lo[c]);
+            s_D[c] = Dsum[shape.lse_at(b, h, i)];
+          }
+        }
+        __syncthreads();
+        float pt[NQ / 8][4] = {}, dpt[NQ / 8][4] = {};
+        product_rows<D, NQ>(sK, 16 * warp, sQ, pt);    // Sᵀ = K Qᵀ
+        product_rows<D, NQ>(sV, 16 * warp, sdZ, dpt);  // dPᵀ = V dZᵀ
+        // Pᵀ = exp(scale·Sᵀ − lse), dSᵀ = Pᵀ ∘ (dPᵀ − D): entry (key, query c) of the fragments
+#pragma unroll
+        for (int nt = 0; nt < NQ / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int c = 8 * nt + 2 * t + e % 2;
+            const float p = sees(shape, i0 + c, key + 8 * (e / 2)) ? expf(scale * pt[nt][e] - s_hi[c] - s_lo[c]) : 0.0f;
+            pt[nt][e] = p;
+            dpt[nt][e] = p * (dpt[nt][e] - s_D[c]);
+          }
+        product_columns<D, NQ>(pt, sdZ, dv);  // dV += Pᵀ dZ
+        product_columns<D, NQ>(dpt, sQ, dk);  // dK += dSᵀ Q (scale applied once, at the end)
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t j = key + 8 * r;
+      if (j >= shape.Tk) continue;
+      float *k_out = dK + shape.kv.at(b, kvh, j), *v_out = dV + shape.kv.at(b, kvh, j);
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int e = 8 * nt + 2 * t + c;
+          k_out[e] = (accumulate ? k_out[e] : 0.0f) + scale * dk[nt][2 * r + c];
+          v_out[e] = (accumulate ? v_out[e] : 0.0f) + dv[nt][2 * r + c];
+        }
+    }
+  }
+}
+
+// --- the host side --------------------------------------------------------------------------
+
+// dst[(b·H + h)·T + t][e] = bf16(src[at(b, h, t) + e]): one entry per thread.
+struct RoundRows {
+  const float* src;
+  bf16* dst;
+  HeadStrides at;
+  int64_t H, T, d;
+  __device__ void operator()(int64_t idx) const {
+    const int64_t e = idx % d, t = idx / d % T, h = idx / (d * T) % H, b = idx / (d * T * H);
+    dst[idx] = __float2bfloat16_rn(src[at.at(b, h, t) + e]);
+  }
+};
+
+// A compact bf16 copy [B, H, T, d] of rows laid out by `at`, for the life of the call;
+// the caching allocator reuses the block only for work queued after it (one stream).
+class Bf16Rows {
+ public:
+  Bf16Rows(const Tensor& X, const HeadStrides& at, int64_t B, int64_t H, int64_t T, int64_t d)
+      : elements_(B * H * T * d), data_(static_cast<bf16*>(allocate(bytes()))) {
+    for_each_index(elements_, RoundRows{ptr<const float>(X), data_, at, H, T, d});
+  }
+  ~Bf16Rows() { deallocate(data_, bytes()); }
+  Bf16Rows(const Bf16Rows&) = delete;
+  Bf16Rows& operator=(const Bf16Rows&) = delete;
+  const bf16* data() const { return data_; }
+
+ private:
+  size_t bytes() const { return static_cast<size_t>(std::max<int64_t>(elements_, 1)) * sizeof(bf16); }
+  int64_t elements_;
+  bf16* data_;
+};
+
+unsigned grid_for(int64_t tasks) { return static_cast<unsigned>(std::min<int64_t>(tasks, kMaxBlocks)); }
+
+// kernel<<<tasks (capped), 128 threads, `bytes` of shared memory>>>(args...), the
+// kernel allowed more than the default 48 KB of dynamic shared memory first.
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), int64_t tasks, size_t bytes, Args... args) {
+  if (tasks == 0) return;
+  AG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  kernel<<<grid_for(tasks), kBlockThreads, bytes, current_stream()>>>(args...);
+  AG_CUDA_CHECK_LAUNCH();
+}
+
+// f(std::integral_constant<int, D>{}) for d_h = D ∈ {64, 128}.
+template <class F> void with_head_width(int64_t d, F&& f) {
+  if (d == 64) return f(std::integral_constant<int, 64>{});
+  if (d == 128) return f(std::integral_constant<int, 128>{});
+  throw Error("flash_attention (tensor cores): head width d = " + std::to_string(d) + " is not 64 or 128");
+}
+
+bool device_has_mma() {
+  static const bool has = [] {
+    int device = 0, major = 0;
+    AG_CUDA_CHECK(cudaGetDevice(&device));
+    AG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    return major >= 8;
+  }();
+  return has;
+}
+
+// flash_attention_mma's and flash_attention_backward_mma's bodies (cuda/flash_mma.cuh).
+void forward(const Tensor& Q, const Tensor& K, const Tensor& V, const AttentionShape& shape, Tensor& Z,
+             Tensor& lse) {
+  const Bf16Rows q(Q, shape.q, shape.B, shape.Hq, shape.Tq, shape.d), k(K, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d),
+      v(V, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d);
+  with_head_width(shape.d, [&](auto width) {
+    constexpr int D = decltype(width)::value;
+    launch(forward_kernel<D>, shape.B * shape.Hq * tiles_of(shape.Tq, kRows), forward_bytes<D>, q.data(), k.data(),
+           v.data(), shape, ptr<float>(Z), ptr<double>(lse));
+  });
+}
+
+void backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& lse,
+              const Tensor& dZ, const Tensor& given_D, const AttentionShape& shape,
+              bool accumulate, Tensor& dQ, Tensor& dK, Tensor& dV) {
+  const Bf16Rows q(Q, shape.q, shape.B, shape.Hq, shape.Tq, shape.d), dz(dZ, shape.q, shape.B, shape.Hq, shape.Tq, shape.d),
+      k(K, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d), v(V, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d);
+  // D = rowsum(P ∘ dP) [B, Hq, Tq] fp32: the dQ kernel's, or the caller's
+  const Tensor D = given_D.defined() ? given_D : Tensor::empty(lse.shape(), DType::Float32, Device::CUDA);
+  with_head_width(shape.d, [&](auto width) {
+    constexpr int Dh = decltype(width)::value;
+    launch(backward_query_kernel<Dh>, shape.B * shape.Hq * tiles_of(shape.Tq, kRows), query_bytes<Dh>, q.data(),
+           k.data(), v.data(), dz.data(), ptr<const double>(lse), shape, given_D.defined(), accumulate, ptr<float>(D),
+           ptr<float>(dQ));
+    launch(backward_key_kernel<Dh>, shape.B * shape.Hkv * tiles_of(shape.Tk, kCols), key_bytes<Dh>, q.data(),
+           k.data(), v.data(), dz.data(), ptr<const double>(lse), ptr<const float>(D), shape, accumulate,
+           ptr<float>(dK), ptr<float>(dV));
+  });
+}
+
+}  // namespace
+}  // namespace flash_mma
+
+bool flash_mma_takes(const Tensor& Q, const AttentionShape& shape) {
+  return gemm_precision() == Precision::BF16 && Q.dtype() == DType::Float32 && (shape.d == 64 || shape.d == 128) &&
+         !shape.mask.elementwise() && shape.mask.alibi_heads == 0 && !shape.mods.any() && flash_mma::device_has_mma();
+}
+
+void flash_attention_mma(const Tensor& Q, const Tensor& K, const Tensor& V, const AttentionShape& shape, Tensor& Z,
+                         Tensor& lse) {
+  flash_mma::forward(Q, K, V, shape, Z, lse);
+}
+
+void flash_attention_backward_mma(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& lse,
+                                  const Tensor& dZ, const Tensor& given_D, const AttentionShape& shape,
+                                  bool accumulate, Tensor& dQ, Tensor& dK, Tensor& dV) {
+  flash_mma::backward(Q, K, V, lse, dZ, given_D, shape, accumulate, dQ, dK, dV);
+}
+
+}  // namespace ag::cuda
