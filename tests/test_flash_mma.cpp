@@ -355,3 +355,29 @@ TEST_CASE("cuda: under bf16, flash problems the tensor cores do not take stay on
     CHECK_CLOSE(fast.dV, exact.dV, 1e-4);
   }
 }
+
+// The bf16 switch is CUDA's: on the CPU, flash under --precision bf16 gives float32's bits
+// (its GEMMs and tiles never round to bf16; bench_attention refuses --precision bf16 there).
+// The cases above run only with a device; this one holds the CPU side of the switch, and
+// the rounding helper they compare against (round to nearest, ties to even, at 2^-7 of 1).
+TEST_CASE("bf16 flash attention: on the CPU --precision bf16 leaves flash's float32 bits, and bf16() rounds as bfloat16 does") {
+  const Shape shape{2, 2, 70, 64};
+  const std::vector<Tensor> in = {random(shape, 11), random(shape, 12), random(shape, 13)};
+  const Tensor upstream = random(shape, 14, DType::Float64, false);
+  AttentionSpec spec{.causal = true};
+  softmax_of(spec).impl = AttentionImpl::Flash;
+  const ag::test::AttentionRun fp32 = ag::test::run_attention(in, spec, Device::CPU, DType::Float32, upstream);
+  ag::test::AttentionRun under_bf16;
+  {
+    const optim::PrecisionScope bf16_scope(Precision::BF16);
+    under_bf16 = ag::test::run_attention(in, spec, Device::CPU, DType::Float32, upstream);
+  }
+  CHECK(fp32.Z.to_vector() == under_bf16.Z.to_vector());
+  CHECK(fp32.dQ.to_vector() == under_bf16.dQ.to_vector());
+  CHECK(fp32.dK.to_vector() == under_bf16.dK.to_vector());
+  CHECK(fp32.dV.to_vector() == under_bf16.dV.to_vector());
+  CHECK(bf16(1.0 + std::ldexp(1.0, -8)) == 1.0);                                // a tie: to the even 1
+  CHECK(bf16(1.0 + 3 * std::ldexp(1.0, -8)) == 1.0 + std::ldexp(1.0, -6));       // a tie: to the even 1 + 2^-6
+  CHECK(bf16(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -12)) == 1.0 + std::ldexp(1.0, -7));  // above the tie: up
+  CHECK(bf16(-3.0) == -3.0);
+}
