@@ -28,6 +28,15 @@ AG_HOST_DEVICE inline double random_uniform(uint64_t seed, uint64_t counter) {
   return static_cast<double>(random_bits(seed, counter) >> 11) * 0x1.0p-53;
 }
 
+// random_uniform(seed, counter) >= p as an integer test, for loops that draw a keep-mask
+// (dropout): u = k·2⁻⁵³ with k = random_bits >> 11 is exact, and so is p·2⁵³, so u ≥ p exactly
+// when k ≥ ⌈p·2⁵³⌉ = uniform_threshold(p). The same entries are kept as by the double compare,
+// and a CPU loop of it vectorises (no 64-bit integer to double conversion per draw).
+inline uint64_t uniform_threshold(double p) { return static_cast<uint64_t>(std::ceil(std::ldexp(p, 53))); }
+AG_HOST_DEVICE inline bool uniform_at_least(uint64_t seed, uint64_t counter, uint64_t threshold) {
+  return (random_bits(seed, counter) >> 11) >= threshold;
+}
+
 // Standard normal by Box-Muller (the cosine branch only, so number i never
 // depends on number i-1). Its two uniforms both come from counter i: the second
 // from a key derived from the seed, so a normal takes one counter like every

@@ -857,14 +857,13 @@ namespace {
 // (the forward's Ã is 0 there, and the backward's dA is multiplied by A = 0: dS = A ∘ (…)), so
 // the draw can be made for every i and the loop runs as one vector select (the float version
 // compiled for AVX-512 too, where the hash's 64-bit products are one instruction).
-// The draw u = k·2⁻⁵³ (k = random_bits >> 11, random_uniform's) is ≥ p exactly when the integer
-// k ≥ ⌈p·2⁵³⌉ (both sides exact), so the loop compares integers: `threshold`.
+// The draw's test is an integer one (uniform_at_least, core/random.h: the same kept entries).
 template <class T>
 inline void dropout_key_row(const T* x, const T* a, T* o, int64_t Tq, uint64_t first, uint64_t stride, uint64_t seed,
                             uint64_t threshold, T scale) {
 #pragma omp simd
   for (int64_t i = 0; i < Tq; ++i) {
-    const bool drawn = (random_bits(seed, first + static_cast<uint64_t>(i) * stride) >> 11) >= threshold;
+    const bool drawn = uniform_at_least(seed, first + static_cast<uint64_t>(i) * stride, threshold);
     o[i] = (a[i] != T(0)) & drawn ? x[i] * scale : T(0);
   }
 }
@@ -885,7 +884,7 @@ void attention_dropout(const Tensor& X, const Tensor& support, double p, uint64_
     T* o = out.data<T>();
     const T scale = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
     const uint64_t first = offset + static_cast<uint64_t>(first_batch * Hq * Tq * Tk);
-    const uint64_t threshold = static_cast<uint64_t>(std::ceil(std::ldexp(p, 53)));  // u ≥ p ⟺ k ≥ ⌈p·2⁵³⌉
+    const uint64_t threshold = uniform_threshold(p);
     for_rows(X.numel() / (Tk * Tq), Tk * Tq, [&](int64_t matrix) {
       const int64_t at = matrix * Tk * Tq;
       for (int64_t j = 0; j < Tk; ++j) {
