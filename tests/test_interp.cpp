@@ -313,6 +313,25 @@ TEST_CASE("interp: heatmap_grid_svg escapes labels and marks masked cells apart 
   CHECK(svg.find("fill=\"url(#masked-x)\"") != std::string::npos);
 }
 
+// The lab's cost chart once met two cells' 0.225 one ulp apart: the axis's step fell
+// below the values' resolution and the tick loop never ended (std::bad_alloc, 1 run in ~500).
+TEST_CASE("interp: line_chart_svg draws values one rounding apart as one value, with a few ticks and no NaN") {
+  const double a = 0.22499999999999998, b = 0.22500000000000001;
+  REQUIRE(a < b);
+  REQUIRE(std::nextafter(a, 1.0) == b);
+  const interp::Series left{.name = "ms", .colour = "#1f77b4", .x = {16, 32}, .y = {a, b}};
+  const interp::Series right{.name = "MB", .colour = "#ff7f0e", .x = {16, 32}, .y = {b, a}};
+  for (const bool inset : {false, true}) {
+    const std::string svg = interp::line_chart_svg(
+        {.title = "t", .x_label = "x", .left_label = "l", .right_label = "r", .left = {left}, .right = {right}, .inset = inset});
+    CHECK(svg.find("nan") == std::string::npos);
+    CHECK(svg.find("inf") == std::string::npos);
+    const size_t left_ticks = test::occurrences(svg, "text-anchor=\"end\"");
+    CHECK(left_ticks >= 1);
+    CHECK(left_ticks <= 11);
+  }
+}
+
 TEST_CASE("interp: attention rollout rows sum to 1 and compose the layers as ½A + ½I") {
   auto model = random_gpt(3, 2);
   const std::vector<int64_t> ids = {1, 4, 2, 9, 3, 0, 7};

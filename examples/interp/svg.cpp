@@ -20,12 +20,20 @@ struct Range {
 };
 
 // Round numbers inside the range, 1, 2 or 5 × 10^k apart, about `count` of them.
+// The step is at least 4/7 of the range's count-th, so there are at most 2·count + 1
+// ticks: the loop counts them rather than adding steps, so that a step below the
+// values' resolution (a range one rounding wide) cannot keep it from ending.
 std::vector<double> ticks(const Range& r, int count) {
   const double rough = (r.high - r.low) / count, power = std::pow(10.0, std::floor(std::log10(rough)));
   const double step = power * (rough / power < 1.5 ? 1 : rough / power < 3.5 ? 2 : rough / power < 7.5 ? 5 : 10);
   std::vector<double> at;
-  for (double v = std::ceil(r.low / step) * step; v <= r.high + 1e-9 * step; v += step)
+  if (!(step > 0) || !std::isfinite(step)) return at;
+  const double first = std::ceil(r.low / step) * step;
+  for (int i = 0; i <= 2 * count; ++i) {
+    const double v = first + i * step;
+    if (!(v <= r.high + 1e-9 * step)) break;
     at.push_back(std::fabs(v) < 1e-12 * step ? 0.0 : v);
+  }
   return at;
 }
 
@@ -36,7 +44,9 @@ Range span(const std::vector<Series>& series, bool of_x) {
       low = std::min(low, v);
       high = std::max(high, v);
     }
-  if (!(low < high)) {  // empty, or one value: a unit range around it
+  // Empty, one value, or values that differ by rounding alone (two cells' 0.225 one
+  // ulp apart, which made a step below the values' resolution): a unit range around them.
+  if (!(low < high) || high - low <= 1e-12 * std::max(std::fabs(low), std::fabs(high))) {
     low = std::isfinite(low) ? low - 0.5 : 0.0;
     high = low + 1.0;
   }
