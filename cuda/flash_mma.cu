@@ -5,7 +5,7 @@
 // derived bound. Chosen by flash_mma_takes (cuda/flash_mma.cuh) under --precision bf16.
 //
 // The math is the float32 kernel's (docs/backprop.md, "FlashAttention"):
-//   forward:  S = scale·Q Kᵀ, online softmax over key tiles, Z = P V / l, lse = m + log l
+//   forward:  S = scale·Q Kᵀ (+ ALiBi's bias), online softmax over key tiles, Z = P V / l, lse = m + log l
 //   backward: P = exp(S − lse), dP = dZ Vᵀ, D = rowsum(P ∘ dP), dS = P ∘ (dP − D),
 //             dV = Pᵀ dZ, dQ = scale·dS K, dK = scale·dSᵀ Q.
 //
@@ -19,8 +19,10 @@
 //             query rows 16w … 16w + 15 and keeps its S tile [16, 64], the
 //             running m and l and its rows of the accumulator O [16, d_h] in
 //             registers. K and V tiles of 64 keys are streamed through shared
-//             memory; key tiles wholly after the tile's last query (causal) are
-//             never loaded.
+//             memory; key tiles that no query of the tile sees (AttentionMask::tile,
+//             as the float32 kernel classifies them: after the last query under
+//             causality, outside a window) are never loaded, and tiles that every
+//             query sees wholly skip the per-element test.
 //   backward, dQ: one block per (b, h, query tile), as the forward; pass 1 sums
 //             D = rowsum(P ∘ dP) over the key tiles (unless D is given), pass 2
 //             accumulates dQ in registers. A separate pass rather than FA2's fp32
@@ -195,10 +197,57 @@ template <int D> __device__ void load_rows(const bf16* src, int64_t row0, int64_
   }
 }
 
-// Whether query i sees key j (causality with the query offset; the keys past Tk are padding).
-__device__ inline bool sees(const AttentionShape& shape, int64_t i, int64_t j) {
+// Under a sparse pattern or ALiBi the kernels' masked instantiation (kMasked) asks the mask
+// (AttentionMask, the float32 kernel's and the CPU's) once per tile, and per element only on
+// a tile's edge, through the two functions below. They are not inlined: the pattern's row
+// (its random blocks an array) would otherwise sit in every unrolled entry of the fragment
+// loops, spilling their registers. The calls still cost registers (the plain forward at
+// d_h = 64: 101 without them, 166 with), so problems without a pattern or ALiBi run the
+// plain instantiation, whose causal test is inline. flash_mma_takes sends no mask function here, so shape.mask
+// serves every batch entry as it is (at_batch changes only a mask function's pointers).
+//
+// How the query rows [i0, i_end) of head h see the key tile from j0: None is skipped;
+// `edge` says whether its entries need the per-element test — a Partial tile, or one whose
+// padding (keys past Tk, or query rows past Tq where `rows` counts the tile's padded rows)
+// would otherwise count as seen.
+struct TileTest {
+  bool skip, edge;
+};
+__device__ __noinline__ TileTest classify(const AttentionMask& mask, int64_t Tq, int64_t Tk, int64_t h, int64_t i0,
+                                          int64_t i_end, int rows, int64_t j0, int cols) {
+  const TileVisibility visibility = mask.tile(h, i0, i_end, j0, min(j0 + cols, Tk));
+  return {visibility == TileVisibility::None, visibility == TileVisibility::Partial || j0 + cols > Tk || i0 + rows > Tq};
+}
+// This lane's entries of a [16, N] C fragment tile whose lane rows are r and r + 8 and whose
+// columns start at c0 (see the top of the file): bit 4·nt + e set where entry e of column tile
+// nt is seen — rows are queries and columns keys, or the reverse when `transposed` (the
+// dK dV kernel's Sᵀ). Inside the problem only: the rows past Tq and the keys past Tk are padding.
+__device__ __noinline__ uint32_t seen_entries(const AttentionMask& mask, int64_t Tq, int64_t Tk, int64_t h, int n,
+                                              bool transposed, int64_t r, int64_t c0) {
+  const int t = threadIdx.x % 4;
+  uint32_t bits = 0;
+  for (int idx = 0; idx < n / 2; ++idx) {  // n / 8 column tiles of 4 entries: at most 32
+    const int64_t a = r + 8 * (idx % 4 / 2), b = c0 + 8 * (idx / 4) + 2 * t + idx % 2;
+    const int64_t i = transposed ? b : a, j = transposed ? a : b;
+    if (i < Tq && j < Tk && mask.visible(h, i, j)) bits |= 1u << idx;
+  }
+  return bits;
+}
+__device__ inline bool seen(uint32_t bits, int nt, int e) { return (bits >> (4 * nt + e)) & 1u; }
+// ALiBi's −m_h·(p − j) on query i's score with key j (docs/backprop.md, "ALiBi"), added to
+// scale·q·k as the float32 kernel's score() does; callers add it only under ALiBi (slope ≠ 0),
+// so that every other problem's scores are the products alone.
+__device__ inline float alibi(const AttentionShape& shape, float slope, int64_t i, int64_t j) {
+  return shape.mask.bias(slope, i, j);
+}
+// Whether query i sees key j without a pattern: causality with the query offset (the keys
+// past Tk are padding). The kernels' plain instantiation (kMasked false) tests this alone,
+// inline, where the masked one calls the two functions above.
+__device__ inline bool sees_causal(const AttentionShape& shape, int64_t i, int64_t j) {
   return j < shape.Tk && !(shape.mask.causal && j > i + shape.mask.q_offset);
 }
+// Whether a problem needs the masked instantiation: a sparse pattern or ALiBi.
+inline bool masked(const AttentionShape& shape) { return shape.mask.pattern.limited() || shape.mask.alibi_heads > 0; }
 // The keys that queries [i0, i_end) see at all: [0, key_end).
 __device__ inline int64_t key_end(const AttentionShape& shape, int64_t i_end) {
   return shape.mask.causal ? min(shape.Tk, i_end - 1 + shape.mask.q_offset + 1) : shape.Tk;
@@ -219,7 +268,7 @@ __device__ inline QueryTask query_task(const AttentionShape& shape, int64_t task
 template <int D> constexpr size_t forward_bytes = (kRows + 2 * kCols) * (D + kPad) * sizeof(bf16);
 
 // Q, K, V compact bf16 [B, H, T, D]; Z fp32 laid out by shape.q; lse [B, Hq, Tq].
-template <int D>
+template <int D, bool kMasked>
 __global__ void __launch_bounds__(kBlockThreads)
     forward_kernel(const bf16* Q, const bf16* K, const bf16* V, AttentionShape shape, float* Z, double* lse) {
   extern __shared__ __align__(16) unsigned char shared[];
@@ -238,20 +287,41 @@ __global__ void __launch_bounds__(kBlockThreads)
 
     float o[D / 8][4] = {};                // this lane's entries of O = Σ P V (unnormalised)
     float m[2] = {-kInfF, -kInfF}, l[2] = {0, 0};  // running max and this lane's part of the running sum
+    const float slope = kMasked ? static_cast<float>(shape.mask.alibi_slope(q.h)) : 0.0f;
     for (int64_t j0 = 0; j0 < key_end(shape, i_end); j0 += kCols) {
+      // Rows past Tq are not written, so only the keys' padding makes a whole tile an edge here.
+      bool edge = j0 + kCols > shape.Tk || (shape.mask.causal && j0 + kCols - 1 > q.i0 + shape.mask.q_offset);
+      if constexpr (kMasked) {
+        const TileTest test =
+            classify(shape.mask, shape.Tq, shape.Tk, q.h, q.i0, i_end, static_cast<int>(i_end - q.i0), j0, kCols);
+        if (test.skip) continue;  // the same for the whole block: no query of the tile sees a key of it
+        edge = test.edge;
+      }
       __syncthreads();  // the previous K, V tile consumed (and sQ written, on the first)
       load_rows<D>(k_rows, j0, shape.Tk, kCols, sK);
       load_rows<D>(v_rows, j0, shape.Tk, kCols, sV);
       __syncthreads();
-      // S = scale·Q Kᵀ, −inf where hidden; a tile clear of the diagonal and of Tk skips the test
+      // S = scale·Q Kᵀ (+ ALiBi's bias), −inf where hidden; a tile wholly seen skips the test
       float s[kCols / 8][4] = {};
       product_rows<D, kCols>(sQ, 16 * warp, sK, s);
-      const bool edge = j0 + kCols > shape.Tk || (shape.mask.causal && j0 + kCols - 1 > q.i0 + shape.mask.q_offset);
+      if constexpr (kMasked) {
+        const uint32_t shown = edge ? seen_entries(shape.mask, shape.Tq, shape.Tk, q.h, kCols, false, row, j0) : ~0u;
 #pragma unroll
-      for (int nt = 0; nt < kCols / 8; ++nt)
+        for (int nt = 0; nt < kCols / 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          s[nt][e] = !edge || sees(shape, row + 8 * (e / 2), j0 + 8 * nt + 2 * t + e % 2) ? scale * s[nt][e] : -kInfF;
+          for (int e = 0; e < 4; ++e) s[nt][e] = seen(shown, nt, e) ? scale * s[nt][e] : -kInfF;
+        if (slope != 0.0f)  // −inf stays −inf
+#pragma unroll
+          for (int nt = 0; nt < kCols / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[nt][e] += alibi(shape, slope, row + 8 * (e / 2), j0 + 8 * nt + 2 * t + e % 2);
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < kCols / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            s[nt][e] = !edge || sees_causal(shape, row + 8 * (e / 2), j0 + 8 * nt + 2 * t + e % 2) ? scale * s[nt][e] : -kInfF;
+      }
       // Per row (r = 0: row, r = 1: row + 8; each held by the 4 lanes of a quad):
       // m_new = max(m, max_j S), P = exp(S − m_new), l ← l·e^(m − m_new) + Σ P, O ← O·e^(m − m_new)
 #pragma unroll
@@ -303,23 +373,42 @@ __global__ void __launch_bounds__(kBlockThreads)
 // Shared memory: Q, dZ [kRows], K, V [kCols] rows of D + kPad bf16.
 template <int D> constexpr size_t query_bytes = (2 * kRows + 2 * kCols) * (D + kPad) * sizeof(bf16);
 
-// P = exp(scale·S − lse) over one tile, S overwritten: lse = hi + lo (math::split_lse), 0 where hidden.
-template <int N>
-__device__ inline void probabilities(float (&s)[N / 8][4], const AttentionShape& shape, float scale, int64_t row,
-                                     int64_t j0, const float (&hi)[2], const float (&lo)[2]) {
+// P = exp(scale·S + ALiBi's bias − lse) over one tile of head h, S overwritten: lse = hi + lo
+// (math::split_lse), 0 where hidden (tested per element on an edge tile only).
+template <int N, bool kMasked>
+__device__ inline void probabilities(float (&s)[N / 8][4], const AttentionShape& shape, int64_t h, float scale,
+                                     float slope, int64_t row, int64_t j0, bool edge, const float (&hi)[2],
+                                     const float (&lo)[2]) {
   const int t = threadIdx.x % 4;
+  if constexpr (!kMasked) {
+#pragma unroll
+    for (int nt = 0; nt < N / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[nt][e] = sees_causal(shape, row + 8 * (e / 2), j0 + 8 * nt + 2 * t + e % 2)
+                       ? expf(scale * s[nt][e] - hi[e / 2] - lo[e / 2])
+                       : 0.0f;
+    return;
+  }
+  const uint32_t shown = edge ? seen_entries(shape.mask, shape.Tq, shape.Tk, h, N, false, row, j0) : ~0u;
 #pragma unroll
   for (int nt = 0; nt < N / 8; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      s[nt][e] = sees(shape, row + 8 * (e / 2), j0 + 8 * nt + 2 * t + e % 2)
-                     ? expf(scale * s[nt][e] - hi[e / 2] - lo[e / 2])
-                     : 0.0f;
+    for (int e = 0; e < 4; ++e) s[nt][e] *= scale;
+  if (slope != 0.0f)
+#pragma unroll
+    for (int nt = 0; nt < N / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] += alibi(shape, slope, row + 8 * (e / 2), j0 + 8 * nt + 2 * t + e % 2);
+#pragma unroll
+  for (int nt = 0; nt < N / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] = seen(shown, nt, e) ? expf(s[nt][e] - hi[e / 2] - lo[e / 2]) : 0.0f;
 }
 
 // Q, K, V, dZ compact bf16; lse [B, Hq, Tq] float64; D [B, Hq, Tq] fp32, read if given_D
 // else written; dQ fp32 laid out by shape.q.
-template <int D>
+template <int D, bool kMasked>
 __global__ void __launch_bounds__(kBlockThreads)
     backward_query_kernel(const bf16* Q, const bf16* K, const bf16* V, const bf16* dZ, const double* lse,
                           AttentionShape shape, bool given_D, bool accumulate, float* Dsum, float* dQ) {
@@ -345,9 +434,18 @@ __global__ void __launch_bounds__(kBlockThreads)
       if (i < shape.Tq && given_D) Drow[r] = Dsum[shape.lse_at(q.b, q.h, i)];
     }
     float dq[D / 8][4] = {};
+    const float slope = kMasked ? static_cast<float>(shape.mask.alibi_slope(q.h)) : 0.0f;
     for (int pass = given_D ? 2 : 1; pass <= 2; ++pass) {
       float Dpart[2] = {0, 0};
       for (int64_t j0 = 0; j0 < key_end(shape, i_end); j0 += kCols) {
+        // Rows past Tq hold lse = +inf (P = 0) and are not written: the keys' padding alone makes an edge.
+        bool edge = true;  // the plain instantiation tests every entry, as it always has
+        if constexpr (kMasked) {
+          const TileTest test =
+              classify(shape.mask, shape.Tq, shape.Tk, q.h, q.i0, i_end, static_cast<int>(i_end - q.i0), j0, kCols);
+          if (test.skip) continue;  // uniform in the block, as in the forward
+          edge = test.edge;
+        }
         __syncthreads();
         load_rows<D>(K + kv_first, j0, shape.Tk, kCols, sK);
         load_rows<D>(V + kv_first, j0, shape.Tk, kCols, sV);
@@ -355,7 +453,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         float p[kCols / 8][4] = {}, dp[kCols / 8][4] = {};
         product_rows<D, kCols>(sQ, 16 * warp, sK, p);    // S = Q Kᵀ (scaled in probabilities)
         product_rows<D, kCols>(sdZ, 16 * warp, sV, dp);  // dP = dZ Vᵀ
-        probabilities<kCols>(p, shape, scale, row, j0, hi, lo);
+        probabilities<kCols, kMasked>(p, shape, q.h, scale, slope, row, j0, edge, hi, lo);
         if (pass == 1) {  // D += rowsum(P ∘ dP): this lane's columns, the quad's parts summed below
 #pragma unroll
           for (int nt = 0; nt < kCols / 8; ++nt)
@@ -400,7 +498,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 template <int D>
 constexpr size_t key_bytes = (2 * kCols + 2 * kQueries<D>) * (D + kPad) * sizeof(bf16) + 3 * kQueries<D> * sizeof(float);
 
-template <int D>
+template <int D, bool kMasked>
 __global__ void __launch_bounds__(kBlockThreads)
     backward_key_kernel(const bf16* Q, const bf16* K, const bf16* V, const bf16* dZ, const double* lse,
                         const float* Dsum, AttentionShape shape, bool accumulate, float* dK, float* dV) {
@@ -421,9 +519,16 @@ __global__ void __launch_bounds__(kBlockThreads)
     float dk[D / 8][4] = {}, dv[D / 8][4] = {};
     // The first query that sees key j0 sits at j0 − q_offset (causal): earlier query tiles are skipped.
     const int64_t first_query = shape.mask.causal && j0 > shape.mask.q_offset ? j0 - shape.mask.q_offset : 0;
-    for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
+    for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+      const float slope = kMasked ? static_cast<float>(shape.mask.alibi_slope(h)) : 0.0f;
       for (int64_t i0 = first_query / NQ * NQ; i0 < shape.Tq; i0 += NQ) {
         const int64_t q_first = (b * shape.Hq + h) * shape.Tq * D;
+        bool edge = true;  // the plain instantiation tests every entry, as it always has
+        if constexpr (kMasked) {
+          const TileTest test = classify(shape.mask, shape.Tq, shape.Tk, h, i0, min(i0 + NQ, shape.Tq), NQ, j0, kCols);
+          if (test.skip) continue;  // uniform in the block: no query of the tile sees a key of the block's
+          edge = test.edge;
+        }
         __syncthreads();  // the previous query tile consumed (and sK, sV written, on the first)
         load_rows<D>(Q + q_first, i0, shape.Tq, NQ, sQ);
         load_rows<D>(dZ + q_first, i0, shape.Tq, NQ, sdZ);
@@ -439,19 +544,39 @@ __global__ void __launch_bounds__(kBlockThreads)
         float pt[NQ / 8][4] = {}, dpt[NQ / 8][4] = {};
         product_rows<D, NQ>(sK, 16 * warp, sQ, pt);    // Sᵀ = K Qᵀ
         product_rows<D, NQ>(sV, 16 * warp, sdZ, dpt);  // dPᵀ = V dZᵀ
-        // Pᵀ = exp(scale·Sᵀ − lse), dSᵀ = Pᵀ ∘ (dPᵀ − D): entry (key, query c) of the fragments
+        // Pᵀ = exp(scale·Sᵀ + ALiBi's bias − lse), dSᵀ = Pᵀ ∘ (dPᵀ − D): entry (key, query c) of the fragments
+        uint32_t shown = ~0u;
+        if constexpr (kMasked) {
+          if (edge) shown = seen_entries(shape.mask, shape.Tq, shape.Tk, h, NQ, true, key, i0);
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < NQ / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (!sees_causal(shape, i0 + 8 * nt + 2 * t + e % 2, key + 8 * (e / 2))) shown &= ~(1u << (4 * nt + e));
+        }
+#pragma unroll
+        for (int nt = 0; nt < NQ / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) pt[nt][e] *= scale;
+        if (kMasked && slope != 0.0f)
+#pragma unroll
+          for (int nt = 0; nt < NQ / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) pt[nt][e] += alibi(shape, slope, i0 + 8 * nt + 2 * t + e % 2, key + 8 * (e / 2));
 #pragma unroll
         for (int nt = 0; nt < NQ / 8; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int c = 8 * nt + 2 * t + e % 2;
-            const float p = sees(shape, i0 + c, key + 8 * (e / 2)) ? expf(scale * pt[nt][e] - s_hi[c] - s_lo[c]) : 0.0f;
+            const float p = seen(shown, nt, e) ? expf(pt[nt][e] - s_hi[c] - s_lo[c]) : 0.0f;
             pt[nt][e] = p;
             dpt[nt][e] = p * (dpt[nt][e] - s_D[c]);
           }
         product_columns<D, NQ>(pt, sdZ, dv);  // dV += Pᵀ dZ
         product_columns<D, NQ>(dpt, sQ, dk);  // dK += dSᵀ Q (scale applied once, at the end)
       }
+    }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int64_t j = key + 8 * r;
@@ -538,8 +663,9 @@ void forward(const Tensor& Q, const Tensor& K, const Tensor& V, const AttentionS
       v(V, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d);
   with_head_width(shape.d, [&](auto width) {
     constexpr int D = decltype(width)::value;
-    launch(forward_kernel<D>, shape.B * shape.Hq * tiles_of(shape.Tq, kRows), forward_bytes<D>, q.data(), k.data(),
-           v.data(), shape, ptr<float>(Z), ptr<double>(lse));
+    launch(masked(shape) ? forward_kernel<D, true> : forward_kernel<D, false>,
+           shape.B * shape.Hq * tiles_of(shape.Tq, kRows), forward_bytes<D>, q.data(), k.data(), v.data(), shape,
+           ptr<float>(Z), ptr<double>(lse));
   });
 }
 
@@ -552,10 +678,11 @@ void backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& l
   const Tensor D = given_D.defined() ? given_D : Tensor::empty(lse.shape(), DType::Float32, Device::CUDA);
   with_head_width(shape.d, [&](auto width) {
     constexpr int Dh = decltype(width)::value;
-    launch(backward_query_kernel<Dh>, shape.B * shape.Hq * tiles_of(shape.Tq, kRows), query_bytes<Dh>, q.data(),
+    const bool mask = masked(shape);
+    launch(mask ? backward_query_kernel<Dh, true> : backward_query_kernel<Dh, false>, shape.B * shape.Hq * tiles_of(shape.Tq, kRows), query_bytes<Dh>, q.data(),
            k.data(), v.data(), dz.data(), ptr<const double>(lse), shape, given_D.defined(), accumulate, ptr<float>(D),
            ptr<float>(dQ));
-    launch(backward_key_kernel<Dh>, shape.B * shape.Hkv * tiles_of(shape.Tk, kCols), key_bytes<Dh>, q.data(),
+    launch(mask ? backward_key_kernel<Dh, true> : backward_key_kernel<Dh, false>, shape.B * shape.Hkv * tiles_of(shape.Tk, kCols), key_bytes<Dh>, q.data(),
            k.data(), v.data(), dz.data(), ptr<const double>(lse), ptr<const float>(D), shape, accumulate,
            ptr<float>(dK), ptr<float>(dV));
   });
@@ -566,7 +693,7 @@ void backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& l
 
 bool flash_mma_takes(const Tensor& Q, const AttentionShape& shape) {
   return gemm_precision() == Precision::BF16 && Q.dtype() == DType::Float32 && (shape.d == 64 || shape.d == 128) &&
-         !shape.mask.elementwise() && shape.mask.alibi_heads == 0 && !shape.mods.any() && flash_mma::device_has_mma();
+         !shape.mask.has_mask_function() && !shape.mods.any() && flash_mma::device_has_mma();
 }
 
 void flash_attention_mma(const Tensor& Q, const Tensor& K, const Tensor& V, const AttentionShape& shape, Tensor& Z,

@@ -11,9 +11,10 @@ namespace ag::cuda {
 
 // Whether the tensor-core kernels take this problem: --precision bf16 (the GEMM
 // switch, cuda/context.h), float32 tensors, d_h = 64 or 128, a device of sm_80
-// or later, and no option beyond causality, GQA and a query offset (no sparse
-// pattern, mask function, ALiBi, score modifier or sink): everything else stays
-// on the float32 kernel. The one place the choice is made, for both directions.
+// or later, and no option beyond causality, a query offset, GQA, a sparse pattern
+// (window, dilation, global keys, random blocks) and ALiBi (no mask function,
+// score modifier or sink): everything else stays on the float32 kernel. The one
+// place the choice is made, for both directions.
 bool flash_mma_takes(const Tensor& Q, const AttentionShape& shape);
 
 // flash_attention's contract, on tensor cores.

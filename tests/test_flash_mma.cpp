@@ -6,8 +6,9 @@
 // attention's (naive_bf16), over the
 // cases the kernel takes: causal and not, d_h = 64 and 128, T not a multiple of
 // the 64-row tile (1, 37, 200), B·H > 1, grouped kv heads with Tq < Tk, both
-// layouts; the backward's bits run to run; and the problems it does not take
-// staying on the float32 kernel. Without a device the cases print [SKIP].
+// layouts, sparse patterns and ALiBi (the masked instantiation); the backward's
+// bits run to run; and the problems it does not take staying on the float32
+// kernel. Without a device the cases print [SKIP].
 #include <cmath>
 #include <cstring>
 
@@ -56,11 +57,30 @@ struct Case {
   int64_t B, Hq, Hkv, Tq, Tk, d;
   bool causal;
   AttentionLayout layout;
+  SparsePattern pattern = {};  // a window (dilated), global keys, random blocks: the spec's, as the op reads it
+  bool alibi = false;
 };
 std::string describe(const Case& c) {
   return "B " + std::to_string(c.B) + " Hq " + std::to_string(c.Hq) + " Hkv " + std::to_string(c.Hkv) + " Tq " +
          std::to_string(c.Tq) + " Tk " + std::to_string(c.Tk) + " d " + std::to_string(c.d) +
-         (c.causal ? " causal" : "") + (c.layout == AttentionLayout::BTHD ? " BTHD" : " BHTD");
+         (c.causal ? " causal" : "") + (c.layout == AttentionLayout::BTHD ? " BTHD" : " BHTD") +
+         (c.pattern.limited() ? " window " + std::to_string(c.pattern.window) + " dilation " +
+                                    std::to_string(c.pattern.dilation) + " global " + std::to_string(c.pattern.global) +
+                                    " random blocks " + std::to_string(c.pattern.random_blocks)
+                              : "") +
+         (c.alibi ? " alibi" : "");
+}
+AttentionSpec spec_of(const Case& c) {
+  AttentionSpec spec{.causal = c.causal, .layout = c.layout};
+  if (c.alibi) spec.position = PositionEncoding::Alibi;
+  softmax_of(spec).pattern = c.pattern;
+  softmax_of(spec).impl = AttentionImpl::Flash;
+  return spec;
+}
+// The mask the op builds from that spec (core/ops/attention.cpp): which keys query i of head
+// h sees, and ALiBi's bias on its scores, for the references below.
+AttentionMask mask_of(const Case& c) {
+  return {.causal = c.causal, .q_offset = c.Tk - c.Tq, .pattern = c.pattern, .alibi_heads = c.alibi ? c.Hq : 0};
 }
 
 // A [B, H, T, d] tensor (either layout) read as x(b, h, t, e), in float64.
@@ -79,7 +99,7 @@ struct Bounds {
   std::vector<double> Z, lse, dQ, dK, dV;
 };
 Bounds derive_bounds(const Case& c, const Rows& q, const Rows& k, const Rows& v, const Rows& dz) {
-  const int64_t g = c.Hq / c.Hkv, q_offset = c.Tk - c.Tq;  // the op's default: bottom-right aligned
+  const int64_t g = c.Hq / c.Hkv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
   const auto at = [&](int64_t b, int64_t h, int64_t t, int64_t H, int64_t T, int64_t e) {
     return static_cast<size_t>(c.layout == AttentionLayout::BTHD ? ((b * T + t) * H + h) * c.d + e
@@ -94,13 +114,19 @@ Bounds derive_bounds(const Case& c, const Rows& q, const Rows& k, const Rows& v,
              std::vector<double>(v.v.size(), 0.0)};
   const size_t Tk = static_cast<size_t>(c.Tk);
   std::vector<double> P(Tk), pi(Tk), dP(Tk), phi(Tk), dS(Tk), sigma(Tk);
+  const AttentionMask mask = mask_of(c);
+  std::vector<int64_t> keys;  // the keys query i sees
   for (int64_t b = 0; b < c.B; ++b)
     for (int64_t h = 0; h < c.Hq; ++h)
       for (int64_t i = 0; i < c.Tq; ++i) {
-        const int64_t kvh = h / g, seen = c.causal ? std::min(c.Tk, i + q_offset + 1) : c.Tk;
-        if (seen <= 0) continue;
+        const int64_t kvh = h / g;
+        keys.clear();
+        for (int64_t j = 0; j < c.Tk; ++j)
+          if (mask.visible(h, i, j)) keys.push_back(j);
+        if (keys.empty()) continue;
+        const double slope = mask.alibi_slope(h);
         double E = 0, max_s = -INFINITY;
-        for (int64_t j = 0; j < seen; ++j) {
+        for (const int64_t j : keys) {
           double s = 0, s_abs = 0, p = 0, p_abs = 0;
           for (int64_t e = 0; e < c.d; ++e) {
             s += q(b, h, i, e) * k(b, kvh, j, e);
@@ -108,29 +134,31 @@ Bounds derive_bounds(const Case& c, const Rows& q, const Rows& k, const Rows& v,
             p += dz(b, h, i, e) * v(b, kvh, j, e);
             p_abs += std::abs(dz(b, h, i, e) * v(b, kvh, j, e));
           }
-          P[j] = scale * s;
+          // ALiBi's bias, formed in fp32 and added in fp32: two roundings of 2^-24 of at most |bias| + |S|
+          const double bias = mask.bias(slope, i, j);
+          P[j] = scale * s + bias;
           max_s = std::max(max_s, P[j]);
-          E = std::max(E, scale * exact_operands * s_abs);
+          E = std::max(E, scale * exact_operands * s_abs + std::ldexp(std::abs(bias) + std::abs(P[j]), -23));
           dP[j] = p;
           phi[j] = exact_operands * p_abs;
         }
         double l = 0;
-        for (int64_t j = 0; j < seen; ++j) l += std::exp(P[j] - max_s);
+        for (const int64_t j : keys) l += std::exp(P[j] - max_s);
         out.lse[static_cast<size_t>((b * c.Hq + h) * c.Tq + i)] = E + gamma_of(c.Tk) * (1 + std::abs(max_s + std::log(l)));
         double D = 0, Delta = 0;
-        for (int64_t j = 0; j < seen; ++j) {
+        for (const int64_t j : keys) {
           P[j] = std::exp(P[j] - max_s) / l;
           pi[j] = std::expm1(2 * E) * P[j];
           D += P[j] * dP[j];
           Delta += (P[j] + pi[j]) * (std::abs(dP[j]) + phi[j]) * (1 + gamma_of(c.Tk)) - P[j] * std::abs(dP[j]);
         }
-        for (int64_t j = 0; j < seen; ++j) {
+        for (const int64_t j : keys) {
           dS[j] = P[j] * (dP[j] - D);
           sigma[j] = (P[j] + pi[j]) * (std::abs(dP[j] - D) + phi[j] + Delta) - P[j] * std::abs(dP[j] - D);
         }
         for (int64_t e = 0; e < c.d; ++e) {
           double z = 0, dq = 0;
-          for (int64_t j = 0; j < seen; ++j) {
+          for (const int64_t j : keys) {
             z += product(P[j], pi[j], c.Tk + 2) * std::abs(v(b, kvh, j, e));
             dq += scale * product(dS[j], sigma[j], c.Tk) * std::abs(k(b, kvh, j, e));
             // dV_je += P_ij dZ_ie, dK_je += scale·dS_ij Q_ie: over Tq·g terms
@@ -162,7 +190,7 @@ struct Naive {
   std::vector<double> Z, dQ, dK, dV;
 };
 Naive naive_bf16(const Case& c, const Rows& q, const Rows& k, const Rows& v, const Rows& dz) {
-  const int64_t g = c.Hq / c.Hkv, q_offset = c.Tk - c.Tq;
+  const int64_t g = c.Hq / c.Hkv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
   const auto at = [&](int64_t b, int64_t h, int64_t t, int64_t H, int64_t T, int64_t e) {
     return static_cast<size_t>(c.layout == AttentionLayout::BTHD ? ((b * T + t) * H + h) * c.d + e
@@ -173,30 +201,35 @@ Naive naive_bf16(const Case& c, const Rows& q, const Rows& k, const Rows& v, con
   std::vector<double> dK_sum(k.v.size(), 0.0), dV_sum(v.v.size(), 0.0);  // summed over the group's heads and queries
   const size_t Tk = static_cast<size_t>(c.Tk);
   std::vector<double> A(Tk), dS(Tk);
+  const AttentionMask mask = mask_of(c);
+  std::vector<int64_t> keys;  // the keys query i sees
   for (int64_t b = 0; b < c.B; ++b)
     for (int64_t h = 0; h < c.Hq; ++h)
       for (int64_t i = 0; i < c.Tq; ++i) {
-        const int64_t kvh = h / g, seen = c.causal ? std::min(c.Tk, i + q_offset + 1) : c.Tk;
-        if (seen <= 0) continue;
+        const int64_t kvh = h / g;
+        keys.clear();
+        for (int64_t j = 0; j < c.Tk; ++j)
+          if (mask.visible(h, i, j)) keys.push_back(j);
+        if (keys.empty()) continue;
         double max_s = -INFINITY, l = 0, D = 0;
-        for (int64_t j = 0; j < seen; ++j) {  // S = bf16(scale·Q̂ K̂ᵀ)
+        for (const int64_t j : keys) {  // S = bf16(bf16(scale·Q̂ K̂ᵀ) + ALiBi's bias)
           double s = 0;
           for (int64_t e = 0; e < c.d; ++e) s += bf16(q(b, h, i, e)) * bf16(k(b, kvh, j, e));
-          A[j] = bf16(scale * s);
+          A[j] = c.alibi ? bf16(bf16(scale * s) + mask.bias(mask.alibi_slope(h), i, j)) : bf16(scale * s);
           max_s = std::max(max_s, A[j]);
         }
-        for (int64_t j = 0; j < seen; ++j) l += std::exp(A[j] - max_s);
-        for (int64_t j = 0; j < seen; ++j) {  // A = bf16(softmax(S)), dA = bf16(dẐ V̂ᵀ), D = rowsum(dA ∘ A)
+        for (const int64_t j : keys) l += std::exp(A[j] - max_s);
+        for (const int64_t j : keys) {  // A = bf16(softmax(S)), dA = bf16(dẐ V̂ᵀ), D = rowsum(dA ∘ A)
           A[j] = bf16(std::exp(A[j] - max_s) / l);
           double da = 0;
           for (int64_t e = 0; e < c.d; ++e) da += bf16(dz(b, h, i, e)) * bf16(v(b, kvh, j, e));
           dS[j] = bf16(da);
           D += dS[j] * A[j];
         }
-        for (int64_t j = 0; j < seen; ++j) dS[j] = bf16(A[j] * (dS[j] - D));  // dS = bf16(A ∘ (dA − D))
+        for (const int64_t j : keys) dS[j] = bf16(A[j] * (dS[j] - D));  // dS = bf16(A ∘ (dA − D))
         for (int64_t e = 0; e < c.d; ++e) {
           double z = 0, dq = 0;
-          for (int64_t j = 0; j < seen; ++j) {
+          for (const int64_t j : keys) {
             z += A[j] * bf16(v(b, kvh, j, e));
             dq += dS[j] * bf16(k(b, kvh, j, e));
             dV_sum[at(b, kvh, j, c.Hkv, c.Tk, e)] += A[j] * bf16(dz(b, h, i, e));
@@ -245,6 +278,14 @@ std::vector<Case> cases() {
     all.push_back({1, 4, 2, 37, 100, d, true, AttentionLayout::BTHD});   // grouped kv heads, queries after a prefix
     all.push_back({2, 3, 1, 130, 130, d, false, AttentionLayout::BTHD});  // three query heads over one kv head
   }
+  // The masked kernels: a sliding window, a dilated one with global keys, random blocks, ALiBi
+  // (alone, over a prefix, with a window), each with tiles that are hidden, partial and wholly seen.
+  all.push_back({2, 2, 2, 200, 200, 64, true, AttentionLayout::BHTD, {.window = 16}});
+  all.push_back({1, 4, 2, 150, 150, 128, true, AttentionLayout::BTHD, {.window = 8, .dilation = 3, .global = 5}});
+  all.push_back({1, 2, 1, 200, 200, 64, true, AttentionLayout::BHTD, {.window = 12, .random_blocks = 2, .seed = 7}});
+  all.push_back({2, 4, 4, 130, 130, 64, true, AttentionLayout::BHTD, {}, true});
+  all.push_back({1, 3, 1, 37, 100, 128, true, AttentionLayout::BTHD, {}, true});
+  all.push_back({1, 4, 2, 200, 200, 64, true, AttentionLayout::BTHD, {.window = 24}, true});
   return all;
 }
 
@@ -262,8 +303,7 @@ TEST_CASE("cuda: bf16 flash attention on tensor cores — Z, lse, dQ, dK, dV wit
     const std::vector<Tensor> in = {random(shape(c.Hq, c.Tq), seed), random(shape(c.Hkv, c.Tk), seed + 1),
                                     random(shape(c.Hkv, c.Tk), seed + 2)};
     const Tensor upstream = random(shape(c.Hq, c.Tq), seed + 3, DType::Float64, false);
-    AttentionSpec spec{.causal = c.causal, .layout = c.layout};
-    softmax_of(spec).impl = AttentionImpl::Flash;
+    const AttentionSpec spec = spec_of(c);
     const ag::test::AttentionRun exact = ag::test::run_attention(in, spec, Device::CPU, DType::Float64, upstream);
     ag::test::AttentionRun fast;
     {
@@ -323,8 +363,8 @@ TEST_CASE("cuda: bf16 flash attention's backward gives the same bits every run")
 }
 
 // What the tensor cores do not take (flash_mma_takes) stays on the float32 kernel under
-// --precision bf16, for a head width other than 64 and 128, a sparse window, ALiBi and a
-// soft cap: its results agree with float64's within 1e-4 (normwise), which float32's sums
+// --precision bf16, for a head width other than 64 and 128 and a soft cap (a sparse window
+// and ALiBi are the masked kernels' now, in the case above): its results agree with float64's within 1e-4 (normwise), which float32's sums
 // over 70 keys and 64 widths meet with room (n·2^-24 ≈ 1e-5 at worst) and bf16's rounding
 // of the inputs (2^-9 ≈ 2e-3 relative per element, as the case above sees) does not.
 TEST_CASE("cuda: under bf16, flash problems the tensor cores do not take stay on the float32 kernel") {
@@ -334,12 +374,8 @@ TEST_CASE("cuda: under bf16, flash problems the tensor cores do not take stay on
     int64_t d;
     AttentionSpec spec;
   };
-  std::vector<Fallback> fallbacks = {{"d_h 32", 32, {.causal = true}},
-                                     {"window 16", 64, {.causal = true}},
-                                     {"alibi", 64, {.causal = true, .position = PositionEncoding::Alibi}},
-                                     {"soft cap", 64, {.causal = true}}};
-  softmax_of(fallbacks[1].spec).pattern.window = 16;
-  softmax_of(fallbacks[3].spec).mods.soft_cap = 5.0;
+  std::vector<Fallback> fallbacks = {{"d_h 32", 32, {.causal = true}}, {"soft cap", 64, {.causal = true}}};
+  softmax_of(fallbacks[1].spec).mods.soft_cap = 5.0;
   for (Fallback& f : fallbacks) {
     CAPTURE(f.name);
     softmax_of(f.spec).impl = AttentionImpl::Flash;
