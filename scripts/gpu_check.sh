@@ -45,6 +45,10 @@
 #      (issue 49: >= 150 TFLOP/s and <= 1.5x at d = 64).
 #      TESTS=cuda CHECKS=0 FLASH=1: the CUDA cases (tests/test_flash_mma.cpp's among them)
 #      and this stage alone.
+#  12. with LONG=1, issue 49's long context: char_lm train --device cuda, batch 1, 8 iterations,
+#      ssd at T = 131072 (1 layer, then 6 × 384 with rope) and flash at T = 32768 (fp32 and bf16),
+#      each one's median ms/iter and the device memory's peak (nvidia-smi, every 200 ms); LONG_S
+#      seconds at most per run (150).
 # Everything printed also goes to LOG_DIR/gpu_check.log.
 #
 #   bash scripts/gpu_check.sh LOG_DIR
@@ -319,6 +323,34 @@ if [ "${FLASH:-0}" = 1 ]; then
             printf "d %4s T %6s  attograd %7.1f TFLOP/s  SDPA %7.1f TFLOP/s  attograd / SDPA time %5.2fx\n", at[1], at[2],
                    rate[key, 0] / 1000, rate[key, 1] / 1000, ms[key, 0] / ms[key, 1] } }' \
     "$log_dir/flash-bf16.md" "$log_dir/flash-torch.md" | sort -k2,2n -k4,4n
+fi
+
+if [ "${LONG:-0}" = 1 ]; then
+  # Issue 49, item 3: long context on one GPU. Each run: 8 iterations of batch 1 (the first
+  # allocates; char_lm's median is over the rest), the device's memory in use sampled every
+  # 200 ms by nvidia-smi (the peak, and the peak above the first sample: the process's own).
+  echo "== issue 49: long context on one GPU — ssd at T = 131072 (1 layer; 6 x 384 with rope), flash at T = 32768"
+  long_run() {  # a name, then char_lm train's options
+    local name=$1 status sampler
+    shift
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$log_dir/long-$name.mem" 2>/dev/null &
+    sampler=$!
+    timeout "${LONG_S:-150}" ./build-gpu/char_lm train --device cuda --data "$data" --out "$log_dir/run-long-$name" \
+      --batch-size 1 --max-iters 8 --eval-interval 1000 --eval-iters 1 --log-interval 1 --sample-tokens 0 "$@" \
+      >"$log_dir/long-$name.log" 2>&1
+    status=$?
+    kill "$sampler" 2>/dev/null
+    wait "$sampler" 2>/dev/null
+    printf '%-16s exit %3d  %s  ' "$name" "$status" "$(grep -o 'median [0-9.]* ms/iter' "$log_dir/long-$name.log" || echo 'no median')"
+    awk 'NR == 1 {first = $1} $1 > peak {peak = $1} END {printf "device memory peak %d MiB (%d MiB above the first sample)\n", peak, peak - first}' \
+      "$log_dir/long-$name.mem"
+    [ "$status" = 0 ] || tail -5 "$log_dir/long-$name.log"
+  }
+  long_run ssd-128k --attention ssd --block-size 131072 --n-layer 1
+  long_run ssd-128k-6x384 --attention ssd --block-size 131072 --n-layer 6 --n-head 6 --n-embd 384 --position rope
+  long_run flash-32k --attn-impl flash --block-size 32768 --n-layer 1
+  long_run flash-32k-bf16 --attn-impl flash --block-size 32768 --n-layer 1 --precision bf16
+  echo "(issue 49: ssd at T = 131072 <= 100 ms/iter — the CPU's 4 681 on 2 cores; the 6 x 384 run and flash at 32768 train)"
 fi
 
 if [ -n "${ZOOLOGY:-}" ]; then
