@@ -18,6 +18,12 @@
 // A failed capture is not an error: capture() ends it, keeps nothing, and says
 // why, and its caller runs the work eagerly.
 //
+// Index checks (cuda/context.h's deferred errors): the captured work's checks are
+// deferred again after each replay and read at the next synchronisation. Each
+// replay writes the same check buffers, so a synchronisation sees the last replay's
+// result: an out-of-range index in an earlier replay since the last read goes
+// unreported (eager steps report each one). A training run reads at log intervals.
+//
 // cuBLAS has a workspace of its own set on the handle (cuda/context.cu), so a
 // captured GEMM allocates nothing; cuFFT plans are made by the eager steps
 // before a capture (cuda/s4.cu keeps them).
