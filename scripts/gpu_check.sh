@@ -45,6 +45,11 @@
 #      (issue 49: >= 150 TFLOP/s and <= 1.5x at d = 64).
 #      TESTS=cuda CHECKS=0 FLASH=1: the CUDA cases (tests/test_flash_mma.cpp's among them)
 #      and this stage alone.
+#  12. with GRAPH=1, issue 48's one CUDA graph per step: bench/gpu_graph.sh (char_lm at
+#      --cuda-graph off and on, the lab cell's shape and the default model, fp32 and bf16:
+#      median ms/step, each pair's losses compared, the `cuda graph:` line that says whether
+#      the graph applied). TESTS=cuda CHECKS=0 GRAPH=1: the CUDA cases (tests/test_cuda_graph.cpp's
+#      graph ≡ eager among them) and this stage alone.
 # Everything printed also goes to LOG_DIR/gpu_check.log.
 #
 #   bash scripts/gpu_check.sh LOG_DIR
@@ -281,6 +286,11 @@ if [ "${COMPARE:-0}" = 1 ]; then
     END {if (n == 2) {for (f in v) {if (f ~ /bf16/) b = v[f]; else a = v[f]}
          d = b - a; printf "bf16 - fp32 val loss: %+.4f (%s)\n", d, (d < 0.01 && d > -0.01) ? "within 0.01" : "NOT within 0.01"}}' \
     "$log_dir/converge-fp32.log" "$log_dir/converge-bf16.log"
+fi
+
+if [ "${GRAPH:-0}" = 1 ]; then
+  echo "== issue 48: one CUDA graph per step against kernels launched one by one (bench/gpu_graph.sh)"
+  DATA="$data" timeout 300 bash bench/gpu_graph.sh "$log_dir/graph" build-gpu
 fi
 
 if [ "${ATTN:-0}" = 1 ]; then
