@@ -8,6 +8,7 @@
 #include "core/counter_shifts.h"
 #include "core/dispatch.h"
 #include "core/ops.h"
+#include "core/profiler.h"
 #include "cuda/context.h"
 #include "cuda/graph.h"
 #include "optim/clip_grad.h"
@@ -87,6 +88,7 @@ std::string TrainStep::graph_off_reason() const {
   if (!graph_disabled_.empty()) return graph_disabled_;
   if (after_backward) return "an after_backward hook (data or context parallelism: MPI or NCCL called from the host)";
   if (anomaly_mode()) return "anomaly mode (--detect-anomaly checks every op's output on the host)";
+  if (profiler::recording()) return "the kernel profiler (it times each kernel by waiting for it)";
   return "";
 }
 

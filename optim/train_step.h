@@ -43,16 +43,17 @@
 // and dropout's counter shifts (core/counter_shifts.h), and launches it. New
 // shapes capture again. The loss and the norm are copied out of the graph's
 // outputs after each replay, so each step's stay readable until checked.
-// Under --cuda-graph on every step (the eager ones too) computes the loss's head
-// over all rows, as a capture must (GPT::loss gathers the scored rows from targets
-// read on the host): the loss and gradients are the same as off's, bit for bit
-// when every target is scored, up to rounding when some are ignored.
+// Where the graph applies, every step (the eager ones too) computes the loss's
+// head over all rows, as a capture must (GPT::loss gathers the scored rows from
+// targets read on the host): the loss and gradients are the same as off's, bit
+// for bit when every target is scored, up to rounding when some are ignored.
 // It does not apply, and the step runs eagerly, on the CPU; with an after_backward
 // hook (data or context parallelism: it calls MPI or NCCL from the host); in
-// anomaly mode; when the caller says so (disable_cuda_graph: packed documents,
-// whose masks are made on the host from each batch); and for the rest of the run
-// after a capture fails (an op that waits for the device or uploads from the
-// host), which prints why once. cuda_graph_status() says which.
+// anomaly mode; while the kernel profiler records (it waits for each kernel);
+// when the caller says so (disable_cuda_graph: packed documents, whose masks are
+// made on the host from each batch); and for the rest of the run after a capture
+// fails (an op that waits for the device or uploads from the host), which prints
+// why once. cuda_graph_status() says which.
 #pragma once
 #include <functional>
 #include <memory>
