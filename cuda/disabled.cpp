@@ -51,7 +51,12 @@ Precision gemm_precision() { return gemm_mode; }
 StepGraph::~StepGraph() = default;
 std::string StepGraph::capture(const std::function<void()>&) { return describe_device(); }
 void StepGraph::replay() AG_WITHOUT_CUDA
-void StepGraph::reset() {}
+void StepGraph::reset() {  // nothing was captured: the fields keep their empty values
+  exec_ = graph_ = nullptr;
+  pool_ = 0;
+  replays_ = 0;
+  checks_.clear();
+}
 
 // --- kernels (cuda/cuda.h): one stub per core/kernels.inc entry -------------------------
 // The entries name their parameters; a stub hands them to `unused` (for -Wunused-parameter).
