@@ -11,13 +11,15 @@
 #
 #   bash bench/gpu_graph.sh LOG_DIR [BUILD_DIR]        (BUILD_DIR: build-gpu)
 #
-# scripts/gpu_check.sh runs it as its GRAPH=1 stage. Budget: 8 runs of 120 small
+# scripts/gpu_check.sh runs it as its GRAPH=1 stage. DEVICE=cpu ITERS=12 runs the same
+# lines on the CPU (bf16 refused, both columns eager): a check of the script, not a measurement. Budget: 8 runs of 120 small
 # steps, well under a minute on an H100 beside start-up.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 log_dir=$(realpath -m "${1:-gpu_logs}")
 build=${2:-build-gpu}
 iters=${ITERS:-120}
+device=${DEVICE:-cuda}  # DEVICE=cpu: a check of the script itself (the graph applies on CUDA only)
 mkdir -p "$log_dir"
 data=${DATA:-$(bash scripts/get_data.sh)} || exit 1
 
@@ -38,7 +40,7 @@ for entry in "${configs[@]}"; do
     for graph in off on; do
       log=$log_dir/graph-$name-$precision-$graph.log
       rm -rf "$log_dir/run-graph-$name-$precision-$graph"
-      timeout 120 "./$build/char_lm" train --device cuda --precision "$precision" --cuda-graph "$graph" --data "$data" \
+      timeout 120 "./$build/char_lm" train --device "$device" --precision "$precision" --cuda-graph "$graph" --data "$data" \
         --out "$log_dir/run-graph-$name-$precision-$graph" --max-iters "$iters" --eval-interval 100000 --eval-iters 1 \
         --sample-tokens 0 --log-interval 50 $opts >"$log" 2>&1
       ms[$graph]=$(sed -n 's/.*median \([0-9.]*\) ms\/iter.*/\1/p' "$log")

@@ -1,6 +1,8 @@
 // cuda/graph.h: one CUDA graph, captured from the stream and replayed.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "cuda/check.h"
 #include "cuda/graph.h"

@@ -178,9 +178,15 @@ TrainStep::Outputs TrainStep::run_graphed(const std::vector<Batch>& micro_batche
     kernel::cast(micro_batches[m].y.to(device_), g.inputs[m].y);
   }
   if (!g.graph.ready() && g.eager_steps >= 2) {
-    g.shifts.begin();
-    const std::string failure = g.graph.capture([&] { g.outputs = step_on_device(g.inputs, nullptr); });
-    g.shifts.end();
+    std::string failure;
+    {
+      g.shifts.begin();
+      struct EndShifts {  // also when capture() throws
+        CounterShifts& shifts;
+        ~EndShifts() { shifts.end(); }
+      } end_shifts{g.shifts};
+      failure = g.graph.capture([&] { g.outputs = step_on_device(g.inputs, nullptr); });
+    }
     if (!failure.empty()) {
       g.outputs = {};
       graph_disabled_ = "the capture at iteration " + std::to_string(iter) + " failed (" + failure + ")";

@@ -366,6 +366,7 @@ Trainer::Trainer(const TrainConfig& c, const text::Dataset& data, std::unique_pt
   optim::replicate(model_->parameters(), comm_);
   optim::make_data_parallel(step_, comm_);  // over all N processes: each holds its positions' loss terms
   if (!separator_.empty()) step_.disable_cuda_graph("--documents (each batch's document mask is made on the host)");
+  if (grid.ring()) step_.disable_cuda_graph("--context-parallel (ring attention's exchanges are driven from the host)");
   manual_seed(optim::replica_seed(c.optim.seed + 4, comm_));  // dropout masks draw from the default generator
   model_->set_context_parallel(grid.ring());
 }
