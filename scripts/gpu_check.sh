@@ -31,6 +31,11 @@
 #      ms/step and TFLOP/s), then the default model 2000 iterations at fp32 and
 #      at bf16, same seed: their final val losses (issue 48: within 0.01).
 #      COMPILE=0 leaves torch.compile out, CONVERGE=0 the 2000-iteration runs.
+#      With GRAPH=1 (alone or beside COMPARE=1), issue 48's one CUDA graph per step:
+#      bench/gpu_graph.sh (char_lm at --cuda-graph off and on, the lab cell's shape and the
+#      default model, fp32 and bf16: median ms/step, each pair's losses compared, the
+#      `cuda graph:` line that says whether the graph applied). TESTS=cuda CHECKS=0 GRAPH=1:
+#      the CUDA cases (tests/test_cuda_graph.cpp's graph ≡ eager among them) and this stage alone.
 #  10. with ATTN=1, issue 49's O(T) attention on the GPU: bench_attention --device cuda
 #      times ssd, linear attention (elu1) and flash softmax, causal, B = 1 × H = 8,
 #      d = 64 and 128, at T = 512 and 16384 (ATTN_T), forward and forward + backward,
@@ -45,11 +50,6 @@
 #      (issue 49: >= 150 TFLOP/s and <= 1.5x at d = 64).
 #      TESTS=cuda CHECKS=0 FLASH=1: the CUDA cases (tests/test_flash_mma.cpp's among them)
 #      and this stage alone.
-#  12. with GRAPH=1, issue 48's one CUDA graph per step: bench/gpu_graph.sh (char_lm at
-#      --cuda-graph off and on, the lab cell's shape and the default model, fp32 and bf16:
-#      median ms/step, each pair's losses compared, the `cuda graph:` line that says whether
-#      the graph applied). TESTS=cuda CHECKS=0 GRAPH=1: the CUDA cases (tests/test_cuda_graph.cpp's
-#      graph ≡ eager among them) and this stage alone.
 # Everything printed also goes to LOG_DIR/gpu_check.log.
 #
 #   bash scripts/gpu_check.sh LOG_DIR
