@@ -14,18 +14,25 @@ cudaStream_t the_stream() { return static_cast<cudaStream_t>(stream()); }
 }  // namespace
 
 StepGraph::~StepGraph() {
-  // A destructor throws nothing: a failure to destroy leaks the graph, no more.
-  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+  // A destructor throws nothing: a failure to destroy leaks the graph, no more. A replay may still
+  // run: it finishes before its graph goes (as in reset()).
+  if (exec_) {
+    cudaStreamSynchronize(the_stream());
+    cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+  }
   if (graph_) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
   if (pool_) release_graph_pool(pool_);
 }
 
 void StepGraph::reset() {
-  if (exec_) AG_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_)));
+  // A replay still queued finishes first: one wait, at a change of shapes only, rather than relying
+  // on the driver to keep an executing graph alive.
+  if (exec_) {
+    wait_for_queue();
+    AG_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_)));
+  }
   if (graph_) AG_CUDA_CHECK(cudaGraphDestroy(static_cast<cudaGraph_t>(graph_)));
   exec_ = graph_ = nullptr;
-  // Replays still queued may read the pool's blocks; their next owners' kernels queue after them on the
-  // one stream, so they run after them (the allocator's argument: cuda/context.cu).
   if (pool_) release_graph_pool(pool_);
   pool_ = 0;
   replays_ = 0;

@@ -42,7 +42,7 @@ namespace ag::cuda {
 class StepGraph {
  public:
   StepGraph() = default;
-  ~StepGraph();  // destroys the graph and releases its pool
+  ~StepGraph();  // destroys the graph (after its queued replays) and releases its pool
   StepGraph(const StepGraph&) = delete;
   StepGraph& operator=(const StepGraph&) = delete;
 
@@ -56,7 +56,8 @@ class StepGraph {
   // deferred (cuda/context.h) are deferred again for this replay.
   void replay();
   bool ready() const { return exec_ != nullptr; }
-  // Destroys the graph and releases its pool (before a capture of new shapes).
+  // Destroys the graph and releases its pool (before a capture of new shapes),
+  // after waiting for a replay still queued.
   void reset();
 
  private:
