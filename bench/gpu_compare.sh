@@ -5,7 +5,8 @@
 # bf16 where this machine's PyTorch has it, on
 #   default      char_lm's default model (4 layers, 4 heads, width 128, T 64, batch 12)
 #   nanogpt-gpu  nanoGPT's shakespeare_char GPU config (6 layers, 6 heads, 384, T 256, batch 64)
-# Each run is ITERS steps (default 80); the number is the median of the steps
+# attograd runs with --cuda-graph CUDA_GRAPH (default on: one CUDA graph per step,
+# optim/train_step.h). Each run is ITERS steps (default 80); the number is the median of the steps
 # after the first 10 (warm-up: both programs time them the same way), so a
 # median of ITERS - 10 >= 50 steps. TFLOP/s by nanoGPT's count: 6N + 12·L·H·Q·T
 # FLOPs per token (N the parameters without the position embedding; Q = C/H),
@@ -27,6 +28,7 @@ log_dir=$(realpath -m "${1:-gpu_logs}")
 build=${2:-build-gpu}
 device=${DEVICE:-cuda}
 iters=${ITERS:-80}
+cuda_graph=${CUDA_GRAPH:-on}  # attograd's --cuda-graph (bench/gpu_graph.sh compares off and on)
 python=${PYTHON:-python3}
 mkdir -p "$log_dir"
 data=${DATA:-$(bash scripts/get_data.sh)} || exit 1
@@ -71,7 +73,7 @@ for entry in "${configs[@]}"; do
   for precision in fp32 tf32 bf16; do
     log=$log_dir/attograd-$name-$precision.log
     rm -rf "$log_dir/run-$name-$precision"
-    timeout 150 "./$build/char_lm" train --device "$device" --precision "$precision" --data "$data" \
+    timeout 150 "./$build/char_lm" train --device "$device" --precision "$precision" --cuda-graph "$cuda_graph" --data "$data" \
       --out "$log_dir/run-$name-$precision" --max-iters "$iters" --eval-interval 100000 --eval-iters 1 \
       --sample-tokens 0 --log-interval 50 $opts >"$log" 2>&1
     ms=$(sed -n 's/.*median \([0-9.]*\) ms\/iter.*/\1/p' "$log")

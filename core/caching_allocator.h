@@ -21,6 +21,22 @@
 //   - A mutex guards the lists: tensors may be freed on any thread.
 //   - Blocks are not poisoned or cleared: a new tensor's contents are undefined,
 //     as they were with malloc.
+//   - Private pools, for CUDA graphs (cuda/graph.h; PyTorch's design). A captured
+//     graph keeps the addresses its kernels were recorded with, and every replay
+//     writes them again: those blocks must never serve another tensor while the
+//     graph exists. So between begin_pool() and end_pool() (the capture) every
+//     request is served from the pool's own free lists, or failing that from the
+//     general lists or the system, and the block then belongs to the pool; every
+//     block freed meanwhile goes to the pool too, whoever allocated it (a tensor
+//     made before the capture and freed during it may still be read by the graph).
+//     A pool's block freed after the capture goes back to the pool's lists, where
+//     only a later capture into the same pool finds it: general requests never
+//     take it, and neither empty_cache() nor the out-of-memory retry releases it.
+//     release_pool() (the graph destroyed) hands its free blocks to the general
+//     lists, and its blocks still in use go there when freed.
+//     While a pool captures, the out-of-memory retry frees nothing: on the device
+//     cudaFree waits for the GPU, which a capture forbids, so the request fails
+//     and so does the capture (the step then runs eagerly).
 //
 // System supplies the memory:
 //   static void* allocate(size_t bytes);  // nullptr when out of memory
@@ -41,7 +57,8 @@ namespace ag {
 
 struct MemoryStats {
   size_t in_use_bytes = 0;    // held by live blocks (rounded sizes)
-  size_t cached_bytes = 0;    // freed blocks kept for reuse
+  size_t cached_bytes = 0;    // freed blocks kept for reuse (the private pools' among them)
+  size_t pool_bytes = 0;      // blocks that belong to private pools, in use or free
   int64_t system_allocs = 0;  // calls of the system allocator so far; flat in a steady training loop
 };
 
@@ -56,17 +73,17 @@ class CachingAllocator {
   // `what` names the memory in the out-of-memory error ("host", "cudaMalloc").
   explicit CachingAllocator(const char* what) : what_(what) {}
 
+  using PoolId = uint64_t;  // 0 is no pool
+
   void* allocate(size_t nbytes) {
     const size_t size = round_up(nbytes);
     std::lock_guard<std::mutex> lock(mutex_);
-    std::vector<void*>& list = free_[size];
-    void* ptr = nullptr;
-    if (!list.empty()) {
-      ptr = list.back();
-      list.pop_back();
-      stats_.cached_bytes -= size;
-    } else {
-      ptr = system_allocate(size);
+    void* ptr = capturing_ ? take(pools_[capturing_].free[size], size) : nullptr;
+    if (!ptr) ptr = take(free_[size], size);
+    if (!ptr) ptr = system_allocate(size);
+    if (capturing_ && !owner_.count(ptr)) {
+      owner_[ptr] = {capturing_, size};
+      stats_.pool_bytes += size;
     }
     stats_.in_use_bytes += size;
     return ptr;
@@ -77,9 +94,53 @@ class CachingAllocator {
     if (!ptr) return;
     const size_t size = round_up(nbytes);
     std::lock_guard<std::mutex> lock(mutex_);
-    free_[size].push_back(ptr);
+    PoolId pool = 0;
+    if (!owner_.empty()) {
+      const auto it = owner_.find(ptr);
+      if (it != owner_.end()) pool = it->second.pool;
+    }
+    if (!pool && capturing_) {  // made before the capture, freed during it: the graph may read it
+      pool = capturing_;
+      owner_[ptr] = {pool, size};
+      stats_.pool_bytes += size;
+    }
+    (pool ? pools_[pool].free : free_)[size].push_back(ptr);
     stats_.in_use_bytes -= size;
     stats_.cached_bytes += size;
+  }
+
+  // Starts a new private pool and routes every allocation and free to it until
+  // end_pool(). One pool captures at a time.
+  PoolId begin_pool() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    AG_CHECK(!capturing_, what_ << ": begin_pool while pool " << capturing_ << " still captures");
+    capturing_ = next_pool_++;
+    pools_[capturing_];
+    return capturing_;
+  }
+  // Ends the capture: the pool keeps its blocks until release_pool.
+  void end_pool() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    capturing_ = 0;
+  }
+  // Gives the pool's blocks back to the general lists: the free ones now, the ones
+  // still in use when they are freed. Ends its capture if it is still capturing.
+  void release_pool(PoolId pool) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = pools_.find(pool);
+    if (found == pools_.end()) return;
+    if (capturing_ == pool) capturing_ = 0;
+    for (auto& [size, list] : found->second.free)
+      for (void* ptr : list) free_[size].push_back(ptr);
+    pools_.erase(found);
+    for (auto it = owner_.begin(); it != owner_.end();) {
+      if (it->second.pool != pool) {
+        ++it;
+        continue;
+      }
+      stats_.pool_bytes -= it->second.size;
+      it = owner_.erase(it);
+    }
   }
 
   MemoryStats stats() {
@@ -97,10 +158,19 @@ class CachingAllocator {
   // A zero-byte request still gets a block of its own: every pointer is valid and distinct.
   static size_t round_up(size_t nbytes) { return (std::max<size_t>(nbytes, 1) + kGranule - 1) / kGranule * kGranule; }
 
+  // With mutex_ held: a block from `list`, or null.
+  void* take(std::vector<void*>& list, size_t size) {
+    if (list.empty()) return nullptr;
+    void* ptr = list.back();
+    list.pop_back();
+    stats_.cached_bytes -= size;
+    return ptr;
+  }
+
   // With mutex_ held.
   void* system_allocate(size_t size) {
     void* ptr = System::allocate(size);
-    if (!ptr) {
+    if (!ptr && !capturing_) {
       release_cached();
       ptr = System::allocate(size);
     }
@@ -112,7 +182,7 @@ class CachingAllocator {
     return ptr;
   }
 
-  // With mutex_ held.
+  // With mutex_ held: the general lists only (a private pool's blocks stay until release_pool).
   void release_cached() {
     for (auto& [size, list] : free_) {
       // Unlink the blocks first: if a release throws, none is left to be freed twice.
@@ -123,9 +193,20 @@ class CachingAllocator {
     }
   }
 
+  struct Pool {
+    std::unordered_map<size_t, std::vector<void*>> free;  // rounded size -> the pool's free blocks
+  };
+
   const char* what_;
   std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> free_;  // rounded size -> free blocks
+  std::unordered_map<PoolId, Pool> pools_;
+  struct Owned {
+    PoolId pool;
+    size_t size;  // rounded
+  };
+  std::unordered_map<void*, Owned> owner_;  // every block that belongs to a pool
+  PoolId capturing_ = 0, next_pool_ = 1;
   MemoryStats stats_;
 };
 

@@ -88,11 +88,17 @@ struct GemmShape {
 // the updates unless skipped): Adam's t is *applied_steps + 1, SGD's first step
 // the one at *applied_steps = 0. Read on that device, so a skipped step leaves t
 // on a GPU too without the host waiting for the guard.
+// lr_on_device (both): null, or a float64 scalar where the tensors live that
+// holds this step's learning rate, read there in place of lr (a training step's
+// step constant: a CUDA graph replayed at every step reads that step's rate, not
+// the one it was captured with). The same double either way, so the same bits.
 struct AdamHyper {
   double lr, beta1, beta2, eps, weight_decay;
   const int64_t* applied_steps;
   bool decoupled;  // true: AdamW's decay; false: Adam's L2 term
   const double* skip_unless_finite = nullptr;
+  const double* lr_on_device = nullptr;
+  AG_HOST_DEVICE double rate() const { return lr_on_device ? *lr_on_device : lr; }
 };
 
 // SGD in torch.optim's form: g ← g + wd·p; with momentum μ: b ← μ·b + (1 − dampening)·g
@@ -102,6 +108,8 @@ struct SgdHyper {
   bool nesterov;
   const int64_t* applied_steps;  // as AdamHyper's
   const double* skip_unless_finite = nullptr;
+  const double* lr_on_device = nullptr;  // as AdamHyper's
+  AG_HOST_DEVICE double rate() const { return lr_on_device ? *lr_on_device : lr; }
 };
 
 }  // namespace ag::kernel

@@ -26,7 +26,7 @@ struct AdamStep {
   double step_size, bias_correction2_sqrt;
 };
 AG_HOST_DEVICE inline AdamStep adam_step_at(const kernel::AdamHyper& h, int64_t t) {
-  return {h.lr / (1.0 - std::pow(h.beta1, static_cast<double>(t))),
+  return {h.rate() / (1.0 - std::pow(h.beta1, static_cast<double>(t))),
           std::sqrt(1.0 - std::pow(h.beta2, static_cast<double>(t)))};
 }
 
@@ -43,7 +43,7 @@ template <class T> struct AdamUpdate {
         bias_correction2_sqrt(static_cast<T>(at.bias_correction2_sqrt)),
         beta1(static_cast<T>(h.beta1)), one_minus_beta1(static_cast<T>(1.0 - h.beta1)),
         beta2(static_cast<T>(h.beta2)), one_minus_beta2(static_cast<T>(1.0 - h.beta2)), eps(static_cast<T>(h.eps)),
-        shrink(static_cast<T>(h.decoupled ? 1.0 - h.lr * h.weight_decay : 1.0)),
+        shrink(static_cast<T>(h.decoupled ? 1.0 - h.rate() * h.weight_decay : 1.0)),
         l2(static_cast<T>(h.decoupled ? 0.0 : h.weight_decay)) {}
 
   AG_HOST_DEVICE void operator()(int64_t i) const { apply(p[i], g[i], m[i], v[i]); }
@@ -62,7 +62,8 @@ template <class T> struct AdamUpdate {
 
 // SGD with optional momentum and Nesterov (contract in core/kernel_args.h), at the
 // first step or a later one (read from the count where it lives: the CPU once, CUDA
-// per thread). Without momentum there is no buffer (as in torch): b is null and never read.
+// per thread), at the learning rate `rate` (h.rate(), read where it lives likewise).
+// Without momentum there is no buffer (as in torch): b is null and never read.
 template <class T> struct SgdUpdate {
   T* p;
   const T* g;
@@ -70,8 +71,8 @@ template <class T> struct SgdUpdate {
   T lr, weight_decay, mu, one_minus_dampening;
   bool nesterov, first_step;
 
-  SgdUpdate(T* param, const T* grad, T* momentum_buffer, const kernel::SgdHyper& h, bool first)
-      : p(param), g(grad), b(h.momentum != 0.0 ? momentum_buffer : nullptr), lr(static_cast<T>(h.lr)),
+  AG_HOST_DEVICE SgdUpdate(T* param, const T* grad, T* momentum_buffer, const kernel::SgdHyper& h, bool first, double rate)
+      : p(param), g(grad), b(h.momentum != 0.0 ? momentum_buffer : nullptr), lr(static_cast<T>(rate)),
         weight_decay(static_cast<T>(h.weight_decay)), mu(static_cast<T>(h.momentum)),
         one_minus_dampening(static_cast<T>(1.0 - h.dampening)), nesterov(h.nesterov), first_step(first) {}
 

@@ -158,6 +158,7 @@ template <class T> struct AttentionDropoutEntries {
   T* out;
   double p;
   uint64_t seed, first;
+  const uint64_t* shift;  // inside a captured graph (core/counter_shifts.h), else null
   int64_t Tq, Tk;
   T scale;
   __device__ void operator()(int64_t e) const {
@@ -166,7 +167,7 @@ template <class T> struct AttentionDropoutEntries {
       return;
     }
     const int64_t i = e % Tq, j = e / Tq % Tk, matrix = e / (Tq * Tk);
-    const uint64_t counter = first + static_cast<uint64_t>((matrix * Tq + i) * Tk + j);
+    const uint64_t counter = (shift ? first + *shift : first) + static_cast<uint64_t>((matrix * Tq + i) * Tk + j);
     out[e] = random_uniform(seed, counter) >= p ? x[e] * scale : T(0);
   }
 };
@@ -685,14 +686,14 @@ void attention_additive_scores_backward(const Tensor& Q, const Tensor& K, const 
 }
 
 void attention_dropout(const Tensor& X, const Tensor& support, double p, uint64_t seed, uint64_t offset,
-                       int64_t first_batch, Tensor& out) {
+                       const uint64_t* counter_shift, int64_t first_batch, Tensor& out) {
   visit_floating(X.dtype(), "attention_dropout", [&](auto zero) {
     using T = decltype(zero);
     const int64_t Hq = X.size(1), Tk = X.size(2), Tq = X.size(3);
     const T scale = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
     for_each_index(X.numel(), AttentionDropoutEntries<T>{ptr<const T>(X), ptr<const T>(support), ptr<T>(out), p, seed,
-                                                         offset + static_cast<uint64_t>(first_batch * Hq * Tq * Tk), Tq,
-                                                         Tk, scale});
+                                                         offset + static_cast<uint64_t>(first_batch * Hq * Tq * Tk),
+                                                         counter_shift, Tq, Tk, scale});
   });
 }
 

@@ -71,6 +71,9 @@ void* allocate(size_t nbytes) { return allocator().allocate(nbytes); }
 void deallocate(void* ptr, size_t nbytes) { allocator().deallocate(ptr, nbytes); }
 MemoryStats memory_stats() { return allocator().stats(); }
 void empty_cache() { allocator().empty_cache(); }
+uint64_t begin_graph_pool() { return allocator().begin_pool(); }
+void end_graph_pool() { allocator().end_pool(); }
+void release_graph_pool(uint64_t pool) { allocator().release_pool(pool); }
 
 // --- the stream and cuBLAS ----------------------------------------------------------
 
@@ -80,11 +83,18 @@ Precision gemm_mode = Precision::FP32;
 // The handle's math mode decides TF32 for the float32 GEMMs; bf16 GEMMs name their types in each call.
 cublasMath_t math_mode() { return gemm_mode == Precision::TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH; }
 
+// cuBLAS's workspace, set on the handle: without one cuBLAS allocates its own
+// on first use of a GEMM shape, which a CUDA graph's capture cannot do (cuda/graph.h).
+// 32 MiB, what cuBLAS itself takes on Hopper (and PyTorch's default there).
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
 struct Context {
-  // A blocking stream (cudaStreamCreate's default): work queued on the legacy
+  // A created stream, not the legacy default one (which a CUDA graph cannot
+  // capture); blocking (cudaStreamCreate's default): work queued on the legacy
   // default stream, if any ever is, still runs in order with ours.
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
+  void* blas_workspace = nullptr;  // never freed, as the handle
 };
 
 bool context_made = false;  // the handle exists: a mode set later must reach it
@@ -95,6 +105,9 @@ Context& context() {
     AG_CUDA_CHECK(cudaStreamCreate(&c->stream));
     AG_CUBLAS_CHECK(cublas().create(&c->blas));
     AG_CUBLAS_CHECK(cublas().set_stream(c->blas, c->stream));
+    // After set_stream, which puts the handle back on cuBLAS's own workspace pool.
+    AG_CUDA_CHECK(cudaMalloc(&c->blas_workspace, kCublasWorkspaceBytes));
+    AG_CUBLAS_CHECK(cublas().set_workspace(c->blas, c->blas_workspace, kCublasWorkspaceBytes));
     AG_CUBLAS_CHECK(cublas().set_math_mode(c->blas, math_mode()));
     context_made = true;
     return c;
@@ -150,6 +163,16 @@ void raise_pending_index_errors() {
 void defer_index_error(PendingIndexCheck check) {
   std::lock_guard<std::mutex> lock(pending().mutex);
   pending().checks.push_back(std::move(check));
+}
+
+std::vector<PendingIndexCheck> pending_index_checks() {
+  std::lock_guard<std::mutex> lock(pending().mutex);
+  return pending().checks;
+}
+
+void keep_pending_index_checks(size_t count) {
+  std::lock_guard<std::mutex> lock(pending().mutex);
+  if (pending().checks.size() > count) pending().checks.resize(count);
 }
 
 namespace {

@@ -31,7 +31,13 @@ std::string describe_device();
 void* allocate(size_t nbytes);
 void deallocate(void* ptr, size_t nbytes);
 MemoryStats memory_stats();  // system_allocs counts cudaMalloc calls
-void empty_cache();  // returns every cached block to the driver
+void empty_cache();  // returns every cached block to the driver (a CUDA graph's pool stays)
+// A CUDA graph's private pool (core/caching_allocator.h; cuda/graph.h): every
+// allocation and free goes to it from begin_graph_pool() to end_graph_pool(),
+// and its blocks serve nothing else until release_graph_pool().
+uint64_t begin_graph_pool();
+void end_graph_pool();
+void release_graph_pool(uint64_t pool);
 
 // Both copies are ordered after the work already queued; device-to-host waits
 // for it (the host reads the result).
@@ -60,6 +66,12 @@ struct PendingIndexCheck {
   std::vector<std::shared_ptr<void>> keep_alive;  // the storages of the two above
 };
 void defer_index_error(PendingIndexCheck check);
+// The checks deferred and not yet read, oldest first (a CUDA graph keeps the ones
+// its capture deferred, and defers them again after each replay: cuda/graph.h).
+std::vector<PendingIndexCheck> pending_index_checks();
+// Drops the deferred checks after the first `count` (a failed capture's: what they
+// would read was never written).
+void keep_pending_index_checks(size_t count);
 
 // --- the stream and cuBLAS ---------------------------------------------------------
 // The cudaStream_t every kernel, copy and cuBLAS call is queued on.

@@ -45,6 +45,7 @@ CublasLibrary open_library() {
   resolve(library, "cublasCreate_v2", table.create);
   resolve(library, "cublasSetStream_v2", table.set_stream);
   resolve(library, "cublasSetMathMode", table.set_math_mode);
+  resolve(library, "cublasSetWorkspace_v2", table.set_workspace);
   resolve(library, "cublasSgemmStridedBatched", table.sgemm_strided_batched);
   resolve(library, "cublasDgemmStridedBatched", table.dgemm_strided_batched);
   resolve(library, "cublasGemmStridedBatchedEx", table.gemm_strided_batched_ex);

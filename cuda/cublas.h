@@ -14,6 +14,7 @@ struct CublasLibrary {
   decltype(&cublasCreate_v2) create;
   decltype(&cublasSetStream_v2) set_stream;
   decltype(&cublasSetMathMode) set_math_mode;
+  decltype(&cublasSetWorkspace_v2) set_workspace;
   decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
   decltype(&cublasDgemmStridedBatched) dgemm_strided_batched;
   // The bf16 GEMMs (cuda/matmul.cu). C++ overloads the name (a legacy inline

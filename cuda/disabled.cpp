@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "cuda/context.h"
 #include "cuda/cuda.h"
+#include "cuda/graph.h"
 
 namespace ag::cuda {
 
@@ -29,6 +30,11 @@ void deallocate(void*, size_t) {}
 MemoryStats memory_stats() { return {}; }
 int64_t synchronizations() { return 0; }
 void empty_cache() {}
+uint64_t begin_graph_pool() AG_WITHOUT_CUDA
+void end_graph_pool() {}
+void release_graph_pool(uint64_t) {}
+std::vector<PendingIndexCheck> pending_index_checks() { return {}; }
+void keep_pending_index_checks(size_t) {}
 void copy_host_to_device(void*, const void*, size_t) AG_WITHOUT_CUDA
 void copy_device_to_host(void*, const void*, size_t) AG_WITHOUT_CUDA
 void synchronize() AG_WITHOUT_CUDA
@@ -40,6 +46,17 @@ void set_allow_tf32(bool allow) { gemm_mode = allow ? Precision::TF32 : Precisio
 bool allow_tf32() { return gemm_mode == Precision::TF32; }
 void set_gemm_precision(Precision precision) { gemm_mode = precision; }
 Precision gemm_precision() { return gemm_mode; }
+
+// --- graphs (cuda/graph.h) -------------------------------------------------------------
+StepGraph::~StepGraph() = default;
+std::string StepGraph::capture(const std::function<void()>&) { return describe_device(); }
+void StepGraph::replay() AG_WITHOUT_CUDA
+void StepGraph::reset() {  // nothing was captured: the fields keep their empty values
+  exec_ = graph_ = nullptr;
+  pool_ = 0;
+  replays_ = 0;
+  checks_.clear();
+}
 
 // --- kernels (cuda/cuda.h): one stub per core/kernels.inc entry -------------------------
 // The entries name their parameters; a stub hands them to `unused` (for -Wunused-parameter).

@@ -35,13 +35,16 @@ template <class T> __global__ void adam_kernel(int64_t n, T* p, const T* g, T* m
   for (int64_t i = thread_index(); i < n; i += thread_count()) update(i);
 }
 
-// SGD's update, first step or not as the count in device memory says (a load every thread shares).
+// SGD's update, first step or not as the count in device memory says, at the rate
+// in device memory when it lives there (loads every thread shares).
 template <class T> struct SgdAtCount {
   math::SgdUpdate<T> update;
   const int64_t* applied_steps;
+  const double* lr_on_device;
   __device__ void operator()(int64_t i) const {
     math::SgdUpdate<T> at = update;
     at.first_step = *applied_steps == 0;
+    if (lr_on_device) at.lr = static_cast<T>(*lr_on_device);
     at(i);
   }
 };
@@ -84,8 +87,9 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
   visit_floating(param.dtype(), "sgd_step", [&](auto zero) {
     using T = decltype(zero);
     const math::SgdUpdate<T> update(ptr<T>(param), ptr<const T>(grad), use_momentum ? ptr<T>(momentum_buffer) : nullptr,
-                                    hyper, false);
-    for_each_index(param.numel(), unless_non_finite(SgdAtCount<T>{update, hyper.applied_steps}, hyper.skip_unless_finite));
+                                    hyper, false, hyper.lr);
+    for_each_index(param.numel(), unless_non_finite(SgdAtCount<T>{update, hyper.applied_steps, hyper.lr_on_device},
+                                                    hyper.skip_unless_finite));
   });
 }
 

@@ -62,7 +62,7 @@ void Adam::step(const Tensor& skip_unless_finite) {
            v = FlatParameters::range(exp_avg_sq_[s.buffer], s);
     // t = the applied steps + 1, read by the kernel where the count lives: a skipped step left m and v, so it left t too
     const kernel::AdamHyper hyper{lr_, options_.beta1, options_.beta2, options_.eps, groups_[s.group].weight_decay,
-                                  applied_steps_pointer(), decoupled_, guard};
+                                  applied_steps_pointer(), decoupled_, guard, lr_pointer()};
     kernel::adam_step(p, FlatParameters::range(buffer.grads, s), m, v, hyper);
   }
   count_step(skip_unless_finite);

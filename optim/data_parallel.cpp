@@ -24,6 +24,8 @@ Tensor shard(const Tensor& batch, const dist::Communicator& comm) {
 }
 
 void make_data_parallel(TrainStep& step, dist::Communicator& comm) {
+  // One process: nothing to sum, and a step without hooks can run as a CUDA graph (optim/train_step.h).
+  if (comm.size() == 1) return;
   step.total_scored = [&comm](int64_t scored_here) { return dist::sum(comm, scored_here); };
   step.after_backward = [&comm](Optimizer& optimizer) {
     for (const Tensor& gradients : optimizer.gradient_buffers()) comm.all_reduce_sum(gradients);

@@ -40,7 +40,8 @@ void check_divisible(int64_t batch_size, const dist::Communicator& comm);
 Tensor shard(const Tensor& batch, const dist::Communicator& comm);
 
 // Makes `step` this process's part of a data-parallel step (see the top): sets
-// its total_scored and after_backward hooks. `comm` must outlive the step.
+// its total_scored and after_backward hooks (none on one process, which has nothing
+// to sum). `comm` must outlive the step.
 void make_data_parallel(TrainStep& step, dist::Communicator& comm);
 
 // A random stream of each process's own (its dropout masks): rank 0 keeps

@@ -44,12 +44,22 @@ void Optimizer::count_step(const Tensor& skip_unless_finite) {
 
 void Optimizer::restore_applied_steps(int64_t steps) {
   const Device device = flat_.buffers().empty() ? Device::CPU : flat_.buffers()[0].values.device();
-  applied_ = Tensor::from_indices({steps}, {1}).to(device);
+  const Tensor count = Tensor::from_indices({steps}, {1}).to(device);
+  // In place once it exists: a captured CUDA graph (optim/train_step.h) reads the count at its address.
+  if (applied_.defined()) kernel::cast(count, applied_);
+  else applied_ = count;
 }
 
 void Optimizer::set_lr(double lr) {
   AG_CHECK(lr >= 0, kind_ << ": learning rate must be >= 0, got " << lr);
   lr_ = lr;
+}
+
+void Optimizer::read_lr_from(const Tensor& lr) {
+  AG_CHECK(!lr.defined() || (lr.numel() == 1 && lr.dtype() == DType::Float64 &&
+                             (flat_.buffers().empty() || lr.device() == flat_.buffers()[0].values.device())),
+           kind_ << ": read_lr_from: " << describe(lr) << " is not one float64 on the parameters' device");
+  lr_on_device_ = lr;
 }
 
 std::vector<Tensor> Optimizer::gradient_buffers() const {

@@ -43,6 +43,11 @@ class Optimizer {
 
   double lr() const { return lr_; }
   void set_lr(double lr);  // e.g. each iteration, from warmup_cosine_lr
+  // From now on the update kernels read the learning rate from `lr`, a float64
+  // scalar on the parameters' device, instead of lr() (undefined: lr() again).
+  // Its owner writes it before each step: a training step's step constant, so
+  // that a CUDA graph replays each step at that step's rate (optim/train_step.h).
+  void read_lr_from(const Tensor& lr);
 
   const std::vector<ParamGroup>& groups() const { return groups_; }
   // The gradient buffers, one 1-D tensor per (dtype, device) of the parameters:
@@ -82,6 +87,8 @@ class Optimizer {
   // applied_steps_pointer() to its kernels and calls count_step after them.
   int64_t applied_steps() const { return applied_.to_indices()[0]; }
   const int64_t* applied_steps_pointer() const { return static_cast<const int64_t*>(applied_.raw_data()); }
+  // read_lr_from's scalar for the kernels, or null.
+  const double* lr_pointer() const { return lr_on_device_.defined() ? static_cast<const double*>(lr_on_device_.raw_data()) : nullptr; }
   void count_step(const Tensor& skip_unless_finite);
   // load_state's: the step count of the loaded state.
   void restore_applied_steps(int64_t steps);
@@ -94,6 +101,7 @@ class Optimizer {
  private:
   std::unordered_map<std::string, const NamedParameter*> by_name_;
   Tensor applied_;  // int64 [1], on the parameters' device
+  Tensor lr_on_device_;  // read_lr_from's, or undefined
 };
 
 }  // namespace ag::optim

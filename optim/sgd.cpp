@@ -33,7 +33,7 @@ void SGD::step(const Tensor& skip_unless_finite) {
     const kernel::SgdHyper hyper{.lr = lr_, .momentum = options_.momentum, .dampening = options_.dampening,
                                  .weight_decay = groups_[s.group].weight_decay, .nesterov = options_.nesterov,
                                  .applied_steps = applied_steps_pointer(),  // after a skipped first step, still the first
-                                 .skip_unless_finite = guard};
+                                 .skip_unless_finite = guard, .lr_on_device = lr_pointer()};
     kernel::sgd_step(p, FlatParameters::range(buffer.grads, s), b, hyper);
   }
   count_step(skip_unless_finite);

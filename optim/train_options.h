@@ -1,8 +1,19 @@
 // The training step's options, one line each (core/options.h explains the
-// columns). All are Run options: saved with the training state, kept by a
-// resumed run.
+// columns). All but cuda_graph are Run options: saved with the training state,
+// kept by a resumed run. cuda_graph is a Setting (it changes how the step is
+// launched, not what it computes: a resumed run may turn it on or off).
 #pragma once
+#include "core/enum_names.h"
 #include "core/precision.h"
+
+namespace ag {
+// --cuda-graph: whether a CUDA training step is captured once as a CUDA graph and
+// replayed (optim/train_step.h says when it applies).
+enum class CudaGraph { Off, On };
+template <> struct EnumNames<CudaGraph> {
+  static constexpr std::pair<CudaGraph, const char*> values[] = {{CudaGraph::Off, "off"}, {CudaGraph::On, "on"}};
+};
+}  // namespace ag
 
 //  kind  type      name            default  min  max             help
 #define AG_TRAIN_OPTIONS(X) \
@@ -17,4 +28,5 @@
   X(Run,  double,   weight_decay,   0.1,     0,   kNoLimit,       "AdamW decoupled weight decay (matrices only)") \
   X(Run,  double,   grad_clip,      1.0,     0,   kNoLimit,       "clip the global gradient norm to this (0: no clipping)") \
   X(Run,  uint64_t, seed,           1337,    0,   kNoLimit,       "random seed (weights, batches, dropout)") \
-  X(Run,  Precision, precision,     Precision::FP32, 0, 0,        "the matrix products' arithmetic: fp32, tf32 (CUDA: TF32 tensor cores) or bf16 (CUDA: bfloat16 inputs, float32 accumulation, weights and optimizer state)")
+  X(Run,  Precision, precision,     Precision::FP32, 0, 0,        "the matrix products' arithmetic: fp32, tf32 (CUDA: TF32 tensor cores) or bf16 (CUDA: bfloat16 inputs, float32 accumulation, weights and optimizer state)") \
+  X(Setting, CudaGraph, cuda_graph, CudaGraph::On,   0, 0,        "on: on CUDA, from the third step of one shape on, each training step is one CUDA graph replayed (the same results as off; with ignored targets, up to rounding); off: kernels launched one by one")

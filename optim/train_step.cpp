@@ -1,11 +1,16 @@
 #include "optim/train_step.h"
 
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 #include "core/autograd.h"
+#include "core/counter_shifts.h"
+#include "core/dispatch.h"
 #include "core/ops.h"
+#include "core/profiler.h"
 #include "cuda/context.h"
+#include "cuda/graph.h"
 #include "optim/clip_grad.h"
 #include "optim/schedule.h"
 
@@ -51,10 +56,64 @@ const TrainOptions& checked(const TrainOptions& options, Device device) {
 }
 }  // namespace
 
+// The graph of one step's shapes, and what it reads and writes.
+struct TrainStep::Graph {
+  std::vector<std::pair<Shape, Shape>> shapes;  // each micro-batch's x and y
+  std::vector<Batch> inputs;  // on the device: each step's micro-batches are copied here
+  int64_t eager_steps = 0;    // steps of these shapes run so far without the graph
+  cuda::StepGraph graph;
+  CounterShifts shifts;
+  Outputs outputs;  // the captured step's loss and norm: every replay writes them again
+  int64_t replays = 0;
+};
+
 TrainStep::TrainStep(Optimizer& optimizer, const TrainOptions& options, SummedLoss summed_loss, Device device,
                      int64_t ignore_index)
     : optimizer_(optimizer), options_(checked(options, device)), summed_loss_(std::move(summed_loss)),
-      device_(device), ignore_index_(ignore_index), precision_(options.precision) {}
+      device_(device), ignore_index_(ignore_index), precision_(options.precision),
+      lr_(Tensor::zeros({1}, DType::Float64, device)) {
+  optimizer_.read_lr_from(lr_);
+}
+
+TrainStep::~TrainStep() { optimizer_.read_lr_from(Tensor()); }
+
+void TrainStep::disable_cuda_graph(const std::string& why) {
+  graph_disabled_ = why;
+  graph_.reset();
+}
+
+std::string TrainStep::graph_off_reason() const {
+  if (options_.cuda_graph == CudaGraph::Off) return "--cuda-graph off";
+  if (device_ != Device::CUDA) return "the CPU (CUDA graphs are a CUDA feature)";
+  if (!graph_disabled_.empty()) return graph_disabled_;
+  if (after_backward) return "an after_backward hook (data or context parallelism: MPI or NCCL called from the host)";
+  if (anomaly_mode()) return "anomaly mode (--detect-anomaly checks every op's output on the host)";
+  if (profiler::recording()) return "the kernel profiler (it times each kernel by waiting for it)";
+  return "";
+}
+
+std::string TrainStep::cuda_graph_status() const {
+  const std::string off = graph_off_reason();
+  if (!off.empty()) return "off: " + off;
+  return "on (steps 0 and 1 of each shape eager, the third captured, later ones replayed)";
+}
+
+int64_t TrainStep::graph_replays() const { return graph_ ? graph_->replays : 0; }
+
+void TrainStep::write_step_constants(double lr, int64_t scored) {
+  kernel::fill(lr_, lr);
+  inverse_count_value_ = 1.0 / static_cast<double>(scored);
+  for (Tensor& s : inverse_counts_) kernel::fill(s, inverse_count_value_);
+}
+
+const Tensor& TrainStep::inverse_count(DType dtype) {
+  for (const Tensor& s : inverse_counts_)
+    if (s.dtype() == dtype) return s;
+  // A loss dtype first met here: made and written now (an eager step: a capture follows two of them,
+  // and a fill captured here would overwrite each replay's value with the captured one).
+  inverse_counts_.push_back(Tensor::full({}, inverse_count_value_, dtype, device_));
+  return inverse_counts_.back();
+}
 
 StepResult TrainStep::run(int64_t iter, const std::vector<Batch>& micro_batches) {
   AG_CHECK(!micro_batches.empty(), "TrainStep: no micro-batch");
@@ -68,30 +127,96 @@ StepResult TrainStep::run(int64_t iter, const std::vector<Batch>& micro_batches)
   if (total_scored) result.scored = total_scored(result.scored);
   AG_CHECK(result.scored > 0, "TrainStep: iteration " << iter << " has no scored target (every one is ignore_index "
                                                       << ignore_index_ << ")");
-  result.loss = accumulate_gradients(micro_batches, y_host, result.scored);
-  if (after_backward) after_backward(optimizer_);
-  const double max_norm = options_.grad_clip > 0 ? options_.grad_clip : INFINITY;
-  result.grad_norm = clip_grad_norm(optimizer_, max_norm);
-  // The update's guard: not finite when the norm or the loss is not (inf · 0 = NaN).
-  Tensor guard;
-  {
-    NoGradGuard no_grad;
-    guard = add(result.grad_norm, mul(result.loss.to(DType::Float64), 0.0));
+  write_step_constants(result.lr, result.scored);
+  Outputs out;
+  if (graph_off_reason().empty()) {
+    out = run_graphed(micro_batches, iter);
+  } else {
+    std::vector<Batch> on_device;
+    for (const Batch& b : micro_batches) on_device.push_back({b.x.to(device_), b.y.to(device_)});
+    out = step_on_device(on_device, &y_host);
   }
-  optimizer_.step(guard);
+  result.loss = out.loss;
+  result.grad_norm = out.grad_norm;
   unchecked_.push_back({iter, result.lr, result.scored, result.loss, result.grad_norm});
   return result;
 }
 
-Tensor TrainStep::accumulate_gradients(const std::vector<Batch>& micro_batches,
-                                       const std::vector<std::vector<int64_t>>& y_host, int64_t scored) {
-  const double inverse_count = 1.0 / static_cast<double>(scored);
+TrainStep::Outputs TrainStep::step_on_device(const std::vector<Batch>& on_device,
+                                             const std::vector<std::vector<int64_t>>* y_host) {
+  Outputs out;
   optimizer_.zero_grad();
+  out.loss = accumulate_gradients(on_device, y_host);
+  if (after_backward) after_backward(optimizer_);
+  const double max_norm = options_.grad_clip > 0 ? options_.grad_clip : INFINITY;
+  out.grad_norm = clip_grad_norm(optimizer_, max_norm);
+  // The update's guard: not finite when the norm or the loss is not (inf · 0 = NaN).
+  Tensor guard;
+  {
+    NoGradGuard no_grad;
+    guard = add(out.grad_norm, mul(out.loss.to(DType::Float64), 0.0));
+  }
+  optimizer_.step(guard);
+  return out;
+}
+
+TrainStep::Outputs TrainStep::run_graphed(const std::vector<Batch>& micro_batches, int64_t iter) {
+  if (!graph_) graph_ = std::make_unique<Graph>();
+  Graph& g = *graph_;
+  std::vector<std::pair<Shape, Shape>> shapes;
+  for (const Batch& b : micro_batches) shapes.push_back({b.x.shape(), b.y.shape()});
+  if (shapes != g.shapes) {  // new shapes (or the first step): new inputs, and two eager steps before a capture
+    g.graph.reset();
+    g.shapes = shapes;
+    g.inputs.clear();
+    for (const Batch& b : micro_batches)
+      g.inputs.push_back({Tensor::empty(b.x.shape(), b.x.dtype(), device_), Tensor::empty(b.y.shape(), b.y.dtype(), device_)});
+    g.eager_steps = 0;
+  }
+  for (size_t m = 0; m < micro_batches.size(); ++m) {  // queued before the step's work, as the constants
+    kernel::cast(micro_batches[m].x.to(device_), g.inputs[m].x);
+    kernel::cast(micro_batches[m].y.to(device_), g.inputs[m].y);
+  }
+  if (!g.graph.ready() && g.eager_steps >= 2) {
+    std::string failure;
+    {
+      g.shifts.begin();
+      struct EndShifts {  // also when capture() throws
+        CounterShifts& shifts;
+        ~EndShifts() { shifts.end(); }
+      } end_shifts{g.shifts};
+      failure = g.graph.capture([&] { g.outputs = step_on_device(g.inputs, nullptr); });
+    }
+    if (!failure.empty()) {
+      g.outputs = {};
+      graph_disabled_ = "the capture at iteration " + std::to_string(iter) + " failed (" + failure + ")";
+      std::fprintf(stderr, "cuda graph: capturing the training step at iteration %lld failed: %s; the run goes on eagerly\n",
+                   static_cast<long long>(iter), failure.c_str());
+      // This step and every later one run eagerly, on the inputs already copied.
+      return step_on_device(g.inputs, nullptr);
+    }
+  }
+  if (g.graph.ready() && !g.shifts.prepare_replay()) g.graph.reset();  // a generator reseeded: capture again
+  if (!g.graph.ready()) {
+    if (g.eager_steps >= 2) g.eager_steps = 1;  // after a reseed: one more eager step, then a capture
+    ++g.eager_steps;
+    return step_on_device(g.inputs, nullptr);
+  }
+  g.graph.replay();
+  ++g.replays;
+  // The graph's outputs are written again by the next replay: each step keeps its own copy.
+  NoGradGuard no_grad;
+  return {g.outputs.loss.clone(), g.outputs.grad_norm.clone()};
+}
+
+Tensor TrainStep::accumulate_gradients(const std::vector<Batch>& on_device,
+                                       const std::vector<std::vector<int64_t>>* y_host) {
   Tensor loss;
-  for (size_t m = 0; m < micro_batches.size(); ++m) {
-    const Batch& b = micro_batches[m];
-    const Tensor summed = summed_loss_(b.x.to(device_), b.y.to(device_), y_host[m]);
-    const Tensor share = mul(summed, inverse_count);  // L_m / n
+  for (size_t m = 0; m < on_device.size(); ++m) {
+    const Batch& b = on_device[m];
+    const Tensor summed = summed_loss_(b.x, b.y, y_host ? std::span<const int64_t>((*y_host)[m]) : std::span<const int64_t>());
+    // L_m / n, with 1/n a step constant (bit for bit the product with the double: both round 1/n to the loss's dtype first)
+    const Tensor share = mul(summed, inverse_count(summed.dtype()));
     share.backward();
     NoGradGuard no_grad;
     loss = loss.defined() ? add(loss, share.detach()) : share.detach();
@@ -133,7 +258,12 @@ void TrainStep::check_finite(const std::vector<Batch>* rerun) {
     if (rerun && is_latest) {
       try {
         AnomalyModeGuard anomaly;
-        accumulate_gradients(*rerun, read_targets(*rerun), checked[i].scored);
+        const std::vector<std::vector<int64_t>> y_host = read_targets(*rerun);
+        std::vector<Batch> on_device;
+        for (const Batch& b : *rerun) on_device.push_back({b.x.to(device_), b.y.to(device_)});
+        write_step_constants(checked[i].lr, checked[i].scored);
+        optimizer_.zero_grad();
+        accumulate_gradients(on_device, &y_host);
         message << ". Rerun in anomaly mode, it stayed finite (dropout draws other masks)";
       } catch (const Error& e) {
         message << ". Rerun in " << e.what();

@@ -25,9 +25,40 @@
 // the device. check_finite() then stops the run with the iteration, the
 // learning rate and the first parameter whose gradient went bad; the caller
 // calls it before every save, so a diverged run never overwrites a checkpoint.
+//
+// Step constants. The values the host computes per step reach the kernels
+// through device scalars written at the start of each step: the learning rate
+// (the optimizer reads it there: Optimizer::read_lr_from) and 1/n (one scalar per
+// loss dtype, the operand of each micro-batch's L_m · 1/n). The same doubles as
+// before, so the same bits; and a CUDA graph replayed at every step reads that
+// step's values, not the ones it was captured with.
+//
+// One CUDA graph per step (--cuda-graph on, the default; cuda/graph.h). On CUDA,
+// when the step's shapes repeat (the same micro-batch count and each one's
+// [B, T]), the first two steps of those shapes run eagerly (they fill the
+// optimizer's state, the allocator's cache, cuFFT's plans), the third is captured
+// as one graph (zero_grad, every forward and backward, the hook-free clip, the
+// guard, the update), and every later step replays it: the host copies the
+// micro-batches into device tensors the graph reads, writes the step constants
+// and dropout's counter shifts (core/counter_shifts.h), and launches it. New
+// shapes capture again. The loss and the norm are copied out of the graph's
+// outputs after each replay, so each step's stay readable until checked.
+// Where the graph applies, every step (the eager ones too) computes the loss's
+// head over all rows, as a capture must (GPT::loss gathers the scored rows from
+// targets read on the host): the loss and gradients are the same as off's, bit
+// for bit when every target is scored, up to rounding when some are ignored.
+// It does not apply, and the step runs eagerly, on the CPU; with an after_backward
+// hook (data or context parallelism: it calls MPI or NCCL from the host); in
+// anomaly mode; while the kernel profiler records (it waits for each kernel);
+// when the caller says so (disable_cuda_graph: packed documents, whose masks are
+// made on the host from each batch); and for the rest of the run after a capture
+// fails (an op that waits for the device or uploads from the host), which prints
+// why once. cuda_graph_status() says which.
 #pragma once
 #include <functional>
+#include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/options.h"
@@ -97,6 +128,9 @@ class TrainStep {
   // precision for the step's lifetime (a PrecisionScope).
   TrainStep(Optimizer& optimizer, const TrainOptions& options, SummedLoss summed_loss, Device device,
             int64_t ignore_index = -100);
+  ~TrainStep();  // the optimizer reads its learning rate from lr() again
+  TrainStep(const TrainStep&) = delete;
+  TrainStep& operator=(const TrainStep&) = delete;
 
   // Runs after the last micro-batch's backward, before clipping: the gradients
   // (optimizer.gradient_buffers()) are complete and may be changed in place.
@@ -120,6 +154,13 @@ class TrainStep {
   // On CUDA it waits for the device once: check at log intervals and before saves.
   void check_finite(const std::vector<Batch>* rerun = nullptr);
 
+  // The step runs eagerly from now on; `why` says so in cuda_graph_status().
+  void disable_cuda_graph(const std::string& why);
+  // For a run's header: "on (...)", or "off: <why>".
+  std::string cuda_graph_status() const;
+  // Steps replayed from a captured graph so far (tests, benchmarks).
+  int64_t graph_replays() const;
+
  private:
   struct Unchecked {
     int64_t iter;
@@ -127,11 +168,25 @@ class TrainStep {
     int64_t scored;
     Tensor loss, grad_norm;
   };
-  // Forward and backward of every micro-batch into the zeroed gradient buffer,
-  // y_host[m] holding micro-batch m's targets as read on the host; returns the
-  // step's mean loss.
-  Tensor accumulate_gradients(const std::vector<Batch>& micro_batches, const std::vector<std::vector<int64_t>>& y_host,
-                              int64_t scored);
+  struct Outputs {
+    Tensor loss, grad_norm;
+  };
+  struct Graph;  // the captured step and what it reads (train_step.cpp)
+
+  // Forward and backward of every micro-batch (x and y on the device) into the
+  // zeroed gradient buffer, y_host[m] holding micro-batch m's targets as read on
+  // the host (null: the loss gets none, and computes its head over all rows);
+  // returns the step's mean loss. Reads 1/n from the step constants.
+  Tensor accumulate_gradients(const std::vector<Batch>& on_device, const std::vector<std::vector<int64_t>>* y_host);
+  // zero_grad, accumulate_gradients, after_backward, clip, the update: the work of one step on the device.
+  Outputs step_on_device(const std::vector<Batch>& on_device, const std::vector<std::vector<int64_t>>* y_host);
+  // Writes the step constants (fill kernels, queued before the step's work).
+  void write_step_constants(double lr, int64_t scored);
+  // The 1/n scalar in the loss's dtype, made (and written) on first use.
+  const Tensor& inverse_count(DType dtype);
+  // Why the graph does not apply to this step ("" when it does).
+  std::string graph_off_reason() const;
+  Outputs run_graphed(const std::vector<Batch>& micro_batches, int64_t iter);
 
   Optimizer& optimizer_;
   TrainOptions options_;
@@ -140,6 +195,11 @@ class TrainStep {
   int64_t ignore_index_;
   std::vector<Unchecked> unchecked_;
   PrecisionScope precision_;
+  Tensor lr_;  // the step constant: float64 [1] on device_
+  std::vector<Tensor> inverse_counts_;  // 1/n, a scalar per loss dtype met
+  double inverse_count_value_ = 0;
+  std::string graph_disabled_;  // disable_cuda_graph's reason, or a failed capture's
+  std::unique_ptr<Graph> graph_;
 };
 
 }  // namespace ag::optim

@@ -31,6 +31,11 @@
 #      ms/step and TFLOP/s), then the default model 2000 iterations at fp32 and
 #      at bf16, same seed: their final val losses (issue 48: within 0.01).
 #      COMPILE=0 leaves torch.compile out, CONVERGE=0 the 2000-iteration runs.
+#      With GRAPH=1 (alone or beside COMPARE=1), issue 48's one CUDA graph per step:
+#      bench/gpu_graph.sh (char_lm at --cuda-graph off and on, the lab cell's shape and the
+#      default model, fp32 and bf16: median ms/step, each pair's losses compared, the
+#      `cuda graph:` line that says whether the graph applied). TESTS=cuda CHECKS=0 GRAPH=1:
+#      the CUDA cases (tests/test_cuda_graph.cpp's graph ≡ eager among them) and this stage alone.
 #  10. with ATTN=1, issue 49's O(T) attention on the GPU: bench_attention --device cuda
 #      times ssd, linear attention (elu1) and flash softmax, causal, B = 1 × H = 8,
 #      d = 64 and 128, at T = 512 and 16384 (ATTN_T), forward and forward + backward,
@@ -285,6 +290,11 @@ if [ "${COMPARE:-0}" = 1 ]; then
     END {if (n == 2) {for (f in v) {if (f ~ /bf16/) b = v[f]; else a = v[f]}
          d = b - a; printf "bf16 - fp32 val loss: %+.4f (%s)\n", d, (d < 0.01 && d > -0.01) ? "within 0.01" : "NOT within 0.01"}}' \
     "$log_dir/converge-fp32.log" "$log_dir/converge-bf16.log"
+fi
+
+if [ "${GRAPH:-0}" = 1 ]; then
+  echo "== issue 48: one CUDA graph per step against kernels launched one by one (bench/gpu_graph.sh)"
+  DATA="$data" timeout 300 bash bench/gpu_graph.sh "$log_dir/graph" build-gpu
 fi
 
 if [ "${ATTN:-0}" = 1 ]; then

@@ -68,3 +68,151 @@ TEST_CASE("allocator: steady-state GPT training steps allocate no tensor memory 
   CHECK(allocs == std::vector<int64_t>(allocs.size(), 0));
   CHECK(host_memory_stats().in_use_bytes == after_first.in_use_bytes);
 }
+
+// --- private pools (CUDA graphs' memory, core/caching_allocator.h) -------------------------
+//
+// Tested on a host allocator over a system that records what it was asked for,
+// so that which block comes from where, and what goes back to the system, are
+// seen exactly. The device's allocator is the same template over cudaMalloc.
+namespace {
+struct RecordingMemory {
+  static inline int64_t allocs = 0, releases = 0;
+  static inline bool out_of_memory = false;  // the next allocate fails (as cudaMalloc's would)
+  static void* allocate(size_t bytes) {
+    if (out_of_memory) return nullptr;
+    ++allocs;
+    return std::malloc(bytes);
+  }
+  static void release(void* ptr) {
+    ++releases;
+    std::free(ptr);
+  }
+};
+using PoolAllocator = CachingAllocator<RecordingMemory>;
+}  // namespace
+
+TEST_CASE("allocator pool: blocks of a captured pool serve no general request and survive empty_cache") {
+  PoolAllocator a("test memory");
+  void* before = a.allocate(1000);  // a block made before the capture: general
+  a.deallocate(before, 1000);       // now on the general list
+  const PoolAllocator::PoolId pool = a.begin_pool();
+  void* taken = a.allocate(1000);  // no pool block of that size yet: the general list's block joins the pool
+  CHECK(taken == before);
+  void* fresh = a.allocate(5000);  // from the system, into the pool
+  void* reused = nullptr;
+  a.deallocate(fresh, 5000);       // back to the pool's list
+  reused = a.allocate(5000);       // and out of it again within the capture
+  CHECK(reused == fresh);
+  a.deallocate(reused, 5000);
+  a.end_pool();
+  CHECK(a.stats().pool_bytes == 1024 + 5120);
+  CHECK(a.stats().in_use_bytes == 1024);  // `taken` is still in use (a graph's output, say)
+
+  // After the capture, a general request of the pool's sizes gets new blocks from the system.
+  const int64_t allocs = RecordingMemory::allocs;
+  void* general = a.allocate(5000);
+  CHECK(general != fresh);
+  CHECK(RecordingMemory::allocs == allocs + 1);
+  // The pool's block in use, freed now, goes back to the pool, not to the general list.
+  a.deallocate(taken, 1000);
+  void* general_small = a.allocate(1000);
+  CHECK(general_small != taken);
+  a.deallocate(general, 5000);
+  a.deallocate(general_small, 1000);
+
+  // empty_cache returns the general blocks to the system and keeps the pool's.
+  const int64_t releases = RecordingMemory::releases;
+  a.empty_cache();
+  CHECK(RecordingMemory::releases == releases + 2);  // general and general_small
+  CHECK(a.stats().cached_bytes == 1024 + 5120);       // the pool's two blocks, free but kept
+  CHECK(a.stats().pool_bytes == 1024 + 5120);
+
+  // Releasing the pool hands its blocks to the general lists: served again, and freed by empty_cache.
+  a.release_pool(pool);
+  CHECK(a.stats().pool_bytes == 0);
+  CHECK(a.stats().cached_bytes == 1024 + 5120);
+  void* again = a.allocate(5000);
+  CHECK(again == fresh);
+  a.deallocate(again, 5000);
+  a.empty_cache();
+  CHECK(RecordingMemory::releases == releases + 4);
+  CHECK(a.stats().cached_bytes == 0);
+  CHECK(a.stats().in_use_bytes == 0);
+}
+
+TEST_CASE("allocator pool: a block made before the capture and freed during it joins the pool") {
+  // The graph may still read it on every replay: it must not serve another tensor.
+  PoolAllocator a("test memory");
+  void* input = a.allocate(2000);
+  const PoolAllocator::PoolId pool = a.begin_pool();
+  a.deallocate(input, 2000);
+  void* inside = a.allocate(2000);  // a later request in the same capture may take it (stream order keeps it safe)
+  CHECK(inside == input);
+  a.deallocate(inside, 2000);
+  a.end_pool();
+  void* outside = a.allocate(2000);
+  CHECK(outside != input);
+  a.deallocate(outside, 2000);
+  CHECK(a.stats().pool_bytes == 2048);
+  a.release_pool(pool);
+  a.empty_cache();
+  CHECK(a.stats().cached_bytes == 0);
+}
+
+TEST_CASE("allocator pool: a block still in use when its pool is released goes to the general lists when freed") {
+  PoolAllocator a("test memory");
+  const PoolAllocator::PoolId pool = a.begin_pool();
+  void* output = a.allocate(700);
+  a.end_pool();
+  a.release_pool(pool);
+  CHECK(a.stats().pool_bytes == 0);
+  a.deallocate(output, 700);
+  void* next = a.allocate(700);  // general now
+  CHECK(next == output);
+  a.deallocate(next, 700);
+  a.empty_cache();
+  CHECK(a.stats().cached_bytes == 0);
+}
+
+TEST_CASE("allocator pool: under capture the out-of-memory retry frees nothing, and one pool captures at a time") {
+  PoolAllocator a("test memory");
+  void* cached = a.allocate(3000);
+  a.deallocate(cached, 3000);
+  const PoolAllocator::PoolId pool = a.begin_pool();
+  CHECK_THROWS_WITH_AS(a.begin_pool(), doctest::Contains("still captures"), Error);
+  const int64_t releases = RecordingMemory::releases;
+  RecordingMemory::out_of_memory = true;
+  // Outside a capture the retry would free the cached block (on the device: cudaFree, which waits for the GPU).
+  CHECK_THROWS_WITH_AS(a.allocate(9000), doctest::Contains("out of memory"), Error);
+  RecordingMemory::out_of_memory = false;
+  CHECK(RecordingMemory::releases == releases);
+  CHECK(a.stats().cached_bytes == 3072);
+  a.release_pool(pool);  // ends the capture too
+  void* after = a.allocate(3000);
+  CHECK(after == cached);
+  a.deallocate(after, 3000);
+  const PoolAllocator::PoolId second = a.begin_pool();  // a new capture may begin
+  CHECK(second != pool);
+  a.end_pool();
+  a.release_pool(second);
+  a.empty_cache();
+}
+
+TEST_CASE("allocator pool: two pools keep their blocks apart") {
+  PoolAllocator a("test memory");
+  const PoolAllocator::PoolId first = a.begin_pool();
+  void* x = a.allocate(600);
+  a.deallocate(x, 600);
+  a.end_pool();
+  const PoolAllocator::PoolId second = a.begin_pool();
+  void* y = a.allocate(600);  // the first pool's free block is not the second's
+  CHECK(y != x);
+  a.deallocate(y, 600);
+  a.end_pool();
+  CHECK(a.stats().pool_bytes == 2 * 1024);
+  a.release_pool(first);
+  a.release_pool(second);
+  CHECK(a.stats().pool_bytes == 0);
+  a.empty_cache();
+  CHECK(a.stats().cached_bytes == 0);
+}

@@ -208,9 +208,15 @@ TEST_CASE("cuda: a training step waits for the device only to upload its batches
                           Device::CUDA);
     const std::vector<optim::Batch> batches = draw(2, 3);
     step.run(0, batches);  // the first step may create the cuBLAS handle and fill the caches
-    const int64_t before = cuda::synchronizations();
-    const optim::StepResult r = step.run(1, batches);
-    CHECK(cuda::synchronizations() - before == 2 * 2);  // x and y of each micro-batch
+    // Step 1 eager, 2 captured as a CUDA graph and launched, 3 replayed (--cuda-graph on): none waits more.
+    for (int64_t iter = 1; iter <= 3; ++iter) {
+      CAPTURE(iter);
+      const int64_t before = cuda::synchronizations();
+      step.run(iter, batches);
+      CHECK(cuda::synchronizations() - before == 2 * 2);  // x and y of each micro-batch
+    }
+    CHECK(step.graph_replays() == 2);
+    const optim::StepResult r = step.run(4, batches);
     CHECK(std::isfinite(r.loss.item()));
   }
 }

@@ -876,7 +876,8 @@ AG_VECTOR_CLONES void dropout_key_row(const float* x, const float* a, float* o, 
 // Element (b', h, j, i) of Aᵀ reads counter offset + ((b·Hq + h)·Tq + i)·Tk + j, b = first_batch + b'
 // (ag::dropout's counters for A [B, Hq, Tq, Tk]); where the support is 0 it writes 0.
 void attention_dropout(const Tensor& X, const Tensor& support, double p, uint64_t seed, uint64_t offset,
-                       int64_t first_batch, Tensor& out) {
+                       const uint64_t* counter_shift, int64_t first_batch, Tensor& out) {
+  if (counter_shift) offset += *counter_shift;
   visit_floating(X.dtype(), "attention_dropout", [&](auto zero) {
     using T = decltype(zero);
     const int64_t Hq = X.size(1), Tk = X.size(2), Tq = X.size(3);

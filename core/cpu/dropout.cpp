@@ -23,7 +23,8 @@ AG_VECTOR_CLONES void dropout_chunk(const float* x, float* y, int64_t n, uint64_
 }
 }  // namespace
 
-void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& y) {
+void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, const uint64_t* counter_shift, Tensor& y) {
+  if (counter_shift) offset += *counter_shift;
   visit_floating(x.dtype(), "dropout", [&](auto zero) {
     using T = decltype(zero);
     const T* px = static_cast<const T*>(x.raw_data());

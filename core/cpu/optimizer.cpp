@@ -50,7 +50,7 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
     const T* __restrict g = grad.data<T>();
     // Without momentum the update never reads b: it aliases p, so the loop stays one loop.
     T* b = use_momentum ? momentum_buffer.data<T>() : p;
-    const math::SgdUpdate<T> update(p, g, use_momentum ? b : nullptr, hyper, *hyper.applied_steps == 0);
+    const math::SgdUpdate<T> update(p, g, use_momentum ? b : nullptr, hyper, *hyper.applied_steps == 0, hyper.rate());
     const int64_t n = param.numel();
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
     for (int64_t i = 0; i < n; ++i) update.apply(p[i], g[i], b[i]);

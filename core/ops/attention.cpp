@@ -41,6 +41,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "core/counter_shifts.h"
 #include "core/ops/attention_functions.h"
 
 namespace ag {
@@ -554,6 +555,7 @@ struct DenseGat {
   bool dropout = false;
   double p = 0;
   uint64_t seed = 0, offset = 0;
+  const uint64_t* shift = nullptr;  // inside a captured CUDA graph (core/counter_shifts.h)
 };
 Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape, const SoftmaxAttention& softmax,
              AttentionLayout layout, AttentionInternals* internals) {
@@ -562,6 +564,7 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                .dropout = softmax.dropout.active(), .p = softmax.dropout.p};
   if (gat.dropout) {  // the counters ag::dropout would draw for A [B, Hq, Tq, Tk]
     Generator& g = softmax.dropout.generator ? *softmax.dropout.generator : default_generator();
+    gat.shift = counter_shift(g, q.device());
     gat.seed = g.seed();
     gat.offset = g.advance(static_cast<uint64_t>(shape.B * shape.Hq * shape.Tq * shape.Tk));
   }
@@ -601,7 +604,7 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
     kernel::attention_softmax(A_r, mask.at_batch(r.first), mods.sinks, A_r, lse_r);  // A = softmax(S' + M), in place of S'ᵀ
     if (gat.dropout) {
       Tensor A_dropped_r = chunk_of(A_dropped, r);
-      kernel::attention_dropout(A_r, A_r, gat.p, gat.seed, gat.offset, r.first, A_dropped_r);  // Ã = A ∘ keep/(1 − p)
+      kernel::attention_dropout(A_r, A_r, gat.p, gat.seed, gat.offset, gat.shift, r.first, A_dropped_r);  // Ã = A ∘ keep/(1 − p)
     }
     head_product(shape, r, {.data = A_dropped, .transposed = true, .heads = scores_at},
                  {.data = v, .heads = kv_at, .by_kv_head = true}, Z, {.data = Z, .heads = q_at},
@@ -636,7 +639,7 @@ Tensor dense(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
                     head_product(shape, r, V_at, {.data = dZ, .transposed = true, .heads = q_at}, dS, dS_at,
                                  {.M = Tk, .N = Tq, .K = d, .alpha = 1.0});  // dÃᵀ = V dZᵀ (dAᵀ without dropout)
                     // Ã = A ∘ keep/(1 − p)  →  dA = dÃ ∘ keep/(1 − p): the same kernel, the same counters
-                    if (gat.dropout) kernel::attention_dropout(dS_r, chunk_of(A, r), gat.p, gat.seed, gat.offset, r.first, dS_r);
+                    if (gat.dropout) kernel::attention_dropout(dS_r, chunk_of(A, r), gat.p, gat.seed, gat.offset, gat.shift, r.first, dS_r);
                     // A = softmax(S + M). It reads Aᵀ's chunk in order, so the product below finds it in cache.
                     kernel::attention_softmax_backward(chunk_of(A, r), dS_r, dS_r);  // dS = A ∘ (dA − rowsum(dA ∘ A)), in place of dAᵀ
                     // S' = mod(S)  →  dU = dS ∘ ∂S'/∂u in place, and the tables' sums

@@ -215,7 +215,8 @@ LoadedModel initial_model(const TrainConfig& c, const RunInputs& in) {
 // progress lines on stdout (unless quiet).
 class Progress {
  public:
-  Progress(const TrainConfig& c, const RunInputs& in, int64_t start, const nn::GPT& model,
+  // cuda_graph: the step's cuda_graph_status(), for the header on CUDA.
+  Progress(const TrainConfig& c, const RunInputs& in, int64_t start, const nn::GPT& model, const std::string& cuda_graph,
            const optim::ProcessGrid& grid);
   // An evaluation: its two log rows, the chart redrawn, its line.
   void evaluated(const EvalRecord& e);
@@ -225,7 +226,8 @@ class Progress {
   void logged(int64_t iter, double loss, double lr);
 
  private:
-  void print_start(const RunInputs& in, int64_t start, const nn::GPT& model, const optim::ProcessGrid& grid) const;
+  void print_start(const RunInputs& in, int64_t start, const nn::GPT& model, const std::string& cuda_graph,
+                   const optim::ProcessGrid& grid) const;
 
   const TrainConfig& c_;
   const bool root_;
@@ -237,7 +239,7 @@ class Progress {
 };
 
 Progress::Progress(const TrainConfig& c, const RunInputs& in, int64_t start, const nn::GPT& model,
-                   const optim::ProcessGrid& grid)
+                   const std::string& cuda_graph, const optim::ProcessGrid& grid)
     : c_(c), root_(grid.world().rank() == 0), log_path_(c.run.out + "/log.csv"),
       tokens_per_step_(c.optim.batch_size * c.optim.grad_accum * c.model.block_size),
       flops_per_step_(static_cast<double>(
@@ -248,15 +250,16 @@ Progress::Progress(const TrainConfig& c, const RunInputs& in, int64_t start, con
     AG_CHECK(log_, "train: cannot write '" << log_path_ << "'");
     if (!c.run.resume) log_ << "iter,kind,loss,lr,ms_per_iter\n";
   }
-  if (!c.quiet) print_start(in, start, model, grid);
+  if (!c.quiet) print_start(in, start, model, cuda_graph, grid);
 }
 
-void Progress::print_start(const RunInputs& in, int64_t start, const nn::GPT& model,
+void Progress::print_start(const RunInputs& in, int64_t start, const nn::GPT& model, const std::string& cuda_graph,
                            const optim::ProcessGrid& grid) const {
   std::printf("char_lm: %lld parameters, vocab %lld, %zu train / %zu val tokens from %s\n",
               static_cast<long long>(model.num_parameters()), static_cast<long long>(in.data.tokenizer.vocab_size()),
               in.data.train.size(), in.data.val.size(), in.data_path.c_str());
   std::printf("%s\n", cli::header(model.config(), c_.run.device, c_.optim.precision).c_str());
+  if (c_.run.device == Device::CUDA) std::printf("cuda graph: %s\n", cuda_graph.c_str());
   for (const std::string& unit : in.passed_over) std::printf("passing over the incomplete checkpoint %s\n", unit.c_str());
   if (c_.run.resume) std::printf("resuming from iteration %lld (%s)\n", static_cast<long long>(start), in.resumed_unit.c_str());
   else std::printf("writing checkpoints and log.csv to %s/\n", c_.run.out.c_str());
@@ -320,6 +323,7 @@ class Trainer {
   // Iterations [start, max_iters), evaluating and checkpointing on the way.
   TrainResult run(int64_t start, Progress& progress);
   nn::GPT& model() { return *model_; }
+  const optim::TrainStep& step() const { return step_; }
 
  private:
   EvalRecord evaluate_and_checkpoint(int64_t iter, Progress& progress);
@@ -361,6 +365,8 @@ Trainer::Trainer(const TrainConfig& c, const text::Dataset& data, std::unique_pt
       separator_(text::separator_ids(c.run.documents, data.tokenizer, data.train, c.model.block_size)) {
   optim::replicate(model_->parameters(), comm_);
   optim::make_data_parallel(step_, comm_);  // over all N processes: each holds its positions' loss terms
+  if (!separator_.empty()) step_.disable_cuda_graph("--documents (each batch's document mask is made on the host)");
+  if (grid.ring()) step_.disable_cuda_graph("--context-parallel (ring attention's exchanges are driven from the host)");
   manual_seed(optim::replica_seed(c.optim.seed + 4, comm_));  // dropout masks draw from the default generator
   model_->set_context_parallel(grid.ring());
 }
@@ -451,7 +457,7 @@ TrainResult train(TrainConfig c) {
   const optim::ProcessGrid grid(comm, c.run.context_parallel);
   Trainer trainer(c, in.data, std::move(initial.model), grid);
   const int64_t start = c.run.resume ? trainer.resume(in, initial.iter) : 0;
-  Progress progress(c, in, start, trainer.model(), grid);
+  Progress progress(c, in, start, trainer.model(), trainer.step().cuda_graph_status(), grid);
   TrainResult result = trainer.run(start, progress);
   trainer.model().set_context_parallel(nullptr);  // rank 0 samples alone
 

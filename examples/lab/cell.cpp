@@ -232,6 +232,8 @@ RunResult train_run(const Cell& cell, double lr, const RunSettings& settings, co
                           return model.loss(x, y, Reduction::Sum, kIgnore, y_host);
                         },
                         settings.device, kIgnore);
+  if (is_graph_task(cell.task.task))
+    step.disable_cuda_graph("a graph task (each batch's attention mask is made on the host)");
   Generator draws(options.seed + 1);
   RunResult result;
   result.lr = lr;

@@ -1,0 +1,66 @@
+#include "core/counter_shifts.h"
+
+#include <mutex>
+
+#include "core/dispatch.h"
+
+namespace ag {
+
+namespace {
+std::mutex recorder_mutex;
+CounterShifts* recorder = nullptr;  // the one recording, if any
+}  // namespace
+
+const uint64_t* counter_shift(Generator& g, Device device) {
+  if (device != Device::CUDA) return nullptr;
+  std::lock_guard<std::mutex> lock(recorder_mutex);
+  return recorder ? recorder->shift_for(g) : nullptr;
+}
+
+CounterShifts::~CounterShifts() {
+  std::lock_guard<std::mutex> lock(recorder_mutex);
+  if (recorder == this) recorder = nullptr;
+}
+
+void CounterShifts::begin() {
+  std::lock_guard<std::mutex> lock(recorder_mutex);
+  AG_CHECK(!recorder, "CounterShifts: another capture records its draws");
+  entries_.clear();
+  recorder = this;
+  recording_ = true;
+}
+
+void CounterShifts::end() {
+  std::lock_guard<std::mutex> lock(recorder_mutex);
+  if (recorder == this) recorder = nullptr;
+  if (!recording_) return;
+  recording_ = false;
+  for (Entry& e : entries_) {
+    e.drawn = e.generator->offset() - e.start;
+    e.generator->set_state(e.seed, e.start);
+  }
+}
+
+const uint64_t* CounterShifts::shift_for(Generator& g) {
+  for (const Entry& e : entries_)
+    if (e.generator == &g) return static_cast<const uint64_t*>(e.shift.raw_data());
+  // Allocated, not filled: a fill now would be captured, and each replay would
+  // zero the shift the host has just written.
+  entries_.push_back({&g, g.seed(), g.offset(), 0, Tensor::empty({1}, DType::Int64, Device::CUDA)});
+  return static_cast<const uint64_t*>(entries_.back().shift.raw_data());
+}
+
+bool CounterShifts::prepare_replay() {
+  for (const Entry& e : entries_)
+    if (e.generator->seed() != e.seed) return false;
+  for (Entry& e : entries_) {
+    const uint64_t shift = e.generator->offset() - e.start;
+    // fill takes a double: exact below 2^53 counters (about 9·10^15 numbers drawn).
+    AG_CHECK(shift < (uint64_t{1} << 53), "CounterShifts: a shift of " << shift << " counters is past 2^53");
+    kernel::fill(e.shift, static_cast<double>(shift));
+    e.generator->advance(e.drawn);
+  }
+  return true;
+}
+
+}  // namespace ag
