@@ -27,9 +27,10 @@
 // float32 dY by sum_to_shape instead (reductions stay float32: docs/backprop.md,
 // "Mixed precision").
 //
-// No workspace is given (the plans are chosen with a zero-byte budget), so a
-// product needs no memory beyond its operands and runs the same inside a CUDA
-// graph's capture.
+// cuBLASLt gets a workspace of its own, 32 MiB (cuBLAS's advice for Hopper; some
+// plans split K or reduce a bias gradient across thread blocks there), allocated
+// at the first product and kept: every call, and a CUDA graph that captured one,
+// sees the same buffer, and on the one stream they run one after another.
 #include <cuda_bf16.h>
 
 #include <array>
@@ -102,6 +103,12 @@ class Bf16Operand {
   int64_t elements_;
   __nv_bfloat16* data_;
 };
+
+constexpr uint64_t kWorkspaceBytes = uint64_t{32} << 20;
+void* workspace() {
+  static void* const buffer = allocate(kWorkspaceBytes);  // never freed: lives as long as the process's plans
+  return buffer;
+}
 
 // The descriptors of one call, destroyed with it.
 struct Descriptors {
@@ -183,7 +190,7 @@ bool run(const Product& p) {
       algo = found->second;
     } else {
       AG_CUBLAS_CHECK(lt->preference_create(&s.preference));
-      s.prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t{0});
+      s.prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kWorkspaceBytes);
       s.prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<uint32_t>(alignment(a)));
       s.prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(alignment(b)));
       s.prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(alignment(p.d)));
@@ -205,7 +212,7 @@ bool run(const Product& p) {
   }
   // C = D: with beta = 1 the product adds onto D's contents (a gradient buffer).
   const cublasStatus_t status = lt->matmul(lt->handle, s.desc, &p.alpha, a, s.a, b, s.b, &p.beta, p.d, s.d, p.d, s.d,
-                                           &*algo, nullptr, 0, current_stream());
+                                           &*algo, workspace(), kWorkspaceBytes, current_stream());
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
     const std::lock_guard<std::mutex> lock(plans_mutex);
     plans[key] = std::nullopt;  // nothing was launched: the caller's kernels run instead, now and from now on
