@@ -7,7 +7,7 @@
 // from the significands (below), which also holds for fp32. Without a device the
 // "cuda:" cases print [SKIP].
 #include <cmath>
-#include <tuple>
+#include <array>
 
 #include "core/elementwise_math.h"
 #include "cuda/context.h"
@@ -50,7 +50,9 @@ std::vector<std::vector<double>> output_and_gradients(const GradcheckFn& f, cons
 
 TEST_CASE("mlp: on the CPU it is linear(bias_gelu(matmul(x, W_fc), b_fc), W_proj, b_proj) bit for bit — float32 and float64, both GELUs") {
   // F = 65 and 130: one and several column blocks in b_fc's gradient sums; [2, 150, 12] rows enough to split over threads.
-  for (const auto& [x_shape, F] : std::vector<std::pair<Shape, int64_t>>{{{1, 3}, 5}, {{7, 4}, 65}, {{2, 150, 12}, 130}}) {
+  for (const auto& size : std::vector<std::pair<Shape, int64_t>>{{{1, 3}, 5}, {{7, 4}, 65}, {{2, 150, 12}, 130}}) {
+    const Shape x_shape = size.first;  // not structured bindings: CAPTURE's lambda reads them (clang 14)
+    const int64_t F = size.second;
     CAPTURE(to_string(x_shape));
     for (GeluApprox approx : {GeluApprox::Erf, GeluApprox::Tanh})
       for (DType dtype : {DType::Float32, DType::Float64}) {
@@ -101,8 +103,10 @@ TEST_CASE("mlp: only the inputs that want a gradient get one, and no graph is ke
 // takes the unfused kernels; the exact GELU takes them at any F.
 TEST_CASE_EVERY_DEVICE("mlp: a device's fused kernels match the CPU's, fp32") {
   if (device == Device::CPU) return;  // the cases above are the CPU's
-  for (const auto& [x_shape, F] : std::vector<std::pair<Shape, int64_t>>{{{7, 16}, 64}, {{2, 33, 5}, 20}, {{4, 64, 32}, 128}})
+  for (const auto& size : std::vector<std::pair<Shape, int64_t>>{{{7, 16}, 64}, {{2, 33, 5}, 20}, {{4, 64, 32}, 128}})
     for (GeluApprox approx : {GeluApprox::Erf, GeluApprox::Tanh}) {
+      const Shape x_shape = size.first;
+      const int64_t F = size.second;
       CAPTURE(to_string(x_shape));
       CAPTURE(name_of(approx));
       ag::test::check_device_matches_cpu(device, fused(approx), mlp_inputs(x_shape, F, 240));
@@ -239,9 +243,10 @@ TEST_CASE_EVERY_DEVICE("mlp: fp32, tf32 and bf16 on a device stay within the bou
     return;
   }
   const char* names[] = {"Y", "dX", "dW_fc", "db_fc", "dW_proj", "db_proj"};
-  for (const auto& [N, C, F] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{96, 32, 128}, {64, 48, 192}, {40, 5, 20}})
+  for (const std::array<int64_t, 3>& size : std::vector<std::array<int64_t, 3>>{{96, 32, 128}, {64, 48, 192}, {40, 5, 20}})
     for (GeluApprox approx : {GeluApprox::Erf, GeluApprox::Tanh})
       for (Precision p : {Precision::FP32, Precision::TF32, Precision::BF16}) {
+        const int64_t N = size[0], C = size[1], F = size[2];
         CAPTURE(N);
         CAPTURE(F);
         CAPTURE(name_of(approx));
