@@ -40,6 +40,7 @@ void set_allow_tf32(bool allow) { gemm_mode = allow ? Precision::TF32 : Precisio
 bool allow_tf32() { return gemm_mode == Precision::TF32; }
 void set_gemm_precision(Precision precision) { gemm_mode = precision; }
 Precision gemm_precision() { return gemm_mode; }
+int64_t epilogue_products() { return 0; }
 
 // --- kernels (cuda/cuda.h): one stub per core/kernels.inc entry -------------------------
 // The entries name their parameters; a stub hands them to `unused` (for -Wunused-parameter).

@@ -34,6 +34,7 @@
 #include <cuda_bf16.h>
 
 #include <array>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -136,6 +137,7 @@ struct Descriptors {
 using PlanKey = std::array<int64_t, 17>;
 std::mutex plans_mutex;
 std::map<PlanKey, std::optional<cublasLtMatmulAlgo_t>> plans;
+std::atomic<int64_t> products_run{0};  // epilogue_products()
 
 // Runs the product and returns true, or returns false (having launched nothing)
 // when cuBLASLt is missing or declines this configuration; the caller then runs
@@ -213,16 +215,21 @@ bool run(const Product& p) {
   // C = D: with beta = 1 the product adds onto D's contents (a gradient buffer).
   const cublasStatus_t status = lt->matmul(lt->handle, s.desc, &p.alpha, a, s.a, b, s.b, &p.beta, p.d, s.d, p.d, s.d,
                                            &*algo, workspace(), kWorkspaceBytes, current_stream());
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
+  // Not supported, or an invalid value: what cublasLtMatmul returns for an aux or bias type its
+  // kernels lack for these input and compute types (cublasLt.h, EPILOGUE_AUX_DATA_TYPE).
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) {
     const std::lock_guard<std::mutex> lock(plans_mutex);
     plans[key] = std::nullopt;  // nothing was launched: the caller's kernels run instead, now and from now on
     return false;
   }
   AG_CUBLAS_CHECK(status);
+  ++products_run;
   return true;
 }
 
 }  // namespace mlp_epilogue
+
+int64_t epilogue_products() { return mlp_epilogue::products_run; }
 
 // The row-major product C = alpha·op(A) op(B) + beta·C of `shape` (one product: batch 1,
 // no groups, no offsets) as cuBLASLt's column-major Cᵀ = op(B)ᵀ op(A)ᵀ: its A is

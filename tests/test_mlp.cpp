@@ -109,7 +109,12 @@ TEST_CASE_EVERY_DEVICE("mlp: a device's fused kernels match the CPU's, fp32") {
       const int64_t F = size.second;
       CAPTURE(to_string(x_shape));
       CAPTURE(name_of(approx));
+      const int64_t before = cuda::epilogue_products();
       ag::test::check_device_matches_cpu(device, fused(approx), mlp_inputs(x_shape, F, 240));
+      // The fused path ran, not its fallback: GELU_AUX_BIAS, DGELU_BGRAD and BGRADA, or (exact GELU) BGRADA alone.
+      const int64_t fused_products = cuda::epilogue_products() - before;
+      MESSAGE("fp32 " << name_of(approx) << " F=" << F << ": " << fused_products << " products through cuBLASLt's epilogues");
+      if (F % 8 == 0) CHECK(fused_products == (approx == GeluApprox::Tanh ? 3 : 1));
     }
 }
 
@@ -251,7 +256,10 @@ TEST_CASE_EVERY_DEVICE("mlp: fp32, tf32 and bf16 on a device stay within the bou
         CAPTURE(F);
         CAPTURE(name_of(approx));
         CAPTURE(name_of(p));
+        const int64_t before = cuda::epilogue_products();
         const std::vector<double> worst = error_over_bound(device, mlp_inputs({N, C}, F, 260), approx, p);
+        MESSAGE(name_of(p) << " " << name_of(approx) << " F=" << F << ": " << cuda::epilogue_products() - before
+                           << " products through cuBLASLt's epilogues");
         for (size_t r = 0; r < worst.size(); ++r) {
           MESSAGE(name_of(p) << " " << name_of(approx) << " F=" << F << " " << names[r] << ": error / bound " << worst[r]);
           CHECK(worst[r] <= 1.0);
