@@ -13,7 +13,7 @@
 // backward, which is why the op spans both layers: an op ending at G would receive
 // dG already stored.
 //
-// Backward (docs/backprop.md, "MLP"), the forward read bottom-up:
+// Backward (docs/backprop.md §3, "The whole MLP as one op"), the forward read bottom-up:
 //   Y = G W_proj + b_proj:  dG = dY W_projᵀ,  dW_proj = Gᵀ dY,  db_proj = Σ_rows dY
 //   G = f(U):               dU = dG ∘ f'(U)
 //   U = X W_fc + b_fc:      dX = dU W_fcᵀ,    dW_fc = Xᵀ dU,    db_fc = Σ_rows dU
