@@ -75,6 +75,18 @@ struct GemmShape {
   }
 };
 
+// What the MLP's forward keeps for the backward of its GELU (core/ops/mlp.cpp):
+// kernel::mlp_fc writes it, kernel::mlp_dgelu reads it. `values` [N, 4C] hold
+// either f'(U), U = X W_fc + b_fc the pre-activation (what bias_activation
+// computes beside f(U), from the terms it had at hand: the CPU's form, and
+// CUDA's when it runs the unfused kernels), or, with pre_activation set, U itself:
+// what cuBLASLt's GELU epilogue stores as its aux output and its DGELU epilogue
+// reads back (cuda/mlp.cu). One [N, 4C] tensor either way.
+struct GeluSaved {
+  Tensor values;
+  bool pre_activation = false;
+};
+
 // Adam, in torch.optim's form, at step t >= 1:
 //   g ← g + weight_decay·p            (Adam's L2 penalty; AdamW: p ← p − lr·weight_decay·p)
 //   m ← β1·m + (1 − β1)·g,   v ← β2·v + (1 − β2)·g²

@@ -88,6 +88,13 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // add(matmul(x, weight), bias).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
+// A transformer block's MLP, X [..., C] -> [..., C']: gelu(X W_fc + b_fc) W_proj + b_proj,
+// w_fc [C, F], b_fc [F], w_proj [F, C'], b_proj [C'] (core/ops/mlp.cpp). Equals
+// linear(bias_gelu(matmul(x, w_fc), b_fc, approx), w_proj, b_proj), bit for bit on the
+// CPU; on CUDA the bias and GELU ride in the GEMMs' epilogues (cuBLASLt).
+Tensor mlp(const Tensor& x, const Tensor& w_fc, const Tensor& b_fc, const Tensor& w_proj, const Tensor& b_proj,
+           GeluApprox approx = GeluApprox::Erf);
+
 // --- softmax family (core/ops/softmax.cpp), over the last dim -------------------------------
 Tensor softmax(const Tensor& x);
 Tensor log_softmax(const Tensor& x);

@@ -104,4 +104,9 @@ bool allow_tf32();
 void set_gemm_precision(Precision precision);
 Precision gemm_precision();
 
+// How many products this process has run through cuBLASLt's fused epilogues
+// (cuda/mlp.cu; the rest take its unfused kernels): for tests that must see the
+// fused path run rather than its fallback. 0 without CUDA.
+int64_t epilogue_products();
+
 }  // namespace ag::cuda

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <optional>
 #include <string>
 
 #include "core/error.h"
@@ -61,5 +62,49 @@ const CublasLibrary& cublas() {
 }
 
 bool cublas_loaded() { return opened; }
+
+// --- cuBLASLt ----------------------------------------------------------------------------
+namespace {
+const std::string kLtLibraryName = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+
+// As open_cublas, without throwing: null when the library is not there.
+void* open_cublas_lt() {
+  if (void* library = dlopen(kLtLibraryName.c_str(), RTLD_NOW | RTLD_LOCAL)) return library;
+  Dl_info cudart{};
+  if (dladdr(reinterpret_cast<void*>(&cudaGetDeviceCount), &cudart) == 0 || cudart.dli_fname == nullptr) return nullptr;
+  const std::string path = cudart.dli_fname;
+  return dlopen((path.substr(0, path.rfind('/') + 1) + kLtLibraryName).c_str(), RTLD_NOW | RTLD_LOCAL);
+}
+
+template <class Function> bool resolve_lt(void* library, const char* symbol, Function& slot) {
+  slot = reinterpret_cast<Function>(dlsym(library, symbol));
+  return slot != nullptr;
+}
+
+std::optional<CublasLtLibrary> open_lt_library() {
+  void* library = open_cublas_lt();
+  if (library == nullptr) return std::nullopt;
+  CublasLtLibrary table{};
+  const bool complete =
+      resolve_lt(library, "cublasLtCreate", table.create) &&
+      resolve_lt(library, "cublasLtMatmulDescCreate", table.desc_create) &&
+      resolve_lt(library, "cublasLtMatmulDescDestroy", table.desc_destroy) &&
+      resolve_lt(library, "cublasLtMatmulDescSetAttribute", table.desc_set) &&
+      resolve_lt(library, "cublasLtMatrixLayoutCreate", table.layout_create) &&
+      resolve_lt(library, "cublasLtMatrixLayoutDestroy", table.layout_destroy) &&
+      resolve_lt(library, "cublasLtMatmulPreferenceCreate", table.preference_create) &&
+      resolve_lt(library, "cublasLtMatmulPreferenceDestroy", table.preference_destroy) &&
+      resolve_lt(library, "cublasLtMatmulPreferenceSetAttribute", table.preference_set) &&
+      resolve_lt(library, "cublasLtMatmulAlgoGetHeuristic", table.heuristic) &&
+      resolve_lt(library, "cublasLtMatmul", table.matmul);
+  if (!complete || table.create(&table.handle) != CUBLAS_STATUS_SUCCESS) return std::nullopt;
+  return table;
+}
+}  // namespace
+
+const CublasLtLibrary* cublas_lt() {
+  static const std::optional<CublasLtLibrary> table = open_lt_library();  // tried once; never closed
+  return table ? &*table : nullptr;
+}
 
 }  // namespace ag::cuda

@@ -6,6 +6,7 @@
 // device pays for it. The table holds the few entry points attograd calls, typed
 // from cublas_v2.h's own declarations so a signature change fails to compile.
 #pragma once
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 namespace ag::cuda {
@@ -30,5 +31,26 @@ struct CublasLibrary {
 // Opens libcublas.so.<the major version built against> on the first call; throws
 // ag::Error naming the library and dlerror()'s reason when it can't be opened.
 const CublasLibrary& cublas();
+
+// cuBLASLt, for the GEMMs with fused epilogues (cuda/mlp.cu: bias + GELU forward,
+// GELU' + bias gradient backward), opened the same way: libcublasLt.so.<major>, on
+// first use. Unlike cuBLAS it is optional: null when it cannot be opened or lacks
+// an entry point, and its callers then run their unfused kernels. `handle` is the
+// process's one cublasLtHandle_t (cuBLASLt handles hold no stream: each matmul names one).
+struct CublasLtLibrary {
+  decltype(&cublasLtCreate) create;
+  decltype(&cublasLtMatmulDescCreate) desc_create;
+  decltype(&cublasLtMatmulDescDestroy) desc_destroy;
+  decltype(&cublasLtMatmulDescSetAttribute) desc_set;
+  decltype(&cublasLtMatrixLayoutCreate) layout_create;
+  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy;
+  decltype(&cublasLtMatmulPreferenceCreate) preference_create;
+  decltype(&cublasLtMatmulPreferenceDestroy) preference_destroy;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic;
+  decltype(&cublasLtMatmul) matmul;
+  cublasLtHandle_t handle;
+};
+const CublasLtLibrary* cublas_lt();
 
 }  // namespace ag::cuda

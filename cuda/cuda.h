@@ -14,6 +14,7 @@ namespace ag::cuda {
 
 using kernel::AdamHyper;
 using kernel::BinaryOp;
+using kernel::GeluSaved;
 using kernel::GemmShape;
 using kernel::ReduceDims;
 using kernel::SgdHyper;

@@ -46,6 +46,7 @@ void set_allow_tf32(bool allow) { gemm_mode = allow ? Precision::TF32 : Precisio
 bool allow_tf32() { return gemm_mode == Precision::TF32; }
 void set_gemm_precision(Precision precision) { gemm_mode = precision; }
 Precision gemm_precision() { return gemm_mode; }
+int64_t epilogue_products() { return 0; }
 
 // --- graphs (cuda/graph.h) -------------------------------------------------------------
 StepGraph::~StepGraph() = default;

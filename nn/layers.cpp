@@ -73,12 +73,11 @@ MLP::MLP(const Config& config, Generator* gen)
       gelu_(register_module("gelu", std::make_shared<GELU>(config.gelu))),
       dropout_(register_module("dropout", std::make_shared<Dropout>(config.dropout))) {}
 
-// fc's bias rides with the GELU rather than in fc's GEMM: bias_gelu is one pass
-// forward and one backward (dX and db together), the composed
-// gelu_->forward(fc_->forward(x)) its reference.
+// fc, the GELU and proj are one op (core/ops/mlp.cpp), so that a device can fold
+// fc's bias and the GELU into fc's GEMM and GELU's derivative into the GEMM of
+// proj's backward; the composed proj_->forward(gelu_->forward(fc_->forward(x))) is its reference.
 Tensor MLP::forward(const Tensor& x) const {
-  const Tensor h = bias_gelu(matmul(x, fc_->weight()), fc_->bias(), gelu_->approx());  // [B, T, 4C]
-  return dropout_->forward(proj_->forward(h));                                         // [B, T, C]
+  return dropout_->forward(mlp(x, fc_->weight(), fc_->bias(), proj_->weight(), proj_->bias(), gelu_->approx()));  // [B, T, C]
 }
 
 }  // namespace ag::nn

@@ -8,6 +8,7 @@ namespace ag::cpu {
 
 using kernel::AdamHyper;
 using kernel::BinaryOp;
+using kernel::GeluSaved;
 using kernel::GemmShape;
 using kernel::ReduceDims;
 using kernel::SgdHyper;

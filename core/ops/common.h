@@ -27,6 +27,17 @@ struct GemmOperand {
   int64_t first_batch = 0;  // a tensor that holds one chunk of the batch (a scratch) starts at the chunk's first entry
 };
 
+// The sizes of a batched product: out [batch, M, N] = op(x) [M, K] · op(y) [K, N] per entry.
+struct ProductSize {
+  int64_t batch, M, N, K;
+};
+// out [batch, M, N] (shaped `out_shape`) = op(x) op(y) per batch entry (core/ops/matmul.cpp).
+Tensor product(const GemmOperand& x, const GemmOperand& y, const ProductSize& size, const Shape& out_shape);
+// op(x) op(y) [M, N] (size.batch = 1), the gradient of `input`: added straight
+// into input's accumulation_target when it has one (a GEMM with beta = 1), and
+// then undefined is returned; else a new tensor shaped like input (core/ops/matmul.cpp).
+Tensor gradient_product(const Tensor& input, const GemmOperand& x, const GemmOperand& y, const ProductSize& size);
+
 inline Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
 inline Tensor empty_as(const Shape& shape, const Tensor& like) {
   return Tensor::empty(shape, like.dtype(), like.device());

@@ -9,14 +9,7 @@
 
 namespace ag {
 
-namespace {
-using detail::GemmOperand;
-
-// The sizes of a batched product: out [batch, M, N] = op(x) [M, K] · op(y) [K, N] per entry.
-struct ProductSize {
-  int64_t batch, M, N, K;
-};
-
+namespace detail {
 // out [batch, M, N] (shaped `out_shape`) = op(x) op(y) per batch entry.
 Tensor product(const GemmOperand& x, const GemmOperand& y, const ProductSize& size, const Shape& out_shape) {
   const int64_t batch = size.batch, M = size.M, N = size.N, K = size.K;
@@ -49,6 +42,13 @@ Tensor gradient_product(const Tensor& input, const GemmOperand& x, const GemmOpe
   }
   return product(x, y, size, input.shape());
 }
+}  // namespace detail
+
+namespace {
+using detail::GemmOperand;
+using detail::ProductSize;
+using detail::product;
+using detail::gradient_product;
 
 Shape batch_dims(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
 
