@@ -81,7 +81,39 @@ __global__ void embedding_backward_kernel(const T* dOut, const int64_t* indices,
     }
   }
 }
+
+// scored_positions in one block of kScanThreads: thread k counts the scored targets
+// of its contiguous span of positions, a scan of the counts gives each span's first
+// slot, and each thread writes its span's positions there in increasing order. One
+// block: the batches it serves (B·T targets) are small, and the order is the CPU's.
+constexpr int kScanThreads = 1024;
+__global__ void scored_positions_kernel(const int64_t* targets, int64_t N, int64_t ignore_index, int64_t n,
+                                        int64_t* rows, int64_t* scored) {
+  __shared__ int64_t before[kScanThreads];
+  const int64_t span = (N + kScanThreads - 1) / kScanThreads;
+  const int64_t begin = min(N, threadIdx.x * span), end = min(N, begin + span);
+  int64_t mine = 0;
+  for (int64_t i = begin; i < end; ++i) mine += targets[i] != ignore_index;
+  before[threadIdx.x] = mine;
+  __syncthreads();
+  for (int offset = 1; offset < kScanThreads; offset *= 2) {  // inclusive scan (Hillis and Steele)
+    const int64_t add = threadIdx.x >= offset ? before[threadIdx.x - offset] : 0;
+    __syncthreads();
+    before[threadIdx.x] += add;
+    __syncthreads();
+  }
+  int64_t at = before[threadIdx.x] - mine;  // this span's first slot
+  for (int64_t i = begin; i < end && at < n; ++i)
+    if (targets[i] != ignore_index) rows[at] = i, scored[at++] = targets[i];
+}
 }  // namespace
+
+void scored_positions(const Tensor& targets, int64_t ignore_index, Tensor& rows, Tensor& scored) {
+  if (rows.numel() == 0) return;
+  scored_positions_kernel<<<1, kScanThreads, 0, current_stream()>>>(
+      ptr<const int64_t>(targets), targets.numel(), ignore_index, rows.numel(), ptr<int64_t>(rows), ptr<int64_t>(scored));
+  AG_CUDA_CHECK_LAUNCH();
+}
 
 void embedding(const Tensor& weight, const Tensor& indices, Tensor& out) {
   const int64_t V = weight.size(0), C = weight.size(1);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/context_parallel.h"
+#include "core/dispatch.h"
 #include "dist/communicator.h"
 #include "nn/linear_attention.h"
 #include "nn/lstm.h"
@@ -452,30 +453,30 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets, Reduction reduction, 
   // are the same, since ignored positions add nothing to either. Only on the
   // CPU, where reading the targets is free: on a device it waits for the device.
   // The targets are read here unless the caller has read them already.
-  // On a device, the targets the caller read on the host (a training step's) serve the same way: the
-  // rows and their targets go up as two small index tensors.
+  // On a device, the targets the caller read on the host (a training step's) give the count n of
+  // the scored ones; the rows themselves are found on the device (kernel::scored_positions), from
+  // the targets already there: nothing goes up, so a captured CUDA graph finds each replay's rows.
   if (y.device() == Device::CPU || !targets_on_host.empty()) {
     const std::vector<int64_t> read = targets_on_host.empty() ? y.to_indices() : std::vector<int64_t>();
     const std::span<const int64_t> all = targets_on_host.empty() ? std::span<const int64_t>(read) : targets_on_host;
-    std::vector<int64_t> rows, scored;
-    for (size_t i = 0; i < all.size(); ++i)
-      if (all[i] != ignore_index) rows.push_back(static_cast<int64_t>(i)), scored.push_back(all[i]);
-    if (!rows.empty() && rows.size() < all.size()) {
-      const int64_t n = static_cast<int64_t>(rows.size());
-      return cross_entropy(head_at(x, rows), Tensor::from_indices(scored, {n}).to(x.device()), ignore_index, reduction);
+    const int64_t n = std::count_if(all.begin(), all.end(), [ignore_index](int64_t t) { return t != ignore_index; });
+    if (n > 0 && n < static_cast<int64_t>(all.size())) {
+      Tensor rows = Tensor::empty({n}, DType::Int64, y.device()), scored = Tensor::empty({n}, DType::Int64, y.device());
+      kernel::scored_positions(y, ignore_index, rows, scored);
+      return cross_entropy(head_at(x, rows), scored, ignore_index, reduction);
     }
   }
   return cross_entropy(head(x), y, ignore_index, reduction);
 }
 
-Tensor GPT::head_at(const Tensor& x, const std::vector<int64_t>& rows) {
+Tensor GPT::head_at(const Tensor& x, const Tensor& rows) {
   // embedding() is a row gather: its backward adds each row's gradient back into x's.
-  const Tensor x_rows = embedding(x, Tensor::from_indices(rows, {static_cast<int64_t>(rows.size())}).to(x.device()));
-  return head(x_rows);  // [n, V]
+  return head(embedding(x, rows));  // [n, V]
 }
 
 Tensor GPT::logits_at(const Tensor& idx, const std::vector<int64_t>& rows) {
-  return head_at(blocks_output(checked_token_embeddings(idx)).reshape({-1, config_.n_embd}), rows);  // [BT, C] -> [n, V]
+  const Tensor at = Tensor::from_indices(rows, {static_cast<int64_t>(rows.size())}).to(idx.device());
+  return head_at(blocks_output(checked_token_embeddings(idx)).reshape({-1, config_.n_embd}), at);  // [BT, C] -> [n, V]
 }
 
 int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T) {

@@ -222,8 +222,8 @@ class GPT : public Module {
   Tensor blocks_output(const Tensor& E);
   // logits [..., V] from the last block's output x [..., C].
   Tensor head(const Tensor& x);
-  // The head at n of the B·T positions only: rows, flat indices b·T + t, on x's device -> logits [n, V].
-  Tensor head_at(const Tensor& x, const std::vector<int64_t>& rows);
+  // The head at n of the B·T positions only: rows, int64 [n] flat indices b·T + t on x's device -> logits [n, V].
+  Tensor head_at(const Tensor& x, const Tensor& rows);
 
   GPTConfig config_;
   Tensor positions_;  // int64 [block_size]: 0, 1, ..., on the device of the last input (learned positions)

@@ -1,5 +1,6 @@
 #include "optim/train_step.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -59,6 +60,7 @@ const TrainOptions& checked(const TrainOptions& options, Device device) {
 // The graph of one step's shapes, and what it reads and writes.
 struct TrainStep::Graph {
   std::vector<std::pair<Shape, Shape>> shapes;  // each micro-batch's x and y
+  std::vector<int64_t> scored;                  // and its count of scored targets (the loss head's rows)
   std::vector<Batch> inputs;  // on the device: each step's micro-batches are copied here
   int64_t eager_steps = 0;    // steps of these shapes run so far without the graph
   cuda::StepGraph graph;
@@ -130,7 +132,7 @@ StepResult TrainStep::run(int64_t iter, const std::vector<Batch>& micro_batches)
   write_step_constants(result.lr, result.scored);
   Outputs out;
   if (graph_off_reason().empty()) {
-    out = run_graphed(micro_batches, iter);
+    out = run_graphed(micro_batches, y_host, iter);
   } else {
     std::vector<Batch> on_device;
     for (const Batch& b : micro_batches) on_device.push_back({b.x.to(device_), b.y.to(device_)});
@@ -160,14 +162,19 @@ TrainStep::Outputs TrainStep::step_on_device(const std::vector<Batch>& on_device
   return out;
 }
 
-TrainStep::Outputs TrainStep::run_graphed(const std::vector<Batch>& micro_batches, int64_t iter) {
+TrainStep::Outputs TrainStep::run_graphed(const std::vector<Batch>& micro_batches,
+                                          const std::vector<std::vector<int64_t>>& y_host, int64_t iter) {
   if (!graph_) graph_ = std::make_unique<Graph>();
   Graph& g = *graph_;
   std::vector<std::pair<Shape, Shape>> shapes;
   for (const Batch& b : micro_batches) shapes.push_back({b.x.shape(), b.y.shape()});
-  if (shapes != g.shapes) {  // new shapes (or the first step): new inputs, and two eager steps before a capture
+  std::vector<int64_t> scored;
+  for (const std::vector<int64_t>& targets : y_host)
+    scored.push_back(std::count_if(targets.begin(), targets.end(), [this](int64_t t) { return t != ignore_index_; }));
+  if (shapes != g.shapes || scored != g.scored) {  // new shapes (or the first step): new inputs, and two eager steps before a capture
     g.graph.reset();
     g.shapes = shapes;
+    g.scored = scored;
     g.inputs.clear();
     for (const Batch& b : micro_batches)
       g.inputs.push_back({Tensor::empty(b.x.shape(), b.x.dtype(), device_), Tensor::empty(b.y.shape(), b.y.dtype(), device_)});
@@ -185,7 +192,7 @@ TrainStep::Outputs TrainStep::run_graphed(const std::vector<Batch>& micro_batche
         CounterShifts& shifts;
         ~EndShifts() { shifts.end(); }
       } end_shifts{g.shifts};
-      failure = g.graph.capture([&] { g.outputs = step_on_device(g.inputs, nullptr); });
+      failure = g.graph.capture([&] { g.outputs = step_on_device(g.inputs, &y_host); });
     }
     if (!failure.empty()) {
       g.outputs = {};
@@ -193,14 +200,14 @@ TrainStep::Outputs TrainStep::run_graphed(const std::vector<Batch>& micro_batche
       std::fprintf(stderr, "cuda graph: capturing the training step at iteration %lld failed: %s; the run goes on eagerly\n",
                    static_cast<long long>(iter), failure.c_str());
       // This step and every later one run eagerly, on the inputs already copied.
-      return step_on_device(g.inputs, nullptr);
+      return step_on_device(g.inputs, &y_host);
     }
   }
   if (g.graph.ready() && !g.shifts.prepare_replay()) g.graph.reset();  // a generator reseeded: capture again
   if (!g.graph.ready()) {
     if (g.eager_steps >= 2) g.eager_steps = 1;  // after a reseed: one more eager step, then a capture
     ++g.eager_steps;
-    return step_on_device(g.inputs, nullptr);
+    return step_on_device(g.inputs, &y_host);
   }
   g.graph.replay();
   ++g.replays;

@@ -43,10 +43,11 @@
 // and dropout's counter shifts (core/counter_shifts.h), and launches it. New
 // shapes capture again. The loss and the norm are copied out of the graph's
 // outputs after each replay, so each step's stay readable until checked.
-// Where the graph applies, every step (the eager ones too) computes the loss's
-// head over all rows, as a capture must (GPT::loss gathers the scored rows from
-// targets read on the host): the loss and gradients are the same as off's, bit
-// for bit when every target is scored, up to rounding when some are ignored.
+// The loss is handed the targets read on the host as always: GPT::loss counts
+// the scored ones there (n, a shape of the step: a micro-batch whose count
+// changes is a new shape) and finds their rows on the device from the targets
+// the graph reads (kernel::scored_positions), so a replay scores its own batch's
+// rows, and the losses and gradients are off's bit for bit.
 // It does not apply, and the step runs eagerly, on the CPU; with an after_backward
 // hook (data or context parallelism: it calls MPI or NCCL from the host); in
 // anomaly mode; while the kernel profiler records (it waits for each kernel);
@@ -186,7 +187,8 @@ class TrainStep {
   const Tensor& inverse_count(DType dtype);
   // Why the graph does not apply to this step ("" when it does).
   std::string graph_off_reason() const;
-  Outputs run_graphed(const std::vector<Batch>& micro_batches, int64_t iter);
+  Outputs run_graphed(const std::vector<Batch>& micro_batches, const std::vector<std::vector<int64_t>>& y_host,
+                      int64_t iter);
 
   Optimizer& optimizer_;
   TrainOptions options_;

@@ -4,9 +4,10 @@
 // dropout and clipping, at fp32 and bf16, across a change of shapes, a reseeded
 // dropout generator and a capture that fails. On the CPU: what the graph rests
 // on — the step constants (the learning rate and 1/n read from scalars) give the
-// bits of the values passed as doubles, dropout's counter shift, the full head
-// the graph's loss computes against the scored rows' head, and the option.
+// bits of the values passed as doubles, dropout's counter shift, the scored
+// rows found on the targets' device (what a captured loss reads), and the option.
 // The allocator's private pools are tested in tests/test_allocator.cpp.
+#include <algorithm>
 #include <memory>
 
 #include "core/autograd.h"
@@ -157,27 +158,42 @@ TEST_CASE("dropout: a counter shift adds to every counter (the CPU kernel: the r
   CHECK(shifted.to_vector() == moved.to_vector());
 }
 
-TEST_CASE("GPT::loss: the full head (what a captured step computes) gives the scored rows' loss and gradients") {
-  // GPT::loss skips ignored rows using targets read on the host; a CUDA graph cannot (the rows
-  // would be baked in), so under --cuda-graph on the loss takes the head over every row. The
-  // ignored rows add nothing: the same loss and gradients, up to the order of the sums.
+TEST_CASE("scored_positions: the scored targets' rows in increasing order, and GPT::loss's head over them alone") {
+  // A captured step cannot upload rows the host found (a replay would read the capture's), so
+  // GPT::loss finds them on the targets' device: kernel::scored_positions, a stable compaction.
+  const Tensor y = Tensor::from_indices({-100, 3, 4, -100, -100, 0, 7, -100}, {8});
+  Tensor rows = Tensor::empty({4}, DType::Int64), scored = Tensor::empty({4}, DType::Int64);
+  kernel::scored_positions(y, -100, rows, scored);
+  CHECK(rows.to_indices() == std::vector<int64_t>{1, 2, 5, 6});
+  CHECK(scored.to_indices() == std::vector<int64_t>{3, 4, 0, 7});
+  Tensor two = Tensor::empty({2}, DType::Int64), two_scored = Tensor::empty({2}, DType::Int64);
+  kernel::scored_positions(y, -100, two, two_scored);  // n, the caller's count: nothing past it is written
+  CHECK(two.to_indices() == std::vector<int64_t>{1, 2});
+  // The loss with the targets read on the host (a training step's) and without: the same bits.
   nn::GPTConfig config = small_gpt(0.0);
-  Generator init_a(3), init_b(3);
-  nn::GPT a(config, init_a), b(config, init_b);
-  a.to(DType::Float64);
-  b.to(DType::Float64);
+  Generator init(3);
+  nn::GPT model(config, init);
   Generator batches(5);
   const optim::Batch batch = random_batches(batches, 1, 3, kBlock, /*ignore_some=*/true)[0];
-  const Tensor scored_rows = a.loss(batch.x, batch.y, Reduction::Sum, -100);  // the CPU reads the targets: the scored rows
-  const Tensor full = cross_entropy(b.forward(batch.x).reshape({-1, kVocab}), batch.y.reshape({-1}), -100, Reduction::Sum);
-  CHECK(scored_rows.item() == doctest::Approx(full.item()).epsilon(1e-13));
-  scored_rows.backward();
-  full.backward();
-  const std::vector<Tensor> pa = a.parameters(), pb = b.parameters();
-  for (size_t i = 0; i < pa.size(); ++i) {
-    const std::vector<double> ga = pa[i].grad().to_vector(), gb = pb[i].grad().to_vector();
-    for (size_t j = 0; j < ga.size(); ++j) CHECK(ga[j] == doctest::Approx(gb[j]).epsilon(1e-12).scale(1e-12));
-  }
+  const std::vector<int64_t> read = batch.y.to_indices();
+  CHECK(model.loss(batch.x, batch.y, Reduction::Sum, -100, read).item() ==
+        model.loss(batch.x, batch.y, Reduction::Sum, -100).item());
+}
+
+TEST_CASE("cuda: scored_positions on the device gives the CPU's rows, over more targets than its block has threads") {
+  if (!ag::test::cuda_or_skip()) return;
+  std::vector<int64_t> targets(5000);
+  Generator gen(11);
+  for (size_t i = 0; i < targets.size(); ++i) targets[i] = gen.uniform() < 0.3 ? static_cast<int64_t>(i % 97) : -100;
+  const int64_t n = std::count_if(targets.begin(), targets.end(), [](int64_t t) { return t != -100; });
+  const Tensor y = Tensor::from_indices(targets, {5000});
+  Tensor rows = Tensor::empty({n}, DType::Int64), scored = Tensor::empty({n}, DType::Int64);
+  kernel::scored_positions(y, -100, rows, scored);
+  const Tensor y_gpu = y.to(Device::CUDA);
+  Tensor rows_gpu = Tensor::empty({n}, DType::Int64, Device::CUDA), scored_gpu = Tensor::empty({n}, DType::Int64, Device::CUDA);
+  kernel::scored_positions(y_gpu, -100, rows_gpu, scored_gpu);
+  CHECK(rows_gpu.to_indices() == rows.to_indices());
+  CHECK(scored_gpu.to_indices() == scored.to_indices());
 }
 
 TEST_CASE("cuda graph: a step on the CPU runs eagerly and says why, as --cuda-graph off does") {

@@ -38,4 +38,12 @@ void embedding_backward(const Tensor& dOut, const Tensor& indices, Tensor& dWeig
   });
 }
 
+void scored_positions(const Tensor& targets, int64_t ignore_index, Tensor& rows, Tensor& scored) {
+  const int64_t* y = static_cast<const int64_t*>(targets.raw_data());
+  int64_t* r = static_cast<int64_t*>(rows.raw_data());
+  int64_t* s = static_cast<int64_t*>(scored.raw_data());
+  for (int64_t i = 0, at = 0, n = rows.numel(); i < targets.numel() && at < n; ++i)
+    if (y[i] != ignore_index) r[at] = i, s[at++] = y[i];
+}
+
 }  // namespace ag::cpu
