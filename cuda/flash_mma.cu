@@ -234,12 +234,6 @@ __device__ __noinline__ uint32_t seen_entries(const AttentionMask& mask, int64_t
   return bits;
 }
 __device__ inline bool seen(uint32_t bits, int nt, int e) { return (bits >> (4 * nt + e)) & 1u; }
-// ALiBi's −m_h·(p − j) on query i's score with key j (docs/backprop.md, "ALiBi"), added to
-// scale·q·k as the float32 kernel's score() does; callers add it only under ALiBi (slope ≠ 0),
-// so that every other problem's scores are the products alone.
-__device__ inline float alibi(const AttentionShape& shape, float slope, int64_t i, int64_t j) {
-  return shape.mask.bias(slope, i, j);
-}
 // Whether query i sees key j without a pattern: causality with the query offset (the keys
 // past Tk are padding). The kernels' plain instantiation (kMasked false) tests this alone,
 // inline, where the masked one calls the two functions above.
@@ -310,11 +304,11 @@ __global__ void __launch_bounds__(kBlockThreads)
         for (int nt = 0; nt < kCols / 8; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[nt][e] = seen(shown, nt, e) ? scale * s[nt][e] : -kInfF;
-        if (slope != 0.0f)  // −inf stays −inf
+        if (slope != 0.0f)  // ALiBi's −m_h·(p − j) (docs/backprop.md, "ALiBi"), as score() adds it; −inf stays −inf
 #pragma unroll
           for (int nt = 0; nt < kCols / 8; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[nt][e] += alibi(shape, slope, row + 8 * (e / 2), j0 + 8 * nt + 2 * t + e % 2);
+            for (int e = 0; e < 4; ++e) s[nt][e] += shape.mask.bias(slope, row + 8 * (e / 2), j0 + 8 * nt + 2 * t + e % 2);
       } else {
 #pragma unroll
         for (int nt = 0; nt < kCols / 8; ++nt)
@@ -399,7 +393,7 @@ __device__ inline void probabilities(float (&s)[N / 8][4], const AttentionShape&
 #pragma unroll
     for (int nt = 0; nt < N / 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] += alibi(shape, slope, row + 8 * (e / 2), j0 + 8 * nt + 2 * t + e % 2);
+      for (int e = 0; e < 4; ++e) s[nt][e] += shape.mask.bias(slope, row + 8 * (e / 2), j0 + 8 * nt + 2 * t + e % 2);
 #pragma unroll
   for (int nt = 0; nt < N / 8; ++nt)
 #pragma unroll
@@ -563,7 +557,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
           for (int nt = 0; nt < NQ / 8; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) pt[nt][e] += alibi(shape, slope, i0 + 8 * nt + 2 * t + e % 2, key + 8 * (e / 2));
+            for (int e = 0; e < 4; ++e) pt[nt][e] += shape.mask.bias(slope, i0 + 8 * nt + 2 * t + e % 2, key + 8 * (e / 2));
 #pragma unroll
         for (int nt = 0; nt < NQ / 8; ++nt)
 #pragma unroll

@@ -24,6 +24,7 @@
 #include <climits>
 #include <type_traits>
 
+#include "cuda/bf16.cuh"
 #include "cuda/cublas.h"
 #include "cuda/cuda.h"
 #include "cuda/launch.cuh"
@@ -64,34 +65,12 @@ template <class T> struct ScaleBatches {
     x = beta == T(0) ? T(0) : beta * x;
   }
 };
-// dst[i] = bf16(src[i]), rounded to nearest even: the inputs of a bf16 GEMM.
-struct RoundToBf16 {
-  const float* src;
-  __nv_bfloat16* dst;
-  __device__ void operator()(int64_t i) const { dst[i] = __float2bfloat16_rn(src[i]); }
-};
-
-// A bf16 copy of the elements a strided batch of `count` row-major [rows, cols]
-// matrices (row stride ld, batch stride `stride`) reaches from `first`: the
-// whole span from the first to the last element, gaps included, so that the
-// copy keeps the layout. Lives until the end of the GEMM's scope; the caching
-// allocator reuses the block only for work queued after this GEMM (one stream).
-class Bf16Copy {
- public:
-  Bf16Copy(const float* first, int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t count)
-      : elements_((count - 1) * stride + (rows - 1) * ld + cols),
-        data_(static_cast<__nv_bfloat16*>(allocate(static_cast<size_t>(elements_) * sizeof(__nv_bfloat16)))) {
-    for_each_index(elements_, RoundToBf16{first, data_});
-  }
-  ~Bf16Copy() { deallocate(data_, static_cast<size_t>(elements_) * sizeof(__nv_bfloat16)); }
-  Bf16Copy(const Bf16Copy&) = delete;
-  Bf16Copy& operator=(const Bf16Copy&) = delete;
-  const __nv_bfloat16* data() const { return data_; }
-
- private:
-  int64_t elements_;
-  __nv_bfloat16* data_;
-};
+// The elements a strided batch of `count` row-major [rows, cols] matrices (row
+// stride ld, batch stride `stride`) reaches from its first: the span a bf16 copy
+// (cuda/bf16.cuh) takes so that it keeps the layout.
+int64_t strided_span(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t count) {
+  return (count - 1) * stride + (rows - 1) * ld + cols;
+}
 
 // The chunk's C_bᵀ = op(B_b)ᵀ op(A_b)ᵀ with A and B rounded to bf16, float32
 // accumulation (CUBLAS_COMPUTE_32F) and float32 C. Its arguments are those of
@@ -99,8 +78,10 @@ class Bf16Copy {
 void bf16_strided_batched(cublasHandle_t handle, const GemmShape& s, cublasOperation_t op_b, cublasOperation_t op_a,
                           int n, int m, int k, const float* alpha, const float* b, int ldb, const float* a, int lda,
                           const float* beta, float* c, int ldc, int count) {
-  const Bf16Copy a16(a, s.trans_a ? s.K : s.M, s.trans_a ? s.M : s.K, lda, s.a_batch_stride, count);
-  const Bf16Copy b16(b, s.trans_b ? s.N : s.K, s.trans_b ? s.K : s.N, ldb, s.b_batch_stride, count);
+  const Bf16Span a16(a, strided_span(s.trans_a ? s.K : s.M, s.trans_a ? s.M : s.K, lda, s.a_batch_stride, count));
+  const Bf16Span b16(b, strided_span(s.trans_b ? s.N : s.K, s.trans_b ? s.K : s.N, ldb, s.b_batch_stride, count));
+  a16.round();
+  b16.round();
   AG_CUBLAS_CHECK(cublas().gemm_strided_batched_ex(handle, op_b, op_a, n, m, k, alpha, b16.data(), CUDA_R_16BF, ldb,
                                                    s.b_batch_stride, a16.data(), CUDA_R_16BF, lda, s.a_batch_stride,
                                                    beta, c, CUDA_R_32F, ldc, s.c_batch_stride, count,

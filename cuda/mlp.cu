@@ -39,6 +39,7 @@
 #include <mutex>
 #include <optional>
 
+#include "cuda/bf16.cuh"
 #include "cuda/cublas.h"
 #include "cuda/cuda.h"
 #include "cuda/launch.cuh"
@@ -78,32 +79,6 @@ int64_t alignment(const void* p) {
   const auto address = reinterpret_cast<uintptr_t>(p);
   return address == 0 ? 256 : std::min<int64_t>(256, static_cast<int64_t>(address & (~address + 1)));
 }
-
-// dst[i] = bf16(src[i]), rounded to nearest even.
-struct RoundToBf16 {
-  const float* src;
-  __nv_bfloat16* dst;
-  __device__ void operator()(int64_t i) const { dst[i] = __float2bfloat16_rn(src[i]); }
-};
-// A bf16 copy of a column-major [rows, cols] operand with leading dim ld, gaps
-// included so that ld carries over; allocated first, rounded only once the
-// product is known to run (round()).
-class Bf16Operand {
- public:
-  Bf16Operand(const float* src, int64_t rows, int64_t cols, int64_t ld)
-      : src_(src), elements_((cols - 1) * ld + rows),
-        data_(static_cast<__nv_bfloat16*>(allocate(static_cast<size_t>(elements_) * sizeof(__nv_bfloat16)))) {}
-  ~Bf16Operand() { deallocate(data_, static_cast<size_t>(elements_) * sizeof(__nv_bfloat16)); }
-  Bf16Operand(const Bf16Operand&) = delete;
-  Bf16Operand& operator=(const Bf16Operand&) = delete;
-  void round() const { for_each_index(elements_, RoundToBf16{src_, data_}); }
-  const __nv_bfloat16* data() const { return data_; }
-
- private:
-  const float* src_;
-  int64_t elements_;
-  __nv_bfloat16* data_;
-};
 
 constexpr uint64_t kWorkspaceBytes = uint64_t{32} << 20;
 void* workspace() {
@@ -153,10 +128,12 @@ bool run(const Product& p) {
   const bool bf16 = precision == Precision::BF16;
   const int64_t a_rows = p.trans_a ? p.k : p.m, a_cols = p.trans_a ? p.m : p.k;
   const int64_t b_rows = p.trans_b ? p.n : p.k, b_cols = p.trans_b ? p.k : p.n;
-  std::optional<Bf16Operand> a16, b16;
+  // bf16 copies of the column-major operands, gaps included so that lda and ldb carry over;
+  // rounded only once the product is known to run.
+  std::optional<Bf16Span> a16, b16;
   if (bf16) {
-    a16.emplace(p.a, a_rows, a_cols, p.lda);
-    b16.emplace(p.b, b_rows, b_cols, p.ldb);
+    a16.emplace(p.a, (a_cols - 1) * p.lda + a_rows);
+    b16.emplace(p.b, (b_cols - 1) * p.ldb + b_rows);
   }
   const void* a = bf16 ? static_cast<const void*>(a16->data()) : p.a;
   const void* b = bf16 ? static_cast<const void*>(b16->data()) : p.b;

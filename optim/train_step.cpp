@@ -122,17 +122,21 @@ StepResult TrainStep::run(int64_t iter, const std::vector<Batch>& micro_batches)
   StepResult result;
   result.lr = warmup_cosine_lr(iter, {options_.lr, options_.min_lr, options_.warmup_iters, options_.lr_decay_iters});
   optimizer_.set_lr(result.lr);
-  // n, the step's scored targets, counted on the host where the batches are made.
+  // n, the step's scored targets, counted on the host where the batches are made (each
+  // micro-batch's count is a shape of a captured graph: its loss head's rows).
   const std::vector<std::vector<int64_t>> y_host = read_targets(micro_batches);
-  for (const std::vector<int64_t>& targets : y_host)
-    for (int64_t t : targets) result.scored += t != ignore_index_;
+  std::vector<int64_t> scored;
+  for (const std::vector<int64_t>& targets : y_host) {
+    scored.push_back(std::count_if(targets.begin(), targets.end(), [this](int64_t t) { return t != ignore_index_; }));
+    result.scored += scored.back();
+  }
   if (total_scored) result.scored = total_scored(result.scored);
   AG_CHECK(result.scored > 0, "TrainStep: iteration " << iter << " has no scored target (every one is ignore_index "
                                                       << ignore_index_ << ")");
   write_step_constants(result.lr, result.scored);
   Outputs out;
   if (graph_off_reason().empty()) {
-    out = run_graphed(micro_batches, y_host, iter);
+    out = run_graphed(micro_batches, y_host, scored, iter);
   } else {
     std::vector<Batch> on_device;
     for (const Batch& b : micro_batches) on_device.push_back({b.x.to(device_), b.y.to(device_)});
@@ -163,14 +167,12 @@ TrainStep::Outputs TrainStep::step_on_device(const std::vector<Batch>& on_device
 }
 
 TrainStep::Outputs TrainStep::run_graphed(const std::vector<Batch>& micro_batches,
-                                          const std::vector<std::vector<int64_t>>& y_host, int64_t iter) {
+                                          const std::vector<std::vector<int64_t>>& y_host,
+                                          const std::vector<int64_t>& scored, int64_t iter) {
   if (!graph_) graph_ = std::make_unique<Graph>();
   Graph& g = *graph_;
   std::vector<std::pair<Shape, Shape>> shapes;
   for (const Batch& b : micro_batches) shapes.push_back({b.x.shape(), b.y.shape()});
-  std::vector<int64_t> scored;
-  for (const std::vector<int64_t>& targets : y_host)
-    scored.push_back(std::count_if(targets.begin(), targets.end(), [this](int64_t t) { return t != ignore_index_; }));
   if (shapes != g.shapes || scored != g.scored) {  // new shapes (or the first step): new inputs, and two eager steps before a capture
     g.graph.reset();
     g.shapes = shapes;

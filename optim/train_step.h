@@ -187,8 +187,9 @@ class TrainStep {
   const Tensor& inverse_count(DType dtype);
   // Why the graph does not apply to this step ("" when it does).
   std::string graph_off_reason() const;
+  // scored: each micro-batch's count of scored targets (from y_host).
   Outputs run_graphed(const std::vector<Batch>& micro_batches, const std::vector<std::vector<int64_t>>& y_host,
-                      int64_t iter);
+                      const std::vector<int64_t>& scored, int64_t iter);
 
   Optimizer& optimizer_;
   TrainOptions options_;

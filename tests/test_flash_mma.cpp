@@ -82,16 +82,24 @@ AttentionSpec spec_of(const Case& c) {
 AttentionMask mask_of(const Case& c) {
   return {.causal = c.causal, .q_offset = c.Tk - c.Tq, .pattern = c.pattern, .alibi_heads = c.alibi ? c.Hq : 0};
 }
+// keys = the keys of [0, Tk) that query i of head h sees, in order.
+void visible_keys(const AttentionMask& mask, int64_t h, int64_t i, int64_t Tk, std::vector<int64_t>& keys) {
+  keys.clear();
+  for (int64_t j = 0; j < Tk; ++j)
+    if (mask.visible(h, i, j)) keys.push_back(j);
+}
+
+// Element (b, h, t, e) of a [B, H, T, d] tensor in either layout.
+size_t offset_of(AttentionLayout layout, int64_t H, int64_t T, int64_t d, int64_t b, int64_t h, int64_t t, int64_t e) {
+  return static_cast<size_t>(layout == AttentionLayout::BTHD ? ((b * T + t) * H + h) * d + e : ((b * H + h) * T + t) * d + e);
+}
 
 // A [B, H, T, d] tensor (either layout) read as x(b, h, t, e), in float64.
 struct Rows {
   std::vector<double> v;
   int64_t H, T, d;
   AttentionLayout layout;
-  double operator()(int64_t b, int64_t h, int64_t t, int64_t e) const {
-    const int64_t at = layout == AttentionLayout::BTHD ? ((b * T + t) * H + h) * d + e : ((b * H + h) * T + t) * d + e;
-    return v[static_cast<size_t>(at)];
-  }
+  double operator()(int64_t b, int64_t h, int64_t t, int64_t e) const { return v[offset_of(layout, H, T, d, b, h, t, e)]; }
 };
 
 // The bounds of Z, lse, dQ, dK, dV (laid out as the results), from the float64 inputs.
@@ -102,8 +110,7 @@ Bounds derive_bounds(const Case& c, const Rows& q, const Rows& k, const Rows& v,
   const int64_t g = c.Hq / c.Hkv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
   const auto at = [&](int64_t b, int64_t h, int64_t t, int64_t H, int64_t T, int64_t e) {
-    return static_cast<size_t>(c.layout == AttentionLayout::BTHD ? ((b * T + t) * H + h) * c.d + e
-                                                                 : ((b * H + h) * T + t) * c.d + e);
+    return offset_of(c.layout, H, T, c.d, b, h, t, e);
   };
   const auto product = [](double x, double xi, int64_t n) {  // product_bound's factor of |W_jc| for one term
     return (std::abs(x) + xi) * (1 + kU) * (1 + kU) * (1 + gamma_of(n)) - std::abs(x);
@@ -120,9 +127,7 @@ Bounds derive_bounds(const Case& c, const Rows& q, const Rows& k, const Rows& v,
     for (int64_t h = 0; h < c.Hq; ++h)
       for (int64_t i = 0; i < c.Tq; ++i) {
         const int64_t kvh = h / g;
-        keys.clear();
-        for (int64_t j = 0; j < c.Tk; ++j)
-          if (mask.visible(h, i, j)) keys.push_back(j);
+        visible_keys(mask, h, i, c.Tk, keys);
         if (keys.empty()) continue;
         const double slope = mask.alibi_slope(h);
         double E = 0, max_s = -INFINITY;
@@ -193,8 +198,7 @@ Naive naive_bf16(const Case& c, const Rows& q, const Rows& k, const Rows& v, con
   const int64_t g = c.Hq / c.Hkv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
   const auto at = [&](int64_t b, int64_t h, int64_t t, int64_t H, int64_t T, int64_t e) {
-    return static_cast<size_t>(c.layout == AttentionLayout::BTHD ? ((b * T + t) * H + h) * c.d + e
-                                                                 : ((b * H + h) * T + t) * c.d + e);
+    return offset_of(c.layout, H, T, c.d, b, h, t, e);
   };
   Naive out{std::vector<double>(q.v.size(), 0.0), std::vector<double>(q.v.size(), 0.0),
             std::vector<double>(k.v.size(), 0.0), std::vector<double>(v.v.size(), 0.0)};
@@ -207,9 +211,7 @@ Naive naive_bf16(const Case& c, const Rows& q, const Rows& k, const Rows& v, con
     for (int64_t h = 0; h < c.Hq; ++h)
       for (int64_t i = 0; i < c.Tq; ++i) {
         const int64_t kvh = h / g;
-        keys.clear();
-        for (int64_t j = 0; j < c.Tk; ++j)
-          if (mask.visible(h, i, j)) keys.push_back(j);
+        visible_keys(mask, h, i, c.Tk, keys);
         if (keys.empty()) continue;
         double max_s = -INFINITY, l = 0, D = 0;
         for (const int64_t j : keys) {  // S = bf16(bf16(scale·Q̂ K̂ᵀ) + ALiBi's bias)
