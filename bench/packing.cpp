@@ -90,6 +90,8 @@ int main(int argc, char** argv) {
   command.option("--max", max_length, "longest document (at most T)");
   command.option("--impl", impl, "attention implementation: dense or flash").one_of({"dense", "flash", "composed"});
   command.option("--budget-s", budget_s, "seconds of repeats per way");
+  std::string ways = "padded to T,padded to max,packed";
+  command.option("--ways", ways, "which ways, comma-separated (one alone for AG_PROFILE=1's table)");
   std::string clock = "wall";
   command.option("--clock", clock, "wall, or cpu: the process's CPU time (for one thread on a busy machine)")
       .one_of({"wall", "cpu"});
@@ -110,6 +112,7 @@ int main(int argc, char** argv) {
   for (const auto& [name, packed, to_max] : {std::tuple{"padded to T", false, false},
                                              std::tuple{"padded to max", false, true},
                                              std::tuple{"packed", true, false}}) {
+    if (("," + ways + ",").find("," + std::string(name) + ",") == std::string::npos) continue;
     size_t next = 0;
     double tokens = 0;
     int64_t steps = 0;
