@@ -22,19 +22,14 @@ struct RoundToBf16 {
 // product runs).
 class Bf16Span {
  public:
-  Bf16Span(const float* src, int64_t elements)
-      : src_(src), elements_(elements),
-        data_(static_cast<__nv_bfloat16*>(allocate(static_cast<size_t>(elements_) * sizeof(__nv_bfloat16)))) {}
-  ~Bf16Span() { deallocate(data_, static_cast<size_t>(elements_) * sizeof(__nv_bfloat16)); }
-  Bf16Span(const Bf16Span&) = delete;
-  Bf16Span& operator=(const Bf16Span&) = delete;
-  void round() const { for_each_index(elements_, RoundToBf16{src_, data_}); }
-  const __nv_bfloat16* data() const { return data_; }
+  Bf16Span(const float* src, int64_t elements) : src_(src), elements_(elements), data_(elements) {}
+  void round() const { for_each_index(elements_, RoundToBf16{src_, data_.data()}); }
+  const __nv_bfloat16* data() const { return data_.data(); }
 
  private:
   const float* src_;
   int64_t elements_;
-  __nv_bfloat16* data_;
+  Scratch<__nv_bfloat16> data_;
 };
 
 }  // namespace ag::cuda

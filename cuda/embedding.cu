@@ -1,5 +1,9 @@
 // Embedding: a row gather forward, a deterministic scatter-add backward.
 // Reference: core/cpu/embedding.cpp.
+#include <cub/device/device_radix_sort.cuh>
+
+#include <limits>
+
 #include "cuda/cuda.h"
 #include "cuda/launch.cuh"
 
@@ -20,67 +24,82 @@ template <class T> struct Gather {
   }
 };
 
-// This thread's slot among the block's threads with keep set, in thread order;
-// `count` receives how many there are. Every thread of the block must call it.
-__device__ int block_compact(bool keep, int* warp_counts, int& count) {
-  const unsigned ballot = __ballot_sync(0xffffffffu, keep);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) warp_counts[warp] = __popc(ballot);
-  __syncthreads();
-  int before = 0;
-  count = 0;
-  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) {
-    if (w < warp) before += warp_counts[w];
-    count += warp_counts[w];
+// dWeight [V, C] = Σ_n onehot(indices[n]) dOut[n], without atomics, in three
+// passes (PyTorch's deterministic embedding backward has this shape too):
+//   1. sort: the positions n by their row indices[n], stably (CUB's radix sort,
+//      keys of ⌈log2(V + 1)⌉ bits), so each row's positions form one segment of
+//      the sorted order, in increasing n;
+//   2. run sums: the sorted order cut into chunks of S positions, and each chunk
+//      cut where the row changes: every piece ("run") sums its dOut rows in
+//      increasing n into `partial` at its first sorted position — one thread per
+//      (chunk, column), all chunks at once;
+//   3. segment sums: for the first position k0 of each row's segment, one thread
+//      per column adds the runs of that segment in order: the one at k0, then one
+//      at each chunk start inside the segment (⌈k0/S⌉·S, + S, …), and writes the
+//      row of dWeight; rows no index names stay zero.
+// Every dWeight element is then the same sum in the same order every run: the
+// runs' sums, each over at most S rows in increasing n. (The CPU adds all of a
+// row's positions in one chain; the two agree to float rounding.) The work is
+// spread however the indices are: a character vocabulary (V = 65, where a space
+// is a sixth of all positions) and a 50k-token one run the same passes. The
+// first version gave each block 32 rows of the table to add in one chain, 3
+// blocks at V = 65: 2.7 ms per call on an H200 at nanoGPT's size, 2.4x PyTorch's
+// (docs/performance.md, "On the GPU: the first run").
+// An index outside the table sorts under key V and is summed but never read:
+// its forward's deferred check reports it.
+constexpr int64_t kRunChunk = 32;  // S
+
+struct SortKeys {
+  const int64_t* indices;
+  int64_t V;
+  uint32_t* keys;
+  int32_t* positions;
+  __device__ void operator()(int64_t n) const {
+    const int64_t v = indices[n];
+    keys[n] = static_cast<uint32_t>(v >= 0 && v < V ? v : V);
+    positions[n] = static_cast<int32_t>(n);
   }
-  __syncthreads();  // warp_counts is free again
-  return before + __popc(ballot & ((1u << lane) - 1));
-}
+};
 
-// dWeight [V, C] = Σ_n onehot(indices[n]) dOut[n], without atomics.
-//
-// Block g owns the group of vocabulary rows [g·R, g·R + R) and is their only
-// writer. It zeroes them, then walks the indices in tiles of kThreads: each
-// thread tests one position, block_compact lists the tile's positions that
-// fall in the group (in increasing n), and the block adds those dOut rows into
-// dWeight one position after another, each thread owning a set of columns. So
-// every dWeight element is a sum in increasing n, the same bits every run (and
-// the CPU's order). Cost: each block reads all N indices, (V/R)·N reads in all.
-constexpr int64_t kRowsPerGroup = 32;  // R
-
-template <class T>
-__global__ void embedding_backward_kernel(const T* dOut, const int64_t* indices, T* dWeight, int64_t N, int64_t V,
-                                          int64_t C) {
-  __shared__ int64_t positions[kThreads];
-  __shared__ int group_rows[kThreads];
-  __shared__ int warp_counts[32];
-  const int64_t groups = (V + kRowsPerGroup - 1) / kRowsPerGroup;
-  for (int64_t group = blockIdx.x; group < groups; group += gridDim.x) {
-    const int64_t first_row = group * kRowsPerGroup;
-    const int64_t rows = V - first_row < kRowsPerGroup ? V - first_row : kRowsPerGroup;
-    T* dw = dWeight + first_row * C;
-    for (int64_t v = 0; v < rows; ++v)
-      for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dw[v * C + c] = T(0);  // each thread its columns
-    for (int64_t base = 0; base < N; base += blockDim.x) {
-      const int64_t n = base + threadIdx.x;
-      const int64_t v = n < N ? indices[n] - first_row : -1;
-      const bool mine = v >= 0 && v < rows;
-      int count = 0;
-      const int slot = block_compact(mine, warp_counts, count);
-      if (mine) {
-        positions[slot] = n;
-        group_rows[slot] = static_cast<int>(v);
+// Thread i: column c = i % C of chunk i / C (adjacent threads read adjacent columns of a row).
+template <class T> struct RunSums {
+  const T* dOut;
+  const uint32_t* keys;       // sorted
+  const int32_t* positions;   // sorted by key, increasing within a key
+  T* partial;                 // [N, C]: a run's sum at its first sorted position
+  int64_t N, C;
+  __device__ void operator()(int64_t i) const {
+    const int64_t c = i % C, first = i / C * kRunChunk, end = min(N, first + kRunChunk);
+    int64_t run = first;
+    T sum = T(0);
+    for (int64_t k = first; k < end; ++k) {
+      if (keys[k] != keys[run]) {
+        partial[run * C + c] = sum;
+        run = k;
+        sum = T(0);
       }
-      __syncthreads();
-      for (int k = 0; k < count; ++k) {
-        const T* g = dOut + positions[k] * C;
-        T* row = dw + group_rows[k] * C;
-        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) row[c] += g[c];
-      }
-      __syncthreads();  // the lists are refilled by the next tile
+      sum += dOut[static_cast<int64_t>(positions[k]) * C + c];
     }
+    partial[run * C + c] = sum;
   }
-}
+};
+
+// Thread i: column c = i % C of sorted position k = i / C, which works only if it
+// starts a segment of an in-table row.
+template <class T> struct SegmentSums {
+  const uint32_t* keys;
+  const T* partial;
+  T* dWeight;
+  int64_t N, C, V;
+  __device__ void operator()(int64_t i) const {
+    const int64_t k = i / C, c = i % C;
+    const uint32_t v = keys[k];
+    if (v >= V || (k > 0 && keys[k - 1] == v)) return;
+    T sum = partial[k * C + c];
+    for (int64_t s = (k / kRunChunk + 1) * kRunChunk; s < N && keys[s] == v; s += kRunChunk) sum += partial[s * C + c];
+    dWeight[static_cast<int64_t>(v) * C + c] = sum;
+  }
+};
 
 // scored_positions in one block of kScanThreads: thread k counts the scored targets
 // of its contiguous span of positions, a scan of the counts gives each span's first
@@ -128,14 +147,33 @@ void embedding(const Tensor& weight, const Tensor& indices, Tensor& out) {
 }
 
 void embedding_backward(const Tensor& dOut, const Tensor& indices, Tensor& dWeight) {
+  const int64_t V = dWeight.size(0), C = dWeight.size(1), N = indices.numel();
+  if (V == 0 || C == 0) return;
+  AG_CHECK(N <= std::numeric_limits<int32_t>::max() && V < std::numeric_limits<uint32_t>::max(),
+           "embedding_backward: " << N << " indices into " << V << " rows: the CUDA kernel takes fewer than 2^31 "
+                                  << "indices and 2^32 - 1 rows");
+  AG_CUDA_CHECK(cudaMemsetAsync(dWeight.raw_data(), 0, dWeight.numel() * dtype_size(dWeight.dtype()), current_stream()));
+  if (N == 0) return;
+  int end_bit = 1;  // enough bits for the keys 0 … V
+  while ((int64_t{1} << end_bit) <= V) ++end_bit;
+  Scratch<uint32_t> keys(N), sorted_keys(N);
+  Scratch<int32_t> positions(N), sorted_positions(N);
+  for_each_index(N, SortKeys{ptr<const int64_t>(indices), V, keys.data(), positions.data()});
+  size_t sort_bytes = 0;
+  AG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys.data(), sorted_keys.data(), positions.data(),
+                                                sorted_positions.data(), static_cast<int>(N), 0, end_bit,
+                                                current_stream()));
+  Scratch<unsigned char> sort_space(static_cast<int64_t>(sort_bytes));
+  AG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_space.data(), sort_bytes, keys.data(), sorted_keys.data(),
+                                                positions.data(), sorted_positions.data(), static_cast<int>(N), 0,
+                                                end_bit, current_stream()));
   visit_floating(dOut.dtype(), "embedding_backward", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t V = dWeight.size(0), C = dWeight.size(1), N = indices.numel();
-    if (V == 0 || C == 0) return;
-    const int64_t groups = (V + kRowsPerGroup - 1) / kRowsPerGroup;
-    embedding_backward_kernel<<<static_cast<unsigned>(std::min(groups, kMaxBlocks)), kThreads, 0, current_stream()>>>(
-        ptr<const T>(dOut), ptr<const int64_t>(indices), ptr<T>(dWeight), N, V, C);
-    AG_CUDA_CHECK_LAUNCH();
+    Scratch<T> partial(N * C);
+    const int64_t chunks = (N + kRunChunk - 1) / kRunChunk;
+    for_each_index(chunks * C, RunSums<T>{ptr<const T>(dOut), sorted_keys.data(), sorted_positions.data(),
+                                          partial.data(), N, C});
+    for_each_index(N * C, SegmentSums<T>{sorted_keys.data(), partial.data(), ptr<T>(dWeight), N, C, V});
   });
 }
 

@@ -58,6 +58,25 @@ inline int row_threads(int64_t cols) { return static_cast<int>(std::clamp<int64_
 __device__ inline int64_t thread_index() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
 __device__ inline int64_t thread_count() { return gridDim.x * static_cast<int64_t>(blockDim.x); }
 
+// --- scratch ----------------------------------------------------------------------------
+// `count` elements of T from the caching allocator for a call's scope: freed when
+// the call returns, while its kernels may still be queued. The allocator hands the
+// block out again only to work queued after them on the one stream (core/caching_allocator.h),
+// and under a CUDA graph's capture it comes from the graph's own pool (cuda/graph.h).
+template <class T> class Scratch {
+ public:
+  explicit Scratch(int64_t count)
+      : bytes_(static_cast<size_t>(count > 0 ? count : 1) * sizeof(T)), data_(static_cast<T*>(allocate(bytes_))) {}
+  ~Scratch() { deallocate(data_, bytes_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  T* data() const { return data_; }
+
+ private:
+  size_t bytes_;
+  T* data_;
+};
+
 // --- for each index ------------------------------------------------------------------
 // f(i) for i in [0, n). F is a small struct of pointers and scalars with a
 // __device__ operator()(int64_t) const: the elementwise kernels are written as such.

@@ -253,6 +253,61 @@ TEST_CASE_EVERY_DEVICE("ops: embedding, with repeated indices") {
   check_op(device, f, {random({70, 9}, 82), int_targets({4, 250}, 70, 83)});
 }
 
+TEST_CASE_EVERY_DEVICE("ops: embedding's backward sums each row within the float bound, whatever the rows' lengths") {
+  // CUDA (cuda/embedding.cu) sorts the positions by row and sums runs of at most 32
+  // sorted positions, then each row's runs; the CPU adds a row's positions in one
+  // chain. Row 5 takes most positions (a space in a character model) and so spans
+  // many runs; only even rows are drawn (the odd ones stay exactly zero); N ends inside
+  // a run, or is one position; the last case is the loss head's gather, every index
+  // once in a large table. Against the exact sums (double on the host: the float32
+  // inputs and their sums of at most 1000 terms are exact to 2^-40 there): a row of m
+  // positions is a float sum of m terms, so |error| <= (m - 1)·u·Σ|g| (u = 2^-24, or
+  // 2^-53 in float64) whatever the order of the adds.
+  struct Case {
+    int64_t V, C, N;
+  };
+  for (const Case k : {Case{70, 33, 1000}, Case{70, 33, 1}, Case{70, 33, 31}, Case{70, 33, 33}, Case{20000, 8, 5000}}) {
+    CAPTURE(k.V);
+    CAPTURE(k.N);
+    Generator gen(static_cast<uint64_t>(k.N));
+    std::vector<int64_t> idx(static_cast<size_t>(k.N));
+    for (int64_t n = 0; n < k.N; ++n)
+      idx[static_cast<size_t>(n)] = k.V > 1000 ? n * 7919 % k.V  // 7919 is prime to 20000: all distinct
+                                               : (gen.uniform() < 0.6 ? 5 : 2 * static_cast<int64_t>(gen.integer(k.V / 2)));
+    const Tensor indices = Tensor::from_indices(idx, {k.N});
+    const Tensor upstream = random({k.N, k.C}, 85, DType::Float32, false);
+    const std::vector<double> g = upstream.to_vector();
+    std::vector<double> exact(static_cast<size_t>(k.V * k.C), 0.0), magnitude(exact.size(), 0.0);
+    std::vector<int64_t> count(static_cast<size_t>(k.V), 0);
+    for (int64_t n = 0; n < k.N; ++n) {
+      const int64_t v = idx[static_cast<size_t>(n)];
+      ++count[static_cast<size_t>(v)];
+      for (int64_t c = 0; c < k.C; ++c) {
+        exact[static_cast<size_t>(v * k.C + c)] += g[static_cast<size_t>(n * k.C + c)];
+        magnitude[static_cast<size_t>(v * k.C + c)] += std::fabs(g[static_cast<size_t>(n * k.C + c)]);
+      }
+    }
+    for (const DType dtype : {DType::Float32, DType::Float64}) {
+      CAPTURE(dtype_name(dtype));
+      const double u = dtype == DType::Float32 ? 0x1p-24 : 0x1p-53;
+      Tensor weight = Tensor::zeros({k.V, k.C}, dtype, device).requires_grad_();
+      embedding(weight, indices.to(device)).backward(upstream.to(dtype).to(device));
+      const std::vector<double> got = weight.grad().to_vector();
+      int64_t outside = 0, nonzero_unnamed = 0;
+      for (int64_t v = 0; v < k.V; ++v)
+        for (int64_t c = 0; c < k.C; ++c) {
+          const auto at = static_cast<size_t>(v * k.C + c);
+          const int64_t m = count[static_cast<size_t>(v)];
+          if (m == 0) nonzero_unnamed += got[at] != 0.0;
+          const double bound = static_cast<double>(m > 1 ? m - 1 : 0) * u * magnitude[at] + 0x1p-40 * magnitude[at];
+          outside += std::fabs(got[at] - exact[at]) > bound;
+        }
+      CHECK(outside == 0);
+      CHECK(nonzero_unnamed == 0);
+    }
+  }
+}
+
 TEST_CASE_EVERY_DEVICE("ops: dropout") {
   // Reseeding inside f gives every evaluation the same mask; a device draws the
   // CPU's ("cuda: dropout draws the CPU's mask from the same seed").
