@@ -27,6 +27,21 @@ namespace ag {
 // state S = Σ_j exp(σ) w_j B_j C_jᵀ [r, e] carried with its decay. A causal
 // product may start from a given state and leave the final one (decoding).
 // The result does not depend on `chunk` but for rounding (the tests check it).
+// A chunk's decays seen from its ends, from its m per-position decays a_j = exp(λ_j):
+//   to_start[j] = a_0 ⋯ a_j          (chunk start → j, j included)
+//   to_end[j]   = a_{j+1} ⋯ a_{m−1}  (j → chunk end, j excluded; to_end[m−1] = 1)
+// each as one chain of multiplies in this order, so the CPU (core/cpu/ssd.cpp) and
+// CUDA (cuda/chunked_product.cuh) round them alike.
+template <class T> AG_HOST_DEVICE void chunk_decays(const T* a, int64_t m, T* to_start, T* to_end) {
+  T product = 1;
+  for (int64_t j = 0; j < m; ++j) to_start[j] = product *= a[j];
+  product = 1;
+  for (int64_t j = m - 1; j >= 0; --j) {
+    to_end[j] = product;
+    product *= a[j];
+  }
+}
+
 struct DecayedProduct {
   PrefixDirection direction = PrefixDirection::Causal;  // Causal or Anticausal
   bool weighted = false;

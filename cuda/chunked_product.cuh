@@ -45,6 +45,7 @@
 #include <algorithm>
 
 #include "core/linear_attention_math.h"  // PrefixDirection
+#include "core/ssd_math.h"               // chunk_decays
 #include "cuda/launch.cuh"
 
 namespace ag::cuda::chunked {
@@ -111,15 +112,7 @@ template <class T> struct ChunkDecays {
       w[j] = p.weight(n, j0 + j);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {  // 64 multiplies: one thread, in the CPU's order
-      T product = 1;
-      for (int64_t j = 0; j < m; ++j) to_start[j] = product *= a[j];
-      product = 1;
-      for (int64_t j = m - 1; j >= 0; --j) {
-        to_end[j] = product;
-        product *= a[j];
-      }
-    }
+    if (threadIdx.x == 0) chunk_decays(a, m, to_start, to_end);  // 64 multiplies: one thread, in the CPU's order
     __syncthreads();
   }
 };

@@ -62,13 +62,7 @@ void decayed_product_one(const DecayedProduct& how, const T* A, const T* B, cons
       a[j] = std::exp(log_a[how.decay.at(b, h, j0 + j)]);
       w[j] = how.weighted ? dt[how.decay.at(b, h, j0 + j)] : T(1);
     }
-    T product = 1;
-    for (int64_t j = 0; j < m; ++j) to_start[j] = product *= a[j];
-    product = 1;
-    for (int64_t j = m - 1; j >= 0; --j) {
-      to_end[j] = product;
-      product *= a[j];
-    }
+    chunk_decays(a, m, to_start, to_end);
     const T *Ac = A + how.a.at(b, ha, j0), *Bc = B + how.b.at(b, hb, j0), *Cc = C + how.c.at(b, hc, j0);
     T* Oc = Out + how.out.at(b, h, j0);
     tile_gemm(false, true, m, m, r, Ac, how.a.row, Bc, how.b.row, T(0), G, m);
