@@ -73,7 +73,8 @@ void GPTConfig::check() const {
   });
   AG_CHECK_OPTIONS(attention_function_traits(attention).has_scores || position != PositionEncoding::Alibi,
                    "position alibi (--position) biases softmax attention's scores; --attention " << name_of(attention)
-                                                                                                << " has none: use rope or none",
+                                                                                                << " has none: use "
+                                                                                                << (attention < kFirstOwnMixer ? "rope" : "learned") << " or none",
                    "position", "attention");
   AG_CHECK_OPTIONS(attention < kFirstOwnMixer || position != PositionEncoding::Rope,
                    "position rope (--position) rotates queries and keys; --attention " << name_of(attention)

@@ -29,4 +29,4 @@ template <> struct EnumNames<CudaGraph> {
   X(Run,  double,   grad_clip,      1.0,     0,   kNoLimit,       "clip the global gradient norm to this (0: no clipping)") \
   X(Run,  uint64_t, seed,           1337,    0,   kNoLimit,       "random seed (weights, batches, dropout)") \
   X(Run,  Precision, precision,     Precision::FP32, 0, 0,        "the matrix products' arithmetic: fp32, tf32 (CUDA: TF32 tensor cores) or bf16 (CUDA: bfloat16 inputs, float32 accumulation, weights and optimizer state)") \
-  X(Setting, CudaGraph, cuda_graph, CudaGraph::On,   0, 0,        "on: on CUDA, from the third step of one shape on, each training step is one CUDA graph replayed (the same results as off; with ignored targets, up to rounding); off: kernels launched one by one")
+  X(Setting, CudaGraph, cuda_graph, CudaGraph::On,   0, 0,        "on: on CUDA, from the third step of one shape on, each training step is one CUDA graph replayed (the same results as off, bit for bit); off: kernels launched one by one")

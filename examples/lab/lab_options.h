@@ -12,7 +12,7 @@
 // Zoology's own rule (V > T) still holds up to the recall grid's T = 512.
 //  kind     type         name         default     min  max      help
 #define AG_LAB_TASK_OPTIONS(X) \
-  X(Model,   Task,        task,        Task::Mqar, 0,   0,       "mqar (multi-query associative recall), passkey (a number to retrieve), copy (selective copying) or text (the char LM, scored by val loss)") \
+  X(Model,   Task,        task,        Task::Mqar, 0,   0,       "mqar (multi-query associative recall), passkey (a number to retrieve), copy (selective copying), text (the char LM, scored by val loss), connectivity or shortest-path (graph tasks: examples/lab/graph_tasks.h)") \
   X(Model,   int64_t,     vocab,       1024,       13,  1 << 20, "mqar, passkey, copy: vocabulary size V (mqar: keys from the first half, values from the second; V > T)") \
   X(Model,   int64_t,     pairs,       4,          1,   1 << 20, "mqar: key-value pairs P at the start, each queried once later (4P <= T)") \
   X(Model,   double,      power_a,     0.01,       0,   1,       "mqar: the queries' gaps are drawn with p(g) ∝ g^(a-1), Zoology's power law (1: uniform)") \
