@@ -74,6 +74,16 @@ Batch make_batch(const std::vector<int64_t>& lengths, size_t& next, int64_t B, i
   return batch;
 }
 
+// Whether `name` is one of the comma-separated items of `list`.
+bool listed(const std::string& list, const std::string& name) {
+  for (size_t start = 0; start <= list.size();) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    if (list.compare(start, end - start, name) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -112,7 +122,7 @@ int main(int argc, char** argv) {
   for (const auto& [name, packed, to_max] : {std::tuple{"padded to T", false, false},
                                              std::tuple{"padded to max", false, true},
                                              std::tuple{"packed", true, false}}) {
-    if (("," + ways + ",").find("," + std::string(name) + ",") == std::string::npos) continue;
+    if (!listed(ways, name)) continue;
     size_t next = 0;
     double tokens = 0;
     int64_t steps = 0;
