@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -265,41 +266,58 @@ TEST_CASE("data parallel: 40 iterations on 2 processes log the losses of one pro
   CHECK(occurrences(output, "done: 40 iterations") == 1);
 }
 
-TEST_CASE("data parallel: checkpoints from 2 processes resume on 1, and from 1 on 2") {
-  const std::string mpirun = mpirun_or_skip(2);
-  if (mpirun.empty()) return;
-  const TrainResult straight = train(parallel_run("straight"));
-  const std::vector<double> second_half(straight.batch_losses.begin() + 20, straight.batch_losses.end());
+namespace {
 
-  {
-    INFO("20 iterations on 2 processes, then 20 more on 1");
-    TrainConfig c = parallel_run("two_then_one");
-    c.run.max_iters = 20;
+// A run of 40 iterations cut in two, the halves on different process counts: 20
+// iterations under `mpirun`, then 20 more resumed on one process; and 20 on one, then
+// 20 more resumed under `mpirun`. Each resumed half logs the straight run's losses.
+// run(name) makes the run's config; on_processes(c, parallel) sets what differs between
+// the two (context parallelism's P; data parallelism needs nothing: mpirun's count).
+void check_resumes_across_process_counts(const std::string& mpirun, const std::function<TrainConfig(const std::string&)>& run,
+                                         const std::string& prefix,
+                                         const std::function<void(TrainConfig&, bool)>& on_processes) {
+  const TrainResult straight = train(run(prefix + "straight"));
+  const std::vector<double> second_half(straight.batch_losses.begin() + 20, straight.batch_losses.end());
+  const auto under_mpirun = [&](const TrainConfig& c) {
     int status = 0;
     std::string output;
     std::tie(status, output) = run_command(mpirun + " " + char_lm_command(c));
     INFO(output);
     REQUIRE(status == 0);
+  };
+  {
+    INFO("20 iterations on 2 processes, then 20 more on 1");
+    TrainConfig c = run(prefix + "two_then_one");
+    c.run.max_iters = 20;
+    on_processes(c, true);
+    under_mpirun(c);
     c.run.max_iters = 40;
     c.run.resume = true;
+    on_processes(c, false);
     check_same_losses(train(c).batch_losses, second_half);
   }
   {
     INFO("20 iterations on 1 process, then 20 more on 2");
-    TrainConfig c = parallel_run("one_then_two");
+    TrainConfig c = run(prefix + "one_then_two");
     c.run.max_iters = 20;
+    on_processes(c, false);
     train(c);
     c.run.max_iters = 40;
     c.run.resume = true;
-    int status = 0;
-    std::string output;
-    std::tie(status, output) = run_command(mpirun + " " + char_lm_command(c));
-    INFO(output);
-    REQUIRE(status == 0);
+    on_processes(c, true);
+    under_mpirun(c);
     const std::vector<double> logged = logged_losses(c.run.out, "batch");
     REQUIRE(logged.size() == 40);  // the first run's 20 rows, and the resumed run's
     check_same_losses(std::vector<double>(logged.begin() + 20, logged.end()), second_half);
   }
+}
+
+}  // namespace
+
+TEST_CASE("data parallel: checkpoints from 2 processes resume on 1, and from 1 on 2") {
+  const std::string mpirun = mpirun_or_skip(2);
+  if (mpirun.empty()) return;
+  check_resumes_across_process_counts(mpirun, parallel_run, "", [](TrainConfig&, bool) {});
 }
 
 TEST_CASE("data parallel: a batch the processes cannot split evenly is a clear error") {
@@ -470,40 +488,8 @@ TEST_CASE("context parallel: char_lm on 2 processes (1 x 2) and on 4 (2 x 2) log
 TEST_CASE("context parallel: a checkpoint of 2 context-parallel processes resumes on 1, and one of 1 on 2") {
   const std::string mpirun = mpirun_or_skip(2, 300);
   if (mpirun.empty()) return;
-  const TrainResult straight = train(context_run("cp_straight"));
-  const std::vector<double> second_half(straight.batch_losses.begin() + 20, straight.batch_losses.end());
-  {
-    INFO("20 iterations on 2 processes, then 20 more on 1");
-    TrainConfig c = context_run("cp_two_then_one");
-    c.run.max_iters = 20;
-    c.run.context_parallel = 2;
-    int status = 0;
-    std::string output;
-    std::tie(status, output) = run_command(mpirun + " " + char_lm_command(c));
-    INFO(output);
-    REQUIRE(status == 0);
-    c.run.max_iters = 40;
-    c.run.resume = true;
-    c.run.context_parallel = 1;
-    check_same_losses(train(c).batch_losses, second_half);
-  }
-  {
-    INFO("20 iterations on 1 process, then 20 more on 2");
-    TrainConfig c = context_run("cp_one_then_two");
-    c.run.max_iters = 20;
-    train(c);
-    c.run.max_iters = 40;
-    c.run.resume = true;
-    c.run.context_parallel = 2;
-    int status = 0;
-    std::string output;
-    std::tie(status, output) = run_command(mpirun + " " + char_lm_command(c));
-    INFO(output);
-    REQUIRE(status == 0);
-    const std::vector<double> logged = logged_losses(c.run.out, "batch");
-    REQUIRE(logged.size() == 40);
-    check_same_losses(std::vector<double>(logged.begin() + 20, logged.end()), second_half);
-  }
+  check_resumes_across_process_counts(mpirun, context_run, "cp_",
+                                      [](TrainConfig& c, bool parallel) { c.run.context_parallel = parallel ? 2 : 1; });
 }
 
 TEST_CASE("context parallel: a grid or a block that does not split, or a group given other options, is a clear error on every process") {
