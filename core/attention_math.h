@@ -227,14 +227,27 @@ struct AttentionMask {
   // Queries [i0, i1) of head h against keys [j0, j1), both non-empty; exact:
   // None iff no entry is visible, All iff every entry is.
   AG_HOST_DEVICE TileVisibility tile(int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+    bool count = false;
+    const TileVisibility quick = tile_without_count(h, i0, i1, j0, j1, count);
+    if (!count) return quick;
+    int64_t shown = 0;
+    for (int64_t i = i0; i < i1; ++i) shown += row(h, i).count(j0, j1);
+    if (shown == 0) return TileVisibility::None;
+    return shown == (i1 - i0) * (j1 - j0) ? TileVisibility::All : TileVisibility::Partial;
+  }
+  // tile()'s answer where its cheap tests give it; else `count` is set, and the answer
+  // comes from counting each query row's visible keys, row(h, i).count(j0, j1): None if
+  // no row sees one, All if every row sees all j1 − j0, else Partial. (cuda/attention_tiles.cuh
+  // splits that count over a thread block.)
+  AG_HOST_DEVICE TileVisibility tile_without_count(int64_t h, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                                                   bool& count) const {
+    count = false;
     if (has_mask_function()) {  // counted row by row (the block map does it once per mask)
       if (causal && j0 > i1 - 1 + q_offset) return TileVisibility::None;
       // Document starts never decrease along the sequence: keys before the first query's start are hidden from all.
       if (segment_start && j1 - 1 < segment_start[i0 + q_offset]) return TileVisibility::None;
-      int64_t shown = 0;
-      for (int64_t i = i0; i < i1; ++i) shown += row(h, i).count(j0, j1);
-      if (shown == 0) return TileVisibility::None;
-      return shown == (i1 - i0) * (j1 - j0) ? TileVisibility::All : TileVisibility::Partial;
+      count = true;
+      return TileVisibility::Partial;
     }
     if (!causal) return TileVisibility::All;
     if (j0 > i1 - 1 + q_offset) return TileVisibility::None;  // even the last query sees none of them
@@ -243,10 +256,8 @@ struct AttentionMask {
       return TileVisibility::Partial;
     }
     if (!may_see(h, i0, i1, j0, j1)) return TileVisibility::None;
-    int64_t shown = 0;
-    for (int64_t i = i0; i < i1; ++i) shown += row(h, i).count(j0, j1);
-    if (shown == 0) return TileVisibility::None;
-    return shown == (i1 - i0) * (j1 - j0) ? TileVisibility::All : TileVisibility::Partial;
+    count = true;
+    return TileVisibility::Partial;
   }
 
  private:

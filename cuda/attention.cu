@@ -25,6 +25,7 @@
 #include <limits>
 
 #include "core/elementwise_math.h"
+#include "cuda/attention_tiles.cuh"
 #include "cuda/cuda.h"
 #include "cuda/flash_mma.cuh"
 #include "cuda/launch.cuh"
@@ -326,8 +327,8 @@ __device__ inline QueryTile query_tile(const AttentionShape& shape, int64_t task
 }
 
 // For each key tile [j0, j0 + cols) that query tile q sees at least in part, in
-// order (classified on the fly by AttentionMask::tile, the function the CPU's
-// cached block map is built from): its K and V rows loaded into sK and sV (previous tile consumed first),
+// order (classified on the fly by the block, block_tile: AttentionMask::tile, the function
+// the CPU's cached block map is built from): its K and V rows loaded into sK and sV (previous tile consumed first),
 // then body(j0, cols, visibility) by the whole block.
 template <class T, class Body>
 __device__ void for_each_visible_key_tile(const AttentionShape& shape, const QueryTile& q, int tile, const T* K,
@@ -335,7 +336,7 @@ __device__ void for_each_visible_key_tile(const AttentionShape& shape, const Que
   const auto kv_at = [&](int64_t t) { return shape.kv.at(q.b, q.kvh, t); };
   for (int64_t j0 = 0; j0 < shape.Tk; j0 += tile) {
     const int64_t cols = min(static_cast<int64_t>(tile), shape.Tk - j0);
-    const TileVisibility visibility = shape.mask.at_batch(q.b).tile(q.h, q.i0, q.i0 + q.rows, j0, j0 + cols);
+    const TileVisibility visibility = block_tile(shape.mask.at_batch(q.b), q.h, q.i0, q.i0 + q.rows, j0, j0 + cols);
     if (visibility == TileVisibility::None) continue;
     __syncthreads();
     load_tile(K, kv_at, j0, cols, tile, shape.d, sK);
@@ -547,7 +548,7 @@ __global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, co
     for (int64_t h = kvh * g; h < (kvh + 1) * g; ++h)
       for (int64_t i0 = 0; i0 < shape.Tq; i0 += tile) {
         const int64_t rows = min(static_cast<int64_t>(tile), shape.Tq - i0);
-        const TileVisibility visibility = shape.mask.at_batch(b).tile(h, i0, i0 + rows, j0, j0 + cols);
+        const TileVisibility visibility = block_tile(shape.mask.at_batch(b), h, i0, i0 + rows, j0, j0 + cols);
         if (visibility == TileVisibility::None) continue;
         __syncthreads();  // the previous query tile is consumed
         const auto q_at = [&](int64_t t) { return shape.q.at(b, h, t); };

@@ -56,6 +56,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "cuda/attention_tiles.cuh"
 #include "cuda/cuda.h"
 #include "cuda/flash_mma.cuh"
 #include "cuda/launch.cuh"
@@ -198,8 +199,9 @@ template <int D> __device__ void load_rows(const bf16* src, int64_t row0, int64_
 }
 
 // Under a sparse pattern or ALiBi the kernels' masked instantiation (kMasked) asks the mask
-// (AttentionMask, the float32 kernel's and the CPU's) once per tile, and per element only on
-// a tile's edge, through the two functions below. They are not inlined: the pattern's row
+// (AttentionMask, the float32 kernel's and the CPU's) once per tile — the whole block together,
+// block_tile (cuda/attention_tiles.cuh), so every thread of the block must call classify — and
+// per element only on a tile's edge, through the two functions below. They are not inlined: the pattern's row
 // (its random blocks an array) would otherwise sit in every unrolled entry of the fragment
 // loops, spilling their registers. The calls still cost registers (the plain forward at
 // d_h = 64: 101 without them, 166 with), so problems without a pattern or ALiBi run the
@@ -215,7 +217,7 @@ struct TileTest {
 };
 __device__ __noinline__ TileTest classify(const AttentionMask& mask, int64_t Tq, int64_t Tk, int64_t h, int64_t i0,
                                           int64_t i_end, int rows, int64_t j0, int cols) {
-  const TileVisibility visibility = mask.tile(h, i0, i_end, j0, min(j0 + cols, Tk));
+  const TileVisibility visibility = block_tile(mask, h, i0, i_end, j0, min(j0 + cols, Tk));
   return {visibility == TileVisibility::None, visibility == TileVisibility::Partial || j0 + cols > Tk || i0 + rows > Tq};
 }
 // This lane's entries of a [16, N] C fragment tile whose lane rows are r and r + 8 and whose
