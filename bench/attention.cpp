@@ -30,7 +30,8 @@
 // 50 (Gemma 2's); relative, a T5 relative-position bias table [H, 32] (max distance 128,
 // bidirectional); sinks, a sink logit per head [H]; indexed, a table [H, 16] read through the
 // index (p − j) mod 16 [T, T]. The tables and sinks are random leaves that require grad, so the
-// backward computes their gradients too, as training does. The table then has a mods column.
+// backward computes their gradients too, as training does. The table then has a mods column
+// (not with --mods none, the default: the tables above stay as they were).
 // --device cuda runs every case on the GPU (float32 still): each timed call waits
 // for the device (cuda::synchronize), and the memory column is what the device's
 // caching allocator holds (in use + cached) after the forward and after the
@@ -309,7 +310,7 @@ int main(int argc, char** argv) {
   command.option("--positions", positions, "position encodings, comma-separated: none, rope, alibi");
   command.option("--mods", mods,
                  "score modifier sets, comma-separated: none, cap, relative, sinks, indexed, or several joined by '+' "
-                 "(cap+relative+sinks); given, the table gets a mods column");
+                 "(cap+relative+sinks); other than none, the table gets a mods column");
   command.option("--memory-limit-gb", memory_limit_gb, "skip cases estimated to need more");
   command.option("--budget-s", budget_s, "seconds of repeats per timing (at least one run, at most 10)");
   command.option("--clock", clock, "wall, or cpu: the process's CPU time (for one thread on a busy machine)")
