@@ -25,6 +25,13 @@
 // --positions none,rope,alibi times each case with each position encoding
 // (AttentionSpec::position; alibi: softmax only): what rope's rotation of q and k
 // and ALiBi's bias in the scores cost beside the same case without them.
+// --mods none,cap,relative,sinks,indexed,cap+relative+sinks times each softmax case with each
+// set of score modifiers (SoftmaxAttention::mods, '+' joins several): cap, tanh soft-capping at
+// 50 (Gemma 2's); relative, a T5 relative-position bias table [H, 32] (max distance 128,
+// bidirectional); sinks, a sink logit per head [H]; indexed, a table [H, 16] read through the
+// index (p − j) mod 16 [T, T]. The tables and sinks are random leaves that require grad, so the
+// backward computes their gradients too, as training does. The table then has a mods column
+// (not with --mods none, the default: the tables above stay as they were).
 // --device cuda runs every case on the GPU (float32 still): each timed call waits
 // for the device (cuda::synchronize), and the memory column is what the device's
 // caching allocator holds (in use + cached) after the forward and after the
@@ -67,7 +74,56 @@ struct Case {
   int64_t T, d;
   std::string mask;  // none, causal, doc<L>, or w<W>[d<δ>][g<G>][r<R>]
   std::string position = "none";  // none, rope or alibi (AttentionSpec::position)
+  std::string mods = "none";      // none, or score modifiers joined by '+': cap, relative, sinks, indexed
 };
+
+// Which score modifiers a --mods entry names.
+struct ModSet {
+  bool cap = false, relative = false, sinks = false, indexed = false;
+};
+
+ModSet mods_of(const std::string& entry) {
+  ModSet set;
+  if (entry == "none") return set;
+  std::istringstream in(entry);
+  for (std::string name; std::getline(in, name, '+');) {
+    if (name == "cap") set.cap = true;
+    else if (name == "relative") set.relative = true;
+    else if (name == "sinks") set.sinks = true;
+    else if (name == "indexed") set.indexed = true;
+    else throw Error("--mods " + entry + ": expected none, or cap, relative, sinks, indexed joined by '+'");
+  }
+  return set;
+}
+
+// The score modifiers of a case, their learnable tensors made by leaf (random, requiring grad):
+// S' = cap·tanh((S + relative[h, bucket(j − p)] + indexed[h, (p − j) mod 16]) / cap), sinks in
+// each row's denominator. Returns the leaves, whose gradients each timed backward fills.
+std::vector<Tensor> add_mods(ScoreMods& mods, const Case& c, Generator& gen, Device device,
+                             const std::function<Tensor(const Tensor&)>& leaf) {
+  const ModSet set = mods_of(c.mods);
+  std::vector<Tensor> leaves;
+  if (set.cap) mods.soft_cap = 50.0;
+  if (set.relative) {  // [H, 32]
+    mods.relative = {.table = leaf(Tensor::randn({kHeads, 32}, DType::Float32, &gen)), .bidirectional = true,
+                     .max_distance = 128};
+    leaves.push_back(mods.relative.table);
+  }
+  if (set.sinks) {  // [H]
+    mods.sinks = leaf(Tensor::randn({kHeads}, DType::Float32, &gen));
+    leaves.push_back(mods.sinks);
+  }
+  if (set.indexed) {  // table [H, 16], index [T, T]: query p, key j read entry (p − j) mod 16
+    constexpr int64_t n = 16;
+    std::vector<int64_t> index(c.T * c.T);
+    for (int64_t p = 0; p < c.T; ++p)
+      for (int64_t j = 0; j < c.T; ++j) index[p * c.T + j] = ((p - j) % n + n) % n;
+    mods.indexed = {.table = leaf(Tensor::randn({kHeads, n}, DType::Float32, &gen)),
+                    .index = Tensor::from_indices(index, {c.T, c.T}).to(device)};
+    leaves.push_back(mods.indexed.table);
+  }
+  return leaves;
+}
 
 // The softmax attention spec of a --masks entry.
 AttentionSpec spec_of(const Case& c) {
@@ -138,6 +194,9 @@ void run_case(const Case& c, bench::Clock clock, double budget_s, Device device)
   Tensor v = leaf(Tensor::randn(shape, DType::Float32, &gen));
   const Tensor dZ = Tensor::randn(shape, DType::Float32, &gen).to(device);
   std::function<Tensor()> forward;
+  std::vector<Tensor> mods_leaves;  // the score modifiers' tables and sinks (--mods)
+  if (c.mods != "none" && (c.impl == "ssd" || is_linear(c)))
+    throw Error("--mods " + c.mods + ": score modifiers are softmax attention's (composed, dense, flash)");
   if (c.impl == "ssd") {
     if (c.mask != "causal") throw Error("--masks " + c.mask + ": ssd attention is causal");
     const AttentionSpec spec{
@@ -158,7 +217,9 @@ void run_case(const Case& c, bench::Clock clock, double budget_s, Device device)
     forward = [&q, &k, &v, spec] { return attention(q, k, v, spec); };
   } else {
     AttentionSpec spec = spec_of(c);
-    std::get<SoftmaxAttention>(spec.function).impl = enum_from_name<AttentionImpl>(c.impl, "--impls");
+    SoftmaxAttention& softmax = std::get<SoftmaxAttention>(spec.function);
+    softmax.impl = enum_from_name<AttentionImpl>(c.impl, "--impls");
+    mods_leaves = add_mods(softmax.mods, c, gen, device, leaf);
     forward = [&q, &k, &v, spec] { return attention(q, k, v, spec); };
   }
   const bool gpu = device == Device::CUDA;
@@ -168,6 +229,7 @@ void run_case(const Case& c, bench::Clock clock, double budget_s, Device device)
   const auto forward_backward = [&] {
     forward().backward(dZ);
     for (Tensor* t : {&q, &k, &v}) t->zero_grad();
+    for (Tensor& t : mods_leaves) t.zero_grad();
     wait();
   };
   double forward_mb, total_mb;
@@ -183,6 +245,7 @@ void run_case(const Case& c, bench::Clock clock, double budget_s, Device device)
     total_mb = gpu ? device_mb() - before_mb : peak.extra_mb();
   }
   for (Tensor* t : {&q, &k, &v}) t->zero_grad();
+  for (Tensor& t : mods_leaves) t.zero_grad();
   const double budget_ms = budget_s * 1000;
   const double forward_ms = bench::median_ms(
       [&] {
@@ -235,7 +298,7 @@ int main(int argc, char** argv) {
   cli::Command& command = program.command();
   int threads = 2;
   std::string impls = "composed,dense,flash", lengths = "64,256,1024,4096,16384", widths = "32,64";
-  std::string masks = "none,causal", positions = "none";
+  std::string masks = "none,causal", positions = "none", mods = "none";
   double memory_limit_gb = 4, budget_s = 2;
   std::string clock = "wall", device_option = "cpu", precision_option = "fp32";
   std::vector<std::string> one_case;
@@ -245,6 +308,9 @@ int main(int argc, char** argv) {
   command.option("--d", widths, "head widths, comma-separated");
   command.option("--masks", masks, "masks, comma-separated: none, causal, doc<L>, w<W>[d<dilation>][g<G>][r<R>]");
   command.option("--positions", positions, "position encodings, comma-separated: none, rope, alibi");
+  command.option("--mods", mods,
+                 "score modifier sets, comma-separated: none, cap, relative, sinks, indexed, or several joined by '+' "
+                 "(cap+relative+sinks); other than none, the table gets a mods column");
   command.option("--memory-limit-gb", memory_limit_gb, "skip cases estimated to need more");
   command.option("--budget-s", budget_s, "seconds of repeats per timing (at least one run, at most 10)");
   command.option("--clock", clock, "wall, or cpu: the process's CPU time (for one thread on a busy machine)")
@@ -253,8 +319,8 @@ int main(int argc, char** argv) {
       .one_of({"cpu", "cuda"});
   command.option("--precision", precision_option, "fp32, tf32 or bf16: the cases' --precision (tf32 and bf16: CUDA only)")
       .one_of({"fp32", "tf32", "bf16"});
-  command.option("--case", one_case, "internal: run one case (impl T d mask position) and print its numbers")
-      .expected(5);
+  command.option("--case", one_case, "internal: run one case (impl T d mask position mods) and print its numbers")
+      .expected(6);
   if (const int code = program.parse_plain(argc, argv); code >= 0) return code;
   const bench::Clock timing = clock == "cpu" ? bench::Clock::Cpu : bench::Clock::Wall;
   set_num_threads(threads);
@@ -272,57 +338,70 @@ int main(int argc, char** argv) {
   const optim::PrecisionScope precision_scope(precision);  // the GEMMs' and flash's arithmetic, for every case
 
   if (!one_case.empty()) {
-    run_case({one_case[0], std::stoll(one_case[1]), std::stoll(one_case[2]), one_case[3], one_case[4]}, timing,
-             budget_s, device);
+    run_case({one_case[0], std::stoll(one_case[1]), std::stoll(one_case[2]), one_case[3], one_case[4], one_case[5]},
+             timing, budget_s, device);
     return 0;
+  }
+  // The mods column only when --mods names modifiers: the tables without it (docs/performance.md,
+  // scripts/gpu_check.sh's column numbers) stay as they were.
+  const bool mods_column = mods != "none";
+  try {
+    for (const std::string& entry : split_list(mods)) mods_of(entry);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
   }
   std::printf("%s\nsgemm 2048³ on %d threads: %.0f GFLOP/s (%s time)\n", cpu_runtime_summary().c_str(), threads,
               sgemm_gflops(2048, timing), clock.c_str());
   std::printf("device: %s, precision %s\n\n", device == Device::CPU ? "cpu" : cuda::describe_device().c_str(),
               precision_option.c_str());
-  std::printf("| d | T | mask | density | impl | position | fwd ms | fwd GFLOP/s | fwd+bwd ms | fwd+bwd GFLOP/s | peak extra MB fwd / fwd+bwd |\n");
-  std::printf("|---|---|---|---:|---|---|---:|---:|---:|---:|---:|\n");
+  std::printf("| d | T | mask | density | impl | position |%s fwd ms | fwd GFLOP/s | fwd+bwd ms | fwd+bwd GFLOP/s | peak extra MB fwd / fwd+bwd |\n",
+              mods_column ? " mods |" : "");
+  std::printf("|---|---|---|---:|---|---|%s---:|---:|---:|---:|---:|\n", mods_column ? "---|" : "");
   std::vector<std::string> constructions;  // doc<L> masks' construction, printed after the table
   for (const std::string& d : split_list(widths))
     for (const std::string& T : split_list(lengths))
       for (const std::string& mask : split_list(masks))
         for (const std::string& impl : split_list(impls))
-          for (const std::string& position : split_list(positions)) {
-            const Case c{impl, std::stoll(T), std::stoll(d), mask, position};
-            const double flops = forward_flops(c), density = flops / (4.0 * kBatch * kHeads * c.d * c.T * c.T);
-            std::printf("| %s | %s | %s | %.4f | %s | %s | ", d.c_str(), T.c_str(), mask.c_str(), density, impl.c_str(),
-                        position.c_str());
-            if (estimated_gb(c) > memory_limit_gb) {
-              std::printf("skipped: needs about %.0f GB | | | | |\n", estimated_gb(c));
+          for (const std::string& position : split_list(positions))
+            for (const std::string& mod : split_list(mods)) {
+              const Case c{impl, std::stoll(T), std::stoll(d), mask, position, mod};
+              if (mod != "none" && is_linear(c)) continue;  // score modifiers are softmax attention's
+              const double flops = forward_flops(c), density = flops / (4.0 * kBatch * kHeads * c.d * c.T * c.T);
+              std::printf("| %s | %s | %s | %.4f | %s | %s | ", d.c_str(), T.c_str(), mask.c_str(), density, impl.c_str(),
+                          position.c_str());
+              if (mods_column) std::printf("%s | ", mod.c_str());
+              if (estimated_gb(c) > memory_limit_gb) {
+                std::printf("skipped: needs about %.0f GB | | | | |\n", estimated_gb(c));
+                std::fflush(stdout);
+                continue;
+              }
+              std::ostringstream command;
+              command << "/proc/" << getpid() << "/exe --threads " << threads << " --budget-s " << budget_s << " --clock "
+                      << clock << " --device " << device_option << " --precision " << precision_option << " --case "
+                      << impl << ' ' << T << ' ' << d << ' ' << mask << ' ' << position << ' ' << mod;
+              double forward_ms, total_ms, forward_mb, total_mb, bytes_ms, map_ms;
+              if (std::sscanf(bench::run_and_capture(command.str()).c_str(), "%lf %lf %lf %lf %lf %lf", &forward_ms,
+                              &total_ms, &forward_mb, &total_mb, &bytes_ms, &map_ms) != 6) {
+                std::printf("failed | | | | |\n");
+                continue;
+              }
+              if (is_linear(c)) {
+                std::printf("%.2f | — | %.2f | — | %.1f / %.1f |\n", forward_ms, total_ms, forward_mb, total_mb);
+                std::fflush(stdout);
+                continue;
+              }
+              std::printf("%.2f | %.1f | %.2f | %.1f | %.1f / %.1f |\n", forward_ms, flops / forward_ms / 1e6, total_ms,
+                          3.5 * flops / total_ms / 1e6, forward_mb, total_mb);
               std::fflush(stdout);
-              continue;
+              if (mask.starts_with("doc")) {
+                std::ostringstream line;
+                line << "d " << d << ", T " << T << ", " << mask << ", " << impl << ": mask construction " << bytes_ms + map_ms
+                      << " ms (document starts " << bytes_ms << " ms, block map " << map_ms << " ms) = "
+                     << 100 * (bytes_ms + map_ms) / forward_ms << " % of one forward";
+                constructions.push_back(line.str());
+              }
             }
-            std::ostringstream command;
-            command << "/proc/" << getpid() << "/exe --threads " << threads << " --budget-s " << budget_s << " --clock "
-                    << clock << " --device " << device_option << " --precision " << precision_option << " --case "
-                    << impl << ' ' << T << ' ' << d << ' ' << mask << ' ' << position;
-            double forward_ms, total_ms, forward_mb, total_mb, bytes_ms, map_ms;
-            if (std::sscanf(bench::run_and_capture(command.str()).c_str(), "%lf %lf %lf %lf %lf %lf", &forward_ms,
-                            &total_ms, &forward_mb, &total_mb, &bytes_ms, &map_ms) != 6) {
-              std::printf("failed | | | | |\n");
-              continue;
-            }
-            if (is_linear(c)) {
-              std::printf("%.2f | — | %.2f | — | %.1f / %.1f |\n", forward_ms, total_ms, forward_mb, total_mb);
-              std::fflush(stdout);
-              continue;
-            }
-            std::printf("%.2f | %.1f | %.2f | %.1f | %.1f / %.1f |\n", forward_ms, flops / forward_ms / 1e6, total_ms,
-                        3.5 * flops / total_ms / 1e6, forward_mb, total_mb);
-            std::fflush(stdout);
-            if (mask.starts_with("doc")) {
-              std::ostringstream line;
-              line << "d " << d << ", T " << T << ", " << mask << ", " << impl << ": mask construction " << bytes_ms + map_ms
-                    << " ms (document starts " << bytes_ms << " ms, block map " << map_ms << " ms) = "
-                   << 100 * (bytes_ms + map_ms) / forward_ms << " % of one forward";
-              constructions.push_back(line.str());
-            }
-          }
   if (!constructions.empty()) std::printf("\n");
   for (const std::string& line : constructions) std::printf("%s\n", line.c_str());
   return 0;
