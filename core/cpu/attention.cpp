@@ -632,7 +632,7 @@ void attention_softmax_backward(const Tensor& A, const Tensor& dA, Tensor& dS) {
 
 // The score modifiers, in two ways. The general loop calls ScoreModifiers::host_modify per
 // score (every modifier, the user's function too). The indexed bias alone (Graphormer's
-// b[h, φ(i, j)], no other modifier and no causal mask) takes a vector path instead: it
+// b[h, φ(i, j)], no other modifier; causal or not) takes a vector path instead: it
 // spent most of an epoch of graph's complete-graph model in the general loop at T = 2708,
 // where the scores run along the queries i and the index [Tq, Tk] along the keys j, so each
 // score's index was a row of the index apart (docs/performance.md, "Dense score modifiers
@@ -641,8 +641,13 @@ void attention_softmax_backward(const Tensor& A, const Tensor& dA, Tensor& dS) {
 namespace {
 bool indexed_only(const AttentionShape& shape) {
   const ScoreModifiers& m = shape.mods;
-  return m.indexed && !m.relative && !m.custom && !(m.soft_cap > 0) && !shape.mask.causal &&
-         m.indexed_entries <= std::numeric_limits<int32_t>::max();
+  return m.indexed && !m.relative && !m.custom && !(m.soft_cap > 0) && m.indexed_entries <= std::numeric_limits<int32_t>::max();
+}
+// The first query of key j's row that sees it: under a causal mask the queries i with
+// i + q_offset < j do not (the general loop writes 0 there, and their dS is 0).
+int64_t first_query_seeing(const AttentionShape& shape, int64_t j) {
+  if (!shape.mask.causal) return 0;
+  return std::clamp<int64_t>(j - shape.mask.q_offset, 0, shape.Tq);
 }
 // index [Tq, Tk] (row stride `row`) into out [Tk, Tq], in 64 × 64 blocks.
 std::vector<int32_t> transposed_index(const int64_t* index, int64_t row, int64_t Tq, int64_t Tk) {
@@ -700,8 +705,11 @@ void attention_score_mods(const Tensor& S, const AttentionShape& shape, Tensor& 
       const std::vector<int32_t> idx = transposed_index(mods.index, mods.index_row, Tq, Tk);
       for_rows(matrices, Tk * Tq, [&](int64_t matrix) {
         const T* table = static_cast<const T*>(mods.indexed) + (matrix % Hq) * mods.indexed_entries;
-        for (int64_t j = 0, at = matrix * Tk * Tq; j < Tk; ++j)
-          add_indexed_row(s + at + j * Tq, idx.data() + j * Tq, table, out + at + j * Tq, Tq);
+        for (int64_t j = 0, at = matrix * Tk * Tq; j < Tk; ++j) {
+          const int64_t i0 = first_query_seeing(shape, j), row = at + j * Tq;
+          std::fill_n(out + row, i0, T(0));
+          add_indexed_row(s + row + i0, idx.data() + j * Tq + i0, table, out + row + i0, Tq - i0);
+        }
       });
       return;
     }
@@ -742,7 +750,10 @@ void attention_score_mods_backward(const Tensor& dS, const Tensor& S, const Atte
         if (du != ds) std::copy(ds + at, ds + at + Tk * Tq, du + at);
         if (!dbias) return;
         std::vector<double> sums(static_cast<size_t>(entries), 0.0);
-        for (int64_t j = 0; j < Tk; ++j) indexed_row_sums(ds + at + j * Tq, idx.data() + j * Tq, Tq, entries, sums.data());
+        for (int64_t j = 0; j < Tk; ++j) {
+          const int64_t i0 = first_query_seeing(shape, j);
+          indexed_row_sums(ds + at + j * Tq + i0, idx.data() + j * Tq + i0, Tq - i0, entries, sums.data());
+        }
         for (int64_t n = 0; n < entries; ++n) dbias[matrix * entries + n] = static_cast<T>(sums[n]);
       });
       return;
