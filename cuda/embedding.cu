@@ -71,11 +71,14 @@ template <class T> struct RunSums {
   __device__ void operator()(int64_t i) const {
     const int64_t c = i % C, first = i / C * kRunChunk, end = min(N, first + kRunChunk);
     int64_t run = first;
+    uint32_t run_key = keys[first];
     T sum = T(0);
     for (int64_t k = first; k < end; ++k) {
-      if (keys[k] != keys[run]) {
+      const uint32_t key = keys[k];
+      if (key != run_key) {
         partial[run * C + c] = sum;
         run = k;
+        run_key = key;
         sum = T(0);
       }
       sum += dOut[static_cast<int64_t>(positions[k]) * C + c];
