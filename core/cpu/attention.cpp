@@ -688,6 +688,36 @@ template <class T> inline void indexed_row_sums(const T* g, const int32_t* idx, 
 AG_VECTOR_CLONES void indexed_row_sums(const float* g, const int32_t* idx, int64_t Tq, int64_t entries, double* sums) {
   indexed_row_sums<float>(g, idx, Tq, entries, sums);
 }
+// u ← cap·tanh(u/cap) along a row, with the tanh the compiler vectorises (flash's: std::tanh
+// in float64, where this is ScoreModifiers::capped's bits).
+template <class T> inline void capped_row(T* u, int64_t n, T cap) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) u[i] = cap * math::tanh_vectorisable(u[i] / cap);
+}
+AG_VECTOR_CLONES void capped_row(float* u, int64_t n, float cap) { capped_row<float>(u, n, cap); }
+// dU = dS' ∘ (1 − (S'/cap)²) along a row (ScoreModifiers::cap_derivative's formula).
+template <class T> inline void capped_chain_row(const T* s_mod, const T* ds, T* du, int64_t n, T cap) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const T t = s_mod[i] / cap;
+    du[i] = ds[i] * (T(1) - t * t);
+  }
+}
+AG_VECTOR_CLONES void capped_chain_row(const float* s_mod, const float* ds, float* du, int64_t n, float cap) {
+  capped_chain_row<float>(s_mod, ds, du, n, cap);
+}
+// S' of key j's row from its queries i0 … Tq − 1 (n of them): the tables' biases in
+// ScoreModifiers::biased_at's order, then the cap in a vector pass. bucket: the row's
+// buckets from query i0 on (bucket[i − i0] for query i).
+template <class T>
+void modified_row(const ScoreModifiers& mods, const T* s, int64_t h, const int64_t* bucket, int64_t i0, int64_t j,
+                  int64_t n, T* out) {
+  if (mods.has_tables())
+    for (int64_t r = 0; r < n; ++r) out[r] = mods.biased_at(s[r], h, bucket[r], i0 + r, j);
+  else
+    std::copy(s, s + n, out);
+  if (mods.soft_cap > 0) capped_row(out, n, static_cast<T>(mods.soft_cap));
+}
 }  // namespace
 
 // One task per [Tk, Tq] matrix (batch entry, head h = matrix % Hq), its keys j in
@@ -716,6 +746,17 @@ void attention_score_mods(const Tensor& S, const AttentionShape& shape, Tensor& 
     // Query i and key j sit at distance p − j = i + q_offset − j: bucket[i − j + Tk − 1].
     std::vector<int64_t> bucket(Tq + Tk - 1);
     fill_buckets(mods, q_offset - (Tk - 1), Tq + Tk - 1, bucket.data());
+    if (!mods.custom) {  // a key's row at a time: the tables per score, the cap in a vector pass
+      for_rows(matrices, Tk * Tq, [&](int64_t matrix) {
+        const int64_t h = matrix % Hq;
+        for (int64_t j = 0, at = matrix * Tk * Tq; j < Tk; ++j) {
+          const int64_t i0 = first_query_seeing(shape, j), row = at + j * Tq;
+          std::fill_n(out + row, i0, T(0));
+          modified_row(mods, s + row + i0, h, bucket.data() + (i0 - j + Tk - 1), i0, j, Tq - i0, out + row + i0);
+        }
+      });
+      return;
+    }
     for_rows(matrices, Tk * Tq, [&](int64_t matrix) {
       const int64_t h = matrix % Hq, at = matrix * Tk * Tq;
       for (int64_t j = 0; j < Tk; ++j)
@@ -760,6 +801,36 @@ void attention_score_mods_backward(const Tensor& dS, const Tensor& S, const Atte
     }
     std::vector<int64_t> bucket(Tq + Tk - 1);  // as attention_score_mods'
     fill_buckets(mods, q_offset - (Tk - 1), Tq + Tk - 1, bucket.data());
+    if (!mods.custom) {  // a key's row at a time, as the forward: the chain factor in a vector pass, then
+                         // the tables' sums per score in the general loop's order (key, then query)
+      for_rows(matrices, Tk * Tq, [&](int64_t matrix) {
+        const int64_t at = matrix * Tk * Tq, h = matrix % Hq;
+        T* row_dbias = dbias ? dbias + matrix * entries : nullptr;
+        if (row_dbias) std::fill_n(row_dbias, entries, T(0));
+        std::vector<T> s_mod(mods.soft_cap > 0 && s ? static_cast<size_t>(Tq) : 0);
+        for (int64_t j = 0; j < Tk; ++j) {
+          const int64_t i0 = first_query_seeing(shape, j), row = at + j * Tq, n = Tq - i0;
+          const int64_t* row_bucket = bucket.data() + (i0 - j + Tk - 1);
+          if (du != ds) std::copy(ds + row, ds + row + i0, du + row);  // hidden: dU = dS' (0)
+          if (!s_mod.empty()) {  // S' again, as the forward formed it, for 1 − (S'/cap)²
+            modified_row(mods, s + row + i0, h, row_bucket, i0, j, n, s_mod.data());
+            capped_chain_row(s_mod.data(), ds + row + i0, du + row + i0, n, static_cast<T>(mods.soft_cap));
+          } else if (du != ds) {
+            std::copy(ds + row + i0, ds + row + Tq, du + row + i0);
+          }
+          if (!row_dbias) continue;
+          const T* g = du + row + i0;
+          if (mods.relative)
+            for (int64_t r = 0; r < n; ++r) row_dbias[row_bucket[r]] += g[r];
+          if (mods.indexed) {
+            const int64_t* index = mods.index + j;  // index[i, j] at i · index_row + j
+            T* indexed = row_dbias + (mods.relative ? mods.relative_buckets : 0);
+            for (int64_t r = 0; r < n; ++r) indexed[index[(i0 + r) * mods.index_row]] += g[r];
+          }
+        }
+      });
+      return;
+    }
     for_rows(matrices, Tk * Tq, [&](int64_t matrix) {
       const int64_t at = matrix * Tk * Tq, h = matrix % Hq;
       T* row_dbias = dbias ? dbias + matrix * entries : nullptr;  // [n, Hq, entries]: matrix (b, h) is row b·Hq + h
