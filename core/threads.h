@@ -52,7 +52,9 @@ struct BlasKernelChoice {
   std::string note;      // empty, or why the given value is slower than the features' choice
 };
 // AVX-512 F/BW/DQ/VL -> SKYLAKEX, AVX2 with FMA -> HASWELL, AVX -> SANDYBRIDGE,
-// else "" (OpenBLAS's own detection). A value given is kept as it is.
+// else "" (OpenBLAS's own detection). A value given (OPENBLAS_CORETYPE) is kept, with a note
+// when it names older kernels than the CPU runs, unless it names kernels the CPU cannot run:
+// then the features' choice replaces it (OpenBLAS would die at the first GEMM), with a note.
 BlasKernelChoice choose_blas_kernels(const CpuFeatures& cpu, const char* given_coretype);
 // The choice made for this process as it started.
 const BlasKernelChoice& blas_kernel_choice();

@@ -36,12 +36,12 @@
 #      default model, fp32 and bf16: median ms/step, each pair's losses compared, the
 #      `cuda graph:` line that says whether the graph applied). TESTS=cuda CHECKS=0 GRAPH=1:
 #      the CUDA cases (tests/test_cuda_graph.cpp's graph ≡ eager among them) and this stage alone.
-#  10. with ATTN=1, issue 49's O(T) attention on the GPU: bench_attention --device cuda
+#  11. with ATTN=1, issue 49's O(T) attention on the GPU: bench_attention --device cuda
 #      times ssd, linear attention (elu1) and flash softmax, causal, B = 1 × H = 8,
 #      d = 64 and 128, at T = 512 and 16384 (ATTN_T), forward and forward + backward,
 #      with the device memory; then each O(T) function's time over flash's at the same
 #      d and T (issue 49: at most 1.5 at T = 512; ssd at most 0.1 at T = 16384).
-#  11. with FLASH=1, issue 49's flash attention on tensor cores (cuda/flash_mma.cu; a minute):
+#  12. with FLASH=1, issue 49's flash attention on tensor cores (cuda/flash_mma.cu; a minute):
 #      bench_attention --device cuda --impls flash, causal, B = 1 × H = 8, T = 4096
 #      (FLASH_T), d = 64 and 128, at --precision bf16 (the tensor-core kernels) and fp32
 #      (the float32 kernel), then bench/flash_torch.py, PyTorch SDPA's flash backend in
@@ -50,7 +50,7 @@
 #      (issue 49: >= 150 TFLOP/s and <= 1.5x at d = 64).
 #      TESTS=cuda CHECKS=0 FLASH=1: the CUDA cases (tests/test_flash_mma.cpp's among them)
 #      and this stage alone.
-#  12. with LONG=1, issue 49's long context: char_lm train --device cuda, batch 1, 8 iterations,
+#  13. with LONG=1, issue 49's long context: char_lm train --device cuda, batch 1, 8 iterations,
 #      ssd at T = 131072 (1 layer, then 6 × 384 with rope) and flash at T = 32768 (fp32 and bf16),
 #      each one's median ms/iter and the device memory's peak (nvidia-smi, every 200 ms); LONG_S
 #      seconds at most per run (150).
