@@ -630,8 +630,11 @@ void attention_softmax_backward(const Tensor& A, const Tensor& dA, Tensor& dS) {
   });
 }
 
-// The score modifiers, in two ways. The general loop calls ScoreModifiers::host_modify per
-// score (every modifier, the user's function too). The indexed bias alone (Graphormer's
+// The score modifiers, in three ways. The general loop calls ScoreModifiers::host_modify per
+// score: it serves a custom function. Without one, a key's row at a time (modified_row): the
+// tables per score, the cap in a vector pass with flash's tanh (a scalar std::tanh per score
+// made dense 3.2x its time without a cap; 1.2x this way: docs/performance.md, "Score modifiers:
+// what they cost"). The indexed bias alone (Graphormer's
 // b[h, φ(i, j)], no other modifier; causal or not) takes a vector path instead: it
 // spent most of an epoch of graph's complete-graph model in the general loop at T = 2708,
 // where the scores run along the queries i and the index [Tq, Tk] along the keys j, so each
