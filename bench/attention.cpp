@@ -284,13 +284,6 @@ double sgemm_gflops(int n, bench::Clock clock) {
   return 2.0 * n * n * n / ms / 1e6;
 }
 
-std::vector<std::string> split_list(const std::string& list) {
-  std::vector<std::string> items;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) items.push_back(item);
-  return items;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -346,7 +339,7 @@ int main(int argc, char** argv) {
   // scripts/gpu_check.sh's column numbers) stay as they were.
   const bool mods_column = mods != "none";
   try {
-    for (const std::string& entry : split_list(mods)) mods_of(entry);
+    for (const std::string& entry : cli::split_list(mods)) mods_of(entry);
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;
@@ -359,12 +352,12 @@ int main(int argc, char** argv) {
               mods_column ? " mods |" : "");
   std::printf("|---|---|---|---:|---|---|%s---:|---:|---:|---:|---:|\n", mods_column ? "---|" : "");
   std::vector<std::string> constructions;  // doc<L> masks' construction, printed after the table
-  for (const std::string& d : split_list(widths))
-    for (const std::string& T : split_list(lengths))
-      for (const std::string& mask : split_list(masks))
-        for (const std::string& impl : split_list(impls))
-          for (const std::string& position : split_list(positions))
-            for (const std::string& mod : split_list(mods)) {
+  for (const std::string& d : cli::split_list(widths))
+    for (const std::string& T : cli::split_list(lengths))
+      for (const std::string& mask : cli::split_list(masks))
+        for (const std::string& impl : cli::split_list(impls))
+          for (const std::string& position : cli::split_list(positions))
+            for (const std::string& mod : cli::split_list(mods)) {
               const Case c{impl, std::stoll(T), std::stoll(d), mask, position, mod};
               if (mod != "none" && is_linear(c)) continue;  // score modifiers are softmax attention's
               const double flops = forward_flops(c), density = flops / (4.0 * kBatch * kHeads * c.d * c.T * c.T);

@@ -76,12 +76,8 @@ Batch make_batch(const std::vector<int64_t>& lengths, size_t& next, int64_t B, i
 
 // Whether `name` is one of the comma-separated items of `list`.
 bool listed(const std::string& list, const std::string& name) {
-  for (size_t start = 0; start <= list.size();) {
-    const size_t end = std::min(list.find(',', start), list.size());
-    if (list.compare(start, end - start, name) == 0) return true;
-    start = end + 1;
-  }
-  return false;
+  const std::vector<std::string> items = cli::split_list(list);
+  return std::ranges::find(items, name) != items.end();
 }
 
 }  // namespace

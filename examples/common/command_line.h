@@ -178,4 +178,8 @@ class Program {
   std::deque<Command> subcommands_;  // a deque: Commands do not move
 };
 
+// "a,b,c" -> {a, b, c}, empty items dropped: the comma lists of the lab's and the
+// benchmarks' options.
+std::vector<std::string> split_list(const std::string& text);
+
 }  // namespace ag::cli

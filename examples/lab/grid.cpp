@@ -112,17 +112,6 @@ void apply_mixer(const std::string& mixer, nn::GPTConfig& model) {
   }
 }
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> items;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    if (comma > start) items.push_back(text.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return items;
-}
-
 std::string Cell::label() const {
   std::string text = std::string(name_of(task.task)) + " " + mixer;
   for (const std::string& axis : axes) text += " " + dashed(axis) + "=" + get_option(*this, axis);

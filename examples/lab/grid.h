@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/common/command_line.h"
 #include "examples/lab/tasks.h"
 #include "nn/gpt.h"
 #include "optim/train_step.h"
@@ -62,8 +63,7 @@ std::string get_option(const Cell& cell, const std::string& name);
 // naming the known functions or options when one is unknown.
 void apply_mixer(const std::string& mixer, nn::GPTConfig& model);
 
-// "a,b,c" -> {a, b, c} (empty items dropped).
-std::vector<std::string> split_list(const std::string& text);
+using cli::split_list;  // "a,b,c" -> {a, b, c} (examples/common/command_line.h)
 
 struct Axis {
   std::string name;  // snake_case
