@@ -19,7 +19,7 @@
 // backward (for D, for dQ, for dK and dV): the price of a deterministic dQ
 // without atomics, and of D summed from the same P and dP as dS (see the CPU).
 //
-// Under --precision bf16, flash_attention and its backward hand the problems that
+// Under --precision bf16 or tf32, flash_attention and its backward hand the problems that
 // flash_mma_takes accepts to the tensor-core kernels of cuda/flash_mma.cu (this
 // file's float32 kernel stays the reference, and takes everything else).
 #include <limits>
@@ -714,7 +714,7 @@ void rotary_embedding(const Tensor& X, const RotaryShape& shape, Tensor& Y) {
 }
 void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const AttentionShape& shape, Tensor& Z,
                      Tensor& lse) {
-  if (flash_mma_takes(Q, shape)) return flash_attention_mma(Q, K, V, shape, Z, lse);  // --precision bf16: tensor cores
+  if (flash_mma_takes(Q, shape)) return flash_attention_mma(Q, K, V, shape, Z, lse);  // bf16 or tf32: tensor cores
   visit_floating(Q.dtype(), "flash_attention", [&](auto zero) {
     using T = decltype(zero);
     const int tile = choose_tile<T>("flash_attention", shape.d, [&](int t) { return forward_floats(t, shape.d); });
@@ -727,7 +727,7 @@ void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const At
 void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& lse, const Tensor& dZ,
                               const Tensor& given_D, const AttentionShape& shape, bool accumulate, Tensor& dQ,
                               Tensor& dK, Tensor& dV, Tensor& dBias) {
-  if (flash_mma_takes(Q, shape))  // --precision bf16: tensor cores (no bias tables there: dBias stays undefined)
+  if (flash_mma_takes(Q, shape))  // --precision bf16 or tf32: tensor cores (no bias tables: dBias stays undefined)
     return flash_attention_backward_mma(Q, K, V, lse, dZ, given_D, shape, accumulate, dQ, dK, dV);
   visit_floating(Q.dtype(), "flash_attention_backward", [&](auto zero) {
     using T = decltype(zero);

@@ -1,16 +1,18 @@
-// FlashAttention-2 on tensor cores: bf16 inputs through mma.sync.m16n8k16 (sm_80
-// and later), fp32 accumulation, the running max and sum in fp32. The float32
-// kernel of cuda/attention.cu is its reference (and the CPU's, core/cpu/attention.cpp,
-// that kernel's); tests/test_precision.cpp checks it against the CPU within bf16's
-// derived bound. Chosen by flash_mma_takes (cuda/flash_mma.cuh) under --precision bf16.
+// FlashAttention-2 on tensor cores (sm_80 and later): bf16 inputs through
+// mma.sync.m16n8k16 under --precision bf16, tf32 inputs through mma.sync.m16n8k8
+// under --precision tf32; fp32 accumulation, the running max and sum in fp32. The
+// kernels are written once for both operand formats (Bf16 and Tf32 below). The float32
+// kernel of cuda/attention.cu is their reference (and the CPU's, core/cpu/attention.cpp,
+// that kernel's); tests/test_flash_mma.cpp checks them against the CPU in float64
+// within each format's derived bound. Chosen by flash_mma_takes (cuda/flash_mma.cuh).
 //
 // The math is the float32 kernel's (docs/backprop.md, "FlashAttention"):
 //   forward:  S = scale·Q Kᵀ (+ ALiBi's bias), online softmax over key tiles, Z = P V / l, lse = m + log l
 //   backward: P = exp(S − lse), dP = dZ Vᵀ, D = rowsum(P ∘ dP), dS = P ∘ (dP − D),
 //             dV = Pᵀ dZ, dQ = scale·dS K, dK = scale·dSᵀ Q.
 //
-// Data. Q, K, V (and dZ) are rounded once to bf16 into compact [B, H, T, d_h]
-// copies (Bf16Rows), so that the kernels read 16-byte rows whatever the tensors'
+// Data. Q, K, V (and dZ) are rounded once to the operand format into compact
+// [B, H, T, d_h] copies (OperandRows), so that the kernels read 16-byte rows whatever the tensors'
 // strides; Z, lse, D, dQ, dK, dV are written in fp32 (float64 for lse) where the
 // float32 kernel writes them.
 //
@@ -45,13 +47,15 @@
 // two bf16 per 32-bit register, the lower index in the lower half. So the C
 // fragments of two neighbouring 8-column tiles are, packed to bf16, exactly the A
 // fragment of their 16 columns: P (and dS) go from the S accumulator into the
-// next product without touching shared memory (pack_a).
+// next product without touching shared memory (pack_a). tf32's m16n8k8 and how its
+// fragments meet the same C fragments: at struct Tf32 below.
 //
-// Shared memory holds tiles row-major, [rows][d_h + 8]: the 8 bf16 (16 bytes) of
-// padding put the 8 rows a fragment load touches (g = 0 … 7) 4 banks apart, so a
-// warp's 32 four-byte loads hit 32 different banks.
+// Shared memory holds tiles row-major, [rows][d_h + 8] bf16 ([rows][d_h + 4] fp32
+// for tf32): the 16 bytes of padding put the 8 rows a fragment load touches
+// (g = 0 … 7) 4 banks apart, so a warp's 32 four-byte loads hit 32 different banks.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -71,7 +75,6 @@ using bf16 = __nv_bfloat16;
 constexpr int kWarps = 4, kBlockThreads = 32 * kWarps;
 constexpr int kRows = 16 * kWarps;  // query rows per block (forward, dQ): 16 per warp, one mma's M
 constexpr int kCols = 64;           // keys per tile (forward, dQ); keys per block in the dK dV kernel
-constexpr int kPad = 8;             // bf16 of padding per shared row (see the top of the file)
 constexpr float kInfF = std::numeric_limits<float>::infinity();
 
 // Query rows per tile in the dK dV kernel: its warps hold dK and dV [16, d_h] in
@@ -80,98 +83,183 @@ template <int D> constexpr int kQueries = D == 128 ? 32 : 64;
 
 __host__ __device__ constexpr int64_t tiles_of(int64_t n, int tile) { return (n + tile - 1) / tile; }
 
-// --- fragments ------------------------------------------------------------------------------
+// --- the two operand formats ----------------------------------------------------------------
+//
+// Bf16 (--precision bf16): bfloat16 operands, mma.sync.m16n8k16, two per 32-bit register.
+// Tf32 (--precision tf32): tf32 operands held as fp32 whose 13 low bits are zero,
+// mma.sync.m16n8k8, one per register. Each gives its Element (what shared memory holds),
+// its mma's depth kK, the rounding of an fp32 operand, the mma, its fragment loads from
+// shared tiles, and pack_a (an accumulator's C fragments as the next product's A fragment).
+// The kernels below are written once, for either.
 
-// C += A·B on the tensor cores, C in fp32.
-__device__ inline void mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+// C += A·B on the tensor cores, C in fp32: mma.sync.m16n8k16 with bf16 operands (kK = 16) or
+// m16n8k8 with tf32 operands (kK = 8), each four A registers and two B registers a lane.
+template <int kK> __device__ inline void mma_sync(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  if constexpr (kK == 16)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
   __trap();  // flash_mma_takes sends no problem here below sm_80
 #endif
 }
 
-__device__ inline uint32_t pair_at(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
-__device__ inline uint32_t pack(bf16 lower, bf16 upper) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(lower)) | (static_cast<uint32_t>(__bfloat16_as_ushort(upper)) << 16);
-}
-// Two fp32 rounded to bf16 (nearest even), `lower` in the lower half.
-__device__ inline uint32_t pack(float lower, float upper) {
-  return pack(__float2bfloat16_rn(lower), __float2bfloat16_rn(upper));
-}
+struct Bf16 {
+  using Element = bf16;
+  static constexpr int kK = 16;
+  // To nearest, ties to even.
+  static __device__ bf16 operand(float x) { return __float2bfloat16_rn(x); }
 
-// A's fragment of the 16 × 16 block at (m0, k0) of X stored [m][k] (row stride ld).
-__device__ inline void load_a(const bf16* X, int ld, int m0, int k0, uint32_t (&a)[4]) {
-  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-  const bf16* p = X + (m0 + g) * ld + k0 + 2 * t;
-  a[0] = pair_at(p);
-  a[1] = pair_at(p + 8 * ld);
-  a[2] = pair_at(p + 8);
-  a[3] = pair_at(p + 8 * ld + 8);
-}
-// B's fragment of the 16 × 8 block at (k0, n0) of B = Xᵀ, X stored [n][k]: k runs
-// along X's rows, so each register is one 4-byte load (S = Q Kᵀ reads K so).
-__device__ inline void load_b_rows(const bf16* X, int ld, int n0, int k0, uint32_t (&b)[2]) {
-  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-  const bf16* p = X + (n0 + g) * ld + k0 + 2 * t;
-  b[0] = pair_at(p);
-  b[1] = pair_at(p + 8);
-}
-// B's fragment of the 16 × 8 block at (k0, n0) of B = X, X stored [k][n]: k runs
-// down X's columns, so each register packs two 2-byte loads (P V reads V so).
-// Each of the 4 loads touches 16 words, 2 lanes each (the same word: no conflict),
-// in 16 different banks: a row is (d_h + 8) / 2 ≡ 4 words mod 32, so rows 2t sit
-// 8t banks apart and the columns n0 + g add g / 2.
-__device__ inline void load_b_columns(const bf16* X, int ld, int k0, int n0, uint32_t (&b)[2]) {
-  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-  const bf16* p = X + (k0 + 2 * t) * ld + n0 + g;
-  b[0] = pack(p[0], p[ld]);
-  b[1] = pack(p[8 * ld], p[9 * ld]);
-}
-// The A fragment of columns 16·kk … 16·kk + 15 of a [16, N] accumulator held as
-// N / 8 C fragments (see the top of the file), rounded to bf16.
-template <int N> __device__ inline void pack_a(const float (&c)[N / 8][4], int kk, uint32_t (&a)[4]) {
-  a[0] = pack(c[2 * kk][0], c[2 * kk][1]);
-  a[1] = pack(c[2 * kk][2], c[2 * kk][3]);
-  a[2] = pack(c[2 * kk + 1][0], c[2 * kk + 1][1]);
-  a[3] = pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
-}
+  static __device__ void mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { mma_sync<kK>(c, a, b); }
+
+  static __device__ uint32_t pair_at(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+  static __device__ uint32_t pack(bf16 lower, bf16 upper) {
+    return static_cast<uint32_t>(__bfloat16_as_ushort(lower)) | (static_cast<uint32_t>(__bfloat16_as_ushort(upper)) << 16);
+  }
+  // Two fp32 rounded to bf16, `lower` in the lower half.
+  static __device__ uint32_t pack(float lower, float upper) { return pack(operand(lower), operand(upper)); }
+
+  // A's fragment of the 16 × 16 block at (m0, k0) of X stored [m][k] (row stride ld).
+  static __device__ void load_a(const bf16* X, int ld, int m0, int k0, uint32_t (&a)[4]) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const bf16* p = X + (m0 + g) * ld + k0 + 2 * t;
+    a[0] = pair_at(p);
+    a[1] = pair_at(p + 8 * ld);
+    a[2] = pair_at(p + 8);
+    a[3] = pair_at(p + 8 * ld + 8);
+  }
+  // B's fragment of the 16 × 8 block at (k0, n0) of B = Xᵀ, X stored [n][k]: k runs
+  // along X's rows, so each register is one 4-byte load (S = Q Kᵀ reads K so).
+  static __device__ void load_b_rows(const bf16* X, int ld, int n0, int k0, uint32_t (&b)[2]) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const bf16* p = X + (n0 + g) * ld + k0 + 2 * t;
+    b[0] = pair_at(p);
+    b[1] = pair_at(p + 8);
+  }
+  // B's fragment of the 16 × 8 block at (k0, n0) of B = X, X stored [k][n]: k runs
+  // down X's columns, so each register packs two 2-byte loads (P V reads V so).
+  // Each of the 4 loads touches 16 words, 2 lanes each (the same word: no conflict),
+  // in 16 different banks: a row is (d_h + 8) / 2 ≡ 4 words mod 32, so rows 2t sit
+  // 8t banks apart and the columns n0 + g add g / 2.
+  static __device__ void load_b_columns(const bf16* X, int ld, int k0, int n0, uint32_t (&b)[2]) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const bf16* p = X + (k0 + 2 * t) * ld + n0 + g;
+    b[0] = pack(p[0], p[ld]);
+    b[1] = pack(p[8 * ld], p[9 * ld]);
+  }
+  // The A fragment of columns 16·kk … 16·kk + 15 of a [16, N] accumulator held as
+  // N / 8 C fragments (see the top of the file), rounded to bf16.
+  template <int N> static __device__ void pack_a(const float (&c)[N / 8][4], int kk, uint32_t (&a)[4]) {
+    a[0] = pack(c[2 * kk][0], c[2 * kk][1]);
+    a[1] = pack(c[2 * kk][2], c[2 * kk][3]);
+    a[2] = pack(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[3] = pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+  }
+};
+
+// mma.sync.m16n8k8.row.col with .tf32 operands (PTX ISA, "Matrix fragments for mma.m16n8k8"):
+// C [16, 8] += A [16, 8] · B [8, 8], one operand per register; lane = 4·g + t as above:
+//   A: a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]
+//   B: b0 = B[t][g], b1 = B[t+4][g]
+//   C: as m16n8k16's.
+// A C fragment holds columns 2t, 2t+1 where A's wants t, t+4; but a sum over k does not
+// care how its terms' slots are numbered, as long as A and B number them alike. So where A
+// comes from an accumulator (pack_a), slot t holds column 2t and slot t+4 column 2t+1, and
+// load_b_columns reads B's rows 2t and 2t+1 into b0 and b1: no shuffles between lanes.
+// Banks: a shared row is d_h + 4 ≡ 4 words mod 32, so A's and row-B's loads (rows g,
+// columns t) hit 4g + t and column-B's (rows 2t, columns g) 8t + g: 32 different banks.
+struct Tf32 {
+  using Element = float;
+  static constexpr int kK = 8;
+  // To nearest, ties away from zero (cvt.rna.tf32.f32's rounding); inf and NaN as they are.
+  static __device__ float operand(float x) {
+    const uint32_t bits = __float_as_uint(x);
+    if ((bits & 0x7F800000u) == 0x7F800000u) return x;
+    return __uint_as_float((bits + 0x1000u) & 0xFFFFE000u);
+  }
+
+  static __device__ void mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { mma_sync<kK>(c, a, b); }
+
+  static __device__ uint32_t at(const float* p) { return __float_as_uint(*p); }
+  // A's fragment of the 16 × 8 block at (m0, k0) of X stored [m][k].
+  static __device__ void load_a(const float* X, int ld, int m0, int k0, uint32_t (&a)[4]) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const float* p = X + (m0 + g) * ld + k0 + t;
+    a[0] = at(p);
+    a[1] = at(p + 8 * ld);
+    a[2] = at(p + 4);
+    a[3] = at(p + 8 * ld + 4);
+  }
+  // B's fragment of the 8 × 8 block at (k0, n0) of B = Xᵀ, X stored [n][k].
+  static __device__ void load_b_rows(const float* X, int ld, int n0, int k0, uint32_t (&b)[2]) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const float* p = X + (n0 + g) * ld + k0 + t;
+    b[0] = at(p);
+    b[1] = at(p + 4);
+  }
+  // B's fragment of the 8 × 8 block at (k0, n0) of B = X, X stored [k][n], its slots
+  // numbered as pack_a's: b0 = B[2t][g], b1 = B[2t+1][g].
+  static __device__ void load_b_columns(const float* X, int ld, int k0, int n0, uint32_t (&b)[2]) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const float* p = X + (k0 + 2 * t) * ld + n0 + g;
+    b[0] = at(p);
+    b[1] = at(p + ld);
+  }
+  // The A fragment of columns 8·kk … 8·kk + 7 of a [16, N] accumulator (its C fragment
+  // kk), rounded to tf32: slot t is column 2t, slot t + 4 column 2t + 1.
+  template <int N> static __device__ void pack_a(const float (&c)[N / 8][4], int kk, uint32_t (&a)[4]) {
+    a[0] = __float_as_uint(operand(c[kk][0]));  // (g, 2t)
+    a[1] = __float_as_uint(operand(c[kk][2]));  // (g + 8, 2t)
+    a[2] = __float_as_uint(operand(c[kk][1]));  // (g, 2t + 1)
+    a[3] = __float_as_uint(operand(c[kk][3]));  // (g + 8, 2t + 1)
+  }
+};
+
+// Shared rows are padded by 16 bytes (8 bf16, 4 fp32), so that the rows a fragment load
+// touches fall in different banks (above).
+template <class E> constexpr int kPad = 16 / static_cast<int>(sizeof(E));
 
 // C [16, N] += A [16, D] · (X [N, D])ᵀ: A's 16 rows from m0 of `A` stored [m][D], X
 // stored [n][D] (shared, row stride D + kPad). S = Q Kᵀ, dP = dZ Vᵀ and their transposes.
-template <int D, int N>
-__device__ inline void product_rows(const bf16* A, int m0, const bf16* X, float (&c)[N / 8][4]) {
-  constexpr int ld = D + kPad;
+template <class F, int D, int N>
+__device__ inline void product_rows(const typename F::Element* A, int m0, const typename F::Element* X,
+                                    float (&c)[N / 8][4]) {
+  constexpr int ld = D + kPad<typename F::Element>;
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
+  for (int kk = 0; kk < D / F::kK; ++kk) {
     uint32_t a[4];
-    load_a(A, ld, m0, 16 * kk, a);
+    F::load_a(A, ld, m0, F::kK * kk, a);
 #pragma unroll
     for (int nt = 0; nt < N / 8; ++nt) {
       uint32_t b[2];
-      load_b_rows(X, ld, 8 * nt, 16 * kk, b);
-      mma(c[nt], a, b);
+      F::load_b_rows(X, ld, 8 * nt, F::kK * kk, b);
+      F::mma(c[nt], a, b);
     }
   }
 }
 // C [16, D] += P [16, N] · X [N, D]: P from the registers (pack_a), X stored [N][D]
 // in shared memory. Z += P V, dQ += dS K, dV += Pᵀ dZ, dK += dSᵀ Q.
-template <int D, int N>
-__device__ inline void product_columns(const float (&p)[N / 8][4], const bf16* X, float (&c)[D / 8][4]) {
-  constexpr int ld = D + kPad;
+template <class F, int D, int N>
+__device__ inline void product_columns(const float (&p)[N / 8][4], const typename F::Element* X, float (&c)[D / 8][4]) {
+  constexpr int ld = D + kPad<typename F::Element>;
 #pragma unroll
-  for (int kk = 0; kk < N / 16; ++kk) {
+  for (int kk = 0; kk < N / F::kK; ++kk) {
     uint32_t a[4];
-    pack_a<N>(p, kk, a);
+    F::template pack_a<N>(p, kk, a);
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt) {
       uint32_t b[2];
-      load_b_columns(X, ld, 16 * kk, 8 * nt, b);
-      mma(c[nt], a, b);
+      F::load_b_columns(X, ld, F::kK * kk, 8 * nt, b);
+      F::mma(c[nt], a, b);
     }
   }
 }
@@ -186,15 +274,15 @@ __device__ inline float quad_max(float v) {
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
 
-// Rows row0 … row0 + n − 1 of `src` (compact [rows, D] bf16) into shared dst [n][D + kPad],
+// Rows row0 … row0 + n − 1 of `src` (compact [rows, D] operands) into shared dst [n][D + kPad],
 // rows at or past `rows` as zeros (their scores are masked; zeros keep them finite).
-template <int D> __device__ void load_rows(const bf16* src, int64_t row0, int64_t rows, int n, bf16* dst) {
-  constexpr int chunks = D / 8;  // 16 bytes each
+template <int D, class E> __device__ void load_rows(const E* src, int64_t row0, int64_t rows, int n, E* dst) {
+  constexpr int per = 16 / static_cast<int>(sizeof(E)), chunks = D / per;  // 16 bytes each
   for (int idx = threadIdx.x; idx < n * chunks; idx += blockDim.x) {
     const int r = idx / chunks, c = idx % chunks;
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (row0 + r < rows) v = *reinterpret_cast<const uint4*>(src + (row0 + r) * D + 8 * c);
-    *reinterpret_cast<uint4*>(dst + r * (D + kPad) + 8 * c) = v;
+    if (row0 + r < rows) v = *reinterpret_cast<const uint4*>(src + (row0 + r) * D + per * c);
+    *reinterpret_cast<uint4*>(dst + r * (D + kPad<E>) + per * c) = v;
   }
 }
 
@@ -260,23 +348,26 @@ __device__ inline QueryTask query_task(const AttentionShape& shape, int64_t task
 
 // --- forward --------------------------------------------------------------------------------
 
-// Shared memory: Q [kRows], K, V [kCols] rows of D + kPad bf16.
-template <int D> constexpr size_t forward_bytes = (kRows + 2 * kCols) * (D + kPad) * sizeof(bf16);
+// Shared memory: Q [kRows], K, V [kCols] rows of D + kPad operands.
+template <class F, int D>
+constexpr size_t forward_bytes = (kRows + 2 * kCols) * (D + kPad<typename F::Element>) * sizeof(typename F::Element);
 
-// Q, K, V compact bf16 [B, H, T, D]; Z fp32 laid out by shape.q; lse [B, Hq, Tq].
-template <int D, bool kMasked>
+// Q, K, V compact operands [B, H, T, D]; Z fp32 laid out by shape.q; lse [B, Hq, Tq].
+template <class F, int D, bool kMasked>
 __global__ void __launch_bounds__(kBlockThreads)
-    forward_kernel(const bf16* Q, const bf16* K, const bf16* V, AttentionShape shape, float* Z, double* lse) {
+    forward_kernel(const typename F::Element* Q, const typename F::Element* K, const typename F::Element* V,
+                   AttentionShape shape, float* Z, double* lse) {
+  using E = typename F::Element;
   extern __shared__ __align__(16) unsigned char shared[];
-  constexpr int ld = D + kPad;
-  bf16 *sQ = reinterpret_cast<bf16*>(shared), *sK = sQ + kRows * ld, *sV = sK + kCols * ld;
+  constexpr int ld = D + kPad<E>;
+  E *sQ = reinterpret_cast<E*>(shared), *sK = sQ + kRows * ld, *sV = sK + kCols * ld;
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   const float scale = static_cast<float>(shape.scale);
 
   for (int64_t task = blockIdx.x; task < shape.B * shape.Hq * tiles_of(shape.Tq, kRows); task += gridDim.x) {
     const QueryTask q = query_task(shape, task);
-    const bf16* k_rows = K + (q.b * shape.Hkv + q.kvh) * shape.Tk * D;
-    const bf16* v_rows = V + (q.b * shape.Hkv + q.kvh) * shape.Tk * D;
+    const E* k_rows = K + (q.b * shape.Hkv + q.kvh) * shape.Tk * D;
+    const E* v_rows = V + (q.b * shape.Hkv + q.kvh) * shape.Tk * D;
     const int64_t i_end = min(q.i0 + kRows, shape.Tq), row = q.i0 + 16 * warp + g;  // this lane's rows: row, row + 8
     __syncthreads();  // the previous task is done with sQ
     load_rows<D>(Q + (q.b * shape.Hq + q.h) * shape.Tq * D, q.i0, shape.Tq, kRows, sQ);
@@ -299,7 +390,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       __syncthreads();
       // S = scale·Q Kᵀ (+ ALiBi's bias), −inf where hidden; a tile wholly seen skips the test
       float s[kCols / 8][4] = {};
-      product_rows<D, kCols>(sQ, 16 * warp, sK, s);
+      product_rows<F, D, kCols>(sQ, 16 * warp, sK, s);
       if constexpr (kMasked) {
         const uint32_t shown = edge ? seen_entries(shape.mask, shape.Tq, shape.Tk, q.h, kCols, false, row, j0) : ~0u;
 #pragma unroll
@@ -344,7 +435,7 @@ __global__ void __launch_bounds__(kBlockThreads)
           o[nt][2 * r + 1] *= rescale;
         }
       }
-      product_columns<D, kCols>(s, sV, o);  // O += P V, P rounded to bf16 (l keeps P's fp32 sum)
+      product_columns<F, D, kCols>(s, sV, o);  // O += P V, P rounded to the operand format (l keeps P's fp32 sum)
     }
     // Z = O / l (0 on a row that saw no key), lse = m + log l (+inf there)
 #pragma unroll
@@ -366,8 +457,9 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 // --- backward: dQ (and D) -------------------------------------------------------------------
 
-// Shared memory: Q, dZ [kRows], K, V [kCols] rows of D + kPad bf16.
-template <int D> constexpr size_t query_bytes = (2 * kRows + 2 * kCols) * (D + kPad) * sizeof(bf16);
+// Shared memory: Q, dZ [kRows], K, V [kCols] rows of D + kPad operands.
+template <class F, int D>
+constexpr size_t query_bytes = (2 * kRows + 2 * kCols) * (D + kPad<typename F::Element>) * sizeof(typename F::Element);
 
 // P = exp(scale·S + ALiBi's bias − lse) over one tile of head h, S overwritten: lse = hi + lo
 // (math::split_lse), 0 where hidden (tested per element on an edge tile only).
@@ -402,15 +494,17 @@ __device__ inline void probabilities(float (&s)[N / 8][4], const AttentionShape&
     for (int e = 0; e < 4; ++e) s[nt][e] = seen(shown, nt, e) ? expf(s[nt][e] - hi[e / 2] - lo[e / 2]) : 0.0f;
 }
 
-// Q, K, V, dZ compact bf16; lse [B, Hq, Tq] float64; D [B, Hq, Tq] fp32, read if given_D
+// Q, K, V, dZ compact operands; lse [B, Hq, Tq] float64; D [B, Hq, Tq] fp32, read if given_D
 // else written; dQ fp32 laid out by shape.q.
-template <int D, bool kMasked>
+template <class F, int D, bool kMasked>
 __global__ void __launch_bounds__(kBlockThreads)
-    backward_query_kernel(const bf16* Q, const bf16* K, const bf16* V, const bf16* dZ, const double* lse,
-                          AttentionShape shape, bool given_D, bool accumulate, float* Dsum, float* dQ) {
+    backward_query_kernel(const typename F::Element* Q, const typename F::Element* K, const typename F::Element* V,
+                          const typename F::Element* dZ, const double* lse, AttentionShape shape, bool given_D,
+                          bool accumulate, float* Dsum, float* dQ) {
+  using E = typename F::Element;
   extern __shared__ __align__(16) unsigned char shared[];
-  constexpr int ld = D + kPad;
-  bf16 *sQ = reinterpret_cast<bf16*>(shared), *sdZ = sQ + kRows * ld, *sK = sdZ + kRows * ld, *sV = sK + kCols * ld;
+  constexpr int ld = D + kPad<E>;
+  E *sQ = reinterpret_cast<E*>(shared), *sdZ = sQ + kRows * ld, *sK = sdZ + kRows * ld, *sV = sK + kCols * ld;
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   const float scale = static_cast<float>(shape.scale);
 
@@ -447,8 +541,8 @@ __global__ void __launch_bounds__(kBlockThreads)
         load_rows<D>(V + kv_first, j0, shape.Tk, kCols, sV);
         __syncthreads();
         float p[kCols / 8][4] = {}, dp[kCols / 8][4] = {};
-        product_rows<D, kCols>(sQ, 16 * warp, sK, p);    // S = Q Kᵀ (scaled in probabilities)
-        product_rows<D, kCols>(sdZ, 16 * warp, sV, dp);  // dP = dZ Vᵀ
+        product_rows<F, D, kCols>(sQ, 16 * warp, sK, p);    // S = Q Kᵀ (scaled in probabilities)
+        product_rows<F, D, kCols>(sdZ, 16 * warp, sV, dp);  // dP = dZ Vᵀ
         probabilities<kCols, kMasked>(p, shape, q.h, scale, slope, row, j0, edge, hi, lo);
         if (pass == 1) {  // D += rowsum(P ∘ dP): this lane's columns, the quad's parts summed below
 #pragma unroll
@@ -462,7 +556,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         for (int nt = 0; nt < kCols / 8; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) dp[nt][e] = p[nt][e] * (dp[nt][e] - Drow[e / 2]);
-        product_columns<D, kCols>(dp, sK, dq);
+        product_columns<F, D, kCols>(dp, sK, dq);
       }
       if (pass == 1)
 #pragma unroll
@@ -489,18 +583,22 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 // --- backward: dK, dV -----------------------------------------------------------------------
 
-// Shared memory: K, V [kCols] and Q, dZ [kQueries] rows of D + kPad bf16; lse (hi, lo) and D
-// of the query tile's rows in fp32.
-template <int D>
-constexpr size_t key_bytes = (2 * kCols + 2 * kQueries<D>) * (D + kPad) * sizeof(bf16) + 3 * kQueries<D> * sizeof(float);
+// Shared memory: K, V [kCols] and Q, dZ [kQueries] rows of D + kPad operands; lse (hi, lo)
+// and D of the query tile's rows in fp32.
+template <class F, int D>
+constexpr size_t key_bytes = (2 * kCols + 2 * kQueries<D>) * (D + kPad<typename F::Element>) *
+                                 sizeof(typename F::Element) +
+                             3 * kQueries<D> * sizeof(float);
 
-template <int D, bool kMasked>
+template <class F, int D, bool kMasked>
 __global__ void __launch_bounds__(kBlockThreads)
-    backward_key_kernel(const bf16* Q, const bf16* K, const bf16* V, const bf16* dZ, const double* lse,
-                        const float* Dsum, AttentionShape shape, bool accumulate, float* dK, float* dV) {
+    backward_key_kernel(const typename F::Element* Q, const typename F::Element* K, const typename F::Element* V,
+                        const typename F::Element* dZ, const double* lse, const float* Dsum, AttentionShape shape,
+                        bool accumulate, float* dK, float* dV) {
+  using E = typename F::Element;
   extern __shared__ __align__(16) unsigned char shared[];
-  constexpr int ld = D + kPad, NQ = kQueries<D>;
-  bf16 *sK = reinterpret_cast<bf16*>(shared), *sV = sK + kCols * ld, *sQ = sV + kCols * ld, *sdZ = sQ + NQ * ld;
+  constexpr int ld = D + kPad<E>, NQ = kQueries<D>;
+  E *sK = reinterpret_cast<E*>(shared), *sV = sK + kCols * ld, *sQ = sV + kCols * ld, *sdZ = sQ + NQ * ld;
   float *s_hi = reinterpret_cast<float*>(sdZ + NQ * ld), *s_lo = s_hi + NQ, *s_D = s_lo + NQ;
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   const float scale = static_cast<float>(shape.scale);
@@ -538,8 +636,8 @@ __global__ void __launch_bounds__(kBlockThreads)
         }
         __syncthreads();
         float pt[NQ / 8][4] = {}, dpt[NQ / 8][4] = {};
-        product_rows<D, NQ>(sK, 16 * warp, sQ, pt);    // Sᵀ = K Qᵀ
-        product_rows<D, NQ>(sV, 16 * warp, sdZ, dpt);  // dPᵀ = V dZᵀ
+        product_rows<F, D, NQ>(sK, 16 * warp, sQ, pt);    // Sᵀ = K Qᵀ
+        product_rows<F, D, NQ>(sV, 16 * warp, sdZ, dpt);  // dPᵀ = V dZᵀ
         // Pᵀ = exp(scale·Sᵀ + ALiBi's bias − lse), dSᵀ = Pᵀ ∘ (dPᵀ − D): entry (key, query c) of the fragments
         uint32_t shown = ~0u;
         if constexpr (kMasked) {
@@ -569,8 +667,8 @@ __global__ void __launch_bounds__(kBlockThreads)
             pt[nt][e] = p;
             dpt[nt][e] = p * (dpt[nt][e] - s_D[c]);
           }
-        product_columns<D, NQ>(pt, sdZ, dv);  // dV += Pᵀ dZ
-        product_columns<D, NQ>(dpt, sQ, dk);  // dK += dSᵀ Q (scale applied once, at the end)
+        product_columns<F, D, NQ>(pt, sdZ, dv);  // dV += Pᵀ dZ
+        product_columns<F, D, NQ>(dpt, sQ, dk);  // dK += dSᵀ Q (scale applied once, at the end)
       }
     }
 #pragma unroll
@@ -592,35 +690,37 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 // --- the host side --------------------------------------------------------------------------
 
-// dst[(b·H + h)·T + t][e] = bf16(src[at(b, h, t) + e]): one entry per thread.
-struct RoundRows {
+// dst[(b·H + h)·T + t][e] = F::operand(src[at(b, h, t) + e]): one entry per thread.
+template <class F> struct RoundRows {
   const float* src;
-  bf16* dst;
+  typename F::Element* dst;
   HeadStrides at;
   int64_t H, T, d;
   __device__ void operator()(int64_t idx) const {
     const int64_t e = idx % d, t = idx / d % T, h = idx / (d * T) % H, b = idx / (d * T * H);
-    dst[idx] = __float2bfloat16_rn(src[at.at(b, h, t) + e]);
+    dst[idx] = F::operand(src[at.at(b, h, t) + e]);
   }
 };
 
-// A compact bf16 copy [B, H, T, d] of rows laid out by `at`, for the life of the call;
-// the caching allocator reuses the block only for work queued after it (one stream).
-class Bf16Rows {
+// A compact copy [B, H, T, d] of rows laid out by `at`, rounded to F's operands, for the
+// life of the call; the caching allocator reuses the block only for work queued after it
+// (one stream).
+template <class F> class OperandRows {
  public:
-  Bf16Rows(const Tensor& X, const HeadStrides& at, int64_t B, int64_t H, int64_t T, int64_t d)
-      : elements_(B * H * T * d), data_(static_cast<bf16*>(allocate(bytes()))) {
-    for_each_index(elements_, RoundRows{ptr<const float>(X), data_, at, H, T, d});
+  using E = typename F::Element;
+  OperandRows(const Tensor& X, const HeadStrides& at, int64_t B, int64_t H, int64_t T, int64_t d)
+      : elements_(B * H * T * d), data_(static_cast<E*>(allocate(bytes()))) {
+    for_each_index(elements_, RoundRows<F>{ptr<const float>(X), data_, at, H, T, d});
   }
-  ~Bf16Rows() { deallocate(data_, bytes()); }
-  Bf16Rows(const Bf16Rows&) = delete;
-  Bf16Rows& operator=(const Bf16Rows&) = delete;
-  const bf16* data() const { return data_; }
+  ~OperandRows() { deallocate(data_, bytes()); }
+  OperandRows(const OperandRows&) = delete;
+  OperandRows& operator=(const OperandRows&) = delete;
+  const E* data() const { return data_; }
 
  private:
-  size_t bytes() const { return static_cast<size_t>(std::max<int64_t>(elements_, 1)) * sizeof(bf16); }
+  size_t bytes() const { return static_cast<size_t>(std::max<int64_t>(elements_, 1)) * sizeof(E); }
   int64_t elements_;
-  bf16* data_;
+  E* data_;
 };
 
 unsigned grid_for(int64_t tasks) { return static_cast<unsigned>(std::min<int64_t>(tasks, kMaxBlocks)); }
@@ -636,51 +736,88 @@ void launch(void (*kernel)(Params...), int64_t tasks, size_t bytes, Args... args
 }
 
 // f(std::integral_constant<int, D>{}) for d_h = D ∈ {64, 128}.
-template <class F> void with_head_width(int64_t d, F&& f) {
+template <class Fn> void with_head_width(int64_t d, Fn&& f) {
   if (d == 64) return f(std::integral_constant<int, 64>{});
   if (d == 128) return f(std::integral_constant<int, 128>{});
   throw Error("flash_attention (tensor cores): head width d = " + std::to_string(d) + " is not 64 or 128");
 }
+// f(Tf32{}) under --precision tf32, f(Bf16{}) under bf16 (flash_mma_takes admits no other).
+template <class Fn> void with_format(Fn&& f) {
+  if (gemm_precision() == Precision::TF32) return f(Tf32{});
+  return f(Bf16{});
+}
 
-bool device_has_mma() {
-  static const bool has = [] {
-    int device = 0, major = 0;
+// The shared memory the largest of the three kernels asks for, for F and d_h = D.
+template <class F, int D> constexpr size_t largest_bytes() {
+  return std::max({forward_bytes<F, D>, query_bytes<F, D>, key_bytes<F, D>});
+}
+
+struct DeviceLimits {
+  bool has_mma;             // sm_80 or later
+  size_t shared_per_block;  // the most dynamic shared memory one block may opt in to
+};
+const DeviceLimits& device_limits() {
+  static const DeviceLimits limits = [] {
+    int device = 0, major = 0, shared = 0;
     AG_CUDA_CHECK(cudaGetDevice(&device));
     AG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    return major >= 8;
+    AG_CUDA_CHECK(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return DeviceLimits{major >= 8, static_cast<size_t>(shared)};
   }();
-  return has;
+  return limits;
+}
+
+// Whether this device runs the kernels of the current format at head width d: tf32's
+// shared tiles are twice bf16's (the dQ kernel's 132 KB at d_h = 128, more than the
+// 99 KB of an sm_86 or sm_89 block; an A100's 163 KB and an H100's 227 KB hold it).
+bool device_takes(int64_t d) {
+  const DeviceLimits& limits = device_limits();
+  if (!limits.has_mma) return false;
+  size_t bytes = 0;
+  with_format([&](auto format) {
+    using F = decltype(format);
+    bytes = d == 64 ? largest_bytes<F, 64>() : largest_bytes<F, 128>();
+  });
+  return bytes <= limits.shared_per_block;
 }
 
 // flash_attention_mma's and flash_attention_backward_mma's bodies (cuda/flash_mma.cuh).
 void forward(const Tensor& Q, const Tensor& K, const Tensor& V, const AttentionShape& shape, Tensor& Z,
              Tensor& lse) {
-  const Bf16Rows q(Q, shape.q, shape.B, shape.Hq, shape.Tq, shape.d), k(K, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d),
-      v(V, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d);
-  with_head_width(shape.d, [&](auto width) {
-    constexpr int D = decltype(width)::value;
-    launch(masked(shape) ? forward_kernel<D, true> : forward_kernel<D, false>,
-           shape.B * shape.Hq * tiles_of(shape.Tq, kRows), forward_bytes<D>, q.data(), k.data(), v.data(), shape,
-           ptr<float>(Z), ptr<double>(lse));
+  with_format([&](auto format) {
+    using F = decltype(format);
+    const OperandRows<F> q(Q, shape.q, shape.B, shape.Hq, shape.Tq, shape.d),
+        k(K, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d), v(V, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d);
+    with_head_width(shape.d, [&](auto width) {
+      constexpr int D = decltype(width)::value;
+      launch(masked(shape) ? forward_kernel<F, D, true> : forward_kernel<F, D, false>,
+             shape.B * shape.Hq * tiles_of(shape.Tq, kRows), forward_bytes<F, D>, q.data(), k.data(), v.data(), shape,
+             ptr<float>(Z), ptr<double>(lse));
+    });
   });
 }
 
 void backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& lse,
               const Tensor& dZ, const Tensor& given_D, const AttentionShape& shape,
               bool accumulate, Tensor& dQ, Tensor& dK, Tensor& dV) {
-  const Bf16Rows q(Q, shape.q, shape.B, shape.Hq, shape.Tq, shape.d), dz(dZ, shape.q, shape.B, shape.Hq, shape.Tq, shape.d),
-      k(K, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d), v(V, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d);
   // D = rowsum(P ∘ dP) [B, Hq, Tq] fp32: the dQ kernel's, or the caller's
   const Tensor D = given_D.defined() ? given_D : Tensor::empty(lse.shape(), DType::Float32, Device::CUDA);
-  with_head_width(shape.d, [&](auto width) {
-    constexpr int Dh = decltype(width)::value;
-    const bool mask = masked(shape);
-    launch(mask ? backward_query_kernel<Dh, true> : backward_query_kernel<Dh, false>, shape.B * shape.Hq * tiles_of(shape.Tq, kRows), query_bytes<Dh>, q.data(),
-           k.data(), v.data(), dz.data(), ptr<const double>(lse), shape, given_D.defined(), accumulate, ptr<float>(D),
-           ptr<float>(dQ));
-    launch(mask ? backward_key_kernel<Dh, true> : backward_key_kernel<Dh, false>, shape.B * shape.Hkv * tiles_of(shape.Tk, kCols), key_bytes<Dh>, q.data(),
-           k.data(), v.data(), dz.data(), ptr<const double>(lse), ptr<const float>(D), shape, accumulate,
-           ptr<float>(dK), ptr<float>(dV));
+  with_format([&](auto format) {
+    using F = decltype(format);
+    const OperandRows<F> q(Q, shape.q, shape.B, shape.Hq, shape.Tq, shape.d),
+        dz(dZ, shape.q, shape.B, shape.Hq, shape.Tq, shape.d), k(K, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d),
+        v(V, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d);
+    with_head_width(shape.d, [&](auto width) {
+      constexpr int Dh = decltype(width)::value;
+      const bool mask = masked(shape);
+      launch(mask ? backward_query_kernel<F, Dh, true> : backward_query_kernel<F, Dh, false>,
+             shape.B * shape.Hq * tiles_of(shape.Tq, kRows), query_bytes<F, Dh>, q.data(), k.data(), v.data(),
+             dz.data(), ptr<const double>(lse), shape, given_D.defined(), accumulate, ptr<float>(D), ptr<float>(dQ));
+      launch(mask ? backward_key_kernel<F, Dh, true> : backward_key_kernel<F, Dh, false>,
+             shape.B * shape.Hkv * tiles_of(shape.Tk, kCols), key_bytes<F, Dh>, q.data(), k.data(), v.data(),
+             dz.data(), ptr<const double>(lse), ptr<const float>(D), shape, accumulate, ptr<float>(dK),
+             ptr<float>(dV));
+    });
   });
 }
 
@@ -688,8 +825,10 @@ void backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& l
 }  // namespace flash_mma
 
 bool flash_mma_takes(const Tensor& Q, const AttentionShape& shape) {
-  return gemm_precision() == Precision::BF16 && Q.dtype() == DType::Float32 && (shape.d == 64 || shape.d == 128) &&
-         !shape.mask.has_mask_function() && !shape.mods.any() && flash_mma::device_has_mma();
+  const Precision precision = gemm_precision();
+  return (precision == Precision::BF16 || precision == Precision::TF32) && Q.dtype() == DType::Float32 &&
+         (shape.d == 64 || shape.d == 128) && !shape.mask.has_mask_function() && !shape.mods.any() &&
+         flash_mma::device_takes(shape.d);
 }
 
 void flash_attention_mma(const Tensor& Q, const Tensor& K, const Tensor& V, const AttentionShape& shape, Tensor& Z,

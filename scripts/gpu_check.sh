@@ -43,8 +43,8 @@
 #      d and T (issue 49: at most 1.5 at T = 512; ssd at most 0.1 at T = 16384).
 #  12. with FLASH=1, issue 49's flash attention on tensor cores (cuda/flash_mma.cu; a minute):
 #      bench_attention --device cuda --impls flash, causal, B = 1 × H = 8, T = 4096
-#      (FLASH_T), d = 64 and 128, at --precision bf16 (the tensor-core kernels) and fp32
-#      (the float32 kernel), then bench/flash_torch.py, PyTorch SDPA's flash backend in
+#      (FLASH_T), d = 64 and 128, at --precision bf16 and tf32 (the tensor-core kernels) and
+#      fp32 (the float32 kernel), then bench/flash_torch.py, PyTorch SDPA's flash backend in
 #      bf16 on the same cases; then bf16's forward + backward TFLOP/s (FlashAttention's
 #      count: 4·B·H·T²·d·0.5 forward, 2.5× that backward) and its time over SDPA's
 #      (issue 49: >= 150 TFLOP/s and <= 1.5x at d = 64).
@@ -322,10 +322,10 @@ if [ "${ATTN:-0}" = 1 ]; then
 fi
 
 if [ "${FLASH:-0}" = 1 ]; then
-  echo "== issue 49: flash attention on tensor cores (bf16) against PyTorch SDPA flash, forward + backward"
+  echo "== issue 49: flash attention on tensor cores (bf16, tf32) against PyTorch SDPA flash, forward + backward"
   cmake --build build-gpu -j "$(nproc)" --target bench_attention >>"$log_dir/build.log" 2>&1 ||
     { grep -B2 -A8 -m5 "error" "$log_dir/build.log"; exit 1; }
-  for precision in bf16 fp32; do
+  for precision in bf16 tf32 fp32; do
     timeout 120 ./build-gpu/bench_attention --device cuda --precision "$precision" --impls flash --masks causal \
       --T "${FLASH_T:-4096}" --d 64,128 --budget-s 1 | tee "$log_dir/flash-$precision.md"
   done

@@ -1,9 +1,9 @@
-// FlashAttention on tensor cores (cuda/flash_mma.cu): under --precision bf16 the
-// CUDA flash kernel rounds Q, K, V, dZ, P and dS to bf16 and sums in fp32. Its
-// Z, lse, dQ, dK and dV are checked element by element against the CPU's flash
-// in float64, within a bound derived from bf16's significand (below), and, as
-// FlashAttention's tests do, their largest error within twice the naive bf16
-// attention's (naive_bf16), over the
+// FlashAttention on tensor cores (cuda/flash_mma.cu): under --precision bf16 (or
+// tf32) the CUDA flash kernel rounds Q, K, V, dZ, P and dS to bf16 (or tf32) and
+// sums in fp32. Its Z, lse, dQ, dK and dV are checked element by element against
+// the CPU's flash in float64, within a bound derived from the format's significand
+// (below), and, as FlashAttention's tests do, their largest error within twice the
+// naive attention's in that format (naive), over the
 // cases the kernel takes: causal and not, d_h = 64 and 128, T not a multiple of
 // the 64-row tile (1, 37, 200), B·H > 1, grouped kv heads with Tq < Tk, both
 // layouts, sparse patterns and ALiBi (the masked instantiation); the backward's
@@ -22,9 +22,11 @@ using ag::test::softmax_of;
 
 namespace {
 
-// The error bound. u = 2^-8, bf16's unit roundoff (8-bit significand); products
-// of two bf16 numbers are exact in fp32; a sum of n fp32 terms is off by at most
-// γ_n = n·2^-24 / (1 − n·2^-24) times the sum of their magnitudes.
+// The error bound. u is the format's unit roundoff: 2^-8 for bf16 (8-bit significand,
+// nearest even), 2^-11 for tf32 (11-bit, nearest with ties away from zero: the same
+// half unit); products of two such numbers (16 or 22 bits) are exact in fp32; a sum
+// of n fp32 terms is off by at most γ_n = n·2^-24 / (1 − n·2^-24) times the sum of
+// their magnitudes.
 //
 // A product Y = Σ_j X_ij W_jc whose operand X carries an error ≤ ξ_ij before it
 // is rounded to bf16, W rounded to bf16, summed in fp32 over n terms:
@@ -46,8 +48,7 @@ namespace {
 // Then dV = Pᵀ dZ (ξ = π), dQ = scale·dS K and dK = scale·dSᵀ Q (ξ = σ), each by
 // product_bound over its sum's length (dK and dV also over the heads of a kv group).
 // The fp32 exp, the scale's product and lse's split add a few 2^-24 relative to
-// terms the bound already carries at ≥ 2^-8; γ_n with n + 16 terms covers them.
-constexpr double kU = 1.0 / 256;
+// terms the bound already carries at ≥ u; γ_n with n + 16 terms covers them.
 double gamma_of(int64_t n) {
   const double e = std::ldexp(1.0, -24) * static_cast<double>(n + 16);
   return e / (1 - e);
@@ -106,14 +107,14 @@ struct Rows {
 struct Bounds {
   std::vector<double> Z, lse, dQ, dK, dV;
 };
-Bounds derive_bounds(const Case& c, const Rows& q, const Rows& k, const Rows& v, const Rows& dz) {
+Bounds derive_bounds(double u, const Case& c, const Rows& q, const Rows& k, const Rows& v, const Rows& dz) {
   const int64_t g = c.Hq / c.Hkv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
   const auto at = [&](int64_t b, int64_t h, int64_t t, int64_t H, int64_t T, int64_t e) {
     return offset_of(c.layout, H, T, c.d, b, h, t, e);
   };
-  const auto product = [](double x, double xi, int64_t n) {  // product_bound's factor of |W_jc| for one term
-    return (std::abs(x) + xi) * (1 + kU) * (1 + kU) * (1 + gamma_of(n)) - std::abs(x);
+  const auto product = [u](double x, double xi, int64_t n) {  // product_bound's factor of |W_jc| for one term
+    return (std::abs(x) + xi) * (1 + u) * (1 + u) * (1 + gamma_of(n)) - std::abs(x);
   };
   const double exact_operands = product(1, 0, c.d);  // ξ = 0 over d_h terms: (1 + u)²(1 + γ) − 1 per |x||w|
   Bounds out{std::vector<double>(q.v.size(), 0.0), std::vector<double>(static_cast<size_t>(c.B * c.Hq * c.Tq), 0.0),
@@ -178,9 +179,12 @@ Bounds derive_bounds(const Case& c, const Rows& q, const Rows& k, const Rows& v,
 }
 
 // FlashAttention's test recipe beside the bound: the kernel's largest error against float64
-// stays within twice that of the naive bf16 attention (PyTorch's composed ops on bf16
-// tensors): Q, K, V, dZ rounded to bf16, each op's output rounded to bf16 (S, A, Z; dA,
-// dS, dQ, dK, dV), softmax and its backward's row sums in float64 between the roundings.
+// stays within twice that of the naive attention in its format. bf16: PyTorch's composed
+// ops on bf16 tensors — Q, K, V, dZ rounded to bf16, each op's output rounded to bf16 (S,
+// A, Z; dA, dS, dQ, dK, dV). tf32: the composed ops on float32 tensors with TF32 matmuls —
+// each matmul's operands rounded to tf32 (Q, K for S; A, V for Z; dZ, V for dA; dS, K for
+// dQ; dS, Q for dK; A, dZ for dV), each op's output rounded to float32. Softmax and its
+// backward's row sums in float64 between the roundings.
 double bf16(double x) {  // to float32, then to bfloat16, nearest even
   const float f = static_cast<float>(x);
   if (!std::isfinite(f)) return f;
@@ -191,17 +195,45 @@ double bf16(double x) {  // to float32, then to bfloat16, nearest even
   std::memcpy(&r, &u, sizeof r);
   return r;
 }
+double tf32(double x) {  // to float32, then to tf32: nearest, ties away from zero (cvt.rna.tf32.f32)
+  const float f = static_cast<float>(x);
+  if (!std::isfinite(f)) return f;
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  u = (u + 0x1000u) & 0xFFFFE000u;
+  float r;
+  std::memcpy(&r, &u, sizeof r);
+  return r;
+}
+double float32(double x) { return static_cast<float>(x); }
+
+// A tensor-core operand format, as the tests see it: its --precision, unit roundoff, the
+// naive attention's roundings (of a matmul's operand, of an op's output), and the least
+// normwise error of Z that shows the kernel rounded at all (float32 alone stays near
+// 2^-24·√T; the format's rounding of the inputs gives about u per element).
+struct Format {
+  const char* name;
+  Precision precision;
+  double u;
+  double (*operand)(double);
+  double (*output)(double);
+};
+const Format kBf16{"bf16", Precision::BF16, std::ldexp(1.0, -8), bf16, bf16};
+const Format kTf32{"tf32", Precision::TF32, std::ldexp(1.0, -11), tf32, float32};
+
 struct Naive {
   std::vector<double> Z, dQ, dK, dV;
 };
-Naive naive_bf16(const Case& c, const Rows& q, const Rows& k, const Rows& v, const Rows& dz) {
+Naive naive(const Format& f, const Case& c, const Rows& q, const Rows& k, const Rows& v, const Rows& dz) {
+  const auto in = f.operand;  // a matmul's operand
+  const auto out = f.output;  // an op's result
   const int64_t g = c.Hq / c.Hkv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
   const auto at = [&](int64_t b, int64_t h, int64_t t, int64_t H, int64_t T, int64_t e) {
     return offset_of(c.layout, H, T, c.d, b, h, t, e);
   };
-  Naive out{std::vector<double>(q.v.size(), 0.0), std::vector<double>(q.v.size(), 0.0),
-            std::vector<double>(k.v.size(), 0.0), std::vector<double>(v.v.size(), 0.0)};
+  Naive result{std::vector<double>(q.v.size(), 0.0), std::vector<double>(q.v.size(), 0.0),
+               std::vector<double>(k.v.size(), 0.0), std::vector<double>(v.v.size(), 0.0)};
   std::vector<double> dK_sum(k.v.size(), 0.0), dV_sum(v.v.size(), 0.0);  // summed over the group's heads and queries
   const size_t Tk = static_cast<size_t>(c.Tk);
   std::vector<double> A(Tk), dS(Tk);
@@ -214,38 +246,38 @@ Naive naive_bf16(const Case& c, const Rows& q, const Rows& k, const Rows& v, con
         visible_keys(mask, h, i, c.Tk, keys);
         if (keys.empty()) continue;
         double max_s = -INFINITY, l = 0, D = 0;
-        for (const int64_t j : keys) {  // S = bf16(bf16(scale·Q̂ K̂ᵀ) + ALiBi's bias)
+        for (const int64_t j : keys) {  // S = out(out(scale·Q̂ K̂ᵀ) + ALiBi's bias)
           double s = 0;
-          for (int64_t e = 0; e < c.d; ++e) s += bf16(q(b, h, i, e)) * bf16(k(b, kvh, j, e));
-          A[j] = c.alibi ? bf16(bf16(scale * s) + mask.bias(mask.alibi_slope(h), i, j)) : bf16(scale * s);
+          for (int64_t e = 0; e < c.d; ++e) s += in(q(b, h, i, e)) * in(k(b, kvh, j, e));
+          A[j] = c.alibi ? out(out(scale * s) + mask.bias(mask.alibi_slope(h), i, j)) : out(scale * s);
           max_s = std::max(max_s, A[j]);
         }
         for (const int64_t j : keys) l += std::exp(A[j] - max_s);
-        for (const int64_t j : keys) {  // A = bf16(softmax(S)), dA = bf16(dẐ V̂ᵀ), D = rowsum(dA ∘ A)
-          A[j] = bf16(std::exp(A[j] - max_s) / l);
+        for (const int64_t j : keys) {  // A = out(softmax(S)), dA = out(dẐ V̂ᵀ), D = rowsum(dA ∘ A)
+          A[j] = out(std::exp(A[j] - max_s) / l);
           double da = 0;
-          for (int64_t e = 0; e < c.d; ++e) da += bf16(dz(b, h, i, e)) * bf16(v(b, kvh, j, e));
-          dS[j] = bf16(da);
+          for (int64_t e = 0; e < c.d; ++e) da += in(dz(b, h, i, e)) * in(v(b, kvh, j, e));
+          dS[j] = out(da);
           D += dS[j] * A[j];
         }
-        for (const int64_t j : keys) dS[j] = bf16(A[j] * (dS[j] - D));  // dS = bf16(A ∘ (dA − D))
+        for (const int64_t j : keys) dS[j] = out(A[j] * (dS[j] - D));  // dS = out(A ∘ (dA − D))
         for (int64_t e = 0; e < c.d; ++e) {
           double z = 0, dq = 0;
           for (const int64_t j : keys) {
-            z += A[j] * bf16(v(b, kvh, j, e));
-            dq += dS[j] * bf16(k(b, kvh, j, e));
-            dV_sum[at(b, kvh, j, c.Hkv, c.Tk, e)] += A[j] * bf16(dz(b, h, i, e));
-            dK_sum[at(b, kvh, j, c.Hkv, c.Tk, e)] += dS[j] * bf16(q(b, h, i, e));
+            z += in(A[j]) * in(v(b, kvh, j, e));
+            dq += in(dS[j]) * in(k(b, kvh, j, e));
+            dV_sum[at(b, kvh, j, c.Hkv, c.Tk, e)] += in(A[j]) * in(dz(b, h, i, e));
+            dK_sum[at(b, kvh, j, c.Hkv, c.Tk, e)] += in(dS[j]) * in(q(b, h, i, e));
           }
-          out.Z[at(b, h, i, c.Hq, c.Tq, e)] = bf16(z);
-          out.dQ[at(b, h, i, c.Hq, c.Tq, e)] = bf16(scale * dq);
+          result.Z[at(b, h, i, c.Hq, c.Tq, e)] = out(z);
+          result.dQ[at(b, h, i, c.Hq, c.Tq, e)] = out(scale * dq);
         }
       }
   for (size_t n = 0; n < dK_sum.size(); ++n) {
-    out.dK[n] = bf16(scale * dK_sum[n]);
-    out.dV[n] = bf16(dV_sum[n]);
+    result.dK[n] = out(scale * dK_sum[n]);
+    result.dV[n] = out(dV_sum[n]);
   }
-  return out;
+  return result;
 }
 
 // The worst |fast − exact| / bound over the elements (≤ 1 passes), and the largest
@@ -291,10 +323,9 @@ std::vector<Case> cases() {
   return all;
 }
 
-}  // namespace
-
-TEST_CASE("cuda: bf16 flash attention on tensor cores — Z, lse, dQ, dK, dV within bf16's derived bound of float64") {
-  if (!ag::test::cuda_or_skip()) return;
+// Every case under the format's --precision on the device against the CPU's float64: each
+// result within the derived bound, and its largest error within twice the naive attention's.
+void check_against_float64(const Format& f) {
   double largest_Z = 0;
   for (const Case& c : cases()) {
     CAPTURE(describe(c));
@@ -309,14 +340,14 @@ TEST_CASE("cuda: bf16 flash attention on tensor cores — Z, lse, dQ, dK, dV wit
     const ag::test::AttentionRun exact = ag::test::run_attention(in, spec, Device::CPU, DType::Float64, upstream);
     ag::test::AttentionRun fast;
     {
-      const optim::PrecisionScope bf16(Precision::BF16);
+      const optim::PrecisionScope precision(f.precision);
       fast = ag::test::run_attention(in, spec, Device::CUDA, DType::Float32, upstream);
     }
     const auto rows = [&](const Tensor& t, int64_t H, int64_t T) { return Rows{t.to_vector(), H, T, c.d, c.layout}; };
     const Rows q = rows(in[0], c.Hq, c.Tq), k = rows(in[1], c.Hkv, c.Tk), v = rows(in[2], c.Hkv, c.Tk),
                dz = rows(upstream, c.Hq, c.Tq);
-    const Bounds bound = derive_bounds(c, q, k, v, dz);
-    const Naive naive = naive_bf16(c, q, k, v, dz);
+    const Bounds bound = derive_bounds(f.u, c, q, k, v, dz);
+    const Naive reference = naive(f, c, q, k, v, dz);
     const std::pair<const char*, Worst> results[] = {
         {"Z", worst_of(fast.Z, exact.Z, bound.Z)},     {"lse", worst_of(fast.lse, exact.lse, bound.lse)},
         {"dQ", worst_of(fast.dQ, exact.dQ, bound.dQ)}, {"dK", worst_of(fast.dK, exact.dK, bound.dK)},
@@ -332,44 +363,64 @@ TEST_CASE("cuda: bf16 flash attention on tensor cores — Z, lse, dQ, dK, dV wit
       const Tensor &ours, &reference;
       const std::vector<double>& naive;
     };
-    const Recipe recipe[] = {{"Z", fast.Z, exact.Z, naive.Z},
-                             {"dQ", fast.dQ, exact.dQ, naive.dQ},
-                             {"dK", fast.dK, exact.dK, naive.dK},
-                             {"dV", fast.dV, exact.dV, naive.dV}};
+    const Recipe recipe[] = {{"Z", fast.Z, exact.Z, reference.Z},
+                             {"dQ", fast.dQ, exact.dQ, reference.dQ},
+                             {"dK", fast.dK, exact.dK, reference.dK},
+                             {"dV", fast.dV, exact.dV, reference.dV}};
     for (const Recipe& r : recipe) {
       const double error = ag::test::max_abs_error(r.ours, r.reference),
                    naive_error = ag::test::max_abs_error(
                        Tensor::from_vector(r.naive, r.reference.shape(), DType::Float64), r.reference);
-      INFO(r.name << ": largest error " << error << ", the naive bf16 attention's " << naive_error);
+      INFO(r.name << ": largest error " << error << ", the naive " << f.name << " attention's " << naive_error);
       if (naive_error > 0) CHECK(error <= 2 * naive_error);  // 0: both exact (T = 1's dQ and dK), the bound alone
     }
   }
-  // The inputs were rounded to bf16, so the tensor-core kernel ran: float32 alone stays near 2^-24·√T.
-  CHECK(largest_Z > std::ldexp(1.0, -14));
+  // The inputs were rounded to the format, so the tensor-core kernel ran: float32 alone stays
+  // near 2^-24·√T (below 2^-20 here); the format's rounding gives about u (2^-14 is u·2^-6 for
+  // bf16, as 2^-17 is for tf32).
+  INFO(f.name << ": Z's largest normwise error " << largest_Z);
+  CHECK(largest_Z > f.u * std::ldexp(1.0, -6));
 }
 
-TEST_CASE("cuda: bf16 flash attention's backward gives the same bits every run") {
+}  // namespace
+
+TEST_CASE("cuda: bf16 flash attention on tensor cores — Z, lse, dQ, dK, dV within bf16's derived bound of float64") {
+  if (!ag::test::cuda_or_skip()) return;
+  check_against_float64(kBf16);
+}
+
+TEST_CASE("cuda: tf32 flash attention on tensor cores — Z, lse, dQ, dK, dV within tf32's derived bound of float64") {
+  if (!ag::test::cuda_or_skip()) return;
+  check_against_float64(kTf32);
+}
+
+TEST_CASE("cuda: bf16 and tf32 flash attention's backward gives the same bits every run") {
   if (!ag::test::cuda_or_skip()) return;
   const Shape shape{2, 2, 200, 64};
   const std::vector<Tensor> in = {random(shape, 1), random(shape, 2), random(shape, 3)};
   const Tensor upstream = random(shape, 4, DType::Float64, false);
   AttentionSpec spec{.causal = true};
   softmax_of(spec).impl = AttentionImpl::Flash;
-  const optim::PrecisionScope bf16(Precision::BF16);
-  const ag::test::AttentionRun first = ag::test::run_attention(in, spec, Device::CUDA, DType::Float32, upstream);
-  const ag::test::AttentionRun second = ag::test::run_attention(in, spec, Device::CUDA, DType::Float32, upstream);
-  CHECK(first.Z.to_vector() == second.Z.to_vector());
-  CHECK(first.dQ.to_vector() == second.dQ.to_vector());
-  CHECK(first.dK.to_vector() == second.dK.to_vector());
-  CHECK(first.dV.to_vector() == second.dV.to_vector());
+  for (const Format& f : {kBf16, kTf32}) {
+    CAPTURE(f.name);
+    const optim::PrecisionScope precision(f.precision);
+    const ag::test::AttentionRun first = ag::test::run_attention(in, spec, Device::CUDA, DType::Float32, upstream);
+    const ag::test::AttentionRun second = ag::test::run_attention(in, spec, Device::CUDA, DType::Float32, upstream);
+    CHECK(first.Z.to_vector() == second.Z.to_vector());
+    CHECK(first.dQ.to_vector() == second.dQ.to_vector());
+    CHECK(first.dK.to_vector() == second.dK.to_vector());
+    CHECK(first.dV.to_vector() == second.dV.to_vector());
+  }
 }
 
 // What the tensor cores do not take (flash_mma_takes) stays on the float32 kernel under
-// --precision bf16, for a head width other than 64 and 128 and a soft cap (a sparse window
-// and ALiBi are the masked kernels' now, in the case above): its results agree with float64's within 1e-4 (normwise), which float32's sums
-// over 70 keys and 64 widths meet with room (n·2^-24 ≈ 1e-5 at worst) and bf16's rounding
-// of the inputs (2^-9 ≈ 2e-3 relative per element, as the case above sees) does not.
-TEST_CASE("cuda: under bf16, flash problems the tensor cores do not take stay on the float32 kernel") {
+// --precision bf16 and tf32, for a head width other than 64 and 128 and a soft cap (a sparse
+// window and ALiBi are the masked kernels' now, in the cases above): its results are the bits
+// of the same call under fp32 (the float32 kernel calls no GEMM, so the switch cannot reach
+// it), and agree with float64's within 1e-4 (normwise), which float32's sums over 70 keys and
+// 64 widths meet with room (n·2^-24 ≈ 1e-5 at worst) and bf16's rounding of the inputs
+// (2^-9 ≈ 2e-3 relative per element, as the case above sees) does not.
+TEST_CASE("cuda: under bf16 and tf32, flash problems the tensor cores do not take stay on the float32 kernel") {
   if (!ag::test::cuda_or_skip()) return;
   struct Fallback {
     const char* name;
@@ -378,44 +429,67 @@ TEST_CASE("cuda: under bf16, flash problems the tensor cores do not take stay on
   };
   std::vector<Fallback> fallbacks = {{"d_h 32", 32, {.causal = true}}, {"soft cap", 64, {.causal = true}}};
   softmax_of(fallbacks[1].spec).mods.soft_cap = 5.0;
-  for (Fallback& f : fallbacks) {
-    CAPTURE(f.name);
-    softmax_of(f.spec).impl = AttentionImpl::Flash;
-    const Shape shape{2, 2, 70, f.d};
+  for (Fallback& fallback : fallbacks) {
+    CAPTURE(fallback.name);
+    softmax_of(fallback.spec).impl = AttentionImpl::Flash;
+    const Shape shape{2, 2, 70, fallback.d};
     const std::vector<Tensor> in = {random(shape, 31), random(shape, 32), random(shape, 33)};
     const Tensor upstream = random(shape, 34, DType::Float64, false);
-    const ag::test::AttentionRun exact = ag::test::run_attention(in, f.spec, Device::CPU, DType::Float64, upstream);
-    const optim::PrecisionScope bf16(Precision::BF16);
-    const ag::test::AttentionRun fast = ag::test::run_attention(in, f.spec, Device::CUDA, DType::Float32, upstream);
-    CHECK_CLOSE(fast.Z, exact.Z, 1e-4);
-    CHECK_CLOSE(fast.dQ, exact.dQ, 1e-4);
-    CHECK_CLOSE(fast.dK, exact.dK, 1e-4);
-    CHECK_CLOSE(fast.dV, exact.dV, 1e-4);
+    const ag::test::AttentionRun exact =
+        ag::test::run_attention(in, fallback.spec, Device::CPU, DType::Float64, upstream);
+    const ag::test::AttentionRun fp32 =
+        ag::test::run_attention(in, fallback.spec, Device::CUDA, DType::Float32, upstream);
+    for (const Format& f : {kBf16, kTf32}) {
+      CAPTURE(f.name);
+      const optim::PrecisionScope precision(f.precision);
+      const ag::test::AttentionRun fast =
+          ag::test::run_attention(in, fallback.spec, Device::CUDA, DType::Float32, upstream);
+      CHECK(fast.Z.to_vector() == fp32.Z.to_vector());
+      CHECK(fast.dQ.to_vector() == fp32.dQ.to_vector());
+      CHECK(fast.dK.to_vector() == fp32.dK.to_vector());
+      CHECK(fast.dV.to_vector() == fp32.dV.to_vector());
+      CHECK_CLOSE(fast.Z, exact.Z, 1e-4);
+      CHECK_CLOSE(fast.dQ, exact.dQ, 1e-4);
+      CHECK_CLOSE(fast.dK, exact.dK, 1e-4);
+      CHECK_CLOSE(fast.dV, exact.dV, 1e-4);
+    }
   }
 }
 
-// The bf16 switch is CUDA's: on the CPU, flash under --precision bf16 gives float32's bits
-// (its GEMMs and tiles never round to bf16; bench_attention refuses --precision bf16 there).
-// The cases above run only with a device; this one holds the CPU side of the switch, and
-// the rounding helper they compare against (round to nearest, ties to even, at 2^-7 of 1).
-TEST_CASE("bf16 flash attention: on the CPU --precision bf16 leaves flash's float32 bits, and bf16() rounds as bfloat16 does") {
+// The bf16 and tf32 switches are CUDA's: on the CPU, flash under --precision bf16 or tf32
+// gives float32's bits (its GEMMs and tiles never round; bench_attention refuses those
+// precisions there). The cases above run only with a device; this one holds the CPU side of
+// the switch, and the rounding helpers they compare against (bf16: to nearest, ties to even,
+// at 2^-7 of 1; tf32: to nearest, ties away from zero, at 2^-10 of 1).
+TEST_CASE("bf16 and tf32 flash attention: on the CPU the switch leaves flash's float32 bits, and bf16() and tf32() round as the formats do") {
   const Shape shape{2, 2, 70, 64};
   const std::vector<Tensor> in = {random(shape, 11), random(shape, 12), random(shape, 13)};
   const Tensor upstream = random(shape, 14, DType::Float64, false);
   AttentionSpec spec{.causal = true};
   softmax_of(spec).impl = AttentionImpl::Flash;
   const ag::test::AttentionRun fp32 = ag::test::run_attention(in, spec, Device::CPU, DType::Float32, upstream);
-  ag::test::AttentionRun under_bf16;
-  {
-    const optim::PrecisionScope bf16_scope(Precision::BF16);
-    under_bf16 = ag::test::run_attention(in, spec, Device::CPU, DType::Float32, upstream);
+  for (const Format& f : {kBf16, kTf32}) {
+    CAPTURE(f.name);
+    ag::test::AttentionRun under;
+    {
+      const optim::PrecisionScope precision(f.precision);
+      under = ag::test::run_attention(in, spec, Device::CPU, DType::Float32, upstream);
+    }
+    CHECK(fp32.Z.to_vector() == under.Z.to_vector());
+    CHECK(fp32.dQ.to_vector() == under.dQ.to_vector());
+    CHECK(fp32.dK.to_vector() == under.dK.to_vector());
+    CHECK(fp32.dV.to_vector() == under.dV.to_vector());
   }
-  CHECK(fp32.Z.to_vector() == under_bf16.Z.to_vector());
-  CHECK(fp32.dQ.to_vector() == under_bf16.dQ.to_vector());
-  CHECK(fp32.dK.to_vector() == under_bf16.dK.to_vector());
-  CHECK(fp32.dV.to_vector() == under_bf16.dV.to_vector());
   CHECK(bf16(1.0 + std::ldexp(1.0, -8)) == 1.0);                                // a tie: to the even 1
   CHECK(bf16(1.0 + 3 * std::ldexp(1.0, -8)) == 1.0 + std::ldexp(1.0, -6));       // a tie: to the even 1 + 2^-6
   CHECK(bf16(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -12)) == 1.0 + std::ldexp(1.0, -7));  // above the tie: up
   CHECK(bf16(-3.0) == -3.0);
+  CHECK(tf32(1.0 + std::ldexp(1.0, -11)) == 1.0 + std::ldexp(1.0, -10));        // a tie: away from zero
+  CHECK(tf32(-1.0 - std::ldexp(1.0, -11)) == -1.0 - std::ldexp(1.0, -10));      // a tie: away from zero
+  CHECK(tf32(1.0 + std::ldexp(1.0, -11) - std::ldexp(1.0, -20)) == 1.0);        // below the tie: down
+  CHECK(tf32(1.0 + 3 * std::ldexp(1.0, -12)) == 1.0 + std::ldexp(1.0, -10));    // above the tie: up
+  CHECK(tf32(1.0 + std::ldexp(1.0, -23)) == 1.0);
+  CHECK(tf32(-3.0) == -3.0);
+  CHECK(std::isinf(tf32(INFINITY)));
+  CHECK(std::isnan(tf32(NAN)));
 }
