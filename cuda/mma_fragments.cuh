@@ -2,9 +2,9 @@
 // the tiles of one mma.sync, the two operand formats (Bf16, Tf32), and the two products
 // the flash kernels are built of (product_rows: C += A Xᵀ; product_columns: C += P X with
 // P from an accumulator). Device code, written so that a host build can compile it too:
-// tests/test_mma_fragments.cpp runs 32 host threads as a warp's lanes, with a model of
-// mma.sync from the PTX ISA's tables, and checks the products against plain sums — the
-// fragments' index arithmetic checked where there is no GPU. So the code below reaches the
+// tests/test_flash_mma_host.cpp runs a warp's lanes as host fibers with a model of mma.sync
+// from the PTX ISA's tables (tests/cuda_on_host.h), and checks the products against plain
+// sums — the fragments' index arithmetic checked where there is no GPU. So the code below reaches the
 // hardware through six seams only: lane(), round_bf16, bits_of, float_of, pair_at and (for
 // the mma) the format's mma; under nvcc they are the CUDA intrinsics, in a host build the
 // includer defines the first five (in ag::cuda::mma, before including this) and gives its
@@ -79,7 +79,7 @@ template <int kK> AG_MMA_DEVICE inline void mma_sync(float (&c)[4], const uint32
 #elif defined(__CUDA_ARCH__)
   __trap();  // flash_mma_takes sends no problem here below sm_80
 #else
-  (void)c, (void)a, (void)b;  // a host build (tests/test_mma_fragments.cpp) gives its formats a model instead
+  (void)c, (void)a, (void)b;  // a host build (tests/cuda_on_host.h) gives its formats a model instead
 #endif
 }
 

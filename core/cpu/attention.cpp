@@ -949,7 +949,7 @@ inline void dropout_key_row(const T* x, const T* a, T* o, int64_t Tq, uint64_t f
 #pragma omp simd
   for (int64_t i = 0; i < Tq; ++i) {
     const bool drawn = uniform_at_least(seed, first + static_cast<uint64_t>(i) * stride, threshold);
-    o[i] = (a[i] != T(0)) & drawn ? x[i] * scale : T(0);
+    o[i] = ((a[i] != T(0)) & drawn) ? x[i] * scale : T(0);  // & (not &&): no branch in the simd loop
   }
 }
 AG_VECTOR_CLONES void dropout_key_row(const float* x, const float* a, float* o, int64_t Tq, uint64_t first,

@@ -1,0 +1,335 @@
+// CUDA device code run on the host, for the tests: the tensor cores' fragment code
+// (cuda/mma_fragments.cuh) and the flash kernels built of it (cuda/flash_mma_kernels.cuh)
+// compile under g++ and clang too, and here a block runs as that many host threads, one
+// block after another: threadIdx, blockIdx, blockDim and gridDim as the kernel expects,
+// __syncthreads (and _or) a barrier of the block, __shfl_xor_sync an exchange within the
+// caller's warp, and mma.sync a model written from the PTX ISA's fragment tables
+// ("Matrix fragments for mma.m16n8k16" with .bf16, "... mma.m16n8k8" with .tf32),
+// independently of the code under test. Dynamic shared memory is one buffer (blocks
+// never run at once), which the including test names as the kernels declare it.
+// The block's threads are fibers (ucontext) on the calling thread, switched at each
+// barrier, not OS threads: the flash test took 29 s with threads on 2 cores (futex calls,
+// mostly), 7 s with fibers (both at -O0; 4 s at -O2). Under ASan this prints, once, "ASan
+// doesn't fully support makecontext/swapcontext functions and may produce false
+// positives": a warning, not a finding (none has been reported here).
+//
+// What this checks is the code's logic — which lane holds what, which tile is loaded
+// where, what is summed — not the hardware: not its accumulation order or rounding
+// inside an mma (the model sums in double and rounds once), not bank conflicts, not
+// timing, and not races between blocks (there are none to have). The CUDA cases on a
+// device (tests/test_flash_mma.cpp) see those.
+//
+// Include after every other header; the CUDA keywords it defines are for the device
+// code included after it (end the file with tests/cuda_on_host_end.h). CUDA's min and
+// max for device code: a test gives the kernels' namespace `using std::min` itself.
+#pragma once
+#include <cmath>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <vector>
+
+#include "core/attention_math.h"
+
+namespace ag::test::cuda_host {
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+inline Dim3 thread_index, block_index;  // the running fiber's, set at every switch
+inline Dim3 block_dim, grid_dim;        // set before a launch's fibers start
+
+// A block's threads as fibers: run() starts them all and returns when all have
+// returned. A fiber that waits (at a barrier) is not resumed until another wakes it,
+// so each switch is one that makes progress; none runnable while some wait is a
+// deadlock (a barrier not every thread reaches, as on a device), reported as such.
+class Fibers {
+ public:
+  // A fiber's stack: the kernels' frames and the mma model's arrays (a few KB) with room,
+  // above a page that faults, so that an overflow stops the test instead of writing
+  // elsewhere. Small, because ASan clears a stack's shadow at every switch to it.
+  static constexpr size_t kStack = 64 * 1024;
+  Fibers(unsigned n, std::function<void()> body) : body_(std::move(body)), fibers_(n) {}
+  void run() {
+    for (unsigned i = 0; i < fibers_.size(); ++i) prepare(fibers_[i].context, stack(i));
+    Fibers* outer = current_;
+    size_t finished = 0;
+    while (finished < fibers_.size()) {
+      bool ran = false;
+      for (unsigned i = 0; i < fibers_.size(); ++i) {
+        Fiber& f = fibers_[i];
+        if (f.done || f.waiting) continue;
+        current_ = this;
+        index_ = i;
+        thread_index = {i, 0, 0};
+        swapcontext(&scheduler_, &f.context);
+        ran = true;
+        if (f.done) ++finished;
+      }
+      if (!ran && finished < fibers_.size())
+        throw std::runtime_error("cuda_on_host: every unfinished thread of the block waits at a barrier (deadlock)");
+    }
+    current_ = outer;
+  }
+  // The running fiber waits until wake(its index).
+  void wait() {
+    const unsigned i = index_;
+    fibers_[i].waiting = true;
+    swapcontext(&fibers_[i].context, &scheduler_);
+  }
+  void wake(unsigned i) { fibers_[i].waiting = false; }
+  unsigned running() const { return index_; }
+  static Fibers& current() { return *current_; }
+
+ private:
+  struct Fiber {
+    ucontext_t context;
+    bool done = false, waiting = false;
+  };
+  // A context that starts start() on `stack` and returns to the scheduler. Apart from run()'s
+  // loop: getcontext returns twice in principle, and a variable live across it may be clobbered.
+  __attribute__((noinline)) void prepare(ucontext_t& context, void* stack) {
+    if (getcontext(&context) != 0) throw std::runtime_error("getcontext failed");
+    context.uc_stack.ss_sp = stack;
+    context.uc_stack.ss_size = kStack;
+    context.uc_link = &scheduler_;
+    makecontext(&context, &Fibers::start, 0);
+  }
+  // Fiber i's stack, kept for every later block (mapped once per thread index).
+  static void* stack(unsigned i) {
+    static std::vector<char*> stacks;
+    static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    while (stacks.size() <= i) {
+      void* mapped = mmap(nullptr, page + kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (mapped == MAP_FAILED || mprotect(mapped, page, PROT_NONE) != 0)
+        throw std::runtime_error("cuda_on_host: a fiber's stack could not be mapped");
+      stacks.push_back(static_cast<char*>(mapped) + page);
+    }
+    return stacks[i];
+  }
+  static void start() {
+    Fibers* self = current_;
+    const unsigned i = self->index_;
+    self->body_();
+    self->fibers_[i].done = true;  // then uc_link returns to the scheduler
+  }
+  inline static Fibers* current_ = nullptr;
+  std::function<void()> body_;
+  std::vector<Fiber> fibers_;
+  ucontext_t scheduler_{};
+  unsigned index_ = 0;
+};
+
+// A barrier for n fibers, reusable: the last to arrive runs `last`, wakes the others
+// and goes on. generation() counts the openings.
+class Barrier {
+ public:
+  explicit Barrier(int n) : n_(n) { waiting_.reserve(static_cast<size_t>(n)); }
+  template <class F> void arrive(F&& last) {
+    Fibers& fibers = Fibers::current();
+    if (static_cast<int>(waiting_.size()) + 1 < n_) {
+      waiting_.push_back(fibers.running());
+      fibers.wait();
+      return;
+    }
+    last();
+    ++generation_;
+    for (const unsigned i : waiting_) fibers.wake(i);
+    waiting_.clear();
+  }
+  uint64_t generation() const { return generation_; }
+
+ private:
+  int n_;
+  std::vector<unsigned> waiting_;
+  uint64_t generation_ = 0;
+};
+
+// One warp's meeting place: its barrier and each lane's registers for the operation at
+// hand. One barrier an operation: what the lanes take back (d, value) is kept twice, by the
+// barrier's generation's parity, so a lane's next operation never overwrites what a slower
+// lane has yet to read (the one after it can: by then every lane has arrived again); what
+// they leave (a, b, c, value) is read by the last to arrive before any lane goes on.
+struct Warp {
+  Barrier barrier{32};
+  uint32_t a[32][4] = {}, b[32][2] = {};
+  float c[32][4] = {}, d[2][32][4] = {};
+  float value[2][32] = {};
+};
+
+// The block now running: its barrier, its warps.
+class Block {
+ public:
+  explicit Block(int threads) : barrier_(threads), warps_((threads + 31) / 32) {}
+
+  void sync() {
+    barrier_.arrive([] {});
+  }
+  bool sync_or(bool predicate) {  // __syncthreads_or: every thread gets whether any passed true
+    any_next_ = any_next_ || predicate;
+    barrier_.arrive([&] {
+      any_ = any_next_;
+      any_next_ = false;
+    });
+    const bool result = any_;
+    barrier_.arrive([] {});  // nobody reads any_ after the next sync_or changes it
+    return result;
+  }
+  float shfl_xor(float v, int lane_mask) {
+    Warp& w = warp();
+    const int lane = static_cast<int>(thread_index.x % 32);
+    const uint64_t parity = w.barrier.generation() % 2;
+    w.value[parity][lane] = v;
+    w.barrier.arrive([] {});
+    return w.value[parity][lane ^ lane_mask];
+  }
+  // One lane's part of mma.sync with depth K (16: bf16 m16n8k16, 8: tf32 m16n8k8): the
+  // lanes leave their registers, the last to arrive multiplies for all, each takes its D.
+  template <int K> void mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    Warp& w = warp();
+    const int lane = static_cast<int>(thread_index.x % 32);
+    const uint64_t parity = w.barrier.generation() % 2;
+    for (int i = 0; i < 4; ++i) w.a[lane][i] = a[i], w.c[lane][i] = c[i];
+    for (int i = 0; i < 2; ++i) w.b[lane][i] = b[i];
+    w.barrier.arrive([&w, parity] { multiply<K>(w, w.d[parity]); });
+    for (int i = 0; i < 4; ++i) c[i] = w.d[parity][lane][i];
+  }
+
+ private:
+  Warp& warp() { return warps_[thread_index.x / 32]; }
+  static float float_of(uint32_t bits) {
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  }
+  // D = A·B + C from the 32 lanes' registers, lane = 4g + t:
+  //   m16n8k16 .bf16, two per register, the lower index in the lower half:
+  //     a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9];
+  //     b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]
+  //   m16n8k8 .tf32, one per register (the hardware reads 19 bits: the low 13 are dropped
+  //     here, so an operand left unrounded shows): a0 = A[g][t], a1 = A[g+8][t],
+  //     a2 = A[g][t+4], a3 = A[g+8][t+4]; b0 = B[t][g], b1 = B[t+4][g]
+  //   both: c0, c1 = C[g][2t, 2t+1], c2, c3 = C[g+8][2t, 2t+1]
+  template <int K> static void multiply(const Warp& w, float (&d)[32][4]) {
+    double A[16][K], B[K][8];
+    const auto half = [](uint32_t r, int upper) {
+      return static_cast<double>(float_of((upper ? r >> 16 : r & 0xFFFFu) << 16));
+    };
+    const auto tf32 = [](uint32_t r) { return static_cast<double>(float_of(r & 0xFFFFE000u)); };
+    for (int l = 0; l < 32; ++l) {
+      const int g = l / 4, t = l % 4;
+      if constexpr (K == 16) {
+        for (int u = 0; u < 2; ++u) {
+          A[g][2 * t + u] = half(w.a[l][0], u);
+          A[g + 8][2 * t + u] = half(w.a[l][1], u);
+          A[g][2 * t + 8 + u] = half(w.a[l][2], u);
+          A[g + 8][2 * t + 8 + u] = half(w.a[l][3], u);
+          B[2 * t + u][g] = half(w.b[l][0], u);
+          B[2 * t + 8 + u][g] = half(w.b[l][1], u);
+        }
+      } else {
+        A[g][t] = tf32(w.a[l][0]);
+        A[g + 8][t] = tf32(w.a[l][1]);
+        A[g][t + 4] = tf32(w.a[l][2]);
+        A[g + 8][t + 4] = tf32(w.a[l][3]);
+        B[t][g] = tf32(w.b[l][0]);
+        B[t + 4][g] = tf32(w.b[l][1]);
+      }
+    }
+    for (int l = 0; l < 32; ++l) {
+      const int g = l / 4, t = l % 4;
+      for (int e = 0; e < 4; ++e) {
+        double sum = w.c[l][e];
+        for (int k = 0; k < K; ++k) sum += A[g + 8 * (e / 2)][k] * B[k][2 * t + e % 2];
+        d[l][e] = static_cast<float>(sum);
+      }
+    }
+  }
+
+  Barrier barrier_;
+  std::vector<Warp> warps_;
+  bool any_ = false, any_next_ = false;
+};
+inline Block* block = nullptr;  // the one running
+
+// body() as a kernel of `blocks` blocks of `threads` threads, one block after another.
+template <class Body> void launch(unsigned blocks, unsigned threads, Body&& body) {
+  grid_dim = {blocks, 1, 1};
+  block_dim = {threads, 1, 1};
+  for (unsigned b = 0; b < blocks; ++b) {
+    Block running(static_cast<int>(threads));
+    block = &running;
+    block_index = {b, 0, 0};
+    Fibers(threads, body).run();
+    block = nullptr;
+  }
+}
+
+}  // namespace ag::test::cuda_host
+
+// The seams of cuda/mma_fragments.cuh for a host build.
+namespace ag::cuda::mma {
+struct bf16 {
+  uint16_t bits;
+};
+inline int lane() { return static_cast<int>(ag::test::cuda_host::thread_index.x % 32); }
+inline uint32_t bits_of(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+inline float float_of(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+inline uint16_t bits_of(bf16 x) { return x.bits; }
+inline bf16 round_bf16(float x) {  // to nearest, ties to even (finite x)
+  uint32_t u = bits_of(x);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return bf16{static_cast<uint16_t>(u >> 16)};
+}
+inline uint32_t pair_at(const bf16* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+}  // namespace ag::cuda::mma
+
+// The CUDA keywords and intrinsics the device code uses (undefined again by tests/cuda_on_host_end.h).
+#define __global__
+#define __device__
+#define __host__
+#define __shared__
+#define __launch_bounds__(threads)
+#define __align__(bytes) __attribute__((aligned(bytes)))
+#define threadIdx ag::test::cuda_host::thread_index
+#define blockIdx ag::test::cuda_host::block_index
+#define blockDim ag::test::cuda_host::block_dim
+#define gridDim ag::test::cuda_host::grid_dim
+inline void __syncthreads() { ag::test::cuda_host::block->sync(); }
+inline int __syncthreads_or(int predicate) { return ag::test::cuda_host::block->sync_or(predicate != 0) ? 1 : 0; }
+inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
+  return ag::test::cuda_host::block->shfl_xor(v, lane_mask);
+}
+struct alignas(16) uint4 {  // CUDA's: 16 bytes, 16-byte aligned (the kernels copy tiles 16 bytes at a time)
+  unsigned x, y, z, w;
+};
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+
+#include "cuda/mma_fragments.cuh"
+
+namespace ag::test::cuda_host {
+// The fragments' operand formats with the model in place of mma.sync.
+struct HostBf16 : ag::cuda::mma::Bf16 {
+  static void mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { block->mma<16>(c, a, b); }
+};
+struct HostTf32 : ag::cuda::mma::Tf32 {
+  static void mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { block->mma<8>(c, a, b); }
+};
+}  // namespace ag::test::cuda_host

@@ -1,0 +1,301 @@
+// Device code of the tensor-core flash attention run on the host (tests/cuda_on_host.h:
+// each block's threads as fibers, mma.sync and the warp shuffles as it models them), where
+// there is no GPU — first its fragments, then the whole kernels.
+//
+// 1. The fragment code (cuda/mma_fragments.cuh) on one warp. Its loads, packing and loops
+//    have to produce the products the kernels rely on:
+//      product_rows:    C [16, N] += A [rows m0 …, D] · X [N, D]ᵀ          (S = Q Kᵀ, dP = dZ Vᵀ)
+//      product_columns: C [16, D] += P [16, N] · X [N, D], P from C fragments (Z += P V, dQ += dS K)
+//    for both operand formats (bf16 through m16n8k16, tf32 through m16n8k8 with its renumbered
+//    k slots) and the kernels' tile shapes. A wrong lane, register or slot gives errors of the
+//    products' own size; the sums' float32 rounding is below γ_(K+1)·Σ|terms|.
+//
+// 2. The kernels (cuda/flash_mma_kernels.cuh: the forward, the dQ kernel and the dK dV kernel,
+//    bf16 and tf32, plain and masked), each block as 128 fibers, a few blocks striding over
+//    the tasks as on a device. Their Z, lse, dQ, dK and dV are held to what
+//    tests/test_flash_mma.cpp holds the device to: within the format's derived bound of the
+//    CPU's float64 flash, and within twice the naive attention's error in that format — on a
+//    smaller set of cases: T of one and several tiles, not multiples of 64, grouped kv heads
+//    with Tq < Tk, both layouts, d_h 64 and 128, a window with random blocks, ALiBi with a
+//    window. What the host cannot show — the hardware's accumulation and rounding inside an
+//    mma, timing, shared-memory banks — the device's cases do.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "tests/flash_mma_reference.h"
+#include "tests/helpers.h"
+// last: it defines CUDA's keywords for the device code
+#include "tests/cuda_on_host.h"
+
+// The kernels' dynamic shared memory (one buffer: blocks run one at a time), and CUDA's
+// min for their int64 arguments, in the namespace the kernels are declared in.
+namespace ag::cuda::flash_mma {
+namespace {
+alignas(16) unsigned char shared[160 * 1024];  // the largest: tf32's dQ kernel at d_h 128, 132 KB
+using std::min;
+}  // namespace
+}  // namespace ag::cuda::flash_mma
+
+#include "cuda/flash_mma_kernels.cuh"
+
+// A named namespace, not a using-directive at file scope: the tests build in unity batches,
+// where tests/test_flash_mma.cpp has a bf16() of its own.
+namespace mma_fragments_test {
+using namespace ag::cuda::mma;
+using ag::test::cuda_host::HostBf16;
+using ag::test::cuda_host::HostTf32;
+
+// The tests' own roundings, written apart from the header's: bf16 to nearest even; tf32 to
+// nearest, ties away from zero (cvt.rna.tf32.f32).
+double as_double(bf16 x) { return float_of(static_cast<uint32_t>(x.bits) << 16); }
+double as_double(float x) { return x; }
+double rounded(const HostBf16&, float x) {
+  uint32_t u = bits_of(x);
+  u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  return float_of(u);
+}
+double rounded(const HostTf32&, float x) {
+  const double magnitude = std::abs(static_cast<double>(x));
+  const int exponent = std::ilogb(magnitude);
+  const double unit = std::ldexp(1.0, exponent - 10);  // tf32: 10 stored fraction bits
+  const double down = std::floor(magnitude / unit) * unit;
+  const double r = magnitude - down >= unit / 2 ? down + unit : down;
+  return x < 0 ? -r : r;
+}
+
+// Entry (row, col) of a [16, n] tile held as C fragments, for lane l: entry e of column tile nt.
+int row_of(int l, int e) { return l / 4 + 8 * (e / 2); }
+int col_of(int l, int nt, int e) { return 8 * nt + 2 * (l % 4) + e % 2; }
+
+// Both products for format F at head width D and N columns, from the rows m0 … of a
+// 64-row shared tile; returns the worst error over γ_(K+1)·(|C| + Σ|terms|) of the two.
+template <class F, int D, int N>
+double check_products(int m0, unsigned seed) {
+  using E = typename F::Element;
+  constexpr int ld = D + kPad<E>;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<E> A(64 * ld), X(N * ld), Y(N * ld);  // padding columns hold values too: none may be read
+  for (std::vector<E>* tile : {&A, &X, &Y})
+    for (E& e : *tile) e = F::operand(normal(rng));
+  std::vector<float> C0(16 * N), P(16 * N), O0(16 * D);
+  for (float& x : C0) x = normal(rng);
+  for (float& x : P) x = 0.3f * normal(rng);
+  for (float& x : O0) x = normal(rng);
+  std::vector<float> C(16 * N), O(16 * D);
+
+  ag::test::cuda_host::launch(1, 32, [&] {
+    const int l = lane();
+    float c[N / 8][4], p[N / 8][4], o[D / 8][4];
+    for (int nt = 0; nt < N / 8; ++nt)
+      for (int e = 0; e < 4; ++e) {
+        c[nt][e] = C0[row_of(l, e) * N + col_of(l, nt, e)];
+        p[nt][e] = P[row_of(l, e) * N + col_of(l, nt, e)];
+      }
+    for (int nt = 0; nt < D / 8; ++nt)
+      for (int e = 0; e < 4; ++e) o[nt][e] = O0[row_of(l, e) * D + col_of(l, nt, e)];
+    product_rows<F, D, N>(A.data(), m0, X.data(), c);
+    product_columns<F, D, N>(p, Y.data(), o);
+    for (int nt = 0; nt < N / 8; ++nt)
+      for (int e = 0; e < 4; ++e) C[row_of(l, e) * N + col_of(l, nt, e)] = c[nt][e];
+    for (int nt = 0; nt < D / 8; ++nt)
+      for (int e = 0; e < 4; ++e) O[row_of(l, e) * D + col_of(l, nt, e)] = o[nt][e];
+  });
+
+  const auto gamma = [](int n) { return (n + 1) * std::ldexp(1.0, -24) / (1 - (n + 1) * std::ldexp(1.0, -24)); };
+  double worst = 0;
+  for (int i = 0; i < 16; ++i)
+    for (int n = 0; n < N; ++n) {  // C = C0 + A[m0 + i] · X[n]
+      double exact = C0[i * N + n], size = std::abs(exact);
+      for (int k = 0; k < D; ++k) {
+        const double term = as_double(A[(m0 + i) * ld + k]) * as_double(X[n * ld + k]);
+        exact += term;
+        size += std::abs(term);
+      }
+      worst = std::max(worst, std::abs(C[i * N + n] - exact) / (gamma(D) * size));
+    }
+  for (int i = 0; i < 16; ++i)
+    for (int d = 0; d < D; ++d) {  // O = O0 + rounded(P[i]) · Y[:, d]
+      double exact = O0[i * D + d], size = std::abs(exact);
+      for (int n = 0; n < N; ++n) {
+        const double term = rounded(F{}, P[i * N + n]) * as_double(Y[n * ld + d]);
+        exact += term;
+        size += std::abs(term);
+      }
+      worst = std::max(worst, std::abs(O[i * D + d] - exact) / (gamma(N) * size));
+    }
+  return worst;
+}
+
+TEST_CASE("mma fragments: bf16's m16n8k16 fragments make Q Kᵀ and P V at the flash kernels' tile shapes") {
+  // (d_h, columns): the forward and dQ kernels' 64-key tiles at d_h 64 and 128, the dK dV kernel's 32-query tiles at 128
+  for (const int m0 : {0, 16, 48}) {
+    CAPTURE(m0);
+    CHECK(check_products<HostBf16, 64, 64>(m0, 1 + m0) <= 1.0);
+    CHECK(check_products<HostBf16, 128, 64>(m0, 2 + m0) <= 1.0);
+    CHECK(check_products<HostBf16, 128, 32>(m0, 3 + m0) <= 1.0);
+  }
+}
+
+TEST_CASE("mma fragments: tf32's m16n8k8 fragments, k slots renumbered, make Q Kᵀ and P V at the flash kernels' tile shapes") {
+  for (const int m0 : {0, 16, 48}) {
+    CAPTURE(m0);
+    CHECK(check_products<HostTf32, 64, 64>(m0, 4 + m0) <= 1.0);
+    CHECK(check_products<HostTf32, 128, 64>(m0, 5 + m0) <= 1.0);
+    CHECK(check_products<HostTf32, 128, 32>(m0, 6 + m0) <= 1.0);
+  }
+}
+
+TEST_CASE("mma fragments: the formats round operands as bf16 (nearest even) and tf32 (nearest, ties away) do") {
+  const double tie_bf16 = std::ldexp(1.0, -8), tie_tf32 = std::ldexp(1.0, -11);
+  CHECK(as_double(Bf16::operand(static_cast<float>(1 + tie_bf16))) == 1.0);
+  CHECK(as_double(Bf16::operand(static_cast<float>(1 + 3 * tie_bf16))) == 1 + 4 * tie_bf16);
+  CHECK(Tf32::operand(static_cast<float>(1 + tie_tf32)) == static_cast<float>(1 + 2 * tie_tf32));
+  CHECK(Tf32::operand(static_cast<float>(-1 - tie_tf32)) == static_cast<float>(-1 - 2 * tie_tf32));
+  CHECK(Tf32::operand(static_cast<float>(1 + tie_tf32 - std::ldexp(1.0, -20))) == 1.0f);
+  CHECK(std::isinf(Tf32::operand(INFINITY)));
+  CHECK(std::isnan(Tf32::operand(NAN)));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (int n = 0; n < 1000; ++n) {
+    const float x = std::ldexp(normal(rng), static_cast<int>(rng() % 40) - 20);
+    CHECK(Tf32::operand(x) == rounded(HostTf32{}, x));
+    CHECK(as_double(Bf16::operand(x)) == rounded(HostBf16{}, x));
+  }
+}
+
+}  // namespace mma_fragments_test
+
+namespace flash_mma_host_test {
+using namespace ag;
+using namespace ag::test::flash_mma_reference;
+namespace kernels = ag::cuda::flash_mma;
+namespace host = ag::test::cuda_host;
+
+HeadStrides strides_of(AttentionLayout layout, int64_t H, int64_t T, int64_t d) {
+  return layout == AttentionLayout::BTHD ? HeadStrides{T * H * d, d, H * d} : HeadStrides{H * T * d, T * d, d};
+}
+
+// A compact [B, H, T, d] copy of x rounded to F's operands (cuda/flash_mma.cu's OperandRows).
+template <class F> std::vector<typename F::Element> operands(const Rows& x, int64_t B) {
+  std::vector<typename F::Element> out;
+  out.reserve(static_cast<size_t>(B * x.H * x.T * x.d));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < x.H; ++h)
+      for (int64_t t = 0; t < x.T; ++t)
+        for (int64_t e = 0; e < x.d; ++e) out.push_back(F::operand(static_cast<float>(x(b, h, t, e))));
+  return out;
+}
+
+struct Results {
+  std::vector<double> Z, lse, dQ, dK, dV;
+};
+
+// The forward, then the backward's two kernels, as cuda/flash_mma.cu launches them (D formed by
+// the dQ kernel, nothing accumulated), on 3 blocks at most so that the grid-stride loops turn.
+template <class F, int D>
+Results run_kernels(const Case& c, const Rows& q, const Rows& k, const Rows& v, const Rows& dz) {
+  const AttentionShape shape{c.B,
+                             c.Hq,
+                             c.Hkv,
+                             c.Tq,
+                             c.Tk,
+                             c.d,
+                             1.0 / std::sqrt(static_cast<double>(c.d)),
+                             mask_of(c),
+                             strides_of(c.layout, c.Hq, c.Tq, c.d),
+                             strides_of(c.layout, c.Hkv, c.Tk, c.d)};
+  const auto Q = operands<F>(q, c.B), K = operands<F>(k, c.B), V = operands<F>(v, c.B), dZ = operands<F>(dz, c.B);
+  std::vector<float> Z(q.v.size()), dQ(q.v.size()), dK(k.v.size()), dV(v.v.size()),
+      Dsum(static_cast<size_t>(c.B * c.Hq * c.Tq));
+  std::vector<double> lse(Dsum.size());
+  const bool masked = kernels::masked(shape);
+  const auto blocks = [](int64_t tasks) { return static_cast<unsigned>(std::min<int64_t>(tasks, 3)); };
+  const int64_t query_tasks = c.B * c.Hq * kernels::tiles_of(c.Tq, kernels::kRows),
+                key_tasks = c.B * c.Hkv * kernels::tiles_of(c.Tk, kernels::kCols);
+  const auto forward = masked ? kernels::forward_kernel<F, D, true> : kernels::forward_kernel<F, D, false>;
+  const auto query = masked ? kernels::backward_query_kernel<F, D, true> : kernels::backward_query_kernel<F, D, false>;
+  const auto key = masked ? kernels::backward_key_kernel<F, D, true> : kernels::backward_key_kernel<F, D, false>;
+  host::launch(blocks(query_tasks), kernels::kBlockThreads,
+               [&] { forward(Q.data(), K.data(), V.data(), shape, Z.data(), lse.data()); });
+  host::launch(blocks(query_tasks), kernels::kBlockThreads, [&] {
+    query(Q.data(), K.data(), V.data(), dZ.data(), lse.data(), shape, false, false, Dsum.data(), dQ.data());
+  });
+  host::launch(blocks(key_tasks), kernels::kBlockThreads, [&] {
+    key(Q.data(), K.data(), V.data(), dZ.data(), lse.data(), Dsum.data(), shape, false, dK.data(), dV.data());
+  });
+  const auto widen = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
+  return {widen(Z), lse, widen(dQ), widen(dK), widen(dV)};
+}
+
+template <class F> void check_format(const Format& f) {
+  const std::vector<Case> all = {
+      {2, 2, 2, 37, 37, 64, true, AttentionLayout::BHTD},
+      {2, 2, 2, 1, 1, 128, true, AttentionLayout::BHTD},
+      {1, 3, 1, 70, 70, 64, false, AttentionLayout::BTHD},   // three query heads over one kv head, two tiles each way
+      {1, 4, 2, 37, 100, 128, true, AttentionLayout::BTHD},  // grouped kv heads, queries after a prefix
+      {1, 2, 1, 100, 100, 64, true, AttentionLayout::BHTD, {.window = 12, .random_blocks = 2, .seed = 7}},
+      {1, 2, 2, 80, 80, 64, true, AttentionLayout::BTHD, {.window = 24}, true},  // ALiBi with a window
+  };
+  double largest_Z = 0;
+  for (const Case& c : all) {
+    CAPTURE(describe(c));
+    const auto shape = [&](int64_t H, int64_t T) {
+      return c.layout == AttentionLayout::BTHD ? Shape{c.B, T, H, c.d} : Shape{c.B, H, T, c.d};
+    };
+    const uint64_t seed = static_cast<uint64_t>(c.Tq * 1000 + c.d + (c.causal ? 7 : 0));
+    const std::vector<Tensor> in = {ag::test::random(shape(c.Hq, c.Tq), seed), ag::test::random(shape(c.Hkv, c.Tk), seed + 1),
+                                    ag::test::random(shape(c.Hkv, c.Tk), seed + 2)};
+    const Tensor upstream = ag::test::random(shape(c.Hq, c.Tq), seed + 3, DType::Float64, false);
+    const ag::test::AttentionRun exact = ag::test::run_attention(in, spec_of(c), Device::CPU, DType::Float64, upstream);
+    const auto rows = [&](const Tensor& t, int64_t H, int64_t T) { return Rows{t.to_vector(), H, T, c.d, c.layout}; };
+    const Rows q = rows(in[0], c.Hq, c.Tq), k = rows(in[1], c.Hkv, c.Tk), v = rows(in[2], c.Hkv, c.Tk),
+               dz = rows(upstream, c.Hq, c.Tq);
+    const Results fast = c.d == 64 ? run_kernels<F, 64>(c, q, k, v, dz) : run_kernels<F, 128>(c, q, k, v, dz);
+    const Bounds bound = derive_bounds(f.u, c, q, k, v, dz);
+    const Naive reference = naive(f, c, q, k, v, dz);
+    const auto tensor = [](const std::vector<double>& x, const Tensor& like) {
+      return Tensor::from_vector(x, like.shape(), DType::Float64);
+    };
+    struct Result {
+      const char* name;
+      Tensor ours;
+      const Tensor& exact;
+      const std::vector<double>& bound;
+      const std::vector<double>* naive;  // none for lse
+    };
+    const Result results[] = {{"Z", tensor(fast.Z, exact.Z), exact.Z, bound.Z, &reference.Z},
+                              {"lse", tensor(fast.lse, exact.lse), exact.lse, bound.lse, nullptr},
+                              {"dQ", tensor(fast.dQ, exact.dQ), exact.dQ, bound.dQ, &reference.dQ},
+                              {"dK", tensor(fast.dK, exact.dK), exact.dK, bound.dK, &reference.dK},
+                              {"dV", tensor(fast.dV, exact.dV), exact.dV, bound.dV, &reference.dV}};
+    for (const Result& r : results) {
+      const Worst worst = worst_of(r.ours, r.exact, r.bound);
+      INFO(r.name << ": error / bound " << worst.of_bound << ", normwise relative error " << worst.relative);
+      CHECK(worst.of_bound <= 1.0);
+      if (r.naive == nullptr) continue;
+      const double error = ag::test::max_abs_error(r.ours, r.exact),
+                   naive_error = ag::test::max_abs_error(tensor(*r.naive, r.exact), r.exact);
+      INFO(r.name << ": largest error " << error << ", the naive " << f.name << " attention's " << naive_error);
+      if (naive_error > 0) CHECK(error <= 2 * naive_error);
+    }
+    largest_Z = std::max(largest_Z, worst_of(results[0].ours, exact.Z, bound.Z).relative);
+  }
+  INFO(f.name << ": Z's largest normwise error " << largest_Z);
+  CHECK(largest_Z > f.u * std::ldexp(1.0, -6));  // the operands were rounded to the format
+}
+
+TEST_CASE("flash on host threads: bf16 tensor-core kernels within bf16's derived bound of float64") {
+  check_format<host::HostBf16>(kBf16);
+}
+
+TEST_CASE("flash on host threads: tf32 tensor-core kernels within tf32's derived bound of float64") {
+  check_format<host::HostTf32>(kTf32);
+}
+
+}  // namespace flash_mma_host_test
+
+#include "tests/cuda_on_host_end.h"
