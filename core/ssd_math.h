@@ -31,7 +31,7 @@ namespace ag {
 //   to_start[j] = a_0 ⋯ a_j          (chunk start → j, j included)
 //   to_end[j]   = a_{j+1} ⋯ a_{m−1}  (j → chunk end, j excluded; to_end[m−1] = 1)
 // each as one chain of multiplies in this order, so the CPU (core/cpu/ssd.cpp) and
-// CUDA (cuda/chunked_product.cuh) round them alike.
+// CUDA (cuda/chunked_kernels.cuh) round them alike.
 template <class T> AG_HOST_DEVICE void chunk_decays(const T* a, int64_t m, T* to_start, T* to_end) {
   T product = 1;
   for (int64_t j = 0; j < m; ++j) to_start[j] = product *= a[j];

@@ -43,23 +43,17 @@
 // The fragments (how a warp's lanes hold the tiles of one mma, the two operand formats,
 // and the products built of them): cuda/mma_fragments.cuh.
 //
-// Device code that a host build compiles too (tests/test_flash_mma_host.cpp runs these
-// kernels on host threads as a block's, with a model of mma.sync): beyond the CUDA
-// keywords and intrinsics, which such a build defines, AG_NOINLINE is the one seam
-// (__noinline__ under nvcc; a host build must not define that name: glibc's headers use it),
-// and the loops' #pragma unroll is cuda/mma_fragments.cuh's AG_MMA_UNROLL.
+// Device code that a host build compiles too (tests/test_cuda_on_host.cpp runs these
+// kernels with a block's threads as host fibers and a model of mma.sync): it writes
+// AG_UNROLL and AG_NOINLINE (cuda/host_compilable.cuh) where CUDA code writes #pragma
+// unroll and __noinline__.
 #pragma once
 #include <cstdint>
 #include <limits>
 
 #include "cuda/attention_tiles.cuh"
+#include "cuda/host_compilable.cuh"
 #include "cuda/mma_fragments.cuh"
-
-#ifdef __CUDACC__
-#define AG_NOINLINE __noinline__
-#else
-#define AG_NOINLINE __attribute__((noinline))
-#endif
 
 namespace ag::cuda::flash_mma {
 namespace {
@@ -210,43 +204,43 @@ __global__ void __launch_bounds__(kBlockThreads)
       product_rows<F, D, kCols>(sQ, 16 * warp, sK, s);
       if constexpr (kMasked) {
         const uint32_t shown = edge ? seen_entries(shape.mask, shape.Tq, shape.Tk, q.h, kCols, false, row, j0) : ~0u;
-        AG_MMA_UNROLL
+        AG_UNROLL
         for (int nt = 0; nt < kCols / 8; ++nt)
-          AG_MMA_UNROLL
+          AG_UNROLL
           for (int e = 0; e < 4; ++e) s[nt][e] = seen(shown, nt, e) ? scale * s[nt][e] : -kInfF;
         if (slope != 0.0f)  // ALiBi's −m_h·(p − j) (docs/backprop.md, "ALiBi"), as score() adds it; −inf stays −inf
-          AG_MMA_UNROLL
+          AG_UNROLL
           for (int nt = 0; nt < kCols / 8; ++nt)
-            AG_MMA_UNROLL
+            AG_UNROLL
             for (int e = 0; e < 4; ++e) s[nt][e] += shape.mask.bias(slope, row + 8 * (e / 2), j0 + 8 * nt + 2 * t + e % 2);
       } else {
-        AG_MMA_UNROLL
+        AG_UNROLL
         for (int nt = 0; nt < kCols / 8; ++nt)
-          AG_MMA_UNROLL
+          AG_UNROLL
           for (int e = 0; e < 4; ++e)
             s[nt][e] = !edge || sees_causal(shape, row + 8 * (e / 2), j0 + 8 * nt + 2 * t + e % 2) ? scale * s[nt][e] : -kInfF;
       }
       // Per row (r = 0: row, r = 1: row + 8; each held by the 4 lanes of a quad):
       // m_new = max(m, max_j S), P = exp(S − m_new), l ← l·e^(m − m_new) + Σ P, O ← O·e^(m − m_new)
-      AG_MMA_UNROLL
+      AG_UNROLL
       for (int r = 0; r < 2; ++r) {
         float tile_max = -kInfF;
-        AG_MMA_UNROLL
+        AG_UNROLL
         for (int nt = 0; nt < kCols / 8; ++nt) tile_max = fmaxf(tile_max, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
         const float new_max = fmaxf(m[r], quad_max(tile_max));
         const float reference = math::softmax_reference(new_max);  // 0 while the row has seen no key: no NaN
         const float rescale = expf(m[r] - reference);
         float sum = 0;
-        AG_MMA_UNROLL
+        AG_UNROLL
         for (int nt = 0; nt < kCols / 8; ++nt)
-          AG_MMA_UNROLL
+          AG_UNROLL
           for (int e = 2 * r; e < 2 * r + 2; ++e) {
             s[nt][e] = expf(s[nt][e] - reference);
             sum += s[nt][e];
           }
         l[r] = l[r] * rescale + sum;  // the quad's lanes share m, so their parts of l add up at the end
         m[r] = new_max;
-        AG_MMA_UNROLL
+        AG_UNROLL
         for (int nt = 0; nt < D / 8; ++nt) {
           o[nt][2 * r] *= rescale;
           o[nt][2 * r + 1] *= rescale;
@@ -255,14 +249,14 @@ __global__ void __launch_bounds__(kBlockThreads)
       product_columns<F, D, kCols>(s, sV, o);  // O += P V, P rounded to the operand format (l keeps P's fp32 sum)
     }
     // Z = O / l (0 on a row that saw no key), lse = m + log l (+inf there)
-    AG_MMA_UNROLL
+    AG_UNROLL
     for (int r = 0; r < 2; ++r) {
       const int64_t i = row + 8 * r;
       const float total = quad_sum(l[r]);
       if (i >= shape.Tq) continue;
       const float inv = total == 0 ? 0.0f : 1.0f / total;
       float* z = Z + shape.q.at(q.b, q.h, i);
-      AG_MMA_UNROLL
+      AG_UNROLL
       for (int nt = 0; nt < D / 8; ++nt) {
         z[8 * nt + 2 * t] = o[nt][2 * r] * inv;
         z[8 * nt + 2 * t + 1] = o[nt][2 * r + 1] * inv;
@@ -286,9 +280,9 @@ __device__ inline void probabilities(float (&s)[N / 8][4], const AttentionShape&
                                      const float (&lo)[2]) {
   const int t = threadIdx.x % 4;
   if constexpr (!kMasked) {
-    AG_MMA_UNROLL
+    AG_UNROLL
     for (int nt = 0; nt < N / 8; ++nt)
-      AG_MMA_UNROLL
+      AG_UNROLL
       for (int e = 0; e < 4; ++e)
         s[nt][e] = sees_causal(shape, row + 8 * (e / 2), j0 + 8 * nt + 2 * t + e % 2)
                        ? expf(scale * s[nt][e] - hi[e / 2] - lo[e / 2])
@@ -296,18 +290,18 @@ __device__ inline void probabilities(float (&s)[N / 8][4], const AttentionShape&
     return;
   }
   const uint32_t shown = edge ? seen_entries(shape.mask, shape.Tq, shape.Tk, h, N, false, row, j0) : ~0u;
-  AG_MMA_UNROLL
+  AG_UNROLL
   for (int nt = 0; nt < N / 8; ++nt)
-    AG_MMA_UNROLL
+    AG_UNROLL
     for (int e = 0; e < 4; ++e) s[nt][e] *= scale;
   if (slope != 0.0f)
-    AG_MMA_UNROLL
+    AG_UNROLL
     for (int nt = 0; nt < N / 8; ++nt)
-      AG_MMA_UNROLL
+      AG_UNROLL
       for (int e = 0; e < 4; ++e) s[nt][e] += shape.mask.bias(slope, row + 8 * (e / 2), j0 + 8 * nt + 2 * t + e % 2);
-  AG_MMA_UNROLL
+  AG_UNROLL
   for (int nt = 0; nt < N / 8; ++nt)
-    AG_MMA_UNROLL
+    AG_UNROLL
     for (int e = 0; e < 4; ++e) s[nt][e] = seen(shown, nt, e) ? expf(s[nt][e] - hi[e / 2] - lo[e / 2]) : 0.0f;
 }
 
@@ -333,7 +327,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     load_rows<D>(Q + q_first, q.i0, shape.Tq, kRows, sQ);
     load_rows<D>(dZ + q_first, q.i0, shape.Tq, kRows, sdZ);
     float hi[2], lo[2], Drow[2];  // lse split, and D, of this lane's rows (row, row + 8); rows past Tq see nothing
-    AG_MMA_UNROLL
+    AG_UNROLL
     for (int r = 0; r < 2; ++r) {
       const int64_t i = row + 8 * r;
       hi[r] = kInfF, lo[r] = 0, Drow[r] = 0;
@@ -362,34 +356,34 @@ __global__ void __launch_bounds__(kBlockThreads)
         product_rows<F, D, kCols>(sdZ, 16 * warp, sV, dp);  // dP = dZ Vᵀ
         probabilities<kCols, kMasked>(p, shape, q.h, scale, slope, row, j0, edge, hi, lo);
         if (pass == 1) {  // D += rowsum(P ∘ dP): this lane's columns, the quad's parts summed below
-          AG_MMA_UNROLL
+          AG_UNROLL
           for (int nt = 0; nt < kCols / 8; ++nt)
-            AG_MMA_UNROLL
+            AG_UNROLL
             for (int e = 0; e < 4; ++e) Dpart[e / 2] += p[nt][e] * dp[nt][e];
           continue;
         }
         // dS = P ∘ (dP − D) in place of dP, then dQ += dS K (scale applied once, at the end)
-        AG_MMA_UNROLL
+        AG_UNROLL
         for (int nt = 0; nt < kCols / 8; ++nt)
-          AG_MMA_UNROLL
+          AG_UNROLL
           for (int e = 0; e < 4; ++e) dp[nt][e] = p[nt][e] * (dp[nt][e] - Drow[e / 2]);
         product_columns<F, D, kCols>(dp, sK, dq);
       }
       if (pass == 1)
-        AG_MMA_UNROLL
+        AG_UNROLL
         for (int r = 0; r < 2; ++r) {
           Drow[r] = quad_sum(Dpart[r]);
           if (t == 0 && row + 8 * r < shape.Tq) Dsum[shape.lse_at(q.b, q.h, row + 8 * r)] = Drow[r];
         }
     }
-    AG_MMA_UNROLL
+    AG_UNROLL
     for (int r = 0; r < 2; ++r) {
       const int64_t i = row + 8 * r;
       if (i >= shape.Tq) continue;
       float* out = dQ + shape.q.at(q.b, q.h, i);
-      AG_MMA_UNROLL
+      AG_UNROLL
       for (int nt = 0; nt < D / 8; ++nt)
-        AG_MMA_UNROLL
+        AG_UNROLL
         for (int c = 0; c < 2; ++c) {
           float& x = out[8 * nt + 2 * t + c];
           x = (accumulate ? x : 0.0f) + scale * dq[nt][2 * r + c];
@@ -460,24 +454,24 @@ __global__ void __launch_bounds__(kBlockThreads)
         if constexpr (kMasked) {
           if (edge) shown = seen_entries(shape.mask, shape.Tq, shape.Tk, h, NQ, true, key, i0);
         } else {
-          AG_MMA_UNROLL
+          AG_UNROLL
           for (int nt = 0; nt < NQ / 8; ++nt)
-            AG_MMA_UNROLL
+            AG_UNROLL
             for (int e = 0; e < 4; ++e)
               if (!sees_causal(shape, i0 + 8 * nt + 2 * t + e % 2, key + 8 * (e / 2))) shown &= ~(1u << (4 * nt + e));
         }
-        AG_MMA_UNROLL
+        AG_UNROLL
         for (int nt = 0; nt < NQ / 8; ++nt)
-          AG_MMA_UNROLL
+          AG_UNROLL
           for (int e = 0; e < 4; ++e) pt[nt][e] *= scale;
         if (kMasked && slope != 0.0f)
-          AG_MMA_UNROLL
+          AG_UNROLL
           for (int nt = 0; nt < NQ / 8; ++nt)
-            AG_MMA_UNROLL
+            AG_UNROLL
             for (int e = 0; e < 4; ++e) pt[nt][e] += shape.mask.bias(slope, i0 + 8 * nt + 2 * t + e % 2, key + 8 * (e / 2));
-        AG_MMA_UNROLL
+        AG_UNROLL
         for (int nt = 0; nt < NQ / 8; ++nt)
-          AG_MMA_UNROLL
+          AG_UNROLL
           for (int e = 0; e < 4; ++e) {
             const int c = 8 * nt + 2 * t + e % 2;
             const float p = seen(shown, nt, e) ? expf(pt[nt][e] - s_hi[c] - s_lo[c]) : 0.0f;
@@ -488,14 +482,14 @@ __global__ void __launch_bounds__(kBlockThreads)
         product_columns<F, D, NQ>(dpt, sQ, dk);  // dK += dSᵀ Q (scale applied once, at the end)
       }
     }
-    AG_MMA_UNROLL
+    AG_UNROLL
     for (int r = 0; r < 2; ++r) {
       const int64_t j = key + 8 * r;
       if (j >= shape.Tk) continue;
       float *k_out = dK + shape.kv.at(b, kvh, j), *v_out = dV + shape.kv.at(b, kvh, j);
-      AG_MMA_UNROLL
+      AG_UNROLL
       for (int nt = 0; nt < D / 8; ++nt)
-        AG_MMA_UNROLL
+        AG_UNROLL
         for (int c = 0; c < 2; ++c) {
           const int e = 8 * nt + 2 * t + c;
           k_out[e] = (accumulate ? k_out[e] : 0.0f) + scale * dk[nt][2 * r + c];

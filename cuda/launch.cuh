@@ -21,6 +21,7 @@
 #include "core/tensor.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "cuda/reduce_ops.cuh"
 
 // After every <<<...>>>: a bad configuration shows up here, named by file:line.
 // With AG_CUDA_SYNC set in the environment it also waits for the kernel, so a
@@ -103,12 +104,7 @@ void launch_rows(void (*kernel)(Params...), int64_t rows, int64_t cols, Args... 
 }
 
 // --- block-wide reductions -------------------------------------------------------------
-struct SumOp {
-  template <class T> __device__ T operator()(T a, T b) const { return a + b; }
-};
-struct MaxOp {
-  template <class T> __device__ T operator()(T a, T b) const { return a < b ? b : a; }  // std::max's order
-};
+// SumOp and MaxOp: cuda/reduce_ops.cuh.
 
 // op over v of every thread in the block; every thread gets the result. All
 // threads must call it, blockDim.x must be a multiple of 32, and `scratch` is

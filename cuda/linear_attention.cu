@@ -3,7 +3,7 @@
 // core/linear_attention_math.h.
 //
 // The product is the chunked one of cuda/chunked_product.cuh (the CPU's
-// algorithm; its header gives the blocks, the shared memory and why) with every
+// algorithm; its kernels' header gives the blocks, the shared memory and why) with every
 // decay 1: chunk states Σ_g B_gcᵀ C_gc in parallel, a short scan over the
 // chunks, then each chunk's masked A_c B_gcᵀ C_gc plus A_c times the state
 // entering it. Causal (the forward, dφ(Q)), Anticausal (dφ(K), dV) and All

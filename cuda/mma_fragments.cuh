@@ -2,14 +2,13 @@
 // the tiles of one mma.sync, the two operand formats (Bf16, Tf32), and the two products
 // the flash kernels are built of (product_rows: C += A Xᵀ; product_columns: C += P X with
 // P from an accumulator). Device code, written so that a host build can compile it too:
-// tests/test_flash_mma_host.cpp runs a warp's lanes as host fibers with a model of mma.sync
+// tests/test_cuda_on_host.cpp runs a warp's lanes as host fibers with a model of mma.sync
 // from the PTX ISA's tables (tests/cuda_on_host.h), and checks the products against plain
 // sums — the fragments' index arithmetic checked where there is no GPU. So the code below reaches the
 // hardware through six seams only: lane(), round_bf16, bits_of, float_of, pair_at and (for
 // the mma) the format's mma; under nvcc they are the CUDA intrinsics, in a host build the
-// includer defines the first five (in ag::cuda::mma, before including this) and gives its
-// formats a model of the mma. AG_MMA_DEVICE is __device__ under nvcc and AG_MMA_UNROLL its
-// #pragma unroll; both are nothing on the host.
+// includer defines the first five (in ag::cuda::mma, before including this), with the CUDA
+// keywords, and gives its formats a model of the mma (cuda/host_compilable.cuh: AG_UNROLL).
 //
 // mma.sync.m16n8k16.row.col (PTX ISA, "Matrix fragments for mma.m16n8k16"):
 // C [16, 8] += A [16, 16] · B [16, 8]. Lane = 4·g + t (g = lane / 4, t = lane % 4):
@@ -29,10 +28,10 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/host_compilable.cuh"
+
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
-#define AG_MMA_DEVICE __device__
-#define AG_MMA_UNROLL _Pragma("unroll")
 
 namespace ag::cuda::mma {
 using bf16 = __nv_bfloat16;
@@ -44,9 +43,6 @@ __device__ inline float float_of(uint32_t bits) { return __uint_as_float(bits); 
 // Two neighbouring bf16 as one 32-bit word (p 4-byte aligned: every caller's index is even).
 __device__ inline uint32_t pair_at(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 }  // namespace ag::cuda::mma
-#else
-#define AG_MMA_DEVICE
-#define AG_MMA_UNROLL
 #endif
 
 namespace ag::cuda::mma {
@@ -62,7 +58,7 @@ namespace ag::cuda::mma {
 
 // C += A·B on the tensor cores, C in fp32: mma.sync.m16n8k16 with bf16 operands (kK = 16) or
 // m16n8k8 with tf32 operands (kK = 8), each four A registers and two B registers a lane.
-template <int kK> AG_MMA_DEVICE inline void mma_sync(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+template <int kK> __device__ inline void mma_sync(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if constexpr (kK == 16)
     asm volatile(
@@ -87,18 +83,18 @@ struct Bf16 {
   using Element = bf16;
   static constexpr int kK = 16;
   // To nearest, ties to even.
-  static AG_MMA_DEVICE bf16 operand(float x) { return round_bf16(x); }
+  static __device__ bf16 operand(float x) { return round_bf16(x); }
 
-  static AG_MMA_DEVICE void mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { mma_sync<kK>(c, a, b); }
+  static __device__ void mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { mma_sync<kK>(c, a, b); }
 
-  static AG_MMA_DEVICE uint32_t pack(bf16 lower, bf16 upper) {
+  static __device__ uint32_t pack(bf16 lower, bf16 upper) {
     return static_cast<uint32_t>(bits_of(lower)) | (static_cast<uint32_t>(bits_of(upper)) << 16);
   }
   // Two fp32 rounded to bf16, `lower` in the lower half.
-  static AG_MMA_DEVICE uint32_t pack(float lower, float upper) { return pack(operand(lower), operand(upper)); }
+  static __device__ uint32_t pack(float lower, float upper) { return pack(operand(lower), operand(upper)); }
 
   // A's fragment of the 16 × 16 block at (m0, k0) of X stored [m][k] (row stride ld).
-  static AG_MMA_DEVICE void load_a(const bf16* X, int ld, int m0, int k0, uint32_t (&a)[4]) {
+  static __device__ void load_a(const bf16* X, int ld, int m0, int k0, uint32_t (&a)[4]) {
     const int g = lane() / 4, t = lane() % 4;
     const bf16* p = X + (m0 + g) * ld + k0 + 2 * t;
     a[0] = pair_at(p);
@@ -108,7 +104,7 @@ struct Bf16 {
   }
   // B's fragment of the 16 × 8 block at (k0, n0) of B = Xᵀ, X stored [n][k]: k runs
   // along X's rows, so each register is one 4-byte load (S = Q Kᵀ reads K so).
-  static AG_MMA_DEVICE void load_b_rows(const bf16* X, int ld, int n0, int k0, uint32_t (&b)[2]) {
+  static __device__ void load_b_rows(const bf16* X, int ld, int n0, int k0, uint32_t (&b)[2]) {
     const int g = lane() / 4, t = lane() % 4;
     const bf16* p = X + (n0 + g) * ld + k0 + 2 * t;
     b[0] = pair_at(p);
@@ -119,7 +115,7 @@ struct Bf16 {
   // Each of the 4 loads touches 16 words, 2 lanes each (the same word: no conflict),
   // in 16 different banks: a row is (d_h + 8) / 2 ≡ 4 words mod 32, so rows 2t sit
   // 8t banks apart and the columns n0 + g add g / 2.
-  static AG_MMA_DEVICE void load_b_columns(const bf16* X, int ld, int k0, int n0, uint32_t (&b)[2]) {
+  static __device__ void load_b_columns(const bf16* X, int ld, int k0, int n0, uint32_t (&b)[2]) {
     const int g = lane() / 4, t = lane() % 4;
     const bf16* p = X + (k0 + 2 * t) * ld + n0 + g;
     b[0] = pack(p[0], p[ld]);
@@ -127,7 +123,7 @@ struct Bf16 {
   }
   // The A fragment of columns 16·kk … 16·kk + 15 of a [16, N] accumulator held as
   // N / 8 C fragments (see the top of the file), rounded to bf16.
-  template <int N> static AG_MMA_DEVICE void pack_a(const float (&c)[N / 8][4], int kk, uint32_t (&a)[4]) {
+  template <int N> static __device__ void pack_a(const float (&c)[N / 8][4], int kk, uint32_t (&a)[4]) {
     a[0] = pack(c[2 * kk][0], c[2 * kk][1]);
     a[1] = pack(c[2 * kk][2], c[2 * kk][3]);
     a[2] = pack(c[2 * kk + 1][0], c[2 * kk + 1][1]);
@@ -150,17 +146,17 @@ struct Tf32 {
   using Element = float;
   static constexpr int kK = 8;
   // To nearest, ties away from zero (cvt.rna.tf32.f32's rounding); inf and NaN as they are.
-  static AG_MMA_DEVICE float operand(float x) {
+  static __device__ float operand(float x) {
     const uint32_t bits = bits_of(x);
     if ((bits & 0x7F800000u) == 0x7F800000u) return x;
     return float_of((bits + 0x1000u) & 0xFFFFE000u);
   }
 
-  static AG_MMA_DEVICE void mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { mma_sync<kK>(c, a, b); }
+  static __device__ void mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { mma_sync<kK>(c, a, b); }
 
-  static AG_MMA_DEVICE uint32_t at(const float* p) { return bits_of(*p); }
+  static __device__ uint32_t at(const float* p) { return bits_of(*p); }
   // A's fragment of the 16 × 8 block at (m0, k0) of X stored [m][k].
-  static AG_MMA_DEVICE void load_a(const float* X, int ld, int m0, int k0, uint32_t (&a)[4]) {
+  static __device__ void load_a(const float* X, int ld, int m0, int k0, uint32_t (&a)[4]) {
     const int g = lane() / 4, t = lane() % 4;
     const float* p = X + (m0 + g) * ld + k0 + t;
     a[0] = at(p);
@@ -169,7 +165,7 @@ struct Tf32 {
     a[3] = at(p + 8 * ld + 4);
   }
   // B's fragment of the 8 × 8 block at (k0, n0) of B = Xᵀ, X stored [n][k].
-  static AG_MMA_DEVICE void load_b_rows(const float* X, int ld, int n0, int k0, uint32_t (&b)[2]) {
+  static __device__ void load_b_rows(const float* X, int ld, int n0, int k0, uint32_t (&b)[2]) {
     const int g = lane() / 4, t = lane() % 4;
     const float* p = X + (n0 + g) * ld + k0 + t;
     b[0] = at(p);
@@ -177,7 +173,7 @@ struct Tf32 {
   }
   // B's fragment of the 8 × 8 block at (k0, n0) of B = X, X stored [k][n], its slots
   // numbered as pack_a's: b0 = B[2t][g], b1 = B[2t+1][g].
-  static AG_MMA_DEVICE void load_b_columns(const float* X, int ld, int k0, int n0, uint32_t (&b)[2]) {
+  static __device__ void load_b_columns(const float* X, int ld, int k0, int n0, uint32_t (&b)[2]) {
     const int g = lane() / 4, t = lane() % 4;
     const float* p = X + (k0 + 2 * t) * ld + n0 + g;
     b[0] = at(p);
@@ -185,7 +181,7 @@ struct Tf32 {
   }
   // The A fragment of columns 8·kk … 8·kk + 7 of a [16, N] accumulator (its C fragment
   // kk), rounded to tf32: slot t is column 2t, slot t + 4 column 2t + 1.
-  template <int N> static AG_MMA_DEVICE void pack_a(const float (&c)[N / 8][4], int kk, uint32_t (&a)[4]) {
+  template <int N> static __device__ void pack_a(const float (&c)[N / 8][4], int kk, uint32_t (&a)[4]) {
     a[0] = bits_of(operand(c[kk][0]));  // (g, 2t)
     a[1] = bits_of(operand(c[kk][2]));  // (g + 8, 2t)
     a[2] = bits_of(operand(c[kk][1]));  // (g, 2t + 1)
@@ -200,14 +196,14 @@ template <class E> constexpr int kPad = 16 / static_cast<int>(sizeof(E));
 // C [16, N] += A [16, D] · (X [N, D])ᵀ: A's 16 rows from m0 of `A` stored [m][D], X
 // stored [n][D] (shared, row stride D + kPad). S = Q Kᵀ, dP = dZ Vᵀ and their transposes.
 template <class F, int D, int N>
-AG_MMA_DEVICE inline void product_rows(const typename F::Element* A, int m0, const typename F::Element* X,
+__device__ inline void product_rows(const typename F::Element* A, int m0, const typename F::Element* X,
                                        float (&c)[N / 8][4]) {
   constexpr int ld = D + kPad<typename F::Element>;
-  AG_MMA_UNROLL
+  AG_UNROLL
   for (int kk = 0; kk < D / F::kK; ++kk) {
     uint32_t a[4];
     F::load_a(A, ld, m0, F::kK * kk, a);
-    AG_MMA_UNROLL
+    AG_UNROLL
     for (int nt = 0; nt < N / 8; ++nt) {
       uint32_t b[2];
       F::load_b_rows(X, ld, 8 * nt, F::kK * kk, b);
@@ -218,13 +214,13 @@ AG_MMA_DEVICE inline void product_rows(const typename F::Element* A, int m0, con
 // C [16, D] += P [16, N] · X [N, D]: P from the registers (pack_a), X stored [N][D]
 // in shared memory. Z += P V, dQ += dS K, dV += Pᵀ dZ, dK += dSᵀ Q.
 template <class F, int D, int N>
-AG_MMA_DEVICE inline void product_columns(const float (&p)[N / 8][4], const typename F::Element* X, float (&c)[D / 8][4]) {
+__device__ inline void product_columns(const float (&p)[N / 8][4], const typename F::Element* X, float (&c)[D / 8][4]) {
   constexpr int ld = D + kPad<typename F::Element>;
-  AG_MMA_UNROLL
+  AG_UNROLL
   for (int kk = 0; kk < N / F::kK; ++kk) {
     uint32_t a[4];
     F::template pack_a<N>(p, kk, a);
-    AG_MMA_UNROLL
+    AG_UNROLL
     for (int nt = 0; nt < D / 8; ++nt) {
       uint32_t b[2];
       F::load_b_columns(X, ld, F::kK * kk, 8 * nt, b);

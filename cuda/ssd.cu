@@ -1,5 +1,5 @@
 // State-space attention on CUDA: the decayed product, chunked (Mamba-2's SSD
-// algorithm, the CPU's: three launches of cuda/chunked_product.cuh, whose
+// algorithm, the CPU's: three launches of cuda/chunked_product.cuh, whose kernels'
 // header gives the blocks, the shared memory and why), and the decay's
 // gradient, a suffix sum over T in spans of 64 positions (each span summed by
 // math::DecayGradient, core/ssd_math.h, the CPU's loop; then the spans' totals).

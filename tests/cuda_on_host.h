@@ -159,7 +159,7 @@ struct Warp {
   Barrier barrier{32};
   uint32_t a[32][4] = {}, b[32][2] = {};
   float c[32][4] = {}, d[2][32][4] = {};
-  float value[2][32] = {};
+  double value[2][32] = {};  // a float or a double shuffled (a float converts exactly)
 };
 
 // The block now running: its barrier, its warps.
@@ -180,13 +180,13 @@ class Block {
     barrier_.arrive([] {});  // nobody reads any_ after the next sync_or changes it
     return result;
   }
-  float shfl_xor(float v, int lane_mask) {
+  template <class T> T shfl_xor(T v, int lane_mask) {
     Warp& w = warp();
     const int lane = static_cast<int>(thread_index.x % 32);
     const uint64_t parity = w.barrier.generation() % 2;
-    w.value[parity][lane] = v;
+    w.value[parity][lane] = static_cast<double>(v);
     w.barrier.arrive([] {});
-    return w.value[parity][lane ^ lane_mask];
+    return static_cast<T>(w.value[parity][lane ^ lane_mask]);
   }
   // One lane's part of mma.sync with depth K (16: bf16 m16n8k16, 8: tf32 m16n8k8): the
   // lanes leave their registers, the last to arrive multiplies for all, each takes its D.
@@ -314,7 +314,7 @@ inline uint32_t pair_at(const bf16* p) {
 #define gridDim ag::test::cuda_host::grid_dim
 inline void __syncthreads() { ag::test::cuda_host::block->sync(); }
 inline int __syncthreads_or(int predicate) { return ag::test::cuda_host::block->sync_or(predicate != 0) ? 1 : 0; }
-inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
+template <class T> T __shfl_xor_sync(unsigned, T v, int lane_mask) {  // float and double
   return ag::test::cuda_host::block->shfl_xor(v, lane_mask);
 }
 struct alignas(16) uint4 {  // CUDA's: 16 bytes, 16-byte aligned (the kernels copy tiles 16 bytes at a time)

@@ -1,5 +1,5 @@
 // The reference side of the tensor-core flash tests (tests/test_flash_mma.cpp on a device,
-// tests/test_flash_mma_host.cpp on host threads): the cases, the error bound derived from
+// tests/test_cuda_on_host.cpp on host threads): the cases, the error bound derived from
 // each operand format's unit roundoff, the naive attention in that format, and the roundings.
 #pragma once
 #include <cmath>

@@ -244,7 +244,7 @@ TEST_CASE_EVERY_DEVICE("linear attention: elu1 and favor, causal and not, on eve
       }
 }
 
-// The shapes the CUDA kernels tile differently (cuda/chunked_product.cuh), as ssd's: chunks of 1, 16
+// The shapes the CUDA kernels tile differently (cuda/chunked_kernels.cuh), as ssd's: chunks of 1, 16
 // and 64 positions with T = 1, below a chunk, a multiple of one and not; head widths 32, 64 and 128
 // (the products' r and e are d and d + 1: one column past a 64-wide tile); grouped kv heads (a kv
 // head's gradients sum its query heads inside the kernel); causal and not; float32 and float64. On

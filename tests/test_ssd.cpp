@@ -260,7 +260,7 @@ TEST_CASE_EVERY_DEVICE("ssd attention: decoding from the state in a LayerKVCache
       }
 }
 
-// The shapes the CUDA kernels tile differently (cuda/chunked_product.cuh): chunks of 1, 16 and 64
+// The shapes the CUDA kernels tile differently (cuda/chunked_kernels.cuh): chunks of 1, 16 and 64
 // positions with T = 1, below a chunk, a multiple of one and not; head widths 32, 64 and 128 (r and e
 // past one 32-wide slice of the contraction and one 64-wide output tile); grouped kv heads; float32
 // and float64. Each backward runs two anticausal products, so both directions are in every case. On

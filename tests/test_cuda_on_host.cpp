@@ -19,6 +19,20 @@
 //    with Tq < Tk, both layouts, d_h 64 and 128, a window with random blocks, ALiBi with a
 //    window. What the host cannot show — the hardware's accumulation and rounding inside an
 //    mma, timing, shared-memory banks — the device's cases do.
+//
+// 3. FlashAttention's kernels on CUDA cores (cuda/flash_kernels.cuh: the float32 and float64
+//    forward, dQ and dK dV kernels that every problem the tensor cores do not take runs on),
+//    in float64 against the CPU's flash in float64, to 1e-12 normwise: causal and not, grouped
+//    kv heads with Tq < Tk, both layouts, a window, dilation and global keys, random blocks,
+//    ALiBi, a soft cap, on each of the three tiles (32, 16, 8) the launch may choose.
+//
+// 4. The chunked decayed product (cuda/chunked_kernels.cuh: chunk states, state passing,
+//    outputs — Mamba-2's SSD algorithm, the GPU's ssd and linear attention), each block as 256
+//    fibers, in float64 against the recurrence it computes, h_i = a_i h_(i−1) + Σ_g w_i B_giᵀ C_gi
+//    and Out_i = A_i h_i (the anticausal one from the end; "all": every j, no decay), within
+//    1e-12 of the same recurrence in absolute values: causal, anticausal and all, a decoding
+//    state in and out, one and two in-heads, chunks of 64 and 16, T of one chunk and several
+//    (not multiples), r and e across the 64-wide tiles and the 32-wide slices.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -40,6 +54,22 @@ using std::min;
 }  // namespace ag::cuda::flash_mma
 
 #include "cuda/flash_mma_kernels.cuh"
+
+// The dynamic shared memory of the CUDA-core flash kernels (48 KB at most) and of the chunked
+// ones (the outputs kernel's in float64: 68 KB), cuda/shared_buffers.cuh's, and CUDA's min
+// and exp (for float) where the kernels call them.
+namespace ag::cuda {
+alignas(16) unsigned char shared_bytes[96 * 1024];
+namespace {
+using std::min;
+}  // namespace
+}  // namespace ag::cuda
+namespace ag::cuda::chunked {
+using std::exp;
+}  // namespace ag::cuda::chunked
+
+#include "cuda/chunked_kernels.cuh"
+#include "cuda/flash_kernels.cuh"
 
 // A named namespace, not a using-directive at file scope: the tests build in unity batches,
 // where tests/test_flash_mma.cpp has a bf16() of its own.
@@ -297,5 +327,214 @@ TEST_CASE("flash on host threads: tf32 tensor-core kernels within tf32's derived
 }
 
 }  // namespace flash_mma_host_test
+
+namespace flash_host_test {
+using namespace ag;
+using namespace ag::test::flash_mma_reference;
+namespace host = ag::test::cuda_host;
+
+struct FloatCase {
+  Case shape;
+  double soft_cap;
+  int tile;
+};
+
+TEST_CASE("flash on host threads: the CUDA-core kernels in float64 equal the CPU's flash to 1e-12, on every tile") {
+  const std::vector<FloatCase> cases = {
+      {{2, 2, 2, 37, 37, 16, true, AttentionLayout::BHTD}, 0, 32},
+      {{1, 3, 1, 20, 45, 24, false, AttentionLayout::BTHD}, 0, 16},  // three query heads over one kv head, Tq < Tk
+      {{1, 4, 2, 30, 70, 16, true, AttentionLayout::BTHD}, 0, 8},    // grouped kv heads, queries after a prefix
+      {{1, 2, 2, 60, 60, 16, true, AttentionLayout::BHTD, {.window = 8, .dilation = 2, .global = 3}}, 0, 16},
+      {{1, 2, 1, 64, 64, 16, true, AttentionLayout::BHTD, {.window = 6, .random_blocks = 2, .seed = 7}}, 0, 8},
+      {{1, 4, 4, 40, 40, 16, true, AttentionLayout::BTHD, {}, true}, 0, 32},  // ALiBi
+      {{2, 2, 2, 33, 33, 16, true, AttentionLayout::BHTD}, 5.0, 16},           // a soft cap
+  };
+  for (const FloatCase& f : cases) {
+    const Case& c = f.shape;
+    CAPTURE(describe(c));
+    CAPTURE(f.soft_cap);
+    CAPTURE(f.tile);
+    const auto shape_of = [&](int64_t H, int64_t T) {
+      return c.layout == AttentionLayout::BTHD ? Shape{c.B, T, H, c.d} : Shape{c.B, H, T, c.d};
+    };
+    const uint64_t seed = static_cast<uint64_t>(c.Tq * 100 + c.d);
+    const std::vector<Tensor> in = {ag::test::random(shape_of(c.Hq, c.Tq), seed),
+                                    ag::test::random(shape_of(c.Hkv, c.Tk), seed + 1),
+                                    ag::test::random(shape_of(c.Hkv, c.Tk), seed + 2)};
+    const Tensor upstream = ag::test::random(shape_of(c.Hq, c.Tq), seed + 3, DType::Float64, false);
+    AttentionSpec spec = spec_of(c);
+    if (f.soft_cap > 0) ag::test::softmax_of(spec).mods.soft_cap = f.soft_cap;
+    const ag::test::AttentionRun exact = ag::test::run_attention(in, spec, Device::CPU, DType::Float64, upstream);
+
+    const auto strides = [&](int64_t H, int64_t T) {
+      return c.layout == AttentionLayout::BTHD ? HeadStrides{T * H * c.d, c.d, H * c.d} : HeadStrides{H * T * c.d, T * c.d, c.d};
+    };
+    AttentionShape shape{c.B, c.Hq, c.Hkv, c.Tq, c.Tk, c.d, 1.0 / std::sqrt(static_cast<double>(c.d)),
+                         mask_of(c), strides(c.Hq, c.Tq), strides(c.Hkv, c.Tk)};
+    shape.mods.soft_cap = f.soft_cap;
+    const std::vector<double> Q = in[0].to_vector(), K = in[1].to_vector(), V = in[2].to_vector(), dZ = upstream.to_vector();
+    std::vector<double> Z(Q.size()), dQ(Q.size()), dK(K.size()), dV(V.size()), lse(static_cast<size_t>(c.B * c.Hq * c.Tq)),
+        D(lse.size());
+    // The shared memory each kernel asks at this tile fits the buffer, as 48 KB does on a device.
+    REQUIRE(ag::cuda::forward_floats(f.tile, c.d) * 8 <= 48 * 1024);
+    REQUIRE(ag::cuda::query_floats(f.tile, shape) * 8 <= 48 * 1024);
+    REQUIRE(ag::cuda::key_floats(f.tile, shape) * 8 <= 48 * 1024);
+    const auto blocks = [](int64_t tasks) { return static_cast<unsigned>(std::min<int64_t>(tasks, 3)); };
+    const int64_t q_tiles = ag::cuda::tiles_of(c.Tq, f.tile), k_tiles = ag::cuda::tiles_of(c.Tk, f.tile);
+    host::launch(blocks(c.B * c.Hq * q_tiles), 128, [&] {
+      ag::cuda::flash_forward_kernel<double>(Q.data(), K.data(), V.data(), shape, f.tile, Z.data(), lse.data());
+    });
+    host::launch(blocks(c.B * c.Hq * q_tiles), 128, [&] {
+      ag::cuda::flash_backward_query_kernel<double>(Q.data(), K.data(), V.data(), lse.data(), dZ.data(), shape, f.tile,
+                                                    false, false, D.data(), dQ.data(), nullptr);
+    });
+    host::launch(blocks(c.B * c.Hkv * k_tiles), 128, [&] {
+      ag::cuda::flash_backward_key_kernel<double>(Q.data(), K.data(), V.data(), lse.data(), D.data(), dZ.data(), shape,
+                                                  f.tile, false, dK.data(), dV.data());
+    });
+    const auto tensor = [](const std::vector<double>& x, const Tensor& like) {
+      return Tensor::from_vector(x, like.shape(), DType::Float64);
+    };
+    CHECK_CLOSE(tensor(Z, exact.Z), exact.Z, 1e-12);
+    CHECK_CLOSE(tensor(lse, exact.lse), exact.lse, 1e-12);
+    CHECK_CLOSE(tensor(dQ, exact.dQ), exact.dQ, 1e-12);
+    CHECK_CLOSE(tensor(dK, exact.dK), exact.dK, 1e-12);
+    CHECK_CLOSE(tensor(dV, exact.dV), exact.dV, 1e-12);
+  }
+}
+
+}  // namespace flash_host_test
+
+namespace chunked_host_test {
+using namespace ag;
+namespace chunked = ag::cuda::chunked;
+namespace host = ag::test::cuda_host;
+
+// The product's operands as the kernels read them (cuda/ssd.cu's SsdOperands, on plain
+// arrays): problem n's rows of A [r], B_g [r], C_g [e], Out [e], and λ, w per position.
+struct Operands {
+  const double *A, *B, *C, *log_a, *w;
+  double* Out;
+  int64_t T, r, e, G;
+  int64_t groups() const { return G; }
+  chunked::Rows<const double> a(int64_t n, int64_t j) const { return {A + (n * T + j) * r, r}; }
+  chunked::Rows<const double> b(int64_t n, int64_t g, int64_t j) const { return {B + ((n * G + g) * T + j) * r, r}; }
+  chunked::Rows<const double> c(int64_t n, int64_t g, int64_t j) const { return {C + ((n * G + g) * T + j) * e, e}; }
+  chunked::Rows<double> out(int64_t n, int64_t j) const { return {Out + (n * T + j) * e, e}; }
+  double log_decay(int64_t n, int64_t j) const { return log_a[n * T + j]; }
+  double weight(int64_t n, int64_t j) const { return w[n * T + j]; }
+};
+
+struct ChunkCase {
+  PrefixDirection direction;
+  int64_t problems, T, r, e, G, chunk;
+  bool from_state;
+};
+
+// The recurrence, per problem, in float64: Out [problems, T, e] and the last state; with
+// `absolute`, every operand's magnitude instead (the scale the error is measured against).
+struct Recurrence {
+  std::vector<double> Out, state;
+};
+Recurrence recurrence(const ChunkCase& k, const Operands& p, const std::vector<double>& state_in, bool absolute) {
+  const auto v = [absolute](double x) { return absolute ? std::abs(x) : x; };
+  Recurrence out{std::vector<double>(static_cast<size_t>(k.problems * k.T * k.e)), state_in};
+  for (double& x : out.state) x = v(x);
+  const bool causal = k.direction == PrefixDirection::Causal, all = k.direction == PrefixDirection::All;
+  for (int64_t n = 0; n < k.problems; ++n) {
+    std::vector<double> h(out.state.begin() + n * k.r * k.e, out.state.begin() + (n + 1) * k.r * k.e);
+    if (!k.from_state) std::fill(h.begin(), h.end(), 0.0);
+    const auto add_terms = [&](int64_t j) {  // h += Σ_g w_j B_gjᵀ C_gj
+      for (int64_t g = 0; g < k.G; ++g)
+        for (int64_t x = 0; x < k.r; ++x)
+          for (int64_t y = 0; y < k.e; ++y)
+            h[x * k.e + y] += v(p.weight(n, j)) * v(p.b(n, g, j)[0][x]) * v(p.c(n, g, j)[0][y]);
+    };
+    const auto read = [&](int64_t i) {  // Out_i = A_i h
+      for (int64_t y = 0; y < k.e; ++y) {
+        double sum = 0;
+        for (int64_t x = 0; x < k.r; ++x) sum += v(p.a(n, i)[0][x]) * h[x * k.e + y];
+        out.Out[(n * k.T + i) * k.e + y] = sum;
+      }
+    };
+    if (all) {
+      for (int64_t j = 0; j < k.T; ++j) add_terms(j);
+      for (int64_t i = 0; i < k.T; ++i) read(i);
+    }
+    for (int64_t step = 0; step < (all ? 0 : k.T); ++step) {
+      const int64_t i = causal ? step : k.T - 1 - step;
+      // causal: h_i = a_i h_(i−1) + terms_i; anticausal: h_i = a_(i+1) h_(i+1) + terms_i
+      const int64_t decayed = causal ? i : i + 1;
+      if (decayed < k.T)
+        for (double& x : h) x *= std::exp(p.log_decay(n, decayed));
+      add_terms(i);
+      read(i);
+    }
+    std::copy(h.begin(), h.end(), out.state.begin() + n * k.r * k.e);
+  }
+  return out;
+}
+
+// The three launches of cuda/chunked_product.cuh's product() on at most 3 blocks each.
+void run_chunked(const chunked::Plan& plan, const Operands& p, double* state) {
+  std::vector<double> states(static_cast<size_t>(plan.problems * plan.chunks * plan.r * plan.e)),
+      decays(static_cast<size_t>(plan.problems * plan.chunks));
+  const int64_t tasks = plan.problems * plan.chunks;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tasks, 3));
+  host::launch(blocks, chunked::kBlockThreads,
+               [&] { chunked::chunk_states_kernel<double, Operands>(p, plan, states.data(), decays.data()); });
+  const chunked::StatePassing<double> passing{states.data(), decays.data(), plan.from_state ? state : nullptr, plan};
+  for (int64_t i = 0; i < plan.problems * plan.r * plan.e; ++i) passing(i);
+  host::launch(blocks, chunked::kBlockThreads,
+               [&] { chunked::chunk_outputs_kernel<double, Operands>(p, plan, states.data()); });
+}
+
+TEST_CASE("chunked product on host threads: the GPU's chunked ssd and linear attention kernels equal their recurrence (float64, 1e-12)") {
+  const std::vector<ChunkCase> cases = {
+      {PrefixDirection::Causal, 2, 200, 16, 8, 1, 64, false},    // four chunks, the last partial
+      {PrefixDirection::Anticausal, 1, 37, 70, 65, 1, 16, false},  // r and e over two tiles, r over three slices
+      {PrefixDirection::Causal, 2, 100, 40, 33, 1, 64, true},     // decoding: a state in, the last one out
+      {PrefixDirection::All, 1, 70, 20, 9, 2, 64, false},          // linear attention's every j, two in-heads
+      {PrefixDirection::Causal, 3, 1, 8, 8, 2, 64, false},         // T = 1
+      {PrefixDirection::Anticausal, 1, 130, 8, 70, 2, 64, false},
+  };
+  for (const ChunkCase& k : cases) {
+    CAPTURE(static_cast<int>(k.direction));
+    CAPTURE(k.T);
+    CAPTURE(k.r);
+    CAPTURE(k.e);
+    CAPTURE(k.G);
+    CAPTURE(k.chunk);
+    std::mt19937 rng(static_cast<unsigned>(k.T * 31 + k.r));
+    std::normal_distribution<double> normal;
+    std::uniform_real_distribution<double> uniform(0.5, 1.0);
+    const auto fill = [&](int64_t count, auto draw) {
+      std::vector<double> x(static_cast<size_t>(count));
+      for (double& v : x) v = draw();
+      return x;
+    };
+    const int64_t rows = k.problems * k.T;
+    const std::vector<double> A = fill(rows * k.r, [&] { return normal(rng); }),
+                              B = fill(rows * k.G * k.r, [&] { return normal(rng); }),
+                              C = fill(rows * k.G * k.e, [&] { return normal(rng); }),
+                              log_a = fill(rows, [&] { return k.direction == PrefixDirection::All ? 0.0 : std::log(uniform(rng)); }),
+                              w = fill(rows, [&] { return uniform(rng); }),
+                              state_in = fill(k.problems * k.r * k.e, [&] { return normal(rng); });
+    std::vector<double> out(static_cast<size_t>(rows * k.e), 0.0), state = state_in;
+    const Operands p{A.data(), B.data(), C.data(), log_a.data(), w.data(), out.data(), k.T, k.r, k.e, k.G};
+    run_chunked(chunked::make_plan(k.direction, k.problems, k.T, k.r, k.e, k.chunk, k.from_state), p, state.data());
+    const Recurrence exact = recurrence(k, p, state_in, false), scale = recurrence(k, p, state_in, true);
+    double worst = 0;
+    for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::abs(out[i] - exact.Out[i]) / scale.Out[i]);
+    double worst_state = 0;
+    if (k.from_state)
+      for (size_t i = 0; i < state.size(); ++i)
+        worst_state = std::max(worst_state, std::abs(state[i] - exact.state[i]) / scale.state[i]);
+    CHECK(worst <= 1e-12);
+    CHECK(worst_state <= 1e-12);
+  }
+}
+
+}  // namespace chunked_host_test
 
 #include "tests/cuda_on_host_end.h"
