@@ -54,6 +54,7 @@
 #include "cuda/attention_tiles.cuh"
 #include "cuda/host_compilable.cuh"
 #include "cuda/mma_fragments.cuh"
+#include "cuda/shared_buffers.cuh"
 
 namespace ag::cuda::flash_mma {
 namespace {
@@ -169,7 +170,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     forward_kernel(const typename F::Element* Q, const typename F::Element* K, const typename F::Element* V,
                    AttentionShape shape, float* Z, double* lse) {
   using E = typename F::Element;
-  extern __shared__ __align__(16) unsigned char shared[];
+  unsigned char* shared = dynamic_shared_bytes();
   constexpr int ld = D + kPad<E>;
   E *sQ = reinterpret_cast<E*>(shared), *sK = sQ + kRows * ld, *sV = sK + kCols * ld;
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
@@ -313,7 +314,7 @@ __global__ void __launch_bounds__(kBlockThreads)
                           const typename F::Element* dZ, const double* lse, AttentionShape shape, bool given_D,
                           bool accumulate, float* Dsum, float* dQ) {
   using E = typename F::Element;
-  extern __shared__ __align__(16) unsigned char shared[];
+  unsigned char* shared = dynamic_shared_bytes();
   constexpr int ld = D + kPad<E>;
   E *sQ = reinterpret_cast<E*>(shared), *sdZ = sQ + kRows * ld, *sK = sdZ + kRows * ld, *sV = sK + kCols * ld;
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
@@ -407,7 +408,7 @@ __global__ void __launch_bounds__(kBlockThreads)
                         const typename F::Element* dZ, const double* lse, const float* Dsum, AttentionShape shape,
                         bool accumulate, float* dK, float* dV) {
   using E = typename F::Element;
-  extern __shared__ __align__(16) unsigned char shared[];
+  unsigned char* shared = dynamic_shared_bytes();
   constexpr int ld = D + kPad<E>, NQ = kQueries<D>;
   E *sK = reinterpret_cast<E*>(shared), *sV = sK + kCols * ld, *sQ = sV + kCols * ld, *sdZ = sQ + NQ * ld;
   float *s_hi = reinterpret_cast<float*>(sdZ + NQ * ld), *s_lo = s_hi + NQ, *s_D = s_lo + NQ;

@@ -305,7 +305,7 @@ inline uint32_t pair_at(const bf16* p) {
 #define __global__
 #define __device__
 #define __host__
-#define __shared__
+#define __shared__ static  // a kernel's fixed shared arrays: one per function, as blocks run one at a time
 #define __launch_bounds__(threads)
 #define __align__(bytes) __attribute__((aligned(bytes)))
 #define threadIdx ag::test::cuda_host::thread_index

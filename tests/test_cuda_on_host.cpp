@@ -33,6 +33,13 @@
 //    1e-12 of the same recurrence in absolute values: causal, anticausal and all, a decoding
 //    state in and out, one and two in-heads, chunks of 64 and 16, T of one chunk and several
 //    (not multiples), r and e across the 64-wide tiles and the 32-wide slices.
+//
+// 5. The embedding's backward after CUB's sort (cuda/embedding_kernels.cuh: the sort keys,
+//    the run sums, the segment sums; the sort itself as std::stable_sort, which CUB's radix
+//    sort is) against each row's plain sum in float64, every run length (one row on most
+//    positions, rows of one position, indices out of the table), and unnamed rows exactly 0;
+//    and the loss's scored positions (one block of 1024 threads, a scan) against the order the
+//    CPU gives.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -44,22 +51,11 @@
 // last: it defines CUDA's keywords for the device code
 #include "tests/cuda_on_host.h"
 
-// The kernels' dynamic shared memory (one buffer: blocks run one at a time), and CUDA's
-// min for their int64 arguments, in the namespace the kernels are declared in.
-namespace ag::cuda::flash_mma {
-namespace {
-alignas(16) unsigned char shared[160 * 1024];  // the largest: tf32's dQ kernel at d_h 128, 132 KB
-using std::min;
-}  // namespace
-}  // namespace ag::cuda::flash_mma
-
-#include "cuda/flash_mma_kernels.cuh"
-
-// The dynamic shared memory of the CUDA-core flash kernels (48 KB at most) and of the chunked
-// ones (the outputs kernel's in float64: 68 KB), cuda/shared_buffers.cuh's, and CUDA's min
-// and exp (for float) where the kernels call them.
+// The kernels' dynamic shared memory (cuda/shared_buffers.cuh: one buffer, as blocks run one
+// at a time; the largest ask is tf32's dQ kernel at d_h 128, 132 KB), and CUDA's min (int64)
+// and exp (float) where the kernels call them unqualified.
 namespace ag::cuda {
-alignas(16) unsigned char shared_bytes[96 * 1024];
+alignas(16) unsigned char shared_bytes[160 * 1024];
 namespace {
 using std::min;
 }  // namespace
@@ -68,7 +64,10 @@ namespace ag::cuda::chunked {
 using std::exp;
 }  // namespace ag::cuda::chunked
 
+#include "cuda/flash_mma_kernels.cuh"
+
 #include "cuda/chunked_kernels.cuh"
+#include "cuda/embedding_kernels.cuh"
 #include "cuda/flash_kernels.cuh"
 
 // A named namespace, not a using-directive at file scope: the tests build in unity batches,
@@ -536,5 +535,87 @@ TEST_CASE("chunked product on host threads: the GPU's chunked ssd and linear att
 }
 
 }  // namespace chunked_host_test
+
+namespace embedding_host_test {
+using namespace ag;
+namespace host = ag::test::cuda_host;
+
+TEST_CASE("embedding on host threads: the backward's passes after the sort give each row's sum, unnamed rows 0") {
+  struct EmbeddingCase {
+    int64_t V, N, C;
+    double on_row_zero;  // the share of positions on row 0
+  };
+  for (const EmbeddingCase& k : {EmbeddingCase{65, 1000, 3, 0.6}, EmbeddingCase{20, 31, 2, 0.0},
+                                 EmbeddingCase{20, 33, 5, 0.3}, EmbeddingCase{5000, 700, 2, 0.0},
+                                 EmbeddingCase{7, 1, 4, 1.0}}) {
+    CAPTURE(k.V);
+    CAPTURE(k.N);
+    std::mt19937 rng(static_cast<unsigned>(k.V + k.N));
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    std::normal_distribution<double> normal;
+    std::vector<int64_t> indices(static_cast<size_t>(k.N));
+    for (int64_t& v : indices) {
+      const double u = uniform(rng);
+      v = u < k.on_row_zero ? 0 : static_cast<int64_t>(rng() % static_cast<unsigned>(k.V));
+      if (uniform(rng) < 0.02) v = k.V + 3;  // outside the table: sorted last, never written
+    }
+    std::vector<double> dOut(static_cast<size_t>(k.N * k.C));
+    for (double& x : dOut) x = normal(rng);
+    std::vector<uint32_t> keys(indices.size());
+    std::vector<int32_t> positions(indices.size());
+    const ag::cuda::SortKeys sort_keys{indices.data(), k.V, keys.data(), positions.data()};
+    for (int64_t n = 0; n < k.N; ++n) sort_keys(n);
+    std::vector<int32_t> order(positions);  // CUB's SortPairs, stable by key
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return keys[static_cast<size_t>(a)] < keys[static_cast<size_t>(b)]; });
+    std::vector<uint32_t> sorted_keys(keys.size());
+    for (size_t i = 0; i < order.size(); ++i) sorted_keys[i] = keys[static_cast<size_t>(order[i])];
+    std::vector<double> partial(dOut.size()), dWeight(static_cast<size_t>(k.V * k.C), 0.0);  // zeroed, as the memset
+    const int64_t chunks = (k.N + ag::cuda::kRunChunk - 1) / ag::cuda::kRunChunk;
+    const ag::cuda::RunSums<double> runs{dOut.data(), sorted_keys.data(), order.data(), partial.data(), k.N, k.C};
+    for (int64_t i = 0; i < chunks * k.C; ++i) runs(i);
+    const ag::cuda::SegmentSums<double> segments{sorted_keys.data(), partial.data(), dWeight.data(), k.N, k.C, k.V};
+    for (int64_t i = 0; i < k.N * k.C; ++i) segments(i);
+    std::vector<double> exact(dWeight.size(), 0.0), size(dWeight.size(), 0.0);
+    for (int64_t n = 0; n < k.N; ++n)
+      if (indices[static_cast<size_t>(n)] < k.V)
+        for (int64_t c = 0; c < k.C; ++c) {
+          exact[static_cast<size_t>(indices[static_cast<size_t>(n)] * k.C + c)] += dOut[static_cast<size_t>(n * k.C + c)];
+          size[static_cast<size_t>(indices[static_cast<size_t>(n)] * k.C + c)] += std::abs(dOut[static_cast<size_t>(n * k.C + c)]);
+        }
+    double worst = 0;
+    int64_t unnamed_nonzero = 0;
+    for (size_t i = 0; i < dWeight.size(); ++i) {
+      if (size[i] == 0) unnamed_nonzero += dWeight[i] != 0.0;
+      else worst = std::max(worst, std::abs(dWeight[i] - exact[i]) / size[i]);
+    }
+    CHECK(worst <= 1e-12);
+    CHECK(unnamed_nonzero == 0);
+  }
+}
+
+TEST_CASE("scored positions on host threads: one block's scan lists the scored targets in the CPU's order") {
+  for (const int64_t N : {int64_t{1}, int64_t{700}, int64_t{5000}}) {
+    CAPTURE(N);
+    const int64_t ignore_index = -100;
+    std::mt19937 rng(static_cast<unsigned>(N));
+    std::vector<int64_t> targets(static_cast<size_t>(N));
+    for (int64_t& t : targets) t = rng() % 4 == 0 ? ignore_index : static_cast<int64_t>(rng() % 65);
+    std::vector<int64_t> expected_rows, expected_scored;
+    for (int64_t i = 0; i < N; ++i)
+      if (targets[static_cast<size_t>(i)] != ignore_index) {
+        expected_rows.push_back(i);
+        expected_scored.push_back(targets[static_cast<size_t>(i)]);
+      }
+    const int64_t n = static_cast<int64_t>(expected_rows.size());
+    std::vector<int64_t> rows(static_cast<size_t>(n), -1), scored(static_cast<size_t>(n), -1);
+    host::launch(1, ag::cuda::kScanThreads, [&] {
+      ag::cuda::scored_positions_kernel(targets.data(), N, ignore_index, n, rows.data(), scored.data());
+    });
+    CHECK(rows == expected_rows);
+    CHECK(scored == expected_scored);
+  }
+}
+
+}  // namespace embedding_host_test
 
 #include "tests/cuda_on_host_end.h"
