@@ -21,6 +21,7 @@
 #include "core/tensor.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "cuda/grid.cuh"
 #include "cuda/reduce_ops.cuh"
 
 // After every <<<...>>>: a bad configuration shows up here, named by file:line.
@@ -56,8 +57,7 @@ inline unsigned blocks_for(int64_t n, int threads = kThreads) {
 // (block_reduce needs it), 32 to 256. Longer rows loop.
 inline int row_threads(int64_t cols) { return static_cast<int>(std::clamp<int64_t>((cols + 31) / 32 * 32, 32, 256)); }
 
-__device__ inline int64_t thread_index() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
-__device__ inline int64_t thread_count() { return gridDim.x * static_cast<int64_t>(blockDim.x); }
+// thread_index() and thread_count(): cuda/grid.cuh.
 
 // --- scratch ----------------------------------------------------------------------------
 // `count` elements of T from the caching allocator for a call's scope: freed when

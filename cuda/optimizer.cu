@@ -1,75 +1,13 @@
 // Optimizer updates: one thread per element, in place, over the per-element
-// updates of core/optimizer_math.h that the CPU kernels use too.
+// updates of core/optimizer_math.h that the CPU kernels use too (the kernels:
+// cuda/optimizer_kernels.cuh).
 #include <cmath>
 
-#include "core/optimizer_math.h"
 #include "cuda/cuda.h"
 #include "cuda/launch.cuh"
+#include "cuda/optimizer_kernels.cuh"
 
 namespace ag::cuda {
-
-namespace {
-
-// An update that every thread skips when the guard (a device scalar) is not finite.
-template <class Update> struct UnlessNonFinite {
-  Update update;
-  const double* guard;
-  __device__ void operator()(int64_t i) const {
-    if (guard && !isfinite(*guard)) return;
-    update(i);
-  }
-};
-template <class Update> UnlessNonFinite<Update> unless_non_finite(const Update& update, const double* guard) {
-  return {update, guard};
-}
-
-// Adam over n elements at step t = *applied_steps + 1, read where the count lives:
-// the step's scalars (two pow) once per block, in shared memory, then one element
-// per thread, grid-stride.
-template <class T> __global__ void adam_kernel(int64_t n, T* p, const T* g, T* m, T* v, kernel::AdamHyper hyper) {
-  if (hyper.skip_unless_finite && !isfinite(*hyper.skip_unless_finite)) return;  // the same for every thread
-  __shared__ math::AdamStep at;
-  if (threadIdx.x == 0) at = math::adam_step_at(hyper, *hyper.applied_steps + 1);
-  __syncthreads();
-  const math::AdamUpdate<T> update(p, g, m, v, hyper, at);
-  for (int64_t i = thread_index(); i < n; i += thread_count()) update(i);
-}
-
-// SGD's update, first step or not as the count in device memory says, at the rate
-// in device memory when it lives there (loads every thread shares).
-template <class T> struct SgdAtCount {
-  math::SgdUpdate<T> update;
-  const int64_t* applied_steps;
-  const double* lr_on_device;
-  __device__ void operator()(int64_t i) const {
-    math::SgdUpdate<T> at = update;
-    at.first_step = *applied_steps == 0;
-    if (lr_on_device) at.lr = static_cast<T>(*lr_on_device);
-    at(i);
-  }
-};
-
-__global__ void count_applied_step_kernel(int64_t* applied_steps, const double* guard) {
-  if (!guard || isfinite(*guard)) ++*applied_steps;
-}
-
-template <class T> struct Square {
-  const T* x;
-  __device__ double operator()(int64_t i) const { return static_cast<double>(x[i]) * static_cast<double>(x[i]); }
-};
-
-// x *= the clip coefficient, computed by every thread from the sum of squares in
-// device memory (the same arithmetic as the CPU: core/optimizer_math.h).
-template <class T> struct ClipByNorm {
-  T* x;
-  const double* sum_of_squares;
-  double max_norm;
-  __device__ void operator()(int64_t i) const {
-    const double coef = math::clip_coefficient(*sum_of_squares, max_norm);
-    if (coef < 1.0) x[i] *= static_cast<T>(coef);
-  }
-};
-}  // namespace
 
 void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const kernel::AdamHyper& hyper) {
   const int64_t n = param.numel();

@@ -40,23 +40,30 @@
 //    positions, rows of one position, indices out of the table), and unnamed rows exactly 0;
 //    and the loss's scored positions (one block of 1024 threads, a scan) against the order the
 //    CPU gives.
+//
+// 6. The optimizer's kernels (cuda/optimizer_kernels.cuh: Adam(W) with t read from the device's
+//    step count, SGD, the step count, the clip) against the CPU's kernels over four steps of
+//    which the second is skipped by its guard (issue 47: t, m, v and the parameters stay, and
+//    the next step is t = 2, SGD's next the first), to float64's last bits.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "core/dispatch.h"
 #include "tests/flash_mma_reference.h"
 #include "tests/helpers.h"
 // last: it defines CUDA's keywords for the device code
 #include "tests/cuda_on_host.h"
 
 // The kernels' dynamic shared memory (cuda/shared_buffers.cuh: one buffer, as blocks run one
-// at a time; the largest ask is tf32's dQ kernel at d_h 128, 132 KB), and CUDA's min (int64)
-// and exp (float) where the kernels call them unqualified.
+// at a time; the largest ask is tf32's dQ kernel at d_h 128, 132 KB), and CUDA's min (int64),
+// isfinite and exp (float) where the kernels call them unqualified.
 namespace ag::cuda {
 alignas(16) unsigned char shared_bytes[160 * 1024];
 namespace {
+using std::isfinite;
 using std::min;
 }  // namespace
 }  // namespace ag::cuda
@@ -68,6 +75,7 @@ using std::exp;
 
 #include "cuda/chunked_kernels.cuh"
 #include "cuda/embedding_kernels.cuh"
+#include "cuda/optimizer_kernels.cuh"
 #include "cuda/flash_kernels.cuh"
 
 // A named namespace, not a using-directive at file scope: the tests build in unity batches,
@@ -617,5 +625,76 @@ TEST_CASE("scored positions on host threads: one block's scan lists the scored t
 }
 
 }  // namespace embedding_host_test
+
+namespace optimizer_host_test {
+using namespace ag;
+namespace host = ag::test::cuda_host;
+
+// Four steps, the second with a non-finite guard, on the host-run CUDA kernels and on the
+// CPU's; every parameter, moment and the count agree, and the count says 3.
+TEST_CASE("optimizer on host threads: Adam(W) and SGD kernels skip a guarded step as the CPU does (t stays)") {
+  const int64_t n = 700;  // two blocks of 256 and a grid-stride turn
+  std::mt19937 rng(47);
+  std::normal_distribution<double> normal;
+  const auto draw = [&] {
+    std::vector<double> x(static_cast<size_t>(n));
+    for (double& v : x) v = normal(rng);
+    return x;
+  };
+  const std::vector<double> start = draw();
+  const std::vector<std::vector<double>> grads = {draw(), draw(), draw(), draw()};
+  const double guards[] = {1.0, NAN, 2.0, 3.0};
+  const auto cpu = [&](const std::vector<double>& x) { return Tensor::from_vector(x, {n}, DType::Float64); };
+  for (const bool adam : {true, false}) {
+    CAPTURE(adam);
+    // the host-run kernels' state, and the CPU's
+    std::vector<double> p = start, m(static_cast<size_t>(n), 0.0), v(static_cast<size_t>(n), 0.0), g;
+    int64_t count = 0;
+    Tensor cp = cpu(start), cm = cpu(m), cv = cpu(v), cg, ccount = Tensor::from_indices({0}, {1});
+    for (int step = 0; step < 4; ++step) {
+      CAPTURE(step);
+      g = grads[static_cast<size_t>(step)];
+      cg = cpu(g);
+      const double guard = guards[step];
+      if (adam) {
+        kernel::AdamHyper hyper{0.01, 0.9, 0.999, 1e-8, 0.1, &count, true, &guard};
+        host::launch(2, 256, [&] { ag::cuda::adam_kernel<double>(n, p.data(), g.data(), m.data(), v.data(), hyper); });
+        kernel::AdamHyper on_cpu = hyper;
+        on_cpu.applied_steps = static_cast<const int64_t*>(ccount.raw_data());
+        kernel::adam_step(cp, cg, cm, cv, on_cpu);
+      } else {
+        kernel::SgdHyper hyper{0.05, 0.9, 0.1, 0.01, true, &count, &guard};
+        const math::SgdUpdate<double> update(p.data(), g.data(), m.data(), hyper, false, hyper.lr);
+        const auto body = ag::cuda::unless_non_finite(ag::cuda::SgdAtCount<double>{update, &count, nullptr}, &guard);
+        for (int64_t i = 0; i < n; ++i) body(i);  // for_each_index's threads, one after another
+        kernel::SgdHyper on_cpu = hyper;
+        on_cpu.applied_steps = static_cast<const int64_t*>(ccount.raw_data());
+        kernel::sgd_step(cp, cg, cm, on_cpu);
+      }
+      host::launch(1, 1, [&] { ag::cuda::count_applied_step_kernel(&count, &guard); });
+      kernel::count_applied_step(ccount, &guard);
+      CHECK(count == ccount.to_indices()[0]);
+      CHECK(ag::test::relative_error(cpu(p), cp) <= 1e-15);
+      CHECK(ag::test::relative_error(cpu(m), cm) <= 1e-15);
+      if (adam) CHECK(ag::test::relative_error(cpu(v), cv) <= 1e-15);
+    }
+    CHECK(count == 3);  // the guarded step was not counted
+  }
+}
+
+TEST_CASE("optimizer on host threads: the clip scales by the CPU's coefficient, and only when above the norm") {
+  for (const double max_norm : {0.5, 1e6}) {
+    std::vector<double> x = {3.0, -4.0, 12.0};  // norm 13
+    const double sum_of_squares = 169.0;
+    const ag::cuda::ClipByNorm<double> clip{x.data(), &sum_of_squares, max_norm};
+    for (int64_t i = 0; i < 3; ++i) clip(i);
+    Tensor on_cpu = Tensor::from_vector({3.0, -4.0, 12.0}, {3}, DType::Float64);
+    const Tensor total = Tensor::from_vector({169.0}, {1}, DType::Float64);
+    kernel::clip_by_norm(on_cpu, total, max_norm);
+    CHECK(x == on_cpu.to_vector());
+  }
+}
+
+}  // namespace optimizer_host_test
 
 #include "tests/cuda_on_host_end.h"
