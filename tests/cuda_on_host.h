@@ -1,27 +1,28 @@
-// CUDA device code run on the host, for the tests: the tensor cores' fragment code
-// (cuda/mma_fragments.cuh) and the flash kernels built of it (cuda/flash_mma_kernels.cuh)
-// compile under g++ and clang too, and here a block runs as that many host threads, one
-// block after another: threadIdx, blockIdx, blockDim and gridDim as the kernel expects,
-// __syncthreads (and _or) a barrier of the block, __shfl_xor_sync an exchange within the
-// caller's warp, and mma.sync a model written from the PTX ISA's fragment tables
-// ("Matrix fragments for mma.m16n8k16" with .bf16, "... mma.m16n8k8" with .tf32),
-// independently of the code under test. Dynamic shared memory is one buffer (blocks
-// never run at once), which the including test names as the kernels declare it.
-// The block's threads are fibers (ucontext) on the calling thread, switched at each
-// barrier, not OS threads: the flash test took 29 s with threads on 2 cores (futex calls,
-// mostly), 7 s with fibers (both at -O0; 4 s at -O2). Under ASan this prints, once, "ASan
-// doesn't fully support makecontext/swapcontext functions and may produce false
-// positives": a warning, not a finding (none has been reported here).
+// CUDA device code run on the host, for the tests (tests/test_cuda_on_host.cpp): the kernels
+// that live in headers a host build compiles (cuda/mma_fragments.cuh, flash_mma_kernels.cuh,
+// flash_kernels.cuh, chunked_kernels.cuh, embedding_kernels.cuh, optimizer_kernels.cuh) run
+// here with a block as that many fibers, one block after another: threadIdx, blockIdx,
+// blockDim and gridDim as the kernel expects, __syncthreads (and _or) a barrier of the block,
+// __shfl_xor_sync an exchange within the caller's warp, and mma.sync a model written from the
+// PTX ISA's fragment tables ("Matrix fragments for mma.m16n8k16" with .bf16, "... mma.m16n8k8"
+// with .tf32), independently of the code under test. Dynamic shared memory is one buffer
+// (blocks never run at once), ag::cuda::shared_bytes, which the including test defines; a
+// kernel's fixed __shared__ arrays are function statics, one per kernel, for the same reason.
+// The block's threads are fibers (ucontext) on the calling thread, switched at each barrier,
+// not OS threads: the flash cases took 29 s with threads on 2 cores (futex calls, mostly),
+// 7 s with fibers (both at -O0; 4 s at -O2). Under ASan this prints, once, "ASan doesn't
+// fully support makecontext/swapcontext functions and may produce false positives": a
+// warning, not a finding (none has been reported here).
 //
-// What this checks is the code's logic — which lane holds what, which tile is loaded
-// where, what is summed — not the hardware: not its accumulation order or rounding
-// inside an mma (the model sums in double and rounds once), not bank conflicts, not
-// timing, and not races between blocks (there are none to have). The CUDA cases on a
-// device (tests/test_flash_mma.cpp) see those.
+// What this checks is the code's logic — which lane holds what, which tile is loaded where,
+// what is summed — not the hardware: not its accumulation order or rounding inside an mma
+// (the model sums in double and rounds once), not bank conflicts, not timing, and not races
+// between blocks (they never overlap here). The CUDA cases on a device see those.
 //
-// Include after every other header; the CUDA keywords it defines are for the device
-// code included after it (end the file with tests/cuda_on_host_end.h). CUDA's min and
-// max for device code: a test gives the kernels' namespace `using std::min` itself.
+// Include after every other header; the CUDA keywords it defines are for the device code
+// included after it (end the file with tests/cuda_on_host_end.h). CUDA's unqualified math
+// for device code (min, isfinite, exp of a float): the test gives the kernels' namespaces
+// the using-declarations.
 #pragma once
 #include <cmath>
 #include <sys/mman.h>
