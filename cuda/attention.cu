@@ -233,8 +233,6 @@ template <class T, class Floats> int choose_tile(const char* kernel, int64_t d, 
               " needs more shared memory than this kernel uses (48 KB)");
 }
 
-unsigned grid_for(int64_t tasks) { return static_cast<unsigned>(std::min<int64_t>(tasks, kMaxBlocks)); }
-
 // --- RoPE -------------------------------------------------------------------------------
 // One thread per pair (row, i), i < d/2; the angle in float64, as on the CPU.
 template <class T> struct RotatePairs {

@@ -13,7 +13,7 @@ template <class... Params, class... Args>
 void launch_blocks(void (*kernel)(Params...), int64_t tasks, size_t bytes, Args... args) {
   if (bytes > 48 * 1024)
     AG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tasks, kMaxBlocks));
+  const unsigned blocks = grid_for(tasks);
   kernel<<<blocks, kBlockThreads, bytes, current_stream()>>>(args...);
   AG_CUDA_CHECK_LAUNCH();
 }

@@ -51,8 +51,6 @@ template <class F> class OperandRows {
   E* data_;
 };
 
-unsigned grid_for(int64_t tasks) { return static_cast<unsigned>(std::min<int64_t>(tasks, kMaxBlocks)); }
-
 // kernel<<<tasks (capped), 128 threads, `bytes` of shared memory>>>(args...), the
 // kernel allowed more than the default 48 KB of dynamic shared memory first.
 template <class... Params, class... Args>

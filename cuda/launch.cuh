@@ -49,9 +49,10 @@ template <class T> T* ptr(const Tensor& t) { return static_cast<T*>(t.raw_data()
 constexpr int kThreads = 256;            // threads per block for flat loops
 constexpr int64_t kMaxBlocks = 1 << 16;  // grid cap; grid-stride loops do the rest
 
-inline unsigned blocks_for(int64_t n, int threads = kThreads) {
-  return static_cast<unsigned>(std::min<int64_t>((n + threads - 1) / threads, kMaxBlocks));
-}
+// Blocks for `tasks` block-sized tasks: one each up to the cap, the kernel's grid-stride loop past it.
+inline unsigned grid_for(int64_t tasks) { return static_cast<unsigned>(std::min<int64_t>(tasks, kMaxBlocks)); }
+
+inline unsigned blocks_for(int64_t n, int threads = kThreads) { return grid_for((n + threads - 1) / threads); }
 
 // Threads for one block per row of `cols` elements: a whole number of warps
 // (block_reduce needs it), 32 to 256. Longer rows loop.
@@ -98,7 +99,7 @@ template <class F> void for_each_index(int64_t n, const F& f) {
 template <class... Params, class... Args>
 void launch_rows(void (*kernel)(Params...), int64_t rows, int64_t cols, Args... args) {
   if (rows == 0) return;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, kMaxBlocks));
+  const unsigned blocks = grid_for(rows);
   kernel<<<blocks, row_threads(cols), 0, current_stream()>>>(args...);
   AG_CUDA_CHECK_LAUNCH();
 }

@@ -122,7 +122,7 @@ void sum_to_shape(const Tensor& x, Tensor& out) {
     if (layout.terms <= 32 || layout.outputs >= 65536) {
       for_each_index(layout.outputs, SumPerThread<T>{ptr<const T>(x), ptr<T>(out), layout});
     } else {
-      const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(layout.outputs, kMaxBlocks));
+      const unsigned blocks = grid_for(layout.outputs);
       sum_per_block_kernel<<<blocks, kThreads, 0, current_stream()>>>(ptr<const T>(x), ptr<T>(out), layout);
       AG_CUDA_CHECK_LAUNCH();
     }

@@ -97,6 +97,18 @@ struct Rows {
 };
 
 // The bounds of Z, lse, dQ, dK, dV (laid out as the results), from the float64 inputs.
+// body(b, h, kvh, i, keys) for every query row (b, h, i) that sees a key, keys = the keys it
+// sees in order (mask_of(c)'s), kvh the kv head that query head h reads.
+template <class Body> void for_each_seeing_row(const Case& c, const AttentionMask& mask, Body&& body) {
+  std::vector<int64_t> keys;
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.Hq; ++h)
+      for (int64_t i = 0; i < c.Tq; ++i) {
+        visible_keys(mask, h, i, c.Tk, keys);
+        if (!keys.empty()) body(b, h, h / (c.Hq / c.Hkv), i, keys);
+      }
+}
+
 struct Bounds {
   std::vector<double> Z, lse, dQ, dK, dV;
 };
@@ -116,58 +128,52 @@ Bounds derive_bounds(double u, const Case& c, const Rows& q, const Rows& k, cons
   const size_t Tk = static_cast<size_t>(c.Tk);
   std::vector<double> P(Tk), pi(Tk), dP(Tk), phi(Tk), dS(Tk), sigma(Tk);
   const AttentionMask mask = mask_of(c);
-  std::vector<int64_t> keys;  // the keys query i sees
-  for (int64_t b = 0; b < c.B; ++b)
-    for (int64_t h = 0; h < c.Hq; ++h)
-      for (int64_t i = 0; i < c.Tq; ++i) {
-        const int64_t kvh = h / g;
-        visible_keys(mask, h, i, c.Tk, keys);
-        if (keys.empty()) continue;
-        const double slope = mask.alibi_slope(h);
-        double E = 0, max_s = -INFINITY;
-        for (const int64_t j : keys) {
-          double s = 0, s_abs = 0, p = 0, p_abs = 0;
-          for (int64_t e = 0; e < c.d; ++e) {
-            s += q(b, h, i, e) * k(b, kvh, j, e);
-            s_abs += std::abs(q(b, h, i, e) * k(b, kvh, j, e));
-            p += dz(b, h, i, e) * v(b, kvh, j, e);
-            p_abs += std::abs(dz(b, h, i, e) * v(b, kvh, j, e));
-          }
-          // ALiBi's bias, formed in fp32 and added in fp32: two roundings of 2^-24 of at most |bias| + |S|
-          const double bias = mask.bias(slope, i, j);
-          P[j] = scale * s + bias;
-          max_s = std::max(max_s, P[j]);
-          E = std::max(E, scale * exact_operands * s_abs + std::ldexp(std::abs(bias) + std::abs(P[j]), -23));
-          dP[j] = p;
-          phi[j] = exact_operands * p_abs;
-        }
-        double l = 0;
-        for (const int64_t j : keys) l += std::exp(P[j] - max_s);
-        out.lse[static_cast<size_t>((b * c.Hq + h) * c.Tq + i)] = E + gamma_of(c.Tk) * (1 + std::abs(max_s + std::log(l)));
-        double D = 0, Delta = 0;
-        for (const int64_t j : keys) {
-          P[j] = std::exp(P[j] - max_s) / l;
-          pi[j] = std::expm1(2 * E) * P[j];
-          D += P[j] * dP[j];
-          Delta += (P[j] + pi[j]) * (std::abs(dP[j]) + phi[j]) * (1 + gamma_of(c.Tk)) - P[j] * std::abs(dP[j]);
-        }
-        for (const int64_t j : keys) {
-          dS[j] = P[j] * (dP[j] - D);
-          sigma[j] = (P[j] + pi[j]) * (std::abs(dP[j] - D) + phi[j] + Delta) - P[j] * std::abs(dP[j] - D);
-        }
-        for (int64_t e = 0; e < c.d; ++e) {
-          double z = 0, dq = 0;
-          for (const int64_t j : keys) {
-            z += product(P[j], pi[j], c.Tk + 2) * std::abs(v(b, kvh, j, e));
-            dq += scale * product(dS[j], sigma[j], c.Tk) * std::abs(k(b, kvh, j, e));
-            // dV_je += P_ij dZ_ie, dK_je += scale·dS_ij Q_ie: over Tq·g terms
-            out.dV[at(b, kvh, j, c.Hkv, c.Tk, e)] += product(P[j], pi[j], c.Tq * g) * std::abs(dz(b, h, i, e));
-            out.dK[at(b, kvh, j, c.Hkv, c.Tk, e)] += scale * product(dS[j], sigma[j], c.Tq * g) * std::abs(q(b, h, i, e));
-          }
-          out.Z[at(b, h, i, c.Hq, c.Tq, e)] = z;
-          out.dQ[at(b, h, i, c.Hq, c.Tq, e)] = dq;
-        }
+  for_each_seeing_row(c, mask, [&](int64_t b, int64_t h, int64_t kvh, int64_t i, const std::vector<int64_t>& keys) {
+    const double slope = mask.alibi_slope(h);
+    double E = 0, max_s = -INFINITY;
+    for (const int64_t j : keys) {
+      double s = 0, s_abs = 0, p = 0, p_abs = 0;
+      for (int64_t e = 0; e < c.d; ++e) {
+        s += q(b, h, i, e) * k(b, kvh, j, e);
+        s_abs += std::abs(q(b, h, i, e) * k(b, kvh, j, e));
+        p += dz(b, h, i, e) * v(b, kvh, j, e);
+        p_abs += std::abs(dz(b, h, i, e) * v(b, kvh, j, e));
       }
+      // ALiBi's bias, formed in fp32 and added in fp32: two roundings of 2^-24 of at most |bias| + |S|
+      const double bias = mask.bias(slope, i, j);
+      P[j] = scale * s + bias;
+      max_s = std::max(max_s, P[j]);
+      E = std::max(E, scale * exact_operands * s_abs + std::ldexp(std::abs(bias) + std::abs(P[j]), -23));
+      dP[j] = p;
+      phi[j] = exact_operands * p_abs;
+    }
+    double l = 0;
+    for (const int64_t j : keys) l += std::exp(P[j] - max_s);
+    out.lse[static_cast<size_t>((b * c.Hq + h) * c.Tq + i)] = E + gamma_of(c.Tk) * (1 + std::abs(max_s + std::log(l)));
+    double D = 0, Delta = 0;
+    for (const int64_t j : keys) {
+      P[j] = std::exp(P[j] - max_s) / l;
+      pi[j] = std::expm1(2 * E) * P[j];
+      D += P[j] * dP[j];
+      Delta += (P[j] + pi[j]) * (std::abs(dP[j]) + phi[j]) * (1 + gamma_of(c.Tk)) - P[j] * std::abs(dP[j]);
+    }
+    for (const int64_t j : keys) {
+      dS[j] = P[j] * (dP[j] - D);
+      sigma[j] = (P[j] + pi[j]) * (std::abs(dP[j] - D) + phi[j] + Delta) - P[j] * std::abs(dP[j] - D);
+    }
+    for (int64_t e = 0; e < c.d; ++e) {
+      double z = 0, dq = 0;
+      for (const int64_t j : keys) {
+        z += product(P[j], pi[j], c.Tk + 2) * std::abs(v(b, kvh, j, e));
+        dq += scale * product(dS[j], sigma[j], c.Tk) * std::abs(k(b, kvh, j, e));
+        // dV_je += P_ij dZ_ie, dK_je += scale·dS_ij Q_ie: over Tq·g terms
+        out.dV[at(b, kvh, j, c.Hkv, c.Tk, e)] += product(P[j], pi[j], c.Tq * g) * std::abs(dz(b, h, i, e));
+        out.dK[at(b, kvh, j, c.Hkv, c.Tk, e)] += scale * product(dS[j], sigma[j], c.Tq * g) * std::abs(q(b, h, i, e));
+      }
+      out.Z[at(b, h, i, c.Hq, c.Tq, e)] = z;
+      out.dQ[at(b, h, i, c.Hq, c.Tq, e)] = dq;
+    }
+  });
   return out;
 }
 
@@ -220,7 +226,6 @@ struct Naive {
 Naive naive(const Format& f, const Case& c, const Rows& q, const Rows& k, const Rows& v, const Rows& dz) {
   const auto in = f.operand;  // a matmul's operand
   const auto out = f.output;  // an op's result
-  const int64_t g = c.Hq / c.Hkv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
   const auto at = [&](int64_t b, int64_t h, int64_t t, int64_t H, int64_t T, int64_t e) {
     return offset_of(c.layout, H, T, c.d, b, h, t, e);
@@ -231,41 +236,35 @@ Naive naive(const Format& f, const Case& c, const Rows& q, const Rows& k, const 
   const size_t Tk = static_cast<size_t>(c.Tk);
   std::vector<double> A(Tk), dS(Tk);
   const AttentionMask mask = mask_of(c);
-  std::vector<int64_t> keys;  // the keys query i sees
-  for (int64_t b = 0; b < c.B; ++b)
-    for (int64_t h = 0; h < c.Hq; ++h)
-      for (int64_t i = 0; i < c.Tq; ++i) {
-        const int64_t kvh = h / g;
-        visible_keys(mask, h, i, c.Tk, keys);
-        if (keys.empty()) continue;
-        double max_s = -INFINITY, l = 0, D = 0;
-        for (const int64_t j : keys) {  // S = out(out(scale·Q̂ K̂ᵀ) + ALiBi's bias)
-          double s = 0;
-          for (int64_t e = 0; e < c.d; ++e) s += in(q(b, h, i, e)) * in(k(b, kvh, j, e));
-          A[j] = c.alibi ? out(out(scale * s) + mask.bias(mask.alibi_slope(h), i, j)) : out(scale * s);
-          max_s = std::max(max_s, A[j]);
-        }
-        for (const int64_t j : keys) l += std::exp(A[j] - max_s);
-        for (const int64_t j : keys) {  // A = out(softmax(S)), dA = out(dẐ V̂ᵀ), D = rowsum(dA ∘ A)
-          A[j] = out(std::exp(A[j] - max_s) / l);
-          double da = 0;
-          for (int64_t e = 0; e < c.d; ++e) da += in(dz(b, h, i, e)) * in(v(b, kvh, j, e));
-          dS[j] = out(da);
-          D += dS[j] * A[j];
-        }
-        for (const int64_t j : keys) dS[j] = out(A[j] * (dS[j] - D));  // dS = out(A ∘ (dA − D))
-        for (int64_t e = 0; e < c.d; ++e) {
-          double z = 0, dq = 0;
-          for (const int64_t j : keys) {
-            z += in(A[j]) * in(v(b, kvh, j, e));
-            dq += in(dS[j]) * in(k(b, kvh, j, e));
-            dV_sum[at(b, kvh, j, c.Hkv, c.Tk, e)] += in(A[j]) * in(dz(b, h, i, e));
-            dK_sum[at(b, kvh, j, c.Hkv, c.Tk, e)] += in(dS[j]) * in(q(b, h, i, e));
-          }
-          result.Z[at(b, h, i, c.Hq, c.Tq, e)] = out(z);
-          result.dQ[at(b, h, i, c.Hq, c.Tq, e)] = out(scale * dq);
-        }
+  for_each_seeing_row(c, mask, [&](int64_t b, int64_t h, int64_t kvh, int64_t i, const std::vector<int64_t>& keys) {
+    double max_s = -INFINITY, l = 0, D = 0;
+    for (const int64_t j : keys) {  // S = out(out(scale·Q̂ K̂ᵀ) + ALiBi's bias)
+      double s = 0;
+      for (int64_t e = 0; e < c.d; ++e) s += in(q(b, h, i, e)) * in(k(b, kvh, j, e));
+      A[j] = c.alibi ? out(out(scale * s) + mask.bias(mask.alibi_slope(h), i, j)) : out(scale * s);
+      max_s = std::max(max_s, A[j]);
+    }
+    for (const int64_t j : keys) l += std::exp(A[j] - max_s);
+    for (const int64_t j : keys) {  // A = out(softmax(S)), dA = out(dẐ V̂ᵀ), D = rowsum(dA ∘ A)
+      A[j] = out(std::exp(A[j] - max_s) / l);
+      double da = 0;
+      for (int64_t e = 0; e < c.d; ++e) da += in(dz(b, h, i, e)) * in(v(b, kvh, j, e));
+      dS[j] = out(da);
+      D += dS[j] * A[j];
+    }
+    for (const int64_t j : keys) dS[j] = out(A[j] * (dS[j] - D));  // dS = out(A ∘ (dA − D))
+    for (int64_t e = 0; e < c.d; ++e) {
+      double z = 0, dq = 0;
+      for (const int64_t j : keys) {
+        z += in(A[j]) * in(v(b, kvh, j, e));
+        dq += in(dS[j]) * in(k(b, kvh, j, e));
+        dV_sum[at(b, kvh, j, c.Hkv, c.Tk, e)] += in(A[j]) * in(dz(b, h, i, e));
+        dK_sum[at(b, kvh, j, c.Hkv, c.Tk, e)] += in(dS[j]) * in(q(b, h, i, e));
       }
+      result.Z[at(b, h, i, c.Hq, c.Tq, e)] = out(z);
+      result.dQ[at(b, h, i, c.Hq, c.Tq, e)] = out(scale * dq);
+    }
+  });
   for (size_t n = 0; n < dK_sum.size(); ++n) {
     result.dK[n] = out(scale * dK_sum[n]);
     result.dV[n] = out(dV_sum[n]);
