@@ -1,6 +1,8 @@
-// Device code of the tensor-core flash attention run on the host (tests/cuda_on_host.h:
-// each block's threads as fibers, mma.sync and the warp shuffles as it models them), where
-// there is no GPU — first its fragments, then the whole kernels.
+// CUDA device code run on the host, where there is no GPU (tests/cuda_on_host.h: each block's
+// threads as fibers, mma.sync and the warp shuffles as it models them), each against a
+// reference apart from it: the tensor cores' fragments, the tensor-core and the CUDA-core flash
+// kernels, the chunked product, the embedding's backward passes and scored positions, and the
+// optimizer's kernels.
 //
 // 1. The fragment code (cuda/mma_fragments.cuh) on one warp. Its loads, packing and loops
 //    have to produce the products the kernels rely on:
@@ -78,8 +80,8 @@ using std::exp;
 #include "cuda/optimizer_kernels.cuh"
 #include "cuda/flash_kernels.cuh"
 
-// A named namespace, not a using-directive at file scope: the tests build in unity batches,
-// where tests/test_flash_mma.cpp has a bf16() of its own.
+// A named namespace, not a using-directive at file scope: tests/flash_mma_reference.h has a
+// bf16() of its own, beside ag::cuda::mma's bf16 type.
 namespace mma_fragments_test {
 using namespace ag::cuda::mma;
 using ag::test::cuda_host::HostBf16;
