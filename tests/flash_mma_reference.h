@@ -76,6 +76,29 @@ AttentionSpec spec_of(const Case& c) {
 AttentionMask mask_of(const Case& c) {
   return {.causal = c.causal, .q_offset = c.Tk - c.Tq, .pattern = c.pattern, .alibi_heads = c.alibi ? c.Hq : 0};
 }
+// A case's inputs in its layout: Q, K, V (requiring grad) from seed, seed + 1, seed + 2 and
+// the upstream gradient dZ from seed + 3.
+struct CaseInputs {
+  std::vector<Tensor> qkv;
+  Tensor upstream;
+};
+CaseInputs inputs_of(const Case& c, uint64_t seed) {
+  const auto shape = [&](int64_t H, int64_t T) {
+    return c.layout == AttentionLayout::BTHD ? Shape{c.B, T, H, c.d} : Shape{c.B, H, T, c.d};
+  };
+  return {{random(shape(c.Hq, c.Tq), seed), random(shape(c.Hkv, c.Tk), seed + 1), random(shape(c.Hkv, c.Tk), seed + 2)},
+          random(shape(c.Hq, c.Tq), seed + 3, DType::Float64, false)};
+}
+// Where row (b, h, t) of a [B, H, T, d] tensor in `layout` starts: the kernels' HeadStrides.
+HeadStrides strides_of(AttentionLayout layout, int64_t H, int64_t T, int64_t d) {
+  return layout == AttentionLayout::BTHD ? HeadStrides{T * H * d, d, H * d} : HeadStrides{H * T * d, T * d, d};
+}
+// The problem the op hands the flash kernels for a case (its scale, mask and strides).
+inline AttentionShape shape_of(const Case& c) {  // inline: not every includer calls it
+  return {c.B, c.Hq, c.Hkv, c.Tq, c.Tk, c.d, 1.0 / std::sqrt(static_cast<double>(c.d)), mask_of(c),
+          strides_of(c.layout, c.Hq, c.Tq, c.d), strides_of(c.layout, c.Hkv, c.Tk, c.d)};
+}
+
 // keys = the keys of [0, Tk) that query i of head h sees, in order.
 void visible_keys(const AttentionMask& mask, int64_t h, int64_t i, int64_t Tk, std::vector<int64_t>& keys) {
   keys.clear();
@@ -95,6 +118,16 @@ struct Rows {
   AttentionLayout layout;
   double operator()(int64_t b, int64_t h, int64_t t, int64_t e) const { return v[offset_of(layout, H, T, d, b, h, t, e)]; }
 };
+
+// A case's Q, K, V and dZ read as Rows.
+struct CaseRows {
+  Rows q, k, v, dz;
+};
+CaseRows rows_of(const Case& c, const CaseInputs& in) {
+  const auto rows = [&](const Tensor& t, int64_t H, int64_t T) { return Rows{t.to_vector(), H, T, c.d, c.layout}; };
+  return {rows(in.qkv[0], c.Hq, c.Tq), rows(in.qkv[1], c.Hkv, c.Tk), rows(in.qkv[2], c.Hkv, c.Tk),
+          rows(in.upstream, c.Hq, c.Tq)};
+}
 
 // The bounds of Z, lse, dQ, dK, dV (laid out as the results), from the float64 inputs.
 // body(b, h, kvh, i, keys) for every query row (b, h, i) that sees a key, keys = the keys it

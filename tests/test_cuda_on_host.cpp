@@ -51,6 +51,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -87,22 +88,22 @@ using namespace ag::cuda::mma;
 using ag::test::cuda_host::HostBf16;
 using ag::test::cuda_host::HostTf32;
 
-// The tests' own roundings, written apart from the header's: bf16 to nearest even; tf32 to
-// nearest, ties away from zero (cvt.rna.tf32.f32).
+// The tests' own roundings, written apart from the header's: bf16 to nearest even
+// (tests/flash_mma_reference.h's bf16()); tf32 to nearest, ties away from zero
+// (cvt.rna.tf32.f32), here by arithmetic on the value rather than its bits (normal x ≠ 0).
 double as_double(bf16 x) { return float_of(static_cast<uint32_t>(x.bits) << 16); }
 double as_double(float x) { return x; }
-double rounded(const HostBf16&, float x) {
-  uint32_t u = bits_of(x);
-  u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-  return float_of(u);
-}
-double rounded(const HostTf32&, float x) {
+double tf32_by_value(float x) {
   const double magnitude = std::abs(static_cast<double>(x));
   const int exponent = std::ilogb(magnitude);
   const double unit = std::ldexp(1.0, exponent - 10);  // tf32: 10 stored fraction bits
   const double down = std::floor(magnitude / unit) * unit;
   const double r = magnitude - down >= unit / 2 ? down + unit : down;
   return x < 0 ? -r : r;
+}
+template <class F> double rounded(float x) {
+  if constexpr (std::is_same_v<F, HostBf16>) return ag::test::flash_mma_reference::bf16(x);
+  else return tf32_by_value(x);
 }
 
 // Entry (row, col) of a [16, n] tile held as C fragments, for lane l: entry e of column tile nt.
@@ -160,7 +161,7 @@ double check_products(int m0, unsigned seed) {
     for (int d = 0; d < D; ++d) {  // O = O0 + rounded(P[i]) · Y[:, d]
       double exact = O0[i * D + d], size = std::abs(exact);
       for (int n = 0; n < N; ++n) {
-        const double term = rounded(F{}, P[i * N + n]) * as_double(Y[n * ld + d]);
+        const double term = rounded<F>(P[i * N + n]) * as_double(Y[n * ld + d]);
         exact += term;
         size += std::abs(term);
       }
@@ -169,23 +170,23 @@ double check_products(int m0, unsigned seed) {
   return worst;
 }
 
-TEST_CASE("mma fragments: bf16's m16n8k16 fragments make Q Kᵀ and P V at the flash kernels' tile shapes") {
-  // (d_h, columns): the forward and dQ kernels' 64-key tiles at d_h 64 and 128, the dK dV kernel's 32-query tiles at 128
+// Both products at the kernels' tile shapes (d_h, columns): the forward and dQ kernels' 64-key
+// tiles at d_h 64 and 128, the dK dV kernel's 32-query tiles at 128; from rows 0, 16 and 48.
+template <class F> void check_tile_shapes(unsigned seed) {
   for (const int m0 : {0, 16, 48}) {
     CAPTURE(m0);
-    CHECK(check_products<HostBf16, 64, 64>(m0, 1 + m0) <= 1.0);
-    CHECK(check_products<HostBf16, 128, 64>(m0, 2 + m0) <= 1.0);
-    CHECK(check_products<HostBf16, 128, 32>(m0, 3 + m0) <= 1.0);
+    CHECK(check_products<F, 64, 64>(m0, seed + m0) <= 1.0);
+    CHECK(check_products<F, 128, 64>(m0, seed + 1 + m0) <= 1.0);
+    CHECK(check_products<F, 128, 32>(m0, seed + 2 + m0) <= 1.0);
   }
 }
 
+TEST_CASE("mma fragments: bf16's m16n8k16 fragments make Q Kᵀ and P V at the flash kernels' tile shapes") {
+  check_tile_shapes<HostBf16>(1);
+}
+
 TEST_CASE("mma fragments: tf32's m16n8k8 fragments, k slots renumbered, make Q Kᵀ and P V at the flash kernels' tile shapes") {
-  for (const int m0 : {0, 16, 48}) {
-    CAPTURE(m0);
-    CHECK(check_products<HostTf32, 64, 64>(m0, 4 + m0) <= 1.0);
-    CHECK(check_products<HostTf32, 128, 64>(m0, 5 + m0) <= 1.0);
-    CHECK(check_products<HostTf32, 128, 32>(m0, 6 + m0) <= 1.0);
-  }
+  check_tile_shapes<HostTf32>(4);
 }
 
 TEST_CASE("mma fragments: the formats round operands as bf16 (nearest even) and tf32 (nearest, ties away) do") {
@@ -201,8 +202,8 @@ TEST_CASE("mma fragments: the formats round operands as bf16 (nearest even) and 
   std::normal_distribution<float> normal;
   for (int n = 0; n < 1000; ++n) {
     const float x = std::ldexp(normal(rng), static_cast<int>(rng() % 40) - 20);
-    CHECK(Tf32::operand(x) == rounded(HostTf32{}, x));
-    CHECK(as_double(Bf16::operand(x)) == rounded(HostBf16{}, x));
+    CHECK(Tf32::operand(x) == tf32_by_value(x));
+    CHECK(as_double(Bf16::operand(x)) == ag::test::flash_mma_reference::bf16(x));
   }
 }
 
@@ -213,10 +214,6 @@ using namespace ag;
 using namespace ag::test::flash_mma_reference;
 namespace kernels = ag::cuda::flash_mma;
 namespace host = ag::test::cuda_host;
-
-HeadStrides strides_of(AttentionLayout layout, int64_t H, int64_t T, int64_t d) {
-  return layout == AttentionLayout::BTHD ? HeadStrides{T * H * d, d, H * d} : HeadStrides{H * T * d, T * d, d};
-}
 
 // A compact [B, H, T, d] copy of x rounded to F's operands (cuda/flash_mma.cu's OperandRows).
 template <class F> std::vector<typename F::Element> operands(const Rows& x, int64_t B) {
@@ -237,16 +234,7 @@ struct Results {
 // the dQ kernel, nothing accumulated), on 3 blocks at most so that the grid-stride loops turn.
 template <class F, int D>
 Results run_kernels(const Case& c, const Rows& q, const Rows& k, const Rows& v, const Rows& dz) {
-  const AttentionShape shape{c.B,
-                             c.Hq,
-                             c.Hkv,
-                             c.Tq,
-                             c.Tk,
-                             c.d,
-                             1.0 / std::sqrt(static_cast<double>(c.d)),
-                             mask_of(c),
-                             strides_of(c.layout, c.Hq, c.Tq, c.d),
-                             strides_of(c.layout, c.Hkv, c.Tk, c.d)};
+  const AttentionShape shape = shape_of(c);
   const auto Q = operands<F>(q, c.B), K = operands<F>(k, c.B), V = operands<F>(v, c.B), dZ = operands<F>(dz, c.B);
   std::vector<float> Z(q.v.size()), dQ(q.v.size()), dK(k.v.size()), dV(v.v.size()),
       Dsum(static_cast<size_t>(c.B * c.Hq * c.Tq));
@@ -282,17 +270,10 @@ template <class F> void check_format(const Format& f) {
   double largest_Z = 0;
   for (const Case& c : all) {
     CAPTURE(describe(c));
-    const auto shape = [&](int64_t H, int64_t T) {
-      return c.layout == AttentionLayout::BTHD ? Shape{c.B, T, H, c.d} : Shape{c.B, H, T, c.d};
-    };
-    const uint64_t seed = static_cast<uint64_t>(c.Tq * 1000 + c.d + (c.causal ? 7 : 0));
-    const std::vector<Tensor> in = {ag::test::random(shape(c.Hq, c.Tq), seed), ag::test::random(shape(c.Hkv, c.Tk), seed + 1),
-                                    ag::test::random(shape(c.Hkv, c.Tk), seed + 2)};
-    const Tensor upstream = ag::test::random(shape(c.Hq, c.Tq), seed + 3, DType::Float64, false);
-    const ag::test::AttentionRun exact = ag::test::run_attention(in, spec_of(c), Device::CPU, DType::Float64, upstream);
-    const auto rows = [&](const Tensor& t, int64_t H, int64_t T) { return Rows{t.to_vector(), H, T, c.d, c.layout}; };
-    const Rows q = rows(in[0], c.Hq, c.Tq), k = rows(in[1], c.Hkv, c.Tk), v = rows(in[2], c.Hkv, c.Tk),
-               dz = rows(upstream, c.Hq, c.Tq);
+    const CaseInputs in = inputs_of(c, static_cast<uint64_t>(c.Tq * 1000 + c.d + (c.causal ? 7 : 0)));
+    const ag::test::AttentionRun exact =
+        ag::test::run_attention(in.qkv, spec_of(c), Device::CPU, DType::Float64, in.upstream);
+    const auto [q, k, v, dz] = rows_of(c, in);
     const Results fast = c.d == 64 ? run_kernels<F, 64>(c, q, k, v, dz) : run_kernels<F, 128>(c, q, k, v, dz);
     const Bounds bound = derive_bounds(f.u, c, q, k, v, dz);
     const Naive reference = naive(f, c, q, k, v, dz);
@@ -363,25 +344,14 @@ TEST_CASE("flash on host threads: the CUDA-core kernels in float64 equal the CPU
     CAPTURE(describe(c));
     CAPTURE(f.soft_cap);
     CAPTURE(f.tile);
-    const auto shape_of = [&](int64_t H, int64_t T) {
-      return c.layout == AttentionLayout::BTHD ? Shape{c.B, T, H, c.d} : Shape{c.B, H, T, c.d};
-    };
-    const uint64_t seed = static_cast<uint64_t>(c.Tq * 100 + c.d);
-    const std::vector<Tensor> in = {ag::test::random(shape_of(c.Hq, c.Tq), seed),
-                                    ag::test::random(shape_of(c.Hkv, c.Tk), seed + 1),
-                                    ag::test::random(shape_of(c.Hkv, c.Tk), seed + 2)};
-    const Tensor upstream = ag::test::random(shape_of(c.Hq, c.Tq), seed + 3, DType::Float64, false);
+    const CaseInputs in = inputs_of(c, static_cast<uint64_t>(c.Tq * 100 + c.d));
     AttentionSpec spec = spec_of(c);
     if (f.soft_cap > 0) ag::test::softmax_of(spec).mods.soft_cap = f.soft_cap;
-    const ag::test::AttentionRun exact = ag::test::run_attention(in, spec, Device::CPU, DType::Float64, upstream);
-
-    const auto strides = [&](int64_t H, int64_t T) {
-      return c.layout == AttentionLayout::BTHD ? HeadStrides{T * H * c.d, c.d, H * c.d} : HeadStrides{H * T * c.d, T * c.d, c.d};
-    };
-    AttentionShape shape{c.B, c.Hq, c.Hkv, c.Tq, c.Tk, c.d, 1.0 / std::sqrt(static_cast<double>(c.d)),
-                         mask_of(c), strides(c.Hq, c.Tq), strides(c.Hkv, c.Tk)};
+    const ag::test::AttentionRun exact = ag::test::run_attention(in.qkv, spec, Device::CPU, DType::Float64, in.upstream);
+    AttentionShape shape = shape_of(c);
     shape.mods.soft_cap = f.soft_cap;
-    const std::vector<double> Q = in[0].to_vector(), K = in[1].to_vector(), V = in[2].to_vector(), dZ = upstream.to_vector();
+    const std::vector<double> Q = in.qkv[0].to_vector(), K = in.qkv[1].to_vector(), V = in.qkv[2].to_vector(),
+                              dZ = in.upstream.to_vector();
     std::vector<double> Z(Q.size()), dQ(Q.size()), dK(K.size()), dV(V.size()), lse(static_cast<size_t>(c.B * c.Hq * c.Tq)),
         D(lse.size());
     // The shared memory each kernel asks at this tile fits the buffer, as 48 KB does on a device.

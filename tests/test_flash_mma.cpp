@@ -50,23 +50,15 @@ void check_against_float64(const Format& f) {
   double largest_Z = 0;
   for (const Case& c : cases()) {
     CAPTURE(describe(c));
-    const auto shape = [&](int64_t H, int64_t T) {
-      return c.layout == AttentionLayout::BTHD ? Shape{c.B, T, H, c.d} : Shape{c.B, H, T, c.d};
-    };
-    const uint64_t seed = static_cast<uint64_t>(c.Tq * 1000 + c.d + (c.causal ? 7 : 0));
-    const std::vector<Tensor> in = {random(shape(c.Hq, c.Tq), seed), random(shape(c.Hkv, c.Tk), seed + 1),
-                                    random(shape(c.Hkv, c.Tk), seed + 2)};
-    const Tensor upstream = random(shape(c.Hq, c.Tq), seed + 3, DType::Float64, false);
+    const CaseInputs in = inputs_of(c, static_cast<uint64_t>(c.Tq * 1000 + c.d + (c.causal ? 7 : 0)));
     const AttentionSpec spec = spec_of(c);
-    const ag::test::AttentionRun exact = ag::test::run_attention(in, spec, Device::CPU, DType::Float64, upstream);
+    const ag::test::AttentionRun exact = ag::test::run_attention(in.qkv, spec, Device::CPU, DType::Float64, in.upstream);
     ag::test::AttentionRun fast;
     {
       const optim::PrecisionScope precision(f.precision);
-      fast = ag::test::run_attention(in, spec, Device::CUDA, DType::Float32, upstream);
+      fast = ag::test::run_attention(in.qkv, spec, Device::CUDA, DType::Float32, in.upstream);
     }
-    const auto rows = [&](const Tensor& t, int64_t H, int64_t T) { return Rows{t.to_vector(), H, T, c.d, c.layout}; };
-    const Rows q = rows(in[0], c.Hq, c.Tq), k = rows(in[1], c.Hkv, c.Tk), v = rows(in[2], c.Hkv, c.Tk),
-               dz = rows(upstream, c.Hq, c.Tq);
+    const auto [q, k, v, dz] = rows_of(c, in);
     const Bounds bound = derive_bounds(f.u, c, q, k, v, dz);
     const Naive reference = naive(f, c, q, k, v, dz);
     const std::pair<const char*, Worst> results[] = {
