@@ -9,8 +9,8 @@
 // (blocks never run at once), ag::cuda::shared_bytes, which the including test defines; a
 // kernel's fixed __shared__ arrays are function statics, one per kernel, for the same reason.
 // The block's threads are fibers (ucontext) on the calling thread, switched at each barrier,
-// not OS threads: the flash cases took 29 s with threads on 2 cores (futex calls, mostly),
-// 7 s with fibers (both at -O0; 4 s at -O2). Under ASan this prints, once, "ASan doesn't
+// not OS threads, whose futex calls made the flash cases several times slower (measured in
+// docs/performance.md, issue 45's section). Under ASan this prints, once, "ASan doesn't
 // fully support makecontext/swapcontext functions and may produce false positives": a
 // warning, not a finding (none has been reported here).
 //
