@@ -92,6 +92,12 @@ template <class F> void for_each_index(int64_t n, const F& f) {
   AG_CUDA_CHECK_LAUNCH();
 }
 
+// for_each_index as an object, for the launches that kernel headers write once for any device
+// (cuda/edge_attention_kernels.cuh): run(n, f). The host tests pass their own.
+struct ForEachIndex {
+  template <class F> void operator()(int64_t n, const F& f) const { for_each_index(n, f); }
+};
+
 // --- one block per row ---------------------------------------------------------------
 // kernel<<<...>>>(args...) with one block per row of `cols` elements: the kernel
 // loops `for (row = blockIdx.x; row < rows; row += gridDim.x)` and its threads

@@ -1,7 +1,8 @@
 // CUDA device code run on the host, for the tests (tests/test_cuda_on_host.cpp): the kernels
 // that live in headers a host build compiles (cuda/mma_fragments.cuh, flash_mma_kernels.cuh,
-// flash_kernels.cuh, chunked_kernels.cuh, embedding_kernels.cuh, optimizer_kernels.cuh) run
-// here with a block as that many fibers, one block after another: threadIdx, blockIdx,
+// flash_kernels.cuh, chunked_kernels.cuh, embedding_kernels.cuh, optimizer_kernels.cuh,
+// s4_kernels.cuh, edge_attention_kernels.cuh) run here: a functor per index through
+// for_each_index, a kernel with a block as that many fibers, one block after another: threadIdx, blockIdx,
 // blockDim and gridDim as the kernel expects, __syncthreads (and _or) a barrier of the block,
 // __shfl_xor_sync an exchange within the caller's warp, and mma.sync a model written from the
 // PTX ISA's fragment tables ("Matrix fragments for mma.m16n8k16" with .bf16, "... mma.m16n8k8"
@@ -29,9 +30,11 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <stdexcept>
 #include <vector>
 
@@ -270,6 +273,23 @@ template <class Body> void launch(unsigned blocks, unsigned threads, Body&& body
     block = nullptr;
   }
 }
+
+// f(i) for every i < count, as cuda/launch.cuh's for_each_index runs a functor on a device
+// (one thread per index, grid-stride) — here in an order drawn afresh for each call, since a
+// device promises none: a functor whose result hangs on the order (two indices writing one
+// element, one reading what another writes) shows as a difference from the reference.
+template <class F> void for_each_index(int64_t count, const F& f) {
+  static std::mt19937_64 rng(20261206);
+  std::vector<int64_t> order(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) order[static_cast<size_t>(i)] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  for (const int64_t i : order) f(i);
+}
+// The same as an object: the `run` of the launches that kernel headers write once for any
+// device (cuda/launch.cuh's ForEachIndex on a GPU).
+struct ForEachIndex {
+  template <class F> void operator()(int64_t count, const F& f) const { for_each_index(count, f); }
+};
 
 }  // namespace ag::test::cuda_host
 

@@ -1,8 +1,8 @@
 // CUDA device code run on the host, where there is no GPU (tests/cuda_on_host.h: each block's
 // threads as fibers, mma.sync and the warp shuffles as it models them), each against a
 // reference apart from it: the tensor cores' fragments, the tensor-core and the CUDA-core flash
-// kernels, the chunked product, the embedding's backward passes and scored positions, and the
-// optimizer's kernels.
+// kernels, the chunked product, the embedding's backward passes and scored positions, the
+// optimizer's kernels, S4D's kernels and long convolution, and attention over a graph's edges.
 //
 // 1. The fragment code (cuda/mma_fragments.cuh) on one warp. Its loads, packing and loops
 //    have to produce the products the kernels rely on:
@@ -47,6 +47,20 @@
 //    step count, SGD, the step count, the clip) against the CPU's kernels over four steps of
 //    which the second is skipped by its guard (issue 47: t, m, v and the parameters stay, and
 //    the next step is t = 2, SGD's next the first), to float64's last bits.
+//
+// 7. S4D (cuda/s4_kernels.cuh): the kernel K, its backward and the recurrence, one thread per
+//    element as on a device, against the CPU's loops (which form exp(ℓs) along runs and sum
+//    each channel's modes in one thread) to 1e-12; and the long convolution's steps around the
+//    transforms — padding, the spectra's products, the correlation, the unpadding by 1/n — with
+//    a plain DFT of cuFFT's conventions in cuFFT's place, against the CPU's KissFFT convolution
+//    and its backward to 1e-12.
+//
+// 8. Attention over a graph's edges (cuda/edge_attention_kernels.cuh): every kernel, through the
+//    launches cuda/edge_attention.cu makes, against the CPU's, to the last bit (both add the
+//    same terms in the same order in double).
+//
+// The functors of 6–8 run through ForEachIndex (tests/cuda_on_host.h): every index once, in a
+// shuffled order, so a result that hangs on the threads' order shows.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -66,7 +80,10 @@
 namespace ag::cuda {
 alignas(16) unsigned char shared_bytes[160 * 1024];
 namespace {
+using std::exp;
+using std::fmax;
 using std::isfinite;
+using std::log;
 using std::min;
 }  // namespace
 }  // namespace ag::cuda
@@ -80,6 +97,8 @@ using std::exp;
 #include "cuda/embedding_kernels.cuh"
 #include "cuda/optimizer_kernels.cuh"
 #include "cuda/flash_kernels.cuh"
+#include "cuda/s4_kernels.cuh"
+#include "cuda/edge_attention_kernels.cuh"
 
 // A named namespace, not a using-directive at file scope: tests/flash_mma_reference.h has a
 // bf16() of its own, beside ag::cuda::mma's bf16 type.
@@ -638,7 +657,7 @@ TEST_CASE("optimizer on host threads: Adam(W) and SGD kernels skip a guarded ste
         kernel::SgdHyper hyper{0.05, 0.9, 0.1, 0.01, true, &count, &guard};
         const math::SgdUpdate<double> update(p.data(), g.data(), m.data(), hyper, false, hyper.lr);
         const auto body = ag::cuda::unless_non_finite(ag::cuda::SgdAtCount<double>{update, &count, nullptr}, &guard);
-        for (int64_t i = 0; i < n; ++i) body(i);  // for_each_index's threads, one after another
+        host::for_each_index(n, body);
         kernel::SgdHyper on_cpu = hyper;
         on_cpu.applied_steps = static_cast<const int64_t*>(ccount.raw_data());
         kernel::sgd_step(cp, cg, cm, on_cpu);
@@ -659,7 +678,7 @@ TEST_CASE("optimizer on host threads: the clip scales by the CPU's coefficient, 
     std::vector<double> x = {3.0, -4.0, 12.0};  // norm 13
     const double sum_of_squares = 169.0;
     const ag::cuda::ClipByNorm<double> clip{x.data(), &sum_of_squares, max_norm};
-    for (int64_t i = 0; i < 3; ++i) clip(i);
+    host::for_each_index(3, clip);
     Tensor on_cpu = Tensor::from_vector({3.0, -4.0, 12.0}, {3}, DType::Float64);
     const Tensor total = Tensor::from_vector({169.0}, {1}, DType::Float64);
     kernel::clip_by_norm(on_cpu, total, max_norm);
@@ -668,5 +687,213 @@ TEST_CASE("optimizer on host threads: the clip scales by the CPU's coefficient, 
 }
 
 }  // namespace optimizer_host_test
+
+namespace s4_host_test {
+using namespace ag;
+namespace host = ag::test::cuda_host;
+using math::Complex;
+
+// cuda/s4_kernels.cuh's device for the long convolution, on the host: scratch filled with NaN
+// (a step that reads scratch before a step writes it shows), the functors through
+// host::for_each_index, and a plain DFT with cuFFT's conventions — unnormalised, forward
+// Σ_t z_t e^(−2πi·ft/n), inverse with + — its twiddles e^(∓2πi·k/n) from the exact angle in
+// long double. Not cuFFT's algorithm: its order of sums is the device's cases' to check.
+struct HostSteps {
+  std::vector<std::vector<Complex<double>>> held;
+  Complex<double>* spectrum(int64_t rows, int64_t n) {
+    held.emplace_back(static_cast<size_t>(rows * n), Complex<double>{NAN, NAN});
+    return held.back().data();
+  }
+  template <class F> void for_each(int64_t count, const F& f) { host::for_each_index(count, f); }
+  void fft(Complex<double>* z, int64_t n, int64_t rows, bool inverse) {
+    const long double pi = 3.141592653589793238462643383279502884L;
+    std::vector<Complex<long double>> twiddle(static_cast<size_t>(n));
+    for (int64_t k = 0; k < n; ++k) {
+      const long double angle = (inverse ? 2 : -2) * pi * static_cast<long double>(k) / static_cast<long double>(n);
+      twiddle[static_cast<size_t>(k)] = {std::cos(angle), std::sin(angle)};
+    }
+    std::vector<Complex<double>> out(static_cast<size_t>(n));
+    for (int64_t r = 0; r < rows; ++r) {
+      Complex<double>* x = z + r * n;
+      for (int64_t f = 0; f < n; ++f) {
+        Complex<long double> acc{0, 0};
+        for (int64_t t = 0; t < n; ++t)
+          acc = acc + Complex<long double>{x[t].re, x[t].im} * twiddle[static_cast<size_t>(f * t % n)];
+        out[static_cast<size_t>(f)] = {static_cast<double>(acc.re), static_cast<double>(acc.im)};
+      }
+      std::copy(out.begin(), out.end(), x);
+    }
+  }
+};
+
+// Parameters of H channels and `modes` modes away from S4D-Lin's round values: every
+// tensor drawn, Re A in (−1.1, −0.1), Im A up to 3π·modes, steps from 0.01 to 0.5.
+S4dParameters drawn_parameters(int64_t H, int64_t modes, uint64_t seed) {
+  std::mt19937 rng(static_cast<unsigned>(seed));
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const auto fill = [&](const Shape& shape, auto draw) {
+    Tensor t = Tensor::empty(shape, DType::Float64);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = draw();
+    return t;
+  };
+  return {fill({H}, [&] { return std::log(0.01 + 0.49 * unit(rng)); }),
+          fill({H, modes}, [&] { return std::log(0.1 + unit(rng)); }),
+          fill({H, modes}, [&] { return 3.0 * M_PI * static_cast<double>(modes) * unit(rng); }),
+          fill({H, modes, 2}, [&] { return 2.0 * unit(rng) - 1.0; }),
+          fill({H, modes, 2}, [&] { return 2.0 * unit(rng) - 1.0; }),
+          Tensor()};
+}
+
+template <class T> T* out(Tensor& t) { return t.data<T>(); }
+
+TEST_CASE("s4 on host: the kernel K, its backward and the recurrence, one thread per element as on a device, equal the CPU's loops (float64)") {
+  for (const int64_t T : {int64_t{1}, int64_t{37}, int64_t{70}}) {  // the CPU forms exp(ℓs) along runs of 32
+    CAPTURE(T);
+    const int64_t H = 3, modes = 4, B = 2;
+    const S4dParameters p = drawn_parameters(H, modes, static_cast<uint64_t>(T));
+    const host::ForEachIndex run;
+    const math::S4dParams<double> params{p.log_dt.data<double>(), p.log_A_re.data<double>(), p.A_im.data<double>(),
+                                         p.B.data<double>(), p.C.data<double>(), modes};
+    // K [H, T]
+    Tensor K = Tensor::empty({H, T}, DType::Float64), K_cpu = Tensor::empty({H, T}, DType::Float64);
+    ag::cuda::s4d_kernel_launch(run, params, H, T, out<double>(K));
+    kernel::s4d_kernel(p.log_dt, p.log_A_re, p.A_im, p.B, p.C, K_cpu);
+    CHECK_CLOSE(K, K_cpu, 1e-12);
+    // its backward from a drawn dK: the modes' gradients, then each channel's ∂L/∂log Δ
+    const Tensor dK = ag::test::random({H, T}, 7, DType::Float64, false);
+    const auto zeros_like = [](const Tensor& x) { return Tensor::zeros(x.shape(), DType::Float64); };
+    Tensor dlog_dt = zeros_like(p.log_dt), dlog_A_re = zeros_like(p.log_A_re), dA_im = zeros_like(p.A_im),
+           dB = zeros_like(p.B), dC = zeros_like(p.C), d_dt = zeros_like(p.A_im);
+    ag::cuda::s4d_kernel_backward_launch(run, params, H, T, dK.data<double>(), out<double>(d_dt),
+                                         out<double>(dlog_dt), out<double>(dlog_A_re), out<double>(dA_im),
+                                         out<double>(dB), out<double>(dC));
+    Tensor c_dlog_dt = zeros_like(p.log_dt), c_dlog_A_re = zeros_like(p.log_A_re), c_dA_im = zeros_like(p.A_im),
+           c_dB = zeros_like(p.B), c_dC = zeros_like(p.C);
+    kernel::s4d_kernel_backward(p.log_dt, p.log_A_re, p.A_im, p.B, p.C, dK, c_dlog_dt, c_dlog_A_re, c_dA_im, c_dB,
+                                c_dC);
+    CHECK_CLOSE(dlog_dt, c_dlog_dt, 1e-12);
+    CHECK_CLOSE(dlog_A_re, c_dlog_A_re, 1e-12);
+    CHECK_CLOSE(dA_im, c_dA_im, 1e-12);
+    CHECK_CLOSE(dB, c_dB, 1e-12);
+    CHECK_CLOSE(dC, c_dC, 1e-12);
+    // the recurrence over u [B, T, H] from a drawn state [B, H, modes, 2], which it leaves at the end
+    const Tensor u = ag::test::random({B, T, H}, 8, DType::Float64, false);
+    const Tensor state0 = ag::test::random({B, H, modes, 2}, 9, DType::Float64, false);
+    Tensor state = state0.clone(), y = Tensor::empty({B, T, H}, DType::Float64);
+    Tensor c_state = state0.clone(), c_y = Tensor::empty({B, T, H}, DType::Float64);
+    ag::cuda::s4d_recurrence_launch(run, params, u.data<double>(), B, T, H, out<double>(state), out<double>(y));
+    kernel::s4d_recurrence(p.log_dt, p.log_A_re, p.A_im, p.B, p.C, u, c_state, c_y);
+    CHECK_CLOSE(y, c_y, 1e-12);
+    CHECK_CLOSE(state, c_state, 1e-12);
+  }
+}
+
+TEST_CASE("s4 on host: the long convolution's steps around cuFFT's transforms equal the CPU's FFT convolution and its backward (float64)") {
+  struct ConvCase {
+    int64_t B, T, H;
+  };
+  for (const ConvCase& k : {ConvCase{2, 1, 3}, ConvCase{1, 37, 2}, ConvCase{3, 64, 1}, ConvCase{2, 5, 4}}) {
+    CAPTURE(k.B);
+    CAPTURE(k.T);
+    CAPTURE(k.H);
+    const Tensor u = ag::test::random({k.B, k.T, k.H}, 11, DType::Float64, false);
+    const Tensor K = ag::test::random({k.H, k.T}, 12, DType::Float64, false);
+    const Tensor dY = ag::test::random({k.B, k.T, k.H}, 13, DType::Float64, false);
+    Tensor y = Tensor::empty({k.B, k.T, k.H}, DType::Float64), c_y = Tensor::empty({k.B, k.T, k.H}, DType::Float64);
+    HostSteps forward;
+    ag::cuda::long_conv_steps(forward, u.data<double>(), K.data<double>(), out<double>(y), k.B, k.T, k.H);
+    kernel::long_conv(u, K, c_y);
+    CHECK_CLOSE(y, c_y, 1e-12);
+    Tensor dU = Tensor::empty(u.shape(), DType::Float64), dK = Tensor::empty(K.shape(), DType::Float64);
+    Tensor c_dU = Tensor::empty(u.shape(), DType::Float64), c_dK = Tensor::empty(K.shape(), DType::Float64);
+    HostSteps backward;
+    ag::cuda::long_conv_backward_steps(backward, u.data<double>(), K.data<double>(), dY.data<double>(),
+                                       out<double>(dU), out<double>(dK), k.B, k.T, k.H);
+    kernel::long_conv_backward(u, K, dY, c_dU, c_dK);
+    CHECK_CLOSE(dU, c_dU, 1e-12);
+    CHECK_CLOSE(dK, c_dK, 1e-12);
+  }
+}
+
+}  // namespace s4_host_test
+
+namespace edge_attention_host_test {
+using namespace ag;
+namespace host = ag::test::cuda_host;
+using ag::test::flash_mma_reference::strides_of;
+
+// Every kernel of attention over a graph's edges, launched as cuda/edge_attention.cu launches
+// them, against the CPU's, which adds the same terms in the same order in double: equal to the
+// last bit. The graph has a query without edges (lse +inf, Z 0), a key without edges (dK,
+// dV 0) and Tq ≠ Tk; grouped kv heads, both layouts.
+TEST_CASE("edge attention on host: the GPU's kernels give the CPU's bits, forward and backward") {
+  const int64_t Tq = 7, Tk = 9, B = 2, Hq = 4, Hkv = 2, d = 5;
+  std::mt19937 rng(36);
+  std::bernoulli_distribution edge(0.4);
+  std::vector<int64_t> row_ptr = {0}, col;
+  for (int64_t i = 0; i < Tq; ++i) {
+    for (int64_t j = 0; j < Tk; ++j)
+      if (i != 3 && j != 5 && (edge(rng) || j == i)) col.push_back(j);
+    row_ptr.push_back(static_cast<int64_t>(col.size()));
+  }
+  const int64_t E = static_cast<int64_t>(col.size());
+  const EdgeGraph graph = edge_graph({Tensor::from_indices(row_ptr, {Tq + 1}), Tensor::from_indices(col, {E})}, Tq,
+                                     Tk, Device::CPU);
+  const EdgeLayout g = EdgeLayout::of(graph.packed.data<int64_t>(), graph.packed.numel(), Tq, Tk);
+  const host::ForEachIndex run;
+  for (const AttentionLayout layout : {AttentionLayout::BHTD, AttentionLayout::BTHD}) {
+    CAPTURE(static_cast<int>(layout));
+    const auto operand = [&](int64_t H, int64_t T, uint64_t seed) {
+      return ag::test::random(layout == AttentionLayout::BHTD ? Shape{B, H, T, d} : Shape{B, T, H, d}, seed,
+                              DType::Float64, false);
+    };
+    const Tensor Q = operand(Hq, Tq, 1), K = operand(Hkv, Tk, 2), V = operand(Hkv, Tk, 3), dZ = operand(Hq, Tq, 4);
+    AttentionShape shape{B, Hq, Hkv, Tq, Tk, d, 1.0 / std::sqrt(double(d)), {}, strides_of(layout, Hq, Tq, d),
+                         strides_of(layout, Hkv, Tk, d)};
+    const auto per_edge = [&] { return Tensor::zeros({B, Hq, E}, DType::Float64); };
+    const auto like = [](const Tensor& x) { return Tensor::zeros(x.shape(), DType::Float64); };
+    const auto lse_rows = [&] { return Tensor::zeros({B, Hq, Tq}, DType::Float64); };
+    const auto same_bits = [](const Tensor& a, const Tensor& b) { CHECK(a.to_vector() == b.to_vector()); };
+    // forward: S, A and lse, Z
+    Tensor S = per_edge(), A = per_edge(), lse = lse_rows(), Z = like(Q);
+    Tensor c_S = per_edge(), c_A = per_edge(), c_lse = lse_rows(), c_Z = like(Q);
+    ag::cuda::edge_scores_launch(run, Q.data<double>(), K.data<double>(), g, shape, S.data<double>());
+    kernel::edge_scores(Q, K, graph.packed, shape, c_S);
+    same_bits(S, c_S);
+    ag::cuda::edge_softmax_launch(run, S.data<double>(), g, shape, A.data<double>(), lse.data<double>());
+    kernel::edge_softmax(c_S, graph.packed, shape, c_A, c_lse);
+    same_bits(A, c_A);
+    same_bits(lse, c_lse);
+    ag::cuda::edge_product_launch(run, A.data<double>(), V.data<double>(), g, shape, Z.data<double>());
+    kernel::edge_product(c_A, V, graph.packed, shape, c_Z);
+    same_bits(Z, c_Z);
+    // backward from dZ: dA and dV, dS, dQ and dK
+    Tensor dA = per_edge(), dV = like(V), dS = per_edge(), dQ = like(Q), dK = like(K);
+    Tensor c_dA = per_edge(), c_dV = like(V), c_dS = per_edge(), c_dQ = like(Q), c_dK = like(K);
+    ag::cuda::edge_product_backward_launch(run, A.data<double>(), V.data<double>(), dZ.data<double>(), g, shape,
+                                           dA.data<double>(), dV.data<double>());
+    kernel::edge_product_backward(c_A, V, dZ, graph.packed, shape, c_dA, c_dV);
+    same_bits(dA, c_dA);
+    same_bits(dV, c_dV);
+    ag::cuda::edge_softmax_backward_launch(run, A.data<double>(), dA.data<double>(), g, shape, dS.data<double>());
+    kernel::edge_softmax_backward(c_A, c_dA, graph.packed, shape, c_dS);
+    same_bits(dS, c_dS);
+    ag::cuda::edge_scores_backward_launch(run, Q.data<double>(), K.data<double>(), dS.data<double>(), g, shape,
+                                          dQ.data<double>(), dK.data<double>());
+    kernel::edge_scores_backward(Q, K, c_dS, graph.packed, shape, c_dQ, c_dK);
+    same_bits(dQ, c_dQ);
+    same_bits(dK, c_dK);
+    // what the graph's gaps give: query 3 has no edges, key 5 none
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < Hq; ++h) CHECK(lse.data<double>()[(b * Hq + h) * Tq + 3] == INFINITY);
+    double key5 = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < Hkv; ++h)
+        for (int64_t c = 0; c < d; ++c) key5 += std::abs(dK.data<double>()[shape.kv.at(b, h, 5) + c]);
+    CHECK(key5 == 0);
+  }
+}
+
+}  // namespace edge_attention_host_test
 
 #include "tests/cuda_on_host_end.h"

@@ -1,0 +1,197 @@
+// Attention over a graph's edges on the GPU: the kernels (cuda/edge_attention.cu launches them
+// through the launches below) and the launches written once for any device that runs a functor
+// per index. Device code that a host build compiles too: tests/test_cuda_on_host.cpp runs it on
+// the host against core/cpu/edge_attention.cpp, the same sums in the same order (in double).
+//
+// Thread mapping: one thread per query row (b, h, i) for the per-edge values (S, A,
+// dA, dS), which walk the row's few edges; one thread per output element (row, c) for
+// the products: Z and dQ by query row over its edges (the CSR), dK and dV by key row
+// (b, kv head, j) over the query heads of its group and its edges (the CSC). Each
+// element is one thread's sum in a fixed order: no atomics, the same bits every run.
+#pragma once
+#include <cstdint>
+
+#include "core/attention_math.h"
+#include "core/edge_attention_math.h"
+
+namespace ag::cuda {
+namespace {
+
+using math::kInf;
+
+// Query row = (b·Hq + h)·Tq + i, and the offset of head (b, h) in a [B, Hq, E] tensor.
+struct EdgeRow {
+  int64_t b, h, i, edges;
+};
+__device__ inline EdgeRow edge_row(const AttentionShape& s, int64_t row, int64_t E) {
+  const int64_t bh = row / s.Tq;
+  return {bh / s.Hq, bh % s.Hq, row % s.Tq, bh * E};
+}
+
+template <class T> struct EdgeScores {  // S_e = scale · q_i · k_j
+  const T *q, *k;
+  T* s;
+  EdgeLayout g;
+  AttentionShape shape;
+  __device__ void operator()(int64_t row) const {
+    const EdgeRow r = edge_row(shape, row, g.E);
+    const T* q_i = q + shape.q.at(r.b, r.h, r.i);
+    const int64_t hk = r.h / shape.group();
+    for (int64_t e = g.row_ptr[r.i]; e < g.row_ptr[r.i + 1]; ++e) {
+      const T* k_j = k + shape.kv.at(r.b, hk, g.col[e]);
+      double sum = 0;
+      for (int64_t c = 0; c < shape.d; ++c) sum += static_cast<double>(q_i[c]) * static_cast<double>(k_j[c]);
+      s[r.edges + e] = static_cast<T>(shape.scale * sum);
+    }
+  }
+};
+
+template <class T> struct EdgeQueryGradient {  // dQ_i = scale · Σ_{e=(i,j)} dS_e k_j, one thread per (row, c)
+  const T *k, *ds;
+  T* dq;
+  EdgeLayout g;
+  AttentionShape shape;
+  __device__ void operator()(int64_t idx) const {
+    const int64_t c = idx % shape.d;
+    const EdgeRow r = edge_row(shape, idx / shape.d, g.E);
+    const int64_t hk = r.h / shape.group();
+    double sum = 0;
+    for (int64_t e = g.row_ptr[r.i]; e < g.row_ptr[r.i + 1]; ++e)
+      sum += static_cast<double>(ds[r.edges + e]) * static_cast<double>(k[shape.kv.at(r.b, hk, g.col[e]) + c]);
+    dq[shape.q.at(r.b, r.h, r.i) + c] = static_cast<T>(shape.scale * sum);
+  }
+};
+
+// Σ_{h in j's group} Σ_{e=(i,j)} w[(b, h), e] · x[(b, h, i)][c] for key row (b, hk, j), times `factor`,
+// one thread per (key row, c): dK (w = dS, x = Q, factor scale) and dV (w = A, x = dZ, factor 1).
+template <class T> struct EdgeKeyGradient {
+  const T *w, *x;
+  T* out;
+  EdgeLayout g;
+  AttentionShape shape;
+  double factor;
+  __device__ void operator()(int64_t idx) const {
+    const int64_t c = idx % shape.d, row = idx / shape.d;
+    const int64_t bk = row / shape.Tk, b = bk / shape.Hkv, hk = bk % shape.Hkv, j = row % shape.Tk;
+    double sum = 0;
+    for (int64_t h = hk * shape.group(); h < (hk + 1) * shape.group(); ++h)
+      for (int64_t n = g.key_ptr[j]; n < g.key_ptr[j + 1]; ++n) {
+        const int64_t e = g.key_edge[n];
+        sum += static_cast<double>(w[(b * shape.Hq + h) * g.E + e]) * static_cast<double>(x[shape.q.at(b, h, g.row[e]) + c]);
+      }
+    out[shape.kv.at(b, hk, j) + c] = static_cast<T>(factor * sum);
+  }
+};
+
+template <class T> struct EdgeSoftmax {  // A = softmax of S over the row's edges; lse (+inf: no edge)
+  const T* s;
+  T* a;
+  double* lse;
+  EdgeLayout g;
+  AttentionShape shape;
+  __device__ void operator()(int64_t row) const {
+    const EdgeRow r = edge_row(shape, row, g.E);
+    const int64_t first = r.edges + g.row_ptr[r.i], last = r.edges + g.row_ptr[r.i + 1];
+    if (first == last) {
+      if (lse) lse[row] = kInf<double>;
+      return;
+    }
+    double max = -kInf<double>, sum = 0;
+    for (int64_t e = first; e < last; ++e) max = fmax(max, static_cast<double>(s[e]));
+    for (int64_t e = first; e < last; ++e) sum += exp(static_cast<double>(s[e]) - max);
+    for (int64_t e = first; e < last; ++e) a[e] = static_cast<T>(exp(static_cast<double>(s[e]) - max) / sum);
+    if (lse) lse[row] = max + log(sum);
+  }
+};
+
+template <class T> struct EdgeSoftmaxBackward {  // dS_e = A_e (dA_e − Σ_e' A_e' dA_e'); dS may be dA
+  const T *a, *da;
+  T* ds;
+  EdgeLayout g;
+  AttentionShape shape;
+  __device__ void operator()(int64_t row) const {
+    const EdgeRow r = edge_row(shape, row, g.E);
+    const int64_t first = r.edges + g.row_ptr[r.i], last = r.edges + g.row_ptr[r.i + 1];
+    double D = 0;
+    for (int64_t e = first; e < last; ++e) D += static_cast<double>(a[e]) * static_cast<double>(da[e]);
+    for (int64_t e = first; e < last; ++e)
+      ds[e] = static_cast<T>(static_cast<double>(a[e]) * (static_cast<double>(da[e]) - D));
+  }
+};
+
+template <class T> struct EdgeProduct {  // Z_i = Σ_{e=(i,j)} A_e v_j, one thread per (row, c)
+  const T *a, *v;
+  T* z;
+  EdgeLayout g;
+  AttentionShape shape;
+  __device__ void operator()(int64_t idx) const {
+    const int64_t c = idx % shape.d;
+    const EdgeRow r = edge_row(shape, idx / shape.d, g.E);
+    const int64_t hk = r.h / shape.group();
+    double sum = 0;
+    for (int64_t e = g.row_ptr[r.i]; e < g.row_ptr[r.i + 1]; ++e)
+      sum += static_cast<double>(a[r.edges + e]) * static_cast<double>(v[shape.kv.at(r.b, hk, g.col[e]) + c]);
+    z[shape.q.at(r.b, r.h, r.i) + c] = static_cast<T>(sum);
+  }
+};
+
+template <class T> struct EdgeProbabilityGradient {  // dA_e = dZ_i · v_j
+  const T *v, *dz;
+  T* da;
+  EdgeLayout g;
+  AttentionShape shape;
+  __device__ void operator()(int64_t row) const {
+    const EdgeRow r = edge_row(shape, row, g.E);
+    const T* dz_i = dz + shape.q.at(r.b, r.h, r.i);
+    const int64_t hk = r.h / shape.group();
+    for (int64_t e = g.row_ptr[r.i]; e < g.row_ptr[r.i + 1]; ++e) {
+      const T* v_j = v + shape.kv.at(r.b, hk, g.col[e]);
+      double sum = 0;
+      for (int64_t c = 0; c < shape.d; ++c) sum += static_cast<double>(dz_i[c]) * static_cast<double>(v_j[c]);
+      da[r.edges + e] = static_cast<T>(sum);
+    }
+  }
+};
+
+inline int64_t query_rows(const AttentionShape& s) { return s.B * s.Hq * s.Tq; }
+inline int64_t key_rows(const AttentionShape& s) { return s.B * s.Hkv * s.Tk; }
+
+// The kernels' launches, for a device `run`: run(count, f) calls f(i) for every i < count
+// (cuda/launch.cuh's ForEachIndex on a GPU). Shapes, layouts and contracts: core/kernels.inc.
+template <class T, class Run>
+void edge_scores_launch(const Run& run, const T* Q, const T* K, const EdgeLayout& g, const AttentionShape& s, T* S) {
+  run(query_rows(s), EdgeScores<T>{Q, K, S, g, s});
+}
+
+template <class T, class Run>
+void edge_scores_backward_launch(const Run& run, const T* Q, const T* K, const T* dS, const EdgeLayout& g,
+                                 const AttentionShape& s, T* dQ, T* dK) {
+  run(query_rows(s) * s.d, EdgeQueryGradient<T>{K, dS, dQ, g, s});
+  run(key_rows(s) * s.d, EdgeKeyGradient<T>{dS, Q, dK, g, s, s.scale});
+}
+
+template <class T, class Run>
+void edge_softmax_launch(const Run& run, const T* S, const EdgeLayout& g, const AttentionShape& s, T* A, double* lse) {
+  run(query_rows(s), EdgeSoftmax<T>{S, A, lse, g, s});
+}
+
+template <class T, class Run>
+void edge_softmax_backward_launch(const Run& run, const T* A, const T* dA, const EdgeLayout& g,
+                                  const AttentionShape& s, T* dS) {
+  run(query_rows(s), EdgeSoftmaxBackward<T>{A, dA, dS, g, s});
+}
+
+template <class T, class Run>
+void edge_product_launch(const Run& run, const T* A, const T* V, const EdgeLayout& g, const AttentionShape& s, T* Z) {
+  run(query_rows(s) * s.d, EdgeProduct<T>{A, V, Z, g, s});
+}
+
+template <class T, class Run>
+void edge_product_backward_launch(const Run& run, const T* A, const T* V, const T* dZ, const EdgeLayout& g,
+                                  const AttentionShape& s, T* dA, T* dV) {
+  run(query_rows(s), EdgeProbabilityGradient<T>{V, dZ, dA, g, s});
+  run(key_rows(s) * s.d, EdgeKeyGradient<T>{A, dZ, dV, g, s, 1.0});
+}
+
+}  // namespace
+}  // namespace ag::cuda
