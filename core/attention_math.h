@@ -215,7 +215,10 @@ struct AttentionMask {
     }
   };
 
-  AG_HOST_DEVICE Row row(int64_t h, int64_t i) const {
+  // A Row refers to this mask's pattern, so a temporary's (mask.at_batch(b).row(h, i)) would
+  // dangle: only a mask that outlives the row gives one.
+  AG_HOST_DEVICE Row row(int64_t h, int64_t i) const&& = delete;
+  AG_HOST_DEVICE Row row(int64_t h, int64_t i) const& {
     const int64_t p = causal ? i + q_offset : kAllKeys;
     // p < 0 sees no key: no blocks below it
     return {pattern, p, first_key, RandomBlocks(pattern, h, causal ? (p + first_key) / kSparseBlock : 0),

@@ -1,8 +1,10 @@
-// Attention kernels on the GPU: the dense implementation's masked softmax and
-// FlashAttention's forward and backward. Reference: core/cpu/attention.cpp (the
-// same formulas; tests/test_attention_op.cpp runs every case on both devices).
-// The mask, the tile classification and the guarded softmax formulas come from
-// core/attention_math.h, shared with the CPU.
+// Attention kernels on the GPU: FlashAttention's forward and backward launched, and the
+// one-thread-per-index kernels of cuda/attention_kernels.cuh (the dense implementation's
+// masked softmax, the score modifiers, additive scores, dropout, RoPE, the merge) through
+// their launches. Reference: core/cpu/attention.cpp (the same formulas;
+// tests/test_attention_op.cpp runs every case on both devices). The mask, the tile
+// classification and the guarded softmax formulas come from core/attention_math.h, shared
+// with the CPU.
 //
 // Flash thread mapping. Tiles are `tile` queries by `tile` keys, held in shared
 // memory with K, V (and Q, dZ) tiles; `tile` is the largest of 32, 16, 8 whose
@@ -28,6 +30,7 @@
 #include <limits>
 
 #include "core/elementwise_math.h"
+#include "cuda/attention_kernels.cuh"
 #include "cuda/attention_tiles.cuh"
 #include "cuda/cuda.h"
 #include "cuda/flash_kernels.cuh"
@@ -43,186 +46,6 @@ using math::kInf;
 constexpr int kFlashThreads = 128;  // 4 warps
 constexpr size_t kSharedBudget = 48 * 1024;
 
-// --- the dense implementation's softmax -------------------------------------------------
-
-// One thread per query column c = (b·Hq + h)·Tq + i of Sᵀ [B, Hq, Tk, Tq]
-// (core/kernels.inc): A = softmax over the visible keys, 0 elsewhere; lse = the
-// column's log-sum-exp (unless lse is null). Adjacent threads read adjacent
-// queries of a key's row. A may be S.
-template <class T> struct MaskedSoftmaxColumns {
-  const T* s;
-  T* a;
-  double* lse;
-  int64_t Hq, Tq, Tk;
-  AttentionMask mask;
-  const T* sinks;  // [Hq], or null: exp(sink_h) joins each column's denominator
-  __device__ void operator()(int64_t c) const {
-    const int64_t matrix = c / Tq, i = c % Tq;
-    const int64_t h = matrix % Hq;
-    const AttentionMask::Row row = mask.at_batch(matrix / Hq).row(h, i);
-    const T slope = static_cast<T>(mask.alibi_slope(h));  // 0 without ALiBi: S + 0 = S
-    const T* x = s + matrix * Tk * Tq + i;
-    T* y = a + matrix * Tk * Tq + i;
-    T max = -kInf<T>;
-    for (int64_t j = 0; j < Tk; ++j)
-      if (row.visible(j)) max = MaxOp{}(max, x[j * Tq] + mask.bias(slope, i, j));
-    if (sinks) max = MaxOp{}(max, sinks[h]);
-    const T reference = math::softmax_reference(max);
-    T sum = 0;
-    for (int64_t j = 0; j < Tk; ++j) {
-      y[j * Tq] = row.visible(j) ? std::exp(x[j * Tq] + mask.bias(slope, i, j) - reference) : T(0);
-      sum += y[j * Tq];
-    }
-    if (sinks) sum += std::exp(sinks[h] - reference);  // the sink's term, after the keys' (as the CPU)
-    const T inv = sum == T(0) ? T(0) : T(1) / sum;  // a query that sees no key keeps its zeros
-    for (int64_t j = 0; j < Tk; ++j) y[j * Tq] *= inv;
-    if (lse) lse[c] = math::log_sum_exp<double>(max, sum);
-  }
-};
-
-// One thread per query column of [B, Hq, Tk, Tq]: dSᵀ = Aᵀ ∘ (dAᵀ − colsum(dAᵀ ∘ Aᵀ)); dS may be dA.
-template <class T> struct SoftmaxBackwardColumns {
-  const T *a, *da;
-  T* ds;
-  int64_t Tq, Tk;
-  __device__ void operator()(int64_t c) const {
-    const int64_t at = c / Tq * Tk * Tq + c % Tq;
-    T dot = 0;
-    for (int64_t j = 0; j < Tk; ++j) dot += da[at + j * Tq] * a[at + j * Tq];
-    for (int64_t j = 0; j < Tk; ++j) ds[at + j * Tq] = a[at + j * Tq] * (da[at + j * Tq] - dot);
-  }
-};
-
-// --- GAT's additive scores and attention dropout (dense; core/cpu/attention.cpp) ------------
-
-// Σ_c x_c over the d entries of one row, in float64.
-template <class T> __device__ double row_sum(const T* row, int64_t d) {
-  double total = 0;
-  for (int64_t c = 0; c < d; ++c) total += static_cast<double>(row[c]);
-  return total;
-}
-// One thread per entry (b', h, j, i) of Sᵀ [n, Hq, Tk, Tq]: S_ij = LeakyReLU(α_i + β_j).
-template <class T> struct AdditiveScores {
-  const T *q, *k;
-  T* s;
-  AttentionShape shape;
-  T slope;
-  int64_t first_batch;
-  __device__ void operator()(int64_t e) const {
-    const int64_t i = e % shape.Tq, j = e / shape.Tq % shape.Tk, h = e / (shape.Tq * shape.Tk) % shape.Hq,
-                  b = first_batch + e / (shape.Tq * shape.Tk * shape.Hq);
-    const T alpha = static_cast<T>(row_sum(q + shape.q.at(b, h, i), shape.d));
-    const T beta = static_cast<T>(row_sum(k + shape.kv.at(b, h / shape.group(), j), shape.d));
-    s[e] = math::leaky_relu(alpha + beta, slope);
-  }
-};
-// One thread per query row (b', h, i): dα_i = Σ_j dU_ij·LeakyReLU′(α_i + β_j), keys in order,
-// written to the row's d entries of dQ.
-template <class T> struct AdditiveQueryGradient {
-  const T *q, *k, *du;
-  T* dq;
-  AttentionShape shape;
-  T slope;
-  int64_t first_batch;
-  __device__ void operator()(int64_t r) const {
-    const int64_t i = r % shape.Tq, h = r / shape.Tq % shape.Hq, chunk_b = r / (shape.Tq * shape.Hq), b = first_batch + chunk_b;
-    const T alpha = static_cast<T>(row_sum(q + shape.q.at(b, h, i), shape.d));
-    const T* g = du + (chunk_b * shape.Hq + h) * shape.Tk * shape.Tq;
-    double total = 0;
-    for (int64_t j = 0; j < shape.Tk; ++j) {
-      const T beta = static_cast<T>(row_sum(k + shape.kv.at(b, h / shape.group(), j), shape.d));
-      total += static_cast<double>(g[j * shape.Tq + i] * math::leaky_relu_grad(alpha + beta, slope));
-    }
-    for (int64_t c = 0; c < shape.d; ++c) dq[shape.q.at(b, h, i) + c] = static_cast<T>(total);
-  }
-};
-// One thread per key row (b', kv head, j): dβ_j = Σ_{h of the group} Σ_i dU_ij·LeakyReLU′(α_i + β_j).
-template <class T> struct AdditiveKeyGradient {
-  const T *q, *k, *du;
-  T* dk;
-  AttentionShape shape;
-  T slope;
-  int64_t first_batch;
-  __device__ void operator()(int64_t r) const {
-    const int64_t j = r % shape.Tk, kvh = r / shape.Tk % shape.Hkv, chunk_b = r / (shape.Tk * shape.Hkv), b = first_batch + chunk_b;
-    const T beta = static_cast<T>(row_sum(k + shape.kv.at(b, kvh, j), shape.d));
-    double total = 0;
-    for (int64_t h = kvh * shape.group(); h < (kvh + 1) * shape.group(); ++h) {
-      const T* g = du + (chunk_b * shape.Hq + h) * shape.Tk * shape.Tq;
-      for (int64_t i = 0; i < shape.Tq; ++i) {
-        const T alpha = static_cast<T>(row_sum(q + shape.q.at(b, h, i), shape.d));
-        total += static_cast<double>(g[j * shape.Tq + i] * math::leaky_relu_grad(alpha + beta, slope));
-      }
-    }
-    for (int64_t c = 0; c < shape.d; ++c) dk[shape.kv.at(b, kvh, j) + c] = static_cast<T>(total);
-  }
-};
-// One thread per entry (b', h, j, i) of Aᵀ: the counter of A's (b, h, i, j) (AttentionDropout).
-template <class T> struct AttentionDropoutEntries {
-  const T *x, *a;
-  T* out;
-  double p;
-  uint64_t seed, first;
-  const uint64_t* shift;  // inside a captured graph (core/counter_shifts.h), else null
-  int64_t Tq, Tk;
-  T scale;
-  __device__ void operator()(int64_t e) const {
-    if (a[e] == T(0)) {  // a hidden pair: nothing drawn (as the CPU)
-      out[e] = T(0);
-      return;
-    }
-    const int64_t i = e % Tq, j = e / Tq % Tk, matrix = e / (Tq * Tk);
-    const uint64_t counter = (shift ? first + *shift : first) + static_cast<uint64_t>((matrix * Tq + i) * Tk + j);
-    out[e] = random_uniform(seed, counter) >= p ? x[e] * scale : T(0);
-  }
-};
-
-// --- the dense implementation's score modifiers ---------------------------------------------
-
-// One thread per entry e of Sᵀ [n, Hq, Tk, Tq]: S'ᵀ = mods.modify(Sᵀ) (core/attention_math.h).
-template <class T> struct ModifyScores {
-  const T* s;
-  T* s_mod;
-  AttentionShape shape;
-  __device__ void operator()(int64_t e) const {
-    const int64_t i = e % shape.Tq, j = e / shape.Tq % shape.Tk, h = e / (shape.Tq * shape.Tk) % shape.Hq;
-    s_mod[e] = shape.mods.modify(s[e], h, i + shape.mask.q_offset, i, j);
-  }
-};
-// One thread per entry: dU = dS' ∘ ∂S'/∂u, the factor recomputed from S (null without a cap: 1).
-template <class T> struct ScoreModsChain {
-  const T* ds;
-  const T* s;
-  T* du;
-  AttentionShape shape;
-  __device__ void operator()(int64_t e) const {
-    if (!s) {
-      du[e] = ds[e];
-      return;
-    }
-    const int64_t i = e % shape.Tq, j = e / shape.Tq % shape.Tk, h = e / (shape.Tq * shape.Tk) % shape.Hq;
-    du[e] = ds[e] * shape.mods.cap_derivative(shape.mods.modify(s[e], h, i + shape.mask.q_offset, i, j));
-  }
-};
-// One thread per (matrix, table entry) of dBias [n, Hq, E]: the sum of dU over the matrix's
-// pairs that read the entry, keys then queries in order (the CPU's order).
-template <class T> struct BiasGradientSums {
-  const T* du;
-  T* dbias;
-  AttentionShape shape;
-  __device__ void operator()(int64_t idx) const {
-    const int64_t E = shape.mods.bias_entries(), matrix = idx / E, e = idx % E, Tq = shape.Tq, Tk = shape.Tk;
-    const ScoreModifiers::Distances distances =
-        e < (shape.mods.relative ? shape.mods.relative_buckets : 0) ? shape.mods.distances_of(e) : ScoreModifiers::Distances{};
-    const T* g = du + matrix * Tk * Tq;
-    T sum = 0;
-    for (int64_t j = 0; j < Tk; ++j)
-      for (int64_t i = 0; i < Tq; ++i)
-        if (shape.mods.reads(e, distances, i + shape.mask.q_offset, i, j)) sum += g[j * Tq + i];
-    dbias[idx] = sum;
-  }
-};
-
 // --- flash: the launches (its kernels: cuda/flash_kernels.cuh) ----------------------------
 
 // The largest tile of 32, 16, 8 whose `floats(tile)` elements of T fit in the budget.
@@ -233,48 +56,6 @@ template <class T, class Floats> int choose_tile(const char* kernel, int64_t d, 
               " needs more shared memory than this kernel uses (48 KB)");
 }
 
-// --- RoPE -------------------------------------------------------------------------------
-// One thread per pair (row, i), i < d/2; the angle in float64, as on the CPU.
-template <class T> struct RotatePairs {
-  const T* x;
-  T* y;
-  RotaryShape shape;
-  __device__ void operator()(int64_t idx) const {
-    const int64_t half = shape.d / 2, row = idx / half, i = idx % half, at = shape.row_at(row);
-    const double angle = shape.angle(shape.position(row), shape.frequency(i));
-    rotate_pair(x + at, y + at, half, i, static_cast<T>(cos(angle)), static_cast<T>(sin(angle)));
-  }
-};
-
-// Ring attention's merge: one thread per row (b, h, i), the row's index being lse_at(b, h, i).
-template <class T> struct MergeSoftmaxParts {
-  T* z;
-  double* lse;
-  const T* z_part;
-  const double* lse_part;
-  AttentionShape shape;
-  __device__ void operator()(int64_t row) const {
-    const int64_t at = shape.q.at(row / (shape.Hq * shape.Tq), row / shape.Tq % shape.Hq, row % shape.Tq);
-    const math::SoftmaxMerge merged = math::merge_softmax_parts(lse[row], lse_part[row]);
-    const T w1 = static_cast<T>(merged.weight_1), w2 = static_cast<T>(merged.weight_2);
-    for (int64_t e = 0; e < shape.d; ++e) z[at + e] = w1 * z[at + e] + w2 * z_part[at + e];
-    lse[row] = merged.log_sum_exp;
-  }
-};
-
-// dBias[(b, h), e] = Σ_t partial[(b, h), t, e] over the query tiles t in order: one thread per output.
-template <class T> struct SumOverTiles {
-  const T* partial;
-  T* dbias;
-  int64_t tiles, E;
-  __device__ void operator()(int64_t idx) const {
-    const T* p = partial + idx / E * tiles * E + idx % E;
-    T sum = 0;
-    for (int64_t t = 0; t < tiles; ++t) sum += p[t * E];
-    dbias[idx] = sum;
-  }
-};
-
 // kernel<<<tasks (capped), kFlashThreads, `floats` elements of T in shared memory>>>(args...);
 // the kernels loop over their tasks grid-stride.
 template <class T, class... Params, class... Args>
@@ -284,22 +65,24 @@ void launch_tiles(void (*kernel)(Params...), int64_t tasks, int64_t floats, Args
   AG_CUDA_CHECK_LAUNCH();
 }
 
+// Sᵀ's (or A's, dA's) sizes: [n, Hq, Tk, Tq].
+TransposedScores transposed(const Tensor& S) { return {S.size(0), S.size(1), S.size(2), S.size(3)}; }
+
 }  // namespace
 
 void attention_softmax(const Tensor& S, const AttentionMask& mask, const Tensor& sinks, Tensor& A, Tensor& lse) {
   visit_floating(S.dtype(), "attention_softmax", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t Hq = S.size(1), Tk = S.size(2), Tq = S.size(3);
-    for_each_index(S.numel() / Tk,
-                   MaskedSoftmaxColumns<T>{ptr<const T>(S), ptr<T>(A), lse.defined() ? ptr<double>(lse) : nullptr, Hq,
-                                           Tq, Tk, mask, sinks.defined() ? ptr<const T>(sinks) : nullptr});
+    attention_softmax_launch(ForEachIndex{}, ptr<const T>(S), transposed(S), mask,
+                             sinks.defined() ? ptr<const T>(sinks) : nullptr, ptr<T>(A),
+                             lse.defined() ? ptr<double>(lse) : nullptr);
   });
 }
 
 void attention_score_mods(const Tensor& S, const AttentionShape& shape, Tensor& S_mod) {
   visit_floating(S.dtype(), "attention_score_mods", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(S.numel(), ModifyScores<T>{ptr<const T>(S), ptr<T>(S_mod), shape});
+    attention_score_mods_launch(ForEachIndex{}, ptr<const T>(S), S.numel(), shape, ptr<T>(S_mod));
   });
 }
 
@@ -307,9 +90,9 @@ void attention_score_mods_backward(const Tensor& dS, const Tensor& S, const Atte
                                    Tensor& dBias) {
   visit_floating(dS.dtype(), "attention_score_mods_backward", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(dS.numel(),
-                   ScoreModsChain<T>{ptr<const T>(dS), S.defined() ? ptr<const T>(S) : nullptr, ptr<T>(dU), shape});
-    if (dBias.defined()) for_each_index(dBias.numel(), BiasGradientSums<T>{ptr<const T>(dU), ptr<T>(dBias), shape});
+    attention_score_mods_backward_launch(ForEachIndex{}, ptr<const T>(dS), S.defined() ? ptr<const T>(S) : nullptr,
+                                         dS.numel(), shape, ptr<T>(dU), dBias.defined() ? ptr<T>(dBias) : nullptr,
+                                         dBias.defined() ? dBias.numel() : 0);
   });
 }
 
@@ -317,8 +100,8 @@ void attention_additive_scores(const Tensor& Q, const Tensor& K, const Attention
                                int64_t first_batch, Tensor& S) {
   visit_floating(S.dtype(), "attention_additive_scores", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(S.numel(), AdditiveScores<T>{ptr<const T>(Q), ptr<const T>(K), ptr<T>(S), shape,
-                                                static_cast<T>(slope), first_batch});
+    attention_additive_scores_launch(ForEachIndex{}, ptr<const T>(Q), ptr<const T>(K), shape, static_cast<T>(slope),
+                                     first_batch, S.numel(), ptr<T>(S));
   });
 }
 
@@ -326,11 +109,9 @@ void attention_additive_scores_backward(const Tensor& Q, const Tensor& K, const 
                                         double slope, int64_t first_batch, Tensor& dQ, Tensor& dK) {
   visit_floating(dU.dtype(), "attention_additive_scores_backward", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t n = dU.size(0);
-    for_each_index(n * shape.Hq * shape.Tq, AdditiveQueryGradient<T>{ptr<const T>(Q), ptr<const T>(K), ptr<const T>(dU),
-                                                                     ptr<T>(dQ), shape, static_cast<T>(slope), first_batch});
-    for_each_index(n * shape.Hkv * shape.Tk, AdditiveKeyGradient<T>{ptr<const T>(Q), ptr<const T>(K), ptr<const T>(dU),
-                                                                    ptr<T>(dK), shape, static_cast<T>(slope), first_batch});
+    attention_additive_scores_backward_launch(ForEachIndex{}, ptr<const T>(Q), ptr<const T>(K), ptr<const T>(dU),
+                                              dU.size(0), shape, static_cast<T>(slope), first_batch, ptr<T>(dQ),
+                                              ptr<T>(dK));
   });
 }
 
@@ -338,28 +119,25 @@ void attention_dropout(const Tensor& X, const Tensor& support, double p, uint64_
                        const uint64_t* counter_shift, int64_t first_batch, Tensor& out) {
   visit_floating(X.dtype(), "attention_dropout", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t Hq = X.size(1), Tk = X.size(2), Tq = X.size(3);
-    const T scale = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
-    for_each_index(X.numel(), AttentionDropoutEntries<T>{ptr<const T>(X), ptr<const T>(support), ptr<T>(out), p, seed,
-                                                         offset + static_cast<uint64_t>(first_batch * Hq * Tq * Tk),
-                                                         counter_shift, Tq, Tk, scale});
+    attention_dropout_launch(ForEachIndex{}, ptr<const T>(X), ptr<const T>(support), transposed(X), p, seed, offset,
+                             counter_shift, first_batch, ptr<T>(out));
   });
 }
 
 void attention_softmax_backward(const Tensor& A, const Tensor& dA, Tensor& dS) {
   visit_floating(A.dtype(), "attention_softmax_backward", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t Tk = A.size(2), Tq = A.size(3);
-    for_each_index(A.numel() / Tk, SoftmaxBackwardColumns<T>{ptr<const T>(A), ptr<const T>(dA), ptr<T>(dS), Tq, Tk});
+    attention_softmax_backward_launch(ForEachIndex{}, ptr<const T>(A), ptr<const T>(dA), transposed(A), ptr<T>(dS));
   });
 }
 
 void rotary_embedding(const Tensor& X, const RotaryShape& shape, Tensor& Y) {
   visit_floating(X.dtype(), "rotary_embedding", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(shape.rows() * (shape.d / 2), RotatePairs<T>{ptr<const T>(X), ptr<T>(Y), shape});
+    rotary_embedding_launch(ForEachIndex{}, ptr<const T>(X), shape, ptr<T>(Y));
   });
 }
+
 void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const AttentionShape& shape, Tensor& Z,
                      Tensor& lse) {
   if (flash_mma_takes(Q, shape)) return flash_attention_mma(Q, K, V, shape, Z, lse);  // bf16 or tf32: tensor cores
@@ -392,7 +170,7 @@ void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V,
                     query_tile, given_D.defined(), accumulate, ptr<T>(D), ptr<T>(dQ),
                     partial.defined() ? ptr<T>(partial) : nullptr);
     if (partial.defined())
-      for_each_index(dBias.numel(), SumOverTiles<T>{ptr<const T>(partial), ptr<T>(dBias), q_tiles, E});
+      sum_over_tiles_launch(ForEachIndex{}, ptr<const T>(partial), dBias.numel(), q_tiles, E, ptr<T>(dBias));
     const int key_tile = choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return key_floats(t, shape); });
     launch_tiles<T>(flash_backward_key_kernel<T>, shape.B * shape.Hkv * tiles_of(shape.Tk, key_tile),
                     key_floats(key_tile, shape), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V),
@@ -404,8 +182,8 @@ void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V,
 void attention_merge(Tensor& Z, Tensor& lse, const Tensor& Z_part, const Tensor& lse_part, const AttentionShape& shape) {
   visit_floating(Z.dtype(), "attention_merge", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(shape.B * shape.Hq * shape.Tq, MergeSoftmaxParts<T>{ptr<T>(Z), ptr<double>(lse), ptr<const T>(Z_part),
-                                                                      ptr<const double>(lse_part), shape});
+    attention_merge_launch(ForEachIndex{}, ptr<T>(Z), ptr<double>(lse), ptr<const T>(Z_part), ptr<const double>(lse_part),
+                           shape);
   });
 }
 

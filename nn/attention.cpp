@@ -40,7 +40,7 @@ Tensor AttentionMixer::attend(const Heads& heads, const AttentionSpec& spec, Mix
   AttentionInternals internals;
   const Tensor Z = ag::attention(heads.q, heads.k, heads.v, spec, probe() ? &internals : nullptr);
   if (probe()) *record = {.weights = internals.probabilities, .queries = heads.q.detach(), .keys = heads.k.detach(),
-                          .values = heads.v.detach()};
+                          .values = heads.v.detach(), .decays = {}};
   return Z;
 }
 

@@ -2,7 +2,8 @@
 // threads as fibers, mma.sync and the warp shuffles as it models them), each against a
 // reference apart from it: the tensor cores' fragments, the tensor-core and the CUDA-core flash
 // kernels, the chunked product, the embedding's backward passes and scored positions, the
-// optimizer's kernels, S4D's kernels and long convolution, and attention over a graph's edges.
+// optimizer's kernels, S4D's kernels and long convolution, attention over a graph's edges, and
+// the attention kernels that run one thread per index.
 //
 // 1. The fragment code (cuda/mma_fragments.cuh) on one warp. Its loads, packing and loops
 //    have to produce the products the kernels rely on:
@@ -59,7 +60,15 @@
 //    launches cuda/edge_attention.cu makes, against the CPU's, to the last bit (both add the
 //    same terms in the same order in double).
 //
-// The functors of 6–8 run through ForEachIndex (tests/cuda_on_host.h): every index once, in a
+// 9. The attention kernels that run one thread per index (cuda/attention_kernels.cuh: the dense
+//    softmax and its backward with masks, ALiBi and sinks, the score modifiers' bias tables and
+//    cap with their gradients, GAT's additive scores, attention dropout's counters with and
+//    without a graph's shift, RoPE, ring attention's merge), through cuda/attention.cu's
+//    launches, against the CPU's kernels (1e-12; the dropout's mask and RoPE to the bit); and
+//    the CUDA-core flash kernels with bias tables, whose per-tile table sums the launch adds
+//    over the tiles into dBias, against the CPU's flash (1e-12).
+//
+// The functors of 6–9 run through ForEachIndex (tests/cuda_on_host.h): every index once, in a
 // shuffled order, so a result that hangs on the threads' order shows.
 #include <algorithm>
 #include <cmath>
@@ -80,11 +89,13 @@
 namespace ag::cuda {
 alignas(16) unsigned char shared_bytes[160 * 1024];
 namespace {
+using std::cos;
 using std::exp;
 using std::fmax;
 using std::isfinite;
 using std::log;
 using std::min;
+using std::sin;
 }  // namespace
 }  // namespace ag::cuda
 namespace ag::cuda::chunked {
@@ -99,6 +110,7 @@ using std::exp;
 #include "cuda/flash_kernels.cuh"
 #include "cuda/s4_kernels.cuh"
 #include "cuda/edge_attention_kernels.cuh"
+#include "cuda/attention_kernels.cuh"
 
 // A named namespace, not a using-directive at file scope: tests/flash_mma_reference.h has a
 // bf16() of its own, beside ag::cuda::mma's bf16 type.
@@ -895,5 +907,225 @@ TEST_CASE("edge attention on host: the GPU's kernels give the CPU's bits, forwar
 }
 
 }  // namespace edge_attention_host_test
+
+namespace attention_host_test {
+using namespace ag;
+using namespace ag::test::flash_mma_reference;
+namespace host = ag::test::cuda_host;
+
+// A float64 tensor of N(0, 1) numbers that the host-run kernels and the CPU's read alike.
+Tensor drawn(const Shape& shape, uint64_t seed) { return ag::test::random(shape, seed, DType::Float64, false); }
+Tensor zeros(const Shape& shape) { return Tensor::zeros(shape, DType::Float64); }
+double* out(Tensor& t) { return t.data<double>(); }
+const double* in(const Tensor& t) { return t.data<double>(); }
+
+// The bias tables of the score modifiers on `mods`, for Hq heads, Tq queries and Tk keys: a
+// relative table of 8 buckets (one-way, max distance 16) and an indexed table of 5 entries.
+struct BiasTables {
+  Tensor relative, indexed, index;
+  BiasTables(int64_t Hq, int64_t Tq, int64_t Tk, uint64_t seed)
+      : relative(drawn({Hq, 8}, seed)), indexed(drawn({Hq, 5}, seed + 1)), index(Tensor::zeros({Tq, Tk}, DType::Int64)) {
+    for (int64_t e = 0; e < Tq * Tk; ++e) index.data<int64_t>()[e] = (e * 7 + e / Tk) % 5;
+  }
+  void set(ScoreModifiers& mods) const {
+    mods.relative = relative.raw_data();
+    mods.relative_buckets = 8;
+    mods.max_distance = 16;
+    mods.bidirectional = false;
+    mods.indexed = indexed.raw_data();
+    mods.indexed_entries = 5;
+    mods.index = index.data<int64_t>();
+    mods.index_row = index.size(1);
+  }
+};
+
+// The dense implementation's one-thread-per-index kernels (cuda/attention_kernels.cuh), through the
+// launches cuda/attention.cu makes, against the CPU's kernels on the same float64 tensors. The
+// softmax columns, the modifiers, the additive scores and the dropout add in the CPU's order; the
+// tolerance 1e-12 leaves the CPU room to vectorise its loops.
+TEST_CASE("attention on host: the dense softmax and its backward, with masks, ALiBi and sinks, give the CPU's") {
+  const host::ForEachIndex run;
+  const std::vector<Case> cases = {
+      {2, 3, 3, 9, 9, 4, true, AttentionLayout::BHTD},
+      {1, 4, 2, 6, 11, 4, true, AttentionLayout::BHTD, {.window = 3, .dilation = 2, .global = 1}, true},
+      {2, 2, 1, 7, 5, 4, false, AttentionLayout::BHTD},
+  };
+  for (const Case& c : cases) {
+    for (const bool sinks_on : {false, true}) {
+      CAPTURE(describe(c));
+      CAPTURE(sinks_on);
+      const AttentionMask mask = mask_of(c);
+      const ag::cuda::TransposedScores s{c.B, c.Hq, c.Tk, c.Tq};
+      const Tensor S = drawn({c.B, c.Hq, c.Tk, c.Tq}, 21), dA = drawn({c.B, c.Hq, c.Tk, c.Tq}, 22);
+      const Tensor sinks = sinks_on ? drawn({c.Hq}, 23) : Tensor();
+      Tensor A = zeros(S.shape()), lse = zeros({c.B, c.Hq, c.Tq}), c_A = zeros(S.shape()), c_lse = zeros(lse.shape());
+      ag::cuda::attention_softmax_launch(run, in(S), s, mask, sinks_on ? in(sinks) : nullptr, out(A), out(lse));
+      kernel::attention_softmax(S, mask, sinks, c_A, c_lse);
+      CHECK_CLOSE(A, c_A, 1e-12);
+      CHECK_CLOSE(lse, c_lse, 1e-12);
+      Tensor dS = zeros(S.shape()), c_dS = zeros(S.shape());
+      ag::cuda::attention_softmax_backward_launch(run, in(A), in(dA), s, out(dS));
+      kernel::attention_softmax_backward(c_A, dA, c_dS);
+      CHECK_CLOSE(dS, c_dS, 1e-12);
+    }
+  }
+}
+
+// Under a causal mask the CPU writes 0 to the scores a query cannot see (S' and the chain's dU
+// there; core/cpu/attention.cpp), CUDA modifies them as any other: the softmax reads neither, and
+// the gradient reaching them from the softmax is 0. So the comparison is of the pairs the mask
+// keeps, with dS' 0 on the others, as the softmax's backward gives it.
+TEST_CASE("attention on host: the score modifiers (bias tables, a soft cap) and their backward give the CPU's") {
+  const host::ForEachIndex run;
+  for (const bool causal : {false, true}) {
+    const Case c{2, 3, 3, 6, 10, 4, causal, AttentionLayout::BHTD};  // queries after a prefix: p = i + 4
+    const BiasTables tables(c.Hq, c.Tq, c.Tk, 31);
+    const auto hidden = [&](int64_t e) {  // entry e of Sᵀ [B, Hq, Tk, Tq]
+      return causal && e / c.Tq % c.Tk > e % c.Tq + (c.Tk - c.Tq);
+    };
+    const auto kept = [&](Tensor x) {  // x with the hidden pairs 0
+      for (int64_t e = 0; e < x.numel(); ++e)
+        if (hidden(e)) x.data<double>()[e] = 0;
+      return x;
+    };
+    for (const double cap : {0.0, 3.0}) {
+      CAPTURE(causal);
+      CAPTURE(cap);
+      AttentionShape shape = shape_of(c);
+      tables.set(shape.mods);
+      shape.mods.soft_cap = cap;
+      const Tensor S = drawn({c.B, c.Hq, c.Tk, c.Tq}, 32), dS = kept(drawn(S.shape(), 33));
+      Tensor S_mod = zeros(S.shape()), c_S_mod = zeros(S.shape());
+      ag::cuda::attention_score_mods_launch(run, in(S), S.numel(), shape, out(S_mod));
+      kernel::attention_score_mods(S, shape, c_S_mod);
+      CHECK_CLOSE(kept(S_mod), kept(c_S_mod), 1e-12);
+      const int64_t E = shape.mods.bias_entries();
+      Tensor dU = zeros(S.shape()), dBias = zeros({c.B, c.Hq, E}), c_dU = zeros(S.shape()), c_dBias = zeros(dBias.shape());
+      const Tensor chain = shape.mods.has_chain() ? S : Tensor();
+      ag::cuda::attention_score_mods_backward_launch(run, in(dS), chain.defined() ? in(chain) : nullptr, dS.numel(),
+                                                     shape, out(dU), out(dBias), dBias.numel());
+      kernel::attention_score_mods_backward(dS, chain, shape, c_dU, c_dBias);
+      CHECK_CLOSE(dU, c_dU, 1e-12);
+      CHECK_CLOSE(dBias, c_dBias, 1e-12);
+    }
+  }
+}
+
+TEST_CASE("attention on host: GAT's additive scores and their backward, on a chunk of the batch, give the CPU's") {
+  const host::ForEachIndex run;
+  for (const AttentionLayout layout : {AttentionLayout::BHTD, AttentionLayout::BTHD}) {
+    CAPTURE(static_cast<int>(layout));
+    const Case c{3, 4, 2, 5, 7, 3, false, layout};
+    const CaseInputs operands = inputs_of(c, 41);
+    const Tensor &Q = operands.qkv[0], &K = operands.qkv[1];
+    const AttentionShape shape = shape_of(c);
+    const int64_t first_batch = 1, n = 2;  // the chunk: batch entries 1 and 2
+    const double slope = 0.2;
+    Tensor S = zeros({n, c.Hq, c.Tk, c.Tq}), c_S = zeros(S.shape());
+    ag::cuda::attention_additive_scores_launch(run, in(Q), in(K), shape, slope, first_batch, S.numel(), out(S));
+    kernel::attention_additive_scores(Q, K, shape, slope, first_batch, c_S);
+    CHECK_CLOSE(S, c_S, 1e-12);
+    const Tensor dU = drawn(S.shape(), 42);
+    Tensor dQ = zeros(Q.shape()), dK = zeros(K.shape()), c_dQ = zeros(Q.shape()), c_dK = zeros(K.shape());
+    ag::cuda::attention_additive_scores_backward_launch(run, in(Q), in(K), in(dU), n, shape, slope, first_batch,
+                                                        out(dQ), out(dK));
+    kernel::attention_additive_scores_backward(Q, K, dU, shape, slope, first_batch, c_dQ, c_dK);
+    CHECK_CLOSE(dQ, c_dQ, 1e-12);
+    CHECK_CLOSE(dK, c_dK, 1e-12);
+  }
+}
+
+TEST_CASE("attention on host: attention dropout draws the CPU's mask, with a graph's counter shift and without") {
+  const host::ForEachIndex run;
+  const int64_t n = 2, Hq = 3, Tk = 6, Tq = 5, first_batch = 2;
+  const Tensor X = drawn({n, Hq, Tk, Tq}, 51);
+  Tensor support = drawn(X.shape(), 52);
+  for (int64_t e = 0; e < support.numel(); e += 3) support.data<double>()[e] = 0;  // hidden pairs: nothing drawn
+  const uint64_t shift = 1000;
+  for (const uint64_t* counter_shift : {static_cast<const uint64_t*>(nullptr), &shift}) {
+    CAPTURE(counter_shift != nullptr);
+    Tensor y = zeros(X.shape()), c_y = zeros(X.shape());
+    ag::cuda::attention_dropout_launch(run, in(X), in(support), ag::cuda::TransposedScores{n, Hq, Tk, Tq}, 0.3, 77, 5,
+                                       counter_shift, first_batch, out(y));
+    kernel::attention_dropout(X, support, 0.3, 77, 5, counter_shift, first_batch, c_y);
+    CHECK(y.to_vector() == c_y.to_vector());
+  }
+}
+
+TEST_CASE("attention on host: RoPE and ring attention's merge give the CPU's") {
+  const host::ForEachIndex run;
+  for (const AttentionLayout layout : {AttentionLayout::BHTD, AttentionLayout::BTHD}) {
+    CAPTURE(static_cast<int>(layout));
+    const int64_t B = 2, H = 3, T = 5, d = 6;
+    const Tensor X = drawn(layout == AttentionLayout::BHTD ? Shape{B, H, T, d} : Shape{B, T, H, d}, 61);
+    for (const double direction : {1.0, -1.0}) {
+      const RotaryShape rotary{B, H, T, d, strides_of(layout, H, T, d), 1000, 10000.0, direction};
+      Tensor Y = zeros(X.shape()), c_Y = zeros(X.shape());
+      ag::cuda::rotary_embedding_launch(run, in(X), rotary, out(Y));
+      kernel::rotary_embedding(X, rotary, c_Y);
+      CHECK(Y.to_vector() == c_Y.to_vector());
+    }
+    // the merge: some rows saw no key in one part (lse +inf), one row in neither
+    const Case c{B, H, H, T, T, d, false, layout};
+    const AttentionShape shape = shape_of(c);
+    Tensor Z = drawn(X.shape(), 62), lse = drawn({B, H, T}, 63), c_Z = Z.clone(), c_lse = lse.clone();
+    Tensor Z_part = drawn(X.shape(), 64), lse_part = drawn({B, H, T}, 65);
+    lse.data<double>()[1] = INFINITY;
+    lse_part.data<double>()[2] = INFINITY;
+    lse.data<double>()[3] = lse_part.data<double>()[3] = INFINITY;
+    c_lse = lse.clone();
+    ag::cuda::attention_merge_launch(run, out(Z), out(lse), in(Z_part), in(lse_part), shape);
+    kernel::attention_merge(c_Z, c_lse, Z_part, lse_part, shape);
+    CHECK_CLOSE(Z, c_Z, 1e-12);
+    CHECK_CLOSE(lse, c_lse, 1e-12);
+  }
+}
+
+// The CUDA-core flash kernels with the modifiers' bias tables (cuda/flash_kernels.cuh): the
+// forward adds them, the query kernel writes each query tile's table sums, and the launch sums
+// those over the tiles in order (SumOverTiles) into dBias [B, Hq, entries]; in float64 against
+// the CPU's flash and its table gradient, to 1e-12, on two tiles.
+TEST_CASE("flash on host threads: the CUDA-core kernels with bias tables and a cap give the CPU's Z, gradients and dBias") {
+  for (const int tile : {16, 8}) {
+    CAPTURE(tile);
+    const Case c{2, 4, 2, 20, 26, 8, true, AttentionLayout::BHTD};
+    const BiasTables tables(c.Hq, c.Tq, c.Tk, 71);
+    AttentionShape shape = shape_of(c);
+    tables.set(shape.mods);
+    shape.mods.soft_cap = 4.0;
+    const CaseInputs operands = inputs_of(c, 72);
+    const Tensor &Q = operands.qkv[0], &K = operands.qkv[1], &V = operands.qkv[2], &dZ = operands.upstream;
+    const int64_t E = shape.mods.bias_entries(), q_tiles = ag::cuda::tiles_of(c.Tq, tile),
+                  k_tiles = ag::cuda::tiles_of(c.Tk, tile);
+    Tensor Z = zeros(Q.shape()), lse = zeros({c.B, c.Hq, c.Tq}), D = zeros(lse.shape()), dQ = zeros(Q.shape()),
+           dK = zeros(K.shape()), dV = zeros(V.shape()), partial = zeros({c.B, c.Hq, q_tiles, E}),
+           dBias = zeros({c.B, c.Hq, E});
+    const auto blocks = [](int64_t tasks) { return static_cast<unsigned>(std::min<int64_t>(tasks, 3)); };
+    host::launch(blocks(c.B * c.Hq * q_tiles), 128, [&] {
+      ag::cuda::flash_forward_kernel<double>(in(Q), in(K), in(V), shape, tile, out(Z), out(lse));
+    });
+    host::launch(blocks(c.B * c.Hq * q_tiles), 128, [&] {
+      ag::cuda::flash_backward_query_kernel<double>(in(Q), in(K), in(V), in(lse), in(dZ), shape, tile, false, false,
+                                                    out(D), out(dQ), out(partial));
+    });
+    ag::cuda::sum_over_tiles_launch(host::ForEachIndex{}, in(partial), dBias.numel(), q_tiles, E, out(dBias));
+    host::launch(blocks(c.B * c.Hkv * k_tiles), 128, [&] {
+      ag::cuda::flash_backward_key_kernel<double>(in(Q), in(K), in(V), in(lse), in(D), in(dZ), shape, tile, false,
+                                                  out(dK), out(dV));
+    });
+    Tensor c_Z = zeros(Q.shape()), c_lse = zeros(lse.shape()), c_dQ = zeros(Q.shape()), c_dK = zeros(K.shape()),
+           c_dV = zeros(V.shape()), c_dBias = zeros(dBias.shape());
+    kernel::flash_attention(Q, K, V, shape, c_Z, c_lse);
+    kernel::flash_attention_backward(Q, K, V, c_lse, dZ, Tensor(), shape, false, c_dQ, c_dK, c_dV, c_dBias);
+    CHECK_CLOSE(Z, c_Z, 1e-12);
+    CHECK_CLOSE(lse, c_lse, 1e-12);
+    CHECK_CLOSE(dQ, c_dQ, 1e-12);
+    CHECK_CLOSE(dK, c_dK, 1e-12);
+    CHECK_CLOSE(dV, c_dV, 1e-12);
+    CHECK_CLOSE(dBias, c_dBias, 1e-12);
+  }
+}
+
+}  // namespace attention_host_test
 
 #include "tests/cuda_on_host_end.h"
