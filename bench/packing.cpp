@@ -117,9 +117,10 @@ int main(int argc, char** argv) {
   std::printf("%-14s %12s %14s %12s %14s\n", "way", "ms/step", "tokens/step", "tokens/s",
               listed(ways, "padded to T") ? "vs padded to T" : "vs the first");
   double padded_rate = 0;
-  for (const auto& [name, packed, to_max] : {std::tuple{"padded to T", false, false},
-                                             std::tuple{"padded to max", false, true},
-                                             std::tuple{"packed", true, false}}) {
+  for (const auto& way : {std::tuple{"padded to T", false, false}, std::tuple{"padded to max", false, true},
+                          std::tuple{"packed", true, false}}) {
+    const char* name = std::get<0>(way);
+    const bool packed = std::get<1>(way), to_max = std::get<2>(way);  // named: clang 14 captures no bindings
     if (!listed(ways, name)) continue;
     size_t next = 0;
     double tokens = 0;

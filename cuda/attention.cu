@@ -73,7 +73,7 @@ TransposedScores transposed(const Tensor& S) { return {S.size(0), S.size(1), S.s
 void attention_softmax(const Tensor& S, const AttentionMask& mask, const Tensor& sinks, Tensor& A, Tensor& lse) {
   visit_floating(S.dtype(), "attention_softmax", [&](auto zero) {
     using T = decltype(zero);
-    attention_softmax_launch(ForEachIndex{}, ptr<const T>(S), transposed(S), mask,
+    attention_softmax_launch(Gpu(), ptr<const T>(S), transposed(S), mask,
                              sinks.defined() ? ptr<const T>(sinks) : nullptr, ptr<T>(A),
                              lse.defined() ? ptr<double>(lse) : nullptr);
   });
@@ -82,7 +82,7 @@ void attention_softmax(const Tensor& S, const AttentionMask& mask, const Tensor&
 void attention_score_mods(const Tensor& S, const AttentionShape& shape, Tensor& S_mod) {
   visit_floating(S.dtype(), "attention_score_mods", [&](auto zero) {
     using T = decltype(zero);
-    attention_score_mods_launch(ForEachIndex{}, ptr<const T>(S), S.numel(), shape, ptr<T>(S_mod));
+    attention_score_mods_launch(Gpu(), ptr<const T>(S), S.numel(), shape, ptr<T>(S_mod));
   });
 }
 
@@ -90,7 +90,7 @@ void attention_score_mods_backward(const Tensor& dS, const Tensor& S, const Atte
                                    Tensor& dBias) {
   visit_floating(dS.dtype(), "attention_score_mods_backward", [&](auto zero) {
     using T = decltype(zero);
-    attention_score_mods_backward_launch(ForEachIndex{}, ptr<const T>(dS), S.defined() ? ptr<const T>(S) : nullptr,
+    attention_score_mods_backward_launch(Gpu(), ptr<const T>(dS), S.defined() ? ptr<const T>(S) : nullptr,
                                          dS.numel(), shape, ptr<T>(dU), dBias.defined() ? ptr<T>(dBias) : nullptr,
                                          dBias.defined() ? dBias.numel() : 0);
   });
@@ -100,7 +100,7 @@ void attention_additive_scores(const Tensor& Q, const Tensor& K, const Attention
                                int64_t first_batch, Tensor& S) {
   visit_floating(S.dtype(), "attention_additive_scores", [&](auto zero) {
     using T = decltype(zero);
-    attention_additive_scores_launch(ForEachIndex{}, ptr<const T>(Q), ptr<const T>(K), shape, static_cast<T>(slope),
+    attention_additive_scores_launch(Gpu(), ptr<const T>(Q), ptr<const T>(K), shape, static_cast<T>(slope),
                                      first_batch, S.numel(), ptr<T>(S));
   });
 }
@@ -109,7 +109,7 @@ void attention_additive_scores_backward(const Tensor& Q, const Tensor& K, const 
                                         double slope, int64_t first_batch, Tensor& dQ, Tensor& dK) {
   visit_floating(dU.dtype(), "attention_additive_scores_backward", [&](auto zero) {
     using T = decltype(zero);
-    attention_additive_scores_backward_launch(ForEachIndex{}, ptr<const T>(Q), ptr<const T>(K), ptr<const T>(dU),
+    attention_additive_scores_backward_launch(Gpu(), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(dU),
                                               dU.size(0), shape, static_cast<T>(slope), first_batch, ptr<T>(dQ),
                                               ptr<T>(dK));
   });
@@ -119,7 +119,7 @@ void attention_dropout(const Tensor& X, const Tensor& support, double p, uint64_
                        const uint64_t* counter_shift, int64_t first_batch, Tensor& out) {
   visit_floating(X.dtype(), "attention_dropout", [&](auto zero) {
     using T = decltype(zero);
-    attention_dropout_launch(ForEachIndex{}, ptr<const T>(X), ptr<const T>(support), transposed(X), p, seed, offset,
+    attention_dropout_launch(Gpu(), ptr<const T>(X), ptr<const T>(support), transposed(X), p, seed, offset,
                              counter_shift, first_batch, ptr<T>(out));
   });
 }
@@ -127,14 +127,14 @@ void attention_dropout(const Tensor& X, const Tensor& support, double p, uint64_
 void attention_softmax_backward(const Tensor& A, const Tensor& dA, Tensor& dS) {
   visit_floating(A.dtype(), "attention_softmax_backward", [&](auto zero) {
     using T = decltype(zero);
-    attention_softmax_backward_launch(ForEachIndex{}, ptr<const T>(A), ptr<const T>(dA), transposed(A), ptr<T>(dS));
+    attention_softmax_backward_launch(Gpu(), ptr<const T>(A), ptr<const T>(dA), transposed(A), ptr<T>(dS));
   });
 }
 
 void rotary_embedding(const Tensor& X, const RotaryShape& shape, Tensor& Y) {
   visit_floating(X.dtype(), "rotary_embedding", [&](auto zero) {
     using T = decltype(zero);
-    rotary_embedding_launch(ForEachIndex{}, ptr<const T>(X), shape, ptr<T>(Y));
+    rotary_embedding_launch(Gpu(), ptr<const T>(X), shape, ptr<T>(Y));
   });
 }
 
@@ -170,7 +170,7 @@ void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V,
                     query_tile, given_D.defined(), accumulate, ptr<T>(D), ptr<T>(dQ),
                     partial.defined() ? ptr<T>(partial) : nullptr);
     if (partial.defined())
-      sum_over_tiles_launch(ForEachIndex{}, ptr<const T>(partial), dBias.numel(), q_tiles, E, ptr<T>(dBias));
+      sum_over_tiles_launch(Gpu(), ptr<const T>(partial), dBias.numel(), q_tiles, E, ptr<T>(dBias));
     const int key_tile = choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return key_floats(t, shape); });
     launch_tiles<T>(flash_backward_key_kernel<T>, shape.B * shape.Hkv * tiles_of(shape.Tk, key_tile),
                     key_floats(key_tile, shape), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V),
@@ -182,7 +182,7 @@ void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V,
 void attention_merge(Tensor& Z, Tensor& lse, const Tensor& Z_part, const Tensor& lse_part, const AttentionShape& shape) {
   visit_floating(Z.dtype(), "attention_merge", [&](auto zero) {
     using T = decltype(zero);
-    attention_merge_launch(ForEachIndex{}, ptr<T>(Z), ptr<double>(lse), ptr<const T>(Z_part), ptr<const double>(lse_part),
+    attention_merge_launch(Gpu(), ptr<T>(Z), ptr<double>(lse), ptr<const T>(Z_part), ptr<const double>(lse_part),
                            shape);
   });
 }

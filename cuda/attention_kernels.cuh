@@ -243,8 +243,8 @@ template <class T> struct SumOverTiles {
   }
 };
 
-// --- the launches, for a device `run`: run(count, f) calls f(i) for every i < count --------
-// (cuda/launch.cuh's ForEachIndex on a GPU).
+// --- the launches on a device `dev` (cuda/launch.cuh's Gpu; the host tests' Device) -----------
+// dev(count, f) calls f(i) for every i < count.
 
 // The dense implementation's transposed scores Sᵀ [n, Hq, Tk, Tq] (A, dA, dS, dU alike): n batch entries.
 struct TransposedScores {
@@ -253,69 +253,69 @@ struct TransposedScores {
   int64_t columns() const { return n * Hq * Tq; }  // one per query of each head
 };
 
-template <class T, class Run>
-void attention_softmax_launch(const Run& run, const T* S, const TransposedScores& s, const AttentionMask& mask,
+template <class T, class Device>
+void attention_softmax_launch(const Device& dev, const T* S, const TransposedScores& s, const AttentionMask& mask,
                               const T* sinks, T* A, double* lse) {
-  run(s.columns(), MaskedSoftmaxColumns<T>{S, A, lse, s.Hq, s.Tq, s.Tk, mask, sinks});
+  dev(s.columns(), MaskedSoftmaxColumns<T>{S, A, lse, s.Hq, s.Tq, s.Tk, mask, sinks});
 }
 
-template <class T, class Run>
-void attention_softmax_backward_launch(const Run& run, const T* A, const T* dA, const TransposedScores& s, T* dS) {
-  run(s.columns(), SoftmaxBackwardColumns<T>{A, dA, dS, s.Tq, s.Tk});
+template <class T, class Device>
+void attention_softmax_backward_launch(const Device& dev, const T* A, const T* dA, const TransposedScores& s, T* dS) {
+  dev(s.columns(), SoftmaxBackwardColumns<T>{A, dA, dS, s.Tq, s.Tk});
 }
 
-template <class T, class Run>
-void attention_score_mods_launch(const Run& run, const T* S, int64_t entries, const AttentionShape& shape, T* S_mod) {
-  run(entries, ModifyScores<T>{S, S_mod, shape});
+template <class T, class Device>
+void attention_score_mods_launch(const Device& dev, const T* S, int64_t entries, const AttentionShape& shape, T* S_mod) {
+  dev(entries, ModifyScores<T>{S, S_mod, shape});
 }
 
 // S: null unless shape.mods.has_chain(); dBias: null without tables, else bias_count = n·Hq·bias_entries().
-template <class T, class Run>
-void attention_score_mods_backward_launch(const Run& run, const T* dS, const T* S, int64_t entries,
+template <class T, class Device>
+void attention_score_mods_backward_launch(const Device& dev, const T* dS, const T* S, int64_t entries,
                                           const AttentionShape& shape, T* dU, T* dBias, int64_t bias_count) {
-  run(entries, ScoreModsChain<T>{dS, S, dU, shape});
-  if (dBias) run(bias_count, BiasGradientSums<T>{dU, dBias, shape});
+  dev(entries, ScoreModsChain<T>{dS, S, dU, shape});
+  if (dBias) dev(bias_count, BiasGradientSums<T>{dU, dBias, shape});
 }
 
-template <class T, class Run>
-void attention_additive_scores_launch(const Run& run, const T* Q, const T* K, const AttentionShape& shape, T slope,
+template <class T, class Device>
+void attention_additive_scores_launch(const Device& dev, const T* Q, const T* K, const AttentionShape& shape, T slope,
                                       int64_t first_batch, int64_t entries, T* S) {
-  run(entries, AdditiveScores<T>{Q, K, S, shape, slope, first_batch});
+  dev(entries, AdditiveScores<T>{Q, K, S, shape, slope, first_batch});
 }
 
 // n: the chunk's batch entries (dU [n, Hq, Tk, Tq]).
-template <class T, class Run>
-void attention_additive_scores_backward_launch(const Run& run, const T* Q, const T* K, const T* dU, int64_t n,
+template <class T, class Device>
+void attention_additive_scores_backward_launch(const Device& dev, const T* Q, const T* K, const T* dU, int64_t n,
                                                const AttentionShape& shape, T slope, int64_t first_batch, T* dQ,
                                                T* dK) {
-  run(n * shape.Hq * shape.Tq, AdditiveQueryGradient<T>{Q, K, dU, dQ, shape, slope, first_batch});
-  run(n * shape.Hkv * shape.Tk, AdditiveKeyGradient<T>{Q, K, dU, dK, shape, slope, first_batch});
+  dev(n * shape.Hq * shape.Tq, AdditiveQueryGradient<T>{Q, K, dU, dQ, shape, slope, first_batch});
+  dev(n * shape.Hkv * shape.Tk, AdditiveKeyGradient<T>{Q, K, dU, dK, shape, slope, first_batch});
 }
 
-template <class T, class Run>
-void attention_dropout_launch(const Run& run, const T* X, const T* support, const TransposedScores& s, double p,
+template <class T, class Device>
+void attention_dropout_launch(const Device& dev, const T* X, const T* support, const TransposedScores& s, double p,
                               uint64_t seed, uint64_t offset, const uint64_t* counter_shift, int64_t first_batch,
                               T* out) {
   const T scale = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
-  run(s.entries(), AttentionDropoutEntries<T>{X, support, out, p, seed,
+  dev(s.entries(), AttentionDropoutEntries<T>{X, support, out, p, seed,
                                               offset + static_cast<uint64_t>(first_batch * s.Hq * s.Tq * s.Tk),
                                               counter_shift, s.Tq, s.Tk, scale});
 }
 
-template <class T, class Run> void rotary_embedding_launch(const Run& run, const T* X, const RotaryShape& shape, T* Y) {
-  run(shape.rows() * (shape.d / 2), RotatePairs<T>{X, Y, shape});
+template <class T, class Device> void rotary_embedding_launch(const Device& dev, const T* X, const RotaryShape& shape, T* Y) {
+  dev(shape.rows() * (shape.d / 2), RotatePairs<T>{X, Y, shape});
 }
 
-template <class T, class Run>
-void attention_merge_launch(const Run& run, T* Z, double* lse, const T* Z_part, const double* lse_part,
+template <class T, class Device>
+void attention_merge_launch(const Device& dev, T* Z, double* lse, const T* Z_part, const double* lse_part,
                             const AttentionShape& shape) {
-  run(shape.B * shape.Hq * shape.Tq, MergeSoftmaxParts<T>{Z, lse, Z_part, lse_part, shape});
+  dev(shape.B * shape.Hq * shape.Tq, MergeSoftmaxParts<T>{Z, lse, Z_part, lse_part, shape});
 }
 
 // dBias [count / E, E] from partial [count / E, tiles, E]: the flash backward's tables summed over query tiles.
-template <class T, class Run>
-void sum_over_tiles_launch(const Run& run, const T* partial, int64_t count, int64_t tiles, int64_t E, T* dBias) {
-  run(count, SumOverTiles<T>{partial, dBias, tiles, E});
+template <class T, class Device>
+void sum_over_tiles_launch(const Device& dev, const T* partial, int64_t count, int64_t tiles, int64_t E, T* dBias) {
+  dev(count, SumOverTiles<T>{partial, dBias, tiles, E});
 }
 
 }  // namespace

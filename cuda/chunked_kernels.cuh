@@ -43,8 +43,8 @@
 // products are the next step once a device has timed this.
 //
 // Device code that a host build compiles too (tests/test_cuda_on_host.cpp runs these kernels
-// with a block's threads as host fibers): #pragma unroll is AG_UNROLL (cuda/host_compilable.cuh).
-// cuda/chunked_product.cuh launches them.
+// with a block's threads as host fibers, through product() below): #pragma unroll is AG_UNROLL
+// (cuda/host_compilable.cuh).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -307,6 +307,22 @@ __global__ __launch_bounds__(kBlockThreads) void chunk_outputs_kernel(P p, Plan 
       }
     }
   }
+}
+
+// The whole product on a device `dev` (cuda/launch.cuh's Gpu; the host tests' Device): the three
+// launches with their scratch, Out through p, `state` [problems, r, e] read and overwritten when
+// plan.from_state. The shared memory each kernel asks: its buffers above.
+template <class T, class P, class Device> void product(Device& dev, const P& p, const Plan& plan, T* state) {
+  if (plan.problems == 0 || plan.T == 0) return;
+  T* states = dev.template scratch<T>(plan.problems * plan.chunks * plan.r * plan.e);
+  T* decays = dev.template scratch<T>(plan.problems * plan.chunks);
+  const int64_t tasks = plan.problems * plan.chunks;
+  dev.blocks(chunk_states_kernel<T, P>, tasks, kBlockThreads, (4 * kChunk + 2 * kChunk * (kTile + 1)) * sizeof(T), p,
+             plan, states, decays);
+  dev(plan.problems * plan.r * plan.e, StatePassing<T>{states, decays, plan.from_state ? state : nullptr, plan});
+  dev.blocks(chunk_outputs_kernel<T, P>, tasks, kBlockThreads,
+             (4 * kChunk + kChunk * (kChunk + 1) + 2 * kChunk * (kSlice + 1)) * sizeof(T), p, plan,
+             static_cast<const T*>(states));
 }
 
 }  // namespace ag::cuda::chunked

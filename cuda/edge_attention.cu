@@ -16,7 +16,7 @@ EdgeLayout edge_layout(const Tensor& graph, const AttentionShape& s) {
 void edge_scores(const Tensor& Q, const Tensor& K, const Tensor& graph, const AttentionShape& shape, Tensor& S) {
   visit_floating(Q.dtype(), "edge_scores", [&](auto zero) {
     using T = decltype(zero);
-    edge_scores_launch(ForEachIndex{}, ptr<const T>(Q), ptr<const T>(K), edge_layout(graph, shape), shape, ptr<T>(S));
+    edge_scores_launch(Gpu(), ptr<const T>(Q), ptr<const T>(K), edge_layout(graph, shape), shape, ptr<T>(S));
   });
 }
 
@@ -24,7 +24,7 @@ void edge_scores_backward(const Tensor& Q, const Tensor& K, const Tensor& dS, co
                           const AttentionShape& shape, Tensor& dQ, Tensor& dK) {
   visit_floating(Q.dtype(), "edge_scores_backward", [&](auto zero) {
     using T = decltype(zero);
-    edge_scores_backward_launch(ForEachIndex{}, ptr<const T>(Q), ptr<const T>(K), ptr<const T>(dS),
+    edge_scores_backward_launch(Gpu(), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(dS),
                                 edge_layout(graph, shape), shape, ptr<T>(dQ), ptr<T>(dK));
   });
 }
@@ -32,7 +32,7 @@ void edge_scores_backward(const Tensor& Q, const Tensor& K, const Tensor& dS, co
 void edge_softmax(const Tensor& S, const Tensor& graph, const AttentionShape& shape, Tensor& A, Tensor& lse) {
   visit_floating(S.dtype(), "edge_softmax", [&](auto zero) {
     using T = decltype(zero);
-    edge_softmax_launch(ForEachIndex{}, ptr<const T>(S), edge_layout(graph, shape), shape, ptr<T>(A),
+    edge_softmax_launch(Gpu(), ptr<const T>(S), edge_layout(graph, shape), shape, ptr<T>(A),
                         lse.defined() ? ptr<double>(lse) : nullptr);
   });
 }
@@ -41,7 +41,7 @@ void edge_softmax_backward(const Tensor& A, const Tensor& dA, const Tensor& grap
                            Tensor& dS) {
   visit_floating(A.dtype(), "edge_softmax_backward", [&](auto zero) {
     using T = decltype(zero);
-    edge_softmax_backward_launch(ForEachIndex{}, ptr<const T>(A), ptr<const T>(dA), edge_layout(graph, shape), shape,
+    edge_softmax_backward_launch(Gpu(), ptr<const T>(A), ptr<const T>(dA), edge_layout(graph, shape), shape,
                                  ptr<T>(dS));
   });
 }
@@ -49,7 +49,7 @@ void edge_softmax_backward(const Tensor& A, const Tensor& dA, const Tensor& grap
 void edge_product(const Tensor& A, const Tensor& V, const Tensor& graph, const AttentionShape& shape, Tensor& Z) {
   visit_floating(A.dtype(), "edge_product", [&](auto zero) {
     using T = decltype(zero);
-    edge_product_launch(ForEachIndex{}, ptr<const T>(A), ptr<const T>(V), edge_layout(graph, shape), shape, ptr<T>(Z));
+    edge_product_launch(Gpu(), ptr<const T>(A), ptr<const T>(V), edge_layout(graph, shape), shape, ptr<T>(Z));
   });
 }
 
@@ -57,7 +57,7 @@ void edge_product_backward(const Tensor& A, const Tensor& V, const Tensor& dZ, c
                            const AttentionShape& shape, Tensor& dA, Tensor& dV) {
   visit_floating(A.dtype(), "edge_product_backward", [&](auto zero) {
     using T = decltype(zero);
-    edge_product_backward_launch(ForEachIndex{}, ptr<const T>(A), ptr<const T>(V), ptr<const T>(dZ),
+    edge_product_backward_launch(Gpu(), ptr<const T>(A), ptr<const T>(V), ptr<const T>(dZ),
                                  edge_layout(graph, shape), shape, ptr<T>(dA), ptr<T>(dV));
   });
 }

@@ -156,41 +156,41 @@ template <class T> struct EdgeProbabilityGradient {  // dA_e = dZ_i · v_j
 inline int64_t query_rows(const AttentionShape& s) { return s.B * s.Hq * s.Tq; }
 inline int64_t key_rows(const AttentionShape& s) { return s.B * s.Hkv * s.Tk; }
 
-// The kernels' launches, for a device `run`: run(count, f) calls f(i) for every i < count
-// (cuda/launch.cuh's ForEachIndex on a GPU). Shapes, layouts and contracts: core/kernels.inc.
-template <class T, class Run>
-void edge_scores_launch(const Run& run, const T* Q, const T* K, const EdgeLayout& g, const AttentionShape& s, T* S) {
-  run(query_rows(s), EdgeScores<T>{Q, K, S, g, s});
+// The kernels' launches on a device `dev` (cuda/launch.cuh's Gpu; the host tests' Device): dev(count, f)
+// calls f(i) for every i < count. Shapes, layouts and contracts: core/kernels.inc.
+template <class T, class Device>
+void edge_scores_launch(const Device& dev, const T* Q, const T* K, const EdgeLayout& g, const AttentionShape& s, T* S) {
+  dev(query_rows(s), EdgeScores<T>{Q, K, S, g, s});
 }
 
-template <class T, class Run>
-void edge_scores_backward_launch(const Run& run, const T* Q, const T* K, const T* dS, const EdgeLayout& g,
+template <class T, class Device>
+void edge_scores_backward_launch(const Device& dev, const T* Q, const T* K, const T* dS, const EdgeLayout& g,
                                  const AttentionShape& s, T* dQ, T* dK) {
-  run(query_rows(s) * s.d, EdgeQueryGradient<T>{K, dS, dQ, g, s});
-  run(key_rows(s) * s.d, EdgeKeyGradient<T>{dS, Q, dK, g, s, s.scale});
+  dev(query_rows(s) * s.d, EdgeQueryGradient<T>{K, dS, dQ, g, s});
+  dev(key_rows(s) * s.d, EdgeKeyGradient<T>{dS, Q, dK, g, s, s.scale});
 }
 
-template <class T, class Run>
-void edge_softmax_launch(const Run& run, const T* S, const EdgeLayout& g, const AttentionShape& s, T* A, double* lse) {
-  run(query_rows(s), EdgeSoftmax<T>{S, A, lse, g, s});
+template <class T, class Device>
+void edge_softmax_launch(const Device& dev, const T* S, const EdgeLayout& g, const AttentionShape& s, T* A, double* lse) {
+  dev(query_rows(s), EdgeSoftmax<T>{S, A, lse, g, s});
 }
 
-template <class T, class Run>
-void edge_softmax_backward_launch(const Run& run, const T* A, const T* dA, const EdgeLayout& g,
+template <class T, class Device>
+void edge_softmax_backward_launch(const Device& dev, const T* A, const T* dA, const EdgeLayout& g,
                                   const AttentionShape& s, T* dS) {
-  run(query_rows(s), EdgeSoftmaxBackward<T>{A, dA, dS, g, s});
+  dev(query_rows(s), EdgeSoftmaxBackward<T>{A, dA, dS, g, s});
 }
 
-template <class T, class Run>
-void edge_product_launch(const Run& run, const T* A, const T* V, const EdgeLayout& g, const AttentionShape& s, T* Z) {
-  run(query_rows(s) * s.d, EdgeProduct<T>{A, V, Z, g, s});
+template <class T, class Device>
+void edge_product_launch(const Device& dev, const T* A, const T* V, const EdgeLayout& g, const AttentionShape& s, T* Z) {
+  dev(query_rows(s) * s.d, EdgeProduct<T>{A, V, Z, g, s});
 }
 
-template <class T, class Run>
-void edge_product_backward_launch(const Run& run, const T* A, const T* V, const T* dZ, const EdgeLayout& g,
+template <class T, class Device>
+void edge_product_backward_launch(const Device& dev, const T* A, const T* V, const T* dZ, const EdgeLayout& g,
                                   const AttentionShape& s, T* dA, T* dV) {
-  run(query_rows(s), EdgeProbabilityGradient<T>{V, dZ, dA, g, s});
-  run(key_rows(s) * s.d, EdgeKeyGradient<T>{A, dZ, dV, g, s, 1.0});
+  dev(query_rows(s), EdgeProbabilityGradient<T>{V, dZ, dA, g, s});
+  dev(key_rows(s) * s.d, EdgeKeyGradient<T>{A, dZ, dV, g, s, 1.0});
 }
 
 }  // namespace

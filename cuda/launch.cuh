@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -92,10 +93,41 @@ template <class F> void for_each_index(int64_t n, const F& f) {
   AG_CUDA_CHECK_LAUNCH();
 }
 
-// for_each_index as an object, for the launches that kernel headers write once for any device
-// (cuda/edge_attention_kernels.cuh): run(n, f). The host tests pass their own.
-struct ForEachIndex {
+// The GPU as the `dev` that launch code written once for any device takes (the kernel headers'
+// *_launch functions: cuda/edge_attention_kernels.cuh, attention_kernels.cuh, s4_kernels.cuh,
+// chunked_kernels.cuh, ssd_kernels.cuh, linear_attention_kernels.cuh; the host tests give the
+// same three calls on the CPU, tests/cuda_on_host.h):
+//   dev(n, f)                                      f(i) for i < n: for_each_index;
+//   dev.blocks(kernel, tasks, threads, bytes, args…) kernel<<<grid_for(tasks), threads, bytes>>>(args…),
+//                                                  the block's shared-memory limit raised past 48 KB
+//                                                  when asked; nothing for zero tasks;
+//   dev.scratch<T>(count)                          count elements from the caching allocator, held
+//                                                  until dev is destroyed (stream-ordered, as Scratch).
+class Gpu {
+ public:
+  Gpu() = default;
+  Gpu(const Gpu&) = delete;
+  Gpu& operator=(const Gpu&) = delete;
+  ~Gpu() {
+    for (const auto& [data, bytes] : held_) deallocate(data, bytes);
+  }
   template <class F> void operator()(int64_t n, const F& f) const { for_each_index(n, f); }
+  template <class... Params, class... Args>
+  void blocks(void (*kernel)(Params...), int64_t tasks, int threads, size_t bytes, Args... args) const {
+    if (tasks == 0) return;
+    if (bytes > 48 * 1024)
+      AG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    kernel<<<grid_for(tasks), threads, bytes, current_stream()>>>(args...);
+    AG_CUDA_CHECK_LAUNCH();
+  }
+  template <class T> T* scratch(int64_t count) {
+    const size_t bytes = static_cast<size_t>(count > 0 ? count : 1) * sizeof(T);
+    held_.emplace_back(allocate(bytes), bytes);
+    return static_cast<T*>(held_.back().first);
+  }
+
+ private:
+  std::vector<std::pair<void*, size_t>> held_;
 };
 
 // --- one block per row ---------------------------------------------------------------

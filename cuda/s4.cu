@@ -6,7 +6,6 @@
 #include <map>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include "cuda/cuda.h"
 #include "cuda/launch.cuh"
@@ -53,18 +52,9 @@ template <class T> cufftHandle fft_plan(int64_t n, int64_t batch) {
   return it->second;
 }
 
-// cuda/s4_kernels.cuh's device for the long convolution's steps: scratch from the caching
-// allocator (held until the call returns, stream-ordered: cuda/launch.cuh's Scratch), the
-// functors by for_each_index, the transforms by cuFFT.
-template <class T> struct CudaSteps {
-  DType dtype;
-  std::vector<Tensor> held;
-  Complex<T>* spectrum(int64_t rows, int64_t n) {
-    held.push_back(Tensor::empty({rows, n, 2}, dtype, Device::CUDA));
-    return static_cast<Complex<T>*>(held.back().raw_data());
-  }
-  template <class F> void for_each(int64_t count, const F& f) { for_each_index(count, f); }
-  void fft(Complex<T>* z, int64_t n, int64_t rows, bool inverse) {
+// The transforms of cuda/s4_kernels.cuh's long convolution: `rows` in place, by cuFFT.
+template <class T> struct CuFft {
+  void operator()(Complex<T>* z, int64_t n, int64_t rows, bool inverse) const {
     const cufftHandle plan = fft_plan<T>(n, rows);
     const int direction = inverse ? CUFFT_INVERSE : CUFFT_FORWARD;
     if constexpr (std::is_same_v<T, double>) {
@@ -83,7 +73,7 @@ void s4d_kernel(const Tensor& log_dt, const Tensor& log_A_re, const Tensor& A_im
                 Tensor& K) {
   visit_floating(K.dtype(), "s4d_kernel", [&](auto zero) {
     using T = decltype(zero);
-    s4d_kernel_launch(ForEachIndex{}, params_of<T>(log_dt, log_A_re, A_im, B, C), K.size(0), K.size(1), ptr<T>(K));
+    s4d_kernel_launch(Gpu(), params_of<T>(log_dt, log_A_re, A_im, B, C), K.size(0), K.size(1), ptr<T>(K));
   });
 }
 
@@ -92,27 +82,27 @@ void s4d_kernel_backward(const Tensor& log_dt, const Tensor& log_A_re, const Ten
                          Tensor& dB, Tensor& dC) {
   visit_floating(dK.dtype(), "s4d_kernel_backward", [&](auto zero) {
     using T = decltype(zero);
-    const Tensor d_dt = Tensor::empty(A_im.shape(), A_im.dtype(), Device::CUDA);
-    s4d_kernel_backward_launch(ForEachIndex{}, params_of<T>(log_dt, log_A_re, A_im, B, C), dK.size(0), dK.size(1),
-                               ptr<const T>(dK), ptr<T>(d_dt), ptr<T>(dLog_dt), ptr<T>(dLog_A_re), ptr<T>(dA_im),
-                               ptr<T>(dB), ptr<T>(dC));
+    Gpu gpu;
+    s4d_kernel_backward_launch(gpu, params_of<T>(log_dt, log_A_re, A_im, B, C), dK.size(0), dK.size(1),
+                               ptr<const T>(dK), ptr<T>(dLog_dt), ptr<T>(dLog_A_re), ptr<T>(dA_im), ptr<T>(dB),
+                               ptr<T>(dC));
   });
 }
 
 void long_conv(const Tensor& u, const Tensor& K, Tensor& y) {
   visit_floating(u.dtype(), "long_conv", [&](auto zero) {
     using T = decltype(zero);
-    CudaSteps<T> dev{u.dtype(), {}};
-    long_conv_steps(dev, ptr<const T>(u), ptr<const T>(K), ptr<T>(y), u.size(0), u.size(1), u.size(2));
+    Gpu gpu;
+    long_conv_launch(gpu, CuFft<T>(), ptr<const T>(u), ptr<const T>(K), ptr<T>(y), u.size(0), u.size(1), u.size(2));
   });
 }
 
 void long_conv_backward(const Tensor& u, const Tensor& K, const Tensor& dY, Tensor& dU, Tensor& dK) {
   visit_floating(u.dtype(), "long_conv_backward", [&](auto zero) {
     using T = decltype(zero);
-    CudaSteps<T> dev{u.dtype(), {}};
-    long_conv_backward_steps(dev, ptr<const T>(u), ptr<const T>(K), ptr<const T>(dY), ptr<T>(dU), ptr<T>(dK),
-                             u.size(0), u.size(1), u.size(2));
+    Gpu gpu;
+    long_conv_backward_launch(gpu, CuFft<T>(), ptr<const T>(u), ptr<const T>(K), ptr<const T>(dY), ptr<T>(dU),
+                              ptr<T>(dK), u.size(0), u.size(1), u.size(2));
   });
 }
 
@@ -120,7 +110,7 @@ void s4d_recurrence(const Tensor& log_dt, const Tensor& log_A_re, const Tensor& 
                     const Tensor& C, const Tensor& u, Tensor& state, Tensor& y) {
   visit_floating(u.dtype(), "s4d_recurrence", [&](auto zero) {
     using T = decltype(zero);
-    s4d_recurrence_launch(ForEachIndex{}, params_of<T>(log_dt, log_A_re, A_im, B, C), ptr<const T>(u), u.size(0),
+    s4d_recurrence_launch(Gpu(), params_of<T>(log_dt, log_A_re, A_im, B, C), ptr<const T>(u), u.size(0),
                           u.size(1), u.size(2), ptr<T>(state), ptr<T>(y));
   });
 }

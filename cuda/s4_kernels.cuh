@@ -1,4 +1,4 @@
-// S4D's kernels on CUDA (cuda/s4.cu calls their launches below, and cuFFT): the kernel K
+// S4D's kernels on CUDA (cuda/s4.cu calls their launches below, with cuFFT): the kernel K
 // one thread per (h, ℓ), its backward one thread per mode (h, n) with each channel's ∂L/∂Δ summed
 // over its modes in order by one thread per channel, the recurrence one thread per (b, h), and
 // the long convolution's steps around the transforms. Device code that a host build compiles
@@ -125,68 +125,70 @@ template <class T> struct CorrelationSpectrum {
   }
 };
 
-// The long convolution and its backward as steps on a device `dev`, which gives
-//   dev.spectrum(rows, n): rows·n complex numbers of scratch, held for the call;
-//   dev.for_each(count, f): f(i) for every i < count, as the launches' `run` above;
-//   dev.fft(z, n, rows, inverse): `rows` transforms of length n in place, unnormalised (cuFFT's
+// The launches on a device `dev` (cuda/launch.cuh's Gpu; the host tests' Device): dev(count, f) calls
+// f(i) for every i < count, dev.scratch<T>(count) gives memory held while dev lives. K [H, T]; u, y
+// [B, T, H], state [B, H, N/2, 2]. Contracts: core/kernels.inc.
+template <class T, class Device>
+void s4d_kernel_launch(const Device& dev, const math::S4dParams<T>& p, int64_t H, int64_t T_, T* K) {
+  dev(H * T_, KernelAt<T>{p, K, T_});
+}
+
+// d_dt [H, N/2]: each mode's share of ∂L/∂Δ, summed per channel in mode order.
+template <class T, class Device>
+void s4d_kernel_backward_launch(Device& dev, const math::S4dParams<T>& p, int64_t H, int64_t T_, const T* dK,
+                                T* dLog_dt, T* dLog_A_re, T* dA_im, T* dB, T* dC) {
+  T* d_dt = dev.template scratch<T>(H * p.modes);
+  dev(H * p.modes, ModeGrad<T>{p, dK, dLog_A_re, dA_im, dB, dC, d_dt, T_});
+  dev(H, StepGrad<T>{p.log_dt, d_dt, dLog_dt, p.modes});
+}
+
+template <class T, class Device>
+void s4d_recurrence_launch(const Device& dev, const math::S4dParams<T>& p, const T* u, int64_t B, int64_t T_,
+                           int64_t H, T* state, T* y) {
+  dev(B * H, Recurrence<T>{p, u, state, y, T_, H});
+}
+
+// The long convolution and its backward, on `dev` with the transforms by `fft`:
+//   fft(z, n, rows, inverse): `rows` transforms of length n in place, unnormalised (cuFFT's
 //     C2C / Z2Z: forward Σ_t z_t e^(−2πi·ft/n), inverse with +).
-// The launches, for a device `run`: run(count, f) calls f(i) for every i < count (cuda/launch.cuh's
-// ForEachIndex on a GPU). K [H, T]; the backward's d_dt [H, N/2] is scratch (each mode's share of
-// ∂L/∂Δ); u, y [B, T, H], state [B, H, N/2, 2]. Contracts: core/kernels.inc.
-template <class T, class Run>
-void s4d_kernel_launch(const Run& run, const math::S4dParams<T>& p, int64_t H, int64_t T_, T* K) {
-  run(H * T_, KernelAt<T>{p, K, T_});
-}
-
-template <class T, class Run>
-void s4d_kernel_backward_launch(const Run& run, const math::S4dParams<T>& p, int64_t H, int64_t T_, const T* dK,
-                                T* d_dt, T* dLog_dt, T* dLog_A_re, T* dA_im, T* dB, T* dC) {
-  run(H * p.modes, ModeGrad<T>{p, dK, dLog_A_re, dA_im, dB, dC, d_dt, T_});
-  run(H, StepGrad<T>{p.log_dt, d_dt, dLog_dt, p.modes});
-}
-
-template <class T, class Run>
-void s4d_recurrence_launch(const Run& run, const math::S4dParams<T>& p, const T* u, int64_t B, int64_t T_, int64_t H,
-                           T* state, T* y) {
-  run(B * H, Recurrence<T>{p, u, state, y, T_, H});
-}
 
 // The padded transform of x: `rows` rows of n, rows = B·H (u, dY: x [B, T, H]) or H (K: x [H, T]).
-template <class T, class Device>
-Complex<T>* transformed(Device& dev, const T* x, int64_t T_, int64_t H, int64_t n, int64_t rows, bool rows_of_T) {
-  Complex<T>* out = dev.spectrum(rows, n);
-  dev.for_each(rows * n, Pad<T>{x, out, T_, H, n, rows_of_T});
-  dev.fft(out, n, rows, false);
+template <class T, class Device, class Fft>
+Complex<T>* transformed(Device& dev, const Fft& fft, const T* x, int64_t T_, int64_t H, int64_t n, int64_t rows,
+                        bool rows_of_T) {
+  Complex<T>* out = dev.template scratch<Complex<T>>(rows * n);
+  dev(rows * n, Pad<T>{x, out, T_, H, n, rows_of_T});
+  fft(out, n, rows, false);
   return out;
 }
 
 // y = ifft(fft(u) · fft(K)) / n per (b, h), the first T entries; u, y [B, T, H], K [H, T].
-template <class T, class Device>
-void long_conv_steps(Device& dev, const T* u, const T* K, T* y, int64_t B, int64_t T_, int64_t H) {
+template <class T, class Device, class Fft>
+void long_conv_launch(Device& dev, const Fft& fft, const T* u, const T* K, T* y, int64_t B, int64_t T_, int64_t H) {
   const int64_t n = math::long_conv_fft_size(T_);
-  Complex<T>* U = transformed(dev, u, T_, H, n, B * H, false);
-  const Complex<T>* Kf = transformed(dev, K, T_, H, n, H, true);
-  dev.for_each(B * H * n, TimesSpectrum<T>{U, Kf, H, n, false});
-  dev.fft(U, n, B * H, true);
-  dev.for_each(B * T_ * H, Unpad<T>{U, y, T_, H, n, false});
+  Complex<T>* U = transformed(dev, fft, u, T_, H, n, B * H, false);
+  const Complex<T>* Kf = transformed(dev, fft, K, T_, H, n, H, true);
+  dev(B * H * n, TimesSpectrum<T>{U, Kf, H, n, false});
+  fft(U, n, B * H, true);
+  dev(B * T_ * H, Unpad<T>{U, y, T_, H, n, false});
 }
 
 // The correlations by FFT (a zero-padded circular correlation of length n ≥ 2T never wraps):
 //   dU = ifft(fft(dY) · conj(fft(K))) / n,   dK = ifft(Σ_b fft(dY_b) · conj(fft(u_b))) / n.
-template <class T, class Device>
-void long_conv_backward_steps(Device& dev, const T* u, const T* K, const T* dY, T* dU, T* dK, int64_t B, int64_t T_,
-                              int64_t H) {
+template <class T, class Device, class Fft>
+void long_conv_backward_launch(Device& dev, const Fft& fft, const T* u, const T* K, const T* dY, T* dU, T* dK,
+                               int64_t B, int64_t T_, int64_t H) {
   const int64_t n = math::long_conv_fft_size(T_);
-  const Complex<T>* U = transformed(dev, u, T_, H, n, B * H, false);
-  const Complex<T>* Kf = transformed(dev, K, T_, H, n, H, true);
-  Complex<T>* G = transformed(dev, dY, T_, H, n, B * H, false);
-  Complex<T>* dKf = dev.spectrum(H, n);
-  dev.for_each(H * n, CorrelationSpectrum<T>{G, U, dKf, B, H, n});
-  dev.for_each(B * H * n, TimesSpectrum<T>{G, Kf, H, n, true});
-  dev.fft(G, n, B * H, true);
-  dev.fft(dKf, n, H, true);
-  dev.for_each(B * T_ * H, Unpad<T>{G, dU, T_, H, n, false});
-  dev.for_each(H * T_, Unpad<T>{dKf, dK, T_, H, n, true});
+  const Complex<T>* U = transformed(dev, fft, u, T_, H, n, B * H, false);
+  const Complex<T>* Kf = transformed(dev, fft, K, T_, H, n, H, true);
+  Complex<T>* G = transformed(dev, fft, dY, T_, H, n, B * H, false);
+  Complex<T>* dKf = dev.template scratch<Complex<T>>(H * n);
+  dev(H * n, CorrelationSpectrum<T>{G, U, dKf, B, H, n});
+  dev(B * H * n, TimesSpectrum<T>{G, Kf, H, n, true});
+  fft(G, n, B * H, true);
+  fft(dKf, n, H, true);
+  dev(B * T_ * H, Unpad<T>{G, dU, T_, H, n, false});
+  dev(H * T_, Unpad<T>{dKf, dK, T_, H, n, true});
 }
 
 }  // namespace

@@ -1,114 +1,28 @@
-// State-space attention on CUDA: the decayed product, chunked (Mamba-2's SSD
-// algorithm, the CPU's: three launches of cuda/chunked_product.cuh, whose kernels'
-// header gives the blocks, the shared memory and why), and the decay's
-// gradient, a suffix sum over T in spans of 64 positions (each span summed by
-// math::DecayGradient, core/ssd_math.h, the CPU's loop; then the spans' totals).
-// Reference: core/cpu/ssd.cpp; contract: core/ssd_math.h (DecayedProduct).
-//
-// The operands below tell the chunked product where problem n = b·heads + h
-// finds its rows: A, B and C through their own head mappings (a query head
-// reads its kv head in place), λ and Δ through how.decay. Both directions,
-// weighted or not, and decoding's state (causal: the scan starts from it and
-// leaves the last one in it) run the same three launches, T = 1 included.
-#include "cuda/chunked_product.cuh"
+// State-space attention on CUDA: cuda/ssd_kernels.cuh's launches on the GPU. Reference:
+// core/cpu/ssd.cpp; contract: core/ssd_math.h (DecayedProduct).
 #include "cuda/cuda.h"
 #include "cuda/launch.cuh"
+#include "cuda/ssd_kernels.cuh"
 
 namespace ag::cuda {
-
-namespace {
-
-template <class T> struct SsdOperands {
-  const T *A, *B, *C, *dt, *log_a;
-  T* Out;
-  DecayedProduct how;
-  __device__ int64_t groups() const { return 1; }
-  __device__ chunked::Rows<const T> a(int64_t n, int64_t j) const {
-    return {A + how.a.at(n / how.heads, how.a_head(n % how.heads), j), how.a.row};
-  }
-  __device__ chunked::Rows<const T> b(int64_t n, int64_t, int64_t j) const {
-    return {B + how.b.at(n / how.heads, how.b_head(n % how.heads), j), how.b.row};
-  }
-  __device__ chunked::Rows<const T> c(int64_t n, int64_t, int64_t j) const {
-    return {C + how.c.at(n / how.heads, how.c_head(n % how.heads), j), how.c.row};
-  }
-  __device__ chunked::Rows<T> out(int64_t n, int64_t j) const {
-    return {Out + how.out.at(n / how.heads, n % how.heads, j), how.out.row};
-  }
-  __device__ T log_decay(int64_t n, int64_t j) const { return log_a[how.decay.at(n / how.heads, n % how.heads, j)]; }
-  __device__ T weight(int64_t n, int64_t j) const {
-    return how.weighted ? dt[how.decay.at(n / how.heads, n % how.heads, j)] : T(1);
-  }
-};
-
-// --- the decay's gradient ----------------------------------------------------------------------------
-constexpr int64_t kDecaySpan = 64;
-
-// Thread i = n · spans + s: span s of problem n, its suffix sums in dλ and its total in totals[i].
-template <class T> struct DecaySpans {
-  math::DecayGradient<T> gradient;
-  T* totals;
-  int64_t spans;
-  __device__ void operator()(int64_t i) const {
-    const int64_t t0 = i % spans * kDecaySpan;
-    const int64_t t1 = t0 + kDecaySpan < gradient.how.T ? t0 + kDecaySpan : gradient.how.T;
-    totals[i] = gradient.suffix_sums(i / spans, t0, t1);
-  }
-};
-// Thread n: each span's total replaced by the sum of the totals after it (0 for the last), from the end.
-template <class T> struct DecayLaterSpans {
-  T* totals;
-  int64_t spans;
-  __device__ void operator()(int64_t n) const {
-    T later = 0;
-    for (int64_t s = spans - 1; s >= 0; --s) {
-      const T own = totals[n * spans + s];
-      totals[n * spans + s] = later;
-      later += own;
-    }
-  }
-};
-// Thread i = n · T + t: dλ_t += what the spans after t's add.
-template <class T> struct DecayAddLater {
-  T* d_log_a;
-  const T* totals;
-  int64_t spans;
-  DecayedProduct how;
-  __device__ void operator()(int64_t i) const {
-    const int64_t n = i / how.T, t = i % how.T;
-    d_log_a[how.decay.at(n / how.heads, n % how.heads, t)] += totals[n * spans + t / kDecaySpan];
-  }
-};
-
-}  // namespace
 
 void ssd_product(const Tensor& A, const Tensor& B, const Tensor& C, const Tensor& dt, const Tensor& log_a,
                  const DecayedProduct& how, Tensor& Out, Tensor* state) {
   visit_floating(A.dtype(), "ssd_product", [&](auto zero) {
     using T = decltype(zero);
-    const chunked::Plan plan =
-        chunked::make_plan(how.direction, how.batch * how.heads, how.T, how.r, how.e, how.chunk, state != nullptr);
-    const SsdOperands<T> operands{ptr<const T>(A),     ptr<const T>(B), ptr<const T>(C), ptr<const T>(dt),
-                                  ptr<const T>(log_a), ptr<T>(Out),    how};
-    chunked::product<T>(operands, plan, A.dtype(), state ? ptr<T>(*state) : nullptr);
+    Gpu gpu;
+    ssd_product_launch(gpu, ptr<const T>(A), ptr<const T>(B), ptr<const T>(C), ptr<const T>(dt), ptr<const T>(log_a),
+                       how, ptr<T>(Out), state ? ptr<T>(*state) : nullptr);
   });
 }
 
-// dλ in spans of kDecaySpan positions: each span's own suffix sums and total in parallel
-// (math::DecayGradient::suffix_sums, one thread per (problem, span)), then per problem the totals
-// of the spans after each (one thread, T / kDecaySpan steps), added to its positions.
 void ssd_decay_gradient(const Tensor& dY, const Tensor& Y, const Tensor& dt, const Tensor& d_dt,
                         const DecayedProduct& how, Tensor& d_log_a) {
   visit_floating(Y.dtype(), "ssd_decay_gradient", [&](auto zero) {
     using T = decltype(zero);
-    const int64_t problems = how.batch * how.heads, spans = (how.T + kDecaySpan - 1) / kDecaySpan;
-    if (problems == 0 || how.T == 0) return;
-    const Tensor totals = Tensor::empty({problems, spans}, Y.dtype(), Device::CUDA);
-    const math::DecayGradient<T> gradient{ptr<const T>(dY), ptr<const T>(Y), ptr<const T>(dt), ptr<const T>(d_dt),
-                                          ptr<T>(d_log_a), how};
-    for_each_index(problems * spans, DecaySpans<T>{gradient, ptr<T>(totals), spans});
-    for_each_index(problems, DecayLaterSpans<T>{ptr<T>(totals), spans});
-    for_each_index(problems * how.T, DecayAddLater<T>{ptr<T>(d_log_a), ptr<const T>(totals), spans, how});
+    Gpu gpu;
+    ssd_decay_gradient_launch(gpu, ptr<const T>(dY), ptr<const T>(Y), ptr<const T>(dt), ptr<const T>(d_dt), how,
+                              ptr<T>(d_log_a));
   });
 }
 

@@ -1,7 +1,8 @@
 // CUDA device code run on the host, for the tests (tests/test_cuda_on_host.cpp): the kernels
 // that live in headers a host build compiles (cuda/mma_fragments.cuh, flash_mma_kernels.cuh,
 // flash_kernels.cuh, chunked_kernels.cuh, embedding_kernels.cuh, optimizer_kernels.cuh,
-// s4_kernels.cuh, edge_attention_kernels.cuh, attention_kernels.cuh) run here: a functor per index through
+// s4_kernels.cuh, edge_attention_kernels.cuh, attention_kernels.cuh, ssd_kernels.cuh,
+// linear_attention_kernels.cuh) run here: a functor per index through
 // for_each_index, a kernel with a block as that many fibers, one block after another: threadIdx, blockIdx,
 // blockDim and gridDim as the kernel expects, __syncthreads (and _or) a barrier of the block,
 // __shfl_xor_sync an exchange within the caller's warp, and mma.sync a model written from the
@@ -285,10 +286,34 @@ template <class F> void for_each_index(int64_t count, const F& f) {
   std::shuffle(order.begin(), order.end(), rng);
   for (const int64_t i : order) f(i);
 }
-// The same as an object: the `run` of the launches that kernel headers write once for any
-// device (cuda/launch.cuh's ForEachIndex on a GPU).
-struct ForEachIndex {
-  template <class F> void operator()(int64_t count, const F& f) const { for_each_index(count, f); }
+// The host as the `dev` of the launch code written once for any device (cuda/launch.cuh's Gpu on
+// a GPU):
+//   dev(n, f)                                       every index once, in a shuffled order;
+//   dev.blocks(kernel, tasks, threads, bytes, args…)  the kernel on min(tasks, 3) blocks of fibers
+//                                                   (the kernels stride over their tasks: fewer
+//                                                   blocks than a device's compute the same, and
+//                                                   three still stride), its shared memory checked
+//                                                   against the buffer's kSharedBytes;
+//   dev.scratch<T>(count)                           memory held while dev lives, every byte 0xFF
+//                                                   (NaN in floating point: a read before a write shows).
+inline constexpr size_t kSharedBytes = 160 * 1024;  // ag::cuda::shared_bytes, which the test defines
+class Device {
+ public:
+  template <class F> void operator()(int64_t n, const F& f) const { for_each_index(n, f); }
+  template <class... Params, class... Args>
+  void blocks(void (*kernel)(Params...), int64_t tasks, int threads, size_t bytes, Args... args) const {
+    if (tasks == 0) return;
+    if (bytes > kSharedBytes) throw std::runtime_error("a kernel asks more shared memory than the host's buffer");
+    launch(static_cast<unsigned>(std::min<int64_t>(tasks, 3)), static_cast<unsigned>(threads),
+           [&] { kernel(args...); });
+  }
+  template <class T> T* scratch(int64_t count) {
+    held_.emplace_back(static_cast<size_t>(count > 0 ? count : 1) * sizeof(T), static_cast<unsigned char>(0xFF));
+    return reinterpret_cast<T*>(held_.back().data());
+  }
+
+ private:
+  std::vector<std::vector<unsigned char>> held_;
 };
 
 }  // namespace ag::test::cuda_host

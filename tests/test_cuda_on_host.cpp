@@ -2,8 +2,8 @@
 // threads as fibers, mma.sync and the warp shuffles as it models them), each against a
 // reference apart from it: the tensor cores' fragments, the tensor-core and the CUDA-core flash
 // kernels, the chunked product, the embedding's backward passes and scored positions, the
-// optimizer's kernels, S4D's kernels and long convolution, attention over a graph's edges, and
-// the attention kernels that run one thread per index.
+// optimizer's kernels, S4D's kernels and long convolution, attention over a graph's edges, the
+// attention kernels that run one thread per index, and state-space and linear attention.
 //
 // 1. The fragment code (cuda/mma_fragments.cuh) on one warp. Its loads, packing and loops
 //    have to produce the products the kernels rely on:
@@ -68,8 +68,15 @@
 //    the CUDA-core flash kernels with bias tables, whose per-tile table sums the launch adds
 //    over the tiles into dBias, against the CPU's flash (1e-12).
 //
-// The functors of 6–9 run through ForEachIndex (tests/cuda_on_host.h): every index once, in a
-// shuffled order, so a result that hangs on the threads' order shows.
+// 10. State-space and linear attention as the GPU runs them (cuda/ssd_kernels.cuh,
+//    linear_attention_kernels.cuh): the operands' head mappings into the chunked product of 4,
+//    the decay gradient's spans of 64, the feature maps (elu1, FAVOR+) and their backward,
+//    through cuda/ssd.cu's and linear_attention.cu's launches, against the CPU's kernels
+//    (1e-12): both directions, weighted or not, grouped heads both ways, a decoding state, T = 1.
+//
+// Launches written once for any device (cuda/launch.cuh's Gpu) run here on host::Device
+// (tests/cuda_on_host.h): a functor at every index once, in a shuffled order, so a result that
+// hangs on the threads' order shows; a kernel on three blocks of fibers; scratch filled with NaN.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -87,7 +94,7 @@
 // at a time; the largest ask is tf32's dQ kernel at d_h 128, 132 KB), and CUDA's min (int64),
 // isfinite and exp (float) where the kernels call them unqualified.
 namespace ag::cuda {
-alignas(16) unsigned char shared_bytes[160 * 1024];
+alignas(16) unsigned char shared_bytes[ag::test::cuda_host::kSharedBytes];
 namespace {
 using std::cos;
 using std::exp;
@@ -111,6 +118,8 @@ using std::exp;
 #include "cuda/s4_kernels.cuh"
 #include "cuda/edge_attention_kernels.cuh"
 #include "cuda/attention_kernels.cuh"
+#include "cuda/ssd_kernels.cuh"
+#include "cuda/linear_attention_kernels.cuh"
 
 // A named namespace, not a using-directive at file scope: tests/flash_mma_reference.h has a
 // bf16() of its own, beside ag::cuda::mma's bf16 type.
@@ -485,18 +494,10 @@ Recurrence recurrence(const ChunkCase& k, const Operands& p, const std::vector<d
   return out;
 }
 
-// The three launches of cuda/chunked_product.cuh's product() on at most 3 blocks each.
+// The three launches of cuda/chunked_kernels.cuh's product(), on the host's Device.
 void run_chunked(const chunked::Plan& plan, const Operands& p, double* state) {
-  std::vector<double> states(static_cast<size_t>(plan.problems * plan.chunks * plan.r * plan.e)),
-      decays(static_cast<size_t>(plan.problems * plan.chunks));
-  const int64_t tasks = plan.problems * plan.chunks;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tasks, 3));
-  host::launch(blocks, chunked::kBlockThreads,
-               [&] { chunked::chunk_states_kernel<double, Operands>(p, plan, states.data(), decays.data()); });
-  const chunked::StatePassing<double> passing{states.data(), decays.data(), plan.from_state ? state : nullptr, plan};
-  for (int64_t i = 0; i < plan.problems * plan.r * plan.e; ++i) passing(i);
-  host::launch(blocks, chunked::kBlockThreads,
-               [&] { chunked::chunk_outputs_kernel<double, Operands>(p, plan, states.data()); });
+  host::Device dev;
+  chunked::product<double>(dev, p, plan, state);
 }
 
 TEST_CASE("chunked product on host threads: the GPU's chunked ssd and linear attention kernels equal their recurrence (float64, 1e-12)") {
@@ -700,24 +701,28 @@ TEST_CASE("optimizer on host threads: the clip scales by the CPU's coefficient, 
 
 }  // namespace optimizer_host_test
 
+// What the tests of launches on host::Device share: float64 tensors the host-run kernels and the
+// CPU's read alike, and their data.
+namespace functor_test {
+using namespace ag;
+Tensor drawn(const Shape& shape, uint64_t seed) { return ag::test::random(shape, seed, DType::Float64, false); }
+Tensor zeros(const Shape& shape) { return Tensor::zeros(shape, DType::Float64); }
+double* out(Tensor& t) { return t.data<double>(); }
+const double* in(const Tensor& t) { return t.data<double>(); }
+}  // namespace functor_test
+
 namespace s4_host_test {
 using namespace ag;
+using namespace functor_test;
 namespace host = ag::test::cuda_host;
 using math::Complex;
 
-// cuda/s4_kernels.cuh's device for the long convolution, on the host: scratch filled with NaN
-// (a step that reads scratch before a step writes it shows), the functors through
-// host::for_each_index, and a plain DFT with cuFFT's conventions — unnormalised, forward
-// Σ_t z_t e^(−2πi·ft/n), inverse with + — its twiddles e^(∓2πi·k/n) from the exact angle in
-// long double. Not cuFFT's algorithm: its order of sums is the device's cases' to check.
-struct HostSteps {
-  std::vector<std::vector<Complex<double>>> held;
-  Complex<double>* spectrum(int64_t rows, int64_t n) {
-    held.emplace_back(static_cast<size_t>(rows * n), Complex<double>{NAN, NAN});
-    return held.back().data();
-  }
-  template <class F> void for_each(int64_t count, const F& f) { host::for_each_index(count, f); }
-  void fft(Complex<double>* z, int64_t n, int64_t rows, bool inverse) {
+// The transforms of cuda/s4_kernels.cuh's long convolution on the host: a plain DFT with cuFFT's
+// conventions — unnormalised, forward Σ_t z_t e^(−2πi·ft/n), inverse with + — its twiddles
+// e^(∓2πi·k/n) from the exact angle in long double. Not cuFFT's algorithm: its order of sums is
+// the device's cases' to check.
+struct HostFft {
+  void operator()(Complex<double>* z, int64_t n, int64_t rows, bool inverse) const {
     const long double pi = 3.141592653589793238462643383279502884L;
     std::vector<Complex<long double>> twiddle(static_cast<size_t>(n));
     for (int64_t k = 0; k < n; ++k) {
@@ -756,29 +761,27 @@ S4dParameters drawn_parameters(int64_t H, int64_t modes, uint64_t seed) {
           Tensor()};
 }
 
-template <class T> T* out(Tensor& t) { return t.data<T>(); }
 
 TEST_CASE("s4 on host: the kernel K, its backward and the recurrence, one thread per element as on a device, equal the CPU's loops (float64)") {
   for (const int64_t T : {int64_t{1}, int64_t{37}, int64_t{70}}) {  // the CPU forms exp(ℓs) along runs of 32
     CAPTURE(T);
     const int64_t H = 3, modes = 4, B = 2;
     const S4dParameters p = drawn_parameters(H, modes, static_cast<uint64_t>(T));
-    const host::ForEachIndex run;
+    host::Device run;
     const math::S4dParams<double> params{p.log_dt.data<double>(), p.log_A_re.data<double>(), p.A_im.data<double>(),
                                          p.B.data<double>(), p.C.data<double>(), modes};
     // K [H, T]
     Tensor K = Tensor::empty({H, T}, DType::Float64), K_cpu = Tensor::empty({H, T}, DType::Float64);
-    ag::cuda::s4d_kernel_launch(run, params, H, T, out<double>(K));
+    ag::cuda::s4d_kernel_launch(run, params, H, T, out(K));
     kernel::s4d_kernel(p.log_dt, p.log_A_re, p.A_im, p.B, p.C, K_cpu);
     CHECK_CLOSE(K, K_cpu, 1e-12);
     // its backward from a drawn dK: the modes' gradients, then each channel's ∂L/∂log Δ
     const Tensor dK = ag::test::random({H, T}, 7, DType::Float64, false);
     const auto zeros_like = [](const Tensor& x) { return Tensor::zeros(x.shape(), DType::Float64); };
     Tensor dlog_dt = zeros_like(p.log_dt), dlog_A_re = zeros_like(p.log_A_re), dA_im = zeros_like(p.A_im),
-           dB = zeros_like(p.B), dC = zeros_like(p.C), d_dt = zeros_like(p.A_im);
-    ag::cuda::s4d_kernel_backward_launch(run, params, H, T, dK.data<double>(), out<double>(d_dt),
-                                         out<double>(dlog_dt), out<double>(dlog_A_re), out<double>(dA_im),
-                                         out<double>(dB), out<double>(dC));
+           dB = zeros_like(p.B), dC = zeros_like(p.C);
+    ag::cuda::s4d_kernel_backward_launch(run, params, H, T, dK.data<double>(), out(dlog_dt),
+                                         out(dlog_A_re), out(dA_im), out(dB), out(dC));
     Tensor c_dlog_dt = zeros_like(p.log_dt), c_dlog_A_re = zeros_like(p.log_A_re), c_dA_im = zeros_like(p.A_im),
            c_dB = zeros_like(p.B), c_dC = zeros_like(p.C);
     kernel::s4d_kernel_backward(p.log_dt, p.log_A_re, p.A_im, p.B, p.C, dK, c_dlog_dt, c_dlog_A_re, c_dA_im, c_dB,
@@ -793,7 +796,7 @@ TEST_CASE("s4 on host: the kernel K, its backward and the recurrence, one thread
     const Tensor state0 = ag::test::random({B, H, modes, 2}, 9, DType::Float64, false);
     Tensor state = state0.clone(), y = Tensor::empty({B, T, H}, DType::Float64);
     Tensor c_state = state0.clone(), c_y = Tensor::empty({B, T, H}, DType::Float64);
-    ag::cuda::s4d_recurrence_launch(run, params, u.data<double>(), B, T, H, out<double>(state), out<double>(y));
+    ag::cuda::s4d_recurrence_launch(run, params, u.data<double>(), B, T, H, out(state), out(y));
     kernel::s4d_recurrence(p.log_dt, p.log_A_re, p.A_im, p.B, p.C, u, c_state, c_y);
     CHECK_CLOSE(y, c_y, 1e-12);
     CHECK_CLOSE(state, c_state, 1e-12);
@@ -812,15 +815,15 @@ TEST_CASE("s4 on host: the long convolution's steps around cuFFT's transforms eq
     const Tensor K = ag::test::random({k.H, k.T}, 12, DType::Float64, false);
     const Tensor dY = ag::test::random({k.B, k.T, k.H}, 13, DType::Float64, false);
     Tensor y = Tensor::empty({k.B, k.T, k.H}, DType::Float64), c_y = Tensor::empty({k.B, k.T, k.H}, DType::Float64);
-    HostSteps forward;
-    ag::cuda::long_conv_steps(forward, u.data<double>(), K.data<double>(), out<double>(y), k.B, k.T, k.H);
+    host::Device forward;
+    ag::cuda::long_conv_launch(forward, HostFft(), u.data<double>(), K.data<double>(), out(y), k.B, k.T, k.H);
     kernel::long_conv(u, K, c_y);
     CHECK_CLOSE(y, c_y, 1e-12);
     Tensor dU = Tensor::empty(u.shape(), DType::Float64), dK = Tensor::empty(K.shape(), DType::Float64);
     Tensor c_dU = Tensor::empty(u.shape(), DType::Float64), c_dK = Tensor::empty(K.shape(), DType::Float64);
-    HostSteps backward;
-    ag::cuda::long_conv_backward_steps(backward, u.data<double>(), K.data<double>(), dY.data<double>(),
-                                       out<double>(dU), out<double>(dK), k.B, k.T, k.H);
+    host::Device backward;
+    ag::cuda::long_conv_backward_launch(backward, HostFft(), u.data<double>(), K.data<double>(), dY.data<double>(),
+                                        out(dU), out(dK), k.B, k.T, k.H);
     kernel::long_conv_backward(u, K, dY, c_dU, c_dK);
     CHECK_CLOSE(dU, c_dU, 1e-12);
     CHECK_CLOSE(dK, c_dK, 1e-12);
@@ -831,6 +834,7 @@ TEST_CASE("s4 on host: the long convolution's steps around cuFFT's transforms eq
 
 namespace edge_attention_host_test {
 using namespace ag;
+using namespace functor_test;
 namespace host = ag::test::cuda_host;
 using ag::test::flash_mma_reference::strides_of;
 
@@ -852,7 +856,7 @@ TEST_CASE("edge attention on host: the GPU's kernels give the CPU's bits, forwar
   const EdgeGraph graph = edge_graph({Tensor::from_indices(row_ptr, {Tq + 1}), Tensor::from_indices(col, {E})}, Tq,
                                      Tk, Device::CPU);
   const EdgeLayout g = EdgeLayout::of(graph.packed.data<int64_t>(), graph.packed.numel(), Tq, Tk);
-  const host::ForEachIndex run;
+  host::Device run;
   for (const AttentionLayout layout : {AttentionLayout::BHTD, AttentionLayout::BTHD}) {
     CAPTURE(static_cast<int>(layout));
     const auto operand = [&](int64_t H, int64_t T, uint64_t seed) {
@@ -913,11 +917,7 @@ using namespace ag;
 using namespace ag::test::flash_mma_reference;
 namespace host = ag::test::cuda_host;
 
-// A float64 tensor of N(0, 1) numbers that the host-run kernels and the CPU's read alike.
-Tensor drawn(const Shape& shape, uint64_t seed) { return ag::test::random(shape, seed, DType::Float64, false); }
-Tensor zeros(const Shape& shape) { return Tensor::zeros(shape, DType::Float64); }
-double* out(Tensor& t) { return t.data<double>(); }
-const double* in(const Tensor& t) { return t.data<double>(); }
+using namespace functor_test;
 
 // The bias tables of the score modifiers on `mods`, for Hq heads, Tq queries and Tk keys: a
 // relative table of 8 buckets (one-way, max distance 16) and an indexed table of 5 entries.
@@ -944,7 +944,7 @@ struct BiasTables {
 // softmax columns, the modifiers, the additive scores and the dropout add in the CPU's order; the
 // tolerance 1e-12 leaves the CPU room to vectorise its loops.
 TEST_CASE("attention on host: the dense softmax and its backward, with masks, ALiBi and sinks, give the CPU's") {
-  const host::ForEachIndex run;
+  host::Device run;
   const std::vector<Case> cases = {
       {2, 3, 3, 9, 9, 4, true, AttentionLayout::BHTD},
       {1, 4, 2, 6, 11, 4, true, AttentionLayout::BHTD, {.window = 3, .dilation = 2, .global = 1}, true},
@@ -976,7 +976,7 @@ TEST_CASE("attention on host: the dense softmax and its backward, with masks, AL
 // the gradient reaching them from the softmax is 0. So the comparison is of the pairs the mask
 // keeps, with dS' 0 on the others, as the softmax's backward gives it.
 TEST_CASE("attention on host: the score modifiers (bias tables, a soft cap) and their backward give the CPU's") {
-  const host::ForEachIndex run;
+  host::Device run;
   for (const bool causal : {false, true}) {
     const Case c{2, 3, 3, 6, 10, 4, causal, AttentionLayout::BHTD};  // queries after a prefix: p = i + 4
     const BiasTables tables(c.Hq, c.Tq, c.Tk, 31);
@@ -1012,7 +1012,7 @@ TEST_CASE("attention on host: the score modifiers (bias tables, a soft cap) and 
 }
 
 TEST_CASE("attention on host: GAT's additive scores and their backward, on a chunk of the batch, give the CPU's") {
-  const host::ForEachIndex run;
+  host::Device run;
   for (const AttentionLayout layout : {AttentionLayout::BHTD, AttentionLayout::BTHD}) {
     CAPTURE(static_cast<int>(layout));
     const Case c{3, 4, 2, 5, 7, 3, false, layout};
@@ -1036,7 +1036,7 @@ TEST_CASE("attention on host: GAT's additive scores and their backward, on a chu
 }
 
 TEST_CASE("attention on host: attention dropout draws the CPU's mask, with a graph's counter shift and without") {
-  const host::ForEachIndex run;
+  host::Device run;
   const int64_t n = 2, Hq = 3, Tk = 6, Tq = 5, first_batch = 2;
   const Tensor X = drawn({n, Hq, Tk, Tq}, 51);
   Tensor support = drawn(X.shape(), 52);
@@ -1053,7 +1053,7 @@ TEST_CASE("attention on host: attention dropout draws the CPU's mask, with a gra
 }
 
 TEST_CASE("attention on host: RoPE and ring attention's merge give the CPU's") {
-  const host::ForEachIndex run;
+  host::Device run;
   for (const AttentionLayout layout : {AttentionLayout::BHTD, AttentionLayout::BTHD}) {
     CAPTURE(static_cast<int>(layout));
     const int64_t B = 2, H = 3, T = 5, d = 6;
@@ -1108,7 +1108,7 @@ TEST_CASE("flash on host threads: the CUDA-core kernels with bias tables and a c
       ag::cuda::flash_backward_query_kernel<double>(in(Q), in(K), in(V), in(lse), in(dZ), shape, tile, false, false,
                                                     out(D), out(dQ), out(partial));
     });
-    ag::cuda::sum_over_tiles_launch(host::ForEachIndex{}, in(partial), dBias.numel(), q_tiles, E, out(dBias));
+    ag::cuda::sum_over_tiles_launch(host::Device(), in(partial), dBias.numel(), q_tiles, E, out(dBias));
     host::launch(blocks(c.B * c.Hkv * k_tiles), 128, [&] {
       ag::cuda::flash_backward_key_kernel<double>(in(Q), in(K), in(V), in(lse), in(D), in(dZ), shape, tile, false,
                                                   out(dK), out(dV));
@@ -1127,5 +1127,132 @@ TEST_CASE("flash on host threads: the CUDA-core kernels with bias tables and a c
 }
 
 }  // namespace attention_host_test
+
+namespace ssd_linear_host_test {
+using namespace ag;
+namespace host = ag::test::cuda_host;
+
+using namespace functor_test;
+// Rows of width d of a [B, T, H, d] tensor (BTHD), as the ops read them.
+HeadStrides bthd(int64_t T, int64_t H, int64_t d) { return {T * H * d, d, H * d}; }
+
+// State-space attention's product and decay gradient (cuda/ssd_kernels.cuh) through the launches
+// cuda/ssd.cu makes — the operands' head mappings, the chunked product's three launches, the
+// spans of the gradient — on the host's Device, against the CPU's kernels in float64 to 1e-12.
+TEST_CASE("ssd on host: the GPU's chunked product and decay gradient give the CPU's, every direction, heads and a state") {
+  struct SsdCase {
+    PrefixDirection direction;
+    bool weighted;
+    int64_t batch, T, r, e, heads, a_heads, b_heads, c_heads, chunk;
+    bool with_state;
+  };
+  const std::vector<SsdCase> cases = {
+      {PrefixDirection::Causal, true, 2, 100, 16, 8, 4, 2, 1, 4, 64, false},      // two chunks, grouped heads
+      {PrefixDirection::Anticausal, false, 1, 37, 20, 70, 2, 2, 2, 1, 16, false},  // e over two tiles
+      {PrefixDirection::Causal, true, 2, 20, 8, 8, 2, 1, 2, 2, 64, true},         // decoding: a state in and out
+      {PrefixDirection::Causal, false, 1, 1, 8, 4, 3, 3, 3, 3, 64, true},         // one position
+  };
+  for (const SsdCase& k : cases) {
+    CAPTURE(static_cast<int>(k.direction));
+    CAPTURE(k.T);
+    CAPTURE(k.with_state);
+    DecayedProduct how;
+    how.direction = k.direction;
+    how.weighted = k.weighted;
+    how.chunk = k.chunk;
+    how.batch = k.batch, how.T = k.T, how.r = k.r, how.e = k.e;
+    how.heads = k.heads, how.a_heads = k.a_heads, how.b_heads = k.b_heads, how.c_heads = k.c_heads;
+    how.a = bthd(k.T, k.a_heads, k.r), how.b = bthd(k.T, k.b_heads, k.r), how.c = bthd(k.T, k.c_heads, k.e);
+    how.out = bthd(k.T, k.heads, k.e), how.decay = bthd(k.T, k.heads, 1);
+    const uint64_t seed = static_cast<uint64_t>(k.T * 10 + k.r);
+    const Tensor A = drawn({k.batch, k.T, k.a_heads, k.r}, seed), B = drawn({k.batch, k.T, k.b_heads, k.r}, seed + 1),
+                 C = drawn({k.batch, k.T, k.c_heads, k.e}, seed + 2);
+    Tensor dt = drawn({k.batch, k.T, k.heads}, seed + 3), log_a = drawn(dt.shape(), seed + 4);
+    for (int64_t i = 0; i < dt.numel(); ++i) {
+      dt.data<double>()[i] = 0.1 + std::abs(dt.data<double>()[i]);                // Δ > 0
+      log_a.data<double>()[i] = -0.05 - 0.2 * std::abs(log_a.data<double>()[i]);  // a in (0, 1)
+    }
+    const Tensor state0 = drawn({k.batch, k.heads, k.r, k.e}, seed + 5);
+    Tensor Out = Tensor::zeros({k.batch, k.T, k.heads, k.e}, DType::Float64), c_Out = Out.clone();
+    Tensor state = state0.clone(), c_state = state0.clone();
+    host::Device dev;
+    ag::cuda::ssd_product_launch(dev, in(A), in(B), in(C), in(dt), in(log_a), how, out(Out),
+                                 k.with_state ? out(state) : nullptr);
+    kernel::ssd_product(A, B, C, dt, log_a, how, c_Out, k.with_state ? &c_state : nullptr);
+    CHECK_CLOSE(Out, c_Out, 1e-12);
+    CHECK_CLOSE(state, c_state, 1e-12);
+    // the decay's gradient from the product's Y = Out and a drawn dY, dΔ
+    const Tensor dY = drawn(Out.shape(), seed + 6), d_dt = drawn(dt.shape(), seed + 7);
+    Tensor d_log_a = Tensor::zeros(dt.shape(), DType::Float64), c_d_log_a = d_log_a.clone();
+    ag::cuda::ssd_decay_gradient_launch(dev, in(dY), in(c_Out), in(dt), in(d_dt), how, out(d_log_a));
+    kernel::ssd_decay_gradient(dY, c_Out, dt, d_dt, how, c_d_log_a);
+    CHECK_CLOSE(d_log_a, c_d_log_a, 1e-12);
+  }
+}
+
+TEST_CASE("ssd on host: the decay gradient's spans of 64 add up as the CPU's one pass does") {
+  DecayedProduct how;
+  how.batch = 2, how.T = 150, how.r = 4, how.e = 5, how.heads = 3;  // three spans, the last partial
+  how.out = bthd(how.T, how.heads, how.e), how.decay = bthd(how.T, how.heads, 1);
+  const Tensor Y = drawn({2, 150, 3, 5}, 91), dY = drawn(Y.shape(), 92), dt = drawn({2, 150, 3}, 93),
+               d_dt = drawn(dt.shape(), 94);
+  Tensor d_log_a = Tensor::zeros(dt.shape(), DType::Float64), c_d_log_a = d_log_a.clone();
+  host::Device dev;
+  ag::cuda::ssd_decay_gradient_launch(dev, in(dY), in(Y), in(dt), in(d_dt), how, out(d_log_a));
+  kernel::ssd_decay_gradient(dY, Y, dt, d_dt, how, c_d_log_a);
+  CHECK_CLOSE(d_log_a, c_d_log_a, 1e-12);
+}
+
+// Linear attention's feature maps and prefix product (cuda/linear_attention_kernels.cuh) through
+// cuda/linear_attention.cu's launches on the host's Device, against the CPU's kernels (1e-12).
+TEST_CASE("linear attention on host: the GPU's feature maps and chunked prefix product give the CPU's") {
+  const int64_t rows = 30, d = 6, m = 8;
+  const Tensor X = drawn({rows, d}, 101), omega = drawn({m, d}, 102);
+  for (const FeatureMap map : {FeatureMap::Elu1, FeatureMap::Favor}) {
+    CAPTURE(static_cast<int>(map));
+    const int64_t r = map == FeatureMap::Elu1 ? d : m;
+    const Tensor w = map == FeatureMap::Favor ? omega : Tensor();
+    Tensor Phi = Tensor::zeros({rows, r}, DType::Float64), c_Phi = Phi.clone();
+    ag::cuda::attention_features_launch(host::Device(), in(X), w.defined() ? in(w) : nullptr, map, rows, d, r,
+                                        out(Phi));
+    kernel::attention_features(X, w, map, c_Phi);
+    CHECK_CLOSE(Phi, c_Phi, 1e-12);
+    const Tensor dPhi = drawn(Phi.shape(), 103);
+    Tensor dX = Tensor::zeros(X.shape(), DType::Float64), c_dX = dX.clone();
+    ag::cuda::attention_features_backward_launch(host::Device(), in(X), w.defined() ? in(w) : nullptr, map, in(c_Phi),
+                                                 in(dPhi), rows, d, r, out(dX));
+    kernel::attention_features_backward(X, w, map, c_Phi, dPhi, c_dX);
+    CHECK_CLOSE(dX, c_dX, 1e-12);
+  }
+  struct ProductCase {
+    PrefixDirection direction;
+    int64_t batch, T, r, e, out_heads, in_heads, chunk;
+  };
+  const std::vector<ProductCase> cases = {
+      {PrefixDirection::Causal, 2, 90, 12, 7, 4, 2, 64},      // query heads over fewer kv heads
+      {PrefixDirection::Anticausal, 1, 70, 9, 70, 2, 4, 16},  // a kv head's gradient sums two query heads
+      {PrefixDirection::All, 2, 33, 5, 6, 2, 2, 64},
+  };
+  for (const ProductCase& k : cases) {
+    CAPTURE(static_cast<int>(k.direction));
+    CAPTURE(k.T);
+    PrefixProduct how;
+    how.direction = k.direction;
+    how.chunk = k.chunk;
+    how.batch = k.batch, how.T = k.T, how.r = k.r, how.e = k.e, how.out_heads = k.out_heads, how.in_heads = k.in_heads;
+    how.a = bthd(k.T, k.out_heads, k.r), how.b = bthd(k.T, k.in_heads, k.r), how.c = bthd(k.T, k.in_heads, k.e);
+    how.out = bthd(k.T, k.out_heads, k.e);
+    const uint64_t seed = static_cast<uint64_t>(k.T + k.e);
+    const Tensor A = drawn({k.batch, k.T, k.out_heads, k.r}, seed), B = drawn({k.batch, k.T, k.in_heads, k.r}, seed + 1),
+                 C = drawn({k.batch, k.T, k.in_heads, k.e}, seed + 2);
+    Tensor Out = Tensor::zeros({k.batch, k.T, k.out_heads, k.e}, DType::Float64), c_Out = Out.clone();
+    host::Device dev;
+    ag::cuda::linear_attention_product_launch(dev, in(A), in(B), in(C), how, out(Out));
+    kernel::linear_attention_product(A, B, C, how, c_Out);
+    CHECK_CLOSE(Out, c_Out, 1e-12);
+  }
+}
+
+}  // namespace ssd_linear_host_test
 
 #include "tests/cuda_on_host_end.h"

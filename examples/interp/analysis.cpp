@@ -7,9 +7,11 @@
 #include <tuple>
 
 // GCC 12 at -O2 reports Boost.Graph's edge iterators as maybe uninitialized inside these headers (a false
-// positive of its inlined optional<>); the warning is silenced for them alone.
+// positive of its inlined optional<>); the warning is silenced for them alone (clang has no such group).
 #pragma GCC diagnostic push
+#ifndef __clang__
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/boykov_kolmogorov_max_flow.hpp>
 #pragma GCC diagnostic pop
