@@ -3,7 +3,8 @@
 // reference apart from it: the tensor cores' fragments, the tensor-core and the CUDA-core flash
 // kernels, the chunked product, the embedding's backward passes and scored positions, the
 // optimizer's kernels, S4D's kernels and long convolution, attention over a graph's edges, the
-// attention kernels that run one thread per index, and state-space and linear attention.
+// attention kernels that run one thread per index, state-space and linear attention, the LSTM
+// cell and dropout.
 //
 // 1. The fragment code (cuda/mma_fragments.cuh) on one warp. Its loads, packing and loops
 //    have to produce the products the kernels rely on:
@@ -74,6 +75,9 @@
 //    through cuda/ssd.cu's and linear_attention.cu's launches, against the CPU's kernels
 //    (1e-12): both directions, weighted or not, grouped heads both ways, a decoding state, T = 1.
 //
+// 11. The LSTM cell's step and backward (cuda/lstm_kernels.cuh) and dropout with and without a
+//    graph's counter shift (cuda/dropout_kernels.cuh), against the CPU's kernels, to the bit.
+//
 // Launches written once for any device (cuda/launch.cuh's Gpu) run here on host::Device
 // (tests/cuda_on_host.h): a functor at every index once, in a shuffled order, so a result that
 // hangs on the threads' order shows; a kernel on three blocks of fibers; scratch filled with NaN.
@@ -120,6 +124,8 @@ using std::exp;
 #include "cuda/attention_kernels.cuh"
 #include "cuda/ssd_kernels.cuh"
 #include "cuda/linear_attention_kernels.cuh"
+#include "cuda/lstm_kernels.cuh"
+#include "cuda/dropout_kernels.cuh"
 
 // A named namespace, not a using-directive at file scope: tests/flash_mma_reference.h has a
 // bf16() of its own, beside ag::cuda::mma's bf16 type.
@@ -1254,5 +1260,44 @@ TEST_CASE("linear attention on host: the GPU's feature maps and chunked prefix p
 }
 
 }  // namespace ssd_linear_host_test
+
+namespace cell_dropout_host_test {
+using namespace ag;
+using namespace functor_test;
+namespace host = ag::test::cuda_host;
+
+// The LSTM cell's step and its backward (cuda/lstm_kernels.cuh) and dropout (dropout_kernels.cuh)
+// through their launches on the host's Device, against the CPU's kernels: the same formulas per
+// element (core/lstm_math.h) and the same counters (core/random.h), so the same bits.
+TEST_CASE("lstm and dropout on host: the GPU's cell step, its backward and the dropout mask give the CPU's bits") {
+  const int64_t B = 3, C = 7;
+  const Tensor G = drawn({B, 4 * C}, 111), c_prev = drawn({B, C}, 112), dh = drawn({B, C}, 113),
+               dc = drawn({B, C}, 114);
+  Tensor act = zeros({B, 4 * C}), c = zeros({B, C}), h = zeros({B, C});
+  Tensor c_act = zeros(act.shape()), c_c = zeros(c.shape()), c_h = zeros(h.shape());
+  ag::cuda::lstm_cell_launch(host::Device(), in(G), in(c_prev), B, C, out(act), out(c), out(h));
+  kernel::lstm_cell(G, c_prev, c_act, c_c, c_h);
+  CHECK(act.to_vector() == c_act.to_vector());
+  CHECK(c.to_vector() == c_c.to_vector());
+  CHECK(h.to_vector() == c_h.to_vector());
+  Tensor dG = zeros(G.shape()), dc_prev = zeros(c_prev.shape()), c_dG = zeros(G.shape()), c_dc_prev = zeros(c_prev.shape());
+  ag::cuda::lstm_cell_backward_launch(host::Device(), in(c_act), in(c_prev), in(c_c), in(dh), in(dc), B, C, out(dG),
+                                      out(dc_prev));
+  kernel::lstm_cell_backward(c_act, c_prev, c_c, dh, dc, c_dG, c_dc_prev);
+  CHECK(dG.to_vector() == c_dG.to_vector());
+  CHECK(dc_prev.to_vector() == c_dc_prev.to_vector());
+
+  const Tensor x = drawn({5, 40}, 115);
+  const uint64_t shift = 4096;
+  for (const uint64_t* counter_shift : {static_cast<const uint64_t*>(nullptr), &shift}) {
+    CAPTURE(counter_shift != nullptr);
+    Tensor y = zeros(x.shape()), c_y = zeros(x.shape());
+    ag::cuda::dropout_launch(host::Device(), in(x), x.numel(), 0.25, 9, 300, counter_shift, out(y));
+    kernel::dropout(x, 0.25, 9, 300, counter_shift, c_y);
+    CHECK(y.to_vector() == c_y.to_vector());
+  }
+}
+
+}  // namespace cell_dropout_host_test
 
 #include "tests/cuda_on_host_end.h"
