@@ -47,19 +47,8 @@ inline cudaStream_t current_stream() { return static_cast<cudaStream_t>(stream()
 
 template <class T> T* ptr(const Tensor& t) { return static_cast<T*>(t.raw_data()); }
 
-constexpr int kThreads = 256;            // threads per block for flat loops
-constexpr int64_t kMaxBlocks = 1 << 16;  // grid cap; grid-stride loops do the rest
-
-// Blocks for `tasks` block-sized tasks: one each up to the cap, the kernel's grid-stride loop past it.
-inline unsigned grid_for(int64_t tasks) { return static_cast<unsigned>(std::min<int64_t>(tasks, kMaxBlocks)); }
-
-inline unsigned blocks_for(int64_t n, int threads = kThreads) { return grid_for((n + threads - 1) / threads); }
-
-// Threads for one block per row of `cols` elements: a whole number of warps
-// (block_reduce needs it), 32 to 256. Longer rows loop.
-inline int row_threads(int64_t cols) { return static_cast<int>(std::clamp<int64_t>((cols + 31) / 32 * 32, 32, 256)); }
-
-// thread_index() and thread_count(): cuda/grid.cuh.
+// kThreads, kMaxBlocks, grid_for, blocks_for, row_threads, thread_index() and thread_count():
+// cuda/grid.cuh.
 
 // --- scratch ----------------------------------------------------------------------------
 // `count` elements of T from the caching allocator for a call's scope: freed when
@@ -130,36 +119,8 @@ class Gpu {
   std::vector<std::pair<void*, size_t>> held_;
 };
 
-// --- one block per row ---------------------------------------------------------------
-// kernel<<<...>>>(args...) with one block per row of `cols` elements: the kernel
-// loops `for (row = blockIdx.x; row < rows; row += gridDim.x)` and its threads
-// stride along the row. Nothing is launched for zero rows.
-template <class... Params, class... Args>
-void launch_rows(void (*kernel)(Params...), int64_t rows, int64_t cols, Args... args) {
-  if (rows == 0) return;
-  const unsigned blocks = grid_for(rows);
-  kernel<<<blocks, row_threads(cols), 0, current_stream()>>>(args...);
-  AG_CUDA_CHECK_LAUNCH();
-}
-
 // --- block-wide reductions -------------------------------------------------------------
-// SumOp and MaxOp: cuda/reduce_ops.cuh.
-
-// op over v of every thread in the block; every thread gets the result. All
-// threads must call it, blockDim.x must be a multiple of 32, and `scratch` is
-// 32 elements of shared memory, free again when it returns. Warp shuffles
-// first, then every thread folds the per-warp values in warp order: a fixed
-// order, so the same bits every run.
-template <class T, class Op> __device__ T block_reduce(T v, Op op, T* scratch) {
-  for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = scratch[0];
-  for (int w = 1; w < warps; ++w) v = op(v, scratch[w]);
-  __syncthreads();
-  return v;
-}
+// SumOp, MaxOp and block_reduce: cuda/reduce_ops.cuh.
 
 // --- strided indexing --------------------------------------------------------------
 // Element i (row-major) of `shape` sits at offset Σ_d index_d · strides[k][d] in

@@ -1,136 +1,21 @@
-// Row-wise softmax kernels over rows [N, C]: one thread block per row (grid-
-// stride over rows), its threads striding along the row, block_reduce for the
-// row max and sums, so rows of any length work. Every row subtracts its max
-// before exp; a fully masked row (all −inf) gives zeros, not NaN.
-// Reference: core/cpu/softmax.cpp.
-#include <limits>
-
+// Row-wise softmax on CUDA: cuda/softmax_kernels.cuh's launches on the GPU. Reference:
+// core/cpu/softmax.cpp.
 #include "cuda/cuda.h"
 #include "cuda/launch.cuh"
+#include "cuda/softmax_kernels.cuh"
 
 namespace ag::cuda {
 
 namespace {
-template <class T> constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-
 int64_t row_length(const Tensor& t) { return t.dim() == 0 ? 1 : t.shape().back(); }
 int64_t row_count(const Tensor& t) { return t.numel() / std::max<int64_t>(row_length(t), 1); }
-
-// y = softmax(x) over a row of n, by the whole block.
-template <class T> __device__ void softmax_row(const T* x, T* y, int64_t n, T* scratch) {
-  T max = kNegInf<T>;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) max = MaxOp{}(max, x[j]);
-  max = block_reduce(max, MaxOp{}, scratch);
-  if (max == kNegInf<T>) {  // fully masked: no probability mass (the same for every thread)
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) y[j] = T(0);
-    return;
-  }
-  T sum = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    y[j] = std::exp(x[j] - max);
-    sum += y[j];
-  }
-  const T inv = T(1) / block_reduce(sum, SumOp{}, scratch);
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) y[j] *= inv;  // the elements this thread wrote
-}
-
-// log Σ_j exp(x_j) over a row, by the whole block; −inf for a fully masked row.
-template <class T> __device__ T logsumexp_row(const T* x, int64_t n, T* scratch) {
-  T max = kNegInf<T>;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) max = MaxOp{}(max, x[j]);
-  max = block_reduce(max, MaxOp{}, scratch);
-  if (max == kNegInf<T>) return max;
-  T sum = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += std::exp(x[j] - max);
-  return max + std::log(block_reduce(sum, SumOp{}, scratch));
-}
-
-// Σ_j a_j b_j over a row (b = nullptr: Σ_j a_j), by the whole block.
-template <class T> __device__ T row_dot(const T* a, const T* b, int64_t n, T* scratch) {
-  T acc = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) acc += b ? a[j] * b[j] : a[j];
-  return block_reduce(acc, SumOp{}, scratch);
-}
-
-// x [rows, C]
-template <class T> __global__ void softmax_kernel(const T* x, T* y, int64_t rows, int64_t C) {
-  __shared__ T scratch[32];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) softmax_row(x + r * C, y + r * C, C, scratch);
-}
-
-// dX = y ∘ (dY − Σ_j dY_j y_j)
-template <class T> __global__ void softmax_backward_kernel(const T* y, const T* dY, T* dX, int64_t rows, int64_t C) {
-  __shared__ T scratch[32];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T *yr = y + r * C, *gr = dY + r * C;
-    const T dot = row_dot(gr, yr, C, scratch);
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) dX[r * C + j] = yr[j] * (gr[j] - dot);
-  }
-}
-
-template <class T> __global__ void log_softmax_kernel(const T* x, T* y, int64_t rows, int64_t C) {
-  __shared__ T scratch[32];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T lse = logsumexp_row(x + r * C, C, scratch);
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) y[r * C + j] = x[r * C + j] - lse;
-  }
-}
-
-// dX = dY − exp(y) Σ_j dY_j
-template <class T>
-__global__ void log_softmax_backward_kernel(const T* y, const T* dY, T* dX, int64_t rows, int64_t C) {
-  __shared__ T scratch[32];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T sum = row_dot<T>(dY + r * C, nullptr, C, scratch);
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) dX[r * C + j] = dY[r * C + j] - std::exp(y[r * C + j]) * sum;
-  }
-}
-
-// lse[r] = logsumexp(logits[r]); loss[r] = lse[r] − logits[r, t_r], 0 for ignored rows.
-template <class T>
-__global__ void cross_entropy_kernel(const T* logits, const int64_t* targets, int64_t ignore_index, T* loss, T* lse,
-                                     T* scored, int64_t rows, int64_t V) {
-  __shared__ T scratch[32];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T row_lse = logsumexp_row(logits + r * V, V, scratch);
-    if (threadIdx.x == 0) {
-      const int64_t t = targets[r];
-      const bool ignored = t == ignore_index, valid = t >= 0 && t < V;
-      lse[r] = row_lse;
-      scored[r] = ignored ? T(0) : T(1);
-      // An out-of-range target reads nothing: the deferred check reports it.
-      loss[r] = ignored ? T(0) : valid ? row_lse - logits[r * V + t] : T(NAN);
-    }
-  }
-}
-
-// dLogits[r] = scale · (softmax(logits[r]) − onehot(t_r)), zero for ignored rows.
-template <class T>
-__global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* targets, const T* lse,
-                                              int64_t ignore_index, const T* scale_at, T* dLogits, int64_t rows,
-                                              int64_t V) {
-  const T scale = *scale_at;
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t t = targets[r];
-    T* dr = dLogits + r * V;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-      if (t == ignore_index) {
-        dr[j] = T(0);
-        continue;
-      }
-      T d = scale * std::exp(logits[r * V + j] - lse[r]);
-      if (j == t) d -= scale;
-      dr[j] = d;
-    }
-  }
-}
 }  // namespace
 
 void softmax(const Tensor& x, Tensor& y) {
   visit_floating(x.dtype(), "softmax", [&](auto zero) {
     using T = decltype(zero);
     const int64_t C = row_length(x), N = row_count(x);
-    launch_rows(softmax_kernel<T>, N, C, ptr<const T>(x), ptr<T>(y), N, C);
+    softmax_launch(Gpu(), ptr<const T>(x), N, C, ptr<T>(y));
   });
 }
 
@@ -138,7 +23,7 @@ void softmax_backward(const Tensor& y, const Tensor& dY, Tensor& dX) {
   visit_floating(y.dtype(), "softmax_backward", [&](auto zero) {
     using T = decltype(zero);
     const int64_t C = row_length(y), N = row_count(y);
-    launch_rows(softmax_backward_kernel<T>, N, C, ptr<const T>(y), ptr<const T>(dY), ptr<T>(dX), N, C);
+    softmax_backward_launch(Gpu(), ptr<const T>(y), ptr<const T>(dY), N, C, ptr<T>(dX));
   });
 }
 
@@ -146,7 +31,7 @@ void log_softmax(const Tensor& x, Tensor& y) {
   visit_floating(x.dtype(), "log_softmax", [&](auto zero) {
     using T = decltype(zero);
     const int64_t C = row_length(x), N = row_count(x);
-    launch_rows(log_softmax_kernel<T>, N, C, ptr<const T>(x), ptr<T>(y), N, C);
+    log_softmax_launch(Gpu(), ptr<const T>(x), N, C, ptr<T>(y));
   });
 }
 
@@ -154,7 +39,7 @@ void log_softmax_backward(const Tensor& y, const Tensor& dY, Tensor& dX) {
   visit_floating(y.dtype(), "log_softmax_backward", [&](auto zero) {
     using T = decltype(zero);
     const int64_t C = row_length(y), N = row_count(y);
-    launch_rows(log_softmax_backward_kernel<T>, N, C, ptr<const T>(y), ptr<const T>(dY), ptr<T>(dX), N, C);
+    log_softmax_backward_launch(Gpu(), ptr<const T>(y), ptr<const T>(dY), N, C, ptr<T>(dX));
   });
 }
 
@@ -167,8 +52,8 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_i
   });
   visit_floating(logits.dtype(), "cross_entropy", [&](auto zero) {
     using T = decltype(zero);
-    launch_rows(cross_entropy_kernel<T>, N, V, ptr<const T>(logits), ptr<const int64_t>(targets), ignore_index,
-                ptr<T>(loss), ptr<T>(lse), ptr<T>(scored), N, V);
+    cross_entropy_launch(Gpu(), ptr<const T>(logits), ptr<const int64_t>(targets), ignore_index, N, V, ptr<T>(loss),
+                         ptr<T>(lse), ptr<T>(scored));
   });
 }
 
@@ -177,8 +62,8 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   const int64_t V = row_length(logits), N = targets.numel();
   visit_floating(logits.dtype(), "cross_entropy_backward", [&](auto zero) {
     using T = decltype(zero);
-    launch_rows(cross_entropy_backward_kernel<T>, N, V, ptr<const T>(logits), ptr<const int64_t>(targets),
-                ptr<const T>(lse), ignore_index, ptr<const T>(scale), ptr<T>(dLogits), N, V);
+    cross_entropy_backward_launch(Gpu(), ptr<const T>(logits), ptr<const int64_t>(targets), ptr<const T>(lse),
+                                  ignore_index, ptr<const T>(scale), N, V, ptr<T>(dLogits));
   });
 }
 

@@ -4,7 +4,7 @@
 // kernels, the chunked product, the embedding's backward passes and scored positions, the
 // optimizer's kernels, S4D's kernels and long convolution, attention over a graph's edges, the
 // attention kernels that run one thread per index, state-space and linear attention, the LSTM
-// cell and dropout.
+// cell, dropout, and the row kernels (softmax, cross entropy, layer norm).
 //
 // 1. The fragment code (cuda/mma_fragments.cuh) on one warp. Its loads, packing and loops
 //    have to produce the products the kernels rely on:
@@ -78,6 +78,11 @@
 // 11. The LSTM cell's step and backward (cuda/lstm_kernels.cuh) and dropout with and without a
 //    graph's counter shift (cuda/dropout_kernels.cuh), against the CPU's kernels, to the bit.
 //
+// 12. The row kernels: softmax, log-softmax, cross entropy and their backward
+//    (cuda/softmax_kernels.cuh), layer norm, its fused residual add and backward with dWeight's
+//    and dBias's chunked column sums (cuda/layer_norm_kernels.cuh), each row one block combining
+//    through block_reduce's warp shuffles, against the CPU's kernels (1e-12).
+//
 // Launches written once for any device (cuda/launch.cuh's Gpu) run here on host::Device
 // (tests/cuda_on_host.h): a functor at every index once, in a shuffled order, so a result that
 // hangs on the threads' order shows; a kernel on three blocks of fibers; scratch filled with NaN.
@@ -126,6 +131,8 @@ using std::exp;
 #include "cuda/linear_attention_kernels.cuh"
 #include "cuda/lstm_kernels.cuh"
 #include "cuda/dropout_kernels.cuh"
+#include "cuda/softmax_kernels.cuh"
+#include "cuda/layer_norm_kernels.cuh"
 
 // A named namespace, not a using-directive at file scope: tests/flash_mma_reference.h has a
 // bf16() of its own, beside ag::cuda::mma's bf16 type.
@@ -1299,5 +1306,98 @@ TEST_CASE("lstm and dropout on host: the GPU's cell step, its backward and the d
 }
 
 }  // namespace cell_dropout_host_test
+
+namespace row_kernels_host_test {
+using namespace ag;
+using namespace functor_test;
+namespace host = ag::test::cuda_host;
+
+// The row kernels (cuda/softmax_kernels.cuh, layer_norm_kernels.cuh): one block per row, its
+// threads striding along the row and combining through block_reduce's warp shuffles, through
+// cuda/softmax.cu's and layer_norm.cu's launches on the host's Device (three blocks striding
+// over the rows), against the CPU's kernels (1e-12: the sums' order differs). Rows of 5 (one
+// warp, most lanes idle), 40 (two warps) and 300 (eight warps, each thread twice along the row).
+TEST_CASE("softmax on host threads: softmax, log-softmax, cross entropy and their backward give the CPU's") {
+  for (const int64_t C : {int64_t{5}, int64_t{40}, int64_t{300}}) {
+    CAPTURE(C);
+    const int64_t N = 7;
+    Tensor x = drawn({N, C}, 121);
+    for (int64_t j = 0; j < C; ++j) x.data<double>()[2 * C + j] = -INFINITY;  // a fully masked row: zeros
+    const Tensor dY = drawn({N, C}, 122);
+    const host::Device dev;
+    Tensor y = zeros(x.shape()), c_y = zeros(x.shape()), dX = zeros(x.shape()), c_dX = zeros(x.shape());
+    ag::cuda::softmax_launch(dev, in(x), N, C, out(y));
+    kernel::softmax(x, c_y);
+    CHECK_CLOSE(y, c_y, 1e-12);
+    ag::cuda::softmax_backward_launch(dev, in(c_y), in(dY), N, C, out(dX));
+    kernel::softmax_backward(c_y, dY, c_dX);
+    CHECK_CLOSE(dX, c_dX, 1e-12);
+    const Tensor logits = drawn({N, C}, 123);
+    ag::cuda::log_softmax_launch(dev, in(logits), N, C, out(y));
+    kernel::log_softmax(logits, c_y);
+    CHECK_CLOSE(y, c_y, 1e-12);
+    ag::cuda::log_softmax_backward_launch(dev, in(c_y), in(dY), N, C, out(dX));
+    kernel::log_softmax_backward(c_y, dY, c_dX);
+    CHECK_CLOSE(dX, c_dX, 1e-12);
+    // cross entropy: targets across the row, one ignored (−100)
+    std::vector<int64_t> t(static_cast<size_t>(N));
+    for (int64_t r = 0; r < N; ++r) t[static_cast<size_t>(r)] = (r * 37) % C;
+    t[4] = -100;
+    const Tensor targets = Tensor::from_indices(t, {N});
+    Tensor loss = zeros({N}), lse = zeros({N}), scored = zeros({N});
+    Tensor c_loss = zeros({N}), c_lse = zeros({N}), c_scored = zeros({N});
+    ag::cuda::cross_entropy_launch(dev, in(logits), targets.data<int64_t>(), int64_t{-100}, N, C, out(loss), out(lse),
+                                   out(scored));
+    kernel::cross_entropy(logits, targets, -100, c_loss, c_lse, c_scored);
+    CHECK_CLOSE(loss, c_loss, 1e-12);
+    CHECK_CLOSE(lse, c_lse, 1e-12);
+    CHECK(scored.to_vector() == c_scored.to_vector());
+    const Tensor scale = Tensor::from_vector({0.25}, {1}, DType::Float64);
+    Tensor dLogits = zeros(logits.shape()), c_dLogits = zeros(logits.shape());
+    ag::cuda::cross_entropy_backward_launch(dev, in(logits), targets.data<int64_t>(), in(c_lse), int64_t{-100},
+                                            in(scale), N, C, out(dLogits));
+    kernel::cross_entropy_backward(logits, targets, c_lse, -100, scale, c_dLogits);
+    CHECK_CLOSE(dLogits, c_dLogits, 1e-12);
+  }
+}
+
+TEST_CASE("layer norm on host threads: the forward, the residual's fused add and the backward give the CPU's") {
+  struct NormCase {
+    int64_t N, C;
+  };
+  // 70 rows: two chunks of dWeight's rows; 130: four chunks, tasks striding over the host's 3 blocks
+  for (const NormCase& k : {NormCase{5, 7}, NormCase{70, 40}, NormCase{40, 300}, NormCase{130, 40}}) {
+    CAPTURE(k.N);
+    CAPTURE(k.C);
+    const Tensor x = drawn({k.N, k.C}, 131), residual = drawn({k.N, k.C}, 132), weight = drawn({k.C}, 133),
+                 bias = drawn({k.C}, 134), dY = drawn({k.N, k.C}, 135);
+    const double eps = 1e-5;
+    Tensor y = zeros(x.shape()), mean = zeros({k.N}), rstd = zeros({k.N}), sum = zeros(x.shape());
+    Tensor c_y = zeros(x.shape()), c_mean = zeros({k.N}), c_rstd = zeros({k.N}), c_sum = zeros(x.shape());
+    host::Device dev;
+    ag::cuda::layer_norm_launch(dev, in(x), static_cast<const double*>(nullptr), in(weight), in(bias), eps, k.N, k.C,
+                                static_cast<double*>(nullptr), out(y), out(mean), out(rstd));
+    kernel::layer_norm(x, weight, bias, eps, c_y, c_mean, c_rstd);
+    CHECK_CLOSE(y, c_y, 1e-12);
+    CHECK_CLOSE(mean, c_mean, 1e-12);
+    CHECK_CLOSE(rstd, c_rstd, 1e-12);
+    ag::cuda::layer_norm_launch(dev, in(x), in(residual), in(weight), in(bias), eps, k.N, k.C, out(sum), out(y),
+                                out(mean), out(rstd));
+    kernel::add_layer_norm(x, residual, weight, bias, eps, c_sum, c_y, c_mean, c_rstd);
+    CHECK(sum.to_vector() == c_sum.to_vector());
+    CHECK_CLOSE(y, c_y, 1e-12);
+    CHECK_CLOSE(rstd, c_rstd, 1e-12);
+    Tensor dX = zeros(x.shape()), dW = zeros({k.C}), dB = zeros({k.C});
+    Tensor c_dX = zeros(x.shape()), c_dW = zeros({k.C}), c_dB = zeros({k.C});
+    ag::cuda::layer_norm_backward_launch(dev, in(c_sum), in(weight), in(c_mean), in(c_rstd), in(dY), k.N, k.C, out(dX),
+                                         out(dW), out(dB));
+    kernel::layer_norm_backward(c_sum, weight, c_mean, c_rstd, dY, c_dX, c_dW, c_dB);
+    CHECK_CLOSE(dX, c_dX, 1e-12);
+    CHECK_CLOSE(dW, c_dW, 1e-12);
+    CHECK_CLOSE(dB, c_dB, 1e-12);
+  }
+}
+
+}  // namespace row_kernels_host_test
 
 #include "tests/cuda_on_host_end.h"
