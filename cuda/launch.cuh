@@ -24,6 +24,7 @@
 #include "cuda/context.h"
 #include "cuda/grid.cuh"
 #include "cuda/reduce_ops.cuh"
+#include "cuda/strided_index.cuh"
 
 // After every <<<...>>>: a bad configuration shows up here, named by file:line.
 // With AG_CUDA_SYNC set in the environment it also waits for the kernel, so a
@@ -122,89 +123,8 @@ class Gpu {
 // --- block-wide reductions -------------------------------------------------------------
 // SumOp, MaxOp and block_reduce: cuda/reduce_ops.cuh.
 
-// --- strided indexing --------------------------------------------------------------
-// Element i (row-major) of `shape` sits at offset Σ_d index_d · strides[k][d] in
-// operand k. Built on the host by make_strided_index, which drops size-1 dims and
-// merges neighbours that every operand walks contiguously, so a permute of a
-// [B, T, H, d_h] tensor needs 3 dims and a plain broadcast 1 or 2.
-constexpr int kMaxRank = 8;
-
-template <int K> struct StridedIndex {
-  int rank = 0;
-  int64_t shape[kMaxRank] = {};
-  int64_t strides[K][kMaxRank] = {};
-
-  __device__ void offsets(int64_t i, int64_t (&out)[K]) const {
-    for (int k = 0; k < K; ++k) out[k] = 0;
-    for (int d = rank - 1; d >= 0; --d) {
-      const int64_t index = i % shape[d];
-      i /= shape[d];
-      for (int k = 0; k < K; ++k) out[k] += index * strides[k][d];
-    }
-  }
-};
-
-template <int K>
-StridedIndex<K> make_strided_index(const char* kernel, const Shape& shape,
-                                   const std::array<std::vector<int64_t>, K>& strides) {
-  std::vector<int64_t> dims;
-  std::array<std::vector<int64_t>, K> kept;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    const bool merge = !dims.empty() && [&] {
-      for (int k = 0; k < K; ++k)
-        if (kept[k].back() != strides[k][d] * shape[d]) return false;
-      return true;
-    }();
-    if (merge) {
-      dims.back() *= shape[d];
-      for (int k = 0; k < K; ++k) kept[k].back() = strides[k][d];
-    } else {
-      dims.push_back(shape[d]);
-      for (int k = 0; k < K; ++k) kept[k].push_back(strides[k][d]);
-    }
-  }
-  AG_CHECK(dims.size() <= kMaxRank, kernel << ": shape " << to_string(shape) << " has " << dims.size()
-                                           << " dims that cannot be merged; the CUDA kernel handles " << kMaxRank);
-  StridedIndex<K> index;
-  index.rank = static_cast<int>(dims.size());
-  for (size_t d = 0; d < dims.size(); ++d) {
-    index.shape[d] = dims[d];
-    for (int k = 0; k < K; ++k) index.strides[k][d] = kept[k][d];
-  }
-  return index;
-}
-
-// --- deterministic total -------------------------------------------------------------
-// *out = Σ_{i<n} load(i), added in double: a fixed grid of blocks (it depends on
-// n only) each sums a grid-stride share into partials[b], then one block adds
-// the partials in order. n = 0 writes 0.
-constexpr int kSumBlocks = 1024;
-
-template <class Load> __global__ void partial_sums_kernel(int64_t n, Load load, double* partials) {
-  __shared__ double scratch[32];
-  double acc = 0;
-  for (int64_t i = thread_index(); i < n; i += thread_count()) acc += static_cast<double>(load(i));
-  acc = block_reduce(acc, SumOp{}, scratch);
-  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
-}
-
-template <class Out> __global__ void finish_sum_kernel(const double* partials, int count, Out* out) {
-  __shared__ double scratch[32];
-  double acc = 0;
-  for (int b = threadIdx.x; b < count; b += blockDim.x) acc += partials[b];
-  acc = block_reduce(acc, SumOp{}, scratch);
-  if (threadIdx.x == 0) *out = static_cast<Out>(acc);
-}
-
-template <class Load, class Out> void sum_all(int64_t n, const Load& load, Out* out) {
-  const int blocks = static_cast<int>(std::clamp<int64_t>((n + 4 * kThreads - 1) / (4 * kThreads), 1, kSumBlocks));
-  const Tensor partials = Tensor::empty({blocks}, DType::Float64, Device::CUDA);
-  partial_sums_kernel<<<blocks, kThreads, 0, current_stream()>>>(n, load, ptr<double>(partials));
-  AG_CUDA_CHECK_LAUNCH();
-  finish_sum_kernel<<<1, kThreads, 0, current_stream()>>>(ptr<const double>(partials), blocks, out);
-  AG_CUDA_CHECK_LAUNCH();
-}
+// --- strided indexing: StridedIndex and make_strided_index, cuda/strided_index.cuh -------------
+// --- deterministic total: sum_all_launch, cuda/reduce_kernels.cuh ------------------------------
 
 // --- index checks ----------------------------------------------------------------------
 // Queues a check that every index lies in [0, limit) or equals `ignore` (when

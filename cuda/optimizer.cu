@@ -6,6 +6,7 @@
 #include "cuda/cuda.h"
 #include "cuda/launch.cuh"
 #include "cuda/optimizer_kernels.cuh"
+#include "cuda/reduce_kernels.cuh"
 
 namespace ag::cuda {
 
@@ -36,11 +37,12 @@ void count_applied_step(Tensor& applied_steps, const double* skip_unless_finite)
   AG_CUDA_CHECK_LAUNCH();
 }
 
-// Σ x² in double on the device, in sum_all's fixed order; it stays there.
+// Σ x² in double on the device, in sum_all_launch's fixed order (cuda/reduce_kernels.cuh); it stays there.
 void sum_of_squares(const Tensor& x, Tensor& total) {
   visit_floating(x.dtype(), "sum_of_squares", [&](auto zero) {
     using T = decltype(zero);
-    sum_all(x.numel(), Square<T>{ptr<const T>(x)}, ptr<double>(total));
+    Gpu gpu;
+    sum_all_launch(gpu, x.numel(), Square<T>{ptr<const T>(x)}, ptr<double>(total));
   });
 }
 

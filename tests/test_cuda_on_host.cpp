@@ -4,7 +4,8 @@
 // kernels, the chunked product, the embedding's backward passes and scored positions, the
 // optimizer's kernels, S4D's kernels and long convolution, attention over a graph's edges, the
 // attention kernels that run one thread per index, state-space and linear attention, the LSTM
-// cell, dropout, and the row kernels (softmax, cross entropy, layer norm).
+// cell, dropout, the row kernels (softmax, cross entropy, layer norm), the reductions and the
+// convolution.
 //
 // 1. The fragment code (cuda/mma_fragments.cuh) on one warp. Its loads, packing and loops
 //    have to produce the products the kernels rely on:
@@ -81,7 +82,9 @@
 // 12. The row kernels: softmax, log-softmax, cross entropy and their backward
 //    (cuda/softmax_kernels.cuh), layer norm, its fused residual add and backward with dWeight's
 //    and dBias's chunked column sums (cuda/layer_norm_kernels.cuh), each row one block combining
-//    through block_reduce's warp shuffles, against the CPU's kernels (1e-12).
+//    through block_reduce's warp shuffles, against the CPU's kernels (1e-12); the reductions
+//    (cuda/reduce_kernels.cuh: sum_to_shape on its three paths, max with argmax, cumsum) and the
+//    causal depthwise convolution (cuda/conv_kernels.cuh) likewise.
 //
 // Launches written once for any device (cuda/launch.cuh's Gpu) run here on host::Device
 // (tests/cuda_on_host.h): a functor at every index once, in a shuffled order, so a result that
@@ -133,6 +136,8 @@ using std::exp;
 #include "cuda/dropout_kernels.cuh"
 #include "cuda/softmax_kernels.cuh"
 #include "cuda/layer_norm_kernels.cuh"
+#include "cuda/conv_kernels.cuh"
+#include "cuda/reduce_kernels.cuh"
 
 // A named namespace, not a using-directive at file scope: tests/flash_mma_reference.h has a
 // bf16() of its own, beside ag::cuda::mma's bf16 type.
@@ -1305,6 +1310,30 @@ TEST_CASE("lstm and dropout on host: the GPU's cell step, its backward and the d
   }
 }
 
+// y, dX and dBias add the CPU's terms in the CPU's order: the same bits. dWeight's sum over the
+// batch entries is one running sum on the CPU and a sum of per-entry sums here: 1e-12.
+TEST_CASE("conv on host: the GPU's causal depthwise convolution and its backward give the CPU's") {
+  const int64_t B = 2, T = 9, C = 5, W = 4;
+  const Tensor x = drawn({B, T, C}, 141), weight = drawn({W, C}, 142), bias = drawn({C}, 143), dY = drawn({B, T, C}, 144);
+  for (const bool with_bias : {false, true}) {
+    CAPTURE(with_bias);
+    const Tensor b = with_bias ? bias : Tensor();
+    Tensor y = zeros(x.shape()), c_y = zeros(x.shape());
+    ag::cuda::causal_conv1d_launch(host::Device(), in(x), in(weight), with_bias ? in(bias) : nullptr, B, T, C, W,
+                                   out(y));
+    kernel::causal_conv1d(x, weight, b, c_y);
+    CHECK(y.to_vector() == c_y.to_vector());
+    Tensor dX = zeros(x.shape()), dW = zeros(weight.shape()), dB = zeros({C});
+    Tensor c_dX = zeros(x.shape()), c_dW = zeros(weight.shape()), c_dB = zeros({C});
+    ag::cuda::causal_conv1d_backward_launch(host::Device(), in(x), in(weight), in(dY), B, T, C, W, out(dX), out(dW),
+                                            with_bias ? out(dB) : nullptr);
+    kernel::causal_conv1d_backward(x, weight, dY, c_dX, c_dW, with_bias ? &c_dB : nullptr);
+    CHECK(dX.to_vector() == c_dX.to_vector());
+    CHECK_CLOSE(dW, c_dW, 1e-12);
+    CHECK(dB.to_vector() == c_dB.to_vector());
+  }
+}
+
 }  // namespace cell_dropout_host_test
 
 namespace row_kernels_host_test {
@@ -1395,6 +1424,49 @@ TEST_CASE("layer norm on host threads: the forward, the residual's fused add and
     CHECK_CLOSE(dX, c_dX, 1e-12);
     CHECK_CLOSE(dW, c_dW, 1e-12);
     CHECK_CLOSE(dB, c_dB, 1e-12);
+  }
+}
+
+// The reductions (cuda/reduce_kernels.cuh) through cuda/reduce.cu's launches: sum_to_shape on each
+// of its three paths (one thread per output, one block per output through block_reduce, and the
+// total's fixed grid), max over a dim with its argmax and backward, cumulative sums both ways;
+// against the CPU's kernels (the sums in double: 1e-12; max, argmax and its scatter to the bit).
+TEST_CASE("reductions on host threads: sum_to_shape on each path, max and cumsum give the CPU's") {
+  struct SumCase {
+    Shape x, out;
+  };
+  for (const SumCase& k : {SumCase{{6, 5, 4}, {1, 5, 1}},     // 24 terms each: a thread per output
+                           SumCase{{40, 3, 7}, {3, 7}},       // 40 terms, leading dim dropped: still per thread
+                           SumCase{{300, 5}, {1, 5}},          // 300 terms: a block per output
+                           SumCase{{3, 4, 70}, {3, 1, 1}},     // 280 terms over two dims, a block each
+                           SumCase{{9, 130}, {1}}}) {          // everything: the total
+    CAPTURE(to_string(k.x));
+    CAPTURE(to_string(k.out));
+    const Tensor x = drawn(k.x, 151);
+    Tensor sum = zeros(k.out), c_sum = zeros(k.out);
+    host::Device dev;
+    ag::cuda::sum_to_shape_launch(dev, in(x), k.x, k.out, out(sum));
+    kernel::sum_to_shape(x, c_sum);
+    CHECK_CLOSE(sum, c_sum, 1e-12);
+  }
+  const Tensor x = drawn({4, 9, 6}, 152), dValues = drawn({4, 6}, 153);
+  const kernel::ReduceDims dims{4, 9, 6};  // over the middle dim
+  Tensor values = zeros({4, 6}), argmax = Tensor::zeros({4, 6}, DType::Int64);
+  Tensor c_values = zeros({4, 6}), c_argmax = Tensor::zeros({4, 6}, DType::Int64);
+  ag::cuda::max_dim_launch(host::Device(), in(x), dims, out(values), argmax.data<int64_t>());
+  kernel::max_dim(x, dims, c_values, c_argmax);
+  CHECK(values.to_vector() == c_values.to_vector());
+  CHECK(argmax.to_indices() == c_argmax.to_indices());
+  Tensor dX = zeros(x.shape()), c_dX = zeros(x.shape());
+  ag::cuda::max_dim_backward_launch(host::Device(), in(dValues), argmax.data<int64_t>(), dims, out(dX));
+  kernel::max_dim_backward(dValues, c_argmax, dims, c_dX);
+  CHECK(dX.to_vector() == c_dX.to_vector());
+  for (const bool reverse : {false, true}) {
+    CAPTURE(reverse);
+    Tensor y = zeros(x.shape()), c_y = zeros(x.shape());
+    ag::cuda::cumsum_launch(host::Device(), in(x), dims, reverse, out(y));
+    kernel::cumsum(x, dims, reverse, c_y);
+    CHECK_CLOSE(y, c_y, 1e-12);
   }
 }
 
