@@ -4,8 +4,8 @@
 // kernels, the chunked product, the embedding's backward passes and scored positions, the
 // optimizer's kernels, S4D's kernels and long convolution, attention over a graph's edges, the
 // attention kernels that run one thread per index, state-space and linear attention, the LSTM
-// cell, dropout, the row kernels (softmax, cross entropy, layer norm), the reductions and the
-// convolution.
+// cell, dropout, the row kernels (softmax, cross entropy, layer norm), the reductions, the
+// convolution and the elementwise ops.
 //
 // 1. The fragment code (cuda/mma_fragments.cuh) on one warp. Its loads, packing and loops
 //    have to produce the products the kernels rely on:
@@ -83,8 +83,10 @@
 //    (cuda/softmax_kernels.cuh), layer norm, its fused residual add and backward with dWeight's
 //    and dBias's chunked column sums (cuda/layer_norm_kernels.cuh), each row one block combining
 //    through block_reduce's warp shuffles, against the CPU's kernels (1e-12); the reductions
-//    (cuda/reduce_kernels.cuh: sum_to_shape on its three paths, max with argmax, cumsum) and the
-//    causal depthwise convolution (cuda/conv_kernels.cuh) likewise.
+//    (cuda/reduce_kernels.cuh: sum_to_shape on its three paths, max with argmax, cumsum), the
+//    causal depthwise convolution (cuda/conv_kernels.cuh) and the elementwise ops
+//    (cuda/elementwise_kernels.cuh: every unary and binary op, broadcasts, the activations'
+//    derivatives, the bias activation and its backward) likewise.
 //
 // Launches written once for any device (cuda/launch.cuh's Gpu) run here on host::Device
 // (tests/cuda_on_host.h): a functor at every index once, in a shuffled order, so a result that
@@ -138,6 +140,7 @@ using std::exp;
 #include "cuda/layer_norm_kernels.cuh"
 #include "cuda/conv_kernels.cuh"
 #include "cuda/reduce_kernels.cuh"
+#include "cuda/elementwise_kernels.cuh"
 
 // A named namespace, not a using-directive at file scope: tests/flash_mma_reference.h has a
 // bf16() of its own, beside ag::cuda::mma's bf16 type.
@@ -1467,6 +1470,75 @@ TEST_CASE("reductions on host threads: sum_to_shape on each path, max and cumsum
     ag::cuda::cumsum_launch(host::Device(), in(x), dims, reverse, out(y));
     kernel::cumsum(x, dims, reverse, c_y);
     CHECK_CLOSE(y, c_y, 1e-12);
+  }
+}
+
+// The elementwise kernels (cuda/elementwise_kernels.cuh) through cuda/elementwise.cu's launches,
+// against the CPU's kernels: every unary op and activation derivative, the bias activation and
+// its backward (whose column sums are sum_to_shape's), affine, LeakyReLU, pow, and each binary
+// op on equal shapes and broadcast both ways (1e-12: the CPU vectorises some of its loops).
+TEST_CASE("elementwise on host: every unary and binary op, the activations' derivatives and the bias activation give the CPU's") {
+  using kernel::BinaryOp;
+  using kernel::UnaryOp;
+  const int64_t N = 6, C = 11;
+  const Tensor x = drawn({N, C}, 161), dY = drawn({N, C}, 162), bias = drawn({C}, 163);
+  Tensor positive = drawn({N, C}, 164);
+  for (int64_t i = 0; i < positive.numel(); ++i) positive.data<double>()[i] = 0.1 + std::abs(positive.data<double>()[i]);
+  const host::Device dev;
+  for (const UnaryOp op : {UnaryOp::Neg, UnaryOp::Exp, UnaryOp::Log, UnaryOp::Tanh, UnaryOp::Relu, UnaryOp::GeluErf,
+                           UnaryOp::GeluTanh, UnaryOp::Silu, UnaryOp::Softplus, UnaryOp::Elu}) {
+    CAPTURE(static_cast<int>(op));
+    const Tensor& input = op == UnaryOp::Log ? positive : x;
+    Tensor y = zeros(x.shape()), c_y = zeros(x.shape());
+    ag::cuda::unary_launch(dev, op, in(input), input.numel(), out(y));
+    kernel::unary(op, input, c_y);
+    CHECK_CLOSE(y, c_y, 1e-12);
+    if (op == UnaryOp::Neg || op == UnaryOp::Exp || op == UnaryOp::Log || op == UnaryOp::Tanh) continue;
+    Tensor dX = zeros(x.shape()), c_dX = zeros(x.shape());
+    ag::cuda::unary_backward_launch(dev, op, in(x), in(dY), x.numel(), out(dX));
+    kernel::unary_backward(op, x, dY, c_dX);
+    CHECK_CLOSE(dX, c_dX, 1e-12);
+    Tensor a = zeros(x.shape()), derivative = zeros(x.shape()), c_a = zeros(x.shape()), c_derivative = zeros(x.shape());
+    ag::cuda::bias_activation_launch(dev, op, in(x), in(bias), x.numel(), C, out(a), out(derivative));
+    kernel::bias_activation(op, x, bias, c_a, &c_derivative);
+    CHECK_CLOSE(a, c_a, 1e-12);
+    CHECK_CLOSE(derivative, c_derivative, 1e-12);
+    Tensor dbias = zeros({C}), c_dbias = zeros({C});
+    host::Device scratch_dev;
+    ag::cuda::bias_activation_backward_launch(scratch_dev, in(c_derivative), in(dY), x.shape(), bias.shape(), out(dX),
+                                              out(dbias));
+    kernel::bias_activation_backward(c_derivative, dY, c_dX, c_dbias);
+    CHECK_CLOSE(dX, c_dX, 1e-12);
+    CHECK_CLOSE(dbias, c_dbias, 1e-12);
+  }
+  Tensor y = zeros(x.shape()), c_y = zeros(x.shape());
+  ag::cuda::affine_launch(dev, in(x), x.numel(), 1.5, -0.25, out(y));
+  kernel::affine(x, 1.5, -0.25, c_y);
+  CHECK(y.to_vector() == c_y.to_vector());
+  ag::cuda::leaky_relu_launch(dev, in(x), x.numel(), 0.2, out(y));
+  kernel::leaky_relu(x, 0.2, c_y);
+  CHECK(y.to_vector() == c_y.to_vector());
+  ag::cuda::leaky_relu_backward_launch(dev, in(x), in(dY), x.numel(), 0.2, out(y));
+  kernel::leaky_relu_backward(x, dY, 0.2, c_y);
+  CHECK(y.to_vector() == c_y.to_vector());
+  ag::cuda::pow_scalar_launch(dev, in(positive), x.numel(), 2.5, out(y));
+  kernel::pow_scalar(positive, 2.5, c_y);
+  CHECK_CLOSE(y, c_y, 1e-12);
+  struct Operands {
+    Shape a, b, out;
+  };
+  for (const Operands& k : {Operands{{N, C}, {N, C}, {N, C}}, Operands{{N, C}, {C}, {N, C}},
+                            Operands{{N, 1}, {1, C}, {N, C}}, Operands{{2, 1, C}, {3, 1}, {2, 3, C}}}) {
+    CAPTURE(to_string(k.a));
+    CAPTURE(to_string(k.b));
+    const Tensor a = drawn(k.a, 165), b = drawn(k.b, 166);
+    for (const BinaryOp op : {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div}) {
+      CAPTURE(static_cast<int>(op));
+      Tensor z = zeros(k.out), c_z = zeros(k.out);
+      ag::cuda::binary_launch(dev, op, in(a), k.a, in(b), k.b, k.out, out(z));
+      kernel::binary(op, a, b, c_z);
+      CHECK_CLOSE(z, c_z, 1e-12);
+    }
   }
 }
 
