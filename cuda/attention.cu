@@ -41,30 +41,6 @@ namespace ag::cuda {
 
 namespace {
 
-using math::kInf;
-
-constexpr int kFlashThreads = 128;  // 4 warps
-constexpr size_t kSharedBudget = 48 * 1024;
-
-// --- flash: the launches (its kernels: cuda/flash_kernels.cuh) ----------------------------
-
-// The largest tile of 32, 16, 8 whose `floats(tile)` elements of T fit in the budget.
-template <class T, class Floats> int choose_tile(const char* kernel, int64_t d, Floats floats) {
-  for (int tile : {32, 16, 8})
-    if (floats(tile) * sizeof(T) <= kSharedBudget) return tile;
-  throw Error(std::string(kernel) + ": head width d = " + std::to_string(d) +
-              " needs more shared memory than this kernel uses (48 KB)");
-}
-
-// kernel<<<tasks (capped), kFlashThreads, `floats` elements of T in shared memory>>>(args...);
-// the kernels loop over their tasks grid-stride.
-template <class T, class... Params, class... Args>
-void launch_tiles(void (*kernel)(Params...), int64_t tasks, int64_t floats, Args... args) {
-  if (tasks == 0) return;
-  kernel<<<grid_for(tasks), kFlashThreads, floats * sizeof(T), current_stream()>>>(args...);
-  AG_CUDA_CHECK_LAUNCH();
-}
-
 // Sᵀ's (or A's, dA's) sizes: [n, Hq, Tk, Tq].
 TransposedScores transposed(const Tensor& S) { return {S.size(0), S.size(1), S.size(2), S.size(3)}; }
 
@@ -143,10 +119,8 @@ void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const At
   if (flash_mma_takes(Q, shape)) return flash_attention_mma(Q, K, V, shape, Z, lse);  // bf16 or tf32: tensor cores
   visit_floating(Q.dtype(), "flash_attention", [&](auto zero) {
     using T = decltype(zero);
-    const int tile = choose_tile<T>("flash_attention", shape.d, [&](int t) { return forward_floats(t, shape.d); });
-    launch_tiles<T>(flash_forward_kernel<T>, shape.B * shape.Hq * tiles_of(shape.Tq, tile),
-                    forward_floats(tile, shape.d), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V), shape, tile,
-                    ptr<T>(Z), ptr<double>(lse));
+    flash_attention_launch(Gpu(), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V), shape, ptr<T>(Z),
+                           ptr<double>(lse));
   });
 }
 
@@ -157,25 +131,10 @@ void flash_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V,
     return flash_attention_backward_mma(Q, K, V, lse, dZ, given_D, shape, accumulate, dQ, dK, dV);
   visit_floating(Q.dtype(), "flash_attention_backward", [&](auto zero) {
     using T = decltype(zero);
-    // rowsum(P ∘ dP) [B, Hq, Tq]: the query kernel's, or the caller's
-    const Tensor D = given_D.defined() ? given_D : Tensor::empty(lse.shape(), Q.dtype(), Device::CUDA);
-    const int query_tile =
-        choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return query_floats(t, shape); });
-    const int64_t q_tiles = tiles_of(shape.Tq, query_tile), E = shape.mods.bias_entries();
-    // The tables' sums per query tile [B, Hq, q_tiles, E], then summed over the tiles in order into dBias.
-    const Tensor partial =
-        dBias.defined() ? Tensor::empty({shape.B, shape.Hq, q_tiles, E}, Q.dtype(), Device::CUDA) : Tensor();
-    launch_tiles<T>(flash_backward_query_kernel<T>, shape.B * shape.Hq * q_tiles, query_floats(query_tile, shape),
-                    ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V), ptr<const double>(lse), ptr<const T>(dZ), shape,
-                    query_tile, given_D.defined(), accumulate, ptr<T>(D), ptr<T>(dQ),
-                    partial.defined() ? ptr<T>(partial) : nullptr);
-    if (partial.defined())
-      sum_over_tiles_launch(Gpu(), ptr<const T>(partial), dBias.numel(), q_tiles, E, ptr<T>(dBias));
-    const int key_tile = choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return key_floats(t, shape); });
-    launch_tiles<T>(flash_backward_key_kernel<T>, shape.B * shape.Hkv * tiles_of(shape.Tk, key_tile),
-                    key_floats(key_tile, shape), ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V),
-                    ptr<const double>(lse), ptr<const T>(D), ptr<const T>(dZ), shape, key_tile, accumulate, ptr<T>(dK),
-                    ptr<T>(dV));
+    Gpu gpu;
+    flash_attention_backward_launch(gpu, ptr<const T>(Q), ptr<const T>(K), ptr<const T>(V), ptr<const double>(lse),
+                                    ptr<const T>(dZ), given_D.defined() ? ptr<T>(given_D) : nullptr, shape, accumulate,
+                                    ptr<T>(dQ), ptr<T>(dK), ptr<T>(dV), dBias.defined() ? ptr<T>(dBias) : nullptr);
   });
 }
 

@@ -1,7 +1,6 @@
 // The attention kernels that cuda/attention.cu launches one thread per index: the dense
 // implementation's masked softmax and its backward, the score modifiers and their backward,
-// GAT's additive scores, attention dropout, RoPE, ring attention's merge, and the flash
-// backward's sum of the bias tables' partial gradients over query tiles; with their launches,
+// GAT's additive scores, attention dropout, RoPE and ring attention's merge; with their launches,
 // written once for any device that runs a functor per index. Device code that a host build
 // compiles too: tests/test_cuda_on_host.cpp runs it on the host against core/cpu/attention.cpp.
 // Contracts: core/kernels.inc. The mask, the modifiers and the guarded softmax formulas come
@@ -230,19 +229,6 @@ template <class T> struct MergeSoftmaxParts {
   }
 };
 
-// dBias[(b, h), e] = Σ_t partial[(b, h), t, e] over the query tiles t in order: one thread per output.
-template <class T> struct SumOverTiles {
-  const T* partial;
-  T* dbias;
-  int64_t tiles, E;
-  __device__ void operator()(int64_t idx) const {
-    const T* p = partial + idx / E * tiles * E + idx % E;
-    T sum = 0;
-    for (int64_t t = 0; t < tiles; ++t) sum += p[t * E];
-    dbias[idx] = sum;
-  }
-};
-
 // --- the launches on a device `dev` (cuda/launch.cuh's Gpu; the host tests' Device) -----------
 // dev(count, f) calls f(i) for every i < count.
 
@@ -310,12 +296,6 @@ template <class T, class Device>
 void attention_merge_launch(const Device& dev, T* Z, double* lse, const T* Z_part, const double* lse_part,
                             const AttentionShape& shape) {
   dev(shape.B * shape.Hq * shape.Tq, MergeSoftmaxParts<T>{Z, lse, Z_part, lse_part, shape});
-}
-
-// dBias [count / E, E] from partial [count / E, tiles, E]: the flash backward's tables summed over query tiles.
-template <class T, class Device>
-void sum_over_tiles_launch(const Device& dev, const T* partial, int64_t count, int64_t tiles, int64_t E, T* dBias) {
-  dev(count, SumOverTiles<T>{partial, dBias, tiles, E});
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
-// FlashAttention's kernels on CUDA cores, in float32 and float64 (cuda/attention.cu, whose
-// header gives the thread mapping, launches them; the tensor-core ones are
-// cuda/flash_mma_kernels.cuh). Device code that a host build compiles too: tests/test_cuda_on_host.cpp
+// FlashAttention's kernels on CUDA cores, in float32 and float64, and their launches on any
+// device (cuda/attention.cu, whose header gives the thread mapping, runs them on the GPU; the
+// tensor-core ones are cuda/flash_mma_kernels.cuh). Device code that a host build compiles too: tests/test_cuda_on_host.cpp
 // runs them with a block's threads as host fibers, in float64 against the CPU's flash.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "core/attention_math.h"
+#include "core/error.h"
 #include "cuda/attention_tiles.cuh"
 #include "cuda/reduce_ops.cuh"
 #include "cuda/shared_buffers.cuh"
@@ -356,6 +358,62 @@ __global__ void flash_backward_key_kernel(const T* Q, const T* K, const T* V, co
       v_out = (accumulate ? v_out : T(0)) + dv[idx];
     }
   }
+}
+
+// dBias[(b, h), e] = Σ_t partial[(b, h), t, e] over the query tiles t in order: one thread per output.
+template <class T> struct SumOverTiles {
+  const T* partial;
+  T* dbias;
+  int64_t tiles, E;
+  __device__ void operator()(int64_t idx) const {
+    const T* p = partial + idx / E * tiles * E + idx % E;
+    T sum = 0;
+    for (int64_t t = 0; t < tiles; ++t) sum += p[t * E];
+    dbias[idx] = sum;
+  }
+};
+
+// --- flash: the launches on a device `dev` (cuda/launch.cuh's Gpu; the host tests' Device) ----
+// Contracts: core/kernels.inc (flash_attention, flash_attention_backward).
+constexpr int kFlashThreads = 128;  // 4 warps
+constexpr size_t kSharedBudget = 48 * 1024;
+
+// The largest tile of 32, 16, 8 whose `floats(tile)` elements of T fit in the budget.
+template <class T, class Floats> int choose_tile(const char* kernel, int64_t d, Floats floats) {
+  for (int tile : {32, 16, 8})
+    if (static_cast<size_t>(floats(tile)) * sizeof(T) <= kSharedBudget) return tile;
+  throw Error(std::string(kernel) + ": head width d = " + std::to_string(d) +
+              " needs more shared memory than this kernel uses (48 KB)");
+}
+
+template <class T, class Device>
+void flash_attention_launch(const Device& dev, const T* Q, const T* K, const T* V, const AttentionShape& shape, T* Z,
+                            double* lse) {
+  const int tile = choose_tile<T>("flash_attention", shape.d, [&](int t) { return forward_floats(t, shape.d); });
+  dev.blocks(flash_forward_kernel<T>, shape.B * shape.Hq * tiles_of(shape.Tq, tile), kFlashThreads,
+             forward_floats(tile, shape.d) * sizeof(T), Q, K, V, shape, tile, Z, lse);
+}
+
+// given_D: the caller's rowsum(P ∘ dP) [B, Hq, Tq], or null (the query kernel sums it into scratch).
+// dBias: [B, Hq, bias_entries()] with the modifiers' tables, else null.
+template <class T, class Device>
+void flash_attention_backward_launch(Device& dev, const T* Q, const T* K, const T* V, const double* lse, const T* dZ,
+                                     T* given_D, const AttentionShape& shape, bool accumulate, T* dQ, T* dK, T* dV,
+                                     T* dBias) {
+  T* D = given_D ? given_D : dev.template scratch<T>(shape.B * shape.Hq * shape.Tq);
+  const int query_tile =
+      choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return query_floats(t, shape); });
+  const int64_t q_tiles = tiles_of(shape.Tq, query_tile), E = shape.mods.bias_entries();
+  // The tables' sums per query tile [B, Hq, q_tiles, E], then summed over the tiles in order into dBias.
+  T* partial = dBias ? dev.template scratch<T>(shape.B * shape.Hq * q_tiles * E) : nullptr;
+  dev.blocks(flash_backward_query_kernel<T>, shape.B * shape.Hq * q_tiles, kFlashThreads,
+             query_floats(query_tile, shape) * sizeof(T), Q, K, V, lse, dZ, shape, query_tile, given_D != nullptr,
+             accumulate, D, dQ, partial);
+  if (dBias) dev(shape.B * shape.Hq * E, SumOverTiles<T>{partial, dBias, q_tiles, E});
+  const int key_tile = choose_tile<T>("flash_attention_backward", shape.d, [&](int t) { return key_floats(t, shape); });
+  dev.blocks(flash_backward_key_kernel<T>, shape.B * shape.Hkv * tiles_of(shape.Tk, key_tile), kFlashThreads,
+             key_floats(key_tile, shape) * sizeof(T), Q, K, V, lse, static_cast<const T*>(D), dZ, shape, key_tile,
+             accumulate, dK, dV);
 }
 
 }  // namespace

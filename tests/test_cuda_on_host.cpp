@@ -67,8 +67,9 @@
 //    cap with their gradients, GAT's additive scores, attention dropout's counters with and
 //    without a graph's shift, RoPE, ring attention's merge), through cuda/attention.cu's
 //    launches, against the CPU's kernels (1e-12; the dropout's mask and RoPE to the bit); and
-//    the CUDA-core flash kernels with bias tables, whose per-tile table sums the launch adds
-//    over the tiles into dBias, against the CPU's flash (1e-12).
+//    the CUDA-core flash launches with bias tables (cuda/flash_kernels.cuh: the tile the budget
+//    allows, the per-tile table sums added over the tiles into dBias), against the CPU's flash
+//    (1e-12).
 //
 // 10. State-space and linear attention as the GPU runs them (cuda/ssd_kernels.cuh,
 //    linear_attention_kernels.cuh): the operands' head mappings into the chunked product of 4,
@@ -1102,49 +1103,39 @@ TEST_CASE("attention on host: RoPE and ring attention's merge give the CPU's") {
   }
 }
 
-// The CUDA-core flash kernels with the modifiers' bias tables (cuda/flash_kernels.cuh): the
-// forward adds them, the query kernel writes each query tile's table sums, and the launch sums
-// those over the tiles in order (SumOverTiles) into dBias [B, Hq, entries]; in float64 against
-// the CPU's flash and its table gradient, to 1e-12, on two tiles.
-TEST_CASE("flash on host threads: the CUDA-core kernels with bias tables and a cap give the CPU's Z, gradients and dBias") {
-  for (const int tile : {16, 8}) {
-    CAPTURE(tile);
-    const Case c{2, 4, 2, 20, 26, 8, true, AttentionLayout::BHTD};
-    const BiasTables tables(c.Hq, c.Tq, c.Tk, 71);
-    AttentionShape shape = shape_of(c);
-    tables.set(shape.mods);
-    shape.mods.soft_cap = 4.0;
-    const CaseInputs operands = inputs_of(c, 72);
-    const Tensor &Q = operands.qkv[0], &K = operands.qkv[1], &V = operands.qkv[2], &dZ = operands.upstream;
-    const int64_t E = shape.mods.bias_entries(), q_tiles = ag::cuda::tiles_of(c.Tq, tile),
-                  k_tiles = ag::cuda::tiles_of(c.Tk, tile);
-    Tensor Z = zeros(Q.shape()), lse = zeros({c.B, c.Hq, c.Tq}), D = zeros(lse.shape()), dQ = zeros(Q.shape()),
-           dK = zeros(K.shape()), dV = zeros(V.shape()), partial = zeros({c.B, c.Hq, q_tiles, E}),
-           dBias = zeros({c.B, c.Hq, E});
-    const auto blocks = [](int64_t tasks) { return static_cast<unsigned>(std::min<int64_t>(tasks, 3)); };
-    host::launch(blocks(c.B * c.Hq * q_tiles), 128, [&] {
-      ag::cuda::flash_forward_kernel<double>(in(Q), in(K), in(V), shape, tile, out(Z), out(lse));
-    });
-    host::launch(blocks(c.B * c.Hq * q_tiles), 128, [&] {
-      ag::cuda::flash_backward_query_kernel<double>(in(Q), in(K), in(V), in(lse), in(dZ), shape, tile, false, false,
-                                                    out(D), out(dQ), out(partial));
-    });
-    ag::cuda::sum_over_tiles_launch(host::Device(), in(partial), dBias.numel(), q_tiles, E, out(dBias));
-    host::launch(blocks(c.B * c.Hkv * k_tiles), 128, [&] {
-      ag::cuda::flash_backward_key_kernel<double>(in(Q), in(K), in(V), in(lse), in(D), in(dZ), shape, tile, false,
-                                                  out(dK), out(dV));
-    });
-    Tensor c_Z = zeros(Q.shape()), c_lse = zeros(lse.shape()), c_dQ = zeros(Q.shape()), c_dK = zeros(K.shape()),
-           c_dV = zeros(V.shape()), c_dBias = zeros(dBias.shape());
-    kernel::flash_attention(Q, K, V, shape, c_Z, c_lse);
-    kernel::flash_attention_backward(Q, K, V, c_lse, dZ, Tensor(), shape, false, c_dQ, c_dK, c_dV, c_dBias);
-    CHECK_CLOSE(Z, c_Z, 1e-12);
-    CHECK_CLOSE(lse, c_lse, 1e-12);
-    CHECK_CLOSE(dQ, c_dQ, 1e-12);
-    CHECK_CLOSE(dK, c_dK, 1e-12);
-    CHECK_CLOSE(dV, c_dV, 1e-12);
-    CHECK_CLOSE(dBias, c_dBias, 1e-12);
-  }
+// The CUDA-core flash attention with the modifiers' bias tables, through the launches
+// cuda/attention.cu makes (cuda/flash_kernels.cuh: the tile the shared-memory budget allows, the
+// forward adding the tables, the query kernel writing each query tile's table sums into scratch,
+// their sum over the tiles in order into dBias [B, Hq, entries], the key kernel reading the
+// query kernel's D): in float64 against the CPU's flash and its table gradient, to 1e-12; three
+// query tiles, a soft cap, grouped kv heads.
+TEST_CASE("flash on host threads: the CUDA-core launches with bias tables and a cap give the CPU's Z, gradients and dBias") {
+  const Case c{2, 4, 2, 70, 76, 8, true, AttentionLayout::BHTD};
+  const BiasTables tables(c.Hq, c.Tq, c.Tk, 71);
+  AttentionShape shape = shape_of(c);
+  tables.set(shape.mods);
+  shape.mods.soft_cap = 4.0;
+  const CaseInputs operands = inputs_of(c, 72);
+  const Tensor &Q = operands.qkv[0], &K = operands.qkv[1], &V = operands.qkv[2], &dZ = operands.upstream;
+  const int64_t E = shape.mods.bias_entries();
+  Tensor Z = zeros(Q.shape()), lse = zeros({c.B, c.Hq, c.Tq}), dQ = zeros(Q.shape()), dK = zeros(K.shape()),
+         dV = zeros(V.shape()), dBias = zeros({c.B, c.Hq, E});
+  host::Device dev;
+  ag::cuda::flash_attention_launch(dev, in(Q), in(K), in(V), shape, out(Z), out(lse));
+  ag::cuda::flash_attention_backward_launch(dev, in(Q), in(K), in(V), in(lse), in(dZ), static_cast<double*>(nullptr),
+                                            shape, false, out(dQ), out(dK), out(dV), out(dBias));
+  Tensor c_Z = zeros(Q.shape()), c_lse = zeros(lse.shape()), c_dQ = zeros(Q.shape()), c_dK = zeros(K.shape()),
+         c_dV = zeros(V.shape()), c_dBias = zeros(dBias.shape());
+  kernel::flash_attention(Q, K, V, shape, c_Z, c_lse);
+  kernel::flash_attention_backward(Q, K, V, c_lse, dZ, Tensor(), shape, false, c_dQ, c_dK, c_dV, c_dBias);
+  // the query kernel's tile here: 32, so three query tiles' table sums were added
+  CHECK(ag::cuda::choose_tile<double>("", c.d, [&](int t) { return ag::cuda::query_floats(t, shape); }) == 32);
+  CHECK_CLOSE(Z, c_Z, 1e-12);
+  CHECK_CLOSE(lse, c_lse, 1e-12);
+  CHECK_CLOSE(dQ, c_dQ, 1e-12);
+  CHECK_CLOSE(dK, c_dK, 1e-12);
+  CHECK_CLOSE(dV, c_dV, 1e-12);
+  CHECK_CLOSE(dBias, c_dBias, 1e-12);
 }
 
 }  // namespace attention_host_test
