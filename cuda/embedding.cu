@@ -11,11 +11,25 @@
 
 namespace ag::cuda {
 
+namespace {
+// The embedding backward's sort on the GPU: CUB's stable radix sort of the pairs by key, its
+// temporary storage from the caching allocator for the call.
+struct CubSortPairs {
+  void operator()(const uint32_t* keys, uint32_t* sorted_keys, const int32_t* values, int32_t* sorted_values, int64_t N,
+                  int end_bit) const {
+    size_t bytes = 0;
+    AG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys, sorted_keys, values, sorted_values,
+                                                  static_cast<int>(N), 0, end_bit, current_stream()));
+    Scratch<unsigned char> space(static_cast<int64_t>(bytes));
+    AG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(space.data(), bytes, keys, sorted_keys, values, sorted_values,
+                                                  static_cast<int>(N), 0, end_bit, current_stream()));
+  }
+};
+}  // namespace
+
 void scored_positions(const Tensor& targets, int64_t ignore_index, Tensor& rows, Tensor& scored) {
-  if (rows.numel() == 0) return;
-  scored_positions_kernel<<<1, kScanThreads, 0, current_stream()>>>(
-      ptr<const int64_t>(targets), targets.numel(), ignore_index, rows.numel(), ptr<int64_t>(rows), ptr<int64_t>(scored));
-  AG_CUDA_CHECK_LAUNCH();
+  scored_positions_launch(Gpu(), ptr<const int64_t>(targets), targets.numel(), ignore_index, rows.numel(),
+                          ptr<int64_t>(rows), ptr<int64_t>(scored));
 }
 
 void embedding(const Tensor& weight, const Tensor& indices, Tensor& out) {
@@ -26,7 +40,7 @@ void embedding(const Tensor& weight, const Tensor& indices, Tensor& out) {
   });
   visit_floating(weight.dtype(), "embedding", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(indices.numel() * C, Gather<T>{ptr<const T>(weight), ptr<const int64_t>(indices), ptr<T>(out), C, V});
+    embedding_launch(Gpu(), ptr<const T>(weight), ptr<const int64_t>(indices), indices.numel(), V, C, ptr<T>(out));
   });
 }
 
@@ -37,27 +51,11 @@ void embedding_backward(const Tensor& dOut, const Tensor& indices, Tensor& dWeig
            "embedding_backward: " << N << " indices into " << V << " rows: the CUDA kernel takes fewer than 2^31 "
                                   << "indices and 2^32 - 1 rows");
   AG_CUDA_CHECK(cudaMemsetAsync(dWeight.raw_data(), 0, dWeight.numel() * dtype_size(dWeight.dtype()), current_stream()));
-  if (N == 0) return;
-  int end_bit = 1;  // enough bits for the keys 0 … V
-  while ((int64_t{1} << end_bit) <= V) ++end_bit;
-  Scratch<uint32_t> keys(N), sorted_keys(N);
-  Scratch<int32_t> positions(N), sorted_positions(N);
-  for_each_index(N, SortKeys{ptr<const int64_t>(indices), V, keys.data(), positions.data()});
-  size_t sort_bytes = 0;
-  AG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys.data(), sorted_keys.data(), positions.data(),
-                                                sorted_positions.data(), static_cast<int>(N), 0, end_bit,
-                                                current_stream()));
-  Scratch<unsigned char> sort_space(static_cast<int64_t>(sort_bytes));
-  AG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_space.data(), sort_bytes, keys.data(), sorted_keys.data(),
-                                                positions.data(), sorted_positions.data(), static_cast<int>(N), 0,
-                                                end_bit, current_stream()));
   visit_floating(dOut.dtype(), "embedding_backward", [&](auto zero) {
     using T = decltype(zero);
-    Scratch<T> partial(N * C);
-    const int64_t chunks = (N + kRunChunk - 1) / kRunChunk;
-    for_each_index(chunks * C, RunSums<T>{ptr<const T>(dOut), sorted_keys.data(), sorted_positions.data(),
-                                          partial.data(), N, C});
-    for_each_index(N * C, SegmentSums<T>{sorted_keys.data(), partial.data(), ptr<T>(dWeight), N, C, V});
+    Gpu gpu;
+    embedding_backward_launch(gpu, CubSortPairs(), ptr<const T>(dOut), ptr<const int64_t>(indices), N, V, C,
+                              ptr<T>(dWeight));
   });
 }
 

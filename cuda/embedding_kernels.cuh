@@ -1,7 +1,7 @@
-// The embedding's kernels on CUDA (cuda/embedding.cu launches them, with CUB's sort between
-// SortKeys and RunSums), and the loss's scored positions. Device code that a host build
-// compiles too: tests/test_cuda_on_host.cpp runs them on the host (the sort as
-// std::stable_sort, which CUB's radix sort is: stable by key).
+// The embedding's kernels on CUDA and their launches on any device (cuda/embedding.cu runs them
+// on the GPU, with CUB's sort between SortKeys and RunSums), and the loss's scored positions.
+// Device code that a host build compiles too: tests/test_cuda_on_host.cpp runs them on the host
+// (the sort as std::stable_sort, which CUB's radix sort is: stable by key).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -126,6 +126,39 @@ __global__ void scored_positions_kernel(const int64_t* targets, int64_t N, int64
   int64_t at = before[threadIdx.x] - mine;  // this span's first slot
   for (int64_t i = begin; i < end && at < n; ++i)
     if (targets[i] != ignore_index) rows[at] = i, scored[at++] = targets[i];
+}
+
+// --- the launches on a device `dev` (cuda/launch.cuh's Gpu; the host tests' Device) ----------
+// Contracts: core/kernels.inc.
+template <class Device>
+void scored_positions_launch(const Device& dev, const int64_t* targets, int64_t N, int64_t ignore_index, int64_t n,
+                             int64_t* rows, int64_t* scored) {
+  if (n == 0) return;
+  dev.blocks(scored_positions_kernel, 1, kScanThreads, 0, targets, N, ignore_index, n, rows, scored);
+}
+
+template <class T, class Device>
+void embedding_launch(const Device& dev, const T* weight, const int64_t* indices, int64_t N, int64_t V, int64_t C,
+                      T* out) {
+  dev(N * C, Gather<T>{weight, indices, out, C, V});
+}
+
+// dWeight [V, C], zeroed by the caller; `sort_pairs(keys, sorted_keys, values, sorted_values, N, end_bit)`
+// sorts the pairs stably by the keys' low end_bit bits (CUB's DeviceRadixSort::SortPairs on a GPU).
+template <class T, class Device, class SortPairs>
+void embedding_backward_launch(Device& dev, const SortPairs& sort_pairs, const T* dOut, const int64_t* indices,
+                               int64_t N, int64_t V, int64_t C, T* dWeight) {
+  if (N == 0 || V == 0 || C == 0) return;
+  int end_bit = 1;  // enough bits for the keys 0 … V
+  while ((int64_t{1} << end_bit) <= V) ++end_bit;
+  uint32_t *keys = dev.template scratch<uint32_t>(N), *sorted_keys = dev.template scratch<uint32_t>(N);
+  int32_t *positions = dev.template scratch<int32_t>(N), *sorted_positions = dev.template scratch<int32_t>(N);
+  dev(N, SortKeys{indices, V, keys, positions});
+  sort_pairs(keys, sorted_keys, positions, sorted_positions, N, end_bit);
+  T* partial = dev.template scratch<T>(N * C);
+  const int64_t chunks = (N + kRunChunk - 1) / kRunChunk;
+  dev(chunks * C, RunSums<T>{dOut, sorted_keys, sorted_positions, partial, N, C});
+  dev(N * C, SegmentSums<T>{sorted_keys, partial, dWeight, N, C, V});
 }
 
 }  // namespace

@@ -11,30 +11,22 @@
 namespace ag::cuda {
 
 void adam_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const kernel::AdamHyper& hyper) {
-  const int64_t n = param.numel();
-  if (n == 0) return;
   visit_floating(param.dtype(), "adam_step", [&](auto zero) {
     using T = decltype(zero);
-    adam_kernel<T><<<blocks_for(n), kThreads, 0, current_stream()>>>(n, ptr<T>(param), ptr<const T>(grad), ptr<T>(m),
-                                                                       ptr<T>(v), hyper);
-    AG_CUDA_CHECK_LAUNCH();
+    adam_step_launch(Gpu(), param.numel(), ptr<T>(param), ptr<const T>(grad), ptr<T>(m), ptr<T>(v), hyper);
   });
 }
 
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const kernel::SgdHyper& hyper) {
-  const bool use_momentum = hyper.momentum != 0.0;
   visit_floating(param.dtype(), "sgd_step", [&](auto zero) {
     using T = decltype(zero);
-    const math::SgdUpdate<T> update(ptr<T>(param), ptr<const T>(grad), use_momentum ? ptr<T>(momentum_buffer) : nullptr,
-                                    hyper, false, hyper.lr);
-    for_each_index(param.numel(), unless_non_finite(SgdAtCount<T>{update, hyper.applied_steps, hyper.lr_on_device},
-                                                    hyper.skip_unless_finite));
+    sgd_step_launch(Gpu(), param.numel(), ptr<T>(param), ptr<const T>(grad),
+                    momentum_buffer.defined() ? ptr<T>(momentum_buffer) : nullptr, hyper);
   });
 }
 
 void count_applied_step(Tensor& applied_steps, const double* skip_unless_finite) {
-  count_applied_step_kernel<<<1, 1, 0, current_stream()>>>(ptr<int64_t>(applied_steps), skip_unless_finite);
-  AG_CUDA_CHECK_LAUNCH();
+  count_applied_step_launch(Gpu(), ptr<int64_t>(applied_steps), skip_unless_finite);
 }
 
 // Σ x² in double on the device, in sum_all_launch's fixed order (cuda/reduce_kernels.cuh); it stays there.
@@ -49,7 +41,7 @@ void sum_of_squares(const Tensor& x, Tensor& total) {
 void clip_by_norm(Tensor& x, const Tensor& sum_of_squares, double max_norm) {
   visit_floating(x.dtype(), "clip_by_norm", [&](auto zero) {
     using T = decltype(zero);
-    for_each_index(x.numel(), ClipByNorm<T>{ptr<T>(x), ptr<const double>(sum_of_squares), max_norm});
+    clip_by_norm_launch(Gpu(), x.numel(), ptr<T>(x), ptr<const double>(sum_of_squares), max_norm);
   });
 }
 

@@ -1,5 +1,5 @@
-// The optimizer's kernels on CUDA (cuda/optimizer.cu launches them). Device code that a
-// host build compiles too: tests/test_cuda_on_host.cpp runs them on the host against the
+// The optimizer's kernels on CUDA and their launches on any device (cuda/optimizer.cu runs them
+// on the GPU). Device code that a host build compiles too: tests/test_cuda_on_host.cpp runs them on the host against the
 // CPU's kernels, a skipped step among the steps (issue 47: t does not advance).
 #pragma once
 #include <cmath>
@@ -71,6 +71,31 @@ template <class T> struct ClipByNorm {
     if (coef < 1.0) x[i] *= static_cast<T>(coef);
   }
 };
+
+// --- the launches on a device `dev` (cuda/launch.cuh's Gpu; the host tests' Device) ----------
+// Contracts: core/kernels.inc.
+template <class T, class Device>
+void adam_step_launch(const Device& dev, int64_t n, T* p, const T* g, T* m, T* v, const kernel::AdamHyper& hyper) {
+  if (n == 0) return;
+  dev.blocks(adam_kernel<T>, (n + kThreads - 1) / kThreads, kThreads, 0, n, p, g, m, v, hyper);
+}
+
+template <class T, class Device>
+void sgd_step_launch(const Device& dev, int64_t n, T* p, const T* g, T* momentum_buffer,
+                     const kernel::SgdHyper& hyper) {
+  const math::SgdUpdate<T> update(p, g, hyper.momentum != 0.0 ? momentum_buffer : nullptr, hyper, false, hyper.lr);
+  dev(n, unless_non_finite(SgdAtCount<T>{update, hyper.applied_steps, hyper.lr_on_device}, hyper.skip_unless_finite));
+}
+
+template <class Device>
+void count_applied_step_launch(const Device& dev, int64_t* applied_steps, const double* guard) {
+  dev.blocks(count_applied_step_kernel, 1, 1, 0, applied_steps, guard);
+}
+
+template <class T, class Device>
+void clip_by_norm_launch(const Device& dev, int64_t n, T* x, const double* sum_of_squares, double max_norm) {
+  dev(n, ClipByNorm<T>{x, sum_of_squares, max_norm});
+}
 
 }  // namespace
 }  // namespace ag::cuda

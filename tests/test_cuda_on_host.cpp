@@ -574,6 +574,23 @@ namespace embedding_host_test {
 using namespace ag;
 namespace host = ag::test::cuda_host;
 
+// CUB's SortPairs on the host: the pairs sorted stably by key (a radix sort is stable).
+struct StableSortPairs {
+  void operator()(const uint32_t* keys, uint32_t* sorted_keys, const int32_t* values, int32_t* sorted_values, int64_t N,
+                  int end_bit) const {
+    std::vector<int64_t> order(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) order[static_cast<size_t>(i)] = i;
+    const uint32_t mask = end_bit >= 32 ? ~0u : (1u << end_bit) - 1;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return (keys[a] & mask) < (keys[b] & mask); });
+    for (int64_t i = 0; i < N; ++i) {
+      sorted_keys[i] = keys[order[static_cast<size_t>(i)]];
+      sorted_values[i] = values[order[static_cast<size_t>(i)]];
+    }
+  }
+};
+
+// The backward through the launch cuda/embedding.cu makes (its scratch, the keys, the sort, the
+// run sums, the segment sums).
 TEST_CASE("embedding on host threads: the backward's passes after the sort give each row's sum, unnamed rows 0") {
   struct EmbeddingCase {
     int64_t V, N, C;
@@ -581,7 +598,8 @@ TEST_CASE("embedding on host threads: the backward's passes after the sort give 
   };
   for (const EmbeddingCase& k : {EmbeddingCase{65, 1000, 3, 0.6}, EmbeddingCase{20, 31, 2, 0.0},
                                  EmbeddingCase{20, 33, 5, 0.3}, EmbeddingCase{5000, 700, 2, 0.0},
-                                 EmbeddingCase{7, 1, 4, 1.0}}) {
+                                 EmbeddingCase{7, 1, 4, 1.0},
+                                 EmbeddingCase{64, 500, 3, 0.3}}) {  // V = 2^6: the out-of-table key 64 needs bit 6
     CAPTURE(k.V);
     CAPTURE(k.N);
     std::mt19937 rng(static_cast<unsigned>(k.V + k.N));
@@ -595,20 +613,10 @@ TEST_CASE("embedding on host threads: the backward's passes after the sort give 
     }
     std::vector<double> dOut(static_cast<size_t>(k.N * k.C));
     for (double& x : dOut) x = normal(rng);
-    std::vector<uint32_t> keys(indices.size());
-    std::vector<int32_t> positions(indices.size());
-    const ag::cuda::SortKeys sort_keys{indices.data(), k.V, keys.data(), positions.data()};
-    for (int64_t n = 0; n < k.N; ++n) sort_keys(n);
-    std::vector<int32_t> order(positions);  // CUB's SortPairs, stable by key
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return keys[static_cast<size_t>(a)] < keys[static_cast<size_t>(b)]; });
-    std::vector<uint32_t> sorted_keys(keys.size());
-    for (size_t i = 0; i < order.size(); ++i) sorted_keys[i] = keys[static_cast<size_t>(order[i])];
-    std::vector<double> partial(dOut.size()), dWeight(static_cast<size_t>(k.V * k.C), 0.0);  // zeroed, as the memset
-    const int64_t chunks = (k.N + ag::cuda::kRunChunk - 1) / ag::cuda::kRunChunk;
-    const ag::cuda::RunSums<double> runs{dOut.data(), sorted_keys.data(), order.data(), partial.data(), k.N, k.C};
-    for (int64_t i = 0; i < chunks * k.C; ++i) runs(i);
-    const ag::cuda::SegmentSums<double> segments{sorted_keys.data(), partial.data(), dWeight.data(), k.N, k.C, k.V};
-    for (int64_t i = 0; i < k.N * k.C; ++i) segments(i);
+    std::vector<double> dWeight(static_cast<size_t>(k.V * k.C), 0.0);  // zeroed, as the memset
+    host::Device dev;
+    ag::cuda::embedding_backward_launch(dev, StableSortPairs(), dOut.data(), indices.data(), k.N, k.V, k.C,
+                                        dWeight.data());
     std::vector<double> exact(dWeight.size(), 0.0), size(dWeight.size(), 0.0);
     for (int64_t n = 0; n < k.N; ++n)
       if (indices[static_cast<size_t>(n)] < k.V)
@@ -642,9 +650,7 @@ TEST_CASE("scored positions on host threads: one block's scan lists the scored t
       }
     const int64_t n = static_cast<int64_t>(expected_rows.size());
     std::vector<int64_t> rows(static_cast<size_t>(n), -1), scored(static_cast<size_t>(n), -1);
-    host::launch(1, ag::cuda::kScanThreads, [&] {
-      ag::cuda::scored_positions_kernel(targets.data(), N, ignore_index, n, rows.data(), scored.data());
-    });
+    ag::cuda::scored_positions_launch(host::Device(), targets.data(), N, ignore_index, n, rows.data(), scored.data());
     CHECK(rows == expected_rows);
     CHECK(scored == expected_scored);
   }
@@ -684,20 +690,18 @@ TEST_CASE("optimizer on host threads: Adam(W) and SGD kernels skip a guarded ste
       const double guard = guards[step];
       if (adam) {
         kernel::AdamHyper hyper{0.01, 0.9, 0.999, 1e-8, 0.1, &count, true, &guard};
-        host::launch(2, 256, [&] { ag::cuda::adam_kernel<double>(n, p.data(), g.data(), m.data(), v.data(), hyper); });
+        ag::cuda::adam_step_launch(host::Device(), n, p.data(), g.data(), m.data(), v.data(), hyper);
         kernel::AdamHyper on_cpu = hyper;
         on_cpu.applied_steps = static_cast<const int64_t*>(ccount.raw_data());
         kernel::adam_step(cp, cg, cm, cv, on_cpu);
       } else {
         kernel::SgdHyper hyper{0.05, 0.9, 0.1, 0.01, true, &count, &guard};
-        const math::SgdUpdate<double> update(p.data(), g.data(), m.data(), hyper, false, hyper.lr);
-        const auto body = ag::cuda::unless_non_finite(ag::cuda::SgdAtCount<double>{update, &count, nullptr}, &guard);
-        host::for_each_index(n, body);
+        ag::cuda::sgd_step_launch(host::Device(), n, p.data(), g.data(), m.data(), hyper);
         kernel::SgdHyper on_cpu = hyper;
         on_cpu.applied_steps = static_cast<const int64_t*>(ccount.raw_data());
         kernel::sgd_step(cp, cg, cm, on_cpu);
       }
-      host::launch(1, 1, [&] { ag::cuda::count_applied_step_kernel(&count, &guard); });
+      ag::cuda::count_applied_step_launch(host::Device(), &count, &guard);
       kernel::count_applied_step(ccount, &guard);
       CHECK(count == ccount.to_indices()[0]);
       CHECK(ag::test::relative_error(cpu(p), cp) <= 1e-15);
@@ -712,8 +716,7 @@ TEST_CASE("optimizer on host threads: the clip scales by the CPU's coefficient, 
   for (const double max_norm : {0.5, 1e6}) {
     std::vector<double> x = {3.0, -4.0, 12.0};  // norm 13
     const double sum_of_squares = 169.0;
-    const ag::cuda::ClipByNorm<double> clip{x.data(), &sum_of_squares, max_norm};
-    host::for_each_index(3, clip);
+    ag::cuda::clip_by_norm_launch(host::Device(), 3, x.data(), &sum_of_squares, max_norm);
     Tensor on_cpu = Tensor::from_vector({3.0, -4.0, 12.0}, {3}, DType::Float64);
     const Tensor total = Tensor::from_vector({169.0}, {1}, DType::Float64);
     kernel::clip_by_norm(on_cpu, total, max_norm);
