@@ -385,6 +385,28 @@ inline size_t occurrences(const std::string& text, const std::string& part) {
 // exit, so the fast one stops in an unknown module). Only these processes: the
 // slow unwinder makes malloc-heavy tests 4x slower, and here the suite's other
 // cases keep the fast one while these run beside them in one CTest run.
+//
+// Each test process gives its jobs a session directory base of its own (orte_tmpdir_base): two
+// mpirun jobs starting at once, as CTest runs entries side by side, race to create Open MPI's
+// shared /tmp/ompi.<host>.<uid>, and the loser fails with "A call to mkdir was unable to
+// create the desired directory ... File exists" (open-mpi/ompi#8510; it failed CI's sanitizer
+// suite once). Open MPI removes what it puts there; the empty base goes at exit.
+inline const std::string& mpi_session_base() {
+  static const std::string base = [] {
+    const char* tmp = std::getenv("TMPDIR");
+    const std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/attograd-mpi-" + std::to_string(getpid());
+    std::filesystem::create_directories(dir);
+    return dir;
+  }();
+  // registered after base is made, so it runs before base is destroyed
+  static const bool removed_at_exit = std::atexit([] {
+    std::error_code ignored;
+    std::filesystem::remove(mpi_session_base(), ignored);  // only if empty
+  }) == 0;
+  (void)removed_at_exit;
+  return base;
+}
+
 inline std::string mpirun_or_skip(int processes, int seconds = 120) {
   const std::string mpiexec = ATTOGRAD_MPIEXEC;
   if (mpiexec.empty()) {
@@ -400,8 +422,9 @@ inline std::string mpirun_or_skip(int processes, int seconds = 120) {
   sanitizer_env = with("ASAN_OPTIONS", "fast_unwind_on_malloc=0") +
                   with("LSAN_OPTIONS", std::string("suppressions=") + ATTOGRAD_LSAN_OPENMPI);
 #endif
-  return "timeout " + std::to_string(seconds) + " " + mpiexec + " --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1" + sanitizer_env +
-         " -np " + std::to_string(processes);
+  return "timeout " + std::to_string(seconds) + " " + mpiexec +
+         " --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1 --mca orte_tmpdir_base " +
+         mpi_session_base() + sanitizer_env + " -np " + std::to_string(processes);
 }
 
 }  // namespace ag::test

@@ -332,7 +332,7 @@ TEST_CASE("positions: alibi slopes for H = 6 and 12 are get_slopes' (Press et al
             0.35355339059327376, 0.17677669529663688, 0.088388347648318440}}};
   for (const auto& entry : reference) {
     CAPTURE(entry.first);
-    const AttentionMask mask{.causal = true, .alibi_heads = entry.first};
+    const AttentionMask mask{.causal = true, .pattern = {}, .alibi_heads = entry.first};
     const std::vector<double> python = get_slopes(entry.first);  // the test's port of get_slopes, as the reference tests use
     for (int64_t h = 0; h < entry.first; ++h) {
       CAPTURE(h);
@@ -343,13 +343,13 @@ TEST_CASE("positions: alibi slopes for H = 6 and 12 are get_slopes' (Press et al
   // H = 6 under the geometric rule: 2^(-4/3), 2^(-8/3), 2^-4, 2^(-16/3), 2^(-20/3), 2^-8.
   const std::vector<double> geometric = {0.39685026299204987, 0.15749013123685915, 0.0625,
                                          0.024803141437003117, 0.0098431332023036966, 0.00390625};
-  const AttentionMask old{.causal = true, .alibi_heads = 6, .alibi_slopes = AlibiSlopes::Geometric};
+  const AttentionMask old{.causal = true, .pattern = {}, .alibi_heads = 6, .alibi_slopes = AlibiSlopes::Geometric};
   for (int64_t h = 0; h < 6; ++h) CHECK(old.alibi_slope(h) == doctest::Approx(geometric[h]).epsilon(1e-15));
   // A power of two: both rules give 2^(-8(h+1)/H), so no model with such H changes.
   for (const int64_t H : {1, 2, 4, 8, 16, 32})
     for (int64_t h = 0; h < H; ++h) {
-      const AttentionMask ref{.causal = true, .alibi_heads = H};
-      const AttentionMask geo{.causal = true, .alibi_heads = H, .alibi_slopes = AlibiSlopes::Geometric};
+      const AttentionMask ref{.causal = true, .pattern = {}, .alibi_heads = H};
+      const AttentionMask geo{.causal = true, .pattern = {}, .alibi_heads = H, .alibi_slopes = AlibiSlopes::Geometric};
       CHECK(ref.alibi_slope(h) == geo.alibi_slope(h));
       CHECK(ref.alibi_slope(h) == std::exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(H)));
     }
