@@ -3,7 +3,8 @@
 // flash_kernels.cuh, chunked_kernels.cuh, embedding_kernels.cuh, optimizer_kernels.cuh,
 // s4_kernels.cuh, edge_attention_kernels.cuh, attention_kernels.cuh, ssd_kernels.cuh,
 // linear_attention_kernels.cuh, lstm_kernels.cuh, dropout_kernels.cuh, softmax_kernels.cuh,
-// layer_norm_kernels.cuh, reduce_kernels.cuh, conv_kernels.cuh, elementwise_kernels.cuh) run here: a functor per index through
+// layer_norm_kernels.cuh, reduce_kernels.cuh, conv_kernels.cuh, elementwise_kernels.cuh,
+// memory_kernels.cuh) run here: a functor per index through
 // for_each_index, a kernel with a block as that many fibers, one block after another: threadIdx, blockIdx,
 // blockDim and gridDim as the kernel expects, __syncthreads (and _or) a barrier of the block,
 // __shfl_xor_sync an exchange within the caller's warp, and mma.sync a model written from the

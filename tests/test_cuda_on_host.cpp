@@ -5,7 +5,7 @@
 // optimizer's kernels, S4D's kernels and long convolution, attention over a graph's edges, the
 // attention kernels that run one thread per index, state-space and linear attention, the LSTM
 // cell, dropout, the row kernels (softmax, cross entropy, layer norm), the reductions, the
-// convolution and the elementwise ops.
+// convolution, the elementwise ops and the movement kernels.
 //
 // 1. The fragment code (cuda/mma_fragments.cuh) on one warp. Its loads, packing and loops
 //    have to produce the products the kernels rely on:
@@ -87,7 +87,8 @@
 //    (cuda/reduce_kernels.cuh: sum_to_shape on its three paths, max with argmax, cumsum), the
 //    causal depthwise convolution (cuda/conv_kernels.cuh) and the elementwise ops
 //    (cuda/elementwise_kernels.cuh: every unary and binary op, broadcasts, the activations'
-//    derivatives, the bias activation and its backward) likewise.
+//    derivatives, the bias activation and its backward) and the movement kernels
+//    (cuda/memory_kernels.cuh: the strided copy, fill, cast) likewise.
 //
 // Launches written once for any device (cuda/launch.cuh's Gpu) run here on host::Device
 // (tests/cuda_on_host.h): a functor at every index once, in a shuffled order, so a result that
@@ -142,6 +143,7 @@ using std::exp;
 #include "cuda/conv_kernels.cuh"
 #include "cuda/reduce_kernels.cuh"
 #include "cuda/elementwise_kernels.cuh"
+#include "cuda/memory_kernels.cuh"
 
 // A named namespace, not a using-directive at file scope: tests/flash_mma_reference.h has a
 // bf16() of its own, beside ag::cuda::mma's bf16 type.
@@ -1534,6 +1536,51 @@ TEST_CASE("elementwise on host: every unary and binary op, the activations' deri
       CHECK_CLOSE(z, c_z, 1e-12);
     }
   }
+}
+
+// The movement kernels (cuda/memory_kernels.cuh) through cuda/memory.cu's launches: the strided copy
+// (a permute, a slice at an offset, a broadcast-expand, a contiguous copy that becomes one memcpy),
+// fill and every cast, against the CPU's kernels, to the bit.
+TEST_CASE("memory on host: the strided copy, fill and casts give the CPU's bits") {
+  const Tensor x = drawn({4, 5, 6}, 171);
+  struct CopyCase {
+    const char* what;
+    kernel::StridedView src, dst;
+    Shape shape;
+  };
+  const std::vector<CopyCase> cases = {
+      {"permute [4,5,6] -> [6,4,5]", {0, {1, 30, 6}}, {0, {20, 5, 1}}, {6, 4, 5}},
+      {"slice [1:3, :, 2:5]", {32, {30, 6, 1}}, {0, {15, 3, 1}}, {2, 5, 3}},
+      {"expand a row [6] to [7, 6]", {12, {0, 1}}, {0, {6, 1}}, {7, 6}},
+      {"contiguous (one memcpy)", {0, {30, 6, 1}}, {0, {30, 6, 1}}, {4, 5, 6}},
+  };
+  const auto memcpy_bytes = [](char* to, const char* from, size_t bytes) { std::memcpy(to, from, bytes); };
+  for (const CopyCase& k : cases) {
+    CAPTURE(k.what);
+    Tensor y = zeros({numel(k.shape)}), c_y = zeros({numel(k.shape)});
+    ag::cuda::copy_strided_launch(host::Device(), memcpy_bytes, reinterpret_cast<const char*>(in(x) + k.src.offset),
+                                  k.src.strides, reinterpret_cast<char*>(out(y) + k.dst.offset), k.dst.strides, k.shape,
+                                  sizeof(double));
+    kernel::copy_strided(x, k.src, c_y, k.dst, k.shape);
+    CHECK(y.to_vector() == c_y.to_vector());
+  }
+  Tensor filled = zeros({9}), c_filled = zeros({9});
+  ag::cuda::fill_launch(host::Device(), out(filled), 9, -2.5);
+  kernel::fill(c_filled, -2.5);
+  CHECK(filled.to_vector() == c_filled.to_vector());
+  Tensor f32 = Tensor::zeros({4, 5, 6}, DType::Float32), c_f32 = Tensor::zeros({4, 5, 6}, DType::Float32);
+  ag::cuda::cast_launch(host::Device(), in(x), x.numel(), f32.data<float>());
+  kernel::cast(x, c_f32);
+  CHECK(f32.to_vector() == c_f32.to_vector());
+  Tensor back = zeros(x.shape()), c_back = zeros(x.shape());
+  ag::cuda::cast_launch(host::Device(), f32.data<float>(), x.numel(), out(back));
+  kernel::cast(c_f32, c_back);
+  CHECK(back.to_vector() == c_back.to_vector());
+  const Tensor indices = Tensor::from_indices({3, -1, 0, 70000}, {4});
+  Tensor as_double = zeros({4}), c_as_double = zeros({4});
+  ag::cuda::cast_launch(host::Device(), indices.data<int64_t>(), 4, out(as_double));
+  kernel::cast(indices, c_as_double);
+  CHECK(as_double.to_vector() == c_as_double.to_vector());
 }
 
 }  // namespace row_kernels_host_test
