@@ -634,6 +634,19 @@ TEST_CASE("embedding on host threads: the backward's passes after the sort give 
     }
     CHECK(worst <= 1e-12);
     CHECK(unnamed_nonzero == 0);
+    // the forward's gather from a table [V, C]: row indices[n] into row n, NaN for an index outside
+    const Tensor table = ag::test::random({k.V, k.C}, 9, DType::Float64, false);
+    std::vector<double> gathered(dOut.size());
+    ag::cuda::embedding_launch(host::Device(), table.data<double>(), indices.data(), k.N, k.V, k.C, gathered.data());
+    int64_t wrong = 0;
+    for (int64_t n = 0; n < k.N; ++n) {
+      const int64_t row = indices[static_cast<size_t>(n)];
+      for (int64_t c = 0; c < k.C; ++c) {
+        const double got = gathered[static_cast<size_t>(n * k.C + c)];
+        wrong += row < k.V ? got != table.data<double>()[row * k.C + c] : !std::isnan(got);
+      }
+    }
+    CHECK(wrong == 0);
   }
 }
 
