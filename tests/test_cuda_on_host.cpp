@@ -39,12 +39,12 @@
 //    state in and out, one and two in-heads, chunks of 64 and 16, T of one chunk and several
 //    (not multiples), r and e across the 64-wide tiles and the 32-wide slices.
 //
-// 5. The embedding's backward after CUB's sort (cuda/embedding_kernels.cuh: the sort keys,
-//    the run sums, the segment sums; the sort itself as std::stable_sort, which CUB's radix
-//    sort is) against each row's plain sum in float64, every run length (one row on most
-//    positions, rows of one position, indices out of the table), and unnamed rows exactly 0;
-//    and the loss's scored positions (one block of 1024 threads, a scan) against the order the
-//    CPU gives.
+// 5. The embedding's backward through its launch (cuda/embedding_kernels.cuh: the sort keys,
+//    the sort — std::stable_sort where CUB's radix sort runs on a device, both stable — the run
+//    sums, the segment sums) against each row's plain sum in float64, every run length (one row
+//    on most positions, rows of one position, indices out of the table, a table of 2^6 rows),
+//    and unnamed rows exactly 0; the forward's gather; and the loss's scored positions (one
+//    block of 1024 threads, a scan) against the order the CPU gives.
 //
 // 6. The optimizer's kernels (cuda/optimizer_kernels.cuh: Adam(W) with t read from the device's
 //    step count, SGD, the step count, the clip) against the CPU's kernels over four steps of
@@ -85,7 +85,7 @@
 //    and dBias's chunked column sums (cuda/layer_norm_kernels.cuh), each row one block combining
 //    through block_reduce's warp shuffles, against the CPU's kernels (1e-12); the reductions
 //    (cuda/reduce_kernels.cuh: sum_to_shape on its three paths, max with argmax, cumsum), the
-//    causal depthwise convolution (cuda/conv_kernels.cuh) and the elementwise ops
+//    causal depthwise convolution (cuda/conv_kernels.cuh), the elementwise ops
 //    (cuda/elementwise_kernels.cuh: every unary and binary op, broadcasts, the activations'
 //    derivatives, the bias activation and its backward) and the movement kernels
 //    (cuda/memory_kernels.cuh: the strided copy, fill, cast) likewise.
