@@ -1,6 +1,6 @@
 // Strided indexing for the kernels that read operands through strides (broadcasts, permutes,
-// reductions: cuda/elementwise.cu, memory.cu, reduce_kernels.cuh). Code a host build compiles too
-// (tests/cuda_on_host.h).
+// reductions: cuda/elementwise_kernels.cuh, memory_kernels.cuh, reduce_kernels.cuh). Code a host
+// build compiles too (tests/cuda_on_host.h).
 #pragma once
 #include <array>
 #include <cstdint>
