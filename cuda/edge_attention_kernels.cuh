@@ -28,43 +28,49 @@ __device__ inline EdgeRow edge_row(const AttentionShape& s, int64_t row, int64_t
   return {bh / s.Hq, bh % s.Hq, row % s.Tq, bh * E};
 }
 
-template <class T> struct EdgeScores {  // S_e = scale · q_i · k_j
-  const T *q, *k;
-  T* s;
+// factor · x_i · y_j for every edge e = (i, j) of query row (b, h, i), one thread per query row:
+// S (x = Q, y = K, factor scale) and dA (x = dZ, y = V, factor 1). x laid out as Q, y as K.
+template <class T> struct EdgeDots {
+  const T *x, *y;
+  T* out;  // [B, Hq, E]
   EdgeLayout g;
   AttentionShape shape;
+  double factor;
   __device__ void operator()(int64_t row) const {
     const EdgeRow r = edge_row(shape, row, g.E);
-    const T* q_i = q + shape.q.at(r.b, r.h, r.i);
+    const T* x_i = x + shape.q.at(r.b, r.h, r.i);
     const int64_t hk = r.h / shape.group();
     for (int64_t e = g.row_ptr[r.i]; e < g.row_ptr[r.i + 1]; ++e) {
-      const T* k_j = k + shape.kv.at(r.b, hk, g.col[e]);
+      const T* y_j = y + shape.kv.at(r.b, hk, g.col[e]);
       double sum = 0;
-      for (int64_t c = 0; c < shape.d; ++c) sum += static_cast<double>(q_i[c]) * static_cast<double>(k_j[c]);
-      s[r.edges + e] = static_cast<T>(shape.scale * sum);
+      for (int64_t c = 0; c < shape.d; ++c) sum += static_cast<double>(x_i[c]) * static_cast<double>(y_j[c]);
+      out[r.edges + e] = static_cast<T>(factor * sum);
     }
   }
 };
 
-template <class T> struct EdgeQueryGradient {  // dQ_i = scale · Σ_{e=(i,j)} dS_e k_j, one thread per (row, c)
-  const T *k, *ds;
-  T* dq;
+// factor · Σ_{e=(i,j)} w_e y_j[c] for query row (b, h, i), one thread per (query row, c): dQ (w = dS,
+// y = K, factor scale) and Z (w = A, y = V, factor 1). out laid out as Q, y as K.
+template <class T> struct EdgeQuerySums {
+  const T *w, *y;
+  T* out;
   EdgeLayout g;
   AttentionShape shape;
+  double factor;
   __device__ void operator()(int64_t idx) const {
     const int64_t c = idx % shape.d;
     const EdgeRow r = edge_row(shape, idx / shape.d, g.E);
     const int64_t hk = r.h / shape.group();
     double sum = 0;
     for (int64_t e = g.row_ptr[r.i]; e < g.row_ptr[r.i + 1]; ++e)
-      sum += static_cast<double>(ds[r.edges + e]) * static_cast<double>(k[shape.kv.at(r.b, hk, g.col[e]) + c]);
-    dq[shape.q.at(r.b, r.h, r.i) + c] = static_cast<T>(shape.scale * sum);
+      sum += static_cast<double>(w[r.edges + e]) * static_cast<double>(y[shape.kv.at(r.b, hk, g.col[e]) + c]);
+    out[shape.q.at(r.b, r.h, r.i) + c] = static_cast<T>(factor * sum);
   }
 };
 
-// Σ_{h in j's group} Σ_{e=(i,j)} w[(b, h), e] · x[(b, h, i)][c] for key row (b, hk, j), times `factor`,
-// one thread per (key row, c): dK (w = dS, x = Q, factor scale) and dV (w = A, x = dZ, factor 1).
-template <class T> struct EdgeKeyGradient {
+// factor · Σ_{h in j's group} Σ_{e=(i,j)} w[(b, h), e] · x[(b, h, i)][c] for key row (b, hk, j), one
+// thread per (key row, c): dK (w = dS, x = Q, factor scale) and dV (w = A, x = dZ, factor 1).
+template <class T> struct EdgeKeySums {
   const T *w, *x;
   T* out;
   EdgeLayout g;
@@ -119,40 +125,6 @@ template <class T> struct EdgeSoftmaxBackward {  // dS_e = A_e (dA_e − Σ_e' A
   }
 };
 
-template <class T> struct EdgeProduct {  // Z_i = Σ_{e=(i,j)} A_e v_j, one thread per (row, c)
-  const T *a, *v;
-  T* z;
-  EdgeLayout g;
-  AttentionShape shape;
-  __device__ void operator()(int64_t idx) const {
-    const int64_t c = idx % shape.d;
-    const EdgeRow r = edge_row(shape, idx / shape.d, g.E);
-    const int64_t hk = r.h / shape.group();
-    double sum = 0;
-    for (int64_t e = g.row_ptr[r.i]; e < g.row_ptr[r.i + 1]; ++e)
-      sum += static_cast<double>(a[r.edges + e]) * static_cast<double>(v[shape.kv.at(r.b, hk, g.col[e]) + c]);
-    z[shape.q.at(r.b, r.h, r.i) + c] = static_cast<T>(sum);
-  }
-};
-
-template <class T> struct EdgeProbabilityGradient {  // dA_e = dZ_i · v_j
-  const T *v, *dz;
-  T* da;
-  EdgeLayout g;
-  AttentionShape shape;
-  __device__ void operator()(int64_t row) const {
-    const EdgeRow r = edge_row(shape, row, g.E);
-    const T* dz_i = dz + shape.q.at(r.b, r.h, r.i);
-    const int64_t hk = r.h / shape.group();
-    for (int64_t e = g.row_ptr[r.i]; e < g.row_ptr[r.i + 1]; ++e) {
-      const T* v_j = v + shape.kv.at(r.b, hk, g.col[e]);
-      double sum = 0;
-      for (int64_t c = 0; c < shape.d; ++c) sum += static_cast<double>(dz_i[c]) * static_cast<double>(v_j[c]);
-      da[r.edges + e] = static_cast<T>(sum);
-    }
-  }
-};
-
 inline int64_t query_rows(const AttentionShape& s) { return s.B * s.Hq * s.Tq; }
 inline int64_t key_rows(const AttentionShape& s) { return s.B * s.Hkv * s.Tk; }
 
@@ -160,14 +132,14 @@ inline int64_t key_rows(const AttentionShape& s) { return s.B * s.Hkv * s.Tk; }
 // calls f(i) for every i < count. Shapes, layouts and contracts: core/kernels.inc.
 template <class T, class Device>
 void edge_scores_launch(const Device& dev, const T* Q, const T* K, const EdgeLayout& g, const AttentionShape& s, T* S) {
-  dev(query_rows(s), EdgeScores<T>{Q, K, S, g, s});
+  dev(query_rows(s), EdgeDots<T>{Q, K, S, g, s, s.scale});
 }
 
 template <class T, class Device>
 void edge_scores_backward_launch(const Device& dev, const T* Q, const T* K, const T* dS, const EdgeLayout& g,
                                  const AttentionShape& s, T* dQ, T* dK) {
-  dev(query_rows(s) * s.d, EdgeQueryGradient<T>{K, dS, dQ, g, s});
-  dev(key_rows(s) * s.d, EdgeKeyGradient<T>{dS, Q, dK, g, s, s.scale});
+  dev(query_rows(s) * s.d, EdgeQuerySums<T>{dS, K, dQ, g, s, s.scale});
+  dev(key_rows(s) * s.d, EdgeKeySums<T>{dS, Q, dK, g, s, s.scale});
 }
 
 template <class T, class Device>
@@ -183,14 +155,14 @@ void edge_softmax_backward_launch(const Device& dev, const T* A, const T* dA, co
 
 template <class T, class Device>
 void edge_product_launch(const Device& dev, const T* A, const T* V, const EdgeLayout& g, const AttentionShape& s, T* Z) {
-  dev(query_rows(s) * s.d, EdgeProduct<T>{A, V, Z, g, s});
+  dev(query_rows(s) * s.d, EdgeQuerySums<T>{A, V, Z, g, s, 1.0});
 }
 
 template <class T, class Device>
 void edge_product_backward_launch(const Device& dev, const T* A, const T* V, const T* dZ, const EdgeLayout& g,
                                   const AttentionShape& s, T* dA, T* dV) {
-  dev(query_rows(s), EdgeProbabilityGradient<T>{V, dZ, dA, g, s});
-  dev(key_rows(s) * s.d, EdgeKeyGradient<T>{A, dZ, dV, g, s, 1.0});
+  dev(query_rows(s), EdgeDots<T>{dZ, V, dA, g, s, 1.0});
+  dev(key_rows(s) * s.d, EdgeKeySums<T>{A, dZ, dV, g, s, 1.0});
 }
 
 }  // namespace
