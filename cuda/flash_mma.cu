@@ -1,7 +1,7 @@
-// FlashAttention-2 on tensor cores, the host side: the operands rounded into compact
-// copies, the kernels of cuda/flash_mma_kernels.cuh launched for the format that
-// --precision chose (bf16 or tf32) and the head width, and flash_mma_takes, the one
-// place that decides which problems they take (cuda/flash_mma.cuh).
+// FlashAttention-2 on tensor cores, the host side: cuda/flash_mma_kernels.cuh's launches
+// (the operands rounded into compact copies, the kernels for the head width) on the GPU for
+// the format that --precision chose (bf16 or tf32), and flash_mma_takes, the one place that
+// decides which problems they take (cuda/flash_mma.cuh).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -16,57 +16,8 @@ namespace ag::cuda {
 namespace flash_mma {
 namespace {
 
-// --- the host side --------------------------------------------------------------------------
+// --- the host side: the launches are cuda/flash_mma_kernels.cuh's ----------------------------
 
-// dst[(b·H + h)·T + t][e] = F::operand(src[at(b, h, t) + e]): one entry per thread.
-template <class F> struct RoundRows {
-  const float* src;
-  typename F::Element* dst;
-  HeadStrides at;
-  int64_t H, T, d;
-  __device__ void operator()(int64_t idx) const {
-    const int64_t e = idx % d, t = idx / d % T, h = idx / (d * T) % H, b = idx / (d * T * H);
-    dst[idx] = F::operand(src[at.at(b, h, t) + e]);
-  }
-};
-
-// A compact copy [B, H, T, d] of rows laid out by `at`, rounded to F's operands, for the
-// life of the call; the caching allocator reuses the block only for work queued after it
-// (one stream).
-template <class F> class OperandRows {
- public:
-  using E = typename F::Element;
-  OperandRows(const Tensor& X, const HeadStrides& at, int64_t B, int64_t H, int64_t T, int64_t d)
-      : elements_(B * H * T * d), data_(static_cast<E*>(allocate(bytes()))) {
-    for_each_index(elements_, RoundRows<F>{ptr<const float>(X), data_, at, H, T, d});
-  }
-  ~OperandRows() { deallocate(data_, bytes()); }
-  OperandRows(const OperandRows&) = delete;
-  OperandRows& operator=(const OperandRows&) = delete;
-  const E* data() const { return data_; }
-
- private:
-  size_t bytes() const { return static_cast<size_t>(std::max<int64_t>(elements_, 1)) * sizeof(E); }
-  int64_t elements_;
-  E* data_;
-};
-
-// kernel<<<tasks (capped), 128 threads, `bytes` of shared memory>>>(args...), the
-// kernel allowed more than the default 48 KB of dynamic shared memory first.
-template <class... Params, class... Args>
-void launch(void (*kernel)(Params...), int64_t tasks, size_t bytes, Args... args) {
-  if (tasks == 0) return;
-  AG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  kernel<<<grid_for(tasks), kBlockThreads, bytes, current_stream()>>>(args...);
-  AG_CUDA_CHECK_LAUNCH();
-}
-
-// f(std::integral_constant<int, D>{}) for d_h = D ∈ {64, 128}.
-template <class Fn> void with_head_width(int64_t d, Fn&& f) {
-  if (d == 64) return f(std::integral_constant<int, 64>{});
-  if (d == 128) return f(std::integral_constant<int, 128>{});
-  throw Error("flash_attention (tensor cores): head width d = " + std::to_string(d) + " is not 64 or 128");
-}
 // f(Tf32{}) under --precision tf32, f(Bf16{}) under bf16 (flash_mma_takes admits no other).
 template <class Fn> void with_format(Fn&& f) {
   if (gemm_precision() == Precision::TF32) return f(Tf32{});
@@ -111,39 +62,21 @@ bool device_takes(int64_t d) {
 void forward(const Tensor& Q, const Tensor& K, const Tensor& V, const AttentionShape& shape, Tensor& Z,
              Tensor& lse) {
   with_format([&](auto format) {
-    using F = decltype(format);
-    const OperandRows<F> q(Q, shape.q, shape.B, shape.Hq, shape.Tq, shape.d),
-        k(K, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d), v(V, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d);
-    with_head_width(shape.d, [&](auto width) {
-      constexpr int D = decltype(width)::value;
-      launch(masked(shape) ? forward_kernel<F, D, true> : forward_kernel<F, D, false>,
-             shape.B * shape.Hq * tiles_of(shape.Tq, kRows), forward_bytes<F, D>, q.data(), k.data(), v.data(), shape,
-             ptr<float>(Z), ptr<double>(lse));
-    });
+    Gpu gpu;
+    forward_launch<decltype(format)>(gpu, ptr<const float>(Q), ptr<const float>(K), ptr<const float>(V), shape,
+                                     ptr<float>(Z), ptr<double>(lse));
   });
 }
 
 void backward(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& lse,
               const Tensor& dZ, const Tensor& given_D, const AttentionShape& shape,
               bool accumulate, Tensor& dQ, Tensor& dK, Tensor& dV) {
-  // D = rowsum(P ∘ dP) [B, Hq, Tq] fp32: the dQ kernel's, or the caller's
-  const Tensor D = given_D.defined() ? given_D : Tensor::empty(lse.shape(), DType::Float32, Device::CUDA);
   with_format([&](auto format) {
-    using F = decltype(format);
-    const OperandRows<F> q(Q, shape.q, shape.B, shape.Hq, shape.Tq, shape.d),
-        dz(dZ, shape.q, shape.B, shape.Hq, shape.Tq, shape.d), k(K, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d),
-        v(V, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d);
-    with_head_width(shape.d, [&](auto width) {
-      constexpr int Dh = decltype(width)::value;
-      const bool mask = masked(shape);
-      launch(mask ? backward_query_kernel<F, Dh, true> : backward_query_kernel<F, Dh, false>,
-             shape.B * shape.Hq * tiles_of(shape.Tq, kRows), query_bytes<F, Dh>, q.data(), k.data(), v.data(),
-             dz.data(), ptr<const double>(lse), shape, given_D.defined(), accumulate, ptr<float>(D), ptr<float>(dQ));
-      launch(mask ? backward_key_kernel<F, Dh, true> : backward_key_kernel<F, Dh, false>,
-             shape.B * shape.Hkv * tiles_of(shape.Tk, kCols), key_bytes<F, Dh>, q.data(), k.data(), v.data(),
-             dz.data(), ptr<const double>(lse), ptr<const float>(D), shape, accumulate, ptr<float>(dK),
-             ptr<float>(dV));
-    });
+    Gpu gpu;
+    backward_launch<decltype(format)>(gpu, ptr<const float>(Q), ptr<const float>(K), ptr<const float>(V),
+                                      ptr<const double>(lse), ptr<const float>(dZ),
+                                      given_D.defined() ? ptr<float>(given_D) : nullptr, shape, accumulate,
+                                      ptr<float>(dQ), ptr<float>(dK), ptr<float>(dV));
   });
 }
 

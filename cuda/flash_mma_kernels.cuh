@@ -1,5 +1,5 @@
-// The kernels of FlashAttention-2 on tensor cores (sm_80 and later; cuda/flash_mma.cu
-// launches them): bf16 inputs through
+// The kernels of FlashAttention-2 on tensor cores (sm_80 and later) and their launches
+// (forward_launch, backward_launch; cuda/flash_mma.cu calls them): bf16 inputs through
 // mma.sync.m16n8k16 under --precision bf16, tf32 inputs through mma.sync.m16n8k8
 // under --precision tf32; fp32 accumulation, the running max and sum in fp32. The
 // kernels are written once for both operand formats (cuda/mma_fragments.cuh). The float32
@@ -13,7 +13,7 @@
 //             dV = Pᵀ dZ, dQ = scale·dS K, dK = scale·dSᵀ Q.
 //
 // Data. Q, K, V (and dZ) are rounded once to the operand format into compact
-// [B, H, T, d_h] copies (OperandRows), so that the kernels read 16-byte rows whatever the tensors'
+// [B, H, T, d_h] copies (operand_rows), so that the kernels read 16-byte rows whatever the tensors'
 // strides; Z, lse, D, dQ, dK, dV are written in fp32 (float64 for lse) where the
 // float32 kernel writes them.
 //
@@ -50,7 +50,10 @@
 #pragma once
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <type_traits>
 
+#include "core/error.h"
 #include "cuda/attention_tiles.cuh"
 #include "cuda/host_compilable.cuh"
 #include "cuda/mma_fragments.cuh"
@@ -498,6 +501,78 @@ __global__ void __launch_bounds__(kBlockThreads)
         }
     }
   }
+}
+
+// --- the launches on a device `dev` (cuda/launch.cuh's Gpu; the host tests' Device) ---------
+// Contracts: core/kernels.inc (flash_attention, flash_attention_backward); which problems come
+// here: flash_mma_takes (cuda/flash_mma.cu).
+
+// dst[(b·H + h)·T + t][e] = F::operand(src[at(b, h, t) + e]): one entry per thread.
+template <class F> struct RoundRows {
+  const float* src;
+  typename F::Element* dst;
+  HeadStrides at;
+  int64_t H, T, d;
+  __device__ void operator()(int64_t idx) const {
+    const int64_t e = idx % d, t = idx / d % T, h = idx / (d * T) % H, b = idx / (d * T * H);
+    dst[idx] = F::operand(src[at.at(b, h, t) + e]);
+  }
+};
+
+// A compact copy [B, H, T, d] of the rows `at` lays out, rounded to F's operands, in dev's
+// scratch (held for the call; on a device the caching allocator reuses the block only for
+// work queued after it on the one stream).
+template <class F, class Device>
+const typename F::Element* operand_rows(Device& dev, const float* src, const HeadStrides& at, int64_t B, int64_t H,
+                                        int64_t T, int64_t d) {
+  typename F::Element* dst = dev.template scratch<typename F::Element>(B * H * T * d);
+  dev(B * H * T * d, RoundRows<F>{src, dst, at, H, T, d});
+  return dst;
+}
+
+// f(std::integral_constant<int, D>{}) for d_h = D ∈ {64, 128}.
+template <class Fn> void with_head_width(int64_t d, Fn&& f) {
+  if (d == 64) return f(std::integral_constant<int, 64>{});
+  if (d == 128) return f(std::integral_constant<int, 128>{});
+  throw Error("flash_attention (tensor cores): head width d = " + std::to_string(d) + " is not 64 or 128");
+}
+
+// Q, K, V fp32 laid out by shape.q and shape.kv; Z fp32 likewise, lse [B, Hq, Tq].
+template <class F, class Device>
+void forward_launch(Device& dev, const float* Q, const float* K, const float* V, const AttentionShape& shape,
+                    float* Z, double* lse) {
+  const auto *q = operand_rows<F>(dev, Q, shape.q, shape.B, shape.Hq, shape.Tq, shape.d),
+             *k = operand_rows<F>(dev, K, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d),
+             *v = operand_rows<F>(dev, V, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d);
+  with_head_width(shape.d, [&](auto width) {
+    constexpr int D = decltype(width)::value;
+    dev.blocks(masked(shape) ? forward_kernel<F, D, true> : forward_kernel<F, D, false>,
+               shape.B * shape.Hq * tiles_of(shape.Tq, kRows), kBlockThreads, forward_bytes<F, D>, q, k, v, shape, Z,
+               lse);
+  });
+}
+
+// given_D: the caller's D = rowsum(P ∘ dP) [B, Hq, Tq], or null (the dQ kernel sums it into
+// scratch, which the dK dV kernel reads). No bias tables: flash_mma_takes admits none.
+template <class F, class Device>
+void backward_launch(Device& dev, const float* Q, const float* K, const float* V, const double* lse,
+                     const float* dZ, float* given_D, const AttentionShape& shape, bool accumulate, float* dQ,
+                     float* dK, float* dV) {
+  float* D_sum = given_D ? given_D : dev.template scratch<float>(shape.B * shape.Hq * shape.Tq);
+  const auto *q = operand_rows<F>(dev, Q, shape.q, shape.B, shape.Hq, shape.Tq, shape.d),
+             *dz = operand_rows<F>(dev, dZ, shape.q, shape.B, shape.Hq, shape.Tq, shape.d),
+             *k = operand_rows<F>(dev, K, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d),
+             *v = operand_rows<F>(dev, V, shape.kv, shape.B, shape.Hkv, shape.Tk, shape.d);
+  with_head_width(shape.d, [&](auto width) {
+    constexpr int Dh = decltype(width)::value;
+    const bool mask = masked(shape);
+    dev.blocks(mask ? backward_query_kernel<F, Dh, true> : backward_query_kernel<F, Dh, false>,
+               shape.B * shape.Hq * tiles_of(shape.Tq, kRows), kBlockThreads, query_bytes<F, Dh>, q, k, v, dz, lse,
+               shape, given_D != nullptr, accumulate, D_sum, dQ);
+    dev.blocks(mask ? backward_key_kernel<F, Dh, true> : backward_key_kernel<F, Dh, false>,
+               shape.B * shape.Hkv * tiles_of(shape.Tk, kCols), kBlockThreads, key_bytes<F, Dh>, q, k, v, dz, lse,
+               static_cast<const float*>(D_sum), shape, accumulate, dK, dV);
+  });
 }
 
 }  // namespace

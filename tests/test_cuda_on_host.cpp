@@ -16,8 +16,9 @@
 //    products' own size; the sums' float32 rounding is below γ_(K+1)·Σ|terms|.
 //
 // 2. The kernels (cuda/flash_mma_kernels.cuh: the forward, the dQ kernel and the dK dV kernel,
-//    bf16 and tf32, plain and masked), each block as 128 fibers, a few blocks striding over
-//    the tasks as on a device. Their Z, lse, dQ, dK and dV are held to what
+//    bf16 and tf32, plain and masked) through the launches cuda/flash_mma.cu makes (the operands
+//    rounded into compact copies, the kernels for the head width and the mask), each block as
+//    128 fibers, a few blocks striding over the tasks as on a device. Their Z, lse, dQ, dK and dV are held to what
 //    tests/test_flash_mma.cpp holds the device to: within the format's derived bound of the
 //    CPU's float64 flash, and within twice the naive attention's error in that format — on a
 //    smaller set of cases: T of one and several tiles, not multiples of 64, grouped kv heads
@@ -279,45 +280,23 @@ using namespace ag::test::flash_mma_reference;
 namespace kernels = ag::cuda::flash_mma;
 namespace host = ag::test::cuda_host;
 
-// A compact [B, H, T, d] copy of x rounded to F's operands (cuda/flash_mma.cu's OperandRows).
-template <class F> std::vector<typename F::Element> operands(const Rows& x, int64_t B) {
-  std::vector<typename F::Element> out;
-  out.reserve(static_cast<size_t>(B * x.H * x.T * x.d));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < x.H; ++h)
-      for (int64_t t = 0; t < x.T; ++t)
-        for (int64_t e = 0; e < x.d; ++e) out.push_back(F::operand(static_cast<float>(x(b, h, t, e))));
-  return out;
-}
-
 struct Results {
   std::vector<double> Z, lse, dQ, dK, dV;
 };
 
-// The forward, then the backward's two kernels, as cuda/flash_mma.cu launches them (D formed by
-// the dQ kernel, nothing accumulated), on 3 blocks at most so that the grid-stride loops turn.
-template <class F, int D>
-Results run_kernels(const Case& c, const Rows& q, const Rows& k, const Rows& v, const Rows& dz) {
+// The forward, then the backward (D formed by the dQ kernel, nothing accumulated), through the
+// launches cuda/flash_mma.cu makes: the operands rounded into compact copies, the kernels on
+// three blocks at most, so that the grid-stride loops turn.
+template <class F> Results run_kernels(const Case& c, const Rows& q, const Rows& k, const Rows& v, const Rows& dz) {
   const AttentionShape shape = shape_of(c);
-  const auto Q = operands<F>(q, c.B), K = operands<F>(k, c.B), V = operands<F>(v, c.B), dZ = operands<F>(dz, c.B);
-  std::vector<float> Z(q.v.size()), dQ(q.v.size()), dK(k.v.size()), dV(v.v.size()),
-      Dsum(static_cast<size_t>(c.B * c.Hq * c.Tq));
-  std::vector<double> lse(Dsum.size());
-  const bool masked = kernels::masked(shape);
-  const auto blocks = [](int64_t tasks) { return static_cast<unsigned>(std::min<int64_t>(tasks, 3)); };
-  const int64_t query_tasks = c.B * c.Hq * kernels::tiles_of(c.Tq, kernels::kRows),
-                key_tasks = c.B * c.Hkv * kernels::tiles_of(c.Tk, kernels::kCols);
-  const auto forward = masked ? kernels::forward_kernel<F, D, true> : kernels::forward_kernel<F, D, false>;
-  const auto query = masked ? kernels::backward_query_kernel<F, D, true> : kernels::backward_query_kernel<F, D, false>;
-  const auto key = masked ? kernels::backward_key_kernel<F, D, true> : kernels::backward_key_kernel<F, D, false>;
-  host::launch(blocks(query_tasks), kernels::kBlockThreads,
-               [&] { forward(Q.data(), K.data(), V.data(), shape, Z.data(), lse.data()); });
-  host::launch(blocks(query_tasks), kernels::kBlockThreads, [&] {
-    query(Q.data(), K.data(), V.data(), dZ.data(), lse.data(), shape, false, false, Dsum.data(), dQ.data());
-  });
-  host::launch(blocks(key_tasks), kernels::kBlockThreads, [&] {
-    key(Q.data(), K.data(), V.data(), dZ.data(), lse.data(), Dsum.data(), shape, false, dK.data(), dV.data());
-  });
+  const auto narrow = [](const Rows& x) { return std::vector<float>(x.v.begin(), x.v.end()); };
+  const std::vector<float> Q = narrow(q), K = narrow(k), V = narrow(v), dZ = narrow(dz);
+  std::vector<float> Z(q.v.size()), dQ(q.v.size()), dK(k.v.size()), dV(v.v.size());
+  std::vector<double> lse(static_cast<size_t>(c.B * c.Hq * c.Tq));
+  host::Device dev;
+  kernels::forward_launch<F>(dev, Q.data(), K.data(), V.data(), shape, Z.data(), lse.data());
+  kernels::backward_launch<F>(dev, Q.data(), K.data(), V.data(), lse.data(), dZ.data(), nullptr, shape, false,
+                              dQ.data(), dK.data(), dV.data());
   const auto widen = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
   return {widen(Z), lse, widen(dQ), widen(dK), widen(dV)};
 }
@@ -338,7 +317,7 @@ template <class F> void check_format(const Format& f) {
     const ag::test::AttentionRun exact =
         ag::test::run_attention(in.qkv, spec_of(c), Device::CPU, DType::Float64, in.upstream);
     const auto [q, k, v, dz] = rows_of(c, in);
-    const Results fast = c.d == 64 ? run_kernels<F, 64>(c, q, k, v, dz) : run_kernels<F, 128>(c, q, k, v, dz);
+    const Results fast = run_kernels<F>(c, q, k, v, dz);
     const Bounds bound = derive_bounds(f.u, c, q, k, v, dz);
     const Naive reference = naive(f, c, q, k, v, dz);
     const auto tensor = [](const std::vector<double>& x, const Tensor& like) {

@@ -234,7 +234,7 @@ TreeScores score_continuations(nn::GPT& model, const text::Tokenizer& tokenizer,
   const int64_t V = tree_logits.size(2);
   const std::vector<double> after_prompt = log_probs(last_row(prompt_logits));
   const std::vector<double> all = tree_logits.to(DType::Float64).to_vector();  // [N, V]
-  TreeScores scores{.nodes = N};
+  TreeScores scores{.candidates = {}, .nodes = N};
   for (size_t c = 0; c < candidates.size(); ++c) {
     ScoredContinuation scored{.text = candidates[c], .characters = static_cast<int64_t>(paths[c].size())};
     for (int64_t node : paths[c]) {
