@@ -28,6 +28,7 @@
 #include "cuda/cublas.h"
 #include "cuda/cuda.h"
 #include "cuda/launch.cuh"
+#include "cuda/memory_kernels.cuh"
 
 namespace ag::cuda {
 
@@ -53,18 +54,6 @@ void strided_batched(cublasHandle_t handle, cublasOperation_t op_b, cublasOperat
     AG_CUBLAS_CHECK(cublas().dgemm_strided_batched(handle, op_b, op_a, n, m, k, alpha, b, ldb, stride_b, a, lda,
                                               stride_a, beta, c, ldc, stride_c, batch));
 }
-// C_b = beta·C_b, the whole product when K = 0: cuBLAS has been seen to leave C
-// untouched for k = 0, and C may hold stale memory from the allocator.
-template <class T> struct ScaleBatches {
-  T* c;
-  int64_t M, N, ldc, stride;
-  T beta;
-  __device__ void operator()(int64_t i) const {
-    const int64_t b = i / (M * N), row = i / N % M, col = i % N;
-    T& x = c[b * stride + row * ldc + col];
-    x = beta == T(0) ? T(0) : beta * x;
-  }
-};
 // The elements a strided batch of `count` row-major [rows, cols] matrices (row
 // stride ld, batch stride `stride`) reaches from its first: the span a bf16 copy
 // (cuda/bf16.cuh) takes so that it keeps the layout.
@@ -121,7 +110,8 @@ void gemm(const GemmShape& s, const Tensor& A, const Tensor& B, Tensor& C) {
     using T = decltype(zero);
     const T alpha = static_cast<T>(s.alpha), beta = static_cast<T>(s.beta);
     if (s.K == 0) {
-      for_each_index(s.batch * s.M * s.N, ScaleBatches<T>{ptr<T>(C) + s.c_offset, s.M, s.N, ldc, s.c_batch_stride, beta});
+      // cuBLAS has been seen to leave C untouched for k = 0 (cuda/memory_kernels.cuh)
+      scale_batches_launch(Gpu(), ptr<T>(C) + s.c_offset, s.batch, s.M, s.N, ldc, s.c_batch_stride, beta);
       return;
     }
     for (int64_t first = 0; first < s.batch; first += kMaxBatch) {

@@ -1,6 +1,8 @@
-// Movement kernels on CUDA: the strided copy behind every shape op, fill and cast; with their
-// launches, written once for any device (cuda/memory.cu runs them on the GPU,
-// tests/test_cuda_on_host.cpp on the host). Reference: core/cpu/memory.cpp.
+// Movement kernels on CUDA: the strided copy behind every shape op, fill and cast, a strided
+// batch's scaling (cuda/matmul.cu's product with K = 0) and the index-range scan
+// (cuda/launch.cu's check_indices_later); with their launches, written once for any device
+// (cuda/memory.cu and those files run them on the GPU, tests/test_cuda_on_host.cpp on the
+// host). Reference: core/cpu/memory.cpp, the GEMM's BLAS call, the CPU's index checks.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -34,6 +36,36 @@ template <class S, class D> struct Cast {
   D* dst;
   __device__ void operator()(int64_t i) const { dst[i] = static_cast<D>(src[i]); }
 };
+
+// C_b = beta·C_b for every matrix of a strided batch of row-major [M, N] (row stride ldc,
+// batch stride `stride`): the whole product when K = 0, where cuBLAS has been seen to leave C
+// untouched and C may hold stale memory from the allocator. beta = 0 writes 0, as BLAS does
+// (a NaN in C does not survive).
+template <class T> struct ScaleBatches {
+  T* c;
+  int64_t M, N, ldc, stride;
+  T beta;
+  __device__ void operator()(int64_t i) const {
+    const int64_t b = i / (M * N), row = i / N % M, col = i % N;
+    T& x = c[b * stride + row * ldc + col];
+    x = beta == T(0) ? T(0) : beta * x;
+  }
+};
+
+// *first = min(*first, i) for every position i whose index lies outside [0, limit) and is not
+// `ignore` (when has_ignore): atomicMin on an integer, so the smallest bad position whatever
+// order the threads run in.
+struct FirstOutOfRange {
+  const int64_t* indices;
+  int64_t limit;
+  bool has_ignore;
+  int64_t ignore;
+  unsigned long long* first;
+  __device__ void operator()(int64_t i) const {
+    const int64_t v = indices[i];
+    if ((v < 0 || v >= limit) && !(has_ignore && v == ignore)) atomicMin(first, static_cast<unsigned long long>(i));
+  }
+};
 // The launches on a device `dev` (cuda/launch.cuh's Gpu; the host tests' Device). Contracts:
 // core/kernels.inc.
 // For every index i of `shape`: dst[dst_strides(i)] = src[src_strides(i)], elements of `word` bytes
@@ -60,6 +92,22 @@ template <class T, class Device> void fill_launch(const Device& dev, T* out, int
 
 template <class S, class D, class Device> void cast_launch(const Device& dev, const S* src, int64_t n, D* dst) {
   dev(n, Cast<S, D>{src, dst});
+}
+
+// C_b = beta·C_b for the batch's matrices (a GEMM with K = 0), gaps between rows untouched.
+template <class T, class Device>
+void scale_batches_launch(const Device& dev, T* c, int64_t batch, int64_t M, int64_t N, int64_t ldc, int64_t stride,
+                          T beta) {
+  dev(batch * M * N, ScaleBatches<T>{c, M, N, ldc, stride, beta});
+}
+
+// *first = the smallest position of the n indices outside [0, limit) (and not `ignore`, when
+// has_ignore), or 2^64 − 1 when there is none: what cuda::check_indices_later queues.
+template <class Device>
+void first_out_of_range_launch(const Device& dev, const int64_t* indices, int64_t n, int64_t limit, bool has_ignore,
+                               int64_t ignore, unsigned long long* first) {
+  fill_launch(dev, first, 1, ~0ull);
+  dev(n, FirstOutOfRange{indices, limit, has_ignore, ignore, first});
 }
 
 }  // namespace

@@ -365,6 +365,13 @@ inline int __syncthreads_or(int predicate) { return ag::test::cuda_host::block->
 template <class T> T __shfl_xor_sync(unsigned, T v, int lane_mask) {  // float and double
   return ag::test::cuda_host::block->shfl_xor(v, lane_mask);
 }
+// atomicMin on an integer: one thing runs at a time here (a block's fibers switch only at barriers,
+// a functor's indices run one after another), so a plain min is atomic.
+inline unsigned long long atomicMin(unsigned long long* address, unsigned long long value) {
+  const unsigned long long old = *address;
+  if (value < old) *address = value;
+  return old;
+}
 struct alignas(16) uint4 {  // CUDA's: 16 bytes, 16-byte aligned (the kernels copy tiles 16 bytes at a time)
   unsigned x, y, z, w;
 };

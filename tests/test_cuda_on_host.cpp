@@ -89,7 +89,8 @@
 //    causal depthwise convolution (cuda/conv_kernels.cuh), the elementwise ops
 //    (cuda/elementwise_kernels.cuh: every unary and binary op, broadcasts, the activations'
 //    derivatives, the bias activation and its backward) and the movement kernels
-//    (cuda/memory_kernels.cuh: the strided copy, fill, cast) likewise.
+//    (cuda/memory_kernels.cuh: the strided copy, fill, cast, a GEMM's scaling when K = 0, the
+//    index-range scan) likewise.
 //
 // Launches written once for any device (cuda/launch.cuh's Gpu) run here on host::Device
 // (tests/cuda_on_host.h): a functor at every index once, in a shuffled order, so a result that
@@ -1573,6 +1574,60 @@ TEST_CASE("memory on host: the strided copy, fill and casts give the CPU's bits"
   ag::cuda::cast_launch(host::Device(), indices.data<int64_t>(), 4, out(as_double));
   kernel::cast(indices, c_as_double);
   CHECK(as_double.to_vector() == c_as_double.to_vector());
+}
+
+// A GEMM with K = 0 (cuda/matmul.cu scales C itself: cuBLAS has been seen to leave it) against
+// the CPU's BLAS call with K = 0, a strided batch with gaps between rows and matrices, which
+// stay; and the index scan of cuda/launch.cu's check_indices_later against the first bad
+// position found by a plain loop.
+TEST_CASE("memory on host: a GEMM with K = 0 scales C as BLAS does, and the index scan finds the first bad position") {
+  for (const double beta : {0.5, 0.0, 1.0}) {
+    CAPTURE(beta);
+    kernel::GemmShape s{.batch = 3, .M = 2, .N = 3, .K = 0};
+    s.ldc = 5;
+    s.c_batch_stride = 12;
+    s.c_offset = 1;
+    s.beta = beta;
+    Tensor C = drawn({1 + 3 * 12}, 181);
+    C.data<double>()[1 + 12 + 5 + 2] = NAN;  // matrix 1, row 1, column 2: beta 0 writes 0 over it
+    Tensor c_C = C.clone();
+    const Tensor none = zeros({1});
+    ag::cuda::scale_batches_launch(host::Device(), out(C) + s.c_offset, s.batch, s.M, s.N, s.ldc, s.c_batch_stride,
+                                   beta);
+    kernel::gemm(s, none, none, c_C);
+    const std::vector<double> ours = C.to_vector(), blas = c_C.to_vector();
+    for (size_t i = 0; i < ours.size(); ++i) {
+      CAPTURE(i);
+      CHECK((ours[i] == blas[i] || (std::isnan(ours[i]) && std::isnan(blas[i]))));
+    }
+    CHECK(std::isnan(ours[1 + 12 + 5 + 2]) == (beta != 0));
+  }
+  struct Scan {
+    std::vector<int64_t> indices;
+    int64_t limit;
+    bool has_ignore;
+    int64_t ignore;
+  };
+  const std::vector<Scan> scans = {
+      {{0, 3, 9, 2, -1, 10, 4}, 10, false, -1},    // -1 at 4 (10 at 5 after it; no ignoring asked)
+      {{1, 2, 10, -1}, 10, false, 0},               // the limit itself at 2
+      {{0, -100, 9, -100, 12, 1}, 10, true, -100},  // the ignored -100s pass: 12 at 4
+      {{0, 1, 2, 3}, 4, false, 0},                  // none
+      {{5}, 4, true, 5},                            // the one index ignored: none
+  };
+  for (const Scan& scan : scans) {
+    unsigned long long first = 0;
+    const int64_t n = static_cast<int64_t>(scan.indices.size());
+    ag::cuda::first_out_of_range_launch(host::Device(), scan.indices.data(), n, scan.limit, scan.has_ignore,
+                                        scan.ignore, &first);
+    unsigned long long expected = ~0ull;
+    for (int64_t i = n - 1; i >= 0; --i) {
+      const int64_t v = scan.indices[static_cast<size_t>(i)];
+      if ((v < 0 || v >= scan.limit) && !(scan.has_ignore && v == scan.ignore)) expected = static_cast<unsigned long long>(i);
+    }
+    CAPTURE(n);
+    CHECK(first == expected);
+  }
 }
 
 }  // namespace row_kernels_host_test
