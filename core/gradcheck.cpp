@@ -32,15 +32,16 @@ GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& input
              "gradcheck: input " << describe(x) << ": inputs that require grad must be float64 CPU tensors");
   const int64_t n_out = static_cast<int64_t>(evaluate(f, inputs).size());
 
-  GradcheckResult result;
-  for (size_t which = 0; which < inputs.size(); ++which) {
-    const Tensor& x = inputs[which];
-    if (!x.requires_grad()) continue;
-    const int64_t n_in = x.numel();
-
-    // Analytic Jacobian, row by row: one backward (through one retained graph)
-    // per output element.
-    std::vector<double> analytic(n_out * n_in, 0.0);
+  // Analytic Jacobians of every input that requires grad, row by row: one backward (through
+  // one retained graph) per output element gives row i of each of them at once.
+  std::vector<std::vector<double>> analytic(inputs.size());
+  bool any = false;
+  for (size_t which = 0; which < inputs.size(); ++which)
+    if (inputs[which].requires_grad()) {
+      analytic[which].assign(static_cast<size_t>(n_out * inputs[which].numel()), 0.0);
+      any = true;
+    }
+  if (any) {
     const Tensor y = f(inputs);
     AG_CHECK(y.requires_grad(), "gradcheck: the output does not depend on any input that requires grad");
     for (int64_t i = 0; i < n_out; ++i) {
@@ -49,12 +50,21 @@ GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& input
       one_hot[i] = 1.0;
       constexpr bool retain_graph = true;  // one backward per output element over the same graph
       y.backward(Tensor::from_vector(one_hot, y.shape(), y.dtype()).to(y.device()), retain_graph);
-      if (x.grad().defined()) {
+      for (size_t which = 0; which < inputs.size(); ++which) {
+        const Tensor& x = inputs[which];
+        if (!x.requires_grad() || !x.grad().defined()) continue;
         const std::vector<double> g = x.grad().to_vector();
-        std::copy(g.begin(), g.end(), analytic.begin() + i * n_in);
+        std::copy(g.begin(), g.end(), analytic[which].begin() + i * x.numel());
       }
     }
     for (const Tensor& t : inputs) t.impl()->grad.reset();
+  }
+
+  GradcheckResult result;
+  for (size_t which = 0; which < inputs.size(); ++which) {
+    const Tensor& x = inputs[which];
+    if (!x.requires_grad()) continue;
+    const int64_t n_in = x.numel();
 
     // Numerical Jacobian, column by column, by the fourth-order central
     // difference (−f(x+2ε) + 8f(x+ε) − 8f(x−ε) + f(x−2ε)) / 12ε: its truncation
@@ -81,7 +91,7 @@ GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& input
     for (double v : numeric) scale = std::max(scale, std::abs(v));
     const double floor = std::max(scale * options.floor_fraction, options.min_floor);
     for (int64_t e = 0; e < n_out * n_in; ++e) {
-      double abs_error = std::abs(analytic[e] - numeric[e]);
+      double abs_error = std::abs(analytic[which][e] - numeric[e]);
       double rel_error = abs_error / std::max(std::abs(numeric[e]), floor);
       if (std::isnan(abs_error)) abs_error = rel_error = INFINITY;
       report.max_abs_error = std::max(report.max_abs_error, abs_error);
@@ -89,7 +99,7 @@ GradcheckResult gradcheck(const GradcheckFn& f, const std::vector<Tensor>& input
         report.max_rel_error = std::max(report.max_rel_error, rel_error);
         report.worst_output_index = e / n_in;
         report.worst_input_index = e % n_in;
-        report.analytic_at_worst = analytic[e];
+        report.analytic_at_worst = analytic[which][e];
         report.numeric_at_worst = numeric[e];
       }
     }
