@@ -12,11 +12,9 @@
 // with .tf32), independently of the code under test. Dynamic shared memory is one buffer
 // (blocks never run at once), ag::cuda::shared_bytes, which the including test defines; a
 // kernel's fixed __shared__ arrays are function statics, one per kernel, for the same reason.
-// The block's threads are fibers (ucontext) on the calling thread, switched at each barrier,
-// not OS threads, whose futex calls made the flash cases several times slower (measured in
-// docs/performance.md, issue 45's section). Under ASan this prints, once, "ASan doesn't
-// fully support makecontext/swapcontext functions and may produce false positives": a
-// warning, not a finding (none has been reported here).
+// The block's threads are fibers on the calling thread, switched at each barrier (Fibers,
+// below), not OS threads, whose futex calls made the flash cases several times slower
+// (measured in docs/performance.md, issue 45's section).
 //
 // What this checks is the code's logic — which lane holds what, which tile is loaded where,
 // what is summed — not the hardware: not its accumulation order or rounding inside an mma
@@ -51,6 +49,60 @@ struct Dim3 {
 inline Dim3 thread_index, block_index;  // the running fiber's, set at every switch
 inline Dim3 block_dim, grid_dim;        // set before a launch's fibers start
 
+// Switching between a block's fibers. On x86-64, a switch of our own: the callee-saved registers,
+// the SSE and x87 control words and the stack pointer, nothing else — glibc's swapcontext also
+// saves and restores the signal mask, a system call at every switch, which was most of the
+// time these tests took (docs/performance.md, issue 45's section). Elsewhere, ucontext.
+// Under ASan each switch is announced (__sanitizer_start_switch_fiber and _finish_), so that it
+// knows which stack is running.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define AG_FIBERS_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define AG_FIBERS_ASAN 1
+#endif
+#ifdef AG_FIBERS_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#if defined(__x86_64__)
+// ag_cuda_host_switch(&from, to): pushes rbp, rbx, r12–r15 and the control words on the running
+// stack, stores its pointer in *from, loads `to` and pops the same from there, returning into
+// the context that `to` was saved from (or into a fresh stack's entry, laid out as if saved).
+extern "C" void ag_cuda_host_switch(void** from, void* to);
+asm(R"(
+  .text
+  .p2align 4
+  .type ag_cuda_host_switch, @function
+ag_cuda_host_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size ag_cuda_host_switch, .-ag_cuda_host_switch
+)");
+#endif
+
 // A block's threads as fibers: run() starts them all and returns when all have
 // returned. A fiber that waits (at a barrier) is not resumed until another wakes it,
 // so each switch is one that makes progress; none runnable while some wait is a
@@ -74,7 +126,7 @@ class Fibers {
         current_ = this;
         index_ = i;
         thread_index = {i, 0, 0};
-        swapcontext(&scheduler_, &f.context);
+        switch_to_fiber(f.context, stack(i));
         ran = true;
         if (f.done) ++finished;
       }
@@ -87,25 +139,86 @@ class Fibers {
   void wait() {
     const unsigned i = index_;
     fibers_[i].waiting = true;
-    swapcontext(&fibers_[i].context, &scheduler_);
+    switch_to_scheduler(fibers_[i].context);
   }
   void wake(unsigned i) { fibers_[i].waiting = false; }
   unsigned running() const { return index_; }
   static Fibers& current() { return *current_; }
 
  private:
+#if defined(__x86_64__)
+  using Context = void*;  // the saved stack pointer
+#else
+  using Context = ucontext_t;
+#endif
   struct Fiber {
-    ucontext_t context;
+    Context context{};
     bool done = false, waiting = false;
   };
-  // A context that starts start() on `stack` and returns to the scheduler. Apart from run()'s
-  // loop: getcontext returns twice in principle, and a variable live across it may be clobbered.
-  __attribute__((noinline)) void prepare(ucontext_t& context, void* stack) {
+
+  // A context that starts start() on `stack`.
+#if defined(__x86_64__)
+  void prepare(Context& context, void* stack) {
+    // From the stack's top (16-aligned) down: a zero return address for start() (so that it is
+    // entered with the stack as after a call), start() as the switch's return address, the six
+    // registers (zero), the control words (MXCSR's and the x87's defaults).
+#ifdef AG_FIBERS_ASAN
+    // A stack used before keeps its last fiber's frames' poisoned red zones: cleared for the new one.
+    __asan_unpoison_memory_region(stack, kStack);
+#endif
+    auto* top = reinterpret_cast<uint64_t*>(static_cast<char*>(stack) + kStack);
+    uint64_t* sp = top - 9;
+    sp[8] = 0;
+    sp[7] = reinterpret_cast<uint64_t>(&Fibers::start);
+    for (int r = 1; r <= 6; ++r) sp[r] = 0;
+    sp[0] = 0x1F80u | (uint64_t{0x037F} << 32);
+    context = sp;
+  }
+#else
+  // Apart from run()'s loop: getcontext returns twice in principle, and a variable live across
+  // it may be clobbered.
+  __attribute__((noinline)) void prepare(Context& context, void* stack) {
     if (getcontext(&context) != 0) throw std::runtime_error("getcontext failed");
     context.uc_stack.ss_sp = stack;
     context.uc_stack.ss_size = kStack;
-    context.uc_link = &scheduler_;
+    context.uc_link = nullptr;
     makecontext(&context, &Fibers::start, 0);
+  }
+#endif
+  // The scheduler (run()) to a fiber, and a fiber back to the scheduler; each returns when the
+  // other side switches back.
+  void switch_to_fiber(Context& fiber, void* fiber_stack) {
+#ifdef AG_FIBERS_ASAN
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, fiber_stack, kStack);
+#else
+    (void)fiber_stack;
+#endif
+#if defined(__x86_64__)
+    ag_cuda_host_switch(&scheduler_, fiber);
+#else
+    swapcontext(&scheduler_, &fiber);
+#endif
+#ifdef AG_FIBERS_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+  }
+  void switch_to_scheduler(Context& fiber, bool finished = false) {
+#ifdef AG_FIBERS_ASAN
+    void* fake = nullptr;
+    // A finished fiber's stack is not returned to (nullptr: ASan may drop its fake frames).
+    __sanitizer_start_switch_fiber(finished ? nullptr : &fake, scheduler_bottom_, scheduler_size_);
+#else
+    (void)finished;
+#endif
+#if defined(__x86_64__)
+    ag_cuda_host_switch(&fiber, scheduler_);
+#else
+    swapcontext(&fiber, &scheduler_);
+#endif
+#ifdef AG_FIBERS_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
   }
   // Fiber i's stack, kept for every later block (mapped once per thread index).
   static void* stack(unsigned i) {
@@ -119,17 +232,29 @@ class Fibers {
     }
     return stacks[i];
   }
+  // A fiber's first code: on entering, the switch from the scheduler finishes; the body runs;
+  // the fiber, done, switches back for good.
   static void start() {
     Fibers* self = current_;
     const unsigned i = self->index_;
+#ifdef AG_FIBERS_ASAN
+    // Where the scheduler's stack is (the thread's own), for the switches back to it.
+    __sanitizer_finish_switch_fiber(nullptr, &self->scheduler_bottom_, &self->scheduler_size_);
+#endif
     self->body_();
-    self->fibers_[i].done = true;  // then uc_link returns to the scheduler
+    self->fibers_[i].done = true;
+    self->switch_to_scheduler(self->fibers_[i].context, true);
+    std::abort();  // never resumed
   }
   inline static Fibers* current_ = nullptr;
   std::function<void()> body_;
   std::vector<Fiber> fibers_;
-  ucontext_t scheduler_{};
+  Context scheduler_{};
   unsigned index_ = 0;
+#ifdef AG_FIBERS_ASAN
+  const void* scheduler_bottom_ = nullptr;
+  size_t scheduler_size_ = 0;
+#endif
 };
 
 // A barrier for n fibers, reusable: the last to arrive runs `last`, wakes the others
