@@ -126,7 +126,7 @@ class Fibers {
         current_ = this;
         index_ = i;
         thread_index = {i, 0, 0};
-        switch_to_fiber(f.context, stack(i));
+        switch_to_fiber(i);
         ran = true;
         if (f.done) ++finished;
       }
@@ -139,7 +139,7 @@ class Fibers {
   void wait() {
     const unsigned i = index_;
     fibers_[i].waiting = true;
-    switch_to_scheduler(fibers_[i].context);
+    switch_to_scheduler(i);
   }
   void wake(unsigned i) { fibers_[i].waiting = false; }
   unsigned running() const { return index_; }
@@ -185,40 +185,29 @@ class Fibers {
     makecontext(&context, &Fibers::start, 0);
   }
 #endif
-  // The scheduler (run()) to a fiber, and a fiber back to the scheduler; each returns when the
-  // other side switches back.
-  void switch_to_fiber(Context& fiber, void* fiber_stack) {
+  // Saves the running context in `from` and resumes `to`, whose stack starts at `to_bottom` (for
+  // ASan); returns when something switches back to `from`. The scheduler (run()) switches to a
+  // fiber, a fiber back to the scheduler; a finished fiber's switch is never returned to (ASan
+  // may then drop its fake frames).
+  static void switch_context(Context& from, Context& to, const void* to_bottom, size_t to_size, bool finished) {
 #ifdef AG_FIBERS_ASAN
     void* fake = nullptr;
-    __sanitizer_start_switch_fiber(&fake, fiber_stack, kStack);
+    __sanitizer_start_switch_fiber(finished ? nullptr : &fake, to_bottom, to_size);
 #else
-    (void)fiber_stack;
+    (void)to_bottom, (void)to_size, (void)finished;
 #endif
 #if defined(__x86_64__)
-    ag_cuda_host_switch(&scheduler_, fiber);
+    ag_cuda_host_switch(&from, to);
 #else
-    swapcontext(&scheduler_, &fiber);
+    swapcontext(&from, &to);
 #endif
 #ifdef AG_FIBERS_ASAN
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
   }
-  void switch_to_scheduler(Context& fiber, bool finished = false) {
-#ifdef AG_FIBERS_ASAN
-    void* fake = nullptr;
-    // A finished fiber's stack is not returned to (nullptr: ASan may drop its fake frames).
-    __sanitizer_start_switch_fiber(finished ? nullptr : &fake, scheduler_bottom_, scheduler_size_);
-#else
-    (void)finished;
-#endif
-#if defined(__x86_64__)
-    ag_cuda_host_switch(&fiber, scheduler_);
-#else
-    swapcontext(&fiber, &scheduler_);
-#endif
-#ifdef AG_FIBERS_ASAN
-    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
-#endif
+  void switch_to_fiber(unsigned i) { switch_context(scheduler_, fibers_[i].context, stack(i), kStack, false); }
+  void switch_to_scheduler(unsigned i, bool finished = false) {
+    switch_context(fibers_[i].context, scheduler_, scheduler_bottom_, scheduler_size_, finished);
   }
   // Fiber i's stack, kept for every later block (mapped once per thread index).
   static void* stack(unsigned i) {
@@ -243,7 +232,7 @@ class Fibers {
 #endif
     self->body_();
     self->fibers_[i].done = true;
-    self->switch_to_scheduler(self->fibers_[i].context, true);
+    self->switch_to_scheduler(i, true);
     std::abort();  // never resumed
   }
   inline static Fibers* current_ = nullptr;
@@ -251,10 +240,8 @@ class Fibers {
   std::vector<Fiber> fibers_;
   Context scheduler_{};
   unsigned index_ = 0;
-#ifdef AG_FIBERS_ASAN
-  const void* scheduler_bottom_ = nullptr;
+  const void* scheduler_bottom_ = nullptr;  // the scheduler's stack, as ASan reports it on a first switch
   size_t scheduler_size_ = 0;
-#endif
 };
 
 // A barrier for n fibers, reusable: the last to arrive runs `last`, wakes the others
