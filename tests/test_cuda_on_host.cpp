@@ -1579,7 +1579,7 @@ TEST_CASE("memory on host: the strided copy, fill and casts give the CPU's bits"
 // A GEMM with K = 0 (cuda/matmul.cu scales C itself: cuBLAS has been seen to leave it) against
 // the CPU's BLAS call with K = 0, a strided batch with gaps between rows and matrices, which
 // stay; and the index scan of cuda/launch.cu's check_indices_later against the first bad
-// position found by a plain loop.
+// position of each list, written down.
 TEST_CASE("memory on host: a GEMM with K = 0 scales C as BLAS does, and the index scan finds the first bad position") {
   for (const double beta : {0.5, 0.0, 1.0}) {
     CAPTURE(beta);
@@ -1602,31 +1602,27 @@ TEST_CASE("memory on host: a GEMM with K = 0 scales C as BLAS does, and the inde
     }
     CHECK(std::isnan(ours[1 + 12 + 5 + 2]) == (beta != 0));
   }
+  constexpr unsigned long long kNone = ~0ull;  // what the scan leaves when every index is in range
   struct Scan {
     std::vector<int64_t> indices;
     int64_t limit;
     bool has_ignore;
     int64_t ignore;
+    unsigned long long first;  // the smallest bad position
   };
   const std::vector<Scan> scans = {
-      {{0, 3, 9, 2, -1, 10, 4}, 10, false, -1},    // -1 at 4 (10 at 5 after it; no ignoring asked)
-      {{1, 2, 10, -1}, 10, false, 0},               // the limit itself at 2
-      {{0, -100, 9, -100, 12, 1}, 10, true, -100},  // the ignored -100s pass: 12 at 4
-      {{0, 1, 2, 3}, 4, false, 0},                  // none
-      {{5}, 4, true, 5},                            // the one index ignored: none
+      {{0, 3, 9, 2, -1, 10, 4}, 10, false, -1, 4},    // -1 (10 after it; no ignoring asked, so -1 counts)
+      {{1, 2, 10, -1}, 10, false, 0, 2},              // the limit itself
+      {{0, -100, 9, -100, 12, 1}, 10, true, -100, 4},  // the ignored -100s pass: 12
+      {{0, 1, 2, 3}, 4, false, 0, kNone},
+      {{5}, 4, true, 5, kNone},  // the one index out of range is the ignored one
   };
   for (const Scan& scan : scans) {
     unsigned long long first = 0;
-    const int64_t n = static_cast<int64_t>(scan.indices.size());
-    ag::cuda::first_out_of_range_launch(host::Device(), scan.indices.data(), n, scan.limit, scan.has_ignore,
-                                        scan.ignore, &first);
-    unsigned long long expected = ~0ull;
-    for (int64_t i = n - 1; i >= 0; --i) {
-      const int64_t v = scan.indices[static_cast<size_t>(i)];
-      if ((v < 0 || v >= scan.limit) && !(scan.has_ignore && v == scan.ignore)) expected = static_cast<unsigned long long>(i);
-    }
-    CAPTURE(n);
-    CHECK(first == expected);
+    ag::cuda::first_out_of_range_launch(host::Device(), scan.indices.data(), static_cast<int64_t>(scan.indices.size()),
+                                        scan.limit, scan.has_ignore, scan.ignore, &first);
+    CAPTURE(scan.indices.size());
+    CHECK(first == scan.first);
   }
 }
 
