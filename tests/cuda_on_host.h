@@ -111,7 +111,7 @@ class Fibers {
  public:
   // A fiber's stack: the kernels' frames and the mma model's arrays (a few KB) with room,
   // above a page that faults, so that an overflow stops the test instead of writing
-  // elsewhere. Small, because ASan clears a stack's shadow at every switch to it.
+  // elsewhere. Small, because under ASan its shadow is cleared for every block (prepare).
   static constexpr size_t kStack = 64 * 1024;
   Fibers(unsigned n, std::function<void()> body) : body_(std::move(body)), fibers_(n) {}
   void run() {
