@@ -12,8 +12,8 @@ stage "sanitizer build" bash scripts/build_sanitize.sh
 # the most, so they start first) wait on their processes while the others compute
 # beside them. Open MPI leaves blocks of MPI_Init and of its plugins unfreed at
 # exit; the processes mpirun starts get LeakSanitizer's suppressions of those
-# (cmake/lsan_openmpi.supp) and the slow unwinder that can match them (tests/helpers.h,
-# mpirun_or_skip), the rest keep the fast one.
+# (cmake/lsan_openmpi.supp), with Open MPI's plugins kept loaded so that the
+# suppressions can name them (tests/helpers.h, mpirun_or_skip).
 stage "sanitizer suite" bash -c "cd build-sanitize && ctest --output-on-failure -j $(nproc) --timeout 900"
 doctest_totals build-sanitize
 stage "fuzzing" bash scripts/fuzz.sh ${ATTOGRAD_FUZZ_SECONDS:+"$ATTOGRAD_FUZZ_SECONDS"}
