@@ -401,11 +401,13 @@ template <class T> struct Operands {
 
 // --- forward -------------------------------------------------------------------------
 
-// Per-thread scratch of the forward.
+// Per-thread scratch of the forward. A key tile has at most min(Tk, kKeyTile)
+// columns: sized so, a call with a few keys (a KV cache's first steps, the
+// gradchecks) does not allocate and zero a whole tile.
 template <class T> struct ForwardScratch {
   std::vector<T> qt, st, acc, row_max, running_sum, reference, rescale, tile_sum;
-  explicit ForwardScratch(int64_t d)
-      : qt(d * kQueryTile), st(kKeyTile * kQueryTile), acc(kQueryTile * d), row_max(kQueryTile),
+  ForwardScratch(int64_t d, int64_t Tk)
+      : qt(d * kQueryTile), st(std::min(Tk, kKeyTile) * kQueryTile), acc(kQueryTile * d), row_max(kQueryTile),
         running_sum(kQueryTile), reference(kQueryTile), rescale(kQueryTile), tile_sum(kQueryTile) {}
 };
 
@@ -480,9 +482,13 @@ template <class T> struct BackwardScratch {
   std::vector<T> qt, dzt, dq, D, lse_hi, lse_lo, P, dP, factor;
   BackwardScratch(int64_t d, int64_t Tk, bool chain)
       : qt(d * kQueryTile), dzt(d * kQueryTile), dq(kQueryTile * d), D(kQueryTile), lse_hi(kQueryTile),
-        lse_lo(kQueryTile), P(key_tiles(Tk) * kKeyTile * kQueryTile), dP(key_tiles(Tk) * kKeyTile * kQueryTile),
-        factor(chain ? key_tiles(Tk) * kKeyTile * kQueryTile : 0) {}
-  static int64_t key_tiles(int64_t Tk) { return (Tk + kKeyTile - 1) / kKeyTile; }
+        lse_lo(kQueryTile), P(stripe(Tk)), dP(stripe(Tk)), factor(chain ? stripe(Tk) : 0) {}
+  // The n-th visible key tile's slot starts at n·kKeyTile·kQueryTile; with one key
+  // tile, the slot holds its Tk columns alone (as the forward's scratch).
+  static int64_t stripe(int64_t Tk) {
+    const int64_t key_tiles = (Tk + kKeyTile - 1) / kKeyTile;
+    return (key_tiles == 1 ? Tk : key_tiles * kKeyTile) * kQueryTile;
+  }
 };
 
 // dK and dV of kv head kvh of batch entry b, and dQ of the query heads that
@@ -1023,7 +1029,7 @@ void flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const At
     const int64_t tiles = (shape.Tq + kQueryTile - 1) / kQueryTile, tasks = shape.B * shape.Hq * tiles;
 #pragma omp parallel if (worth_threads(shape, tasks))
     {
-      ForwardScratch<T> scratch(shape.d);
+      ForwardScratch<T> scratch(shape.d, shape.Tk);
 #pragma omp for schedule(dynamic)
       for (int64_t task = 0; task < tasks; ++task) {
         const int64_t bh = task / tiles, i0 = task % tiles * kQueryTile;
