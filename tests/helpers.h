@@ -303,6 +303,17 @@ inline void check_same_bits_again(Device device, const std::function<std::vector
   CHECK(std::memcmp(first.data(), second.data(), first.size() * sizeof(double)) == 0);
 }
 
+// [B, H, T, d] <-> [B, T, H, d], and a per-head-and-position [B, H, T] <-> [B, T, H].
+inline Tensor swap_heads_and_positions(const Tensor& t) {
+  return t.dim() == 4 ? permute(t, {0, 2, 1, 3}) : permute(t, {0, 2, 1});
+}
+
+// Each kv head repeated for the query heads that read it: [B, Hkv, T, d] -> [B, Hq, T, d] (BHTD).
+inline Tensor repeat_kv(const Tensor& t, int64_t Hq) {
+  const int64_t B = t.size(0), Hkv = t.size(1), T = t.size(2), d = t.size(3);
+  return expand(t.reshape({B, Hkv, 1, T, d}), {B, Hkv, Hq / Hkv, T, d}).reshape({B, Hq, T, d});
+}
+
 // A copy of x of its own on `device` in `dtype` (int64 stays int64), requiring grad as x does.
 inline Tensor copy_to(Device device, const Tensor& x, DType dtype) {
   Tensor c = x.detach().to(x.dtype() == DType::Int64 ? DType::Int64 : dtype).to(device).clone();

@@ -7,6 +7,10 @@
 #include "optim/train_step.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace allocator_test {
+
 using namespace ag;
 
 TEST_CASE("allocator: a freed block serves the next request of its rounded size") {
@@ -216,3 +220,5 @@ TEST_CASE("allocator pool: two pools keep their blocks apart") {
   a.empty_cache();
   CHECK(a.stats().cached_bytes == 0);
 }
+
+}  // namespace allocator_test

@@ -9,6 +9,10 @@
 #include "nn/gpt.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace attention_module_test {
+
 using namespace ag;
 using namespace ag::nn;
 using ag::test::random;
@@ -214,3 +218,5 @@ TEST_CASE("attention module: Block matches PyTorch (golden file)") {
     }
   }
 }
+
+}  // namespace attention_module_test

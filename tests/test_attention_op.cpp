@@ -11,6 +11,10 @@
 #include "core/threads.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace attention_op_test {
+
 using namespace ag;
 using ag::test::softmax_of;
 using ag::test::random;
@@ -426,3 +430,5 @@ TEST_CASE("attention op: shape errors name the op, the shapes and the layout") {
   CHECK_THROWS_WITH_AS(attention(x, x, x, {.function = SoftmaxAttention{.scale = -1.0}}), doctest::Contains("scale -1 is not a positive number"),
                        Error);
 }
+
+}  // namespace attention_op_test

@@ -2,6 +2,10 @@
 #include "core/profiler.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace autograd_test {
+
 using namespace ag;
 using ag::test::random;
 
@@ -143,3 +147,5 @@ TEST_CASE("autograd: gradcheck reports a wrong gradient with its location") {
   CHECK(r.inputs[0].max_rel_error == doctest::Approx(0.5));
   CHECK(r.summary().find("FAILED") != std::string::npos);
 }
+
+}  // namespace autograd_test

@@ -53,6 +53,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace before46_test {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -749,3 +753,5 @@ TEST_CASE("before 46: checkpoints of every model variant load, sample the same t
                          true, Compare::BitsOrClose);
   }
 }
+
+}  // namespace before46_test

@@ -15,6 +15,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace char_lm_test {
+
 using namespace ag;
 using namespace ag::char_lm;
 using namespace ag::text;  // the text data (examples/common/text_data.h)
@@ -561,3 +565,5 @@ TEST_CASE("char_lm: --attn-impl on a linear-attention model is an error, not ign
   const std::string message = "checkpoint '" + path + "': --attn-impl flash is an option of softmax attention";
   CHECK_THROWS_WITH_AS(load_model(path, DType::Float32, settings), doctest::Contains(message.c_str()), Error);
 }
+
+}  // namespace char_lm_test

@@ -14,6 +14,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace char_lm_finite_test {
+
 using namespace ag;
 using namespace ag::char_lm;
 
@@ -132,3 +136,5 @@ TEST_CASE("char_lm: a sound model samples the same text as the unwatched model, 
   const EvalResult r = evaluate_checkpoint({.ckpt = saved_unit()});
   CHECK(std::isfinite(r.losses.val_loss));
 }
+
+}  // namespace char_lm_finite_test

@@ -12,6 +12,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace char_lm_gqa_test {
+
 using namespace ag;
 using namespace ag::char_lm;
 
@@ -186,3 +190,5 @@ TEST_CASE("char_lm gqa: convert mean-pools each group's W_K, W_V and train --res
   REQUIRE(ag::test::run_char_lm(convert + " --overwrite").first == 0);
   CHECK(find_checkpoint(out) == out + "/ckpt-00000020");
 }
+
+}  // namespace char_lm_gqa_test

@@ -29,6 +29,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace char_lm_grads_test {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -296,3 +300,5 @@ TEST_CASE("char_lm grads: a batch with nothing to score is an error, not a NaN l
   CHECK_THROWS_WITH_AS(run_grads(write_weights(golden, tmp), empty, tmp.file("G.safetensors")),
                        doctest::Contains("no target to score"), Error);
 }
+
+}  // namespace char_lm_grads_test

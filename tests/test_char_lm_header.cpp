@@ -9,6 +9,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace char_lm_header_test {
+
 using namespace ag;
 using namespace ag::char_lm;
 
@@ -103,3 +107,5 @@ TEST_CASE("char_lm info: a checkpoint's model, run options and history") {
   CHECK(status == 0);
   CHECK(contains(output, "best: val loss "));
 }
+
+}  // namespace char_lm_header_test

@@ -21,6 +21,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace char_lm_positions_test {
+
 using namespace ag;
 using namespace ag::char_lm;
 using namespace ag::text;  // the text data (examples/common/text_data.h)
@@ -333,3 +337,5 @@ TEST_CASE("char_lm positions: eval reports the loss at longer T for rope, alibi 
   o.ckpt = trained_run("eval_learned", PositionEncoding::Learned);
   CHECK_THROWS_WITH_AS(evaluate_checkpoint(o), doctest::Contains("learned positions end there (position = learned)"), Error);
 }
+
+}  // namespace char_lm_positions_test

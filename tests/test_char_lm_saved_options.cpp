@@ -12,6 +12,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace char_lm_saved_options_test {
+
 using namespace ag;
 using namespace ag::char_lm;
 
@@ -172,3 +176,5 @@ TEST_CASE("char_lm: a softmax model saved with linear and ssd options (older bui
   CHECK(contains(ag::test::error_of([&] { typed.check(); }),
                  "--feature-map favor is an option of linear attention; a model with --attention softmax takes none of its options"));
 }
+
+}  // namespace char_lm_saved_options_test

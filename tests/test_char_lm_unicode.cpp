@@ -18,6 +18,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace char_lm_unicode_test {
+
 using namespace ag;
 using namespace ag::char_lm;
 using namespace ag::text;  // the text data (examples/common/text_data.h)
@@ -235,3 +239,5 @@ TEST_CASE("char_lm text: a large text takes about two bytes of memory per byte: 
                    << " B: " << bytes_per_byte << " bytes per byte of text");
   CHECK(bytes_per_byte < 3.0);
 }
+
+}  // namespace char_lm_unicode_test

@@ -15,6 +15,10 @@
 #include "nn/ssd.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace context_parallel_test {
+
 using namespace ag;
 
 TEST_CASE("context parallel: the zigzag split is a permutation of the sequence, and balances the causal work") {
@@ -393,3 +397,5 @@ TEST_CASE("context parallel: the every-process cases pass on 2 and 4 MPI process
     CHECK(ag::test::occurrences(output, "test cases: 0 ") == 0);
   }
 }
+
+}  // namespace context_parallel_test

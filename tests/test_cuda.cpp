@@ -12,6 +12,10 @@
 #include "core/dispatch.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace cuda_test {
+
 using namespace ag;
 
 namespace {
@@ -239,3 +243,5 @@ TEST_CASE("cuda: the caching allocator serves a repeated step without cudaMalloc
   cuda::empty_cache();
   CHECK(cuda::memory_stats().cached_bytes == 0);
 }
+
+}  // namespace cuda_test

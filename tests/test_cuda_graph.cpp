@@ -24,6 +24,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace cuda_graph_test {
+
 using namespace ag;
 
 namespace {
@@ -357,3 +361,5 @@ TEST_CASE("cuda: empty_cache between replays leaves the graph's memory alone") {
   CHECK(cuda::memory_stats().pool_bytes == 0);  // both steps gone: their pools released
   check_same_bits(graph, eager);
 }
+
+}  // namespace cuda_graph_test

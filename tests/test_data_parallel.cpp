@@ -25,6 +25,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace data_parallel_test {
+
 using namespace ag;
 using namespace ag::char_lm;
 using ag::test::mpirun_or_skip;
@@ -545,3 +549,5 @@ TEST_CASE("context parallel: char_lm with linear and with ssd attention on 2 pro
     if (check_logs_one_process(c, "cp_" + name + "_two", train(c), 2).empty()) return;
   }
 }
+
+}  // namespace data_parallel_test

@@ -15,6 +15,10 @@
 
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace edge_attention_test {
+
 using namespace ag;
 using ag::test::attention_impls;
 using ag::test::random;
@@ -489,3 +493,5 @@ TEST_CASE("edge attention: a bad edge list, or what the edges cannot be combined
   CHECK(contains(ag::test::error_of([&] { evaluate_mask(as_edges, 1, 2, 4, 5, 1, "bench"); }),
                  "bench: an edge list is not evaluated as bytes (edge_adjacency gives its dense form)"));
 }
+
+}  // namespace edge_attention_test

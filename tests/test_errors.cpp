@@ -3,6 +3,10 @@
 
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace errors_test {
+
 using namespace ag;
 
 TEST_CASE("errors: matmul inner dims") {
@@ -101,3 +105,5 @@ TEST_CASE("errors: sizes that overflow int64 are errors, never wrapped around") 
   CHECK_THROWS_WITH_AS(x.view(max, {2}), doctest::Contains("does not fit"), Error);
   CHECK_THROWS_WITH_AS(x.view(2, {max}), doctest::Contains("does not fit"), Error);
 }
+
+}  // namespace errors_test

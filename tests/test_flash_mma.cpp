@@ -17,6 +17,10 @@
 #include "tests/flash_mma_reference.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace flash_mma_test {
+
 using namespace ag;
 using ag::test::random;
 using ag::test::softmax_of;
@@ -206,3 +210,5 @@ TEST_CASE("bf16 and tf32 flash attention: on the CPU the switch leaves flash's f
   CHECK(std::isinf(tf32(INFINITY)));
   CHECK(std::isnan(tf32(NAN)));
 }
+
+}  // namespace flash_mma_test

@@ -11,6 +11,10 @@
 #include "examples/graph/train.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace graph_test {
+
 using namespace ag;
 using namespace ag::graph;
 using ag::test::TempDir;
@@ -252,3 +256,5 @@ TEST_CASE("graph: a run trains, stops early and is the same bits twice") {
   CHECK(s.mean == doctest::Approx(0.85));
   CHECK(s.sd == doctest::Approx(std::sqrt(0.005)));
 }
+
+}  // namespace graph_test

@@ -10,6 +10,10 @@
 
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace graph_attention_test {
+
 using namespace ag;
 using ag::test::random;
 using Inputs = std::vector<Tensor>;
@@ -189,3 +193,5 @@ TEST_CASE_EVERY_DEVICE("additive scores and attention dropout — every device e
       ag::test::check_device_matches_cpu(device, f, in, 1e-10, DType::Float64);
     }
 }
+
+}  // namespace graph_attention_test

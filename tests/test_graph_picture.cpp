@@ -15,6 +15,10 @@
 #include "examples/graph/train.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace graph_picture_test {
+
 using namespace ag;
 using namespace ag::graph;
 using ag::test::TempDir;
@@ -197,3 +201,5 @@ TEST_CASE("graph picture: the model drawn holds the run's best epoch's parameter
   const Tensor targets = Tensor::from_indices({data.labels[data.nodes_in(Split::Val)[0]]}, {1});
   CHECK(cross_entropy(embedding(logits, val), targets).item() == run.result.val_loss);
 }
+
+}  // namespace graph_picture_test

@@ -16,6 +16,10 @@
 #include "tests/helpers.h"
 #include "tests/lab_helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace graph_tasks_test {
+
 using namespace ag;
 using namespace ag::lab;
 
@@ -264,3 +268,5 @@ TEST_CASE("graph tasks: a small lab trains both masks at two depths and draws ac
   CHECK(picture.find("text-anchor=\"end\">1</text>") != std::string::npos);  // … to 1, whatever the data
   CHECK(ag::test::read_file(tmp.file("lab_report.html")).find("<section id=\"layers\">") != std::string::npos);
 }
+
+}  // namespace graph_tasks_test

@@ -22,6 +22,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace interp_test {
+
 using namespace ag;
 
 namespace {
@@ -1022,3 +1026,5 @@ TEST_CASE("faithfulness: an ssd model's report says why it has no faithfulness t
   CHECK(faithfulness.find("Not measured: this model's attention weights are signed and unnormalised") != std::string::npos);
   CHECK(html.find("<section id=\"head-curve\">") != std::string::npos);
 }
+
+}  // namespace interp_test

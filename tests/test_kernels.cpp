@@ -10,6 +10,10 @@
 
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace kernels_test {
+
 namespace {
 
 struct KernelEntry {
@@ -69,3 +73,5 @@ TEST_CASE("kernels: each entry's arguments are its parameters' names, in order")
     CHECK(names == list_items(k.args));
   }
 }
+
+}  // namespace kernels_test

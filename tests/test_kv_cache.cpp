@@ -11,6 +11,10 @@
 #include "nn/gpt.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace kv_cache_test {
+
 using namespace ag;
 using namespace ag::nn;
 using ag::test::random;
@@ -275,3 +279,5 @@ TEST_CASE("mixers: each layer's state_floats is what its KV cache holds, for eve
     CHECK(floats * static_cast<int64_t>(sizeof(float)) == cache.bytes());
   }
 }
+
+}  // namespace kv_cache_test

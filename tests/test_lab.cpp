@@ -14,6 +14,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/lab_helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace lab_test {
+
 using namespace ag;
 using namespace ag::lab;
 using ag::test::TempDir;
@@ -475,3 +479,5 @@ TEST_CASE("lab: a cell's id is its options that differ from the defaults — an 
   swept.lrs = {1e-3};
   CHECK(swept.id() != id);
 }
+
+}  // namespace lab_test

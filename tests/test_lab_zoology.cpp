@@ -13,6 +13,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/lab_helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace lab_zoology_test {
+
 using namespace ag;
 using namespace ag::lab;
 using ag::test::TempDir;
@@ -315,3 +319,5 @@ TEST_CASE("lab: a cell cut short between its learning rates resumes at the next 
   CHECK(std::stod(resumed.rows[0].at("cell_seconds")) >= 1000);
   CHECK(std::filesystem::exists(base + ".run1.txt"));
 }
+
+}  // namespace lab_zoology_test

@@ -18,6 +18,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace linear_attention_test {
+
 using namespace ag;
 using ag::test::random;
 using ag::test::linear_of;
@@ -60,14 +64,8 @@ AttentionSpec spec_for(const Case& c, int64_t d, int64_t m = 8, DType dtype = DT
   return {.function = LinearAttention{.feature_map = c.map, .omega = c.map == FeatureMap::Favor ? favor_projection(m, d, 7).to(dtype) : Tensor()}, .causal = c.causal};
 }
 
-// [B, H, T, d] <-> [B, T, H, d]
-Tensor swap_heads_and_positions(const Tensor& t) { return permute(t, {0, 2, 1, 3}); }
-
-// Each kv head repeated for the query heads that read it: [B, Hkv, T, d] -> [B, Hq, T, d] (BHTD).
-Tensor repeat_kv(const Tensor& t, int64_t Hq) {
-  const int64_t B = t.size(0), Hkv = t.size(1), T = t.size(2), d = t.size(3);
-  return expand(t.reshape({B, Hkv, 1, T, d}), {B, Hkv, Hq / Hkv, T, d}).reshape({B, Hq, T, d});
-}
+using ag::test::repeat_kv;
+using ag::test::swap_heads_and_positions;
 
 // The output and the inputs' gradients of f(q, k, v) under one upstream gradient.
 std::vector<Tensor> output_and_gradients(const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& f,
@@ -476,3 +474,5 @@ TEST_CASE("linear attention: head gates apply as under softmax (a closed head ad
   LayerKVCache cache{.capacity = 6};
   CHECK_CLOSE(attn.forward_cached(x, cache), closed, 1e-15);
 }
+
+}  // namespace linear_attention_test

@@ -21,6 +21,10 @@
 #include "tests/own_mixer_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace lstm_test {
+
 using namespace ag;
 using ag::test::random;
 
@@ -185,3 +189,5 @@ TEST_CASE("lstm: char_lm trains an lstm model — its metadata — greedy text t
   CHECK(status != 0);
   CHECK(output.find("--attention lstm has no attention weights to look at") != std::string::npos);
 }
+
+}  // namespace lstm_test

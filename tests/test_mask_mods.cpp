@@ -9,6 +9,10 @@
 
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace mask_mods_test {
+
 using namespace ag;
 using ag::test::attention_impls;
 using ag::test::random;
@@ -348,3 +352,5 @@ TEST_CASE("mask mods: an adjacency [B, Tq, Tk] equals B calls of one entry each 
     }
   }
 }
+
+}  // namespace mask_mods_test

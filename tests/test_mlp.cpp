@@ -14,6 +14,10 @@
 #include "optim/train_step.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace mlp_test {
+
 using namespace ag;
 using ag::test::random;
 
@@ -266,3 +270,5 @@ TEST_CASE_EVERY_DEVICE("mlp: fp32, tf32 and bf16 on a device stay within the bou
         }
       }
 }
+
+}  // namespace mlp_test

@@ -9,6 +9,10 @@
 #include "nn/gpt.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace nn_test {
+
 using namespace ag;
 using namespace ag::nn;
 using ag::test::random;
@@ -391,3 +395,5 @@ TEST_CASE("nn: to(Device) moves every parameter in place") {
   CHECK(held.device() == Device::CPU);
   CHECK(held.to_vector() == values);
 }
+
+}  // namespace nn_test

@@ -10,6 +10,10 @@
 #include "core/threads.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace ops_gradcheck_test {
+
 using namespace ag;
 using ag::test::random;
 
@@ -556,3 +560,5 @@ TEST_CASE("ops: GEMMs split over threads (by rows, or over a batch) give the one
   }
   set_num_threads(before);
 }
+
+}  // namespace ops_gradcheck_test

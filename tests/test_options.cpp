@@ -12,6 +12,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace options_test {
+
 using namespace ag;
 using namespace ag::char_lm;
 
@@ -238,3 +242,5 @@ TEST_CASE("options: issue 22's messages: a mistyped command, an option given twi
   CHECK(status != 0);
   CHECK(output.find("--config '" + tmp.file("absent.toml") + "' does not exist") != std::string::npos);
 }
+
+}  // namespace options_test

@@ -13,6 +13,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace packed_documents_test {
+
 using namespace ag;
 using namespace ag::nn;
 using ag::test::attention_impls;
@@ -140,3 +144,5 @@ TEST_CASE("packed documents: sample --documents starts each document afresh, thr
   CHECK_CLOSE(Tensor::from_vector(recomputed.next(ids), {7}, DType::Float64), expected, 1e-12);
   CHECK(cached.cache().length() == 2);
 }
+
+}  // namespace packed_documents_test

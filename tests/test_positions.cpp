@@ -15,6 +15,10 @@
 
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace positions_test {
+
 using namespace ag;
 using ag::test::random;
 
@@ -601,3 +605,5 @@ TEST_CASE("positions: odd head size with rope, alibi with linear attention and r
   // odd head size without rope, and an odd head size with alibi, are fine
   CHECK(attention(odd, odd, odd, {.causal = true, .position = PositionEncoding::Alibi}).shape() == odd.shape());
 }
+
+}  // namespace positions_test

@@ -20,6 +20,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace precision_test {
+
 using namespace ag;
 using namespace ag::char_lm;
 
@@ -278,3 +282,5 @@ TEST_CASE("cuda: the bf16 switch leaves float64 GEMMs exact, and fp32 restored g
   const Tensor again = matmul(A.to(DType::Float32).to(Device::CUDA), B.to(DType::Float32).to(Device::CUDA)).to(Device::CPU);
   CHECK(again.to_vector() == fp32.to_vector());
 }
+
+}  // namespace precision_test

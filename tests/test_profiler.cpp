@@ -5,6 +5,10 @@
 #include "nn/gpt.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace profiler_test {
+
 using namespace ag;
 
 TEST_CASE("profiler: records nothing until started, then every kernel call with its shapes") {
@@ -96,3 +100,5 @@ TEST_CASE("profiler: an lstm GPT's step is all GEMMs — X W_ih once and h W_hh 
   config.attention = AttentionFunction::Lstm;
   CHECK(step_gemm_flops(config, 3, 8) == static_cast<double>(nn::training_step_flops(config, 3, 8)));
 }
+
+}  // namespace profiler_test

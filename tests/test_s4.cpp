@@ -26,6 +26,10 @@
 #include "tests/own_mixer_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace s4_test {
+
 using namespace ag;
 
 namespace {
@@ -368,3 +372,5 @@ TEST_CASE("s4: char_lm trains an s4 model, resumes it, samples the same text fro
   CHECK(status != 0);
   CHECK(output.find("--s4-state 5 is odd") != std::string::npos);
 }
+
+}  // namespace s4_test

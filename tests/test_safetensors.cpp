@@ -17,6 +17,10 @@
 #include "core/safetensors.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace safetensors_test {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -563,3 +567,5 @@ TEST_CASE("safetensors: CUDA tensors are saved through the host") {
   ag::save_safetensors(path, {{"w", host.to(ag::Device::CUDA)}});
   check_identical(ag::load_safetensors(path).at("w"), host);
 }
+
+}  // namespace safetensors_test

@@ -17,6 +17,10 @@
 #include "core/safetensors.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace safetensors_library_test {
+
 namespace {
 
 using ag::DType;
@@ -145,3 +149,5 @@ TEST_CASE("safetensors library: non-ASCII metadata and names, empty tensors, dat
   CHECK(order.at("c").to_vector() == std::vector<double>{4, 5});  // F16
   CHECK(order.at("e").to_indices() == std::vector<int64_t>{7});   // I32
 }
+
+}  // namespace safetensors_library_test

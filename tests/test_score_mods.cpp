@@ -17,6 +17,10 @@
 #include "core/threads.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace score_mods_test {
+
 using namespace ag;
 using ag::test::attention_impls;
 using ag::test::random;
@@ -437,3 +441,5 @@ TEST_CASE("score mods: float32 matches float64 to 1e-5 in every implementation (
     ag::test::check_float32_matches_float64(attend(c, impl), x);
   }
 }
+
+}  // namespace score_mods_test

@@ -8,6 +8,10 @@
 #include "core/threads.h"
 #include "examples/sort/sort_task.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace sort_test {
+
 using namespace ag;
 using namespace ag::sort_task;
 
@@ -86,3 +90,5 @@ TEST_CASE("sort: a short run learns to sort held-out sequences") {
   // this short run; 95% leaves room for another platform's rounding.
   CHECK(r.accuracy > 0.95);
 }
+
+}  // namespace sort_test

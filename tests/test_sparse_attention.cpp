@@ -11,6 +11,10 @@
 #include "core/attention_blocks.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace sparse_attention_test {
+
 using namespace ag;
 using ag::test::random;
 
@@ -265,3 +269,5 @@ TEST_CASE("sparse attention: patterns need causal attention and a window") {
   CHECK_THROWS_WITH_AS(attention(x, x, x, {.function = SoftmaxAttention{.pattern = {.window = 2, .random_blocks = 17}}, .causal = true}),
                        doctest::Contains("random <= 16"), Error);
 }
+
+}  // namespace sparse_attention_test

@@ -20,6 +20,10 @@
 #include "tests/char_lm_helpers.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace ssd_test {
+
 using namespace ag;
 using ag::test::random;
 
@@ -51,14 +55,8 @@ Tensor ssd(const std::vector<Tensor>& x, AttentionLayout layout, int64_t chunk =
   return attention(x[0], x[1], x[2], ssd_spec(x, layout, chunk));
 }
 
-// [B, H, T, d] <-> [B, T, H, d], and Δ [B, H, T] <-> [B, T, H]
-Tensor swap_heads_and_positions(const Tensor& t) {
-  return t.dim() == 4 ? permute(t, {0, 2, 1, 3}) : permute(t, {0, 2, 1});
-}
-Tensor repeat_kv(const Tensor& t, int64_t Hq) {
-  const int64_t B = t.size(0), Hkv = t.size(1), T = t.size(2), d = t.size(3);
-  return expand(t.reshape({B, Hkv, 1, T, d}), {B, Hkv, Hq / Hkv, T, d}).reshape({B, Hq, T, d});
-}
+using ag::test::repeat_kv;
+using ag::test::swap_heads_and_positions;  // and Δ [B, H, T] <-> [B, T, H]
 // A 0/1 matrix [T, T] with ones where keep(i, j).
 template <class Keep> Tensor indicator(int64_t T, Keep keep) {
   std::vector<double> m(T * T);
@@ -612,3 +610,5 @@ TEST_CASE("ssd attention: char_lm trains an ssd model — greedy text is the sam
   CHECK(!ungated.contains("blocks.0.attn.w_g.weight"));
   CHECK(!ungated.contains("blocks.0.attn.conv.weight"));
 }
+
+}  // namespace ssd_test

@@ -2,6 +2,10 @@
 #include "core/threads.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace tensor_test {
+
 using namespace ag;
 
 TEST_CASE("tensor: creation, shapes and dtypes") {
@@ -169,3 +173,5 @@ TEST_CASE_EVERY_DEVICE("kernels: gemm reads column blocks of a wider matrix thro
 TEST_CASE_EVERY_DEVICE("kernels: gemm repeats its batch over groups (the heads of each batch entry)") {
   check_gemm_groups(device);
 }
+
+}  // namespace tensor_test

@@ -12,6 +12,10 @@
 
 #include "core/threads.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace threads_test {
+
 using namespace ag;
 
 namespace {
@@ -107,3 +111,5 @@ TEST_CASE("threads: the default leaves out a CPU that another job keeps busy") {
   const bool bound = sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) < machine;
   if (machine >= 2 && !bound) CHECK(default_num_threads(2) == machine / 2);
 }
+
+}  // namespace threads_test

@@ -14,6 +14,10 @@
 #include "nn/kv_cache.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace token_tree_test {
+
 using namespace ag;
 using namespace ag::nn;
 
@@ -170,3 +174,5 @@ TEST_CASE("token tree: sample --tree's candidates scored in one forward equal th
   CHECK_THROWS_WITH_AS(char_lm::score_continuations(model, tokenizer, "abc", {"xyz"}),
                        doctest::Contains("a --tree candidate"), Error);
 }
+
+}  // namespace token_tree_test

@@ -14,6 +14,10 @@
 #include "optim/train_step.h"
 #include "tests/helpers.h"
 
+// The file's names and using-directives stay its own in a unity build, where the test
+// files compile as one translation unit (CMakeLists.txt).
+namespace train_step_test {
+
 using namespace ag;
 
 namespace {
@@ -282,3 +286,5 @@ TEST_CASE("flat buffers: linear adds dW straight into the gradient buffer, equal
     CHECK_CLOSE(a[i].tensor.grad(), b[i].tensor.grad(), 1e-13);
   }
 }
+
+}  // namespace train_step_test

@@ -12,8 +12,8 @@ namespace ag::cpu {
 void mlp_fc(const GemmShape& shape, UnaryOp op, const Tensor& X, const Tensor& W, const Tensor& bias, Tensor& G,
             GeluSaved* saved) {
   Tensor XW = Tensor::empty(G.shape(), G.dtype(), Device::CPU);  // [N, F]
-  gemm(shape, X, W, XW);
-  bias_activation(op, XW, bias, G, saved ? &saved->values : nullptr);
+  cpu::gemm(shape, X, W, XW);
+  cpu::bias_activation(op, XW, bias, G, saved ? &saved->values : nullptr);
   if (saved) saved->pre_activation = false;
 }
 
@@ -22,12 +22,12 @@ void mlp_fc(const GemmShape& shape, UnaryOp op, const Tensor& X, const Tensor& W
 void mlp_dgelu(const GemmShape& shape, const Tensor& dY, const Tensor& W_proj, const GeluSaved& saved, Tensor& dU,
                Tensor& dBias) {
   AG_CHECK(!saved.pre_activation, "mlp_dgelu: the CPU keeps f'(U), not U (GeluSaved)");
-  gemm(shape, dY, W_proj, dU);
+  cpu::gemm(shape, dY, W_proj, dU);
   bias_activation_backward(saved.values, dU, dU, dBias);
 }
 
 void gemm_bias_grad(const GemmShape& shape, const Tensor& A, const Tensor& B, Tensor& C, Tensor& dBias) {
-  gemm(shape, A, B, C);
+  cpu::gemm(shape, A, B, C);
   sum_to_shape(B, dBias);
 }
 
