@@ -394,11 +394,9 @@ inline size_t occurrences(const std::string& text, const std::string& part) {
 // suppressions of Open MPI's own unfreed blocks, and a preloaded dlclose that
 // keeps Open MPI's plugins loaded until exit (ATTOGRAD_KEEP_PLUGINS_LOADED), so
 // that the stacks the fast unwinder records at each malloc end in a module the
-// suppressions can name. Before, these processes unwound every malloc's stack the
-// slow way, far enough to reach libmpi.so, which took twice the time
-// (docs/performance.md, issue 45's section); a leak of attograd's own in these
-// processes is still reported with its whole stack (checked with one put in
-// dist/mpi.cpp on purpose).
+// suppressions can name, instead of every malloc's stack unwound the slow way far
+// enough to reach libmpi.so (docs/performance.md, issue 45's section). A leak of
+// attograd's own in these processes is still reported with its whole stack.
 //
 // Each test process gives its jobs a session directory base of its own (orte_tmpdir_base): two
 // mpirun jobs starting at once, as CTest runs entries side by side, race to create Open MPI's
