@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <tuple>
 
 #include "core/error.h"
@@ -164,15 +165,28 @@ struct Entry {
   TensorRequirements requirements;
 };
 
-void read_exact(std::ifstream& in, void* dst, uint64_t nbytes, uint64_t pos,
-                const std::string& where) {
-  in.seekg(static_cast<std::streamoff>(pos));
-  in.read(static_cast<char*>(dst), static_cast<std::streamsize>(nbytes));
-  // The sizes were checked against the file, so this fails only if the file
-  // changed under us or the disk did.
-  AG_CHECK(in && static_cast<uint64_t>(in.gcount()) == nbytes,
-           where << "truncated: could not read " << nbytes << " bytes at byte " << pos);
-}
+// Where a file's bytes come from: the open file, read where asked (a checkpoint's
+// tensors go straight into their storage), or bytes already in memory.
+struct Bytes {
+  std::ifstream* file;       // or null: `memory` holds them
+  std::string_view memory;
+  uint64_t size;
+
+  void read(void* dst, uint64_t nbytes, uint64_t pos, const std::string& where) const {
+    if (!file) {  // the caller checked [pos, pos + nbytes) against size; checked again, as a file's read is
+      AG_CHECK(pos <= size && nbytes <= size - pos,
+               where << "truncated: could not read " << nbytes << " bytes at byte " << pos);
+      if (nbytes) std::memcpy(dst, memory.data() + pos, nbytes);  // an empty tensor may have no storage
+      return;
+    }
+    file->seekg(static_cast<std::streamoff>(pos));
+    file->read(static_cast<char*>(dst), static_cast<std::streamsize>(nbytes));
+    // The sizes were checked against the file, so this fails only if the file
+    // changed under us or the disk did.
+    AG_CHECK(*file && static_cast<uint64_t>(file->gcount()) == nbytes,
+             where << "truncated: could not read " << nbytes << " bytes at byte " << pos);
+  }
+};
 
 // nlohmann's parser is iterative, but dump(), copies and comparisons of the
 // parsed value recurse: a header nested 10^6 deep overflowed the stack. So the
@@ -321,15 +335,15 @@ void check_finite(const std::string& at, const Tensor& t) {
   });
 }
 
-Tensor read_tensor(std::ifstream& in, const Entry& e, uint64_t data_start, const std::string& where) {
+Tensor read_tensor(const Bytes& bytes, const Entry& e, uint64_t data_start, const std::string& where) {
   const std::string at = where + "tensor \"" + e.name + "\": ";
   Tensor t = Tensor::empty(e.shape, e.file_dtype->dtype);
   const uint64_t pos = data_start + e.begin, nbytes = e.end - e.begin;
   if (!e.file_dtype->widen) {
-    read_exact(in, t.raw_data(), nbytes, pos, at);
+    bytes.read(t.raw_data(), nbytes, pos, at);
   } else {  // no larger than the file: nbytes was checked against it
     std::vector<char> disk(nbytes);
-    read_exact(in, disk.data(), nbytes, pos, at);
+    bytes.read(disk.data(), nbytes, pos, at);
     e.file_dtype->widen(disk.data(), t.numel(), t.raw_data());
   }
   if (e.requirements.finite && is_floating(t.dtype())) check_finite(at, t);
@@ -360,25 +374,23 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   }
 }
 
-SafetensorsFile load_safetensors(const std::string& path, const RequirementsOf& requirements_of) {
-  const std::string where = "load_safetensors: " + path + ": ";
-  std::error_code ec;
-  AG_CHECK(std::filesystem::exists(path, ec), where << "does not exist");
-  const uint64_t file_size = std::filesystem::file_size(path, ec);  // also rejects directories
-  AG_CHECK(!ec, where << "cannot open: " << ec.message());
-  std::ifstream in(path, std::ios::binary);
-  AG_CHECK(in, where << "cannot open: " << std::strerror(errno));
+namespace {
 
+// The file's bytes, parsed and checked (load_safetensors' contract); `where`
+// names the file in every message.
+SafetensorsFile parse_file(const std::string& where, const std::string& path, const Bytes& bytes,
+                           const RequirementsOf& requirements_of) {
+  const uint64_t file_size = bytes.size;
   AG_CHECK(file_size >= 8, where << "too short (" << file_size
                                  << " bytes) to hold the 8-byte header length: not a safetensors file");
   uint64_t header_len = 0;
-  read_exact(in, &header_len, sizeof header_len, 0, where);
+  bytes.read(&header_len, sizeof header_len, 0, where);
   AG_CHECK(header_len <= kMaxHeaderBytes, where << "header length " << header_len
                                                 << " is absurd (limit 100 MB): not a safetensors file");
   AG_CHECK(header_len <= file_size - 8, where << "header length " << header_len << " exceeds the "
                                               << file_size - 8 << " bytes after it: truncated or not a safetensors file");
   std::string text(header_len, '\0');
-  read_exact(in, text.data(), header_len, 8, where);
+  bytes.read(text.data(), header_len, 8, where);
   const Json header = parse_header(where, text);
 
   SafetensorsFile file;
@@ -398,8 +410,26 @@ SafetensorsFile load_safetensors(const std::string& path, const RequirementsOf& 
   std::stable_sort(entries.begin(), entries.end(),
                    [](const Entry& a, const Entry& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
   check_tiling(where, entries, data_size);
-  for (const Entry& e : entries) file.tensors.push_back({e.name, read_tensor(in, e, data_start, where)});
+  for (const Entry& e : entries) file.tensors.push_back({e.name, read_tensor(bytes, e, data_start, where)});
   return file;
+}
+
+}  // namespace
+
+SafetensorsFile load_safetensors(const std::string& path, const RequirementsOf& requirements_of) {
+  const std::string where = "load_safetensors: " + path + ": ";
+  std::error_code ec;
+  AG_CHECK(std::filesystem::exists(path, ec), where << "does not exist");
+  const uint64_t file_size = std::filesystem::file_size(path, ec);  // also rejects directories
+  AG_CHECK(!ec, where << "cannot open: " << ec.message());
+  std::ifstream in(path, std::ios::binary);
+  AG_CHECK(in, where << "cannot open: " << std::strerror(errno));
+  return parse_file(where, path, Bytes{&in, {}, file_size}, requirements_of);
+}
+
+SafetensorsFile load_safetensors_from_memory(std::string_view bytes, const std::string& name,
+                                             const RequirementsOf& requirements_of) {
+  return parse_file("load_safetensors: " + name + ": ", name, Bytes{nullptr, bytes, bytes.size()}, requirements_of);
 }
 
 bool SafetensorsFile::contains(const std::string& name) const {

@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/tensor.h"
@@ -64,5 +65,10 @@ using RequirementsOf = std::function<TensorRequirements(const std::string& name)
 // `requirements` adds the caller's demands, checked for every tensor: a wrong
 // dtype before anything is read, non-finite values as they are read.
 SafetensorsFile load_safetensors(const std::string& path, const RequirementsOf& requirements = {});
+// The same for a file's bytes already in memory; `name` stands for the file in
+// the messages and in SafetensorsFile::path. The tensors are copies: `bytes`
+// need not outlive the call. (The loader's fuzzer calls this: fuzz/load_safetensors.cpp.)
+SafetensorsFile load_safetensors_from_memory(std::string_view bytes, const std::string& name,
+                                             const RequirementsOf& requirements = {});
 
 }  // namespace ag

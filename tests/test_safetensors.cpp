@@ -70,8 +70,13 @@ void check_error(const std::function<void()>& f, const std::string& path, const 
   FAIL("no ag::Error for " << path << " (expected \"" << word << "\")");
 }
 
+// The file is refused, and so are its bytes given from memory (the fuzzer's way in),
+// with the same problem and the name given for them.
 void check_load_error(const std::string& path, const std::string& word) {
   check_error([&] { ag::load_safetensors(path); }, path, word);
+  if (!fs::is_regular_file(path)) return;
+  const std::string bytes = read_file(path);
+  check_error([&] { ag::load_safetensors_from_memory(bytes, "bytes-in-memory"); }, "bytes-in-memory", word);
 }
 
 }  // namespace
@@ -101,6 +106,15 @@ TEST_CASE("safetensors: float32, float64 and int64 tensors round trip in order")
   }
   CHECK(file.at("loss_scale").shape().empty());
   CHECK(file.at("loss_scale").item() == 0.5);
+
+  // The same bytes from memory load the same tensors, and name what they were given.
+  const ag::SafetensorsFile from_memory = ag::load_safetensors_from_memory(read_file(path), "in memory");
+  CHECK(from_memory.path == "in memory");
+  REQUIRE(from_memory.tensors.size() == saved.size());
+  for (size_t i = 0; i < saved.size(); ++i) {
+    CHECK(from_memory.tensors[i].name == saved[i].name);
+    check_identical(from_memory.tensors[i].tensor, saved[i].tensor);
+  }
 }
 
 TEST_CASE("safetensors: special values are bit-exact") {
