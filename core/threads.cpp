@@ -196,6 +196,11 @@ const char* find_variable(char** envp, const char* name) {
   return nullptr;
 }
 
+// Defined (true) by a program that opts out of the second start (threads.h).
+extern "C" {
+[[gnu::weak]] extern const bool ag_no_cpu_setup;
+}
+
 // Runs from the executable's .preinit_array, before any shared library's
 // initialiser (threads.h says why). To change what libgomp and OpenBLAS read,
 // the process starts itself again (execve of /proc/self/exe, same arguments)
@@ -203,6 +208,10 @@ const char* find_variable(char** envp, const char* name) {
 void choose_at_process_start(int, char** argv, char** envp) {
   BlasKernelChoice& choice = start_choice();
   const char* given = find_variable(envp, "OPENBLAS_CORETYPE");
+  if (&ag_no_cpu_setup && ag_no_cpu_setup) {  // threads.h: a program that runs no GEMM
+    choice = {given ? given : "", false, "OPENBLAS_CORETYPE and GOMP_SPINCOUNT not set: this program opted out"};
+    return;
+  }
   if (const char* setup = find_variable(envp, kSetupVariable)) {
     const std::string ours = std::string("OPENBLAS_CORETYPE=") + (given ? given : "");
     choice = choose_blas_kernels(this_cpu_features(), given);

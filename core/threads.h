@@ -21,6 +21,10 @@
 //     time slice to run out, where a sleeping one would have handed its core over.
 // The library is static (CMakeLists.txt) and its link interface keeps that
 // object in every program, the tests' and the installed library's users' too.
+// A program that runs no GEMM and no OpenMP loop (fuzz/check_safetensors, a file
+// checker the mutation campaign starts once per mutant) opts out by defining
+//   extern "C" const bool ag_no_cpu_setup = true;
+// and starts once: under the sanitizers a second start costs about 12 ms.
 #pragma once
 #include <string>
 
