@@ -1,6 +1,7 @@
 #include "examples/common/text_data.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -70,13 +71,9 @@ std::string describe_character(char32_t c) {
 }
 }  // namespace
 
-char32_t next_code_point(std::string_view bytes, size_t& offset) {
+char32_t next_multibyte_code_point(std::string_view bytes, size_t& offset) {
   const size_t i = offset;
   const unsigned char lead = static_cast<unsigned char>(bytes[i]);
-  if (lead < 0x80) {
-    ++offset;
-    return lead;
-  }
   // The lead byte's high bits give the length; its low bits the top of the code point.
   if ((lead & 0xC0) == 0x80) invalid_utf8(i, "byte " + hex_byte(lead) + " continues a character that never started");
   if (lead >= 0xF8) invalid_utf8(i, "byte " + hex_byte(lead) + " never occurs in UTF-8");
@@ -145,8 +142,8 @@ Tokenizer::Tokenizer(std::u32string characters) : characters_(std::move(characte
 }
 
 Tokenizer Tokenizer::from_text(const std::string& text) {
-  std::vector<bool> seen(0x110000);  // one bit per code point: 136 KB, whatever the text's size
-  for (size_t offset = 0; offset < text.size();) seen[next_code_point(text, offset)] = true;
+  std::vector<uint8_t> seen(0x110000);  // one byte per code point: 1.1 MB, whatever the text's size
+  for (size_t offset = 0; offset < text.size();) seen[next_code_point(text, offset)] = 1;
   std::u32string characters;
   for (char32_t c = 0; c < seen.size(); ++c)
     if (seen[c]) characters += c;
@@ -245,9 +242,14 @@ Dataset make_dataset(const std::string& text, int64_t block_size) {
   data.eval_window = std::min(block_size, static_cast<int64_t>(n - n_train) - 1);
   data.train = TokenIds(data.tokenizer.vocab_size(), n_train);
   data.val = TokenIds(data.tokenizer.vocab_size(), n - n_train);
+  // Each code point's id, by a table up to the largest (the vocabulary is the text's own characters).
+  const std::u32string& characters = data.tokenizer.characters();
+  std::vector<int32_t> id_of(
+      characters.empty() ? 0 : static_cast<size_t>(*std::max_element(characters.begin(), characters.end())) + 1, -1);
+  for (size_t id = 0; id < characters.size(); ++id) id_of[characters[id]] = static_cast<int32_t>(id);
   size_t i = 0;
   for (size_t offset = 0; offset < text.size(); ++i) {
-    const int64_t id = *data.tokenizer.id(next_code_point(text, offset));
+    const int64_t id = id_of[next_code_point(text, offset)];
     if (i < n_train) data.train.set(i, id);
     else data.val.set(i - n_train, id);
   }

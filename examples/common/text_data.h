@@ -28,7 +28,14 @@ std::string read_text(const std::string& path);
 // surrogates, values above U+10FFFF) with an ag::Error naming the byte offset.
 // next_code_point decodes the character at bytes[offset] and moves offset past
 // it: a loop over it reads a text of gigabytes without a copy of its characters.
-char32_t next_code_point(std::string_view bytes, size_t& offset);
+// ASCII, a text's usual byte, is decoded here; the rest by next_multibyte_code_point.
+char32_t next_multibyte_code_point(std::string_view bytes, size_t& offset);
+inline char32_t next_code_point(std::string_view bytes, size_t& offset) {
+  const unsigned char lead = static_cast<unsigned char>(bytes[offset]);
+  if (lead >= 0x80) return next_multibyte_code_point(bytes, offset);
+  ++offset;
+  return lead;
+}
 std::u32string decode_utf8(std::string_view bytes);
 std::string encode_utf8(std::u32string_view characters);
 
