@@ -24,7 +24,7 @@
 // A program that runs no GEMM and no OpenMP loop (fuzz/check_safetensors, a file
 // checker the mutation campaign starts once per mutant) opts out by defining
 //   extern "C" const bool ag_no_cpu_setup = true;
-// and starts once: under the sanitizers a second start costs about 12 ms.
+// and starts once (docs/performance.md, issue 45's section: the cost of a start).
 #pragma once
 #include <string>
 
