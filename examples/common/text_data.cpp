@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <type_traits>
+#include <utility>
 
 #include "core/error.h"
 
@@ -130,7 +131,9 @@ std::string encode_utf8(std::u32string_view characters) {
 
 Tokenizer::Tokenizer(std::u32string characters) : characters_(std::move(characters)) {
   for (size_t i = 0; i < characters_.size(); ++i) {
-    const bool added = id_of_.emplace(characters_[i], static_cast<int64_t>(i)).second;
+    const char32_t c = characters_[i];
+    const bool added = c < ascii_id_.size() ? std::exchange(ascii_id_[c], static_cast<int32_t>(i)) < 0
+                                            : id_of_.emplace(c, static_cast<int64_t>(i)).second;
     // char_lm before UTF-8 support wrote every byte >= 0x80 of the vocabulary as U+FFFD.
     AG_CHECK(added, "tokenizer: character " << describe_character(characters_[i]) << " appears twice in the vocabulary"
                                             << (characters_[i] == 0xFFFD
@@ -173,6 +176,10 @@ Tokenizer Tokenizer::from_metadata(const Metadata& metadata) {
 }
 
 std::optional<int64_t> Tokenizer::id(char32_t character) const {
+  if (character < ascii_id_.size()) {
+    const int32_t id = ascii_id_[character];
+    return id < 0 ? std::nullopt : std::optional<int64_t>(id);
+  }
   const auto found = id_of_.find(character);
   if (found == id_of_.end()) return std::nullopt;
   return found->second;
@@ -242,14 +249,9 @@ Dataset make_dataset(const std::string& text, int64_t block_size) {
   data.eval_window = std::min(block_size, static_cast<int64_t>(n - n_train) - 1);
   data.train = TokenIds(data.tokenizer.vocab_size(), n_train);
   data.val = TokenIds(data.tokenizer.vocab_size(), n - n_train);
-  // Each code point's id, by a table up to the largest (the vocabulary is the text's own characters).
-  const std::u32string& characters = data.tokenizer.characters();
-  std::vector<int32_t> id_of(
-      characters.empty() ? 0 : static_cast<size_t>(*std::max_element(characters.begin(), characters.end())) + 1, -1);
-  for (size_t id = 0; id < characters.size(); ++id) id_of[characters[id]] = static_cast<int32_t>(id);
   size_t i = 0;
   for (size_t offset = 0; offset < text.size(); ++i) {
-    const int64_t id = id_of[next_code_point(text, offset)];
+    const int64_t id = *data.tokenizer.id(next_code_point(text, offset));
     if (i < n_train) data.train.set(i, id);
     else data.val.set(i - n_train, id);
   }

@@ -2,6 +2,8 @@
 // the lab's text task): the text, its tokenizer, the 90/10 split and
 // random training windows.
 #pragma once
+#include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -72,7 +74,13 @@ class Tokenizer {
 
  private:
   std::u32string characters_;
-  std::unordered_map<char32_t, int64_t> id_of_;
+  std::array<int32_t, 128> ascii_id_ = filled(-1);  // an ASCII character's id (a text's usual one), or -1
+  std::unordered_map<char32_t, int64_t> id_of_;     // every other character's
+  static std::array<int32_t, 128> filled(int32_t v) {
+    std::array<int32_t, 128> a;
+    a.fill(v);
+    return a;
+  }
 };
 
 // A sequence of token ids, each held in the narrowest unsigned integer that
