@@ -103,10 +103,7 @@ if ! command -v mpiexec >/dev/null && compgen -G ".deps/openmpi/*.deb" >/dev/nul
 fi
 
 echo "== build"
-# Without unity batches: on the device's 16 cores the build waits for its longest unit, and the
-# CUDA unity unit (every cuda/*.cu) alone takes ~57 s on the 2-core Zen 3, where cuda/flash_mma.cu,
-# the longest single file, takes 22 s (604 s of CPU in all, /16 = 38 s; docs/performance.md).
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DATTOGRAD_UNITY=OFF -DATTOGRAD_DEPS_ROOT="$deps" "${mpi_args[@]}" \
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DATTOGRAD_UNITY=ON -DATTOGRAD_DEPS_ROOT="$deps" "${mpi_args[@]}" \
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >"$log_dir/configure.log" 2>&1 || { cat "$log_dir/configure.log"; exit 1; }
 grep "attograd: MPI" "$log_dir/configure.log"
 targets=()
