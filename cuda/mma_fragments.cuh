@@ -216,10 +216,12 @@ __device__ inline void product_rows(const typename F::Element* A, int m0, const 
 template <class F, int D, int N>
 __device__ inline void product_columns(const float (&p)[N / 8][4], const typename F::Element* X, float (&c)[D / 8][4]) {
   constexpr int ld = D + kPad<typename F::Element>;
+  uint32_t as[N / F::kK][4];
+  AG_UNROLL
+  for (int kk = 0; kk < N / F::kK; ++kk) F::template pack_a<N>(p, kk, as[kk]);
   AG_UNROLL
   for (int kk = 0; kk < N / F::kK; ++kk) {
-    uint32_t a[4];
-    F::template pack_a<N>(p, kk, a);
+    const uint32_t (&a)[4] = as[kk];
     AG_UNROLL
     for (int nt = 0; nt < D / 8; ++nt) {
       uint32_t b[2];
