@@ -51,12 +51,15 @@ const uint64_t* CounterShifts::shift_for(Generator& g) {
 }
 
 bool CounterShifts::prepare_replay() {
-  for (const Entry& e : entries_)
-    if (e.generator->seed() != e.seed) return false;
+  // Capture again when a shift cannot be written: a generator reseeded (a loaded checkpoint), one
+  // rewound before where the capture found it (manual_seed with the captured seed: offset 0), or
+  // moved 2^53 counters or more past it (fill takes a double: exact below 2^53).
+  for (const Entry& e : entries_) {
+    const uint64_t offset = e.generator->offset();
+    if (e.generator->seed() != e.seed || offset < e.start || offset - e.start >= (uint64_t{1} << 53)) return false;
+  }
   for (Entry& e : entries_) {
     const uint64_t shift = e.generator->offset() - e.start;
-    // fill takes a double: exact below 2^53 counters (about 9·10^15 numbers drawn).
-    AG_CHECK(shift < (uint64_t{1} << 53), "CounterShifts: a shift of " << shift << " counters is past 2^53");
     kernel::fill(e.shift, static_cast<double>(shift));
     e.generator->advance(e.drawn);
   }

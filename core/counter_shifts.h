@@ -42,7 +42,8 @@ class CounterShifts {
   // Before each replay: writes each shift (fill kernels, queued before the
   // replay) and reserves the step's counters on the host, as an eager step would.
   // False, writing nothing, when a generator's seed has changed since the capture
-  // (a loaded checkpoint): the graph must be captured again.
+  // (a loaded checkpoint), or it is now before where the capture found it (reseeded
+  // with the same seed), or 2^53 counters or more past it: the graph must be captured again.
   bool prepare_replay();
   bool empty() const { return entries_.empty(); }
 

@@ -43,18 +43,23 @@ std::string StepGraph::capture(const std::function<void()>& work) {
   reset();
   const cudaStream_t s = the_stream();  // made before the capture (the first use creates it)
   const size_t checks_before = pending_index_checks().size();
+  // The pool first: if it throws, no capture is left open on the stream.
+  pool_ = begin_graph_pool();
   // Relaxed: cudaMalloc stays legal during the capture (the allocator's misses), as in PyTorch.
   cudaError_t status = cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed);
   if (status != cudaSuccess) {
     cudaGetLastError();
+    release_graph_pool(pool_);  // ends its capture too
+    pool_ = 0;
     return std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(status);
   }
-  pool_ = begin_graph_pool();
   std::string failure;
   try {
     work();
   } catch (const std::exception& e) {
     failure = e.what();
+  } catch (...) {  // whatever was thrown, the capture is ended below
+    failure = "an exception that is not a std::exception";
   }
   end_graph_pool();
   cudaGraph_t graph = nullptr;

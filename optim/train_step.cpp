@@ -205,7 +205,7 @@ TrainStep::Outputs TrainStep::run_graphed(const std::vector<Batch>& micro_batche
       return step_on_device(g.inputs, &y_host);
     }
   }
-  if (g.graph.ready() && !g.shifts.prepare_replay()) g.graph.reset();  // a generator reseeded: capture again
+  if (g.graph.ready() && !g.shifts.prepare_replay()) g.graph.reset();  // a generator reseeded or rewound: capture again
   if (!g.graph.ready()) {
     if (g.eager_steps >= 2) g.eager_steps = 1;  // after a reseed: one more eager step, then a capture
     ++g.eager_steps;

@@ -341,6 +341,20 @@ TEST_CASE("cuda: new shapes capture again, and a reseeded dropout generator too,
   check_same_bits(graph, eager);
 }
 
+TEST_CASE("cuda: dropout's generator rewound by manual_seed with the captured seed captures again, bit for bit") {
+  if (!test::cuda_or_skip()) return;
+  // manual_seed(11) again at step 6 puts the generator back at offset 0, before where the capture
+  // at step 2 found it: the shift would be negative, so the step runs eagerly and the next captures.
+  auto rewind = [](int64_t iter) {
+    if (iter == 6) manual_seed(11);
+  };
+  const Trained eager = train_on_cuda(CudaGraph::Off, Precision::FP32, 10, nullptr, rewind);
+  const Trained graph = train_on_cuda(CudaGraph::On, Precision::FP32, 10, nullptr, rewind);
+  INFO("graph status: " << graph.status);
+  CHECK(graph.replays == 4 + 3);  // steps 2..5; rewound at 6: 6 eager, 7..9 replayed
+  check_same_bits(graph, eager);
+}
+
 TEST_CASE("cuda: a step that cannot be captured says why once and runs eagerly, with the same results") {
   if (!test::cuda_or_skip()) return;
   const Trained eager = train_on_cuda(CudaGraph::Off, Precision::FP32, 6, nullptr, nullptr, true);
