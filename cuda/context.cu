@@ -3,7 +3,9 @@
 // tensors released during static destruction still find the allocator, and
 // nothing calls into the CUDA runtime after it has shut down (the driver frees
 // the process's memory at exit).
+#include <array>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -192,11 +194,79 @@ void synchronize() {
   raise_pending_index_errors();
 }
 
-// Asynchronous copies from pageable host memory may return before the host
-// buffer has been read, so both directions wait for the copy.
+// --- uploads -----------------------------------------------------------------------
+//
+// A copy from pageable host memory may return before the driver has read the
+// host buffer, so such a copy has to wait for the stream, and with it for all the
+// work queued before (a training step's batches would wait for the step before).
+// An upload of up to kStagingBytes goes through a pinned staging buffer instead:
+// the host copies the bytes into it, queues the device's copy from it and records
+// an event after that copy, and does not wait. The buffers are a ring, and one is
+// written again only once its event has passed (the host waits then, and counts
+// it, if it has run kStagingBuffers uploads ahead of the device). Not while the
+// stream is being captured: the graph would copy from the buffer as it is at each
+// replay. There, for larger uploads, and if pinned memory cannot be had, the copy
+// waits as before (which also fails a capture: cuda/graph.h, the step runs eagerly).
+namespace {
+constexpr size_t kStagingBuffers = 16, kStagingBytes = size_t{1} << 20;
+struct Staging {
+  void* host = nullptr;            // pinned (cudaMallocHost), kStagingBytes; never freed, as the context
+  cudaEvent_t copied = nullptr;    // recorded after the last copy out of it
+  bool queued = false;             // a copy out of it was queued
+};
+std::mutex staging_mutex;
+std::array<Staging, kStagingBuffers> staging;
+size_t next_staging = 0;
+
+bool capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  AG_CUDA_CHECK(cudaStreamIsCapturing(s, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+bool no_pinned_memory = false;  // cudaMallocHost failed once: uploads wait, as without staging
+
+// The next buffer of the ring, free to be written; null without pinned memory.
+Staging* free_staging_buffer() {
+  if (no_pinned_memory) return nullptr;
+  Staging& b = staging[next_staging % kStagingBuffers];
+  if (!b.host) {
+    if (cudaMallocHost(&b.host, kStagingBytes) != cudaSuccess) {
+      cudaGetLastError();  // not sticky: clear it, or the next launch check would report it
+      b.host = nullptr;
+      no_pinned_memory = true;
+      return nullptr;
+    }
+    AG_CUDA_CHECK(cudaEventCreateWithFlags(&b.copied, cudaEventDisableTiming));
+  } else if (b.queued) {
+    const cudaError_t status = cudaEventQuery(b.copied);
+    if (status == cudaErrorNotReady) {
+      cudaGetLastError();  // "not ready" is no error: clear it, or the next launch check would report it
+      ++waits;
+      AG_CUDA_CHECK(cudaEventSynchronize(b.copied));
+    } else {
+      AG_CUDA_CHECK(status);
+    }
+  }
+  ++next_staging;
+  return &b;
+}
+}  // namespace
+
 void copy_host_to_device(void* dst, const void* src, size_t nbytes) {
   if (nbytes == 0) return;
-  AG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, context().stream));
+  const cudaStream_t s = context().stream;
+  if (nbytes <= kStagingBytes && !capturing(s)) {
+    const std::lock_guard<std::mutex> lock(staging_mutex);
+    if (Staging* b = free_staging_buffer()) {
+      std::memcpy(b->host, src, nbytes);
+      AG_CUDA_CHECK(cudaMemcpyAsync(dst, b->host, nbytes, cudaMemcpyHostToDevice, s));
+      AG_CUDA_CHECK(cudaEventRecord(b->copied, s));
+      b->queued = true;
+      return;
+    }
+  }
+  AG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, s));
   wait_for_stream();  // the host buffer is free again
 }
 

@@ -40,15 +40,18 @@ void end_graph_pool();
 void release_graph_pool(uint64_t pool);
 
 // Both copies are ordered after the work already queued; device-to-host waits
-// for it (the host reads the result).
+// for it (the host reads the result). Host-to-device returns without waiting when
+// the bytes fit a pinned staging buffer (up to 1 MiB: a step's batches) and the
+// stream is not being captured; else it waits for the copy (cuda/context.cu).
 void copy_host_to_device(void* dst, const void* src, size_t nbytes);
 void copy_device_to_host(void* dst, const void* src, size_t nbytes);
 void synchronize();  // waits for all queued work, then raises any deferred error
 // Waits for all queued work and leaves deferred errors to the next synchronize()
 // (the kernel profiler times each call this way without swallowing its errors).
 void wait_for_queue();
-// How many times the host has waited for the device so far (synchronize and
-// the copies): what a training step's cost in round trips is measured by.
+// How many times the host has waited for the device so far (synchronize, the
+// copies that wait, and a staging buffer still being read): what a training
+// step's cost in round trips is measured by.
 int64_t synchronizations();
 
 // --- deferred errors ---------------------------------------------------------------
