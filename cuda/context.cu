@@ -164,6 +164,11 @@ void raise_pending_index_errors() {
 
 void defer_index_error(PendingIndexCheck check) {
   std::lock_guard<std::mutex> lock(pending().mutex);
+  // A check already pending reads the same result (a replayed graph writes it again at each replay;
+  // a check's own buffer cannot be reused while it is pending): one read at the synchronisation, not
+  // one per replay since the last.
+  for (const PendingIndexCheck& queued : pending().checks)
+    if (queued.first_bad == check.first_bad) return;
   pending().checks.push_back(std::move(check));
 }
 

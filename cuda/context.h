@@ -68,7 +68,7 @@ struct PendingIndexCheck {
   IndexErrorMessage describe;
   std::vector<std::shared_ptr<void>> keep_alive;  // the storages of the two above
 };
-void defer_index_error(PendingIndexCheck check);
+void defer_index_error(PendingIndexCheck check);  // a no-op while a check of the same first_bad is pending
 // The checks deferred and not yet read, oldest first (a CUDA graph keeps the ones
 // its capture deferred, and defers them again after each replay: cuda/graph.h).
 std::vector<PendingIndexCheck> pending_index_checks();
