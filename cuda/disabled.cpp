@@ -49,6 +49,7 @@ Precision gemm_precision() { return gemm_mode; }
 int64_t epilogue_products() { return 0; }
 
 // --- graphs (cuda/graph.h) -------------------------------------------------------------
+int64_t live_graphs() { return 0; }
 StepGraph::~StepGraph() = default;
 std::string StepGraph::capture(const std::function<void()>&) { return describe_device(); }
 void StepGraph::replay() AG_WITHOUT_CUDA

@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "core/error.h"
 #include "cuda/check.h"
@@ -11,7 +12,10 @@ namespace ag::cuda {
 
 namespace {
 cudaStream_t the_stream() { return static_cast<cudaStream_t>(stream()); }
+std::atomic<int64_t> instantiated{0};  // StepGraphs holding a graph: live_graphs()
 }  // namespace
+
+int64_t live_graphs() { return instantiated; }
 
 StepGraph::~StepGraph() {
   // A destructor throws nothing: a failure to destroy leaks the graph, no more. A replay may still
@@ -19,6 +23,7 @@ StepGraph::~StepGraph() {
   if (exec_) {
     cudaStreamSynchronize(the_stream());
     cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+    --instantiated;
   }
   if (graph_) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
   if (pool_) release_graph_pool(pool_);
@@ -29,7 +34,10 @@ void StepGraph::reset() {
   // on the driver to keep an executing graph alive.
   if (exec_) {
     wait_for_queue();
-    AG_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_)));
+    const cudaError_t status = cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+    exec_ = nullptr;
+    --instantiated;
+    AG_CUDA_CHECK(status);
   }
   if (graph_) AG_CUDA_CHECK(cudaGraphDestroy(static_cast<cudaGraph_t>(graph_)));
   exec_ = graph_ = nullptr;
@@ -71,6 +79,7 @@ std::string StepGraph::capture(const std::function<void()>& work) {
     if (status == cudaSuccess) {
       graph_ = graph;
       exec_ = exec;
+      ++instantiated;
     } else {
       failure = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(status);
     }

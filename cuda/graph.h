@@ -39,6 +39,10 @@
 
 namespace ag::cuda {
 
+// How many StepGraphs hold a captured graph now: while one does, device memory it
+// was captured with must not be freed (core/ops/attention.cpp's mask cache asks).
+int64_t live_graphs();
+
 class StepGraph {
  public:
   StepGraph() = default;

@@ -43,6 +43,7 @@
 
 #include "core/counter_shifts.h"
 #include "core/ops/attention_functions.h"
+#include "cuda/graph.h"
 
 namespace ag {
 
@@ -337,7 +338,9 @@ std::shared_ptr<const MaskData> mask_data(const MaskMods& masks, int64_t B, int6
   }
   auto data = build(id);  // outside the lock
   const std::lock_guard lock(mutex);
-  if (cache.size() >= 64) cache.clear();  // a model's layouts are few; past this many, start again
+  // A model's layouts are few; past this many, start again, unless a CUDA graph lives: one captured
+  // with an entry reads its device copies at every replay, and a freed block would be handed out again.
+  if (cache.size() >= 64 && cuda::live_graphs() == 0) cache.clear();
   return cache.emplace(std::move(key), std::move(data)).first->second;
 }
 
