@@ -50,6 +50,7 @@ int64_t epilogue_products() { return 0; }
 
 // --- graphs (cuda/graph.h) -------------------------------------------------------------
 int64_t live_graphs() { return 0; }
+bool capturing_graph() { return false; }
 StepGraph::~StepGraph() = default;
 std::string StepGraph::capture(const std::function<void()>&) { return describe_device(); }
 void StepGraph::replay() AG_WITHOUT_CUDA

@@ -13,9 +13,11 @@ namespace ag::cuda {
 namespace {
 cudaStream_t the_stream() { return static_cast<cudaStream_t>(stream()); }
 std::atomic<int64_t> instantiated{0};  // StepGraphs holding a graph: live_graphs()
+std::atomic<bool> capturing_now{false};  // a capture's work runs: capturing_graph()
 }  // namespace
 
 int64_t live_graphs() { return instantiated; }
+bool capturing_graph() { return capturing_now; }
 
 StepGraph::~StepGraph() {
   // A destructor throws nothing: a failure to destroy leaks the graph, no more. A replay may still
@@ -62,6 +64,7 @@ std::string StepGraph::capture(const std::function<void()>& work) {
     return std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(status);
   }
   std::string failure;
+  capturing_now = true;
   try {
     work();
   } catch (const std::exception& e) {
@@ -69,6 +72,7 @@ std::string StepGraph::capture(const std::function<void()>& work) {
   } catch (...) {  // whatever was thrown, the capture is ended below
     failure = "an exception that is not a std::exception";
   }
+  capturing_now = false;
   end_graph_pool();
   cudaGraph_t graph = nullptr;
   status = cudaStreamEndCapture(s, &graph);

@@ -42,6 +42,9 @@ namespace ag::cuda {
 // How many StepGraphs hold a captured graph now: while one does, device memory it
 // was captured with must not be freed (core/ops/attention.cpp's mask cache asks).
 int64_t live_graphs();
+// Whether a StepGraph's capture is running its work now: what must not run only once,
+// at the capture (an activation hook, nn/module.cpp), refuses then.
+bool capturing_graph();
 
 class StepGraph {
  public:

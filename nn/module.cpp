@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/dispatch.h"
+#include "cuda/graph.h"
 
 namespace ag::nn {
 
@@ -53,7 +54,12 @@ void Module::set_hook(const std::shared_ptr<const ActivationHook>& hook, const s
 }
 
 Tensor Module::observe(const std::string& part, Tensor activation) const {
-  if (hook_) (*hook_)(path_.empty() || part.empty() ? path_ + part : path_ + "." + part, activation);
+  if (!hook_) return activation;
+  // A CUDA graph would run the hook once, at its capture, and never at a replay: refuse there, so the
+  // capture fails and the step runs eagerly (optim::TrainStep says why and keeps the graph off).
+  AG_CHECK(!cuda::capturing_graph(), "an activation hook (Module::set_activation_hook) cannot run inside a "
+                                     "captured CUDA graph: it would see the captured step alone");
+  (*hook_)(path_.empty() || part.empty() ? path_ + part : path_ + "." + part, activation);
   return activation;
 }
 

@@ -266,7 +266,7 @@ TEST_CASE("cuda graph: --cuda-graph is one table line — parsed, in --help, sav
 namespace {
 struct Trained {
   std::vector<double> losses, norms, params;
-  int64_t replays = 0;
+  int64_t replays = 0, hook_calls = 0;
   std::string status;
 };
 
@@ -274,11 +274,14 @@ struct Trained {
 // at_step(iter) may change the step's shapes or reseed dropout's generator.
 Trained train_on_cuda(CudaGraph graph, Precision precision, int64_t steps,
                       const std::function<int64_t(int64_t iter)>& T_at = nullptr,
-                      const std::function<void(int64_t iter)>& before_step = nullptr, bool sync_in_loss = false) {
+                      const std::function<void(int64_t iter)>& before_step = nullptr, bool sync_in_loss = false,
+                      bool activation_hook = false) {
   Generator init(3);
   nn::GPT model(small_gpt(0.1), init);
   model.to(Device::CUDA);
   model.train();
+  int64_t hook_calls = 0;
+  if (activation_hook) model.set_activation_hook([&hook_calls](const std::string&, const Tensor&) { ++hook_calls; });
   optim::AdamW optimizer(optim::decay_groups(model.named_parameters(), 0.1), {1e-3, 0.9, 0.99, 1e-8});
   optim::TrainOptions options = step_options();
   options.cuda_graph = graph;
@@ -302,6 +305,7 @@ Trained train_on_cuda(CudaGraph graph, Precision precision, int64_t steps,
   step.check_finite();
   out.params = all_values(model);
   out.replays = step.graph_replays();
+  out.hook_calls = hook_calls;
   out.status = step.cuda_graph_status();
   return out;
 }
@@ -361,6 +365,19 @@ TEST_CASE("cuda: a step that cannot be captured says why once and runs eagerly, 
   const Trained graph = train_on_cuda(CudaGraph::On, Precision::FP32, 6, nullptr, nullptr, true);
   CHECK(graph.replays == 0);
   CHECK(graph.status.find("off: the capture at iteration 2 failed") == 0);
+  check_same_bits(graph, eager);
+}
+
+TEST_CASE("cuda: an activation hook keeps the steps eager (a capture would run it once), with the same results") {
+  if (!test::cuda_or_skip()) return;
+  const Trained eager = train_on_cuda(CudaGraph::Off, Precision::FP32, 6, nullptr, nullptr, false, true);
+  const Trained graph = train_on_cuda(CudaGraph::On, Precision::FP32, 6, nullptr, nullptr, false, true);
+  INFO("graph status: " << graph.status);
+  CHECK(graph.replays == 0);
+  CHECK(graph.status.find("off: the capture at iteration 2 failed") == 0);
+  CHECK(graph.status.find("activation hook") != std::string::npos);
+  CHECK(eager.hook_calls > 0);
+  CHECK(graph.hook_calls == eager.hook_calls);  // every step's forward called it, as eagerly
   check_same_bits(graph, eager);
 }
 
