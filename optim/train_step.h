@@ -51,10 +51,11 @@
 // It does not apply, and the step runs eagerly, on the CPU; with an after_backward
 // hook (data or context parallelism: it calls MPI or NCCL from the host); in
 // anomaly mode; while the kernel profiler records (it waits for each kernel);
-// when the caller says so (disable_cuda_graph: packed documents, whose masks are
-// made on the host from each batch); and for the rest of the run after a capture
-// fails (an op that waits for the device or uploads from the host), which prints
-// why once. cuda_graph_status() says which.
+// with AG_CUDA_SYNC set (every launch waits for the device); when the caller says
+// so (disable_cuda_graph: packed documents, whose masks are made on the host from
+// each batch); and for the rest of the run after a capture fails (an op that waits
+// for the device or uploads from the host, an activation hook), which prints why
+// once. cuda_graph_status() says which.
 #pragma once
 #include <functional>
 #include <memory>

@@ -8,6 +8,7 @@
 // rows found on the targets' device (what a captured loss reads), and the option.
 // The allocator's private pools are tested in tests/test_allocator.cpp.
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 
 #include "core/autograd.h"
@@ -379,6 +380,18 @@ TEST_CASE("cuda: an activation hook keeps the steps eager (a capture would run i
   CHECK(eager.hook_calls > 0);
   CHECK(graph.hook_calls == eager.hook_calls);  // every step's forward called it, as eagerly
   check_same_bits(graph, eager);
+}
+
+TEST_CASE("cuda: AG_CUDA_SYNC keeps the steps eager and says so") {
+  if (!test::cuda_or_skip()) return;
+  const char* given = std::getenv("AG_CUDA_SYNC");  // gpu_check.sh reruns a failed case with it set
+  const std::string before = given ? given : "";
+  ::setenv("AG_CUDA_SYNC", "1", 1);
+  const Trained graph = train_on_cuda(CudaGraph::On, Precision::FP32, 4);
+  if (given) ::setenv("AG_CUDA_SYNC", before.c_str(), 1);
+  else ::unsetenv("AG_CUDA_SYNC");
+  CHECK(graph.replays == 0);
+  CHECK(graph.status == "off: AG_CUDA_SYNC (every launch waits for the device, which a capture cannot)");
 }
 
 TEST_CASE("cuda: empty_cache between replays leaves the graph's memory alone") {
