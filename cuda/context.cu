@@ -5,6 +5,7 @@
 // the process's memory at exit).
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -191,6 +192,11 @@ void wait_for_stream() {
 }  // namespace
 
 int64_t synchronizations() { return waits; }
+
+bool sync_after_launch() {
+  static const bool on = std::getenv("AG_CUDA_SYNC") != nullptr;
+  return on;
+}
 
 void wait_for_queue() { wait_for_stream(); }
 

@@ -53,6 +53,10 @@ void wait_for_queue();
 // copies that wait, and a staging buffer still being read): what a training
 // step's cost in round trips is measured by.
 int64_t synchronizations();
+// AG_CUDA_SYNC set in the environment (read once): every kernel launch waits for
+// the device, so a fault is reported at its own launch (cuda/launch.cuh); a
+// training step then runs eagerly (a capture cannot wait: optim/train_step.h).
+bool sync_after_launch();
 
 // --- deferred errors ---------------------------------------------------------------
 // Index checks (cross_entropy's targets, embedding's indices) run on the device

@@ -29,6 +29,7 @@ void* allocate(size_t) AG_WITHOUT_CUDA
 void deallocate(void*, size_t) {}
 MemoryStats memory_stats() { return {}; }
 int64_t synchronizations() { return 0; }
+bool sync_after_launch() { return false; }  // no launches
 void empty_cache() {}
 uint64_t begin_graph_pool() AG_WITHOUT_CUDA
 void end_graph_pool() {}

@@ -39,11 +39,6 @@
 
 namespace ag::cuda {
 
-inline bool sync_after_launch() {
-  static const bool on = std::getenv("AG_CUDA_SYNC") != nullptr;
-  return on;
-}
-
 inline cudaStream_t current_stream() { return static_cast<cudaStream_t>(stream()); }
 
 template <class T> T* ptr(const Tensor& t) { return static_cast<T*>(t.raw_data()); }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <sstream>
 
 #include "core/autograd.h"
@@ -92,7 +91,7 @@ std::string TrainStep::graph_off_reason() const {
   if (after_backward) return "an after_backward hook (data or context parallelism: MPI or NCCL called from the host)";
   if (anomaly_mode()) return "anomaly mode (--detect-anomaly checks every op's output on the host)";
   if (profiler::recording()) return "the kernel profiler (it times each kernel by waiting for it)";
-  if (std::getenv("AG_CUDA_SYNC")) return "AG_CUDA_SYNC (every launch waits for the device, which a capture cannot)";
+  if (cuda::sync_after_launch()) return "AG_CUDA_SYNC (every launch waits for the device, which a capture cannot)";
   return "";
 }
 

@@ -8,7 +8,6 @@
 // rows found on the targets' device (what a captured loss reads), and the option.
 // The allocator's private pools are tested in tests/test_allocator.cpp.
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
 
 #include "core/autograd.h"
@@ -384,14 +383,17 @@ TEST_CASE("cuda: an activation hook keeps the steps eager (a capture would run i
 
 TEST_CASE("cuda: AG_CUDA_SYNC keeps the steps eager and says so") {
   if (!test::cuda_or_skip()) return;
-  const char* given = std::getenv("AG_CUDA_SYNC");  // gpu_check.sh reruns a failed case with it set
-  const std::string before = given ? given : "";
-  ::setenv("AG_CUDA_SYNC", "1", 1);
-  const Trained graph = train_on_cuda(CudaGraph::On, Precision::FP32, 4);
-  if (given) ::setenv("AG_CUDA_SYNC", before.c_str(), 1);
-  else ::unsetenv("AG_CUDA_SYNC");
-  CHECK(graph.replays == 0);
-  CHECK(graph.status == "off: AG_CUDA_SYNC (every launch waits for the device, which a capture cannot)");
+  // A process of its own: the variable is read once, at the first launch.
+  const ag::test::TempDir tmp("cuda_graph_sync");
+  const std::pair<int, std::string> run = ag::test::run_char_lm(
+      "train --device cuda --out " + tmp.file("run") + " --data " + ag::test::generated_text_file() +
+          " --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 2 --max-iters 4 --eval-interval 4"
+          " --eval-iters 1 --sample-tokens 0",
+      "AG_CUDA_SYNC=1 ");
+  INFO(run.second);
+  CHECK(run.first == 0);
+  CHECK(run.second.find("cuda graph: off: AG_CUDA_SYNC (every launch waits for the device, which a capture cannot)") !=
+        std::string::npos);
 }
 
 TEST_CASE("cuda: empty_cache between replays leaves the graph's memory alone") {

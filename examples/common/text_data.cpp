@@ -132,7 +132,7 @@ std::string encode_utf8(std::u32string_view characters) {
 Tokenizer::Tokenizer(std::u32string characters) : characters_(std::move(characters)) {
   for (size_t i = 0; i < characters_.size(); ++i) {
     const char32_t c = characters_[i];
-    const bool added = c < ascii_id_.size() ? std::exchange(ascii_id_[c], static_cast<int32_t>(i)) < 0
+    const bool added = c < ascii_id_.size() ? std::exchange(ascii_id_[c], static_cast<int32_t>(i + 1)) == 0
                                             : id_of_.emplace(c, static_cast<int64_t>(i)).second;
     // char_lm before UTF-8 support wrote every byte >= 0x80 of the vocabulary as U+FFFD.
     AG_CHECK(added, "tokenizer: character " << describe_character(characters_[i]) << " appears twice in the vocabulary"
@@ -177,8 +177,8 @@ Tokenizer Tokenizer::from_metadata(const Metadata& metadata) {
 
 std::optional<int64_t> Tokenizer::id(char32_t character) const {
   if (character < ascii_id_.size()) {
-    const int32_t id = ascii_id_[character];
-    return id < 0 ? std::nullopt : std::optional<int64_t>(id);
+    const int32_t id_plus_1 = ascii_id_[character];
+    return id_plus_1 == 0 ? std::nullopt : std::optional<int64_t>(id_plus_1 - 1);
   }
   const auto found = id_of_.find(character);
   if (found == id_of_.end()) return std::nullopt;

@@ -74,13 +74,8 @@ class Tokenizer {
 
  private:
   std::u32string characters_;
-  std::array<int32_t, 128> ascii_id_ = filled(-1);  // an ASCII character's id (a text's usual one), or -1
-  std::unordered_map<char32_t, int64_t> id_of_;     // every other character's
-  static std::array<int32_t, 128> filled(int32_t v) {
-    std::array<int32_t, 128> a;
-    a.fill(v);
-    return a;
-  }
+  std::array<int32_t, 128> ascii_id_{};        // an ASCII character's id + 1 (a text's usual one), or 0
+  std::unordered_map<char32_t, int64_t> id_of_;  // every other character's
 };
 
 // A sequence of token ids, each held in the narrowest unsigned integer that
