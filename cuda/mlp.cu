@@ -6,9 +6,14 @@
 //   mlp_dgelu       dU = (dY W_projᵀ) ∘ gelu'(U), db_fc = Σ_rows dU     DGELU_BGRAD (U read back from the aux)
 //   gemm_bias_grad  dW = Gᵀ dY, db = Σ_rows dY                          BGRADA
 // cuBLASLt's GELU is the tanh approximation, 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))),
-// so the GELU epilogues serve GeluApprox::Tanh only; the exact GELU (erf, the
-// default) takes cuda::gemm and then bias_activation / bias_activation_backward,
-// the kernels the unfused ops ran. So does float64, and any product cuBLASLt
+// so the GELU epilogues serve GeluApprox::Tanh only, and only under TF32 and BF16:
+// cuBLASLt does not say how it evaluates tanh (the hardware's tanh.approx.f32 is
+// off by up to 2^-11, the GELU kernels here by 2^-21), which those precisions'
+// rounded inputs (2^-10, 2^-8) swamp and FP32's promise (within 1e-5 of the CPU, as
+// every op: tests/test_mlp.cpp) would not survive. The exact GELU (erf, the default),
+// and the tanh GELU under FP32, take cuda::gemm and then bias_activation /
+// bias_activation_backward, the kernels the unfused ops ran; their weight products
+// still take BGRADA. So does float64, and any product cuBLASLt
 // declines (no algorithm for that shape, alignment or precision; or no
 // libcublasLt at all, cuda/cublas.h): each unsupported configuration is found
 // once, remembered, and then goes straight to the unfused kernels, silently.
@@ -232,9 +237,11 @@ std::optional<mlp_epilogue::Product> as_product(cublasLtEpilogue_t epilogue, con
 // F rows, and U, the aux, has D's shape and leading dim F.
 void mlp_fc(const GemmShape& shape, UnaryOp op, const Tensor& X, const Tensor& W, const Tensor& bias, Tensor& G,
             GeluSaved* saved) {
-  // cuBLASLt's GELU is the tanh form: the exact one takes the unfused kernels below.
+  // cuBLASLt's GELU is the tanh form, of unstated accuracy: the exact one, and any
+  // under FP32, take the unfused kernels below (the top of the file).
   const cublasLtEpilogue_t epilogue = saved ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
-  if (auto p = as_product(epilogue, shape, X, W, G); p && op == UnaryOp::GeluTanh) {
+  const bool fuse = op == UnaryOp::GeluTanh && gemm_precision() != Precision::FP32;
+  if (auto p = fuse ? as_product(epilogue, shape, X, W, G) : std::nullopt) {
     p->bias = bias.raw_data();
     if (saved) p->aux = saved->values.raw_data(), p->ld_aux = p->ldd;
     if (mlp_epilogue::run(*p)) {
