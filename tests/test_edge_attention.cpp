@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/graph.h"
 #include "tests/helpers.h"
 
 // The file's names and using-directives stay its own in a unity build, where the test
@@ -424,6 +425,37 @@ TEST_CASE_EVERY_DEVICE("edge attention: on the device matches the CPU (float64 a
       ag::test::check_device_matches_cpu(device, biased, with_bias, 1e-5, DType::Float32);
     }
   }
+}
+
+// A CUDA graph cannot hold edge attention: its edge list goes to the host and back at each call
+// (edge_graph), and its dropout draws the mask on the host, which a replay would repeat unchanged
+// (edge_dropout refuses inside a capture, before its generator moves). The capture fails, and the
+// generator has not moved: the eager step after it draws what it would have drawn without it.
+TEST_CASE("cuda: edge attention with dropout is not captured in a CUDA graph, and leaves its generator where it was") {
+  if (!ag::test::cuda_or_skip()) return;
+  const EdgeCase c{.name = "capture", .B = 1, .Hq = 2, .Hkv = 2, .Tq = 24, .Tk = 24, .d = 4, .density = 0.3, .seed = 31};
+  const EdgeList edges = random_graph(c);
+  Inputs x;
+  for (const Tensor& t : edge_inputs(c, 1400)) x.push_back(t.to(DType::Float32).to(Device::CUDA));
+  Generator generator(7);
+  const auto run = [&] {
+    AttentionSpec spec = edge_spec(c, edges);
+    ag::test::softmax_of(spec).dropout = {.p = 0.2, .generator = &generator};
+    return attention(x[0], x[1], x[2], spec).to(Device::CPU).to_vector();
+  };
+  cuda::StepGraph graph;
+  const std::string why = graph.capture([&] {
+    AttentionSpec spec = edge_spec(c, edges);
+    ag::test::softmax_of(spec).dropout = {.p = 0.2, .generator = &generator};
+    (void)attention(x[0], x[1], x[2], spec);
+  });
+  INFO("the capture: " << why);
+  CHECK_FALSE(why.empty());
+  CHECK_FALSE(graph.ready());
+  CHECK(generator.offset() == 0);
+  const std::vector<double> after = run();
+  generator.set_state(7, 0);
+  CHECK(run() == after);  // the step after the attempt drew from offset 0, as without it
 }
 
 TEST_CASE("edge attention: a bad edge list, or what the edges cannot be combined with, is refused naming what is wrong") {

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/ops/attention_functions.h"
+#include "cuda/graph.h"
 
 namespace ag {
 
@@ -97,9 +98,13 @@ Tensor edge_additive_scores(const Tensor& q, const Tensor& k, const EdgeGraph& g
 // them drawn from the generator, edge e = (i, j) of head (b, h) kept when
 // u(seed, offset + ((b·Hq + h)·Tq + i)·Tk + j) ≥ p, so that the same seed drops the same A_ij
 // here as in composed and dense. Ã = A ∘ m with m_e = keep_e / (1 − p), a constant
-// (computed on the host: O(B·Hq·E)), so that dA = dÃ ∘ m.
+// (computed on the host: O(B·Hq·E)), so that dA = dÃ ∘ m. A CUDA graph would replay the
+// captured step's m at every step: refused inside a capture, before the generator moves, so
+// the capture fails, the step runs eagerly and draws what a step without graphs draws.
 Tensor edge_dropout(const Tensor& A, const EdgeGraph& graph, const AttentionDropout& dropout) {
   if (!dropout.active()) return A;
+  AG_CHECK(!cuda::capturing_graph(), "edge attention's dropout draws its mask on the host, which a captured CUDA "
+                                     "graph would replay unchanged: it cannot run inside a capture");
   Generator& g = dropout.generator ? *dropout.generator : default_generator();
   const int64_t B = A.size(0), Hq = A.size(1), Tq = graph.Tq, Tk = graph.Tk;
   const uint64_t seed = g.seed(), offset = g.advance(static_cast<uint64_t>(B * Hq * Tq * Tk));
