@@ -304,7 +304,7 @@ TEST_CASE("context parallel (every process): ring attention's float32 error is w
     const double dense_error = ag::test::relative_error(mine(std::get<2>(part)), reference);
     const double flash_error = ag::test::relative_error(mine(std::get<4>(part)), reference);
     MESSAGE(name << ": float32 against float64, ring " << ring_error << ", one process's dense " << dense_error
-                 << " (and flash, which forms D from Z too, " << flash_error << ")");
+                 << " (and one process's flash, which sums D from P ∘ dP, " << flash_error << ")");
     CHECK(ring_error > 0);  // a float32 computation: a zero error would mean it ran in float64
     CHECK(ring_error <= 2 * dense_error);
   }

@@ -552,7 +552,7 @@ TEST_CASE("positions: a full cache that cannot roll is an error that says why") 
       {{}, PositionEncoding::Rope, 10, "it rolls only for a window without random blocks"},
       {{.window = 4, .random_blocks = 1, .seed = 3}, PositionEncoding::Rope, 10, "without random blocks"},
       {{.window = 4, .global = 2}, PositionEncoding::Alibi, 10, "without global keys under ALiBi"},
-      // it would roll, but 6 positions cannot hold 2 global keys, 7 earlier window keys and the new one
+      // it would roll, but 6 positions cannot hold 2 global keys, the 7 positions the window spans and the new one
       {{.window = 4, .dilation = 2, .global = 2}, PositionEncoding::None, 6, "cannot hold 2 global keys"},
   };
   for (const Full& c : cases) {

@@ -705,8 +705,9 @@ Tensor flash(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionS
 void roll(LayerKVCache& cache, int64_t T_new, const SparsePattern& pattern) {
   const int64_t kept = cache.capacity - T_new, G = pattern.global, drop = cache.length - kept;
   AG_CHECK(cache.capacity >= rolling_cache_capacity(pattern, T_new),
-           "KV cache: " << cache.capacity << " positions cannot hold " << G << " global keys, the window's "
-                        << pattern.window * pattern.dilation - 1 << " earlier keys and " << T_new << " new ones");
+           "KV cache: " << cache.capacity << " positions cannot hold " << G << " global keys, the "
+                        << pattern.window * pattern.dilation - 1 << " positions the window spans before a query and "
+                        << T_new << " new ones");
   const int64_t B = cache.k.size(0), width = cache.k.size(2) * cache.k.size(3), moved = cache.length - G - drop;
   const kernel::StridedView from{0, {moved * width, width, 1}}, to{G * width, {cache.capacity * width, width, 1}};
   for (Tensor* rows : {&cache.k, &cache.v}) {
