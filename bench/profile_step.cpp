@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
   // The largest (kernel, shapes) entries: which call sites the time belongs to.
   std::vector<profiler::Total> calls = median_totals(recorded, [](const profiler::KernelRecord& r) {
     std::string key = std::string(r.kernel) + " " + phase(r).substr(0, 3);
-    for (const Shape& s : r.shapes) key += " " + to_string(s);
+    for (const Shape& s : r.shapes) key.append(" ").append(to_string(s));  // not " " + …: GCC 12's false -Wrestrict
     return key;
   });
   calls.resize(std::min<size_t>(calls.size(), 20));
