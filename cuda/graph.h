@@ -26,7 +26,8 @@
 //
 // cuBLAS has a workspace of its own set on the handle (cuda/context.cu), so a
 // captured GEMM allocates nothing; cuFFT plans are made by the eager steps
-// before a capture (cuda/s4.cu keeps them).
+// before a capture (cuda/s4.cu keeps them), and a captured transform's work
+// area comes from the graph's pool, as any scratch.
 //
 // Without CUDA (cuda/disabled.cpp) capture() answers that the build has none.
 #pragma once

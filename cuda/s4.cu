@@ -34,35 +34,51 @@ math::S4dParams<T> params_of(const Tensor& log_dt, const Tensor& log_A_re, const
 }
 
 // The cuFFT plan for `batch` complex transforms of length n, made once per (dtype, n, batch) and
-// thread and kept for the process's life: a plan's work area must outlive the transforms queued
-// on the stream, and making one costs more than a transform. Set to the current stream per use.
-template <class T> cufftHandle fft_plan(int64_t n, int64_t batch) {
-  thread_local std::map<std::pair<int64_t, int64_t>, cufftHandle> plans;
-  auto [it, made] = plans.try_emplace({n, batch}, cufftHandle{});
-  if (made) {
+// thread and kept for the process's life (making one costs more than a transform), with 64-bit
+// sizes (n·batch passes 2^31 at T = 131072 from 8192 rows). Its work area is not cuFFT's own:
+// auto-allocated, each plan would keep a cudaMalloc of its own for the process's life, beside the
+// caching allocator, which could not give its cached blocks back for it (a new plan at an eval's
+// or a sampler's shape would fail for want of memory the cache holds). So a plan says how much it
+// needs, and each use takes that from the allocator (Scratch: stream-ordered, from a CUDA graph's
+// pool during a capture) and hands it over with cufftSetWorkArea.
+struct FftPlan {
+  cufftHandle handle = 0;
+  size_t work_bytes = 0;
+};
+template <class T> const FftPlan& fft_plan(int64_t n, int64_t batch) {
+  thread_local std::map<std::pair<int64_t, int64_t>, FftPlan> plans;
+  auto it = plans.find({n, batch});
+  if (it == plans.end()) {
+    FftPlan plan;
+    AG_CUFFT_CHECK(cufftCreate(&plan.handle));
     try {
-      AG_CUFFT_CHECK(cufftPlan1d(&it->second, static_cast<int>(n),
-                                 std::is_same_v<T, double> ? CUFFT_Z2Z : CUFFT_C2C, static_cast<int>(batch)));
+      AG_CUFFT_CHECK(cufftSetAutoAllocation(plan.handle, 0));
+      long long length = n;  // the basic layout (no embeds): stride 1, one transform every n elements
+      AG_CUFFT_CHECK(cufftMakePlanMany64(plan.handle, 1, &length, nullptr, 1, length, nullptr, 1, length,
+                                         std::is_same_v<T, double> ? CUFFT_Z2Z : CUFFT_C2C, batch, &plan.work_bytes));
     } catch (...) {
-      plans.erase(it);
+      cufftDestroy(plan.handle);
       throw;
     }
+    it = plans.emplace(std::pair{n, batch}, plan).first;
   }
-  AG_CUFFT_CHECK(cufftSetStream(it->second, current_stream()));
   return it->second;
 }
 
 // The transforms of cuda/s4_kernels.cuh's long convolution: `rows` in place, by cuFFT.
 template <class T> struct CuFft {
   void operator()(Complex<T>* z, int64_t n, int64_t rows, bool inverse) const {
-    const cufftHandle plan = fft_plan<T>(n, rows);
+    const FftPlan& plan = fft_plan<T>(n, rows);
+    const Scratch<unsigned char> work(static_cast<int64_t>(plan.work_bytes));  // freed after the transform, in stream order
+    AG_CUFFT_CHECK(cufftSetWorkArea(plan.handle, work.data()));
+    AG_CUFFT_CHECK(cufftSetStream(plan.handle, current_stream()));
     const int direction = inverse ? CUFFT_INVERSE : CUFFT_FORWARD;
     if constexpr (std::is_same_v<T, double>) {
       auto* data = reinterpret_cast<cufftDoubleComplex*>(z);
-      AG_CUFFT_CHECK(cufftExecZ2Z(plan, data, data, direction));
+      AG_CUFFT_CHECK(cufftExecZ2Z(plan.handle, data, data, direction));
     } else {
       auto* data = reinterpret_cast<cufftComplex*>(z);
-      AG_CUFFT_CHECK(cufftExecC2C(plan, data, data, direction));
+      AG_CUFFT_CHECK(cufftExecC2C(plan.handle, data, data, direction));
     }
   }
 };
