@@ -3,6 +3,7 @@
 // MPI only carries NCCL's id from rank 0 to the others, once.
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "cuda/check.h"
@@ -36,11 +37,16 @@ class Nccl final : public DeviceCollectives {
   explicit Nccl(Communicator& host) {
     int gpus = 0;
     AG_CUDA_CHECK(cudaGetDeviceCount(&gpus));
-    AG_CHECK(host.local_size() <= gpus, "--device cuda: " << host.local_size() << " processes on this machine share "
-                                                          << gpus << " GPU(s); start at most one process per GPU");
+    // One GPU per process: the process's local rank among the machine's GPUs, or, where a launcher
+    // shows each process one GPU through CUDA_VISIBLE_DEVICES (Slurm's --gpus-per-task=1), that one
+    // (were it the same GPU for two processes, NCCL's init refuses the duplicate).
+    const bool shown_one = gpus == 1 && std::getenv("CUDA_VISIBLE_DEVICES") != nullptr;
+    AG_CHECK(shown_one || host.local_size() <= gpus,
+             "--device cuda: " << host.local_size() << " processes on this machine share " << gpus
+                               << " GPU(s); start at most one process per GPU");
     // Before any other CUDA call of this process: the stream, the allocator
     // and cuBLAS (cuda/context.cu) are then made on this GPU.
-    AG_CUDA_CHECK(cudaSetDevice(host.local_rank()));
+    AG_CUDA_CHECK(cudaSetDevice(shown_one ? 0 : host.local_rank()));
 
     ncclUniqueId id;
     static_assert(sizeof id % 8 == 0, "ncclUniqueId travels as int64 elements");
@@ -70,8 +76,17 @@ class Nccl final : public DeviceCollectives {
   void exchange(const Tensor& send, int to, const Tensor& receive, int from) override {
     const size_t count = static_cast<size_t>(send.numel());
     AG_NCCL_CHECK(ncclGroupStart());
+    // The group ends however the calls inside it do: left open, it would hold this thread's later
+    // NCCL calls unlaunched.
+    struct EndGroup {
+      bool ended = false;
+      ~EndGroup() {
+        if (!ended) ncclGroupEnd();
+      }
+    } group;
     AG_NCCL_CHECK(ncclSend(send.raw_data(), count, nccl_type(send.dtype()), to, comm_, stream()));
     AG_NCCL_CHECK(ncclRecv(receive.raw_data(), count, nccl_type(receive.dtype()), from, comm_, stream()));
+    group.ended = true;
     AG_NCCL_CHECK(ncclGroupEnd());
   }
 

@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "dist/communicator.h"
+#include "examples/common/eval.h"
 #include "examples/common/train.h"
 #include "nn/gpt.h"
 #include "optim/data_parallel.h"
@@ -431,6 +432,31 @@ TEST_CASE("cuda: one MPI process on the GPU (NCCL collectives) trains as one pro
   std::vector<double> val_evals;
   for (const EvalRecord& e : alone.evals) val_evals.push_back(e.val_loss);
   check_same_losses(logged_losses(c.run.out, "val"), val_evals, 1e-5);
+}
+
+// eval, too, takes its GPU and joins NCCL under mpirun (its losses are all-reduced over the
+// processes, a collective on CUDA tensors): it once did neither and stopped at that all-reduce.
+TEST_CASE("cuda: char_lm eval on one MPI process on the GPU gives the loss it gives alone") {
+  if (!ag::test::cuda_or_skip()) return;
+  const std::string mpirun = mpirun_or_skip(1);
+  if (mpirun.empty()) return;
+  TrainConfig c = parallel_run("cuda_eval");
+  c.run.device = Device::CUDA;
+  train(c);
+  EvalOptions o;
+  o.ckpt = c.run.out;
+  o.device = Device::CUDA;
+  o.eval_iters = 2;
+  const EvalResult alone = evaluate_checkpoint(o);
+  int status = 0;
+  std::string output;
+  std::tie(status, output) = run_command(mpirun + " " + ATTOGRAD_CHAR_LM + " eval --ckpt '" + c.run.out +
+                                         "' --device cuda --eval-iters 2 --threads 1");
+  INFO(output);
+  REQUIRE(status == 0);
+  char expected[64];
+  std::snprintf(expected, sizeof expected, "val loss %.4f", alone.losses.val_loss);
+  CHECK(output.find(expected) != std::string::npos);
 }
 
 // --- char_lm --context-parallel (issue 26): cases named "context parallel: …" ----------------

@@ -5,6 +5,9 @@
 namespace ag::char_lm {
 
 EvalResult evaluate_checkpoint(const EvalOptions& o) {
+  // Before any CUDA work, as train does: under mpirun each process takes its own GPU and joins
+  // NCCL, which evaluate's all-reduce of the losses needs (alone: nothing to do).
+  dist::world().use_device(o.device);
   const std::string unit = find_checkpoint(o.ckpt);
   TrainConfig c;  // the run's options, all from its training state (its data, batch size, eval batches)
   read_run_options(c, load_train_state(train_state_path(unit)));
