@@ -75,9 +75,10 @@ Preset zoology_preset(bool cpu) {
 
 // The quick preset's vocabulary is 256, not the default 1024: with fewer keys
 // to learn, softmax attention leaves MQAR's plateau (predicting one of the
-// values it has seen: accuracy 1/P) within its budget, and the long warmup
-// (a thousand steps) is what let it leave: with a tenth, runs of 2000 and
-// 3000 steps stayed at 1/P (docs/lab.md). Its three cells train at once, a
+// values it has seen: accuracy 1/P) within its budget; its long warmup (a
+// thousand steps) is the preset's because the runs that left did so with
+// one (with a tenth, runs of 2000 and 3000 steps stayed at 1/P; one seed
+// each, the warmup not isolated as the cause: docs/lab.md). Its three cells train at once, a
 // process each.
 Preset preset(const std::string& name) {
   const std::string recall_mixers = "softmax,softmax:window=16,linear:elu1,linear:favor,ssd";
