@@ -49,9 +49,11 @@ Decoded decode(const TaskOptions& task, const Example& e) {
     ++d.n;
     if (t >= kGraphSource && t < kGraphTarget) {
       CHECK(t - kGraphSource == slot);
+      CHECK(d.u == -1);  // u is marked once
       d.u = slot;
     } else if (t >= kGraphTarget && t < kGraphTarget + kMaxGraphNodes) {
       CHECK(t - kGraphTarget == slot);
+      CHECK(d.v == -1);  // v is marked once
       d.v = slot;
     } else {
       CHECK(t - kGraphNode == slot);
