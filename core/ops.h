@@ -480,8 +480,8 @@ AttentionFunction function_of(const AttentionSpec& spec);
 
 // Whether a full cache rolls under this spec (LayerKVCache), and how many
 // positions a rolling cache must hold to take T_new new ones at a time: the
-// global keys, the W·δ − 1 positions before a query that its window spans (it
-// reads (W − 1)·δ of them: δ − 1 rows to spare, docs/backprop.md §27), and the new ones.
+// global keys, the W·δ − 1 positions before a query that its window spans (its W − 1
+// earlier keys reach back (W − 1)·δ: δ − 1 rows to spare, docs/backprop.md §27), and the new ones.
 bool attention_cache_rolls(const AttentionSpec& spec);
 int64_t rolling_cache_capacity(const SparsePattern& pattern, int64_t T_new);
 

@@ -4,6 +4,7 @@
 #include <cufft.h>
 
 #include <map>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -56,11 +57,11 @@ template <class T> const FftPlan& fft_plan(int64_t n, int64_t batch) {
       long long length = n;  // the basic layout (no embeds): stride 1, one transform every n elements
       AG_CUFFT_CHECK(cufftMakePlanMany64(plan.handle, 1, &length, nullptr, 1, length, nullptr, 1, length,
                                          std::is_same_v<T, double> ? CUFFT_Z2Z : CUFFT_C2C, batch, &plan.work_bytes));
+      it = plans.emplace(std::pair{n, batch}, plan).first;
     } catch (...) {
       cufftDestroy(plan.handle);
       throw;
     }
-    it = plans.emplace(std::pair{n, batch}, plan).first;
   }
   return it->second;
 }
@@ -69,8 +70,11 @@ template <class T> const FftPlan& fft_plan(int64_t n, int64_t batch) {
 template <class T> struct CuFft {
   void operator()(Complex<T>* z, int64_t n, int64_t rows, bool inverse) const {
     const FftPlan& plan = fft_plan<T>(n, rows);
-    const Scratch<unsigned char> work(static_cast<int64_t>(plan.work_bytes));  // freed after the transform, in stream order
-    AG_CUFFT_CHECK(cufftSetWorkArea(plan.handle, work.data()));
+    std::optional<Scratch<unsigned char>> work;  // freed after the transform, in stream order
+    if (plan.work_bytes > 0) {
+      work.emplace(static_cast<int64_t>(plan.work_bytes));
+      AG_CUFFT_CHECK(cufftSetWorkArea(plan.handle, work->data()));
+    }
     AG_CUFFT_CHECK(cufftSetStream(plan.handle, current_stream()));
     const int direction = inverse ? CUFFT_INVERSE : CUFFT_FORWARD;
     if constexpr (std::is_same_v<T, double>) {

@@ -69,8 +69,9 @@ class Communicator {
   // Overwrites `t` on every process with root's `t`.
   virtual void broadcast(const Tensor& t, int root) = 0;
   // Readies collectives on `device`. For CUDA: binds this process to GPU
-  // local_rank() (one GPU per process) and joins the processes' NCCL
-  // communicator. A collective; call it before any other CUDA work.
+  // local_rank() (one GPU per process; the only one, where CUDA_VISIBLE_DEVICES
+  // shows it one) and joins the processes' NCCL communicator. A collective;
+  // call it before any other CUDA work.
   virtual void use_device(Device device) = 0;
   // Ends every process of the run with `code` (MPI_Abort), at once when every process is ending
   // this way, else within a few seconds (dist/mpi.cpp says why it waits). Alone: returns.

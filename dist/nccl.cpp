@@ -1,6 +1,7 @@
 // dist/backends.h's device collectives over NCCL (it ships with the CUDA
-// toolkit): one GPU per process, chosen by the process's rank on its machine;
-// MPI only carries NCCL's id from rank 0 to the others, once.
+// toolkit): one GPU per process, chosen by the process's rank on its machine (or
+// the one GPU CUDA_VISIBLE_DEVICES shows it); MPI only carries NCCL's id from rank
+// 0 to the others, once.
 #include <nccl.h>
 
 #include <cstdlib>

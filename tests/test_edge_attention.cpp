@@ -428,9 +428,10 @@ TEST_CASE_EVERY_DEVICE("edge attention: on the device matches the CPU (float64 a
 }
 
 // A CUDA graph cannot hold edge attention: its edge list goes to the host and back at each call
-// (edge_graph), and its dropout draws the mask on the host, which a replay would repeat unchanged
-// (edge_dropout refuses inside a capture, before its generator moves). The capture fails, and the
-// generator has not moved: the eager step after it draws what it would have drawn without it.
+// (edge_graph's upload fails the capture, before anything draws), and its dropout draws the mask on
+// the host, which a replay would repeat unchanged (edge_dropout would refuse inside a capture too,
+// before its generator moves). What a user sees either way: the capture fails, and the generator
+// has not moved, so the eager step after it draws what it would have drawn without it.
 TEST_CASE("cuda: edge attention with dropout is not captured in a CUDA graph, and leaves its generator where it was") {
   if (!ag::test::cuda_or_skip()) return;
   const EdgeCase c{.name = "capture", .B = 1, .Hq = 2, .Hkv = 2, .Tq = 24, .Tk = 24, .d = 4, .density = 0.3, .seed = 31};

@@ -99,12 +99,15 @@ Tensor edge_additive_scores(const Tensor& q, const Tensor& k, const EdgeGraph& g
 // u(seed, offset + ((b·Hq + h)·Tq + i)·Tk + j) ≥ p, so that the same seed drops the same A_ij
 // here as in composed and dense. Ã = A ∘ m with m_e = keep_e / (1 − p), a constant
 // (computed on the host: O(B·Hq·E)), so that dA = dÃ ∘ m. A CUDA graph would replay the
-// captured step's m at every step: refused inside a capture, before the generator moves, so
-// the capture fails, the step runs eagerly and draws what a step without graphs draws.
+// captured step's m at every step: on a CUDA tensor it is refused inside a capture, before the
+// generator moves, so the capture fails, the step runs eagerly and draws what a step without
+// graphs draws. (Today edge_graph's upload of the edge list fails a capture before this is
+// reached; the check keeps it so should the edge list ever stay on the device.)
 Tensor edge_dropout(const Tensor& A, const EdgeGraph& graph, const AttentionDropout& dropout) {
   if (!dropout.active()) return A;
-  AG_CHECK(!cuda::capturing_graph(), "edge attention's dropout draws its mask on the host, which a captured CUDA "
-                                     "graph would replay unchanged: it cannot run inside a capture");
+  AG_CHECK(A.device() != Device::CUDA || !cuda::capturing_graph(),
+           "edge attention's dropout draws its mask on the host, which a captured CUDA graph would replay "
+           "unchanged: it cannot run inside a capture");
   Generator& g = dropout.generator ? *dropout.generator : default_generator();
   const int64_t B = A.size(0), Hq = A.size(1), Tq = graph.Tq, Tk = graph.Tk;
   const uint64_t seed = g.seed(), offset = g.advance(static_cast<uint64_t>(B * Hq * Tq * Tk));
