@@ -249,6 +249,17 @@ inline bool cuda_or_skip() {
   return false;
 }
 
+// For cases whose processes share CUDA tensors over NCCL (mpirun with --device cuda): true
+// if the build has NCCL; otherwise prints the [SKIP] marker.
+inline bool nccl_or_skip() {
+#if ATTOGRAD_HAS_NCCL
+  return true;
+#else
+  MESSAGE("[SKIP] built without NCCL (CMake found no libnccl beside the CUDA toolkit)");
+  return false;
+#endif
+}
+
 // --- tests written once, run on every device (candle's test_device!) ----------------------
 //
 //   TEST_CASE_EVERY_DEVICE("attention op: gradients, every implementation") {

@@ -416,7 +416,7 @@ TEST_CASE("data parallel: when a process is killed mid-run, the others end withi
 }
 
 TEST_CASE("cuda: one MPI process on the GPU (NCCL collectives) trains as one process alone") {
-  if (!ag::test::cuda_or_skip()) return;
+  if (!ag::test::cuda_or_skip() || !ag::test::nccl_or_skip()) return;
   const std::string mpirun = mpirun_or_skip(1);
   if (mpirun.empty()) return;
   TrainConfig c = parallel_run("cuda_alone");
@@ -437,7 +437,7 @@ TEST_CASE("cuda: one MPI process on the GPU (NCCL collectives) trains as one pro
 // eval, too, takes its GPU and joins NCCL under mpirun (its losses are all-reduced over the
 // processes, a collective on CUDA tensors): it once did neither and stopped at that all-reduce.
 TEST_CASE("cuda: char_lm eval on one MPI process on the GPU gives the loss it gives alone") {
-  if (!ag::test::cuda_or_skip()) return;
+  if (!ag::test::cuda_or_skip() || !ag::test::nccl_or_skip()) return;
   const std::string mpirun = mpirun_or_skip(1);
   if (mpirun.empty()) return;
   TrainConfig c = parallel_run("cuda_eval");
