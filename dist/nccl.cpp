@@ -40,7 +40,7 @@ class Nccl final : public DeviceCollectives {
     AG_CUDA_CHECK(cudaGetDeviceCount(&gpus));
     // One GPU per process: the process's local rank among the machine's GPUs, or, where a launcher
     // shows each process one GPU through CUDA_VISIBLE_DEVICES (Slurm's --gpus-per-task=1), that one
-    // (were it the same GPU for two processes, NCCL's init refuses the duplicate).
+    // (the same one for two processes is refused below).
     const bool shown_one = gpus == 1 && std::getenv("CUDA_VISIBLE_DEVICES") != nullptr;
     AG_CHECK(shown_one || host.local_size() <= gpus,
              "--device cuda: " << host.local_size() << " processes on this machine share " << gpus
@@ -48,6 +48,7 @@ class Nccl final : public DeviceCollectives {
     // Before any other CUDA call of this process: the stream, the allocator
     // and cuBLAS (cuda/context.cu) are then made on this GPU.
     AG_CUDA_CHECK(cudaSetDevice(shown_one ? 0 : host.local_rank()));
+    refuse_shared_gpus(host);
 
     ncclUniqueId id;
     static_assert(sizeof id % 8 == 0, "ncclUniqueId travels as int64 elements");
@@ -61,6 +62,28 @@ class Nccl final : public DeviceCollectives {
     AG_NCCL_CHECK(ncclCommInitRank(&comm_, host.size(), id, host.rank()));
   }
   explicit Nccl(ncclComm_t comm) : comm_(comm) {}
+
+  // Two processes of the run on one GPU (a CUDA_VISIBLE_DEVICES exported alike to all of them, say)
+  // would fail later, in NCCL's init, with a message of its own: each process puts its GPU's UUID
+  // in its slot of a table summed over the processes, and every process reads the same table, so
+  // all refuse alike.
+  static void refuse_shared_gpus(Communicator& host) {
+    int device = 0;
+    AG_CUDA_CHECK(cudaGetDevice(&device));
+    cudaDeviceProp properties{};
+    AG_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+    static_assert(sizeof properties.uuid.bytes == 16, "a GPU's UUID travels as two int64 elements");
+    const int P = host.size();
+    const Tensor uuids = Tensor::zeros({P, 2}, DType::Int64);
+    auto* slot = static_cast<int64_t*>(uuids.raw_data());
+    std::memcpy(slot + 2 * host.rank(), properties.uuid.bytes, 16);
+    host.all_reduce_sum(uuids);  // each slot has one writer: the sum is its value
+    for (int a = 1; a < P; ++a)
+      for (int b = 0; b < a; ++b)
+        AG_CHECK(slot[2 * a] != slot[2 * b] || slot[2 * a + 1] != slot[2 * b + 1],
+                 "--device cuda: processes " << b << " and " << a << " of this run were given the same GPU "
+                     "(CUDA_VISIBLE_DEVICES showing each the same one?); start at most one process per GPU");
+  }
   // Like the CUDA context, never destroyed: the process's exit releases it, and
   // nothing calls into NCCL or CUDA while they shut down.
 
