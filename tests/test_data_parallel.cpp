@@ -415,9 +415,16 @@ TEST_CASE("data parallel: when a process is killed mid-run, the others end withi
   CHECK(seconds < 20);
 }
 
+namespace {
+// mpirun for one process on the GPU, or "" when the case skips (no device, NCCL or MPI: it says which).
+std::string one_gpu_process_or_skip() {
+  if (!ag::test::cuda_or_skip() || !ag::test::nccl_or_skip()) return "";
+  return mpirun_or_skip(1);
+}
+}  // namespace
+
 TEST_CASE("cuda: one MPI process on the GPU (NCCL collectives) trains as one process alone") {
-  if (!ag::test::cuda_or_skip() || !ag::test::nccl_or_skip()) return;
-  const std::string mpirun = mpirun_or_skip(1);
+  const std::string mpirun = one_gpu_process_or_skip();
   if (mpirun.empty()) return;
   TrainConfig c = parallel_run("cuda_alone");
   c.run.device = Device::CUDA;
@@ -437,8 +444,7 @@ TEST_CASE("cuda: one MPI process on the GPU (NCCL collectives) trains as one pro
 // eval, too, takes its GPU and joins NCCL under mpirun (its losses are all-reduced over the
 // processes, a collective on CUDA tensors): it once did neither and stopped at that all-reduce.
 TEST_CASE("cuda: char_lm eval on one MPI process on the GPU gives the loss it gives alone") {
-  if (!ag::test::cuda_or_skip() || !ag::test::nccl_or_skip()) return;
-  const std::string mpirun = mpirun_or_skip(1);
+  const std::string mpirun = one_gpu_process_or_skip();
   if (mpirun.empty()) return;
   TrainConfig c = parallel_run("cuda_eval");
   c.run.device = Device::CUDA;
