@@ -128,19 +128,21 @@ void check_bitwise(const std::string& name, const Tensor& got, const Tensor& wan
     }
 }
 
-// The fixtures are g++'s: the build scripts/build.sh makes and CI's suite runs, where every value here
-// is compared bit for bit. clang builds the sanitizer suite, and it vectorises two kinds of loop
+// The fixtures are g++'s at Release's -O3: the build scripts/build.sh makes and CI's suite runs,
+// where every value here is compared bit for bit (CMakeLists.txt defines ATTOGRAD_FIXTURE_BUILD
+// for that build alone). clang builds the sanitizer suite, and it vectorises two kinds of loop
 // otherwise (layer norm's and log-sum-exp's `omp simd` reductions, and the libmvec calls g++ makes
 // in core/cpu/elementwise.cpp under -ffast-math: README.md beside the fixtures), which moves the last
-// bits of what passes through a whole model. There, and only there, a GPT's logits and char_lm grads'
+// bits of what passes through a whole model; so does g++ at another level (a Debug or -O1 build
+// does not vectorise those loops) or with -march=native. There, and only there, a GPT's logits and char_lm grads'
 // float64 gradients are compared to 1e-12 of the largest |value| (the tensor's, or for the
 // gradients the file's), and a new run's float32 weights by their names,
 // shapes and metadata; the attention op's, the modules' and the processes' outputs and the sampled texts
 // stay bitwise.
-#if defined(__clang__)
-constexpr bool kFixtureCompiler = false;
+#if defined(ATTOGRAD_FIXTURE_BUILD)
+constexpr bool kFixtureBuild = true;
 #else
-constexpr bool kFixtureCompiler = true;
+constexpr bool kFixtureBuild = false;
 #endif
 
 // What a comparison needs: Bits always, or Bits with the fixtures' compiler and else 1e-12 of the
@@ -157,12 +159,12 @@ double largest_abs(const Tensor& t) {
 // `scale`: what the error is relative to, at least the tensor's own max |value| (a whole file's, for
 // gradients that are exactly zero in exact arithmetic, such as W_K's bias under softmax).
 void check_saved(const std::string& name, const Tensor& got, const Tensor& want, Compare how, double scale = 0) {
-  if (kFixtureCompiler || how == Compare::Bits) return check_bitwise(name, got, want);
+  if (kFixtureBuild || how == Compare::Bits) return check_bitwise(name, got, want);
   INFO(name);
   REQUIRE(got.dtype() == want.dtype());
   REQUIRE(got.shape() == want.shape());
   const double error = ag::test::max_abs_error(got, want), bound = 1e-12 * std::max(scale, largest_abs(want));
-  INFO("max |difference| " << error << ", 1e-12 of the scale " << bound << " (another compiler than the fixtures')");
+  INFO("max |difference| " << error << ", 1e-12 of the scale " << bound << " (built otherwise than the fixtures')");
   CHECK(error <= bound);
 }
 
@@ -720,8 +722,8 @@ TEST_CASE("before 46: checkpoints of every model variant load, sample the same t
   else if (!same_float32_training)
     MESSAGE("this CPU has no AVX-512: its float32 training rounds otherwise than the saved checkpoints' "
             "(AG_VECTOR_CLONES), so only their names, shapes and metadata are compared with a new run's");
-  if (!kFixtureCompiler)
-    MESSAGE("built by another compiler than the fixtures' (clang: the sanitizer build): a new run's float32 weights are "
+  if (!kFixtureBuild)
+    MESSAGE("built otherwise than the fixtures' g++ at Release's -O3 (clang's sanitizer build, a Debug build, -march=native): a new run's float32 weights are "
             "compared by names, shapes and metadata, char_lm grads' float64 gradients and the GPT logits to 1e-12 of their largest |value|");
   for (const Variant& v : variants()) {
     CAPTURE(v.name);
@@ -736,7 +738,7 @@ TEST_CASE("before 46: checkpoints of every model variant load, sample the same t
       fs::copy_file(trained, char_lm::model_path(unit), fs::copy_options::overwrite_existing);
     } else {
       check_same_tensors(v.name + ": the weights char_lm train writes", load_safetensors(trained),
-                         load_safetensors(char_lm::model_path(unit)), same_float32_training && kFixtureCompiler);
+                         load_safetensors(char_lm::model_path(unit)), same_float32_training && kFixtureBuild);
     }
     // The saved checkpoint samples the same text, through the KV cache and without it.
     const std::string sample = kSample + " " + v.settings + " --ckpt '" + unit + "'";
