@@ -133,8 +133,8 @@ void check_bitwise(const std::string& name, const Tensor& got, const Tensor& wan
 // for that build alone). clang builds the sanitizer suite, and it vectorises two kinds of loop
 // otherwise (layer norm's and log-sum-exp's `omp simd` reductions, and the libmvec calls g++ makes
 // in core/cpu/elementwise.cpp under -ffast-math: README.md beside the fixtures), which moves the last
-// bits of what passes through a whole model; so does g++ at another level (a Debug or -O1 build
-// does not vectorise those loops) or with -march=native. There, and only there, a GPT's logits and char_lm grads'
+// bits of what passes through a whole model; so does g++ at another level (measured at -O1 and
+// -O0; which loops, not isolated) or, untried, with -march=native. There, and only there, a GPT's logits and char_lm grads'
 // float64 gradients are compared to 1e-12 of the largest |value| (the tensor's, or for the
 // gradients the file's), and a new run's float32 weights by their names,
 // shapes and metadata; the attention op's, the modules' and the processes' outputs and the sampled texts
