@@ -26,10 +26,6 @@ if(ATTOGRAD_SANITIZE)
   # clang warns for each `omp simd` loop it cannot vectorise (a speed matter,
   # already seen in the plain clang build); here it would only bury findings.
   add_compile_options($<$<CXX_COMPILER_ID:Clang>:-Wno-pass-failed>)
-  # libstdc++'s own checks (an index past a container's size, front() of an empty one):
-  # ASan sees such an index only where it also passes the capacity. They change no arithmetic
-  # and no ABI (docs/reliability.md, "Checked by hand, not in CI": they held over the suite).
-  add_compile_definitions(_GLIBCXX_ASSERTIONS)
   add_link_options(-fsanitize=${ATTOGRAD_SANITIZE})
   # Position-dependent programs: as PIE, a sanitized test binary's relocations are
   # applied by the loader at every start, and CTest starts one process per test
