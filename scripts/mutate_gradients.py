@@ -29,6 +29,8 @@ Outcomes:
 Each survivor is then run again in an ASan + UBSan build (clang, as CI's second
 suite; --no-sanitizers skips it): a loop one step too far may pass the plain
 suite and be caught there, and counts as killed-by-sanitizers.
+The worktree is registered with git (`git worktree list`); after deleting the
+folder, `git worktree prune` forgets it.
 Results go to FOLDER/results.csv, one row per mutant, as they finish; a second
 run with the same arguments resumes (one campaign per folder at a time), and a
 larger --sample runs the same mutants first, then more. The score printed at the end is
