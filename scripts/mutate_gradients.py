@@ -272,9 +272,10 @@ def main():
         sys.exit("mutate_gradients: the unmutated suite fails; nothing to compare against")
 
     results = os.path.join(folder, "results.csv")
-    done = {}
+    # A mutant is its file and its name: core/cpu/softmax.cpp and core/ops/softmax.cpp both have softmax.mutant.36.cpp.
+    done = set()
     if os.path.exists(results):
-        done = {row["mutant"]: row for row in csv.DictReader(open(results))}
+        done = {(row["file"], row["mutant"]) for row in csv.DictReader(open(results))}
     out = open(results, "a", newline="")
     writer = csv.writer(out)
     if not done:
@@ -282,7 +283,7 @@ def main():
                          "under_sanitizers"])
     for rel, mutant in sample:
         name = os.path.basename(mutant)
-        if name in done:
+        if (rel, name) in done:
             continue
         line, before, after, outcome, failed, build_s, test_s = try_mutant(src, rel, mutant, build_cmd, test_cmd, env)
         writer.writerow([rel, name, line, before, after, outcome, failed, round(build_s, 1), round(test_s, 1), ""])
@@ -294,9 +295,9 @@ def main():
     # CI runs the suite a second time under ASan and UBSan: a survivor that writes out of
     # bounds (a loop one step too far) is caught there. Each survivor again, in that build.
     rows = list(csv.DictReader(open(results)))
-    by_name = {os.path.basename(m): (rel, m) for rel, m in sample}
+    in_sample = {(rel, os.path.basename(m)): m for rel, m in sample}
     pending = [row for row in rows if row["outcome"] == "survived" and not row["under_sanitizers"]
-               and row["mutant"] in by_name]
+               and (row["file"], row["mutant"]) in in_sample]
     if pending and args.sanitizers:
         sbuild = os.path.join(folder, "build-sanitize")
         if not os.path.isdir(sbuild):
@@ -309,10 +310,10 @@ def main():
         senv = dict(env, UBSAN_OPTIONS="print_stacktrace=1")
         subprocess.run(sbuild_cmd, check=True, stdout=subprocess.DEVNULL)
         for row in pending:
-            rel, mutant = by_name[row["mutant"]]
-            *_, outcome, failed, _, _ = try_mutant(src, rel, mutant, sbuild_cmd, stest_cmd, senv)
+            mutant = in_sample[(row["file"], row["mutant"])]
+            *_, outcome, failed, _, _ = try_mutant(src, row["file"], mutant, sbuild_cmd, stest_cmd, senv)
             row["under_sanitizers"] = outcome + (f": {failed}" if failed else "")
-            print(f"sanitizers: {outcome:15s} {rel}:{row['line']}", flush=True)
+            print(f"sanitizers: {outcome:15s} {row['file']}:{row['line']}", flush=True)
             with open(results, "w", newline="") as f:  # the whole table again, this row's verdict in it
                 table = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
                 table.writeheader()
