@@ -27,6 +27,13 @@ if(ATTOGRAD_SANITIZE)
   # already seen in the plain clang build); here it would only bury findings.
   add_compile_options($<$<CXX_COMPILER_ID:Clang>:-Wno-pass-failed>)
   add_link_options(-fsanitize=${ATTOGRAD_SANITIZE})
+  # libstdc++'s std::vector tells ASan which part of its capacity lies past its size, so
+  # an index past size() but within capacity() (a scratch vector reused at a smaller
+  # size) is reported too, as tensors' memory is (core/tensor.cpp poisons the
+  # caching allocator's slack).
+  if(ATTOGRAD_SANITIZE MATCHES "address")
+    add_compile_definitions(_GLIBCXX_SANITIZE_VECTOR)
+  endif()
   # Position-dependent programs: as PIE, a sanitized test binary's relocations are
   # applied by the loader at every start, and CTest starts one process per test
   # case (docs/performance.md, "Build and test times").

@@ -19,8 +19,13 @@
 //     and the call is retried once. empty_cache() does the same on demand (after
 //     a change of shapes has left many blocks of sizes no longer used).
 //   - A mutex guards the lists: tensors may be freed on any thread.
-//   - Blocks are not poisoned or cleared: a new tensor's contents are undefined,
-//     as they were with malloc.
+//   - Blocks are not cleared: a new tensor's contents are undefined, as they were
+//     with malloc. The System is told when a block starts serving a request and
+//     when it comes back (lend, take_back): the host's poisons, under
+//     AddressSanitizer, a block's bytes past the request and a cached block's
+//     bytes, so that the sanitizer build reports a kernel that reads or writes
+//     past a tensor's end, or memory of a tensor already freed, as it would with
+//     malloc (the cache would otherwise hide both: core/tensor.cpp).
 //   - Private pools, for CUDA graphs (cuda/graph.h; PyTorch's design). A captured
 //     graph keeps the addresses its kernels were recorded with, and every replay
 //     writes them again: those blocks must never serve another tensor while the
@@ -41,6 +46,8 @@
 // System supplies the memory:
 //   static void* allocate(size_t bytes);  // nullptr when out of memory
 //   static void release(void* ptr);
+//   static void lend(void* ptr, size_t nbytes, size_t size);  // the block (size bytes) now serves nbytes
+//   static void take_back(void* ptr, size_t size);            // the block is free again, cached
 // (C++17: nvcc compiles this header too.)
 #pragma once
 #include <algorithm>
@@ -86,6 +93,7 @@ class CachingAllocator {
       stats_.pool_bytes += size;
     }
     stats_.in_use_bytes += size;
+    System::lend(ptr, nbytes, size);
     return ptr;
   }
 
@@ -104,6 +112,7 @@ class CachingAllocator {
       owner_[ptr] = {pool, size};
       stats_.pool_bytes += size;
     }
+    System::take_back(ptr, size);
     (pool ? pools_[pool].free : free_)[size].push_back(ptr);
     stats_.in_use_bytes -= size;
     stats_.cached_bytes += size;

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <iomanip>
 
+#include <sanitizer/asan_interface.h>
+
 #include "core/autograd.h"
 #include "core/caching_allocator.h"
 #include "core/dispatch.h"
@@ -19,6 +21,16 @@ struct HostMemory {
   // a multiple of it, as aligned_alloc requires).
   static void* allocate(size_t bytes) { return std::aligned_alloc(64, bytes); }
   static void release(void* ptr) { std::free(ptr); }
+  // Under AddressSanitizer (scripts/build_sanitize.sh) only a tensor's own bytes
+  // may be touched: the rest of its rounded block, and every byte of a block in
+  // the cache, are poisoned, and an access there is reported ("use-after-poison")
+  // where malloc's red zones and quarantine would have caught it. Elsewhere the
+  // macros do nothing.
+  static void lend(void* ptr, size_t nbytes, size_t size) {
+    ASAN_UNPOISON_MEMORY_REGION(ptr, nbytes);
+    ASAN_POISON_MEMORY_REGION(static_cast<char*>(ptr) + nbytes, size - nbytes);
+  }
+  static void take_back(void* ptr, size_t size) { ASAN_POISON_MEMORY_REGION(ptr, size); }
 };
 
 CachingAllocator<HostMemory>& host_allocator() {

@@ -91,9 +91,57 @@ struct RecordingMemory {
     ++releases;
     std::free(ptr);
   }
+  struct Lent {
+    void* ptr;
+    size_t nbytes, size;
+    bool operator==(const Lent&) const = default;
+  };
+  static inline std::vector<Lent> lent;             // every lend(), in order
+  static inline std::vector<Lent> taken_back;       // every take_back(), nbytes 0
+  static void lend(void* ptr, size_t nbytes, size_t size) { lent.push_back({ptr, nbytes, size}); }
+  static void take_back(void* ptr, size_t size) { taken_back.push_back({ptr, 0, size}); }
 };
 using PoolAllocator = CachingAllocator<RecordingMemory>;
 }  // namespace
+
+TEST_CASE("allocator: the system is told each block's request when it is lent, and its block when it comes back") {
+  // What lets the host's System poison the bytes no tensor owns (core/tensor.cpp).
+  RecordingMemory::lent.clear();
+  RecordingMemory::taken_back.clear();
+  PoolAllocator a("test memory");
+  void* first = a.allocate(1000);
+  a.deallocate(first, 1000);
+  void* again = a.allocate(1001);  // the same 1024-byte block, from the list this time
+  CHECK(again == first);
+  void* empty = a.allocate(0);  // a block of its own, none of whose bytes is the tensor's
+  a.deallocate(again, 1001);
+  a.deallocate(empty, 0);
+  using Lent = RecordingMemory::Lent;
+  CHECK(RecordingMemory::lent == std::vector<Lent>{{first, 1000, 1024}, {first, 1001, 1024}, {empty, 0, 512}});
+  CHECK(RecordingMemory::taken_back == std::vector<Lent>{{first, 0, 1024}, {first, 0, 1024}, {empty, 0, 512}});
+  a.empty_cache();
+}
+
+#if AG_TEST_ADDRESS_SANITIZER
+// Only in the sanitizer build (scripts/build_sanitize.sh): elsewhere nothing is poisoned.
+TEST_CASE("allocator: under AddressSanitizer a tensor's bytes are addressable, its block's rest and a freed tensor's are not") {
+  const char* freed = nullptr;
+  {
+    const Tensor t = Tensor::empty({1001});  // 4004 bytes of a 4096-byte block
+    const char* bytes = static_cast<const char*>(t.raw_data());
+    CHECK(__asan_region_is_poisoned(const_cast<char*>(bytes), 4004) == nullptr);
+    CHECK(__asan_address_is_poisoned(bytes + 4004));  // mid-granule: ASan's shadow marks 4 of 8 bytes
+    CHECK(__asan_address_is_poisoned(bytes + 4095));
+    freed = bytes;
+  }
+  CHECK(__asan_address_is_poisoned(freed));  // cached, not the tensor's any more
+  CHECK(__asan_address_is_poisoned(freed + 4003));
+  const Tensor next = Tensor::empty({1000});  // the cached block again, now 4000 bytes
+  CHECK(next.raw_data() == freed);
+  CHECK(__asan_region_is_poisoned(const_cast<char*>(freed), 4000) == nullptr);
+  CHECK(__asan_address_is_poisoned(freed + 4000));
+}
+#endif
 
 TEST_CASE("allocator pool: blocks of a captured pool serve no general request and survive empty_cache") {
   PoolAllocator a("test memory");

@@ -76,17 +76,7 @@ int64_t tensor_bytes() {
 
 // AddressSanitizer keeps freed memory in quarantine instead of reusing it: there every
 // allocation grows the resident set, and RSS measures the sanitizer, not the cache.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kResidentMemoryMeasurable = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kResidentMemoryMeasurable = false;
-#else
-constexpr bool kResidentMemoryMeasurable = true;
-#endif
-#else
-constexpr bool kResidentMemoryMeasurable = true;
-#endif
+constexpr bool kResidentMemoryMeasurable = !AG_TEST_ADDRESS_SANITIZER;
 }  // namespace
 
 TEST_CASE("char_lm positions: position is saved, rope, alibi and none have no pos_emb, absent means learned") {
