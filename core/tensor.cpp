@@ -4,11 +4,10 @@
 #include <cstring>
 #include <iomanip>
 
-#include <sanitizer/asan_interface.h>
-
 #include "core/autograd.h"
 #include "core/caching_allocator.h"
 #include "core/dispatch.h"
+#include "core/sanitizer.h"
 #include "cuda/context.h"
 
 namespace ag {
@@ -24,11 +23,14 @@ struct HostMemory {
   // Under AddressSanitizer (scripts/build_sanitize.sh) only a tensor's own bytes
   // may be touched: the rest of its rounded block, and every byte of a block in
   // the cache, are poisoned, and an access there is reported ("use-after-poison")
-  // where malloc's red zones and quarantine would have caught it. Elsewhere the
-  // macros do nothing.
+  // where malloc's red zones and quarantine would have caught it. And a lent
+  // block's bytes are set to 0xFF (NaN in float32 and float64, -1 in int64), as
+  // ASan fills what malloc hands out, so a kernel that reads an output it never
+  // wrote sees NaN, not the values a block's last tensor left. Elsewhere nothing.
   static void lend(void* ptr, size_t nbytes, size_t size) {
     ASAN_UNPOISON_MEMORY_REGION(ptr, nbytes);
     ASAN_POISON_MEMORY_REGION(static_cast<char*>(ptr) + nbytes, size - nbytes);
+    if (AG_ADDRESS_SANITIZER) std::memset(ptr, 0xFF, nbytes);
   }
   static void take_back(void* ptr, size_t size) { ASAN_POISON_MEMORY_REGION(ptr, size); }
 };

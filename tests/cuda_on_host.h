@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "core/attention_math.h"
+#include "core/sanitizer.h"
 
 namespace ag::test::cuda_host {
 
@@ -54,19 +55,7 @@ inline Dim3 block_dim, grid_dim;        // set before a launch's fibers start
 // saves and restores the signal mask, a system call at every switch, which was most of the
 // time these tests took (docs/performance.md, issue 45's section). Elsewhere, ucontext.
 // Under ASan each switch is announced (__sanitizer_start_switch_fiber and _finish_), so that it
-// knows which stack is running.
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define AG_FIBERS_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define AG_FIBERS_ASAN 1
-#endif
-#ifdef AG_FIBERS_ASAN
-#include <sanitizer/asan_interface.h>
-#include <sanitizer/common_interface_defs.h>
-#endif
+// knows which stack is running (core/sanitizer.h).
 
 #if defined(__x86_64__)
 // ag_cuda_host_switch(&from, to): pushes rbp, rbx, r12–r15 and the control words on the running
@@ -162,7 +151,7 @@ class Fibers {
     // From the stack's top (16-aligned) down: a zero return address for start() (so that it is
     // entered with the stack as after a call), start() as the switch's return address, the six
     // registers (zero), the control words (MXCSR's and the x87's defaults).
-#ifdef AG_FIBERS_ASAN
+#if AG_ADDRESS_SANITIZER
     // A stack used before keeps its last fiber's frames' poisoned red zones: cleared for the new one.
     __asan_unpoison_memory_region(stack, kStack);
 #endif
@@ -190,7 +179,7 @@ class Fibers {
   // fiber, a fiber back to the scheduler; a finished fiber's switch is never returned to (ASan
   // may then drop its fake frames).
   static void switch_context(Context& from, Context& to, const void* to_bottom, size_t to_size, bool finished) {
-#ifdef AG_FIBERS_ASAN
+#if AG_ADDRESS_SANITIZER
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(finished ? nullptr : &fake, to_bottom, to_size);
 #else
@@ -201,7 +190,7 @@ class Fibers {
 #else
     swapcontext(&from, &to);
 #endif
-#ifdef AG_FIBERS_ASAN
+#if AG_ADDRESS_SANITIZER
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
   }
@@ -226,7 +215,7 @@ class Fibers {
   static void start() {
     Fibers* self = current_;
     const unsigned i = self->index_;
-#ifdef AG_FIBERS_ASAN
+#if AG_ADDRESS_SANITIZER
     // Where the scheduler's stack is (the thread's own), for the switches back to it.
     __sanitizer_finish_switch_fiber(nullptr, &self->scheduler_bottom_, &self->scheduler_size_);
 #endif

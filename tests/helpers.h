@@ -20,26 +20,11 @@
 #include "core/autograd.h"
 #include "core/gradcheck.h"
 #include "core/ops.h"
+#include "core/sanitizer.h"
 #include "core/threads.h"
 #include "cuda/context.h"
 #include "nn/gpt.h"
 #include "nn/module.h"
-
-// 1 in the AddressSanitizer build (scripts/build_sanitize.sh): clang says so with
-// __has_feature, g++ with __SANITIZE_ADDRESS__.
-#if defined(__SANITIZE_ADDRESS__)
-#define AG_TEST_ADDRESS_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define AG_TEST_ADDRESS_SANITIZER 1
-#endif
-#endif
-#ifndef AG_TEST_ADDRESS_SANITIZER
-#define AG_TEST_ADDRESS_SANITIZER 0
-#endif
-#if AG_TEST_ADDRESS_SANITIZER
-#include <sanitizer/asan_interface.h>
-#endif
 
 namespace ag::test {
 

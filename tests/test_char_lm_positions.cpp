@@ -76,7 +76,7 @@ int64_t tensor_bytes() {
 
 // AddressSanitizer keeps freed memory in quarantine instead of reusing it: there every
 // allocation grows the resident set, and RSS measures the sanitizer, not the cache.
-constexpr bool kResidentMemoryMeasurable = !AG_TEST_ADDRESS_SANITIZER;
+constexpr bool kResidentMemoryMeasurable = !AG_ADDRESS_SANITIZER;
 }  // namespace
 
 TEST_CASE("char_lm positions: position is saved, rope, alibi and none have no pos_emb, absent means learned") {
