@@ -264,8 +264,15 @@ TEST_CASE_EVERY_DEVICE("mlp: fp32, tf32 and bf16 on a device stay within the bou
         CAPTURE(name_of(p));
         const int64_t before = cuda::epilogue_products();
         const std::vector<double> worst = error_over_bound(device, mlp_inputs({N, C}, F, 260), approx, p);
-        MESSAGE(name_of(p) << " " << name_of(approx) << " F=" << F << ": " << cuda::epilogue_products() - before
+        const int64_t products = cuda::epilogue_products() - before;
+        MESSAGE(name_of(p) << " " << name_of(approx) << " F=" << F << ": " << products
                            << " products through cuBLASLt's epilogues");
+        // The fused path ran where cuda/mlp.cu fuses, not a silent fallback (F a multiple of 8, as
+        // in the fp32 case above): the tanh GELU's forward (GELU_AUX_BIAS) and backward (DGELU_BGRAD)
+        // epilogues under tf32 and bf16, and proj's weight product with its bias gradient (BGRADA)
+        // in every precision but bf16, where cuBLASLt's A would be the rounded copy.
+        if (F % 8 == 0)
+          CHECK(products == (approx == GeluApprox::Tanh && p != Precision::FP32 ? 2 : 0) + (p != Precision::BF16 ? 1 : 0));
         for (size_t r = 0; r < worst.size(); ++r) {
           MESSAGE(name_of(p) << " " << name_of(approx) << " F=" << F << " " << names[r] << ": error / bound " << worst[r]);
           CHECK(worst[r] <= 1.0);
