@@ -33,6 +33,7 @@ namespace {
 // modifiers a case leaves out are there but not read (and need no gradient).
 struct ModsCase {
   bool cap = false, sinks = false, relative = false, indexed = false, custom = false;
+  bool custom_scale = false;  // the other custom function, temperature() below (instead of locality())
   bool causal = false, bidirectional = true;
   int64_t B = 1, Hq = 2, Hkv = 1, Tq = 6, Tk = 6, d = 4;
   int64_t buckets = 8, max_distance = 5, entries = 3;
@@ -43,7 +44,8 @@ struct ModsCase {
 std::string describe(const ModsCase& c) {
   std::string s;
   for (const auto& [on, name] : {std::pair{c.cap, "cap"}, std::pair{c.sinks, "sinks"}, std::pair{c.relative, "relative"},
-                                 std::pair{c.indexed, "indexed"}, std::pair{c.custom, "custom"}, std::pair{c.causal, "causal"}})
+                                 std::pair{c.indexed, "indexed"}, std::pair{c.custom, "custom"}, std::pair{c.custom_scale, "custom_scale"},
+                                 std::pair{c.causal, "causal"}})
     if (on) s += std::string(name) + " ";
   return s + "Tq " + std::to_string(c.Tq) + " Tk " + std::to_string(c.Tk) + (c.bidirectional ? "" : " unidirectional");
 }
@@ -82,6 +84,15 @@ ScoreFunction locality() {
           .derivative = [](double, int64_t, int64_t, int64_t) { return 1.0; }};
 }
 
+// A temperature per head and distance, s · t(h, q, k) with t = 1 + h/10 + (q − k)/20 (in [0.75, 1.4]
+// here): unlike locality's, its derivative t depends on where the score is, so a derivative
+// evaluated at the wrong query, key or head (or without a query offset, Tq < Tk) fails gradcheck.
+ScoreFunction temperature() {
+  const auto t = [](int64_t h, int64_t q, int64_t k) { return 1.0 + 0.1 * static_cast<double>(h) + 0.05 * static_cast<double>(q - k); };
+  return {.value = [t](double s, int64_t h, int64_t q, int64_t k) { return s * t(h, q, k); },
+          .derivative = [t](double, int64_t h, int64_t q, int64_t k) { return t(h, q, k); }};
+}
+
 AttentionSpec spec_of(const ModsCase& c, AttentionImpl impl, const Inputs& x) {
   SoftmaxAttention softmax{.impl = impl};
   if (c.cap) softmax.mods.soft_cap = c.soft_cap;
@@ -89,6 +100,7 @@ AttentionSpec spec_of(const ModsCase& c, AttentionImpl impl, const Inputs& x) {
   if (c.relative) softmax.mods.relative = {.table = x[4], .bidirectional = c.bidirectional, .max_distance = c.max_distance};
   if (c.indexed) softmax.mods.indexed = {.table = x[5], .index = x[6]};
   if (c.custom) softmax.mods.custom = locality();
+  if (c.custom_scale) softmax.mods.custom = temperature();
   return {.function = softmax, .causal = c.causal, .layout = c.layout};
 }
 
@@ -118,7 +130,10 @@ std::vector<ModsCase> gradcheck_cases() {
     cases.push_back({.cap = true, .sinks = true, .relative = true, .indexed = true, .causal = causal});
     cases.push_back({.custom = true, .causal = causal});
     cases.push_back({.cap = true, .sinks = true, .relative = true, .custom = true, .causal = causal});
+    cases.push_back({.custom_scale = true, .causal = causal});
   }
+  // A position-dependent derivative where the queries sit after a query offset (Tq < Tk, causal).
+  cases.push_back({.custom_scale = true, .causal = true, .Tq = 3, .Tk = 7});
   // Tq ≠ Tk (queries at the last positions), BTHD, grouped and plain heads, B = 2.
   cases.push_back({.cap = true, .sinks = true, .relative = true, .indexed = true, .causal = true, .B = 2, .Hq = 2,
                    .Hkv = 2, .Tq = 3, .Tk = 7, .layout = AttentionLayout::BTHD});
@@ -131,7 +146,7 @@ TEST_CASE_EVERY_DEVICE("score mods: float64 gradcheck of q, k, v, sinks and both
   uint64_t seed = 10;
   for (const ModsCase& c : gradcheck_cases())
     for (AttentionImpl impl : attention_impls()) {
-      if (c.custom && device != Device::CPU) continue;  // a host callable: the CPU only (refused below)
+      if ((c.custom || c.custom_scale) && device != Device::CPU) continue;  // a host callable: the CPU only (refused below)
       CAPTURE(describe(c));
       CAPTURE(name_of(impl));
       const Inputs x = leaves(c, inputs_of(c, seed += 10));
