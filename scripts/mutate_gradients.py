@@ -4,10 +4,14 @@
     python3 scripts/mutate_gradients.py                  # 100 mutants, seed 1 (about an hour on 2 cores)
     python3 scripts/mutate_gradients.py --sample 20      # a quick look
     python3 scripts/mutate_gradients.py --list           # how many mutants there are, per file
+    python3 scripts/mutate_gradients.py --scope forward  # the same files' other code: the forward
 
 The code it mutates is what computes gradients on the CPU: every closure an op
 hands to record() in core/ops/*.cpp, and every function of core/cpu/*.cpp and of
 core/*_math.h whose name says backward, derivative, _grad, gradient or dgelu.
+With --scope forward, every other line of code of the same files instead (not
+the preprocessor's): the forward kernels, and the ops' checks and dispatch;
+its mutants and results are kept apart (mutants-forward/, results-forward.csv).
 Each line there is mutated by universalmutator (Groce et al.; PyPI, installed in
 the campaign's own venv, never a dependency of the build or the tests): an
 operator or constant replaced, a statement deleted, a condition negated, ... A
@@ -120,6 +124,15 @@ def gradient_lines(path):
     return sorted(l for l in lines if code[l - 1].strip() not in ("", "{", "}", "(", ")", ";", "});", "};"))
 
 
+def forward_lines(path):
+    """The 1-based lines of code of path that gradient_lines leaves out, the preprocessor's too."""
+    code = blank_comments_and_strings(open(path, encoding="utf-8").read()).split("\n")
+    gradient = set(gradient_lines(path))
+    trivial = ("", "{", "}", "(", ")", ";", "});", "};")
+    return [l for l, text in enumerate(code, 1)
+            if l not in gradient and text.strip() not in trivial and not text.lstrip().startswith("#")]
+
+
 def sources(root):
     found = []
     for folder, pattern in (("core/ops", r"\.cpp$"), ("core/cpu", r"\.cpp$"), ("core", r"_math\.h$")):
@@ -219,6 +232,8 @@ def main():
     parser.add_argument("--sample", type=int, default=100, help="how many mutants to run")
     parser.add_argument("--seed", type=int, default=1, help="the sample's seed")
     parser.add_argument("--list", action="store_true", help="count the mutants per file and stop")
+    parser.add_argument("--scope", choices=("backward", "forward"), default="backward",
+                        help="mutate the gradient code (the default) or the rest of the same files")
     parser.add_argument("--no-sanitizers", dest="sanitizers", action="store_false",
                         help="do not run the survivors again under ASan and UBSan")
     args = parser.parse_args()
@@ -237,10 +252,11 @@ def main():
     if not os.path.isdir(src):
         subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", src, "HEAD"], check=True)
     subprocess.run(["git", "-C", src, "checkout", "--", "."], check=True)  # a mutant an interrupted run left
-    mutants_dir = os.path.join(folder, "mutants")
+    forward = args.scope == "forward"
+    mutants_dir = os.path.join(folder, "mutants-forward" if forward else "mutants")
     if not os.path.isdir(mutants_dir):
         for rel in sources(src):
-            lines = gradient_lines(os.path.join(src, rel))
+            lines = (forward_lines if forward else gradient_lines)(os.path.join(src, rel))
             if lines:
                 generate(tool, src, rel, lines, os.path.join(mutants_dir, rel.replace("/", "__")))
     everything = []
@@ -271,7 +287,7 @@ def main():
     if subprocess.run(test_cmd, env=env, capture_output=True).returncode != 0:
         sys.exit("mutate_gradients: the unmutated suite fails; nothing to compare against")
 
-    results = os.path.join(folder, "results.csv")
+    results = os.path.join(folder, "results-forward.csv" if forward else "results.csv")
     # A mutant is its file and its name: core/cpu/softmax.cpp and core/ops/softmax.cpp both have softmax.mutant.36.cpp.
     done = set()
     if os.path.exists(results):
