@@ -58,6 +58,8 @@ TOOL = "universalmutator==1.14.1"
 # What tests no gradient: the installed package, the README's flow, sizes, the pages; the cuda: cases skip here.
 NOT_RUN = "^(install|readme|sizes|report|lab report|cuda): "
 NAMES = re.compile(r"\b\w*(backward|derivative|_grad|gradient|dgelu)\w*\s*\(")
+# Lines with nothing to mutate.
+TRIVIAL = ("", "{", "}", "(", ")", ";", "});", "};")
 
 
 def blank_comments_and_strings(src):
@@ -121,16 +123,15 @@ def gradient_lines(path):
             if k < len(s) and s[k] == "{":  # a definition, not a call or a declaration
                 lines.update(range(line_of(k), line_of(matching(s, k, "{", "}")) + 1))
     code = s.split("\n")
-    return sorted(l for l in lines if code[l - 1].strip() not in ("", "{", "}", "(", ")", ";", "});", "};"))
+    return sorted(l for l in lines if code[l - 1].strip() not in TRIVIAL)
 
 
 def forward_lines(path):
     """The 1-based lines of code of path that gradient_lines leaves out, the preprocessor's too."""
     code = blank_comments_and_strings(open(path, encoding="utf-8").read()).split("\n")
     gradient = set(gradient_lines(path))
-    trivial = ("", "{", "}", "(", ")", ";", "});", "};")
     return [l for l, text in enumerate(code, 1)
-            if l not in gradient and text.strip() not in trivial and not text.lstrip().startswith("#")]
+            if l not in gradient and text.strip() not in TRIVIAL and not text.lstrip().startswith("#")]
 
 
 def sources(root):
