@@ -373,6 +373,28 @@ TEST_CASE("edge attention: an additive score per edge gathered from per-node ter
   CHECK_GRADCHECK(f, terms_and_values);
 }
 
+// The edge ops a model composes itself (edge_softmax, edge_product) check their operands against the
+// graph, naming the op and the operand (core/ops/edge_attention.cpp, check_per_edge and check_keys).
+TEST_CASE("edge attention: edge_softmax and edge_product refuse operands that are not the graph's, naming the op and the operand") {
+  const EdgeCase c{.name = "shapes", .B = 1, .Hq = 2, .Hkv = 2, .Tq = 6, .Tk = 6, .d = 3, .density = 0.4, .seed = 9};
+  const EdgeGraph graph = edge_graph(random_graph(c), c.Tq, c.Tk, Device::CPU);
+  const std::string per_edge = " is not [B, Hq, E] with E = " + std::to_string(graph.E) + " edges";
+  const Tensor S = random({1, 2, graph.E}, 600), v = random({1, 2, 6, 3}, 601);
+  using ag::test::contains;
+  using ag::test::error_of;
+  CHECK(error_of([&] { edge_product(edge_softmax(S, graph), v, graph); }).empty());
+  CHECK(contains(error_of([&] { edge_softmax(random({1, 2, graph.E + 1}, 602), graph); }), "edge_softmax: S "));
+  CHECK(contains(error_of([&] { edge_softmax(random({1, 2, graph.E + 1}, 602), graph); }), per_edge));
+  CHECK(contains(error_of([&] { edge_softmax(random({2, graph.E}, 603), graph); }), "edge_softmax: S "));
+  CHECK(contains(error_of([&] { edge_product(random({1, 2, graph.E - 1}, 604), v, graph); }), "edge_product: A "));
+  CHECK(contains(error_of([&] { edge_product(random({1, 2, graph.E - 1}, 604), v, graph); }), per_edge));
+  CHECK(contains(error_of([&] { edge_product(S, random({1, 2, 5, 3}, 605), graph); }),
+                 "edge_product: v: [1,2,5,3] float64 is not [B, Hkv, Tk, d] (BHTD) or [B, Tk, Hkv, d] (BTHD) with "
+                 "B = 1, Hkv dividing Hq = 2, at least Tk = 6 rows"));
+  CHECK(contains(error_of([&] { edge_softmax(random({1, 2, 0}, 606), EdgeGraph{}); }),
+                 "edge_softmax: the edge graph is empty (make it with edge_graph)"));
+}
+
 TEST_CASE("edge attention: float32 close to float64") {
   uint64_t seed = 600;
   for (const EdgeCase& c : edge_cases()) {

@@ -200,6 +200,24 @@ TEST_CASE_EVERY_DEVICE("kv cache: gradcheck of attention over a longer cache, ev
   }
 }
 
+// The rows read are k's and v's first kv_length: one past them, or a negative count, is refused
+// by every implementation with the count and the rows there are (core/ops/attention.cpp, describe_problem).
+TEST_CASE("kv cache: a kv_length outside [0, the rows of k and v] is refused, naming it and the range") {
+  const Tensor q = random({1, 2, 2, 3}, 5), k = random({1, 7, 1, 3}, 6), v = random({1, 7, 1, 3}, 7);
+  for (AttentionImpl impl : attention_impls()) {
+    CAPTURE(name_of(impl));
+    for (const int64_t kv_length : {int64_t{8}, int64_t{-1}}) {
+      const AttentionSpec spec{.function = SoftmaxAttention{.impl = impl, .kv_length = kv_length},
+                               .causal = true, .layout = AttentionLayout::BTHD};
+      const std::string error = ag::test::error_of([&] { attention(q, k, v, spec); });
+      CHECK(ag::test::contains(error, "kv_length " + std::to_string(kv_length) + " is outside [0, 7]"));
+    }
+    const AttentionSpec all_rows{.function = SoftmaxAttention{.impl = impl, .kv_length = 7}, .causal = true,
+                                 .layout = AttentionLayout::BTHD};
+    CHECK(ag::test::error_of([&] { attention(q, k, v, all_rows); }).empty());
+  }
+}
+
 TEST_CASE_EVERY_DEVICE("gqa: H_kv ∈ {1, 2, 3} of 6 heads equals MHA with repeated W_K, W_V, gradients summed per group") {
   check_gqa_equals_repeated_mha(device);
 }
