@@ -508,8 +508,18 @@ TEST_CASE("edge attention: a bad edge list, or what the edges cannot be combined
                  "edges: an edge list needs both row_ptr and col"));
   CHECK(contains(error(good_ptr, good_col, [](AttentionSpec& s) { s.causal = true; }),
                  "the edges are the whole mask: causal and sparse patterns are not supported with them"));
-  CHECK(contains(error(good_ptr, good_col, [](AttentionSpec& s) { ag::test::softmax_of(s).masks.prefix = 1; }),
-                 "no other mask function (prefix, documents, parents, adjacency, custom) may be given with them"));
+  // Each mask function the edges would silently override, one at a time (c: B 1, Tq 4, Tk 5).
+  const std::vector<std::function<void(MaskMods&)>> other_masks{
+      [](MaskMods& m) { m.prefix = 1; },
+      [](MaskMods& m) { m.documents = Tensor::from_indices({0, 0, 1, 1, 1}, {5}); },
+      [](MaskMods& m) { m.parents = Tensor::from_indices({-1, 0, 0, 1, 2}, {5}); },
+      [](MaskMods& m) { m.adjacency = Tensor::from_indices(std::vector<int64_t>(20, 1), {4, 5}); },
+      [](MaskMods& m) { m.custom = [](int64_t, int64_t, int64_t, int64_t) { return true; }; }};
+  for (size_t i = 0; i < other_masks.size(); ++i) {
+    CAPTURE(i);
+    CHECK(contains(error(good_ptr, good_col, [&](AttentionSpec& s) { other_masks[i](ag::test::softmax_of(s).masks); }),
+                   "no other mask function (prefix, documents, parents, adjacency, custom) may be given with them"));
+  }
   CHECK(contains(error(good_ptr, good_col,
                        [](AttentionSpec& s) {
                          ag::test::softmax_of(s).score = AttentionScore::Additive;
@@ -522,6 +532,16 @@ TEST_CASE("edge attention: a bad edge list, or what the edges cannot be combined
                  "of the score modifiers (ScoreMods) only the indexed bias (ScoreMods::indexed) is supported over an "
                  "edge list, not soft_cap, sinks, relative or custom"));
   CHECK(contains(error(good_ptr, good_col, [](AttentionSpec& s) { ag::test::softmax_of(s).mods.sinks = random({2}, 1); }),
+                 "only the indexed bias (ScoreMods::indexed) is supported"));
+  CHECK(contains(error(good_ptr, good_col,
+                       [](AttentionSpec& s) { ag::test::softmax_of(s).mods.relative = {.table = random({2, 8}, 3)}; }),
+                 "only the indexed bias (ScoreMods::indexed) is supported"));
+  CHECK(contains(error(good_ptr, good_col,
+                       [](AttentionSpec& s) {
+                         ag::test::softmax_of(s).mods.custom = {
+                             .value = [](double u, int64_t, int64_t, int64_t) { return u; },
+                             .derivative = [](double, int64_t, int64_t, int64_t) { return 1.0; }};
+                       }),
                  "only the indexed bias (ScoreMods::indexed) is supported"));
   // The indexed bias: table [Hq, n] = [2, 3]; the index [Tq, Tk] = [4, 5] read at the edges
   // (0, 0), (0, 4), (2, 1), (3, 3) only, or [E] = [4]
