@@ -31,9 +31,11 @@ namespace {
 // Which modifiers a case uses, and the problem's geometry. Inputs are
 // {q, k, v, sinks, relative table, indexed table, index}; the tensors of the
 // modifiers a case leaves out are there but not read (and need no gradient).
+// The custom score function a case uses, if any: locality() or temperature() below.
+enum class Custom { None, Locality, Temperature };
 struct ModsCase {
-  bool cap = false, sinks = false, relative = false, indexed = false, custom = false;
-  bool custom_scale = false;  // the other custom function, temperature() below (instead of locality())
+  bool cap = false, sinks = false, relative = false, indexed = false;
+  Custom custom = Custom::None;
   bool causal = false, bidirectional = true;
   int64_t B = 1, Hq = 2, Hkv = 1, Tq = 6, Tk = 6, d = 4;
   int64_t buckets = 8, max_distance = 5, entries = 3;
@@ -44,7 +46,8 @@ struct ModsCase {
 std::string describe(const ModsCase& c) {
   std::string s;
   for (const auto& [on, name] : {std::pair{c.cap, "cap"}, std::pair{c.sinks, "sinks"}, std::pair{c.relative, "relative"},
-                                 std::pair{c.indexed, "indexed"}, std::pair{c.custom, "custom"}, std::pair{c.custom_scale, "custom_scale"},
+                                 std::pair{c.indexed, "indexed"}, std::pair{c.custom == Custom::Locality, "custom locality"},
+                                 std::pair{c.custom == Custom::Temperature, "custom temperature"},
                                  std::pair{c.causal, "causal"}})
     if (on) s += std::string(name) + " ";
   return s + "Tq " + std::to_string(c.Tq) + " Tk " + std::to_string(c.Tk) + (c.bidirectional ? "" : " unidirectional");
@@ -99,8 +102,7 @@ AttentionSpec spec_of(const ModsCase& c, AttentionImpl impl, const Inputs& x) {
   if (c.sinks) softmax.mods.sinks = x[3];
   if (c.relative) softmax.mods.relative = {.table = x[4], .bidirectional = c.bidirectional, .max_distance = c.max_distance};
   if (c.indexed) softmax.mods.indexed = {.table = x[5], .index = x[6]};
-  if (c.custom) softmax.mods.custom = locality();
-  if (c.custom_scale) softmax.mods.custom = temperature();
+  if (c.custom != Custom::None) softmax.mods.custom = c.custom == Custom::Locality ? locality() : temperature();
   return {.function = softmax, .causal = c.causal, .layout = c.layout};
 }
 
@@ -128,12 +130,12 @@ std::vector<ModsCase> gradcheck_cases() {
     cases.push_back({.relative = true, .causal = causal, .bidirectional = false, .buckets = 6});
     cases.push_back({.indexed = true, .causal = causal});
     cases.push_back({.cap = true, .sinks = true, .relative = true, .indexed = true, .causal = causal});
-    cases.push_back({.custom = true, .causal = causal});
-    cases.push_back({.cap = true, .sinks = true, .relative = true, .custom = true, .causal = causal});
-    cases.push_back({.custom_scale = true, .causal = causal});
+    cases.push_back({.custom = Custom::Locality, .causal = causal});
+    cases.push_back({.cap = true, .sinks = true, .relative = true, .custom = Custom::Locality, .causal = causal});
+    cases.push_back({.custom = Custom::Temperature, .causal = causal});
   }
   // A position-dependent derivative where the queries sit after a query offset (Tq < Tk, causal).
-  cases.push_back({.custom_scale = true, .causal = true, .Tq = 3, .Tk = 7});
+  cases.push_back({.custom = Custom::Temperature, .causal = true, .Tq = 3, .Tk = 7});
   // Tq ≠ Tk (queries at the last positions), BTHD, grouped and plain heads, B = 2.
   cases.push_back({.cap = true, .sinks = true, .relative = true, .indexed = true, .causal = true, .B = 2, .Hq = 2,
                    .Hkv = 2, .Tq = 3, .Tk = 7, .layout = AttentionLayout::BTHD});
@@ -146,7 +148,7 @@ TEST_CASE_EVERY_DEVICE("score mods: float64 gradcheck of q, k, v, sinks and both
   uint64_t seed = 10;
   for (const ModsCase& c : gradcheck_cases())
     for (AttentionImpl impl : attention_impls()) {
-      if ((c.custom || c.custom_scale) && device != Device::CPU) continue;  // a host callable: the CPU only (refused below)
+      if (c.custom != Custom::None && device != Device::CPU) continue;  // a host callable: the CPU only (refused below)
       CAPTURE(describe(c));
       CAPTURE(name_of(impl));
       const Inputs x = leaves(c, inputs_of(c, seed += 10));
@@ -386,7 +388,7 @@ TEST_CASE("score mods: a custom score function — the README's example runs, an
 }
 
 TEST_CASE_EVERY_DEVICE("score mods: a custom score function without a derivative, or on CUDA, is refused") {
-  const ModsCase c{.custom = true};
+  const ModsCase c{.custom = Custom::Locality};
   Inputs x;
   for (const Tensor& t : inputs_of(c, 970)) x.push_back(t.detach().to(device));
   AttentionSpec spec = spec_of(c, AttentionImpl::Dense, x);
