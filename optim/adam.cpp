@@ -92,10 +92,13 @@ void Adam::load_state(const NamedTensors& state) {
   for (const auto& [name, saved] : state) {
     const auto [kind, param] = parse_state_name(name);
     Pieces& pieces = loaded[param->name];
+    // A moment's tensor (defined, floating, the parameter's shape) before its values are read.
     if (kind == "exp_avg") {
+      check_state(saved, *param, name);
       check_moment(kind_, saved, name, false);
       pieces.exp_avg = &saved;
     } else if (kind == "exp_avg_sq") {
+      check_state(saved, *param, name);
       check_moment(kind_, saved, name, true);
       pieces.exp_avg_sq = &saved;
     } else if (kind == "step") {
@@ -116,8 +119,6 @@ void Adam::load_state(const NamedTensors& state) {
                kind_ << ": load_state: parameter '" << p.name << "' is at step " << pieces.step << ", the others at "
                      << step << " (all parameters step together)");
       step = pieces.step;
-      check_state(*pieces.exp_avg, p, "exp_avg." + p.name);
-      check_state(*pieces.exp_avg_sq, p, "exp_avg_sq." + p.name);
     }
   }
   for (size_t b = 0; b < exp_avg_.size(); ++b) {

@@ -549,5 +549,61 @@ TEST_CASE("optim: load_state rejects state that does not fit") {
     if (saved.name != "step.w") CHECK(saved.tensor.to_vector() == m.to_vector());
 }
 
+// Each part of a compound check alone, the rest right: a check that lost the part would let the
+// input through (a coverage build found each untested; docs/reliability.md, "Refusals no test made").
+TEST_CASE("optim: options, parameters and saved state are refused each wrong part on its own") {
+  Tensor w = param({1.0, 2.0}, {2});
+  const char* betas = "betas must lie in [0, 1)";
+  CHECK_THROWS_WITH_AS(AdamW({{"w", w}}, {.beta1 = -0.1}), doctest::Contains(betas), Error);
+  CHECK_THROWS_WITH_AS(AdamW({{"w", w}}, {.beta1 = 1.0}), doctest::Contains(betas), Error);
+  CHECK_THROWS_WITH_AS(AdamW({{"w", w}}, {.beta2 = -0.1}), doctest::Contains(betas), Error);
+  CHECK_THROWS_WITH_AS(AdamW({{"w", w}}, {.beta2 = 1.0}), "adamw: betas must lie in [0, 1), got (0.9, 1)", Error);
+  CHECK_THROWS_WITH_AS(SGD({{"w", w}}, {.momentum = -0.5}), "sgd: momentum must be >= 0, got -0.5", Error);
+  CHECK_THROWS_WITH_AS(SGD({{"w", w}}, {.nesterov = true}), doctest::Contains("sgd: nesterov needs momentum > 0 and dampening 0"), Error);
+  CHECK_THROWS_WITH_AS(SGD({{"w", w}}, {.momentum = 0.9, .dampening = 0.1, .nesterov = true}),
+                       doctest::Contains("sgd: nesterov needs momentum > 0 and dampening 0, got momentum 0.9, dampening 0.1"), Error);
+  // The parameters: a decay >= 0, each defined, floating and named once.
+  CHECK_THROWS_WITH_AS(AdamW({ParamGroup{.params = {{"w", w}}, .weight_decay = -0.1}}), "adamw: weight_decay must be >= 0, got -0.1", Error);
+  CHECK_THROWS_WITH_AS(AdamW({{"u", Tensor()}}), "adamw: parameter 'u' is undefined", Error);
+  CHECK_THROWS_WITH_AS(AdamW({{"i", Tensor::from_indices({1}, {1})}}), "adamw: parameter 'i' is [1] int64, not floating", Error);
+  CHECK_THROWS_WITH_AS(AdamW({{"w", w}, {"w", param({3.0}, {1})}}), "adamw: parameter name 'w' appears twice", Error);
+  // The learning rate and the step's device scalars: one float64 each (numel, dtype alone).
+  AdamW adamw({{"w", w}});
+  CHECK_THROWS_WITH_AS(adamw.set_lr(-1e-3), "adamw: learning rate must be >= 0, got -0.001", Error);
+  const char* lr_scalar = "is not one float64 on the parameters' device";
+  CHECK_THROWS_WITH_AS(adamw.read_lr_from(Tensor::zeros({2}, DType::Float64)), doctest::Contains(lr_scalar), Error);
+  CHECK_THROWS_WITH_AS(adamw.read_lr_from(Tensor::zeros({1}, DType::Float32)), doctest::Contains(lr_scalar), Error);
+  w.set_grad(Tensor::zeros({2}, DType::Float64));
+  CHECK_THROWS_WITH_AS(adamw.step(Tensor::zeros({2}, DType::Float64)), doctest::Contains("adamw: step: skip_unless_finite [2] float64"), Error);
+  CHECK_THROWS_WITH_AS(adamw.step(Tensor::zeros({1}, DType::Float32)), doctest::Contains("adamw: step: skip_unless_finite [1] float32"), Error);
+  // Saved state: names <kind>.<parameter>, floating tensors, one int64 step, every piece of every parameter.
+  const Tensor m = Tensor::zeros({2}, DType::Float64), step = Tensor::from_indices({1}, {1});
+  CHECK_THROWS_WITH_AS(adamw.load_state({{"exp_avg", m}}), "adamw: load_state: 'exp_avg' is not <kind>.<parameter name>", Error);
+  CHECK_THROWS_WITH_AS(adamw.load_state({{"exp_avg.w", Tensor()}, {"exp_avg_sq.w", m}, {"step.w", step}}),
+                       doctest::Contains("'exp_avg.w' is (undefined tensor), not a floating tensor"), Error);
+  CHECK_THROWS_WITH_AS(adamw.load_state({{"exp_avg.w", m}, {"exp_avg_sq.w", m}, {"step.w", Tensor()}}),
+                       doctest::Contains("'step.w' is (undefined tensor), not one int64"), Error);
+  CHECK_THROWS_WITH_AS(adamw.load_state({{"exp_avg.w", m}, {"exp_avg_sq.w", m}, {"step.w", Tensor::from_indices({1, 1}, {2})}}),
+                       doctest::Contains("'step.w' is [2] int64, not one int64"), Error);
+  const char* lacks = "adamw: load_state: parameter 'w' lacks one of exp_avg, exp_avg_sq, step";
+  CHECK_THROWS_WITH_AS(adamw.load_state({{"exp_avg_sq.w", m}, {"step.w", step}}), lacks, Error);
+  CHECK_THROWS_WITH_AS(adamw.load_state({{"exp_avg.w", m}, {"exp_avg_sq.w", m}}), lacks, Error);
+  Tensor b = param({0.5}, {1});
+  AdamW two({{"w", w}, {"b", b}});
+  const Tensor m1 = Tensor::zeros({1}, DType::Float64);
+  CHECK_THROWS_WITH_AS(two.load_state({{"exp_avg.w", m}, {"exp_avg_sq.w", m}, {"step.w", step}, {"exp_avg.b", m1},
+                                       {"exp_avg_sq.b", m1}, {"step.b", Tensor::from_indices({2}, {1})}}),
+                       "adamw: load_state: parameter 'b' is at step 2, the others at 1 (all parameters step together)", Error);
+  SGD plain({{"w", w}}, {.momentum = 0.0}), momentum({{"w", w}, {"b", b}}, {.momentum = 0.9});
+  CHECK_THROWS_WITH_AS(momentum.load_state({{"velocity.w", m}}), "sgd: load_state: unknown state 'velocity.w'", Error);
+  CHECK_THROWS_WITH_AS(plain.load_state({{"momentum.w", m}}), "sgd: load_state: 'momentum.w' given, but momentum is 0", Error);
+  CHECK_THROWS_WITH_AS(momentum.load_state({{"momentum.w", m}}), "sgd: load_state: parameter 'b' has no momentum", Error);
+  // The schedule: 0 <= warmup < decay (each alone).
+  CHECK_THROWS_WITH_AS(warmup_cosine_lr(0, {.lr = 1e-3, .min_lr = 1e-4, .warmup_iters = -1, .decay_iters = 10}),
+                       doctest::Contains("need 0 <= warmup_iters < decay_iters, got warmup_iters -1, decay_iters 10"), Error);
+  CHECK_THROWS_WITH_AS(warmup_cosine_lr(0, {.lr = 1e-3, .min_lr = 1e-4, .warmup_iters = 10, .decay_iters = 10}),
+                       doctest::Contains("got warmup_iters 10, decay_iters 10"), Error);
+}
+
 }  // namespace
 }  // namespace ag::optim
