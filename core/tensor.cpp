@@ -232,14 +232,18 @@ Tensor Tensor::reshape(const Shape& requested) const {
   });
 }
 
+// A gradient is the parameter's shape, dtype and device, as PyTorch's .grad = requires; an
+// undefined one clears it, unless it is pinned (a view into a flat buffer: zero_grad() instead).
 void Tensor::set_grad(const Tensor& grad) {
+  AG_CHECK(grad.defined() ? grad.shape() == shape() && grad.dtype() == dtype() && grad.device() == device()
+                          : !impl_->grad_pinned,
+           "set_grad: " << describe(grad) << " for a parameter " << describe(*this)
+                        << (grad.defined() ? "" : " whose gradient is a view into a flat buffer (zero_grad() clears it)"));
   if (!impl_->grad_pinned) {
     impl_->grad = grad.impl_;
     return;
   }
   Tensor pinned(impl_->grad);
-  AG_CHECK(grad.shape() == shape() && grad.dtype() == dtype() && grad.device() == device(),
-           "set_grad: " << describe(grad) << " for a parameter " << describe(*this));
   kernel::cast(grad, pinned);  // same dtype: a copy into the flat buffer
 }
 

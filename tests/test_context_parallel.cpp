@@ -353,7 +353,25 @@ TEST_CASE("context parallel (every process): ring attention refuses what it cann
   const Tensor x = ag::test::random({1, 2, 8, 4}, 2), shorter = ag::test::random({1, 2, 6, 4}, 3);
   CHECK_THROWS_WITH_AS(attention(x, shorter, shorter, {.context = &world}),
                        doctest::Contains("queries and keys at the same positions"), Error);
-  CHECK_THROWS_WITH_AS(attention(x, x, x, {.function = SoftmaxAttention{.q_offset = 2}, .context = &world}), doctest::Contains("q_offset"), Error);
+  CHECK_THROWS_WITH_AS(attention(x, x, x, {.function = SoftmaxAttention{.kv_length = 8}, .context = &world}),
+                       doctest::Contains("without a KV cache, q_offset or kv_length"), Error);
+  {
+    NoGradGuard no_grad;
+    LayerKVCache cache{.capacity = 16};
+    const Tensor rows = ag::test::random({1, 8, 2, 4}, 4);  // BTHD, as a cache holds them
+    CHECK_THROWS_WITH_AS(attention(rows, rows, rows, {.causal = true, .layout = AttentionLayout::BTHD, .cache = &cache, .context = &world}),
+                         doctest::Contains("without a KV cache, q_offset or kv_length"), Error);
+  }
+  // What the ring does not carry: each refused alone.
+  const auto refused = [&](SoftmaxAttention softmax, const char* message) {
+    CHECK_THROWS_WITH_AS(attention(x, x, x, {.function = softmax, .context = &world}), doctest::Contains(message), Error);
+  };
+  refused({.score = AttentionScore::Additive}, "additive scores and attention dropout are not supported under context parallelism");
+  refused({.dropout = {.p = 0.5}}, "additive scores and attention dropout are not supported under context parallelism");
+  refused({.mods = {.soft_cap = 5.0}}, "score modifiers (ScoreMods) are not supported under context parallelism");
+  refused({.masks = {.prefix = 2}}, "mask functions (MaskMods) are not supported under context parallelism");
+  CHECK_THROWS_WITH_AS(gather_chunks(ag::test::random({3, 4}, 5), world), doctest::Contains("is not [2, ...] (a value for each"), Error);
+  CHECK_THROWS_WITH_AS(gather_chunks(Tensor::scalar(1.0), world), doctest::Contains("is not [2, ...] (a value for each"), Error);
 }
 
 // A ring of one (this process alone: the gradient's one hop is a copy) on every device.
