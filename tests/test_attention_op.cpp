@@ -431,4 +431,131 @@ TEST_CASE("attention op: shape errors name the op, the shapes and the layout") {
                        Error);
 }
 
+
+// Each clause of a compound check alone: the others hold, so a check that lost this clause would
+// let the input through (a coverage build found each untested: docs/reliability.md, "Refusals").
+TEST_CASE("attention op: each part of the input checks refuses on its own") {
+  const auto refuses = [](const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                          const char* message) {
+    CHECK_THROWS_WITH_AS(attention(q, k, v, spec), doctest::Contains(message), Error);
+  };
+  const Tensor x = Tensor::zeros({1, 2, 3, 4});  // BHTD: B 1, H 2, T 3, d 4
+  const char* shapes = "expected q [B, Hq, Tq, d] and k, v [B, Hkv, Tk, d] (layout BHTD)";
+  refuses(x, Tensor::zeros({2, 3, 4}), Tensor::zeros({2, 3, 4}), {}, shapes);              // k not 4-D
+  refuses(x, x, Tensor::zeros({1, 2, 5, 4}), {}, shapes);                                  // v not k's shape
+  refuses(x, Tensor::zeros({2, 2, 3, 4}), Tensor::zeros({2, 2, 3, 4}), {}, shapes);        // another batch
+  refuses(x, Tensor::zeros({1, 2, 3, 2}), Tensor::zeros({1, 2, 3, 2}), {}, shapes);        // another d
+  const Tensor d0 = Tensor::zeros({1, 2, 3, 0});
+  refuses(d0, d0, d0, {}, shapes);                                                         // d = 0
+  const Tensor h0 = Tensor::zeros({1, 0, 3, 4});
+  refuses(x, h0, h0, {}, "2 query heads are not a multiple of 0 kv heads");
+
+  // The softmax function's settings.
+  const auto softmax = [](SoftmaxAttention s, bool causal = false) { return AttentionSpec{.function = s, .causal = causal}; };
+  const double inf = std::numeric_limits<double>::infinity();
+  refuses(x, x, x, softmax({.scale = inf}), "scale inf is not a positive number");
+  refuses(x, x, x, softmax({.score = AttentionScore::Additive, .leaky_slope = std::nan("")}), "leaky_slope nan is not a finite number");
+  refuses(x, x, x, softmax({.dropout = {.p = -0.5}}), "attention dropout p = -0.5 is outside [0, 1)");
+  refuses(x, x, x, softmax({.mods = {.soft_cap = inf}}), "soft_cap inf is not a positive number");
+  // A sparse pattern: each of its numbers out of range alone, and a window's companions without one.
+  const char* pattern = "(window, global, random >= 0; dilation >= 1; random <= 16)";
+  refuses(x, x, x, softmax({.pattern = {.window = -1}}, true), pattern);
+  refuses(x, x, x, softmax({.pattern = {.window = 2, .dilation = 0}}, true), pattern);
+  refuses(x, x, x, softmax({.pattern = {.window = 2, .global = -1}}, true), pattern);
+  refuses(x, x, x, softmax({.pattern = {.window = 2, .random_blocks = -1}}, true), pattern);
+  refuses(x, x, x, softmax({.pattern = {.window = 2, .random_blocks = 17}}, true), pattern);
+  const char* companions = "without one (window 0) every earlier key is visible already";
+  refuses(x, x, x, softmax({.pattern = {.dilation = 2}}, true), companions);
+  refuses(x, x, x, softmax({.pattern = {.global = 1}}, true), companions);
+  refuses(x, x, x, softmax({.pattern = {.random_blocks = 1}}, true), companions);
+
+  // The learnable tables: their rank, heads and size.
+  refuses(x, x, x, softmax({.mods = {.sinks = Tensor::zeros({2, 1})}}), "sinks [2,1] is not [Hq] = [2]");
+  refuses(x, x, x, softmax({.mods = {.sinks = Tensor::zeros({3})}}), "sinks [3] is not [Hq] with Hq = 2");
+  refuses(x, x, x, softmax({.mods = {.sinks = Tensor::zeros({2}, DType::Float64)}}), "sinks [2] float64 is not in q's dtype");
+  refuses(x, x, x, softmax({.mods = {.relative = {.table = Tensor::zeros({2, 0})}}}),
+          "relative bias table [2,0] is not [Hq, num_buckets] with Hq = 2");
+  refuses(x, x, x, softmax({.mods = {.relative = {.table = Tensor::zeros({2, 3})}}}),
+          "3 buckets leave none for distances beyond 0 (at least 4, bidirectional)");
+  refuses(x, x, x, softmax({.mods = {.relative = {.table = Tensor::zeros({2, 1}), .bidirectional = false}}}),
+          "1 buckets leave none for distances beyond 0 (at least 2)");
+  const Tensor table = Tensor::zeros({2, 5});
+  const auto indexed = [&](const Tensor& index) { return softmax({.mods = {.indexed = {.table = table, .index = index}}}); };
+  const char* index_shape = "is not int64 [Tq, Tk] = [3,3] on q's device";
+  refuses(x, x, x, indexed({}), "indexed bias index (none) is not int64 [Tq, Tk]");
+  refuses(x, x, x, indexed(Tensor::zeros({3, 3})), index_shape);                                  // float32
+  refuses(x, x, x, indexed(Tensor::from_indices(std::vector<int64_t>(9, 0), {9})), index_shape);   // 1-D
+  refuses(x, x, x, indexed(Tensor::from_indices(std::vector<int64_t>(6, 0), {2, 3})), index_shape); // Tq rows wrong
+  refuses(x, x, x, indexed(Tensor::from_indices(std::vector<int64_t>(6, 0), {3, 2})), index_shape); // Tk columns wrong
+  refuses(x, x, x, indexed(Tensor::from_indices({0, 0, 0, 0, -1, 0, 0, 0, 0}, {3, 3})),
+          "indexed bias index[1, 1] = -1 is outside its table's 5 entries [0, 5)");
+  refuses(x, x, x, softmax({.mods = {.indexed = {.table = Tensor::zeros({2, 0}), .index = Tensor::from_indices(std::vector<int64_t>(9, 0), {3, 3})}}}),
+          "indexed bias table [2,0] is not [Hq, n] with Hq = 2");
+
+  // Mask functions: each operand's dtype, rank and size, and where the queries sit.
+  const auto masked = [&](MaskMods m, std::optional<int64_t> q_offset = std::nullopt) {
+    return softmax({.q_offset = q_offset, .masks = std::move(m)});
+  };
+  const char* documents = "are not int64 [Tk] or [B, Tk] = [3] or [1, 3] (one id per key position)";
+  refuses(x, x, x, masked({.documents = Tensor::zeros({3})}), documents);                                  // float32
+  refuses(x, x, x, masked({.documents = Tensor::from_indices({0, 0, 0, 0, 0, 0}, {2, 3})}), documents);     // B rows wrong
+  refuses(x, x, x, masked({.documents = Tensor::from_indices({0, 0, 0, 0}, {1, 4})}), documents);           // Tk wrong
+  refuses(x, x, x, masked({.documents = Tensor::from_indices({0, 0, 0}, {3})}, -1),
+          "document ids are given per key position, and queries at -1..1 are not all among the 3 keys");
+  refuses(x, x, x, masked({.documents = Tensor::from_indices({0, 0, 0}, {3})}, 1),
+          "document ids are given per key position, and queries at 1..3 are not all among the 3 keys");
+  refuses(x, x, x, masked({.prefix = -1}), "prefix-LM prefix -1 is outside [0, 3] (the keys)");
+  const char* parents = "are not int64 [Tk] = [3] (one per key position)";
+  refuses(x, x, x, masked({.parents = Tensor::zeros({3})}), parents);
+  refuses(x, x, x, masked({.parents = Tensor::from_indices({-1, 0, 1}, {1, 3})}), parents);
+  const Tensor chain = Tensor::from_indices({-1, 0, 1}, {3});
+  refuses(x, x, x, masked({.parents = chain, .tree_prefix = -1}), "token tree prefix -1 is outside [0, 3]");
+  refuses(x, x, x, masked({.parents = chain, .tree_prefix = 4}), "token tree prefix 4 is outside [0, 3]");
+  refuses(x, x, x, masked({.parents = Tensor::from_indices({-1, -2, 1}, {3})}),
+          "token tree node 1 has parent -2, not earlier than the node");
+  const char* adjacency = "is not [Tq, Tk] = [3, 3] or [B, Tq, Tk] = [1, 3, 3]";
+  refuses(x, x, x, masked({.adjacency = Tensor::ones({3})}), adjacency);          // 1-D
+  refuses(x, x, x, masked({.adjacency = Tensor::ones({2, 3, 3})}), adjacency);    // B wrong
+  refuses(x, x, x, masked({.adjacency = Tensor::ones({2, 3})}), adjacency);       // Tq wrong
+  refuses(x, x, x, masked({.adjacency = Tensor::ones({3, 2})}), adjacency);       // Tk wrong
+
+  // rope: the position encoding's input (an odd head size) and rope() itself on a 3-D x.
+  const Tensor odd = Tensor::zeros({1, 2, 3, 3});
+  refuses(odd, odd, odd, {.position = PositionEncoding::Rope}, "position rope rotates pairs of a head's dims: head size 3 is odd");
+  refuses(x, x, x, {.position = PositionEncoding::Rope, .rope_base = inf}, "rope_base inf is not a positive number");
+  CHECK_THROWS_WITH_AS(rope(Tensor::zeros({2, 3, 4}), AttentionLayout::BHTD, 0, 10000.0),
+                       doctest::Contains("rope: x [2,3,4] float32 is not [B, H, T, d] or [B, T, H, d] with d even"), Error);
+}
+
+// Decoding through a KV cache: what the op asks of the call and of the cache.
+TEST_CASE("attention op: decoding's checks each refuse on their own") {
+  NoGradGuard no_grad;
+  const Tensor x = Tensor::zeros({1, 2, 2, 4});  // BTHD: B 1, T 2, H 2, d 4
+  const auto decode = [&](LayerKVCache& cache, AttentionSpec spec, const Tensor& q, const char* message) {
+    spec.cache = &cache;
+    CHECK_THROWS_WITH_AS(attention(q, x, x, spec), doctest::Contains(message), Error);
+  };
+  LayerKVCache cache{.capacity = 4};
+  decode(cache, {.causal = false, .layout = AttentionLayout::BTHD}, x, "a KV cache needs causal attention");
+  decode(cache, {.causal = true, .layout = AttentionLayout::BHTD}, x, "a KV cache holds BTHD rows");
+  decode(cache, {.causal = true, .layout = AttentionLayout::BTHD}, Tensor::zeros({1, 1, 2, 4}),
+         "decoding takes one query per new key");
+  LayerKVCache full{.capacity = 4, .length = 3};
+  decode(full, {.causal = true, .layout = AttentionLayout::BTHD}, x,
+         "KV cache: positions 3 … 4 do not fit in its 4");
+  LayerKVCache negative{.capacity = 4, .length = -1};
+  decode(negative, {.causal = true, .layout = AttentionLayout::BTHD}, x, "KV cache: positions -1 … 0 do not fit in its 4");
+  // A cache whose rows are not the new keys' shape, dtype (each alone).
+  LayerKVCache wrong_rows{.capacity = 4, .k = Tensor::zeros({1, 5, 2, 4}), .v = Tensor::zeros({1, 5, 2, 4})};
+  decode(wrong_rows, {.causal = true, .layout = AttentionLayout::BTHD}, x, "is not [1,4,2,4] in the new keys' dtype and device");
+  LayerKVCache wrong_dtype{.capacity = 4, .k = Tensor::zeros({1, 4, 2, 4}, DType::Float64),
+                           .v = Tensor::zeros({1, 4, 2, 4}, DType::Float64)};
+  decode(wrong_dtype, {.causal = true, .layout = AttentionLayout::BTHD}, x, "is not [1,4,2,4] in the new keys' dtype and device");
+  // Mask functions read key positions as the cache's rows: not after it rolled.
+  LayerKVCache rolled{.capacity = 4, .length = 2, .rolled = 1};
+  decode(rolled, {.function = SoftmaxAttention{.masks = {.documents = Tensor::from_indices({0, 0, 0, 0}, {4})}}, .causal = true,
+                  .layout = AttentionLayout::BTHD},
+         x, "KV cache: mask functions (MaskMods) read key positions as the cache's rows");
+}
+
 }  // namespace attention_op_test

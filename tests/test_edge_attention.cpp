@@ -567,6 +567,76 @@ TEST_CASE("edge attention: a bad edge list, or what the edges cannot be combined
   as_edges.edges = {.row_ptr = Tensor::from_indices(good_ptr, {5}), .col = Tensor::from_indices(good_col, {4})};
   CHECK(contains(ag::test::error_of([&] { evaluate_mask(as_edges, 1, 2, 4, 5, 1, "bench"); }),
                  "bench: an edge list is not evaluated as bytes (edge_adjacency gives its dense form)"));
+  // Each part of a compound check alone (the rest right): a check that lost it would let the input through.
+  const auto softmax_edit = [&](const std::function<void(SoftmaxAttention&)>& edit) {
+    return error(good_ptr, good_col, [&](AttentionSpec& s) { edit(ag::test::softmax_of(s)); });
+  };
+  CHECK(contains(softmax_edit([](SoftmaxAttention& s) { s.pattern.window = 2; }),
+                 "causal and sparse patterns are not supported with them"));
+  CHECK(contains(softmax_edit([](SoftmaxAttention& s) { s.kv_length = -1; }), "kv_length -1 is outside [0, 5]"));
+  CHECK(contains(softmax_edit([](SoftmaxAttention& s) { s.kv_length = 6; }), "kv_length 6 is outside [0, 5]"));
+  CHECK(contains(softmax_edit([](SoftmaxAttention& s) { s.leaky_slope = std::nan(""); }), "leaky_slope nan is not a finite number"));
+  CHECK(contains(softmax_edit([](SoftmaxAttention& s) { s.dropout.p = -0.5; }), "attention dropout p = -0.5 is outside [0, 1)"));
+  CHECK(contains(softmax_edit([](SoftmaxAttention& s) { s.scale = 0.0; }), "scale 0 is not a positive number"));
+  CHECK(contains(softmax_edit([](SoftmaxAttention& s) { s.scale = std::numeric_limits<double>::infinity(); }),
+                 "scale inf is not a positive number"));
+  const auto list_error = [&](const EdgeList& edges) {
+    return ag::test::error_of([&] { edge_graph(edges, 4, 5, Device::CPU); });
+  };
+  const Tensor ptr = Tensor::from_indices(good_ptr, {5}), col = Tensor::from_indices(good_col, {4});
+  CHECK(contains(list_error({.col = col}), "edges: an edge list needs both row_ptr and col"));
+  CHECK(contains(list_error({.row_ptr = ptr.to(DType::Float64), .col = col}),
+                 "edge list row_ptr [5] float64 is not int64 [Tq + 1] = [5]"));
+  CHECK(contains(list_error({.row_ptr = Tensor::from_indices(good_ptr, {1, 5}), .col = col}),
+                 "edge list row_ptr [1,5] int64 is not int64 [Tq + 1] = [5]"));
+  CHECK(contains(list_error({.row_ptr = ptr, .col = col.to(DType::Float64)}), "edge list col [4] float64 is not int64 [E]"));
+  CHECK(contains(list_error({.row_ptr = ptr, .col = Tensor::from_indices(good_col, {1, 4})}),
+                 "edge list col [1,4] int64 is not int64 [E]"));
+  CHECK(contains(bias_error(random({2}, 2), Tensor::from_indices({0, 1, 2, 0}, {4})),
+                 "indexed bias table [2] float64 is not [Hq, n] with Hq = 2"));
+  CHECK(contains(bias_error(random({2, 0}, 2), Tensor::from_indices({0, 0, 0, 0}, {4})),
+                 "indexed bias table [2,0] float64 is not [Hq, n] with Hq = 2"));
+  CHECK(contains(bias_error(random({2, 3}, 2).to(DType::Float32), Tensor::from_indices({0, 1, 2, 0}, {4})),
+                 "indexed bias table [2,3] float32 is not [Hq, n] with Hq = 2 in q's dtype and device"));
+  CHECK(contains(bias_error(table, Tensor::from_vector({0, 1, 2, 0}, {4})), "indexed bias index [4] float32 is not int64"));
+  CHECK(contains(bias_error(table, {}), "indexed bias index (none) is not int64"));
+}
+
+TEST_CASE("edge attention: edge_scores and the keys' checks refuse each wrong part on its own") {
+  const EdgeCase c{.name = "parts", .B = 1, .Hq = 2, .Hkv = 2, .Tq = 6, .Tk = 6, .d = 3, .density = 0.4, .seed = 9};
+  const EdgeGraph graph = edge_graph(random_graph(c), c.Tq, c.Tk, Device::CPU);
+  const Tensor q = random({1, 2, 6, 3}, 610), k = random({1, 2, 6, 3}, 611);
+  using ag::test::contains;
+  using ag::test::error_of;
+  const auto scores = [&](const Tensor& q_, const Tensor& k_, double scale = 0.5) {
+    return error_of([&] { edge_scores(q_, k_, graph, scale, AttentionLayout::BHTD); });
+  };
+  CHECK(scores(q, k).empty());
+  const char* q_shape = "edge_scores: q ";
+  const char* q_expected = "is not [B, Hq, Tq, d] (BHTD) or [B, Tq, Hq, d] (BTHD) with Tq = 6 (the edge graph's queries)";
+  for (const Shape& wrong : {Shape{2, 6, 3}, Shape{1, 2, 5, 3}, Shape{1, 2, 6, 0}}) {
+    CAPTURE(to_string(wrong));
+    const std::string e = scores(random(wrong, 612), k);
+    CHECK(contains(e, q_shape));
+    CHECK(contains(e, q_expected));
+  }
+  CHECK(contains(scores(q, k, 0.0), "edge_scores: scale 0 is not a positive number"));
+  CHECK(contains(scores(q, k, std::numeric_limits<double>::infinity()), "edge_scores: scale inf is not a positive number"));
+  // k: rank, batch, width, heads (none; not dividing Hq), rows (each alone).
+  const char* keys = "is not [B, Hkv, Tk, d] (BHTD) or [B, Tk, Hkv, d] (BTHD) with B = 1, Hkv dividing Hq = 2, at least Tk = 6 rows and d = 3";
+  for (const Shape& wrong : {Shape{2, 6, 3}, Shape{2, 2, 6, 3}, Shape{1, 2, 6, 4}, Shape{1, 0, 6, 3}, Shape{1, 3, 6, 3},
+                             Shape{1, 2, 5, 3}}) {
+    CAPTURE(to_string(wrong));
+    const std::string e = scores(q, random(wrong, 613));
+    CHECK(contains(e, "edge_scores: k: "));
+    CHECK(contains(e, keys));
+  }
+  // edge_softmax and edge_product: per-edge tensors with no batch or no heads, v with no width.
+  const std::string per_edge = " is not [B, Hq, E] with E = " + std::to_string(graph.E) + " edges";
+  CHECK(contains(error_of([&] { edge_softmax(random({0, 2, graph.E}, 614), graph); }), per_edge));
+  CHECK(contains(error_of([&] { edge_softmax(random({1, 0, graph.E}, 615), graph); }), per_edge));
+  CHECK(contains(error_of([&] { edge_product(random({1, 2, graph.E}, 616), random({1, 2, 6, 0}, 617), graph); }),
+                 "edge_product: v [1,2,6,0] float64 has no width d"));
 }
 
 }  // namespace edge_attention_test

@@ -396,4 +396,108 @@ TEST_CASE("nn: to(Device) moves every parameter in place") {
   CHECK(held.to_vector() == values);
 }
 
+// Each part of a compound check alone, the rest right: a check that lost the part would let the
+// input through (a coverage build found each untested; docs/reliability.md, "Refusals no test made").
+TEST_CASE("nn: modules refuse each wrong part of their configuration and input on its own") {
+  // Names: non-empty, no dots, not taken by a parameter or a child (each alone).
+  struct Named : Module {
+    void parameter(const std::string& name) { register_parameter(name, Tensor::zeros({1})); }
+    void child(const std::string& name) { register_module(name, std::make_shared<Named>()); }
+  };
+  Named m;
+  m.parameter("p");
+  m.child("c");
+  CHECK_THROWS_WITH_AS(m.parameter(""), "register_parameter: invalid name '' (non-empty, no dots)", Error);
+  CHECK_THROWS_WITH_AS(m.parameter("a.b"), "register_parameter: invalid name 'a.b' (non-empty, no dots)", Error);
+  CHECK_THROWS_WITH_AS(m.parameter("p"), "register_parameter: name 'p' is already taken", Error);
+  CHECK_THROWS_WITH_AS(m.parameter("c"), "register_parameter: name 'c' is already taken", Error);
+  CHECK_THROWS_WITH_AS(m.child(""), "register_module: empty name", Error);
+  CHECK_THROWS_WITH_AS(m.child("p"), "register_module: name 'p' is already taken", Error);
+  CHECK_THROWS_WITH_AS(m.child("c"), "register_module: name 'c' is already taken", Error);
+
+  // Attention's heads: H > 0, C > 0, H | C; H_kv > 0, H_kv | H.
+  Generator gen(3);
+  CHECK_THROWS_WITH_AS(MultiHeadSelfAttention({.C = 8, .H = 0}, {}, &gen), doctest::Contains("C = 8 is not a multiple of H = 0"), Error);
+  CHECK_THROWS_WITH_AS(MultiHeadSelfAttention({.C = 0, .H = 2}, {}, &gen), doctest::Contains("C = 0 is not a multiple of H = 2"), Error);
+  CHECK_THROWS_WITH_AS(MultiHeadSelfAttention({.C = 8, .H = 4, .H_kv = -1}, {}, &gen),
+                       doctest::Contains("H = 4 is not a multiple of H_kv = -1"), Error);
+  CHECK_THROWS_WITH_AS(MultiHeadSelfAttention({.C = 8, .H = 4, .H_kv = 3}, {}, &gen),
+                       doctest::Contains("H = 4 is not a multiple of H_kv = 3"), Error);
+  MultiHeadSelfAttention attn({.C = 8, .H = 2}, {}, &gen);
+  CHECK_THROWS_WITH_AS(attn.forward(Tensor::zeros({5, 8})), doctest::Contains("input [5,8] float32 is not [B, T, 8]"), Error);
+  CHECK_THROWS_WITH_AS(attn.forward(Tensor::zeros({1, 5, 6})), doctest::Contains("input [1,5,6] float32 is not [B, T, 8]"), Error);
+  CHECK_THROWS_WITH_AS(attn.set_head_gates(Tensor::ones({3})), doctest::Contains("head gates [3] float32 are not [H = 2]"), Error);
+  const Linear linear({.in = 4, .out = 2}, &gen);
+  CHECK_THROWS_WITH_AS(linear.forward(Tensor::scalar(1.0)), doctest::Contains("Linear: input [] float32 does not end in 4 features"), Error);
+  CHECK_THROWS_WITH_AS(CausalConv1d({.channels = 4, .width = 0}, &gen), doctest::Contains("width 0 and channels 4 must be positive"), Error);
+  CHECK_THROWS_WITH_AS(CausalConv1d({.channels = 0, .width = 2}, &gen), doctest::Contains("width 2 and channels 0 must be positive"), Error);
+
+  // A KV cache: every size positive; truncation within what it holds, never of a rolled or recurrent one.
+  CHECK_THROWS_WITH_AS(KVCache({.layers = 0}), doctest::Contains("every size must be positive (layers 0, batch 1, capacity 1)"), Error);
+  CHECK_THROWS_WITH_AS(KVCache({.batch = 0}), doctest::Contains("(layers 1, batch 0, capacity 1)"), Error);
+  CHECK_THROWS_WITH_AS(KVCache({.capacity = 0}), doctest::Contains("(layers 1, batch 1, capacity 0)"), Error);
+  KVCache cache({.layers = 2, .capacity = 8});
+  CHECK_THROWS_WITH_AS(cache.truncate(-1), doctest::Contains("cannot truncate 0 positions to -1"), Error);
+  cache.layer(1).rolled = 1;
+  CHECK_THROWS_WITH_AS(cache.truncate(0), doctest::Contains("only keys and values that have not rolled can be truncated"), Error);
+  cache.layer(1).rolled = 0;
+  cache.layer(0).state = Tensor::zeros({1});
+  CHECK_THROWS_WITH_AS(cache.truncate(0), doctest::Contains("only keys and values that have not rolled can be truncated"), Error);
+}
+
+TEST_CASE("nn: a GPT refuses each wrong part of its inputs on its own") {
+  const GPTConfig config = tiny_config();  // V 11, T 6, 2 layers, 2 heads, width 8
+  Generator gen(21);
+  GPT gpt(config, gen);
+  const Tensor idx = random_tokens({2, 4}, 11, 22);
+  CHECK_THROWS_WITH_AS(gpt.forward(Tensor::from_indices({1, 2}, {2})), doctest::Contains("GPT: idx [2] int64 is not int64 [B, T]"), Error);
+  CHECK_THROWS_WITH_AS(gpt.forward(Tensor::zeros({2, 4})), doctest::Contains("GPT: idx [2,4] float32 is not int64 [B, T]"), Error);
+  CHECK_THROWS_WITH_AS(gpt.forward_embedded(Tensor::zeros({4, 8})), doctest::Contains("are not [B, T, C = 8]"), Error);
+  CHECK_THROWS_WITH_AS(gpt.forward_embedded(Tensor::zeros({2, 4, 6})), doctest::Contains("are not [B, T, C = 8]"), Error);
+  CHECK_THROWS_WITH_AS(gpt.forward_embedded(Tensor::zeros({2, 0, 8})), doctest::Contains("sequence length T = 0 is outside [1, block_size = 6]"), Error);
+  CHECK_THROWS_WITH_AS(gpt.loss(idx, random_tokens({2, 3}, 11, 23)), doctest::Contains("differ in shape"), Error);
+  // Packed documents: softmax only, int64 [B, T], the input's B and T (each alone).
+  CHECK_THROWS_WITH_AS(gpt.set_documents(Tensor::zeros({2, 4})), doctest::Contains("GPT: document ids [2,4] float32 are not int64 [B, T]"), Error);
+  CHECK_THROWS_WITH_AS(gpt.set_documents(Tensor::from_indices({0, 0, 0, 0}, {4})), doctest::Contains("are not int64 [B, T]"), Error);
+  gpt.set_documents(Tensor::from_indices(std::vector<int64_t>(4, 0), {1, 4}));
+  CHECK_THROWS_WITH_AS(gpt.forward(idx), doctest::Contains("GPT: document ids [1,4] int64 are not [B, T] of the input's"), Error);
+  gpt.set_documents(Tensor::from_indices(std::vector<int64_t>(6, 0), {2, 3}));
+  CHECK_THROWS_WITH_AS(gpt.forward(idx), doctest::Contains("GPT: document ids [2,3] int64 are not [B, T] of the input's"), Error);
+  {
+    NoGradGuard no_grad;
+    KVCache cache = gpt.make_kv_cache(2);
+    CHECK_THROWS_WITH_AS(gpt.forward_tree(Tensor::from_indices({1, 1}, {2, 1}), std::vector<int64_t>{-1}, cache),
+                         doctest::Contains("a token tree after packed documents: set_documents(Tensor()) first"), Error);
+  }
+  gpt.set_documents(Tensor());
+  CHECK_THROWS_WITH_AS(gpt.set_adjacency(Tensor::ones({4})), doctest::Contains("GPT: adjacency [4] float32 is not [T, T] or [B, T, T]"), Error);
+  CHECK_THROWS_WITH_AS(gpt.set_adjacency(Tensor::ones({1, 1, 4, 4})), doctest::Contains("is not [T, T] or [B, T, T]"), Error);
+  // Decoding: the cache's batch and layers, and a token tree's idx and parents (each alone).
+  NoGradGuard no_grad;
+  KVCache cache = gpt.make_kv_cache(2);
+  CHECK_THROWS_WITH_AS(gpt.forward_cached(Tensor::from_indices({1, 2}, {2}), cache), doctest::Contains("is not int64 [2, T] (the cache's batch)"), Error);
+  CHECK_THROWS_WITH_AS(gpt.forward_cached(Tensor::zeros({2, 1}), cache), doctest::Contains("is not int64 [2, T] (the cache's batch)"), Error);
+  CHECK_THROWS_WITH_AS(gpt.forward_cached(Tensor::from_indices({1}, {1, 1}), cache), doctest::Contains("is not int64 [2, T] (the cache's batch)"), Error);
+  CHECK_THROWS_WITH_AS(gpt.forward_cached(Tensor::from_indices({}, {2, 0}), cache), doctest::Contains("GPT: positions 0 … -1 reach past block_size"), Error);
+  KVCache one_layer({.layers = 1, .batch = 2, .capacity = 6});
+  CHECK_THROWS_WITH_AS(gpt.forward_cached(Tensor::from_indices({1, 2}, {2, 1}), one_layer), doctest::Contains("GPT: a cache for 1 layers, the model has 2"), Error);
+  const std::vector<int64_t> two{-1, 0};
+  const char* tree_idx = "(the cache's batch, one token per node)";
+  CHECK_THROWS_WITH_AS(gpt.forward_tree(Tensor::from_indices({1, 2}, {2}), two, cache), doctest::Contains(tree_idx), Error);
+  CHECK_THROWS_WITH_AS(gpt.forward_tree(Tensor::zeros({2, 2}), two, cache), doctest::Contains(tree_idx), Error);
+  CHECK_THROWS_WITH_AS(gpt.forward_tree(Tensor::from_indices({1, 2}, {1, 2}), two, cache), doctest::Contains(tree_idx), Error);
+  CHECK_THROWS_WITH_AS(gpt.forward_tree(Tensor::from_indices({}, {2, 0}), std::vector<int64_t>{}, cache), doctest::Contains(tree_idx), Error);
+  CHECK_THROWS_WITH_AS(gpt.forward_tree(Tensor::from_indices({1, 2, 3, 4}, {2, 2}), std::vector<int64_t>{-1, -2}, cache),
+                       doctest::Contains("GPT: token tree node 1 has parent -2: a parent must be an earlier node"), Error);
+  // A function without a mask cannot take masks of its own: documents, a graph, a token tree.
+  GPTConfig linear_config = config;
+  linear_config.attention = AttentionFunction::Linear;
+  GPT linear_gpt(linear_config, gen);
+  CHECK_THROWS_WITH_AS(linear_gpt.set_documents(Tensor::from_indices({0, 0}, {1, 2})), doctest::Contains("packed documents need softmax attention"), Error);
+  CHECK_THROWS_WITH_AS(linear_gpt.set_adjacency(Tensor::ones({2, 2})), doctest::Contains("a graph's mask needs softmax attention"), Error);
+  KVCache linear_cache = linear_gpt.make_kv_cache(1);
+  CHECK_THROWS_WITH_AS(linear_gpt.forward_tree(Tensor::from_indices({1}, {1, 1}), std::vector<int64_t>{-1}, linear_cache),
+                       doctest::Contains("a token tree needs softmax attention (its tree mask), not linear"), Error);
+}
+
 }  // namespace nn_test
