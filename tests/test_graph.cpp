@@ -107,6 +107,36 @@ TEST_CASE("graph: a bad graph file is an error naming the file and line, and not
     write_graph(dir, nodes + "7\t1\ttrain\t1\n", edges);
     check_refused(dir, "nodes.tsv:7: node 7 out of order (expected 5)");
   }
+  SUBCASE("an edge line of three columns") {
+    write_graph(dir, nodes, edges + "3\t4\t1\n");
+    check_refused(dir, "edges.tsv:5: expected 2 tab-separated columns (u, v), found 3");
+  }
+  SUBCASE("a self-loop") {
+    write_graph(dir, nodes, edges + "3\t3\n");
+    check_refused(dir, "edges.tsv:5: a self-loop 3 – 3 (the models add every node's own)");
+  }
+  SUBCASE("no nodes") {
+    write_graph(dir, "# node\tlabel\tsplit\tfeatures\n", edges);
+    check_refused(dir, "nodes.tsv' has no nodes");
+  }
+  SUBCASE("an index too long for int64, and an empty one") {
+    write_graph(dir, nodes + "5\t1\ttrain\t1234567890123456789\n", edges);
+    check_refused(dir, "nodes.tsv:7: feature index '1234567890123456789' is not a non-negative integer");
+    write_graph(dir, nodes + "\t1\ttrain\t1\n", edges);
+    check_refused(dir, "nodes.tsv:7: node '' is not a non-negative integer");
+  }
+  SUBCASE("a data path that is a file") {
+    ag::test::write_file(dir.file("nodes.tsv"), nodes);
+    GraphConfig c;
+    c.data = dir.file("nodes.tsv");
+    c.quiet = true;
+    CHECK(ag::test::contains(ag::test::error_of([&] { run_graph(c); }), "nodes.tsv' is not a directory"));
+  }
+  SUBCASE("a feature index past the number of features given") {
+    write_graph(dir, nodes, edges);
+    CHECK_NOTHROW(load_graph(dir.path(), 2, 4));
+    CHECK_THROWS_WITH_AS(load_graph(dir.path(), 2, 3), doctest::Contains("nodes.tsv:3: feature index 3 is out of range [0, 3)"), Error);
+  }
 }
 
 TEST_CASE("graph: the data directory is --data, then $ATTOGRAD_GRAPH_DATA, then data/cora, then ../shared/data/cora") {

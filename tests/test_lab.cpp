@@ -129,6 +129,22 @@ TEST_CASE("lab passkey: the number at the requested depth, asked for at the end"
   }
 }
 
+TEST_CASE("lab tasks: a block too short for the task is refused, naming the options and the length needed") {
+  TaskOptions mqar = task_of(Task::Mqar);
+  mqar.vocab = 64;
+  mqar.pairs = 5;
+  CHECK_THROWS_WITH_AS(check_task(mqar, 16), "mqar: --pairs 5 needs 4P <= --block-size, got 16", Error);
+  // (its next check, --pairs < --vocab / 2, follows from 4P <= T < vocab: no input reaches it alone)
+  TaskOptions passkey = task_of(Task::Passkey);
+  passkey.digits = 5;
+  CHECK_THROWS_WITH_AS(check_task(passkey, 12), "passkey: --block-size 12 cannot hold the number twice: needs 2k + 3 = 13", Error);
+  CHECK_NOTHROW(check_task(passkey, 13));
+  TaskOptions copy = task_of(Task::Copy);
+  copy.copy_tokens = 10;
+  CHECK_THROWS_WITH_AS(check_task(copy, 19), "copy: --block-size 19 needs 2n = 20", Error);
+  CHECK_NOTHROW(check_task(copy, 20));
+}
+
 TEST_CASE("lab copy: the targets are the data tokens in order, after the marker") {
   TaskOptions task = task_of(Task::Copy);
   task.copy_tokens = 8;
