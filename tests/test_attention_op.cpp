@@ -556,6 +556,11 @@ TEST_CASE("attention op: decoding's checks each refuse on their own") {
   decode(rolled, {.function = SoftmaxAttention{.masks = {.documents = Tensor::from_indices({0, 0, 0, 0}, {4})}}, .causal = true,
                   .layout = AttentionLayout::BTHD},
          x, "KV cache: mask functions (MaskMods) read key positions as the cache's rows");
+  // ... nor when it is about to roll: a window's cache (it rolls) with no room for the new positions.
+  LayerKVCache about_to_roll{.capacity = 4, .length = 3};
+  decode(about_to_roll, {.function = SoftmaxAttention{.pattern = {.window = 2}, .masks = {.documents = Tensor::from_indices({0, 0, 0, 0}, {4})}},
+                         .causal = true, .layout = AttentionLayout::BTHD},
+         x, "(3 positions taken, 4 held, 2 new)");
 }
 
 }  // namespace attention_op_test

@@ -308,6 +308,36 @@ TEST_CASE("interp: char_lm compare draws one val-loss curve per run, named by th
   CHECK(output.find("at least two run directories") != std::string::npos);
 }
 
+// Each refusal of the inspection commands no test made before (docs/reliability.md, "Refusals no test made").
+TEST_CASE("interp: char_lm's commands refuse a missing or out-of-range option, each on its own") {
+  const TrainedRun& run = trained_run();  // 2 layers of 2 heads, block 16
+  const std::string ckpt = " --ckpt '" + run.run() + "'";
+  const auto refused = [](const std::string& args, const std::string& words) {
+    int status = 0;
+    std::string output;
+    std::tie(status, output) = test::run_char_lm(args);
+    INFO(args << "\n" << output);
+    CHECK(status != 0);
+    CHECK(output.find(words) != std::string::npos);
+  };
+  refused("explain" + ckpt + " --prompt the --position 3", "--position 3 is outside the prompt's [0, 3)");
+  refused("explain" + ckpt + " --prompt the --position -2", "--position must be in [-1, 1048576], got -2");  // the options' range, first
+  refused("heads" + ckpt + " --data '" + test::generated_text_file() + "' --prune 1", "heads: --prune needs --out");
+  refused("convert" + ckpt + " --n-kv-head 1", "convert: --out is required");
+  test::TempDir out("interp_convert");
+  refused("convert" + ckpt + " --n-kv-head 3 --out '" + out.file("three") + "'",
+          "convert: the checkpoint's 2 kv heads do not split into --n-kv-head 3 equal groups");
+  const char* required = "grads: --weights, --batch and --out are required";
+  refused("grads --batch b.safetensors --out g.safetensors", required);
+  refused("grads --weights m.safetensors --out g.safetensors", required);
+  refused("grads --weights m.safetensors --batch b.safetensors", required);
+  test::TempDir empty("interp_compare");
+  refused("compare '" + run.run() + "' '" + empty.path() + "'", "' has no log.csv (is it a directory of char_lm train?)");
+  // char_lm mask: a layer and a head the model has (each alone).
+  refused("mask --n-layer 2 --n-head 2 --block-size 8 --layer 2 --head 0", "mask: --layer 2 --head 0 outside the model's 2 layers and 2 heads");
+  refused("mask --n-layer 2 --n-head 2 --block-size 8 --layer 0 --head 2", "mask: --layer 0 --head 2 outside the model's 2 layers and 2 heads");
+}
+
 TEST_CASE("interp: heatmap_grid_svg escapes labels and marks masked cells apart from zero weights") {
   const std::string svg = interp::heatmap_grid_svg(
       "<&>", {{"h", {0.0, 0.0, 1.0, 0.0}}}, {"<", "&"}, [](size_t, int64_t i, int64_t j) { return j <= i; }, 600, "x");

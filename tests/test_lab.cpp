@@ -145,6 +145,23 @@ TEST_CASE("lab tasks: a block too short for the task is refused, naming the opti
   CHECK_NOTHROW(check_task(copy, 20));
 }
 
+TEST_CASE("lab: --shard is i/N with 0 <= i < N, each way of missing it refused") {
+  const TempDir out("lab_shard");
+  for (const auto& [shard_text, words_text] : std::vector<std::pair<std::string, std::string>>{
+           {"1", "--shard '1' is not i/N"},
+           {"2/2", "--shard '2/2' is not i/N with 0 <= i < N"},
+           {"-1/2", "--shard '-1/2' is not i/N with 0 <= i < N"},
+           {"0/0", "--shard '0/0' is not i/N with 0 <= i < N"}}) {
+    const std::string shard = shard_text, words = words_text;
+    int status = 0;
+    std::string output;
+    std::tie(status, output) = run_command(std::string(ATTOGRAD_LAB) + " --shard " + shard + " --out '" + out.path() + "'");
+    INFO(shard << ": " << output);
+    CHECK(status != 0);
+    CHECK(output.find(words) != std::string::npos);
+  }
+}
+
 TEST_CASE("lab copy: the targets are the data tokens in order, after the marker") {
   TaskOptions task = task_of(Task::Copy);
   task.copy_tokens = 8;
