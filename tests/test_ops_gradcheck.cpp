@@ -89,6 +89,22 @@ TEST_CASE_EVERY_DEVICE("ops: unary and scalar ops") {
   }
 }
 
+// The gradchecks below see only whether backward agrees with forward: a forward scaled wrongly
+// (mean's 1/n as 1.1/n, a mutant that survived them) needs its values checked as well.
+TEST_CASE("ops: sum, mean and max give the values worked by hand, over all and over each dim") {
+  const Tensor x = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3}, DType::Float64);
+  CHECK(sum(x).item() == 21.0);
+  CHECK(mean(x).item() == 3.5);
+  CHECK(sum(x, 0).to_vector() == std::vector<double>{5, 7, 9});
+  CHECK(sum(x, 1).to_vector() == std::vector<double>{6, 15});
+  CHECK(mean(x, 0).to_vector() == std::vector<double>{2.5, 3.5, 4.5});
+  CHECK(mean(x, -1).to_vector() == std::vector<double>{2, 5});
+  CHECK(max(x, 0).to_vector() == std::vector<double>{4, 5, 6});
+  CHECK(max(x, 1).to_vector() == std::vector<double>{3, 6});
+  CHECK(mean(x, 1, true).shape() == Shape{2, 1});
+  CHECK(max(x, 0, true).shape() == Shape{1, 3});
+}
+
 TEST_CASE_EVERY_DEVICE("ops: sum, mean and max, over all and over a dim") {
   const Tensor x = random({3, 7, 5}, 20);
   check_op(device, [](const Inputs& in) { return sum(in[0]); }, {x});
