@@ -489,9 +489,14 @@ int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T) {
   const int64_t H = config.n_head, d_h = C / H;
   const int64_t features = config.feature_map == FeatureMap::Favor ? config.n_features : d_h;
   const int64_t attention = attention_forward_flops(config.attention, config.feature_map, features, B, H, T, d_h);
+  // ssd's own (nn/ssd.h): w_dt [C, H], w_g [C, C] with the gate, and its depthwise convolution,
+  // ssd_conv multiply-adds per position and channel of [q|k|v] (C + 2·C_kv)
+  const int64_t own = config.attention == AttentionFunction::Ssd
+                          ? 2 * BT * C * H + (config.ssd_gate ? 2 * BT * C * C : 0) + 2 * BT * config.ssd_conv * (C + 2 * C_kv)
+                          : 0;
   const int64_t mlp = config.state_mixer == StateMixer::Mlp ? 2 * 2 * BT * C * 4 * C : 0;
   const int64_t head = 2 * BT * C * config.vocab_size;
-  const int64_t forward = config.n_layer * (projections + attention + mlp) + head;
+  const int64_t forward = config.n_layer * (projections + own + attention + mlp) + head;
   return 3 * forward;
 }
 

@@ -93,6 +93,28 @@ TEST_CASE("profiler: a linear-attention GPT's step counts its GEMMs plus the pre
   CHECK(gemm_flops + prefix_products == static_cast<double>(nn::training_step_flops(config, B, T)));
 }
 
+TEST_CASE("profiler: an ssd GPT's step counts its GEMMs (w_dt and w_g too) plus the chunked products and the convolution, by hand") {
+  // Per layer, head and position forward, in chunks of Q = kDefaultAttentionChunk: the visible half
+  // of the chunk's q·k and its weighted sum of v, (Q + 1)·d multiply-adds, and the state's readout
+  // and update, d·d each; the convolution, W multiply-adds per position and channel of [q|k|v]
+  // (C + 2·C_kv = 48). 2 FLOPs a multiply-add, 3x with the backward. Its GEMMs are W_Q … W_O's,
+  // w_dt's, w_g's (with the gate), the MLP's and the head's, as the profiler records them.
+  for (const bool gate : {true, false})
+    for (const int64_t W : {int64_t{4}, int64_t{0}}) {
+      CAPTURE(gate);
+      CAPTURE(W);
+      nn::GPTConfig config{.vocab_size = 13, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
+      config.attention = AttentionFunction::Ssd;
+      config.ssd_gate = gate;
+      config.ssd_conv = W;
+      const int64_t B = 3, T = 8, d_h = 8, Q = kDefaultAttentionChunk;
+      const double gemm_flops = step_gemm_flops(config, B, T);
+      const double chunked = 3.0 * config.n_layer * B * config.n_head * T * 2 * ((Q + 1) * d_h + 2 * d_h * d_h);
+      const double conv = 3.0 * config.n_layer * 2 * B * T * W * 48;
+      CHECK(gemm_flops + chunked + conv == static_cast<double>(nn::training_step_flops(config, B, T)));
+    }
+}
+
 TEST_CASE("profiler: an lstm GPT's step is all GEMMs — X W_ih once and h W_hh per step, 3x with the backward") {
   // No projections W_Q … W_O: per layer forward 2·B·T·C·4C for X W_ih and as much for the T products
   // h_{t−1} W_hh; the backward's dX, dW_ih, dW_hh and dG W_hhᵀ per step are twice that.
