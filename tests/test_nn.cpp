@@ -489,6 +489,19 @@ TEST_CASE("nn: a GPT refuses each wrong part of its inputs on its own") {
   CHECK_THROWS_WITH_AS(gpt.forward_tree(Tensor::from_indices({}, {2, 0}), std::vector<int64_t>{}, cache), doctest::Contains(tree_idx), Error);
   CHECK_THROWS_WITH_AS(gpt.forward_tree(Tensor::from_indices({1, 2, 3, 4}, {2, 2}), std::vector<int64_t>{-1, -2}, cache),
                        doctest::Contains("GPT: token tree node 1 has parent -2: a parent must be an earlier node"), Error);
+  // A head mask: n_layer groups of n_head 0s and 1s split by '/' (2 of 4 here: 9 characters).
+  GPTConfig masked = config;
+  masked.n_head = 4;
+  masked.n_layer = 2;
+  const char* mask_shape = "is not 2 groups of 4 0s and 1s split by '/'";
+  for (const char* bad : {"11111111", "1x11/1111", "1111x1111"}) {
+    CAPTURE(bad);
+    masked.head_mask = bad;
+    CHECK_THROWS_WITH_AS(masked.head_gates(), doctest::Contains(mask_shape), Error);
+  }
+  masked.head_mask = "0011/1101";
+  CHECK(masked.head_gates() == std::vector<std::vector<double>>{{0, 0, 1, 1}, {1, 1, 0, 1}});
+  CHECK_THROWS_WITH_AS(head_mask_text({{1.0, 0.5}}), "head_mask: gate 0.5 is neither 0 nor 1", Error);
   // A function without a mask cannot take masks of its own: documents, a graph, a token tree.
   GPTConfig linear_config = config;
   linear_config.attention = AttentionFunction::Linear;
