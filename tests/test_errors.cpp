@@ -15,6 +15,8 @@ TEST_CASE("errors: matmul inner dims") {
                        "matmul: [3,4] x [5,6]: inner dims differ (4 vs 5)", Error);
   CHECK_THROWS_WITH_AS(matmul(Tensor::zeros({2, 3, 4}), Tensor::zeros({3, 4, 2})),
                        doctest::Contains("do not broadcast"), Error);
+  CHECK_THROWS_WITH_AS(matmul(Tensor::zeros({3}), Tensor::zeros({3, 4})), doctest::Contains("matmul: [3] x [3,4]"), Error);
+  CHECK_THROWS_WITH_AS(matmul(Tensor::zeros({3, 4}), Tensor::zeros({4})), doctest::Contains("matmul: [3,4] x [4]"), Error);
 }
 
 TEST_CASE("errors: broadcast mismatch names both shapes") {

@@ -7,6 +7,8 @@
 
 #include "core/autograd.h"
 #include "nn/gpt.h"
+#include "nn/s4.h"
+#include "nn/ssd.h"
 #include "tests/helpers.h"
 
 // The file's names and using-directives stay its own in a unity build, where the test
@@ -431,6 +433,8 @@ TEST_CASE("nn: modules refuse each wrong part of their configuration and input o
   CHECK_THROWS_WITH_AS(linear.forward(Tensor::scalar(1.0)), doctest::Contains("Linear: input [] float32 does not end in 4 features"), Error);
   CHECK_THROWS_WITH_AS(CausalConv1d({.channels = 4, .width = 0}, &gen), doctest::Contains("width 0 and channels 4 must be positive"), Error);
   CHECK_THROWS_WITH_AS(CausalConv1d({.channels = 0, .width = 2}, &gen), doctest::Contains("width 2 and channels 0 must be positive"), Error);
+  CHECK_THROWS_WITH_AS(SsdSelfAttention({.C = 8, .H = 2}, {.conv = -1}, &gen), doctest::Contains("ssd_conv -1 must be >= 0 (0: no convolution)"), Error);
+  CHECK_THROWS_WITH_AS(S4Mixer({.C = 0}, &gen), "S4Mixer: the channel count C must be >= 1, got 0", Error);
 
   // A KV cache: every size positive; truncation within what it holds, never of a rolled or recurrent one.
   CHECK_THROWS_WITH_AS(KVCache({.layers = 0}), doctest::Contains("every size must be positive (layers 0, batch 1, capacity 1)"), Error);
@@ -456,6 +460,9 @@ TEST_CASE("nn: a GPT refuses each wrong part of its inputs on its own") {
   CHECK_THROWS_WITH_AS(gpt.forward_embedded(Tensor::zeros({2, 4, 6})), doctest::Contains("are not [B, T, C = 8]"), Error);
   CHECK_THROWS_WITH_AS(gpt.forward_embedded(Tensor::zeros({2, 0, 8})), doctest::Contains("sequence length T = 0 is outside [1, block_size = 6]"), Error);
   CHECK_THROWS_WITH_AS(gpt.loss(idx, random_tokens({2, 3}, 11, 23)), doctest::Contains("differ in shape"), Error);
+  const std::vector<int64_t> seven(7, 1);
+  CHECK_THROWS_WITH_AS(gpt.loss(idx, idx, Reduction::Mean, -100, seven),
+                       doctest::Contains("GPT::loss: 7 targets read on the host for targets [2,4] int64"), Error);
   // Packed documents: softmax only, int64 [B, T], the input's B and T (each alone).
   CHECK_THROWS_WITH_AS(gpt.set_documents(Tensor::zeros({2, 4})), doctest::Contains("GPT: document ids [2,4] float32 are not int64 [B, T]"), Error);
   CHECK_THROWS_WITH_AS(gpt.set_documents(Tensor::from_indices({0, 0, 0, 0}, {4})), doctest::Contains("are not int64 [B, T]"), Error);
