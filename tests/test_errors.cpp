@@ -138,6 +138,8 @@ TEST_CASE("errors: shape ops, reductions and indices refuse each wrong part on i
   CHECK_THROWS_WITH_AS(embedding(Tensor::zeros({4, 3}), Tensor::from_indices({0, 4}, {2})),
                        doctest::Contains("embedding: index 4 at position 1 out of range for a table of 4 rows"), Error);
   CHECK_THROWS_WITH_AS(embedding(Tensor::zeros({12}), Tensor::from_indices({0}, {1})), doctest::Contains("embedding: weight [12]: expected [V, C]"), Error);
+  CHECK_THROWS_WITH_AS(embedding(Tensor::from_indices({1, 2}, {2, 1}), Tensor::from_indices({0}, {1})),
+                       doctest::Contains("embedding: [2,1] int64: expected float32 or float64"), Error);
   CHECK_THROWS_WITH_AS(cross_entropy(Tensor::scalar(0.0), Tensor::from_indices({0}, {})), doctest::Contains("cross_entropy: logits [] float32: need a class dim"), Error);
   CHECK_THROWS_WITH_AS(cross_entropy(Tensor::zeros({2, 5}), Tensor::from_indices({1, -2}, {2})),
                        doctest::Contains("cross_entropy: target -2 at position 1 out of range [0, 5)"), Error);
