@@ -334,6 +334,13 @@ TEST_CASE("safetensors: corrupt files give an ag::Error naming the file and the 
     check_load_error(path, R"("data_offsets" is not a pair)");
     write_entry(dtype + "," + shape + R"(,"data_offsets":[-8,0])");
     check_load_error(path, R"("data_offsets" is not a pair)");
+    // each part of the pair check alone: not an array, the second not a non-negative integer
+    write_entry(dtype + "," + shape + R"(,"data_offsets":{"0":0,"1":8})");
+    check_load_error(path, R"("data_offsets" is not a pair)");
+    write_entry(dtype + "," + shape + R"(,"data_offsets":[0,-8])");
+    check_load_error(path, R"("data_offsets" is not a pair)");
+    write_entry(dtype + "," + shape + R"(,"data_offsets":[0,8.0])");
+    check_load_error(path, R"("data_offsets" is not a pair)");
   }
   SUBCASE("unsupported dtype") {
     write_entry(R"("dtype":"BOOL",)" + shape + "," + offsets);
