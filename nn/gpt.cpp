@@ -116,6 +116,10 @@ bool GPTConfig::applies(std::string_view option) const {
   return true;
 }
 
+namespace {
+SsdOptions ssd_options(const GPTConfig& config) { return {.conv = config.ssd_conv, .gate = config.ssd_gate}; }
+}  // namespace
+
 std::shared_ptr<Mixer> make_mixer(const GPTConfig& config, int64_t layer, Generator* gen) {
   const AttentionConfig shared{.C = config.n_embd, .H = config.n_head, .H_kv = config.kv_heads(), .causal = true,
                                .dropout = config.dropout, .position = config.position, .rope_base = config.rope_base,
@@ -132,8 +136,7 @@ std::shared_ptr<Mixer> make_mixer(const GPTConfig& config, int64_t layer, Genera
                                        .stream = static_cast<uint64_t>(layer)},  // each layer its own FAVOR+ features
           gen);
     case AttentionFunction::Ssd:
-      return std::make_shared<SsdSelfAttention>(
-          shared, SsdSelfAttention::Options{.conv = config.ssd_conv, .gate = config.ssd_gate}, gen);
+      return std::make_shared<SsdSelfAttention>(shared, ssd_options(config), gen);
     case AttentionFunction::Lstm:  // not an attention function: a mixer with its own op (nn/lstm.h)
       return std::make_shared<LstmMixer>(LstmMixer::Config{.C = config.n_embd, .dropout = config.dropout}, gen);
     case AttentionFunction::S4:  // not an attention function: a long convolution with its own op (nn/s4.h)
@@ -489,10 +492,8 @@ int64_t training_step_flops(const GPTConfig& config, int64_t B, int64_t T) {
   const int64_t H = config.n_head, d_h = C / H;
   const int64_t features = config.feature_map == FeatureMap::Favor ? config.n_features : d_h;
   const int64_t attention = attention_forward_flops(config.attention, config.feature_map, features, B, H, T, d_h);
-  // ssd's own (nn/ssd.h): w_dt [C, H], w_g [C, C] with the gate, and its depthwise convolution,
-  // ssd_conv multiply-adds per position and channel of [q|k|v] (C + 2·C_kv)
-  const int64_t own = config.attention == AttentionFunction::Ssd
-                          ? 2 * BT * C * H + (config.ssd_gate ? 2 * BT * C * C : 0) + 2 * BT * config.ssd_conv * (C + 2 * C_kv)
+  const int64_t own = config.attention == AttentionFunction::Ssd  // its w_dt, w_g and convolution
+                          ? SsdSelfAttention::own_forward_flops({.C = C, .H = H, .H_kv = config.kv_heads()}, ssd_options(config), BT)
                           : 0;
   const int64_t mlp = config.state_mixer == StateMixer::Mlp ? 2 * 2 * BT * C * 4 * C : 0;
   const int64_t head = 2 * BT * C * config.vocab_size;

@@ -33,6 +33,11 @@ SsdSelfAttention::SsdSelfAttention(const AttentionConfig& config, const Options&
   if (options.gate) w_g_ = register_module("w_g", std::make_shared<Linear>(Linear::Config{.in = C, .out = C}, gen));
 }
 
+int64_t SsdSelfAttention::own_forward_flops(const AttentionConfig& config, const Options& options, int64_t BT) {
+  const int64_t C = config.C, H = config.H, H_kv = config.H_kv == 0 ? H : config.H_kv, kv_width = H_kv * (C / H);
+  return 2 * BT * C * H + (options.gate ? 2 * BT * C * C : 0) + 2 * BT * options.conv * (C + 2 * kv_width);
+}
+
 bool SsdSelfAttention::keeps_own_init(std::string_view name) const {
   return name == "a_log" || name == "d_skip" || name == "w_dt.bias" || name == "conv.weight" || name == "conv.bias";
 }

@@ -26,6 +26,11 @@ class SsdSelfAttention : public AttentionMixer {
   // inverse softplus, d_skip = 1.
   explicit SsdSelfAttention(const AttentionConfig& config, const Options& options = {}, Generator* gen = nullptr);
 
+  // FLOPs (2 a multiply-add) of one forward over BT positions of what this mixer adds to
+  // AttentionMixer's projections and to ssd's row of the attention functions' table: w_dt, w_g
+  // (with the gate) and the convolution, W multiply-adds per position and channel of [q|k|v].
+  static int64_t own_forward_flops(const AttentionConfig& config, const Options& options, int64_t BT);
+
   // a_log, d_skip, w_dt.bias and the convolution: their initialisation is part of the function.
   bool keeps_own_init(std::string_view name) const override;
   int64_t state_floats(int64_t positions) const override;
